@@ -1,0 +1,48 @@
+# The two commands of the quick start: `make run` and `make test`. Each does its own set-up
+# on a fresh Debian machine (as root): Debian packages, a virtualenv, the package itself.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DATA_DIR ?= run-data
+# Debian packages the project needs, as "command:package" pairs.
+DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo
+PYTEST_ARGS ?=
+
+.PHONY: run test setup debs lint unit bench clean
+
+run: setup
+	$(BIN)/ephemera up --data-dir $(DATA_DIR) --demo
+
+test: setup lint
+	$(BIN)/pytest -n auto --dist loadgroup -q $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+setup: debs $(VENV)/.installed
+
+debs:
+	@missing=""; for pair in $(DEB_NEEDS); do \
+	  cmd=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+bench: setup
+	$(BIN)/python -m bench.api
+
+clean:
+	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

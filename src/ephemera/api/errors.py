@@ -1,0 +1,173 @@
+"""Kubernetes `Status` errors, built exactly as apimachinery's `errors` package builds them.
+
+Every failure the apiserver answers is a `StatusError`; `status()` is the wire body. The
+constructors take the resource (plural, for example `pods`) and the name, as upstream does;
+`invalid` takes the Kind (`Pod`), as upstream does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ephemera.api.field import FieldError, aggregate
+
+OPTIMISTIC_LOCK = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+class StatusError(Exception):
+    """An error answered as a `kind: Status` body with its HTTP code."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.retry_after = retry_after
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+        }
+        if self.details:
+            body["details"] = self.details
+        body["code"] = self.code
+        return body
+
+
+def _qualified(resource: str, group: str) -> str:
+    return f"{resource}.{group}" if group else resource
+
+
+def _details(name: str, resource: str, group: str) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    if name:
+        d["name"] = name
+    if group:
+        d["group"] = group
+    d["kind"] = resource
+    return d
+
+
+def not_found(resource: str, name: str, group: str = "") -> StatusError:
+    q = _qualified(resource, group)
+    msg = f'{q} "{name}" not found' if name else f"{q} not found"
+    return StatusError(404, "NotFound", msg, _details(name, resource, group))
+
+
+def already_exists(resource: str, name: str, group: str = "") -> StatusError:
+    q = _qualified(resource, group)
+    return StatusError(409, "AlreadyExists", f'{q} "{name}" already exists',
+                       _details(name, resource, group))
+
+
+def generate_name_conflict(resource: str, name: str, group: str = "") -> StatusError:
+    q = _qualified(resource, group)
+    details = _details(name, resource, group)
+    details["retryAfterSeconds"] = 1
+    return StatusError(
+        409, "AlreadyExists",
+        f'{q} "{name}" already exists, the server was not able to generate a unique name for '
+        "the object", details, retry_after=1)
+
+
+def conflict(resource: str, name: str, err: str = OPTIMISTIC_LOCK, group: str = "") -> StatusError:
+    q = _qualified(resource, group)
+    return StatusError(409, "Conflict", f'Operation cannot be fulfilled on {q} "{name}": {err}',
+                       _details(name, resource, group))
+
+
+def invalid(kind: str, name: str, errors: list[FieldError], group: str = "") -> StatusError:
+    details: dict[str, Any] = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = kind
+    details["causes"] = [e.cause() for e in errors]
+    q = f"{kind}.{group}" if group else kind
+    return StatusError(422, "Invalid", f'{q} "{name}" is invalid: {aggregate(errors)}', details)
+
+
+def forbidden(resource: str, name: str, err: str, group: str = "") -> StatusError:
+    q = _qualified(resource, group)
+    if name:
+        msg = f'{q} "{name}" is forbidden: {err}'
+    elif resource:
+        msg = f"{q} is forbidden: {err}"
+    else:
+        msg = f"forbidden: {err}"
+    return StatusError(403, "Forbidden", msg, _details(name, resource, group))
+
+
+def bad_request(message: str) -> StatusError:
+    return StatusError(400, "BadRequest", message)
+
+
+def unauthorized(message: str = "Unauthorized") -> StatusError:
+    return StatusError(401, "Unauthorized", message)
+
+
+def method_not_allowed(verb: str, kind: str) -> StatusError:
+    return StatusError(405, "MethodNotAllowed",
+                       f"{verb} is not supported on resources of kind {kind!r}".replace("'", '"'))
+
+
+def not_acceptable(message: str) -> StatusError:
+    return StatusError(406, "NotAcceptable", message)
+
+
+def unsupported_media_type() -> StatusError:
+    return StatusError(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format - accepted media "
+                       f"types include: application/json-patch+json, application/merge-patch+json, "
+                       f"application/apply-patch+yaml, application/strategic-merge-patch+json")
+
+
+def request_entity_too_large(limit: int) -> StatusError:
+    return StatusError(413, "RequestEntityTooLarge",
+                       f"Request entity too large: limit is {limit}")
+
+
+def expired(message: str) -> StatusError:
+    """410 for a list or watch at a compacted resourceVersion (`too old resource version`)."""
+    return StatusError(410, "Expired", message)
+
+
+def gone(message: str) -> StatusError:
+    return StatusError(410, "Gone", message)
+
+
+def resource_expired(requested: int, oldest: int) -> StatusError:
+    return expired(f"too old resource version: {requested} ({oldest})")
+
+
+def internal_error(err: str) -> StatusError:
+    return StatusError(500, "InternalError", f"Internal error occurred: {err}",
+                       {"causes": [{"message": err}]})
+
+
+def timeout(message: str) -> StatusError:
+    return StatusError(504, "Timeout", message)
+
+
+def success_status(details: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Success"}
+    if details:
+        body["details"] = details
+    return body

@@ -1,0 +1,1 @@
+"""The API server: Kubernetes REST over HTTPS (aiohttp), backed by the Store."""

@@ -1,0 +1,99 @@
+"""The resources the apiserver serves: one `Resource` per kind, the single table that
+routing, discovery, OpenAPI and storage keys are derived from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+SUBRESOURCE_VERBS = ("get", "patch", "update")
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    definition: str  # OpenAPI definition name, e.g. io.k8s.api.core.v1.Pod
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()  # "status", "binding", "dynamic", ...
+    verbs: tuple[str, ...] = ALL_VERBS
+    singular: str = ""
+    # Keys under `/registry/<storage prefix>/`; upstream etcd layout.
+    storage_prefix: str = ""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_version(self) -> str:
+        return self.api_version
+
+    @property
+    def singular_name(self) -> str:
+        return self.singular or self.kind.lower()
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def key_prefix(self, namespace: str = "") -> str:
+        """The store prefix of all objects, or of those of one namespace, ending in `/`."""
+        base = f"/registry/{self.storage_prefix or self.plural}/"
+        if self.namespaced and namespace:
+            return f"{base}{namespace}/"
+        return base
+
+    def key(self, namespace: str, name: str) -> str:
+        if self.namespaced:
+            return f"/registry/{self.storage_prefix or self.plural}/{namespace}/{name}"
+        return f"/registry/{self.storage_prefix or self.plural}/{name}"
+
+
+_core = "io.k8s.api.core.v1."
+
+RESOURCES: tuple[Resource, ...] = (
+    Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
+             short_names=("ns",), subresources=("status", "finalize")),
+    Resource("", "v1", "pods", "Pod", True, _core + "Pod", short_names=("po",),
+             categories=("all",), subresources=("status", "binding", "dynamic")),
+    Resource("", "v1", "configmaps", "ConfigMap", True, _core + "ConfigMap",
+             short_names=("cm",)),
+    Resource("", "v1", "secrets", "Secret", True, _core + "Secret"),
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", True, _core + "ServiceAccount",
+             short_names=("sa",)),
+    Resource("", "v1", "nodes", "Node", False, _core + "Node", short_names=("no",),
+             subresources=("status",), storage_prefix="minions"),
+    Resource("", "v1", "events", "Event", True, _core + "Event", short_names=("ev",)),
+    Resource("", "v1", "resourcequotas", "ResourceQuota", True, _core + "ResourceQuota",
+             short_names=("quota",), subresources=("status",)),
+    Resource("", "v1", "limitranges", "LimitRange", True, _core + "LimitRange",
+             short_names=("limits",)),
+    Resource("coordination.k8s.io", "v1", "leases", "Lease", True,
+             "io.k8s.api.coordination.v1.Lease", storage_prefix="leases"),
+)
+
+# The group-versions served, in discovery order.
+GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io", "v1"))
+
+
+def by_group_version(group: str, version: str) -> list[Resource]:
+    return [r for r in RESOURCES if r.group == group and r.version == version]
+
+
+def lookup(group: str, version: str, plural: str) -> Resource | None:
+    for r in RESOURCES:
+        if r.group == group and r.version == version and r.plural == plural:
+            return r
+    return None
+
+
+def by_kind(api_version: str, kind: str) -> Resource | None:
+    for r in RESOURCES:
+        if r.api_version == api_version and r.kind == kind:
+            return r
+    return None

@@ -1,0 +1,156 @@
+"""The Store interface every backend implements, with etcd's semantics.
+
+Revisions: one global counter that only grows; every successful write (create, update,
+delete) takes the next revision. A key's `mod_revision` is the revision of its last write
+and is what compare-and-swap compares (the apiserver serves it as `resourceVersion`).
+
+Watch: `watch(prefix, after_revision)` delivers every event with revision > after_revision,
+each exactly once, in revision order, without gaps; when nothing happens for a while it
+yields `Progress(revision)` (for watch bookmarks). A watcher whose consumer falls behind by
+more than its buffer is dropped (`WatcherDropped` raised from iteration) instead of growing
+without bound; the client re-lists.
+
+Compaction: after `compact(rev)`, a list at a revision < rev, or a watch from
+after_revision < rev - 1 (history no longer complete) raises `Compacted`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+
+class StoreError(Exception):
+    """Base of the store's errors."""
+
+
+class KeyExists(StoreError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key exists: {key}")
+        self.key = key
+
+
+class KeyNotFound(StoreError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key not found: {key}")
+        self.key = key
+
+
+class RevisionMismatch(StoreError):
+    """A compare-and-swap failed; `current` is the key's current value (None if deleted)."""
+
+    def __init__(self, key: str, current: KeyValue | None) -> None:
+        super().__init__(f"revision mismatch on {key}")
+        self.key = key
+        self.current = current
+
+
+class Compacted(StoreError):
+    """The requested revision has been compacted away (the apiserver answers 410)."""
+
+    def __init__(self, requested: int, compacted: int) -> None:
+        super().__init__(f"revision {requested} compacted (oldest available {compacted})")
+        self.requested = requested
+        self.compacted = compacted
+
+
+class WatcherDropped(StoreError):
+    """The watcher fell behind its bounded buffer and was dropped; re-list and re-watch."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A change: `PUT` (create or update) or `DELETE`. For DELETE, `kv.value` is the value the
+    key had before it was deleted and `kv.mod_revision` is the revision of the delete.
+    `prev` is the previous value of the key, when there was one."""
+
+    type: Literal["PUT", "DELETE"]
+    kv: KeyValue
+    prev: KeyValue | None
+
+    @property
+    def revision(self) -> int:
+        return self.kv.mod_revision
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """No events up to `revision` (etcd's progress notification)."""
+
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    kvs: list[KeyValue]
+    revision: int  # the revision the list was read at
+    more: bool  # True when `limit` cut the list; continue after kvs[-1].key
+
+
+class Watcher(abc.ABC):
+    """An async iterator of `Event | Progress`; `close()` stops it."""
+
+    @abc.abstractmethod
+    def __aiter__(self) -> AsyncIterator[Event | Progress]: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+
+class Store(abc.ABC):
+    """Keys are strings (`/registry/pods/default/p1`), values opaque bytes."""
+
+    @abc.abstractmethod
+    async def create(self, key: str, value: bytes) -> KeyValue:
+        """Create `key`; raises KeyExists. Returns the stored KeyValue."""
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> KeyValue | None: ...
+
+    @abc.abstractmethod
+    async def list(
+        self, prefix: str, *, limit: int = 0, start_after: str = "", revision: int = 0
+    ) -> ListResult:
+        """Keys under `prefix` in key order, those > `start_after`, at most `limit` (0: all),
+        read at `revision` (0: now). Raises Compacted for a revision older than the oldest
+        kept."""
+
+    @abc.abstractmethod
+    async def update(self, key: str, value: bytes, expected_mod_revision: int) -> KeyValue:
+        """Replace the value if the key's mod_revision is `expected_mod_revision`; raises
+        RevisionMismatch (with the current value) or KeyNotFound."""
+
+    @abc.abstractmethod
+    async def delete(self, key: str, expected_mod_revision: int = 0) -> KeyValue:
+        """Delete the key (if `expected_mod_revision` is non-zero, only at that revision).
+        Returns the deleted value with mod_revision set to the delete's revision. Raises
+        KeyNotFound or RevisionMismatch."""
+
+    @abc.abstractmethod
+    async def watch(self, prefix: str, after_revision: int) -> Watcher:
+        """Events under `prefix` with revision > after_revision. Raises Compacted when that
+        history is gone."""
+
+    @abc.abstractmethod
+    async def current_revision(self) -> int: ...
+
+    @abc.abstractmethod
+    async def compacted_revision(self) -> int:
+        """The oldest revision still readable (0 when nothing was compacted)."""
+
+    @abc.abstractmethod
+    async def compact(self, revision: int) -> None:
+        """Forget history older than `revision`."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
