@@ -1,0 +1,557 @@
+"""Field validation against the served schema: what the apiserver's decoder does with a
+request body (`fieldValidation=Strict|Warn|Ignore`).
+
+- `type_errors(obj, definition)`: the first value of the wrong JSON type (a string where an
+  object is expected, a bad quantity, ...), worded like the Go JSON decoder that upstream
+  uses (`json: cannot unmarshal string into Go struct field PodSpec.spec.containers of type
+  []v1.Container`). Upstream answers these with 400 whatever `fieldValidation` says.
+- `unknown_fields(obj, definition)` / `drop_unknown_fields(...)`: the fields the schema does
+  not know, as strict decoding names them (`spec.containers[0].foo`), in document order.
+- `check(obj, definition, directive, kind, version)`: both, as create and update apply them:
+  raises the 400 `StatusError`, or drops the unknown fields and returns the `Warning` texts.
+- `strict_error`, `decode_error`, `patch_strict_error`, `apply_schema_error` and
+  `warning_texts` build the exact upstream messages for the handlers that need them.
+
+Nodes are the OpenAPI v2 nodes of `ephemera.api.schema`; `$ref`s are followed, a node with
+`x-kubernetes-preserve-unknown-fields` or an object with neither `properties` nor
+`additionalProperties` (RawExtension, FieldsV1, Patch) accepts anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ephemera.api import errors, field, schema
+from ephemera.api.errors import StatusError
+
+QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+TIME = "io.k8s.apimachinery.pkg.apis.meta.v1.Time"
+MICRO_TIME = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
+
+STRICT = "Strict"
+WARN = "Warn"
+IGNORE = "Ignore"
+DIRECTIVES = (IGNORE, STRICT, WARN)
+
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+# --- schema navigation ---------------------------------------------------------------------
+
+
+def _ref_name(node: dict[str, Any]) -> str | None:
+    ref = node.get("$ref")
+    if ref is None and len(node.get("allOf", ())) == 1:
+        ref = node["allOf"][0].get("$ref")
+    return ref.rsplit("/", 1)[-1] if isinstance(ref, str) else None
+
+
+def _resolve(node: dict[str, Any], name: str | None) -> tuple[dict[str, Any], str | None]:
+    """The node behind a reference and the definition name it came from (or `name`)."""
+    ref = _ref_name(node)
+    if ref is not None:
+        return schema.definition(ref), ref
+    return node, name
+
+
+def _opaque(node: dict[str, Any]) -> bool:
+    if node.get("x-kubernetes-preserve-unknown-fields"):
+        return True
+    return (node.get("type") == "object" and "properties" not in node
+            and "additionalProperties" not in node)
+
+
+def _is_object(node: dict[str, Any]) -> bool:
+    return node.get("type") == "object" or "properties" in node
+
+
+# --- unknown fields ------------------------------------------------------------------------
+
+
+def _strict_child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _walk_unknown(value: Any, node: dict[str, Any], path: str, found: list[str],
+                  drop: bool) -> None:
+    node, _ = _resolve(node, None)
+    if value is None or _opaque(node):
+        return
+    if isinstance(value, dict) and _is_object(node):
+        props: dict[str, Any] | None = node.get("properties")
+        extra = node.get("additionalProperties")
+        unknown: list[str] = []
+        for key, sub in value.items():
+            if props is not None and key in props:
+                _walk_unknown(sub, props[key], _strict_child(path, key), found, drop)
+            elif isinstance(extra, dict):
+                _walk_unknown(sub, extra, _strict_child(path, key), found, drop)
+            elif props is not None or extra is False:
+                found.append(_strict_child(path, key))
+                unknown.append(key)
+        if drop:
+            for key in unknown:
+                del value[key]
+    elif isinstance(value, list) and node.get("type") == "array" and "items" in node:
+        for i, item in enumerate(value):
+            _walk_unknown(item, node["items"], f"{path}[{i}]", found, drop)
+
+
+def unknown_fields(obj: Any, definition: str) -> list[str]:
+    """The fields of `obj` that the definition does not know, in strict decoding's format
+    (`spec.containers[0].foo`, `metadata.bogus`, `foo`) and in document order."""
+    found: list[str] = []
+    _walk_unknown(obj, schema.definition(definition), "", found, drop=False)
+    return found
+
+
+def drop_unknown_fields(obj: Any, definition: str) -> list[str]:
+    """Remove the unknown fields from `obj` in place; return their paths as
+    `unknown_fields` does."""
+    found: list[str] = []
+    _walk_unknown(obj, schema.definition(definition), "", found, drop=True)
+    return found
+
+
+# --- server-side apply (structured-merge-diff) paths ----------------------------------------
+
+
+def _smd_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(v)
+
+
+def _walk_smd(value: Any, node: dict[str, Any], path: str, found: list[str]) -> None:
+    node, _ = _resolve(node, None)
+    if value is None or _opaque(node):
+        return
+    if isinstance(value, dict) and _is_object(node):
+        props: dict[str, Any] | None = node.get("properties")
+        extra = node.get("additionalProperties")
+        for key, sub in value.items():
+            if props is not None and key in props:
+                _walk_smd(sub, props[key], f"{path}.{key}", found)
+            elif isinstance(extra, dict):
+                _walk_smd(sub, extra, f"{path}.{key}", found)
+            elif props is not None:
+                found.append(f"{path}.{key}")
+                return  # structured-merge-diff stops at the first unknown key of a map
+    elif isinstance(value, list) and node.get("type") == "array" and "items" in node:
+        keys = node.get("x-kubernetes-list-map-keys") \
+            if node.get("x-kubernetes-list-type") == "map" else None
+        for i, item in enumerate(value):
+            if keys and isinstance(item, dict) and all(k in item for k in keys):
+                element = "[" + ",".join(f"{k}={_smd_value(item[k])}" for k in keys) + "]"
+            else:
+                element = f"[{i}]"
+            _walk_smd(item, node["items"], path + element, found)
+
+
+def apply_unknown_fields(obj: Any, definition: str) -> list[str]:
+    """Unknown fields as server-side apply names them: `.spec.containers[name="c"].foo`
+    (list-map entries by key, the first unknown key of each map only)."""
+    found: list[str] = []
+    _walk_smd(obj, schema.definition(definition), "", found)
+    return found
+
+
+def apply_schema_error(namespace: str, name: str, group: str, version: str, kind: str,
+                       paths: list[str]) -> StatusError:
+    """What upstream answers when an apply patch has fields outside the schema: a 500 with
+    no reason, `failed to create typed patch object (ns/name; group/version, Kind=K): ...`."""
+    errs = [f"{p}: field not declared in schema" for p in paths]
+    detail = errs[0] if len(errs) == 1 else "\n".join(["errors:", *("  " + e for e in errs)])
+    message = (f"failed to create typed patch object ({namespace}/{name}; {group}/{version}, "
+               f"Kind={kind}): {detail}")
+    return StatusError(500, "", message)
+
+
+# --- wrong JSON types ----------------------------------------------------------------------
+
+
+def go_type(node: dict[str, Any]) -> str:
+    """The Go type name a node stands for, as the JSON decoder prints it (best effort: named
+    string and map types such as `v1.RestartPolicy` or `v1.ResourceList` print as their
+    underlying type)."""
+    ref = _ref_name(node)
+    if ref is not None:
+        parts = ref.split(".")
+        return f"{parts[-2]}.{parts[-1]}"
+    kind = node.get("type")
+    if kind == "array":
+        return "[]" + go_type(node.get("items", {}))
+    if kind == "object":
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            return "map[string]" + go_type(extra)
+        return "map[string]interface {}"
+    if kind == "string":
+        return "[]uint8" if node.get("format") == "byte" else "string"
+    if kind == "integer":
+        return str(node.get("format") or "int")
+    if kind == "number":
+        return "float64"
+    if kind == "boolean":
+        return "bool"
+    return "interface {}"
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+_QUANTITY_FORMAT = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+_QUANTITY_NUMBER = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
+_QUANTITY_SUFFIXES = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G",
+                      "T", "P", "E"}
+_QUANTITY_EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
+ERR_QUANTITY_FORMAT = ("quantities must match the regular expression "
+                       "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+ERR_QUANTITY_SUFFIX = "unable to parse quantity's suffix"
+
+
+def quantity_error(value: Any) -> str | None:
+    """Why `value` is not a quantity, in resource.ParseQuantity's words, or None."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return ERR_QUANTITY_FORMAT
+    text = value.strip() if isinstance(value, str) else repr(value)
+    m = _QUANTITY_FORMAT.match(text)
+    if not m or not _QUANTITY_NUMBER.match(m.group(1)):
+        return ERR_QUANTITY_FORMAT
+    suffix = m.group(2)
+    if suffix in _QUANTITY_SUFFIXES or _QUANTITY_EXPONENT.match(suffix):
+        return None
+    return ERR_QUANTITY_SUFFIX
+
+
+_RFC3339 = "2006-01-02T15:04:05Z07:00"
+_RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
+
+
+def time_error(text: str, micro: bool = False) -> str | None:
+    """Why `text` does not parse as metav1.Time (RFC 3339) or MicroTime (six fractional
+    digits), worded like Go's time.Parse, or None. Best effort on the wording."""
+    layout = _RFC3339_MICRO if micro else _RFC3339
+    prefix = f"parsing time {_go_quote(text)} as {_go_quote(layout)}: "
+    rest = text
+    fields: list[int] = []
+    for element, width in (("2006", 4), ("-", 0), ("01", 2), ("-", 0), ("02", 2),
+                           ("T", 0), ("15", 2), (":", 0), ("04", 2), (":", 0), ("05", 2)):
+        if width == 0:
+            if not rest.startswith(element):
+                return prefix + f"cannot parse {_go_quote(rest)} as {_go_quote(element)}"
+            rest = rest[1:]
+            continue
+        digits = rest[:width]
+        if len(digits) < width or not digits.isdigit():
+            return prefix + f"cannot parse {_go_quote(rest)} as {_go_quote(element)}"
+        fields.append(int(digits))
+        rest = rest[width:]
+    if micro:
+        frac = rest[:7]
+        if len(frac) < 7 or frac[0] != "." or not frac[1:].isdigit():
+            return prefix + f"cannot parse {_go_quote(rest)} as \".000000\""
+        rest = rest[7:]
+    elif rest.startswith((".", ",")) and rest[1:2].isdigit():
+        i = 1
+        while i < len(rest) and rest[i].isdigit():
+            i += 1
+        rest = rest[i:]
+    if rest.startswith("Z"):
+        rest = rest[1:]
+    elif re.match(r"^[+-][0-9]{2}:[0-9]{2}", rest):
+        rest = rest[6:]
+    else:
+        return prefix + f"cannot parse {_go_quote(rest)} as \"Z07:00\""
+    if rest:
+        return f"parsing time {_go_quote(text)}: extra text: {_go_quote(rest)}"
+    _, month, day, hour, minute, second = fields
+    for label, val, top in (("month", month, 12), ("day", day, 31), ("hour", hour, 23),
+                            ("minute", minute, 59), ("second", second, 59)):
+        if (label in ("month", "day") and val < 1) or val > top:
+            return f"parsing time {_go_quote(text)}: {label} out of range"
+    return None
+
+
+def _go_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_B64 = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+
+
+def base64_error(text: str) -> str | None:
+    """Why `text` is not standard padded base64, as Go's encoding/base64 says it
+    (`illegal base64 data at input byte N`), or None. Best effort on N."""
+    chars = [(i, c) for i, c in enumerate(text) if c not in "\r\n"]
+    for n, (i, c) in enumerate(chars):
+        if c == "=":
+            tail = chars[n:]
+            pad_ok = (len(chars) % 4 == 0 and len(tail) <= 2
+                      and all(ch == "=" for _, ch in tail) and n % 4 >= 2)
+            return None if pad_ok else f"illegal base64 data at input byte {i}"
+        if c not in _B64:
+            return f"illegal base64 data at input byte {i}"
+    if len(chars) % 4:
+        return f"illegal base64 data at input byte {len(text)}"
+    return None
+
+
+class _TypeError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _unmarshal_error(value: Any, node: dict[str, Any], struct: str, fields: list[str],
+                     value_text: str | None = None) -> _TypeError:
+    what = value_text or _json_kind(value)
+    target = go_type(node)
+    if struct:
+        return _TypeError(f"json: cannot unmarshal {what} into Go struct field "
+                          f"{struct}.{'.'.join(fields)} of type {target}")
+    return _TypeError(f"json: cannot unmarshal {what} into Go value of type {target}")
+
+
+def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str]) -> None:
+    """Raise _TypeError for the first value that the Go decoder would refuse."""
+    if value is None:
+        return  # null decodes into anything as the zero value
+    declared = node
+    node, name = _resolve(node, None)
+    if name == QUANTITY:
+        err = quantity_error(value)
+        if err:
+            raise _TypeError(err)
+        return
+    if name == INT_OR_STRING:
+        if isinstance(value, str):
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _unmarshal_error(value, {"type": "integer", "format": "int32"}, struct,
+                                   fields)
+        if isinstance(value, float) and not value.is_integer():
+            raise _unmarshal_error(value, {"type": "integer", "format": "int32"}, struct,
+                                   fields, f"number {value!r}")
+        return
+    if name in (TIME, MICRO_TIME):
+        if not isinstance(value, str):
+            raise _unmarshal_error(value, {"type": "string"}, struct, fields)
+        err = time_error(value, micro=name == MICRO_TIME)
+        if err:
+            raise _TypeError(err)
+        return
+    if _opaque(node) and node.get("type") in ("object", None):
+        return
+    kind = node.get("type")
+    if kind == "object" or "properties" in node:
+        if not isinstance(value, dict):
+            raise _unmarshal_error(value, declared, struct, fields)
+        props: dict[str, Any] | None = node.get("properties")
+        extra = node.get("additionalProperties")
+        own_struct = name.rsplit(".", 1)[-1] if name and props is not None else struct
+        for key, sub in value.items():
+            if props is not None and key in props:
+                _check(sub, props[key], own_struct, [*fields, key])
+            elif isinstance(extra, dict):
+                _check(sub, extra, struct, fields)
+        return
+    if kind == "array":
+        if not isinstance(value, list):
+            raise _unmarshal_error(value, declared, struct, fields)
+        for item in value:
+            _check(item, node.get("items", {}), struct, fields)
+        return
+    if kind == "string":
+        if not isinstance(value, str):
+            raise _unmarshal_error(value, node, struct, fields)
+        if node.get("format") == "byte":
+            err = base64_error(value)
+            if err:
+                raise _TypeError(err)
+        return
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            raise _unmarshal_error(value, node, struct, fields)
+        return
+    if kind in ("integer", "number"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _unmarshal_error(value, node, struct, fields)
+        if kind == "integer":
+            if isinstance(value, float) and not value.is_integer():
+                raise _unmarshal_error(value, node, struct, fields, f"number {value!r}")
+            low, high = _INT_RANGES.get(str(node.get("format")), _INT_RANGES["int64"])
+            if not low <= int(value) <= high:
+                raise _unmarshal_error(value, node, struct, fields, f"number {int(value)}")
+
+
+def type_errors(obj: Any, definition: str) -> str | None:
+    """The decode error of the first value of the wrong type in `obj` (document order), or
+    None. Examples: `json: cannot unmarshal string into Go struct field
+    PodSpec.spec.containers of type []v1.Container`, `quantities must match the regular
+    expression '...'`. Integral floats are accepted where integers are expected (a YAML
+    body converted to JSON cannot tell 1 from 1.0)."""
+    root = {"$ref": "#/definitions/" + definition}
+    if not isinstance(obj, dict):
+        return _unmarshal_error(obj, root, "", []).message
+    try:
+        _check(obj, root, "", [])
+    except _TypeError as e:
+        return e.message
+    return None
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+def _strict_errors(paths: list[str], duplicates: Sequence[str] = ()) -> list[str]:
+    return ([f"unknown field {_go_quote(p)}" for p in paths]
+            + [f"duplicate field {_go_quote(p)}" for p in duplicates])
+
+
+def strict_decoding_message(paths: list[str], duplicates: Sequence[str] = ()) -> str:
+    """`strict decoding error: unknown field "a", unknown field "b", duplicate field "c"`."""
+    return "strict decoding error: " + ", ".join(_strict_errors(paths, duplicates))
+
+
+def warning_texts(paths: list[str], duplicates: Sequence[str] = ()) -> list[str]:
+    """The `Warning` texts of fieldValidation=Warn, one per field: `unknown field "spec.foo"`
+    (then `duplicate field "x"`)."""
+    return _strict_errors(paths, duplicates)
+
+
+def warning_header(text: str) -> str:
+    """A `Warning` header value as the apiserver sends it: `299 - "<escaped text>"`."""
+    return f"299 - {_go_quote(text)}"
+
+
+def decode_error(kind: str, version: str, message: str) -> StatusError:
+    """400 `<Kind> in version "<version>" cannot be handled as a <Kind>: <message>` (the
+    body of a create or update did not decode)."""
+    return StatusError(400, "BadRequest",
+                       f"{kind} in version {_go_quote(version)} cannot be handled as a "
+                       f"{kind}: {message}")
+
+
+def strict_error(kind: str, version: str, paths: list[str],
+                 duplicates: Sequence[str] = ()) -> StatusError:
+    """400 for fieldValidation=Strict on create or update:
+    `Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field
+    "spec.containers[0].foo"`."""
+    return decode_error(kind, version, strict_decoding_message(paths, duplicates))
+
+
+def patch_strict_error(paths: list[str], patched: str,
+                       duplicates: Sequence[str] = ()) -> StatusError:
+    """422 for fieldValidation=Strict on a JSON, merge or strategic merge patch, as upstream
+    builds it: an Invalid error with an empty kind and name on the field `patch`, whose value
+    is the patched object (the JSON text for JSON and merge patches; Go's `%+v` of the map
+    for strategic merge patches, see `go_map_text`)."""
+    detail = strict_decoding_message(paths, duplicates)
+    value = _go_quote(patched)
+    message = f"Invalid value: {value}: {detail}"
+    return StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
+                       {"causes": [{"reason": "FieldValueInvalid", "message": message,
+                                    "field": "patch"}]})
+
+
+def go_map_text(value: Any) -> str:
+    """Go's `fmt.Sprintf("%+v", v)` of a decoded JSON value: `map[a:1 b:[x y]]`, keys
+    sorted."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_map_text(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_map_text(v) for v in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    return str(value)
+
+
+def directive(value: str | None, options_kind: str = "CreateOptions") -> str:
+    """The fieldValidation directive of a request: Warn when unset. Anything else than
+    Ignore, Warn or Strict raises upstream's 422 on the options kind (`CreateOptions`,
+    `UpdateOptions`, `PatchOptions`): `CreateOptions.meta.k8s.io "" is invalid:
+    fieldValidation: Unsupported value: "X": supported values: "", "Ignore", "Strict",
+    "Warn"`."""
+    if not value:
+        return WARN
+    if value not in DIRECTIVES:
+        raise errors.invalid(options_kind, "", [field.not_supported(
+            "fieldValidation", value, ["", *DIRECTIVES])], group="meta.k8s.io")
+    return value
+
+
+class _PairsDict(dict[str, Any]):
+    duplicates: list[str]
+
+
+def _pairs_hook(pairs: list[tuple[str, Any]]) -> _PairsDict:
+    out = _PairsDict()
+    out.duplicates = []
+    for key, value in pairs:
+        if key in out and key not in out.duplicates:
+            out.duplicates.append(key)
+        out[key] = value
+    return out
+
+
+def _plain(value: Any, path: str, found: list[str]) -> Any:
+    if isinstance(value, dict):
+        for key in getattr(value, "duplicates", ()):
+            found.append(_strict_child(path, key))
+        return {k: _plain(v, _strict_child(path, k), found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, f"{path}[{i}]", found) for i, v in enumerate(value)]
+    return value
+
+
+def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
+    """Parse a JSON body as Go does for Kubernetes (the last of duplicate keys wins) and
+    return the value with the paths of the duplicate fields (`metadata.name`), which
+    Strict rejects and Warn reports. Raises ValueError on malformed JSON."""
+    raw = json.loads(text, object_pairs_hook=_pairs_hook)
+    found: list[str] = []
+    return _plain(raw, "", found), found
+
+
+def check(obj: Any, definition: str, field_validation: str | None, kind: str,
+          version: str, duplicates: list[str] | None = None,
+          options_kind: str = "CreateOptions") -> list[str]:
+    """Field validation of a create or update body, as the apiserver's decoder does it.
+
+    Raises the 422 of a bad `fieldValidation` value; the 400 decode error for a value of the
+    wrong type (whatever the directive); with Strict, the 400 strict decoding error naming
+    the unknown fields, then the `duplicates` (from `loads_json`). With Warn and Ignore the
+    unknown fields are dropped from `obj` in place; the returned list holds the `Warning`
+    texts to send (empty for Ignore)."""
+    mode = directive(field_validation, options_kind)
+    err = type_errors(obj, definition)
+    if err is not None:
+        raise decode_error(kind, version, err)
+    dups = list(duplicates or ())
+    if mode == STRICT:
+        paths = unknown_fields(obj, definition)
+        if paths or dups:
+            raise strict_error(kind, version, paths, dups)
+        return []
+    paths = drop_unknown_fields(obj, definition)
+    return warning_texts(paths, dups) if mode == WARN else []

@@ -1,0 +1,283 @@
+"""Field validation against the served schema: unknown fields in strict decoding's format,
+wrong JSON types in the Go decoder's words, and the Status errors and warnings built from
+them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from ephemera.api import fieldvalidation as fv
+from ephemera.api.errors import StatusError
+
+POD = "io.k8s.api.core.v1.Pod"
+
+
+def pod(**spec_extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p1",
+            "labels": {"app": "web", "example.com/anything-goes": "yes"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "managedFields": [{"manager": "kubectl", "fieldsType": "FieldsV1",
+                               "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}}}],
+        },
+        "spec": {
+            "containers": [{
+                "name": "c",
+                "image": "busybox",
+                "resources": {"limits": {"ephemeral-storage": "1Gi", "cpu": 1,
+                                         "example.com/gpu": "2"},
+                              "requests": {"memory": "64Mi"}},
+                "dynamicVolumePolicy": {"restartPolicy": "RestartContainer"},
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                "livenessProbe": {"httpGet": {"port": "http"}},
+                "ports": [{"containerPort": 80}],
+            }],
+            "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}],
+            "resources": {"requests": {"ephemeral-storage": "2Gi"}},
+            "nodeSelector": {"disk": "ssd"},
+            **spec_extra,
+        },
+        "status": {
+            "phase": "Running",
+            "volumeStatuses": [{"name": "scratch", "hostPhase": "HostMounted"}],
+            "containerStatuses": [{"name": "c", "ready": True, "restartCount": 0,
+                                   "image": "busybox", "imageID": "",
+                                   "volumeMounts": [{"name": "scratch",
+                                                     "mountPath": "/scratch"}]}],
+            "startTime": "2026-09-25T14:00:00Z",
+        },
+    }
+
+
+def test_a_full_pod_with_kep_fields_and_map_keys_has_no_unknown_fields() -> None:
+    obj = pod()
+    assert fv.unknown_fields(obj, POD) == []
+    assert fv.type_errors(obj, POD) is None
+    before = copy.deepcopy(obj)
+    assert fv.drop_unknown_fields(obj, POD) == []
+    assert obj == before
+
+
+def test_unknown_fields_use_strict_decoding_paths_in_document_order() -> None:
+    obj = pod(bogus=True)
+    obj["spec"]["containers"][0]["foo"] = 1
+    obj["spec"]["containers"][0]["dynamicVolumePolicy"]["mode"] = "Auto"
+    obj["metadata"]["nme"] = "typo"
+    obj["status"]["volumeStatuses"][0]["phase"] = "x"
+    obj["extra"] = {}
+    assert fv.unknown_fields(obj, POD) == [
+        "metadata.nme",
+        "spec.containers[0].dynamicVolumePolicy.mode",
+        "spec.containers[0].foo",
+        "spec.bogus",
+        "status.volumeStatuses[0].phase",
+        "extra",
+    ]
+
+
+def test_field_names_are_case_sensitive() -> None:
+    obj = pod()
+    obj["metadata"]["Name"] = "p1"
+    assert fv.unknown_fields(obj, POD) == ["metadata.Name"]
+
+
+def test_opaque_and_preserved_nodes_accept_anything() -> None:
+    obj = pod()
+    obj["metadata"]["managedFields"][0]["fieldsV1"] = {"f:spec": {"anything": [1, 2]}}
+    assert fv.unknown_fields(obj, POD) == []
+    event = {"type": "ADDED", "object": {"kind": "Whatever", "made": {"up": 1}}}
+    assert fv.unknown_fields(event, "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent") == []
+
+
+def test_drop_unknown_fields_removes_them_in_place() -> None:
+    obj = pod(bogus=1)
+    obj["spec"]["containers"][0]["foo"] = {"deep": 1}
+    expected = pod()
+    assert fv.drop_unknown_fields(obj, POD) == ["spec.containers[0].foo", "spec.bogus"]
+    assert obj == expected
+
+
+def test_other_kinds() -> None:
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "n1"},
+             "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40,
+                      "renewTime": "2026-09-25T14:00:00.000000Z", "holder": "x"}}
+    assert fv.unknown_fields(lease, "io.k8s.api.coordination.v1.Lease") == ["spec.holder"]
+    assert fv.type_errors(lease, "io.k8s.api.coordination.v1.Lease") is None
+    secret = {"data": {"k": "aGVsbG8="}, "stringData": {"x": "y"}, "type": "Opaque"}
+    assert fv.unknown_fields(secret, "io.k8s.api.core.v1.Secret") == []
+    assert fv.type_errors(secret, "io.k8s.api.core.v1.Secret") is None
+
+
+def test_strict_error_is_the_upstream_bad_request() -> None:
+    err = fv.strict_error("Pod", "v1", ["spec.containers[0].foo"])
+    assert err.code == 400
+    assert err.status() == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": 'Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+                   'unknown field "spec.containers[0].foo"',
+        "reason": "BadRequest", "code": 400,
+    }
+    several = fv.strict_error("Lease", "v1", ["spec.a", "b"], duplicates=["metadata.name"])
+    assert several.message == (
+        'Lease in version "v1" cannot be handled as a Lease: strict decoding error: '
+        'unknown field "spec.a", unknown field "b", duplicate field "metadata.name"')
+
+
+def test_warning_texts_and_header() -> None:
+    assert fv.warning_texts(["spec.foo", "bar"]) == [
+        'unknown field "spec.foo"', 'unknown field "bar"']
+    assert fv.warning_header('unknown field "spec.foo"') == '299 - "unknown field \\"spec.foo\\""'
+
+
+def test_check_strict_raises_and_warn_drops() -> None:
+    obj = pod(bogus=1)
+    with pytest.raises(StatusError) as info:
+        fv.check(obj, POD, "Strict", "Pod", "v1")
+    assert info.value.message.endswith('strict decoding error: unknown field "spec.bogus"')
+    assert "bogus" in obj["spec"]
+
+    assert fv.check(obj, POD, None, "Pod", "v1") == ['unknown field "spec.bogus"']
+    assert "bogus" not in obj["spec"]
+
+    obj = pod(bogus=1)
+    assert fv.check(obj, POD, "Ignore", "Pod", "v1") == []
+    assert "bogus" not in obj["spec"]
+
+
+def test_check_rejects_a_bad_directive() -> None:
+    with pytest.raises(StatusError) as info:
+        fv.check(pod(), POD, "Loose", "Pod", "v1", options_kind="PatchOptions")
+    assert info.value.code == 422
+    assert info.value.message == (
+        'PatchOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "Loose": '
+        'supported values: "", "Ignore", "Strict", "Warn"')
+
+
+def test_type_errors_beat_every_directive() -> None:
+    obj = pod()
+    obj["spec"]["containers"] = "c"
+    for mode in ("Strict", "Warn", "Ignore"):
+        with pytest.raises(StatusError) as info:
+            fv.check(obj, POD, mode, "Pod", "v1")
+        assert info.value.code == 400
+        assert info.value.message == (
+            'Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal string '
+            "into Go struct field PodSpec.spec.containers of type []v1.Container")
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda p: p.__setitem__("spec", "x"),
+     "json: cannot unmarshal string into Go struct field Pod.spec of type v1.PodSpec"),
+    (lambda p: p["spec"].__setitem__("containers", ["c"]),
+     "json: cannot unmarshal string into Go struct field PodSpec.spec.containers of type "
+     "v1.Container"),
+    (lambda p: p["metadata"]["labels"].__setitem__("n", 1),
+     "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type "
+     "string"),
+    (lambda p: p["spec"]["containers"][0]["ports"][0].__setitem__("containerPort", "80"),
+     "json: cannot unmarshal string into Go struct field "
+     "ContainerPort.spec.containers.ports.containerPort of type int32"),
+    (lambda p: p["spec"]["containers"][0]["ports"][0].__setitem__("containerPort", 1.5),
+     "json: cannot unmarshal number 1.5 into Go struct field "
+     "ContainerPort.spec.containers.ports.containerPort of type int32"),
+    (lambda p: p["spec"].__setitem__("hostNetwork", "yes"),
+     "json: cannot unmarshal string into Go struct field PodSpec.spec.hostNetwork of type bool"),
+    (lambda p: p["spec"].__setitem__("terminationGracePeriodSeconds", True),
+     "json: cannot unmarshal bool into Go struct field "
+     "PodSpec.spec.terminationGracePeriodSeconds of type int64"),
+    (lambda p: p["spec"]["containers"][0]["dynamicVolumePolicy"].__setitem__(
+        "restartPolicy", {"a": 1}),
+     "json: cannot unmarshal object into Go struct field "
+     "ContainerDynamicVolumePolicy.spec.containers.dynamicVolumePolicy.restartPolicy of type "
+     "string"),
+    (lambda p: p["status"].__setitem__("volumeStatuses", {"name": "x"}),
+     "json: cannot unmarshal object into Go struct field PodStatus.status.volumeStatuses of "
+     "type []v1.PodVolumeStatus"),
+    (lambda p: p["spec"]["containers"][0]["resources"]["limits"].__setitem__("cpu", "lots"),
+     "quantities must match the regular expression "
+     "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"),
+    (lambda p: p["spec"]["resources"]["requests"].__setitem__("ephemeral-storage", "1Zi"),
+     "quantities must match the regular expression "
+     "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"),
+    (lambda p: p["spec"]["resources"]["requests"].__setitem__("ephemeral-storage", "1ii"),
+     "unable to parse quantity's suffix"),
+    (lambda p: p["spec"]["containers"][0]["livenessProbe"]["httpGet"].__setitem__(
+        "port", False),
+     "json: cannot unmarshal bool into Go struct field "
+     "HTTPGetAction.spec.containers.livenessProbe.httpGet.port of type int32"),
+    (lambda p: p["status"].__setitem__("startTime", "yesterday"),
+     'parsing time "yesterday" as "2006-01-02T15:04:05Z07:00": cannot parse "yesterday" as '
+     '"2006"'),
+    (lambda p: p["status"].__setitem__("startTime", "2026-13-01T00:00:00Z"),
+     'parsing time "2026-13-01T00:00:00Z": month out of range'),
+])
+def test_type_errors_in_the_go_decoders_words(mutate: Any, message: str) -> None:
+    obj = pod()
+    mutate(obj)
+    assert fv.type_errors(obj, POD) == message
+
+
+def test_values_of_the_right_type_are_accepted() -> None:
+    obj = pod()
+    obj["spec"]["containers"][0]["resources"]["limits"].update(
+        {"cpu": 0.5, "memory": "1.5Gi", "x/y": "1e3", "z/w": "100m"})
+    obj["spec"]["containers"][0]["livenessProbe"]["httpGet"]["port"] = 8080
+    obj["spec"]["containers"][0]["ports"][0]["containerPort"] = 80.0  # YAML-converted 80
+    obj["spec"]["nodeName"] = None  # null decodes as the zero value
+    obj["status"]["startTime"] = "2026-09-25T14:00:00.5+02:00"
+    assert fv.type_errors(obj, POD) is None
+
+
+def test_a_body_that_is_not_an_object() -> None:
+    assert fv.type_errors([1], POD) == "json: cannot unmarshal array into Go value of type v1.Pod"
+
+
+def test_loads_json_reports_duplicate_fields() -> None:
+    value, dups = fv.loads_json(
+        b'{"metadata":{"name":"a","name":"b"},"spec":{"containers":[{"name":"x","name":"y"}]}}')
+    assert value == {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "y"}]}}
+    assert dups == ["metadata.name", "spec.containers[0].name"]
+    assert type(value["metadata"]) is dict
+
+
+def test_patch_strict_error_is_an_invalid_on_the_patch_field() -> None:
+    err = fv.patch_strict_error(["spec.foo"], '{"spec":{"foo":1}}')
+    assert err.code == 422
+    assert err.reason == "Invalid"
+    assert err.message == (' "" is invalid: patch: Invalid value: "{\\"spec\\":{\\"foo\\":1}}": '
+                           'strict decoding error: unknown field "spec.foo"')
+    assert err.status()["details"]["causes"][0]["field"] == "patch"
+    assert fv.go_map_text({"spec": {"foo": 1, "a": [True, None, "x"]}}) == (
+        "map[spec:map[a:[true <nil> x] foo:1]]")
+
+
+def test_apply_unknown_fields_use_structured_merge_diff_paths() -> None:
+    obj = pod(bogus=1)
+    obj["spec"]["containers"][0]["foo"] = 1
+    obj["status"]["containerStatuses"][0]["volumeMounts"][0]["q"] = 1
+    assert fv.apply_unknown_fields(obj, POD) == [
+        '.spec.containers[name="c"].foo',
+        ".spec.bogus",
+        '.status.containerStatuses[0].volumeMounts[mountPath="/scratch"].q',
+    ]
+    err = fv.apply_schema_error("default", "p1", "", "v1", "Pod",
+                                ['.spec.containers[name="c"].foo'])
+    assert err.message == (
+        "failed to create typed patch object (default/p1; /v1, Kind=Pod): "
+        '.spec.containers[name="c"].foo: field not declared in schema')
+    assert err.code == 500
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("aGVsbG8=", True), ("aGVsbG8h", True), ("", True), ("aGVsbG8", False),
+    ("a!bc", False), ("ab==", True), ("a===", False),
+])
+def test_base64_checks(text: str, ok: bool) -> None:
+    assert (fv.base64_error(text) is None) is ok
