@@ -56,6 +56,16 @@ class Compacted(StoreError):
         self.compacted = compacted
 
 
+class FutureRevision(StoreError):
+    """A list or compaction at a revision newer than the current one (etcd's "required
+    revision is a future revision"; the apiserver answers "Too large resource version")."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        super().__init__(f"revision {requested} is in the future (current {current})")
+        self.requested = requested
+        self.current = current
+
+
 class WatcherDropped(StoreError):
     """The watcher fell behind its bounded buffer and was dropped; re-list and re-watch."""
 
@@ -123,7 +133,7 @@ class Store(abc.ABC):
     ) -> ListResult:
         """Keys under `prefix` in key order, those > `start_after`, at most `limit` (0: all),
         read at `revision` (0: now). Raises Compacted for a revision older than the oldest
-        kept."""
+        kept, FutureRevision for one newer than the current revision."""
 
     @abc.abstractmethod
     async def update(self, key: str, value: bytes, expected_mod_revision: int) -> KeyValue:
@@ -139,7 +149,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def watch(self, prefix: str, after_revision: int) -> Watcher:
         """Events under `prefix` with revision > after_revision. Raises Compacted when that
-        history is gone."""
+        history is gone (iteration raises it too when a compaction overtakes a watcher that
+        is still catching up on history)."""
 
     @abc.abstractmethod
     async def current_revision(self) -> int: ...
@@ -150,7 +161,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def compact(self, revision: int) -> None:
-        """Forget history older than `revision`."""
+        """Forget history older than `revision` (a no-op when already compacted that far;
+        FutureRevision when `revision` is newer than the current one)."""
 
     @abc.abstractmethod
     async def close(self) -> None: ...

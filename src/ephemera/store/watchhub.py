@@ -1,0 +1,221 @@
+"""Watch plumbing shared by the store backends: `BufferedWatcher`, a `Watcher` with a bounded
+buffer, idle `Progress` events and drop-on-overflow, and `WatchHub`, the in-process fan-out of
+committed events to such watchers (used by the sqlite backend).
+
+A producer (the hub, or the etcd backend's stream reader) `push`es items; the consumer iterates.
+When more than `capacity` items wait unconsumed, the watcher is dropped: its buffer is freed and
+iteration raises `WatcherDropped`. When the consumer waits `progress_interval` seconds with
+nothing to receive, iteration yields `Progress(progress_revision())`; the producer guarantees
+that, whenever the buffer is empty, every event up to that revision has been delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+
+from ephemera.store.base import Event, Progress, StoreError, Watcher, WatcherDropped
+
+DEFAULT_WATCH_CAPACITY = 10_000
+DEFAULT_PROGRESS_INTERVAL = 5.0
+
+# A replay source: called repeatedly, returns the next batch of history (empty when done).
+ReplayPage = Callable[[], Awaitable[list[Event]]]
+
+
+class BufferedWatcher(Watcher):
+    """A watcher fed by a producer through a bounded buffer."""
+
+    def __init__(
+        self,
+        prefix: str,
+        after_revision: int,
+        *,
+        capacity: int,
+        progress_interval: float,
+        progress_revision: Callable[[], int],
+        on_close: Callable[[BufferedWatcher], Awaitable[None] | None] | None = None,
+    ) -> None:
+        self.prefix = prefix
+        self.after_revision = after_revision
+        self.capacity = capacity
+        self.progress_interval = progress_interval
+        self._progress_revision = progress_revision
+        self._on_close = on_close
+        self._buffer: collections.deque[Event | Progress] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._error: StoreError | None = None
+        self._closed = False
+        self._replay: ReplayPage | None = None
+        self._replayed: collections.deque[Event] = collections.deque()
+        self._last_sent = time.monotonic()
+        # The highest revision handed to the consumer (events or progress).
+        self.delivered_revision = after_revision
+
+    # -- producer side -------------------------------------------------------------------
+
+    @property
+    def dropped(self) -> bool:
+        return isinstance(self._error, WatcherDropped)
+
+    @property
+    def finished(self) -> bool:
+        """Closed, dropped or failed: the producer should stop feeding it."""
+        return self._closed or self._error is not None
+
+    def set_replay(self, replay: ReplayPage) -> None:
+        """History to deliver before anything pushed (pages are fetched lazily)."""
+        self._replay = replay
+
+    def push(self, item: Event | Progress) -> bool:
+        """Queue an item; returns False (and drops the watcher) when the buffer overflows."""
+        if self.finished:
+            return False
+        if len(self._buffer) >= self.capacity:
+            self.fail(WatcherDropped(f"watcher on {self.prefix!r} fell behind by {self.capacity}"))
+            return False
+        self._buffer.append(item)
+        self._wakeup.set()
+        return True
+
+    def fail(self, error: StoreError, *, discard_buffer: bool = False) -> None:
+        """End the watch with `error`, raised by iteration once the buffered items are
+        consumed, or at once with `discard_buffer` (always for a drop, so that a lagging
+        consumer frees its memory)."""
+        if self.finished:
+            return
+        self._error = error
+        if discard_buffer or isinstance(error, WatcherDropped):
+            self._buffer.clear()
+            self._replayed.clear()
+            self._replay = None
+        self._wakeup.set()
+
+    # -- consumer side -------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[Event | Progress]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event | Progress]:
+        while True:
+            item = await self._next()
+            if item is None:
+                return
+            yield item
+
+    async def _next(self) -> Event | Progress | None:
+        while True:
+            if self._closed:
+                return None
+            if self._error is not None and not self._buffer:
+                raise self._error
+            if self._replayed or self._replay is not None:
+                replayed = await self._next_replayed()
+                if replayed is not None:
+                    return self._deliver(replayed)
+                continue
+            if self._buffer:
+                item = self._buffer.popleft()
+                if isinstance(item, Progress) and item.revision <= self.delivered_revision:
+                    continue  # says nothing new
+                return self._deliver(item)
+            self._wakeup.clear()
+            timeout = self._last_sent + self.progress_interval - time.monotonic()
+            if timeout > 0:
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                    continue
+                except TimeoutError:
+                    pass
+            if self._buffer or self._closed or self._error is not None:
+                continue
+            revision = max(self._progress_revision(), self.delivered_revision)
+            return self._deliver(Progress(revision))
+
+    async def _next_replayed(self) -> Event | None:
+        while not self._replayed:
+            if self._replay is None:
+                return None
+            try:
+                page = await self._replay()
+            except StoreError as error:
+                self._replay = None
+                self.fail(error, discard_buffer=True)
+                raise
+            if self.finished:  # closed or dropped while the page was read
+                return None
+            if not page:
+                self._replay = None
+                return None
+            self._replayed.extend(page)
+        return self._replayed.popleft()
+
+    def _deliver(self, item: Event | Progress) -> Event | Progress:
+        self.delivered_revision = max(self.delivered_revision, item.revision)
+        self._last_sent = time.monotonic()
+        return item
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._buffer.clear()
+        self._replayed.clear()
+        self._replay = None
+        self._wakeup.set()
+        if self._on_close is not None:
+            result = self._on_close(self)
+            if result is not None:
+                await result
+
+
+class WatchHub:
+    """In-process fan-out: `publish` committed events (in revision order, on the event loop)
+    to every registered watcher whose prefix matches. `revision` is the last published
+    revision: every event up to it has been pushed to the watchers registered at the time."""
+
+    def __init__(self, revision: int, *, capacity: int, progress_interval: float) -> None:
+        self.revision = revision
+        self.capacity = capacity
+        self.progress_interval = progress_interval
+        self._watchers: set[BufferedWatcher] = set()
+
+    def register(self, prefix: str, after_revision: int) -> BufferedWatcher:
+        """A watcher that receives every event published from now on with revision >
+        `after_revision`; events in (after_revision, self.revision] must be replayed from
+        history by the caller (`set_replay`)."""
+        watcher = BufferedWatcher(
+            prefix,
+            after_revision,
+            capacity=self.capacity,
+            progress_interval=self.progress_interval,
+            progress_revision=lambda: self.revision,
+            on_close=self._unregister,
+        )
+        self._watchers.add(watcher)
+        return watcher
+
+    def _unregister(self, watcher: BufferedWatcher) -> None:
+        self._watchers.discard(watcher)
+
+    def publish(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.revision = max(self.revision, event.revision)
+            key = event.kv.key
+            for watcher in list(self._watchers):
+                if watcher.finished or (
+                    key.startswith(watcher.prefix)
+                    and event.revision > watcher.after_revision
+                    and not watcher.push(event)
+                ):
+                    self._watchers.discard(watcher)
+
+    async def close(self) -> None:
+        watchers, self._watchers = self._watchers, set()
+        for watcher in watchers:
+            await watcher.close()
+
+    def __len__(self) -> int:
+        return len(self._watchers)

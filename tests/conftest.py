@@ -1,0 +1,29 @@
+"""Shared test fixtures: a real etcd server per test process (xdist worker), `etcd_endpoint`.
+
+The etcd binary comes from Debian's etcd-server, which `make test` installs; a missing binary
+fails the tests that need it rather than skipping them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from etcdserver import ETCD_BINARY, EtcdServer
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdServer]:
+    if shutil.which(ETCD_BINARY) is None:
+        pytest.fail("the etcd binary is missing: `make test` installs it (Debian etcd-server)")
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def etcd_endpoint(etcd_server: EtcdServer) -> str:
+    """`http://127.0.0.1:<port>` of this worker's etcd. Tests share it: put your keys under a
+    unique prefix (the etcd store's `prefix=`)."""
+    return etcd_server.endpoint
