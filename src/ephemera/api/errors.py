@@ -133,9 +133,9 @@ def not_acceptable(message: str) -> StatusError:
 
 def unsupported_media_type() -> StatusError:
     return StatusError(415, "UnsupportedMediaType",
-                       f"the body of the request was in an unknown format - accepted media "
-                       f"types include: application/json-patch+json, application/merge-patch+json, "
-                       f"application/apply-patch+yaml, application/strategic-merge-patch+json")
+                       "the body of the request was in an unknown format - accepted media types "
+                       "include: application/json-patch+json, application/merge-patch+json, "
+                       "application/apply-patch+yaml, application/strategic-merge-patch+json")
 
 
 def request_entity_too_large(limit: int) -> StatusError:

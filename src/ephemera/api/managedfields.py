@@ -1,0 +1,1098 @@
+"""Server-side apply and `metadata.managedFields` bookkeeping: the essentials of
+sigs.k8s.io/structured-merge-diff and of the apiserver's field manager, on plain JSON objects
+typed by the served OpenAPI v2 schema.
+
+Field sets are sets of paths; a path is a tuple of path elements, serialised in `fieldsV1` as
+`f:<field>` (struct fields and map keys), `k:{"name":"c"}` (an item of a list-map, keys from
+`x-kubernetes-list-map-keys`, else the patch merge key), `v:<json>` (an item of a set) and
+`.` (the node itself, next to its children). Types come from the schema: lists are list-maps,
+sets (`x-kubernetes-list-type: set`, or patch strategy merge on primitives) or atomic (all
+others); maps and structs are granular unless `x-kubernetes-map-type: atomic`; a field the
+schema does not know is deduced from its value (maps granular, lists atomic).
+
+`server_side_apply` merges the applied configuration into the live object, removes the
+fields the applier applied last time and no longer applies when no other manager owns them,
+and answers 409 Conflict (`ApplyConflict`) when another manager owns a field whose value the
+apply changes, unless forced (then ownership moves to the applier). As upstream, the manager
+`kubectl` may take over fields from client-side apply without conflicts when their live value
+still equals the `kubectl.kubernetes.io/last-applied-configuration` annotation, and it keeps
+that annotation in sync. An apply to an object without managed fields first attributes its
+existing fields to `before-first-apply`.
+
+`record_update` is the bookkeeping of every other write (create, update, patch): the fields
+the write added or changed move to its manager (operation `Update`), removed fields leave
+every manager, and `managedFields: []` (or `[{}]`) in the request resets them. At most 10
+`Update` entries are kept; older ones merge into `ancient-changes`.
+
+Fields no manager ever owns (upstream's strip set): `apiVersion`, `kind`, `metadata`,
+`metadata.{name,namespace,uid,resourceVersion,generation,creationTimestamp,selfLink,
+clusterName,managedFields}`. Fields reset by the strategy (upstream's `GetResetFields`) are
+left out of every field set and comparison: `status` for the main resource and every
+subresource but `status`; `spec`, `metadata.deletionTimestamp` and `metadata.ownerReferences`
+for the `status` subresource. `server_side_apply` also keeps the live values of these reset
+fields, as the strategy's PrepareForUpdate would.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ephemera.api.errors import StatusError, bad_request
+from ephemera.api.strategicpatch import (
+    Node,
+    canonical_json,
+    definition_node,
+    extension,
+    field_node,
+    is_declared_field,
+    items_node,
+    resolve_node,
+)
+
+PathElement = tuple[Any, ...]  # ("f", name) | ("k", ((name, json), ...)) | ("v", json) | ("i", n)
+FieldPath = tuple[PathElement, ...]
+FieldSet = set[FieldPath]
+
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+MAX_UPDATE_MANAGERS = 10
+ANCIENT_CHANGES_MANAGER = "ancient-changes"
+BEFORE_FIRST_APPLY_MANAGER = "before-first-apply"
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
+
+_STRIPPED: FieldSet = {
+    (("f", "apiVersion"),),
+    (("f", "kind"),),
+    (("f", "metadata"),),
+    *((("f", "metadata"), ("f", name)) for name in (
+        "name", "namespace", "creationTimestamp", "selfLink", "uid", "clusterName",
+        "generation", "managedFields", "resourceVersion")),
+}
+
+# Defaults of list-map key fields that the served schema does not carry.
+_KEY_FIELD_DEFAULTS: dict[str, Any] = {"protocol": "TCP"}
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+# --- types ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Type:
+    tag: str  # "scalar" | "map" | "list"
+    prop: Node | None = None  # the (unresolved) schema node; None when deduced
+    atomic: bool = False
+    keys: tuple[str, ...] = ()  # list-map keys
+    is_set: bool = False
+
+
+_SCALAR = _Type("scalar")
+
+
+def _same_type(a: _Type, b: _Type) -> bool:
+    return (a.tag == b.tag and a.prop is b.prop and a.atomic == b.atomic and a.keys == b.keys
+            and a.is_set == b.is_set)
+
+
+def _schema_type(prop: Node | None) -> _Type | None:
+    if prop is None:
+        return None
+    resolved = resolve_node(prop)
+    typ = prop.get("type") or resolved.get("type")
+    if typ == "array" or "items" in prop or "items" in resolved:
+        list_type = extension(prop, "x-kubernetes-list-type")
+        if list_type == "map":
+            keys = tuple(extension(prop, "x-kubernetes-list-map-keys") or ())
+            return _Type("list", prop, keys=keys) if keys else _Type("list", prop, atomic=True)
+        if list_type == "set":
+            return _Type("list", prop, is_set=True)
+        if list_type == "atomic":
+            return _Type("list", prop, atomic=True)
+        strategies = str(extension(prop, "x-kubernetes-patch-strategy") or "").split(",")
+        if "merge" in strategies:
+            merge_key = extension(prop, "x-kubernetes-patch-merge-key")
+            if merge_key:
+                return _Type("list", prop, keys=(str(merge_key),))
+            return _Type("list", prop, is_set=True)
+        return _Type("list", prop, atomic=True)
+    if typ == "object" or "properties" in resolved or "additionalProperties" in resolved:
+        if extension(prop, "x-kubernetes-preserve-unknown-fields"):
+            return _Type("map", None)
+        return _Type("map", prop, atomic=extension(prop, "x-kubernetes-map-type") == "atomic")
+    return _SCALAR
+
+
+def _type_of(prop: Node | None, value: Any) -> _Type:
+    """The type of a value at a schema node; the value's shape wins where the two disagree."""
+    t = _schema_type(prop)
+    if value is MISSING or value is None:
+        return t or _SCALAR
+    if isinstance(value, dict):
+        return t if t is not None and t.tag == "map" else _Type("map", None)
+    if isinstance(value, list):
+        return t if t is not None and t.tag == "list" else _Type("list", None, atomic=True)
+    return _SCALAR
+
+
+def _child_prop(t: _Type, key: str) -> Node | None:
+    return field_node(t.prop, key) if t.prop is not None else None
+
+
+def _items_prop(t: _Type) -> Node | None:
+    return items_node(t.prop) if t.prop is not None else None
+
+
+# --- path elements ----------------------------------------------------------------------------
+
+
+class _ShapeError(Exception):
+    pass
+
+
+def _item_element(t: _Type, item: Any, index: int) -> PathElement:
+    if t.keys:
+        if item is None:
+            raise _ShapeError(f"element {index}: associative list with keys may not have a "
+                              "null element")
+        if not isinstance(item, dict):
+            raise _ShapeError(f"element {index}: associative list with keys may not have "
+                              "non-map elements")
+        fields = []
+        item_prop = _items_prop(t)
+        for name in t.keys:
+            if name in item:
+                fields.append((name, canonical_json(item[name])))
+                continue
+            default = (field_node(item_prop, name) or {}).get("default",
+                                                                _KEY_FIELD_DEFAULTS.get(name))
+            if default is None:
+                raise _ShapeError(f"element {index}: associative list with keys has an element "
+                                  f'that omits key field "{name}" (and doesn\'t have default '
+                                  "value)")
+            fields.append((name, canonical_json(default)))
+        return ("k", tuple(sorted(fields)))
+    if t.is_set:
+        return ("v", canonical_json(item))
+    return ("i", index)
+
+
+def _index_items(t: _Type, items: Any, path: FieldPath,
+                 allow_duplicates: bool = True) -> dict[PathElement, Any]:
+    """The items of a granular list by path element, in list order (first one wins)."""
+    out: dict[PathElement, Any] = {}
+    if not isinstance(items, list):
+        return out
+    for i, item in enumerate(items):
+        try:
+            pe = _item_element(t, item, i)
+        except _ShapeError as err:
+            raise _ShapeError(f"{path_string(path)}: {err}") from None
+        if pe in out:
+            if not allow_duplicates:
+                raise _ShapeError(f"{path_string(path)}: duplicate entries for key "
+                                  f"{_element_string(pe)}")
+            continue
+        out[pe] = item
+    return out
+
+
+def _go_quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _value_string(value: Any) -> str:
+    """structured-merge-diff's value.ToString."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _go_quote(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_value_string(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}={_value_string(value[k])}" for k in sorted(value)) + "}"
+    return str(value)
+
+
+def _element_string(pe: PathElement) -> str:
+    tag = pe[0]
+    if tag == "f":
+        return "." + str(pe[1])
+    if tag == "k":
+        return "[" + ",".join(f"{n}={_value_string(json.loads(v))}" for n, v in pe[1]) + "]"
+    if tag == "v":
+        return "[=" + _value_string(json.loads(pe[1])) + "]"
+    return f"[{pe[1]}]"
+
+
+def path_string(path: FieldPath) -> str:
+    """A field path as upstream prints it: `.spec.containers[name="c"].image`."""
+    return "".join(_element_string(pe) for pe in path)
+
+
+def _value_sort_key(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, bool):
+        return (2, int(value))
+    if isinstance(value, int | float):
+        return (0, float(value))
+    if isinstance(value, str):
+        return (1, value)
+    if isinstance(value, list):
+        return (3, tuple(_value_sort_key(v) for v in value))
+    if isinstance(value, dict):
+        return (4, tuple((k, _value_sort_key(value[k])) for k in sorted(value)))
+    return (5,)
+
+
+def _element_sort_key(pe: PathElement) -> tuple[Any, ...]:
+    tag = pe[0]
+    if tag == "f":
+        return (0, pe[1])
+    if tag == "k":
+        return (1, tuple((n, _value_sort_key(json.loads(v))) for n, v in pe[1]))
+    if tag == "v":
+        return (2, _value_sort_key(json.loads(pe[1])))
+    return (3, pe[1])
+
+
+# --- fieldsV1 ---------------------------------------------------------------------------------
+
+
+def _element_key(pe: PathElement) -> str:
+    tag = pe[0]
+    if tag == "f":
+        return "f:" + str(pe[1])
+    if tag == "k":
+        body = ",".join(f"{json.dumps(n, ensure_ascii=False)}:{v}" for n, v in pe[1])
+        return "k:{" + body + "}"
+    if tag == "v":
+        return "v:" + str(pe[1])
+    return f"i:{pe[1]}"
+
+
+def _parse_element_key(key: str) -> PathElement:
+    tag, sep, rest = key.partition(":")
+    if not sep:
+        raise ValueError(f"invalid path element {key!r}")
+    if tag == "f":
+        return ("f", rest)
+    if tag == "k":
+        obj = json.loads(rest)
+        if not isinstance(obj, dict) or not obj:
+            raise ValueError(f"invalid key {rest!r}")
+        return ("k", tuple(sorted((n, canonical_json(v)) for n, v in obj.items())))
+    if tag == "v":
+        return ("v", canonical_json(json.loads(rest)))
+    if tag == "i":
+        return ("i", int(rest))
+    raise ValueError(f"invalid path element {key!r}")
+
+
+def _trie(paths: Iterable[FieldPath]) -> dict[PathElement, Any]:
+    """{pe: [is_member, children]} for a set of paths."""
+    root: dict[PathElement, Any] = {}
+    for path in paths:
+        node = root
+        for i, pe in enumerate(path):
+            entry = node.setdefault(pe, [False, {}])
+            if i == len(path) - 1:
+                entry[0] = True
+            node = entry[1]
+    return root
+
+
+def encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
+    """A field set as a `fieldsV1` object (children sorted as upstream sorts them)."""
+    def emit(trie: dict[PathElement, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for pe in sorted(trie, key=_element_sort_key):
+            member, children = trie[pe]
+            if children:
+                inner: dict[str, Any] = {".": {}} if member else {}
+                inner.update(emit(children))
+                out[_element_key(pe)] = inner
+            else:
+                out[_element_key(pe)] = {}
+        return out
+
+    return emit(_trie(p for p in paths if p))
+
+
+def decode_fields(fields_v1: Any) -> FieldSet:
+    """A `fieldsV1` object as a field set; raises ValueError when it is malformed."""
+    out: FieldSet = set()
+
+    def walk(obj: Any, prefix: FieldPath) -> None:
+        if not isinstance(obj, dict):
+            raise ValueError("fieldsV1 must be an object")
+        for key, value in obj.items():
+            if key == ".":
+                if not prefix:
+                    raise ValueError("'.' at the root of fieldsV1")
+                out.add(prefix)
+                continue
+            path = (*prefix, _parse_element_key(key))
+            if not isinstance(value, dict):
+                raise ValueError("fieldsV1 values must be objects")
+            if value:
+                walk(value, path)
+            else:
+                out.add(path)
+
+    walk(fields_v1, ())
+    return out
+
+
+def _iterate_sorted(paths: Iterable[FieldPath]) -> Iterator[FieldPath]:
+    """Paths in upstream's Set.Iterate order: at each level the members, then the children."""
+    def walk(trie: dict[PathElement, Any], prefix: FieldPath) -> Iterator[FieldPath]:
+        ordered = sorted(trie, key=_element_sort_key)
+        for pe in ordered:
+            if trie[pe][0]:
+                yield (*prefix, pe)
+        for pe in ordered:
+            if trie[pe][1]:
+                yield from walk(trie[pe][1], (*prefix, pe))
+
+    yield from walk(_trie(paths), ())
+
+
+# --- walkers over typed values ----------------------------------------------------------------
+
+
+def _is_empty_map(value: Any) -> bool:
+    return value is MISSING or value is None or (isinstance(value, dict) and not value)
+
+
+def _is_empty_list(value: Any) -> bool:
+    return value is MISSING or value is None or (isinstance(value, list) and not value)
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def _is_leaf(t: _Type, lhs: Any, rhs: Any) -> bool:
+    if t.tag == "scalar" or t.atomic:
+        return True
+    if t.tag == "map":
+        return _is_empty_map(lhs) and _is_empty_map(rhs)
+    return _is_empty_list(lhs) and _is_empty_list(rhs)
+
+
+def _pair_type(prop: Node | None, lhs: Any, rhs: Any) -> _Type:
+    tl = _type_of(prop, lhs) if lhs is not MISSING else None
+    tr = _type_of(prop, rhs) if rhs is not MISSING else None
+    if tl is None:
+        assert tr is not None
+        return tr
+    if tr is None or _same_type(tl, tr) or rhs is None:
+        return tl
+    if lhs is None:
+        return tr
+    return _SCALAR  # shapes disagree: compare or replace as a whole
+
+
+def to_field_set(value: Any, prop: Node | None, path: FieldPath = (),
+                 allow_duplicates: bool = True) -> FieldSet:
+    """upstream's TypedValue.ToFieldSet: the leaves, list items and map entries of a value."""
+    out: FieldSet = set()
+
+    def walk(v: Any, p: Node | None, at: FieldPath) -> None:
+        t = _type_of(p, v)
+        if t.tag == "scalar" or t.atomic:
+            out.add(at)
+            return
+        if t.tag == "list":
+            for pe, item in _index_items(t, v, at, allow_duplicates).items():
+                walk(item, _items_prop(t), (*at, pe))
+                out.add((*at, pe))
+            return
+        if not isinstance(v, dict):
+            return
+        for key, child in v.items():
+            child_path = (*at, ("f", key))
+            walk(child, _child_prop(t, key), child_path)
+            if (child is None or (isinstance(child, dict) and not child)
+                    or not (t.prop is not None and is_declared_field(t.prop, key))):
+                out.add(child_path)
+
+    walk(value, prop, path)
+    out.discard(())
+    return out
+
+
+@dataclass
+class _Comparison:
+    added: FieldSet = field(default_factory=set)
+    modified: FieldSet = field(default_factory=set)
+    removed: FieldSet = field(default_factory=set)
+
+    def filter(self, ignored: list[FieldPath]) -> _Comparison:
+        return _Comparison(_without(self.added, ignored), _without(self.modified, ignored),
+                           _without(self.removed, ignored))
+
+
+def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
+    """upstream's TypedValue.Compare (lhs old, rhs new)."""
+    c = _Comparison()
+
+    def walk(left: Any, right: Any, p: Node | None, at: FieldPath) -> None:
+        t = _pair_type(p, left, right)
+        if _is_leaf(t, left, right):
+            if left is MISSING:
+                c.added.add(at)
+            elif right is MISSING:
+                c.removed.add(at)
+            elif not _json_equal(left, right):
+                c.modified.add(at)
+            return
+        if t.tag == "map":
+            lmap = left if isinstance(left, dict) else {}
+            rmap = right if isinstance(right, dict) else {}
+            for key in [*lmap, *(k for k in rmap if k not in lmap)]:
+                walk(lmap.get(key, MISSING), rmap.get(key, MISSING), _child_prop(t, key),
+                     (*at, ("f", key)))
+        else:
+            litems = _index_items(t, left, at)
+            ritems = _index_items(t, right, at)
+            for pe in [*litems, *(k for k in ritems if k not in litems)]:
+                walk(litems.get(pe, MISSING), ritems.get(pe, MISSING), _items_prop(t),
+                     (*at, pe))
+        if at:
+            if left is MISSING:
+                c.added.add(at)
+            elif right is MISSING:
+                c.removed.add(at)
+
+    walk(lhs, rhs, prop, ())
+    return c
+
+
+def _merge(lhs: Any, rhs: Any, prop: Node | None, at: FieldPath) -> Any:
+    """upstream's TypedValue.Merge (lhs live, rhs applied); MISSING when nothing remains."""
+    t = _pair_type(prop, lhs, rhs)
+    if _is_leaf(t, lhs, rhs):
+        return rhs if rhs is not MISSING else lhs
+    if t.tag == "map":
+        lmap = lhs if isinstance(lhs, dict) else {}
+        rmap = rhs if isinstance(rhs, dict) else {}
+        out: dict[str, Any] = {}
+        for key in [*lmap, *(k for k in rmap if k not in lmap)]:
+            if key in rmap and rmap[key] is None:
+                continue  # null in the applied configuration: the field goes
+            merged = _merge(lmap.get(key, MISSING), rmap.get(key, MISSING),
+                            _child_prop(t, key), (*at, ("f", key)))
+            if merged is not MISSING:
+                out[key] = merged
+        return out if out else MISSING
+    litems = _index_items(t, lhs, at)
+    ritems = _index_items(t, rhs, at)
+    items = _merge_list_items(t, list(litems), litems, list(ritems), ritems, at)
+    return items if items else MISSING
+
+
+def _merge_list_items(t: _Type, lorder: list[PathElement], litems: dict[PathElement, Any],
+                      rorder: list[PathElement], ritems: dict[PathElement, Any],
+                      at: FieldPath) -> list[Any]:
+    """structured-merge-diff's list merge order: live items stay where they are, applied items
+    keep their relative order."""
+    out: list[Any] = []
+
+    def emit(pe: PathElement, left: Any, right: Any) -> None:
+        merged = _merge(left, right, _items_prop(t), (*at, pe))
+        if merged is not MISSING:
+            out.append(merged)
+
+    shared = [pe for pe in rorder if pe in litems]
+    next_shared = shared.pop(0) if shared else None
+    li = ri = 0
+    while li < len(lorder) or ri < len(rorder):
+        if li < len(lorder) and ri < len(rorder):
+            pe = lorder[li]
+            if pe == rorder[ri]:
+                emit(pe, litems[pe], ritems[pe])
+                li += 1
+                ri += 1
+                next_shared = shared.pop(0) if shared else None
+                continue
+            if pe in ritems and next_shared is not None and next_shared != pe:
+                li += 1
+                continue
+        if li < len(lorder) and lorder[li] not in ritems:
+            emit(lorder[li], litems[lorder[li]], MISSING)
+            li += 1
+            continue
+        if ri < len(rorder):
+            pe = rorder[ri]
+            emit(pe, litems.get(pe, MISSING), ritems[pe])
+            ri += 1
+            if next_shared is not None and next_shared == pe:
+                next_shared = shared.pop(0) if shared else None
+        else:
+            li += 1
+    return out
+
+
+def _remove_paths(value: Any, paths: FieldSet, prop: Node | None) -> Any:
+    """upstream's RemoveItems: drop each path (with everything under it) from a value."""
+    def walk(v: Any, p: Node | None, trie: dict[PathElement, Any], at: FieldPath) -> Any:
+        t = _type_of(p, v)
+        if t.atomic or t.tag == "scalar":
+            return v
+        if isinstance(v, dict) and t.tag == "map":
+            out: dict[str, Any] = {}
+            for key, child in v.items():
+                entry = trie.get(("f", key))
+                if entry is None:
+                    out[key] = child
+                elif not entry[0]:
+                    out[key] = walk(child, _child_prop(t, key), entry[1], (*at, ("f", key)))
+            return out
+        if isinstance(v, list) and t.tag == "list":
+            kept = []
+            for i, item in enumerate(v):
+                try:
+                    pe = _item_element(t, item, i)
+                except _ShapeError:
+                    kept.append(item)
+                    continue
+                entry = trie.get(pe)
+                if entry is None:
+                    kept.append(item)
+                elif not entry[0]:
+                    kept.append(walk(item, _items_prop(t), entry[1], (*at, pe)))
+            return kept
+        return v
+
+    return walk(value, prop, _trie(paths), ())
+
+
+def _ensure_named_fields(paths: FieldSet, root: Node | None) -> FieldSet:
+    """upstream's EnsureNamedFieldsAreMembers: add every struct field on the way to a path."""
+    out = set(paths)
+    for path in paths:
+        p = root
+        for i, pe in enumerate(path[:-1]):
+            t = _schema_type(p)
+            if pe[0] == "f":
+                if t is not None and t.tag == "map" and is_declared_field(t.prop, pe[1]):
+                    out.add(path[:i + 1])
+                p = field_node(t.prop, pe[1]) if t is not None and t.tag == "map" else None
+            else:
+                p = items_node(t.prop) if t is not None and t.tag == "list" else None
+    return out
+
+
+def _without(paths: FieldSet, ignored: list[FieldPath]) -> FieldSet:
+    """RecursiveDifference with a few prefixes: drop the paths under any of them."""
+    return {p for p in paths if not any(p[:len(i)] == i for i in ignored)}
+
+
+# --- managers ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Manager:
+    manager: str
+    operation: str  # "Apply" | "Update"
+    api_version: str
+    subresource: str
+    fields: FieldSet
+    time: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        # Appliers keep one entry whatever version they apply (BuildManagerIdentifier).
+        version = "" if self.operation == "Apply" else self.api_version
+        return (self.manager, self.operation, version, self.subresource)
+
+    def identifier(self) -> str:
+        entry: dict[str, str] = {"manager": self.manager, "operation": self.operation}
+        if self.operation != "Apply" and self.api_version:
+            entry["apiVersion"] = self.api_version
+        if self.subresource:
+            entry["subresource"] = self.subresource
+        return json.dumps(entry, separators=(",", ":"))
+
+    def describe(self) -> str:
+        """upstream's printManager."""
+        text = _go_quote(self.manager)
+        if self.subresource:
+            text += f" with subresource {_go_quote(self.subresource)}"
+        if self.operation == "Update":
+            text += f" using {self.api_version}"
+        return text
+
+    def entry(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"manager": self.manager, "operation": self.operation,
+                               "apiVersion": self.api_version}
+        if self.time is not None:
+            out["time"] = self.time
+        out["fieldsType"] = "FieldsV1"
+        out["fieldsV1"] = encode_fields(self.fields)
+        if self.subresource:
+            out["subresource"] = self.subresource
+        return out
+
+
+_Managers = dict[tuple[str, str, str, str], _Manager]
+
+
+def _decode_managers(entries: Any) -> _Managers:
+    """Decode `metadata.managedFields`; raises ValueError when any entry is malformed."""
+    managers: _Managers = {}
+    if entries is None:
+        return managers
+    if not isinstance(entries, list):
+        raise ValueError("managedFields must be a list")
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ValueError("managedFields entries must be objects")
+        operation = entry.get("operation")
+        if operation not in ("Apply", "Update"):
+            raise ValueError(f"invalid operation {operation!r}")
+        if entry.get("fieldsType") != "FieldsV1":
+            raise ValueError(f"invalid fieldsType {entry.get('fieldsType')!r}")
+        manager = _Manager(str(entry.get("manager", "")), operation,
+                           str(entry.get("apiVersion", "")), str(entry.get("subresource", "")),
+                           decode_fields(entry.get("fieldsV1", {})),
+                           entry.get("time") if isinstance(entry.get("time"), str) else None)
+        if manager.key in managers:
+            raise ValueError(f"duplicate manager {manager.identifier()}")
+        managers[manager.key] = manager
+    return managers
+
+
+def _time_sort_key(time: str | None) -> str:
+    return time or ""
+
+
+def _encode_managers(managers: _Managers) -> list[dict[str, Any]]:
+    ordered = sorted(managers.values(), key=lambda m: (
+        m.operation, _time_sort_key(m.time), m.manager, m.api_version, m.subresource))
+    return [m.entry() for m in ordered if m.fields]
+
+
+def _cap_update_managers(managers: _Managers) -> None:
+    updaters = sorted((m for m in managers.values() if m.operation == "Update"),
+                      key=lambda m: (_time_sort_key(m.time), m.identifier()))
+    if len(updaters) <= MAX_UPDATE_MANAGERS:
+        return
+    length = len(updaters)
+    first_of_version: dict[str, _Manager] = {}
+    for m in updaters:
+        if length <= MAX_UPDATE_MANAGERS:
+            break
+        bucket_key = (ANCIENT_CHANGES_MANAGER, "Update", m.api_version, "")
+        first = first_of_version.get(m.api_version)
+        if first is None:
+            first_of_version[m.api_version] = m
+            continue
+        bucket = managers.get(bucket_key)
+        if bucket is None:
+            del managers[first.key]
+            bucket = _Manager(ANCIENT_CHANGES_MANAGER, "Update", m.api_version, "",
+                              set(first.fields), first.time)
+            managers[bucket_key] = bucket
+        bucket.fields |= m.fields
+        bucket.time = m.time
+        del managers[m.key]
+        length -= 1
+
+
+def _set_managed_fields(obj: dict[str, Any], managers: _Managers) -> None:
+    meta = obj.setdefault("metadata", {})
+    encoded = _encode_managers(managers)
+    if encoded:
+        meta["managedFields"] = encoded
+    else:
+        meta.pop("managedFields", None)
+
+
+# --- helpers over objects ---------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ignored_fields(subresource: str) -> list[FieldPath]:
+    if subresource == "status":
+        return [(("f", "spec"),), (("f", "metadata"), ("f", "deletionTimestamp")),
+                (("f", "metadata"), ("f", "ownerReferences"))]
+    return [(("f", "status"),)]
+
+
+def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return out
+
+
+def _empty_object(root: Node | None) -> dict[str, Any]:
+    """What upstream compares a create against: a new typed object, whose struct fields
+    (`metadata`, `spec`, `status`, ...) are present, holding their required fields as null
+    (Go serialises the fields without omitempty)."""
+    out: dict[str, Any] = {}
+    if root is None:
+        return out
+    for name in (root.get("properties") or {}):
+        prop = field_node(root, name)
+        t = _schema_type(prop)
+        if t is None or t.tag != "map" or prop is None:
+            continue
+        resolved = resolve_node(prop)
+        if resolved.get("properties"):
+            out[name] = {r: None for r in resolved.get("required", ())}
+    return out
+
+
+def _restore_reset_fields(result: dict[str, Any], live: dict[str, Any] | None,
+                          ignored: list[FieldPath]) -> None:
+    for path in ignored:
+        names = [pe[1] for pe in path]
+        target: Any = result
+        source: Any = live or {}
+        for name in names[:-1]:
+            if not isinstance(target, dict):
+                break
+            target = target.get(name)
+            source = source.get(name, {}) if isinstance(source, dict) else {}
+        if not isinstance(target, dict):
+            continue
+        last = names[-1]
+        if isinstance(source, dict) and last in source:
+            target[last] = copy.deepcopy(source[last])
+        else:
+            target.pop(last, None)
+
+
+def _kind_of(definition: str, root: Node | None, api_version: str) -> str:
+    group, _, version = api_version.rpartition("/")
+    for gvk in (root or {}).get("x-kubernetes-group-version-kind", ()):
+        if gvk.get("group") == group and gvk.get("version") == version:
+            return str(gvk.get("kind"))
+    return definition.rsplit(".", 1)[-1]
+
+
+def _gvk_string(api_version: Any, kind: Any) -> str:
+    group, _, version = str(api_version or "").rpartition("/")
+    return f"{group}/{version}, Kind={kind or ''}"
+
+
+def _object_gvknn(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    assert isinstance(meta, dict)
+    return (f"{meta.get('namespace', '')}/{meta.get('name', '')}; "
+            f"{_gvk_string(obj.get('apiVersion'), obj.get('kind'))}")
+
+
+def _internal(message: str) -> StatusError:
+    # A plain error upstream: ErrorToAPIStatus answers 500 with no reason.
+    return StatusError(500, "", message)
+
+
+# --- conflicts --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Conflict:
+    manager: str  # the printed manager, e.g. `"kubectl-create" using v1`
+    path: str  # e.g. `.spec.containers[name="c"].image`
+
+
+class ApplyConflict(StatusError):
+    """409 Conflict of a server-side apply, exactly as apimachinery's NewApplyConflict."""
+
+    def __init__(self, conflicts: list[Conflict], paths: list[FieldPath] | None = None) -> None:
+        self.conflicts = conflicts
+        self.paths = paths or []
+        causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {c.manager}",
+                   "field": c.path} for c in conflicts]
+        super().__init__(409, "Conflict", _conflict_message(conflicts), {"causes": causes})
+
+
+def _conflict_message(conflicts: list[Conflict]) -> str:
+    if len(conflicts) == 1:
+        c = conflicts[0]
+        return f"Apply failed with 1 conflict: conflict with {c.manager}: {c.path}"
+    by_manager: dict[str, list[str]] = {}
+    for c in conflicts:
+        by_manager.setdefault(c.manager, []).append(c.path)
+    lines: list[str] = []
+    for manager in by_manager:
+        lines.append(f"conflicts with {manager}:")
+        lines.extend(f"- {p}" for p in by_manager[manager])
+    return f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+
+
+def _conflict_error(conflicts: dict[tuple[str, str, str, str], FieldSet],
+                    managers: _Managers) -> ApplyConflict:
+    items: list[Conflict] = []
+    paths: list[FieldPath] = []
+    for key in sorted(conflicts, key=lambda k: managers[k].identifier()):
+        for path in _iterate_sorted(conflicts[key]):
+            items.append(Conflict(managers[key].describe(), path_string(path)))
+            paths.append(path)
+    return ApplyConflict(items, paths)
+
+
+# --- the updater ------------------------------------------------------------------------------
+
+
+def _update_managers(old: Any, new: Any, root: Node | None, managers: _Managers,
+                     skip: tuple[str, str, str, str] | None, force: bool,
+                     ignored: list[FieldPath]) -> tuple[_Managers, _Comparison]:
+    """upstream's Updater.update: take changed fields away from the other managers (or
+    report them as conflicts) and forget removed fields."""
+    comparison = _compare(old, new, root).filter(ignored)
+    changed = comparison.added | comparison.modified
+    conflicts: dict[tuple[str, str, str, str], FieldSet] = {}
+    for key, manager in managers.items():
+        if key == skip:
+            continue
+        owned = manager.fields & changed
+        if owned:
+            conflicts[key] = owned
+    if conflicts and not force:
+        raise _conflict_error(conflicts, managers)
+    out: _Managers = {}
+    for key, manager in managers.items():
+        fields = manager.fields
+        if key != skip:
+            fields = fields - conflicts.get(key, set()) - comparison.removed
+        if fields or key == skip:
+            out[key] = _Manager(manager.manager, manager.operation, manager.api_version,
+                                manager.subresource, fields, manager.time)
+    return out, comparison
+
+
+def _record(old: dict[str, Any], new: dict[str, Any], root: Node | None, managers: _Managers,
+            manager: str, api_version: str, subresource: str, now: str,
+            ignored: list[FieldPath]) -> _Managers:
+    """Updater.Update plus managedFieldsUpdater: the changes of one non-apply write."""
+    managers, comparison = _update_managers(old, new, root, managers, None, True, ignored)
+    changed = (comparison.added | comparison.modified) - _STRIPPED
+    if changed:
+        entry = _Manager(manager, "Update", api_version, subresource, set(changed), now)
+        previous = managers.get(entry.key)
+        if previous is not None:
+            entry.fields |= previous.fields
+        managers[entry.key] = entry
+    _cap_update_managers(managers)
+    return managers
+
+
+def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
+                  definition: str, api_version: str, subresource: str = "",
+                  now: str | None = None) -> None:
+    """Update `new["metadata"]["managedFields"]` for a create (`old` None), update or patch
+    by `manager`: what `new` adds or changes against `old` moves to `manager` (operation
+    `Update`). Never raises: malformed managed fields are dropped, as upstream does."""
+    root = definition_node(definition)
+    ignored = _ignored_fields(subresource)
+    meta = new.setdefault("metadata", {})
+    requested = meta.get("managedFields")
+    old_entries = ((old or {}).get("metadata") or {}).get("managedFields")
+    reset = isinstance(requested, list) and (requested == [] or requested == [{}])
+    managers: _Managers
+    try:
+        if reset:
+            managers = {}
+        elif subresource:
+            managers = _decode_managers(old_entries)
+        else:
+            try:
+                managers = _decode_managers(requested)
+            except ValueError:
+                managers = {}
+            if not managers:
+                managers = _decode_managers(old_entries)
+    except ValueError:
+        managers = {}
+    if old is not None and not managers and ((old.get("metadata") or {}).get("uid")):
+        # An existing object without managed fields stays untracked (skipNonAppliedManager).
+        meta.pop("managedFields", None)
+        return
+    base = _without_managed_fields(old) if old is not None else _empty_object(root)
+    current = _without_managed_fields(new)
+    try:
+        managers = _record(base, current, root, managers, manager, api_version, subresource,
+                           now or _now(), ignored)
+    except _ShapeError:
+        meta.pop("managedFields", None)
+        return
+    _set_managed_fields(new, managers)
+
+
+def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], manager: str,
+                      force: bool, definition: str, api_version: str, subresource: str = "",
+                      now: str | None = None) -> dict[str, Any]:
+    """Apply a partial object for `manager` (application/apply-patch+yaml); `live` None means
+    create. Returns the merged object with `metadata.managedFields` updated; raises
+    `ApplyConflict` (409) on conflicts unless `force`, 400 for a wrong kind or version or a
+    configuration carrying managedFields."""
+    root = definition_node(definition)
+    kind = _kind_of(definition, root, api_version)
+    if applied.get("apiVersion") != api_version or applied.get("kind") != kind:
+        raise bad_request("invalid object type: "
+                          + _gvk_string(applied.get("apiVersion"), applied.get("kind")))
+    applied_meta = applied.get("metadata")
+    if isinstance(applied_meta, dict) and applied_meta.get("managedFields") is not None:
+        raise bad_request("metadata.managedFields must be nil")
+    stamp = now or _now()
+    ignored = _ignored_fields(subresource)
+    try:
+        try:
+            result = _apply(live, applied, manager, force, root, api_version, subresource,
+                            stamp, ignored)
+        except ApplyConflict as conflict:
+            allowed = _allowed_conflicts(manager, live, root)
+            if allowed is None:
+                raise
+            remaining = [(c, p) for c, p in zip(conflict.conflicts, conflict.paths, strict=True)
+                         if p not in allowed]
+            if remaining:
+                raise ApplyConflict([c for c, _ in remaining],
+                                    [p for _, p in remaining]) from None
+            result = _apply(live, applied, manager, True, root, api_version, subresource,
+                            stamp, ignored)
+    except _ShapeError as err:
+        raise _internal(f"failed to create typed patch object ({_object_gvknn(applied)}): "
+                        f"{err}") from None
+    if manager == "kubectl":
+        _sync_last_applied(result, applied)
+    return result
+
+
+def _apply(live: dict[str, Any] | None, applied: dict[str, Any], manager: str, force: bool,
+           root: Node | None, api_version: str, subresource: str, now: str,
+           ignored: list[FieldPath]) -> dict[str, Any]:
+    try:
+        managers = _decode_managers(((live or {}).get("metadata") or {}).get("managedFields"))
+    except ValueError:
+        managers = {}
+    base = _without_managed_fields(live) if live is not None else _empty_object(root)
+    merge_base = base if live is not None else {}
+    if live is not None and not managers:
+        managers = _record(_empty_object(root), base, root, {}, BEFORE_FIRST_APPLY_MANAGER,
+                           api_version, subresource, now, ignored)
+
+    config = copy.deepcopy(applied)
+    for path in ignored:
+        _drop_path(config, path)
+    # Duplicate keys are an error in the configuration (tolerated in live objects).
+    applied_fields = _without(to_field_set(config, root, allow_duplicates=False), ignored)
+    applier = _Manager(manager, "Apply", api_version, subresource, applied_fields)
+    previous = managers.get(applier.key)
+
+    merged = _merge(merge_base, config, root, ())
+    if merged is MISSING:
+        merged = {}
+    managers[applier.key] = applier
+    if previous is not None and previous.fields:
+        merged = _prune(merged, managers, previous.fields, root)
+    _restore_reset_fields(merged, live, ignored)
+
+    managers, _ = _update_managers(base, merged, root, managers, applier.key, force, ignored)
+    applier = managers[applier.key]
+    applier.fields = applier.fields - _STRIPPED
+    if not applier.fields:
+        managers.pop(applier.key, None)
+    elif not _json_equal(base, merged) or live is None:
+        applier.time = now
+    elif previous is not None:
+        applier.time = previous.time
+    _set_managed_fields(merged, managers)
+    result: dict[str, Any] = merged
+    return result
+
+
+def _prune(merged: dict[str, Any], managers: _Managers, last: FieldSet,
+           root: Node | None) -> dict[str, Any]:
+    """Remove what the applier applied last time and no longer applies, unless another
+    manager (or the applier's new configuration) owns it."""
+    managed: FieldSet = set()
+    for m in managers.values():
+        managed |= m.fields
+    remove = ((_ensure_named_fields(last, root)
+               & _ensure_named_fields(to_field_set(merged, root), root))
+              - _ensure_named_fields(managed, root))
+    if not remove:
+        return merged
+    pruned: dict[str, Any] = _remove_paths(merged, remove, root)
+    return pruned
+
+
+def _drop_path(obj: dict[str, Any], path: FieldPath) -> None:
+    target: Any = obj
+    for pe in path[:-1]:
+        target = target.get(pe[1]) if isinstance(target, dict) else None
+    if isinstance(target, dict):
+        target.pop(path[-1][1], None)
+
+
+def _allowed_conflicts(manager: str, live: dict[str, Any] | None,
+                       root: Node | None) -> FieldSet | None:
+    """upstream's lastAppliedManager: for `kubectl`, the fields client-side apply set whose
+    live value still equals the last-applied configuration may be taken over."""
+    if manager != "kubectl" or live is None:
+        return None
+    annotations = (live.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(LAST_APPLIED_ANNOTATION)
+    if not text:
+        return None
+    try:
+        last_applied = json.loads(text)
+        if not isinstance(last_applied, dict):
+            return None
+        fields = to_field_set(last_applied, root)
+        comparison = _compare(last_applied, _without_managed_fields(live), root)
+    except (ValueError, _ShapeError):
+        return None
+    return fields - (comparison.modified | comparison.added | comparison.removed)
+
+
+def _go_json(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _sync_last_applied(result: dict[str, Any], applied: dict[str, Any]) -> None:
+    """upstream's lastAppliedUpdater: `kubectl` server-side apply keeps an existing
+    last-applied annotation equal to the configuration it applied."""
+    annotations = (result.get("metadata") or {}).get("annotations")
+    if not isinstance(annotations, dict) or LAST_APPLIED_ANNOTATION not in annotations:
+        return
+    config = copy.deepcopy(applied)
+    config_annotations = (config.get("metadata") or {}).get("annotations")
+    if isinstance(config_annotations, dict):
+        config_annotations.pop(LAST_APPLIED_ANNOTATION, None)
+    annotations[LAST_APPLIED_ANNOTATION] = _go_json(config) + "\n"
+    total = sum(len(k) + len(str(v)) for k, v in annotations.items())
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+        del annotations[LAST_APPLIED_ANNOTATION]

@@ -1,0 +1,436 @@
+"""Server-side apply and managedFields bookkeeping: fieldsV1 sets, create/merge/conflict/force,
+removal of fields an applier stops applying, record_update for non-apply writes, and the
+upstream details (kubectl's takeover from client-side apply, before-first-apply, resets)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from ephemera.api.errors import StatusError
+from ephemera.api.managedfields import (
+    LAST_APPLIED_ANNOTATION,
+    ApplyConflict,
+    decode_fields,
+    encode_fields,
+    record_update,
+    server_side_apply,
+)
+
+POD = "io.k8s.api.core.v1.Pod"
+CONFIGMAP = "io.k8s.api.core.v1.ConfigMap"
+
+
+def config(spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": "p", "namespace": "default", **meta}}
+    if spec is not None:
+        obj["spec"] = spec
+    return obj
+
+
+def one_container(image: str = "busybox", **extra: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "c", "image": image, **extra}]}
+
+
+def entries(obj: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(e["manager"], e["operation"]): e for e in obj["metadata"].get("managedFields", [])}
+
+
+def created(manager: str = "kubectl-create", **meta: Any) -> dict[str, Any]:
+    """A pod as the apiserver stores it after a create by `manager`."""
+    obj = config(one_container(), uid="u-1", resourceVersion="1",
+                 creationTimestamp="2024-01-01T00:00:00Z", **meta)
+    obj["status"] = {"phase": "Pending"}
+    record_update(None, obj, manager, POD, "v1", now="2024-01-01T00:00:00Z")
+    return obj
+
+
+CONTAINER_C = 'k:{"name":"c"}'
+
+
+# --- fieldsV1 ---------------------------------------------------------------------------------
+
+
+def test_fields_v1_round_trip_and_order() -> None:
+    fields = {
+        "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+        "f:spec": {"f:containers": {
+            'k:{"name":"b"}': {".": {}, "f:name": {}},
+            'k:{"name":"a"}': {".": {}, "f:ports": {
+                'k:{"containerPort":80,"protocol":"TCP"}': {".": {}, "f:containerPort": {}}}},
+        }},
+        "f:metadata2": {},
+    }
+    encoded = encode_fields(decode_fields(fields))
+    assert json.dumps(encoded) == json.dumps({
+        "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+        "f:metadata2": {},
+        "f:spec": {"f:containers": {
+            'k:{"name":"a"}': {".": {}, "f:ports": {
+                'k:{"containerPort":80,"protocol":"TCP"}': {".": {}, "f:containerPort": {}}}},
+            'k:{"name":"b"}': {".": {}, "f:name": {}},
+        }},
+    })
+
+
+@pytest.mark.parametrize("bad", [{"x:y": {}}, {"f:a": 1}, {".": {}}, {"k:[1]": {}}])
+def test_malformed_fields_v1_is_rejected(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        decode_fields(bad)
+
+
+# --- record_update ----------------------------------------------------------------------------
+
+
+def test_create_records_every_field_for_the_manager() -> None:
+    obj = created(labels={"app": "web"})
+    assert obj["metadata"]["managedFields"] == [{
+        "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1",
+        "time": "2024-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {"f:containers": {CONTAINER_C: {".": {}, "f:image": {}, "f:name": {}}}},
+        },
+    }], "name, uid, resourceVersion, creationTimestamp and status are not owned"
+
+
+def test_configmap_data_owns_the_map_itself() -> None:
+    cm: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"},
+                          "data": {"k": "v"}}
+    record_update(None, cm, "kubectl-create", CONFIGMAP, "v1", now="t")
+    assert cm["metadata"]["managedFields"][0]["fieldsV1"] == {"f:data": {".": {}, "f:k": {}}}
+
+
+def test_update_moves_changed_fields_and_forgets_removed_ones() -> None:
+    old = created(labels={"app": "web"})
+    new = copy.deepcopy(old)
+    new["spec"]["containers"][0]["image"] = "nginx"
+    del new["metadata"]["labels"]
+    record_update(old, new, "kubectl-edit", POD, "v1", now="2024-01-02T00:00:00Z")
+    got = entries(new)
+    assert got[("kubectl-create", "Update")]["fieldsV1"] == {
+        "f:spec": {"f:containers": {CONTAINER_C: {".": {}, "f:name": {}}}}}
+    assert got[("kubectl-edit", "Update")] == {
+        "manager": "kubectl-edit", "operation": "Update", "apiVersion": "v1",
+        "time": "2024-01-02T00:00:00Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:containers": {CONTAINER_C: {"f:image": {}}}}}}
+    assert [e["manager"] for e in new["metadata"]["managedFields"]] == [
+        "kubectl-create", "kubectl-edit"], "sorted by operation, then time"
+
+
+def test_no_op_update_leaves_managed_fields_alone() -> None:
+    old = created()
+    new = copy.deepcopy(old)
+    new["metadata"]["resourceVersion"] = "2"
+    new["metadata"]["generation"] = 3
+    record_update(old, new, "kubectl-edit", POD, "v1", now="later")
+    assert new["metadata"]["managedFields"] == old["metadata"]["managedFields"]
+
+
+def test_update_without_managed_fields_in_the_body_keeps_the_live_ones() -> None:
+    old = created()
+    new = copy.deepcopy(old)
+    del new["metadata"]["managedFields"]
+    new["spec"]["nodeName"] = "n1"
+    record_update(old, new, "kube-scheduler", POD, "v1", now="t2")
+    got = entries(new)
+    assert set(got) == {("kubectl-create", "Update"), ("kube-scheduler", "Update")}
+    assert got[("kube-scheduler", "Update")]["fieldsV1"] == {"f:spec": {"f:nodeName": {}}}
+
+
+@pytest.mark.parametrize("reset", [[], [{}]])
+def test_managed_fields_can_be_reset(reset: list[Any]) -> None:
+    old = created()
+    new = copy.deepcopy(old)
+    new["metadata"]["managedFields"] = reset
+    record_update(old, new, "kubectl-edit", POD, "v1", now="t2")
+    assert "managedFields" not in new["metadata"]
+
+
+def test_status_subresource_owns_only_status() -> None:
+    old = created()
+    new = copy.deepcopy(old)
+    new["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    new["spec"]["nodeName"] = "ignored-by-the-status-strategy"
+    record_update(old, new, "kubelet", POD, "v1", subresource="status", now="t2")
+    status_entry = [e for e in new["metadata"]["managedFields"] if e["manager"] == "kubelet"]
+    assert status_entry == [{
+        "manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": "t2",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:status": {"f:conditions": {".": {}, 'k:{"type":"Ready"}': {
+            ".": {}, "f:status": {}, "f:type": {}}}, "f:phase": {}}},
+        "subresource": "status"}]
+
+
+def test_at_most_ten_update_managers() -> None:
+    obj = created()
+    for i in range(12):
+        new = copy.deepcopy(obj)
+        new["metadata"].setdefault("labels", {})[f"l{i}"] = "x"
+        record_update(obj, new, f"m{i:02d}", POD, "v1", now=f"2024-01-01T00:00:{i + 10:02d}Z")
+        obj = new
+    managers = [e["manager"] for e in obj["metadata"]["managedFields"]]
+    assert len(managers) == 10
+    assert "ancient-changes" in managers
+    ancient = entries(obj)[("ancient-changes", "Update")]
+    assert ancient["fieldsV1"]["f:spec"] == {
+        "f:containers": {CONTAINER_C: {".": {}, "f:image": {}, "f:name": {}}}}
+    assert set(ancient["fieldsV1"]["f:metadata"]["f:labels"]) >= {"f:l0", "f:l1"}
+
+
+def test_existing_object_without_managed_fields_stays_untracked() -> None:
+    old = config(one_container(), uid="u-1")
+    new = copy.deepcopy(old)
+    new["spec"]["nodeName"] = "n1"
+    record_update(old, new, "kube-scheduler", POD, "v1", now="t")
+    assert "managedFields" not in new["metadata"]
+
+
+# --- server-side apply ------------------------------------------------------------------------
+
+
+def test_apply_creates_the_object() -> None:
+    applied = config(one_container(ports=[{"containerPort": 80}]), labels={"app": "web"})
+    applied["status"] = {"phase": "Running"}
+    before = copy.deepcopy(applied)
+    obj = server_side_apply(None, applied, "kubectl", False, POD, "v1", now="t1")
+    assert applied == before
+    assert "status" not in obj, "status belongs to the status subresource"
+    assert obj["spec"] == one_container(ports=[{"containerPort": 80}])
+    assert obj["metadata"]["managedFields"] == [{
+        "manager": "kubectl", "operation": "Apply", "apiVersion": "v1", "time": "t1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {
+            "f:metadata": {"f:labels": {"f:app": {}}},
+            "f:spec": {"f:containers": {CONTAINER_C: {
+                ".": {}, "f:image": {}, "f:name": {},
+                "f:ports": {'k:{"containerPort":80,"protocol":"TCP"}': {
+                    ".": {}, "f:containerPort": {}}}}}},
+        },
+    }]
+
+
+def test_apply_merges_into_the_live_object() -> None:
+    live = created(labels={"app": "web"})
+    obj = server_side_apply(
+        live, config({"containers": [{"name": "c", "image": "busybox"},
+                                     {"name": "sidecar", "image": "envoy"}]},
+                     labels={"tier": "db"}),
+        "ssa", False, POD, "v1", now="t2")
+    assert obj["metadata"]["labels"] == {"app": "web", "tier": "db"}
+    assert [c["name"] for c in obj["spec"]["containers"]] == ["c", "sidecar"]
+    assert obj["status"] == {"phase": "Pending"}, "the live status is kept"
+    assert obj["metadata"]["uid"] == "u-1"
+    ssa = entries(obj)[("ssa", "Apply")]
+    assert ssa["fieldsV1"]["f:spec"]["f:containers"] == {
+        CONTAINER_C: {".": {}, "f:image": {}, "f:name": {}},
+        'k:{"name":"sidecar"}': {".": {}, "f:image": {}, "f:name": {}}}
+    create = entries(obj)[("kubectl-create", "Update")]
+    assert create["fieldsV1"]["f:spec"]["f:containers"][CONTAINER_C] == {
+        ".": {}, "f:image": {}, "f:name": {}}, "same value: shared ownership, no conflict"
+
+
+def test_conflict_after_create_is_409_with_upstream_message() -> None:
+    live = created()
+    with pytest.raises(ApplyConflict) as info:
+        server_side_apply(live, config(one_container("nginx")), "ssa", False, POD, "v1")
+    assert info.value.status() == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": 'Apply failed with 1 conflict: conflict with "kubectl-create" using v1: '
+                   '.spec.containers[name="c"].image',
+        "reason": "Conflict",
+        "details": {"causes": [{"reason": "FieldManagerConflict",
+                                "message": 'conflict with "kubectl-create" using v1',
+                                "field": '.spec.containers[name="c"].image'}]},
+        "code": 409}
+    assert isinstance(info.value, StatusError)
+
+
+def test_conflict_with_client_side_apply() -> None:
+    live = created("kubectl-client-side-apply")
+    with pytest.raises(StatusError) as info:
+        server_side_apply(live, config(one_container("nginx")), "other", False, POD, "v1")
+    assert info.value.message == (
+        'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using v1: '
+        '.spec.containers[name="c"].image')
+
+
+def test_several_conflicts() -> None:
+    live = created(labels={"app": "web"})
+    applied = config(one_container("nginx"), labels={"app": "db"})
+    with pytest.raises(ApplyConflict) as info:
+        server_side_apply(live, applied, "m", False, POD, "v1")
+    assert info.value.message == (
+        'Apply failed with 2 conflicts: conflicts with "kubectl-create" using v1:\n'
+        "- .metadata.labels.app\n"
+        '- .spec.containers[name="c"].image')
+    assert [c["field"] for c in (info.value.details or {})["causes"]] == [
+        ".metadata.labels.app", '.spec.containers[name="c"].image']
+
+
+def test_conflict_with_another_applier_names_it_without_version() -> None:
+    live = server_side_apply(None, config(one_container()), "first", False, POD, "v1")
+    with pytest.raises(ApplyConflict) as info:
+        server_side_apply(live, config(one_container("nginx")), "second", False, POD, "v1")
+    assert info.value.message == ('Apply failed with 1 conflict: conflict with "first": '
+                                  '.spec.containers[name="c"].image')
+
+
+def test_force_moves_ownership() -> None:
+    live = created()
+    obj = server_side_apply(live, config(one_container("nginx")), "ssa", True, POD, "v1",
+                            now="t2")
+    assert obj["spec"]["containers"][0]["image"] == "nginx"
+    got = entries(obj)
+    assert got[("kubectl-create", "Update")]["fieldsV1"]["f:spec"] == {
+        "f:containers": {CONTAINER_C: {".": {}, "f:name": {}}}}
+    assert got[("ssa", "Apply")]["fieldsV1"]["f:spec"] == {
+        "f:containers": {CONTAINER_C: {".": {}, "f:image": {}, "f:name": {}}}}
+    # Now the old owner conflicts when it writes through apply.
+    with pytest.raises(ApplyConflict):
+        server_side_apply(obj, config(one_container("busybox")), "kubectl-create", False, POD,
+                          "v1")
+
+
+def test_fields_no_longer_applied_are_removed() -> None:
+    first = config({"containers": [{"name": "c", "image": "busybox", "workingDir": "/w"},
+                                   {"name": "d", "image": "x"}]},
+                   labels={"a": "1", "b": "2"})
+    obj = server_side_apply(None, first, "m", False, POD, "v1", now="t1")
+    second = config({"containers": [{"name": "c", "image": "busybox"}]}, labels={"a": "1"})
+    obj = server_side_apply(obj, second, "m", False, POD, "v1", now="t2")
+    assert obj["spec"]["containers"] == [{"name": "c", "image": "busybox"}]
+    assert obj["metadata"]["labels"] == {"a": "1"}
+    assert entries(obj)[("m", "Apply")]["time"] == "t2"
+
+
+def test_fields_another_manager_owns_are_kept() -> None:
+    obj = server_side_apply(None, config(one_container(), labels={"a": "1", "b": "2"}), "m",
+                            False, POD, "v1")
+    obj = server_side_apply(obj, config(labels={"b": "2"}), "other", False, POD, "v1")
+    obj = server_side_apply(obj, config(one_container()), "m", False, POD, "v1")
+    assert obj["metadata"]["labels"] == {"b": "2"}, "a removed, b still owned by other"
+
+
+def test_fields_set_by_an_update_are_kept_when_an_applier_stops_applying_them() -> None:
+    obj = server_side_apply(None, config(one_container(), labels={"a": "1"}), "m", False, POD,
+                            "v1")
+    new = copy.deepcopy(obj)
+    new["metadata"]["labels"]["a"] = "2"
+    record_update(obj, new, "kubectl-label", POD, "v1")
+    obj = server_side_apply(new, config(one_container()), "m", False, POD, "v1")
+    assert obj["metadata"]["labels"] == {"a": "2"}
+
+
+def test_no_op_apply_keeps_the_time() -> None:
+    obj = server_side_apply(None, config(one_container()), "m", False, POD, "v1", now="t1")
+    again = server_side_apply(obj, config(one_container()), "m", False, POD, "v1", now="t2")
+    assert again == obj
+
+
+def test_null_in_the_configuration_removes_the_field() -> None:
+    obj = server_side_apply(None, config(one_container(workingDir="/w")), "m", False, POD, "v1")
+    obj = server_side_apply(obj, config(one_container(workingDir=None)), "m", False, POD, "v1")
+    assert obj["spec"]["containers"] == [{"name": "c", "image": "busybox"}]
+
+
+def test_apply_on_status_subresource_keeps_spec() -> None:
+    live = created()
+    applied = config(one_container("ignored"))
+    applied["status"] = {"phase": "Running"}
+    obj = server_side_apply(live, applied, "kubelet", False, POD, "v1", subresource="status",
+                            now="t2")
+    assert obj["status"] == {"phase": "Running"}
+    assert obj["spec"] == live["spec"]
+    entry = entries(obj)[("kubelet", "Apply")]
+    assert entry["subresource"] == "status"
+    assert entry["fieldsV1"] == {"f:status": {"f:phase": {}}}
+
+
+def test_first_apply_to_an_untracked_object_attributes_existing_fields() -> None:
+    live = config(one_container(), uid="u-1")
+    with pytest.raises(ApplyConflict) as info:
+        server_side_apply(live, config(one_container("nginx")), "m", False, POD, "v1")
+    assert info.value.message == (
+        'Apply failed with 1 conflict: conflict with "before-first-apply" using v1: '
+        '.spec.containers[name="c"].image')
+
+
+def test_kubectl_takes_over_from_client_side_apply_without_conflicts() -> None:
+    last_applied = json.dumps(config(one_container()))
+    live = created("kubectl-client-side-apply",
+                   annotations={LAST_APPLIED_ANNOTATION: last_applied})
+    applied = config(one_container("nginx"))
+    # Another manager conflicts ...
+    with pytest.raises(ApplyConflict):
+        server_side_apply(live, applied, "someone", False, POD, "v1")
+    # ... but kubectl's server-side apply takes over what client-side apply set.
+    obj = server_side_apply(live, applied, "kubectl", False, POD, "v1", now="t2")
+    assert obj["spec"]["containers"][0]["image"] == "nginx"
+    csa = entries(obj)[("kubectl-client-side-apply", "Update")]
+    assert "f:image" not in csa["fieldsV1"]["f:spec"]["f:containers"][CONTAINER_C]
+    annotation = obj["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
+    assert annotation.endswith("\n")
+    assert json.loads(annotation) == applied, "the annotation follows the applied config"
+
+
+def test_kubectl_still_conflicts_on_fields_changed_since_client_side_apply() -> None:
+    live = created("kubectl-client-side-apply",
+                   annotations={LAST_APPLIED_ANNOTATION: json.dumps(config(one_container()))})
+    changed = copy.deepcopy(live)
+    changed["spec"]["containers"][0]["image"] = "edited"
+    record_update(live, changed, "kubectl-edit", POD, "v1")
+    with pytest.raises(ApplyConflict) as info:
+        server_side_apply(changed, config(one_container("nginx")), "kubectl", False, POD, "v1")
+    assert info.value.message.endswith('conflict with "kubectl-edit" using v1: '
+                                       '.spec.containers[name="c"].image')
+
+
+@pytest.mark.parametrize(("applied", "message"), [
+    ({"apiVersion": "v2", "kind": "Pod", "metadata": {"name": "p"}},
+     "invalid object type: /v2, Kind=Pod"),
+    ({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "p"}},
+     "invalid object type: /v1, Kind=Service"),
+    ({"metadata": {"name": "p"}}, "invalid object type: /, Kind="),
+    ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "managedFields": []}},
+     "metadata.managedFields must be nil"),
+])
+def test_bad_apply_configurations_are_400(applied: dict[str, Any], message: str) -> None:
+    with pytest.raises(StatusError) as info:
+        server_side_apply(None, applied, "m", False, POD, "v1")
+    assert (info.value.code, info.value.reason, info.value.message) == (400, "BadRequest",
+                                                                          message)
+
+
+def test_duplicate_keys_in_the_configuration_are_rejected() -> None:
+    applied = config({"containers": [{"name": "c"}, {"name": "c"}]})
+    with pytest.raises(StatusError) as info:
+        server_side_apply(None, applied, "m", False, POD, "v1")
+    assert info.value.code == 500
+    assert info.value.message == (
+        "failed to create typed patch object (default/p; /v1, Kind=Pod): .spec.containers: "
+        'duplicate entries for key [name="c"]')
+
+
+def test_record_update_after_create_then_apply_conflict_then_force() -> None:
+    """The path `kubectl create` then `kubectl apply --server-side` takes."""
+    live = created()
+    applied = config(one_container("nginx"), labels={"new": "x"})
+    with pytest.raises(ApplyConflict):
+        server_side_apply(live, applied, "kubectl", False, POD, "v1")
+    obj = server_side_apply(live, applied, "kubectl", True, POD, "v1", now="t3")
+    assert obj["metadata"]["labels"] == {"new": "x"}
+    assert obj["spec"]["containers"][0]["image"] == "nginx"
+    # A later update by the creator takes the image back, and the applier conflicts again.
+    edited = copy.deepcopy(obj)
+    edited["spec"]["containers"][0]["image"] = "busybox"
+    record_update(obj, edited, "kubectl-edit", POD, "v1", now="t4")
+    assert "f:image" not in entries(edited)[("kubectl", "Apply")]["fieldsV1"]["f:spec"][
+        "f:containers"][CONTAINER_C]
+    with pytest.raises(ApplyConflict) as info:
+        server_side_apply(edited, applied, "kubectl", False, POD, "v1")
+    assert 'conflict with "kubectl-edit" using v1' in info.value.message
