@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 SUBRESOURCE_VERBS = ("get", "patch", "update")
+NAMESPACE_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ _core = "io.k8s.api.core.v1."
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
-             short_names=("ns",), subresources=("status", "finalize")),
+             short_names=("ns",), subresources=("status", "finalize"), verbs=NAMESPACE_VERBS),
     Resource("", "v1", "pods", "Pod", True, _core + "Pod", short_names=("po",),
              categories=("all",), subresources=("status", "binding", "dynamic")),
     Resource("", "v1", "configmaps", "ConfigMap", True, _core + "ConfigMap",

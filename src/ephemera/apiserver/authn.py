@@ -1,0 +1,154 @@
+"""Authentication: who sent a request. Two methods, as upstream's kube-apiserver has them:
+
+- the TLS client certificate (verified against the cluster CA by the TLS layer, see
+  `ephemera.apiserver.server`): user = CN, groups = O;
+- a bearer token from a static token file (`--token-auth-file`): CSV lines
+  `token,user,uid,"group1,group2"`.
+
+Every authenticated user also gets the group `system:authenticated`, as upstream adds it.
+No credentials, or credentials that do not check out, give None; the app answers 401 with
+`unauthorized_status()`. Authorization comes in a later issue.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from cryptography import x509
+
+from ephemera.apiserver.certs import has_client_auth_usage, user_from_certificate
+
+AUTHENTICATED_GROUP = "system:authenticated"
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+class _Transport(Protocol):
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
+class _Request(Protocol):
+    """What `authenticate` reads of an aiohttp request."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def transport(self) -> _Transport | None: ...
+
+
+class TokenFileError(ValueError):
+    pass
+
+
+def _with_authenticated(groups: list[str]) -> tuple[str, ...]:
+    if AUTHENTICATED_GROUP not in groups:
+        groups = [*groups, AUTHENTICATED_GROUP]
+    return tuple(groups)
+
+
+def load_token_file(path: str | os.PathLike[str]) -> dict[str, UserInfo]:
+    """Read a static token file as upstream's `tokenfile.NewCSV` does: at least 3 columns
+    (token, user name, user uid), an optional 4th with comma-separated groups."""
+    tokens: dict[str, UserInfo] = {}
+    with open(path, newline="") as f:
+        for record in csv.reader(f, skipinitialspace=True):
+            if not record or (len(record) == 1 and not record[0].strip()):
+                continue
+            if len(record) < 3:
+                raise TokenFileError(
+                    f"token file '{path}' must have at least 3 columns (token, user name, "
+                    f"user uid), found {len(record)}")
+            token, name, uid = record[0], record[1], record[2]
+            if not token:
+                continue
+            groups = []
+            if len(record) >= 4:
+                groups = [g.strip() for g in record[3].split(",") if g.strip()]
+            tokens[token] = UserInfo(name=name, uid=uid, groups=_with_authenticated(groups))
+    return tokens
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, as upstream's bearertoken
+    authenticator parses it; None when there is none."""
+    auth = headers.get("Authorization", "").strip()
+    if not auth:
+        return None
+    parts = auth.split(" ")
+    if len(parts) < 2 or parts[0].lower() != "bearer":
+        return None
+    token = parts[1]
+    return token or None
+
+
+def peer_certificate(request: _Request) -> x509.Certificate | None:
+    """The client certificate the TLS layer verified, or None (plain HTTP, or no cert)."""
+    transport = request.transport
+    if transport is None:
+        return None
+    ssl_object = transport.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    if not der:
+        return None
+    return x509.load_der_x509_certificate(der)
+
+
+class Authenticator:
+    """Authenticates requests by client certificate, then by bearer token."""
+
+    def __init__(self, tokens: Mapping[str, UserInfo] | None = None) -> None:
+        self.tokens: dict[str, UserInfo] = dict(tokens or {})
+
+    @classmethod
+    def from_token_file(cls, path: str | os.PathLike[str] | None) -> Authenticator:
+        return cls(load_token_file(Path(path)) if path else None)
+
+    def authenticate_certificate(self, cert: x509.Certificate) -> UserInfo | None:
+        """A certificate the TLS layer already verified against the CA."""
+        if not has_client_auth_usage(cert):
+            return None
+        name, groups = user_from_certificate(cert)
+        if not name:
+            return None
+        return UserInfo(name=name, groups=_with_authenticated(groups))
+
+    def authenticate_token(self, token: str) -> UserInfo | None:
+        return self.tokens.get(token)
+
+    async def authenticate(self, request: _Request) -> UserInfo | None:
+        cert = peer_certificate(request)
+        if cert is not None:
+            user = self.authenticate_certificate(cert)
+            if user is not None:
+                return user
+        token = bearer_token(request.headers)
+        if token is not None:
+            return self.authenticate_token(token)
+        return None
+
+
+def unauthorized_status() -> dict[str, Any]:
+    """The body upstream sends with a 401."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }

@@ -1,0 +1,107 @@
+"""`ephemera apiserver`: the Kubernetes API over HTTPS, on a data dir (store, certificates).
+
+It generates the data dir's CA and certificates if missing, opens the store, serves the app
+on `--bind-address:--port` (port 0 picks a free one) with client certificates and, with
+`--token-auth-file`, static bearer tokens; it stops gracefully on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from ephemera.api.featuregates import FeatureGates
+from ephemera.apiserver.authn import Authenticator, TokenFileError
+from ephemera.apiserver.certs import ensure_pki, write_admin_kubeconfig
+from ephemera.apiserver.server import serve, server_ssl_context
+from ephemera.cli import flags
+from ephemera.store import open_store
+
+log = logging.getLogger("ephemera.apiserver")
+
+DEFAULT_PORT = 6443
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "apiserver", help="run the API server",
+        description="Serve the Kubernetes API over HTTPS from a data dir.")
+    flags.add_data_dir(parser)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"secure port (default {DEFAULT_PORT}; 0 picks a free one)")
+    parser.add_argument("--bind-address", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1)")
+    flags.add_store_flags(parser)
+    flags.add_feature_gates(parser)
+    parser.add_argument("--token-auth-file", type=Path, default=None, metavar="FILE",
+                        help="static bearer tokens: CSV lines token,user,uid,\"group1,group2\"")
+    parser.add_argument("--write-kubeconfig", type=Path, default=None, metavar="PATH",
+                        help="write an admin kubeconfig there once serving")
+    parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
+                        help="write the bound port there once serving (for --port 0)")
+    parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def server_url(host: str, port: int) -> str:
+    """The URL clients use: loopback when listening on every address."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    flags.check_store_flags(parser, args)
+    try:
+        authenticator = Authenticator.from_token_file(args.token_auth_file)
+    except (OSError, TokenFileError) as err:
+        parser.error(f"--token-auth-file: {err}")
+    try:
+        return asyncio.run(_serve(args, authenticator))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates) -> Any:
+    from ephemera.apiserver.app import ApiserverConfig, create_app
+
+    return create_app(store, ApiserverConfig(authenticator=authenticator, feature_gates=gates))
+
+
+async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
+    data_dir: Path = args.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pki = ensure_pki(data_dir, [args.bind_address])
+    store = open_store(args.store, data_dir=data_dir, endpoints=args.etcd_endpoints)
+    try:
+        app = _create_app(store, authenticator, args.feature_gates)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        def started(port: int) -> None:
+            url = server_url(args.bind_address, port)
+            if args.port_file is not None:
+                flags.write_atomic(args.port_file, f"{port}\n")
+            if args.write_kubeconfig is not None:
+                write_admin_kubeconfig(args.write_kubeconfig, url, pki)
+            print(f"ephemera apiserver serving on {url}", file=sys.stderr, flush=True)
+
+        try:
+            await serve(app, host=args.bind_address, port=args.port,
+                        ssl_context=server_ssl_context(pki), stop=stop, on_started=started)
+        except OSError as err:
+            print(f"ephemera apiserver: cannot serve on {args.bind_address}:{args.port}: "
+                  f"{err.strerror or err}", file=sys.stderr, flush=True)
+            return 1
+    finally:
+        await store.close()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,194 @@
+"""`ephemera up`: a whole cluster in the foreground on one data dir.
+
+It supervises one child process per component (for now the apiserver; the scheduler,
+controllers and a kubelet join as more `Component`s started after the API answers), picks a
+free port unless `--port` is given (reusing the data dir's last port when it is free, and
+keeping it across child restarts), writes the ports to `<data-dir>/ports.json`, and writes
+`<data-dir>/kubeconfig` only once the API answers (removed and written fresh at every start).
+SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
+restart on the same data dir carries on with every object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from ephemera.apiserver.certs import Pki, ensure_pki, write_admin_kubeconfig
+from ephemera.apiserver.server import client_ssl_context, port_is_free
+from ephemera.cli import flags
+from ephemera.cli.apiserver import server_url
+from ephemera.cli.demo import run_demo
+from ephemera.cli.supervisor import Component, Supervisor
+
+KUBECONFIG = "kubeconfig"
+LOG_DIR = "logs"
+RUN_DIR = "run"
+# What "the API answers" means: an authenticated read of a namespace that always exists.
+READY_PATH = "/api/v1/namespaces/default"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "up", help="run a whole cluster in the foreground",
+        description="Run a one-node cluster on a data dir until SIGINT or SIGTERM.")
+    flags.add_data_dir(parser)
+    parser.add_argument("--port", type=int, default=None,
+                        help="the apiserver's port (default: the data dir's last port if "
+                             "free, else a free one)")
+    parser.add_argument("--bind-address", default="127.0.0.1",
+                        help="the apiserver's listen address (default 127.0.0.1)")
+    flags.add_store_flags(parser)
+    flags.add_feature_gates(parser)
+    parser.add_argument("--token-auth-file", type=Path, default=None, metavar="FILE",
+                        help="passed to the apiserver")
+    parser.add_argument("--startup-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="give up when the API does not answer in this time (default 60)")
+    parser.add_argument("--demo", action="store_true",
+                        help="once up, run a few kubectl commands to show the cluster working")
+    parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    flags.check_store_flags(parser, args)
+    if args.token_auth_file is not None and not args.token_auth_file.is_file():
+        parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
+    try:
+        return asyncio.run(Cluster(args).run())
+    except KeyboardInterrupt:
+        return 0
+
+
+class Cluster:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.data_dir: Path = args.data_dir.resolve()
+        self.kubeconfig = self.data_dir / KUBECONFIG
+        self.run_dir = self.data_dir / RUN_DIR
+        self.apiserver_port_file = self.run_dir / "apiserver.port"
+        self.stop = asyncio.Event()
+        self.supervisor = Supervisor(self.data_dir / LOG_DIR, say, pid_dir=self.run_dir)
+        self.apiserver_port: int | None = None
+
+    # --- component command lines -------------------------------------------------------
+
+    def _common_flags(self) -> list[str]:
+        gates = self.args.feature_gates.to_flag()
+        return ["--feature-gates", gates] if gates else []
+
+    def apiserver_argv(self) -> list[str]:
+        a = self.args
+        argv = [sys.executable, "-m", "ephemera.cli", "apiserver",
+                "--data-dir", str(self.data_dir), "--bind-address", a.bind_address,
+                "--store", a.store, "--port-file", str(self.apiserver_port_file)]
+        # Once the port is known, every restart binds the same one (the kubeconfig has it).
+        argv += ["--port", str(self.apiserver_port if self.apiserver_port is not None else 0)]
+        if a.etcd_endpoints:
+            argv += ["--etcd-endpoints", ",".join(a.etcd_endpoints)]
+        if a.token_auth_file is not None:
+            argv += ["--token-auth-file", str(a.token_auth_file.resolve())]
+        return argv + self._common_flags()
+
+    def _initial_port(self) -> int | None:
+        if self.args.port is not None:
+            return int(self.args.port)
+        last = flags.read_ports(self.data_dir).get("apiserver")
+        if last and port_is_free(last, self.args.bind_address or "0.0.0.0"):
+            return last
+        return None  # the apiserver picks one and reports it in its port file
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop.set)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig.unlink(missing_ok=True)
+        self.apiserver_port_file.unlink(missing_ok=True)
+        pki = ensure_pki(self.data_dir, [self.args.bind_address])
+        self.apiserver_port = self._initial_port()
+        say(f"ephemera: starting a cluster on {self.data_dir} (logs in "
+            f"{self.supervisor.log_dir})")
+        await self.supervisor.start(Component("apiserver", self.apiserver_argv))
+        try:
+            url = await self._wait_for_api(pki)
+            if url is None:
+                return 0 if self.stop.is_set() else 1
+            write_admin_kubeconfig(self.kubeconfig, url, pki)
+            say(f"ephemera: the API answers at {url}")
+            say(f"kubeconfig: {self.kubeconfig}")
+            if self.args.demo and not self.stop.is_set():
+                await self._until_stopped(run_demo(self.data_dir, self.kubeconfig, say))
+            say("")
+            say("Use the cluster with:")
+            say(f"  export KUBECONFIG={self.kubeconfig}")
+            say("Press Ctrl-C to stop it.")
+            await self.stop.wait()
+            say("ephemera: stopping")
+            return 0
+        finally:
+            await self.supervisor.stop()
+            say("ephemera: stopped")
+
+    async def _until_stopped(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        stopper = asyncio.create_task(self.stop.wait())
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for t in (task, stopper):
+            if not t.done():
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            say(f"demo failed: {task.exception()}")
+
+    def _read_port_file(self) -> int | None:
+        try:
+            return int(self.apiserver_port_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    async def _wait_for_api(self, pki: Pki) -> str | None:
+        """The API URL once an authenticated read succeeds; None on stop or timeout."""
+        deadline = time.monotonic() + self.args.startup_timeout
+        ssl_ctx = client_ssl_context(pki)
+        timeout = aiohttp.ClientTimeout(total=3)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while not self.stop.is_set():
+                if self.apiserver_port is None:
+                    self.apiserver_port = self._read_port_file()
+                if self.apiserver_port is not None:
+                    url = server_url(self.args.bind_address, self.apiserver_port)
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+                        async with session.get(url + READY_PATH, ssl=ssl_ctx) as resp:
+                            if resp.status == 200:
+                                flags.write_ports(self.data_dir,
+                                                  {"apiserver": self.apiserver_port})
+                                return url
+                if time.monotonic() > deadline:
+                    self._report_startup_failure()
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), 0.1)
+        return None
+
+    def _report_startup_failure(self) -> None:
+        log = self.supervisor.log_path("apiserver")
+        say(f"ephemera: the API did not answer within {self.args.startup_timeout:g}s; "
+            f"last lines of {log}:")
+        with contextlib.suppress(OSError):
+            for line in log.read_text(errors="replace").splitlines()[-20:]:
+                say(f"  {line}")
