@@ -10,8 +10,14 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from etcdserver import ETCD_BINARY, EtcdServer
+
+# Property tests run beside e2e tests on two cores: no per-example deadline (timing is not
+# what they assert).
+settings.register_profile("ephemera", deadline=None)
+settings.load_profile("ephemera")
 
 
 @pytest.fixture(scope="session")
