@@ -1,0 +1,337 @@
+"""The apiserver's aiohttp application: `create_app(store, config)`.
+
+It owns the routing of every URL (discovery, OpenAPI, health, and the REST paths
+`/api/v1/[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]` and
+`/apis/{group}/{version}/...`, with the legacy `/watch/` prefix and trailing slashes
+tolerated), authentication (`ApiserverConfig.authenticator`), and the error middleware that
+answers every failure as a `kind: Status` (a `StatusError` as is, anything unexpected as a 500
+with a log line naming the request). The content comes from `rest`, `watch`, `discovery`,
+`openapi` and `tables`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from ephemera.api import errors
+from ephemera.api.errors import StatusError
+from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
+from ephemera.apiserver import discovery, openapi
+from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
+from ephemera.apiserver.namespaces import NamespaceLifecycle
+from ephemera.apiserver.registry import Registry
+from ephemera.apiserver.resources import GROUP_VERSIONS, Resource, lookup
+from ephemera.apiserver.rest import RestHandlers, Target, method_not_allowed, query_bool, respond
+from ephemera.apiserver.watch import WatchSettings, serve_watch
+from ephemera.store import Store, StoreError
+
+log = logging.getLogger("ephemera.apiserver")
+
+# Paths anyone may read, as upstream's system:public-info-viewer allows.
+PUBLIC_PATHS = frozenset({"version", "healthz", "livez", "readyz"})
+
+
+class Authenticator(Protocol):
+    """Who sent a request: a user object (`ephemera.apiserver.authn.UserInfo`) or None for
+    a request without valid credentials (answered 401)."""
+
+    async def authenticate(self, request: Any) -> Any | None: ...
+
+
+@dataclass
+class ApiserverConfig:
+    feature_gates: FeatureGates = field(default_factory=FeatureGates)
+    # None: no authentication, every request acts as an administrator.
+    authenticator: Authenticator | None = None
+    # Request bodies above this get 413.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Seconds between BOOKMARK events of watches that allow them.
+    watch_bookmark_interval: float = 60.0
+    # A watch without timeoutSeconds ends after a random time in [this, 2 * this] seconds.
+    min_request_timeout: float = 1800.0
+    # Create default, kube-system, kube-public and kube-node-lease at startup.
+    create_default_namespaces: bool = True
+    # Seconds between attempts to empty a Terminating namespace.
+    namespace_retry_interval: float = 1.0
+    # host:port advertised in `/api` (serverAddressByClientCIDRs); None to omit.
+    server_address: str | None = None
+    # Seconds between store compactions (each compacts to the revision seen at the one
+    # before, so at least this much history stays watchable, as upstream's compactor does);
+    # None or 0: never compact.
+    compaction_interval: float | None = 300.0
+
+
+REGISTRY = web.AppKey("registry", Registry)
+LIFECYCLE = web.AppKey("lifecycle", NamespaceLifecycle)
+CONFIG = web.AppKey("config", ApiserverConfig)
+STOP = web.AppKey("stop", asyncio.Event)
+# The authenticated user of a request (what the authenticator returned).
+USER: web.RequestKey[Any] = web.RequestKey("user", object)
+
+
+def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Application:
+    """The apiserver as an aiohttp application over `store` (which the caller opens and
+    closes). On startup it creates the default namespaces and resumes the deletion of
+    Terminating ones; on shutdown it ends the watch streams."""
+    config = config or ApiserverConfig()
+    registry = Registry(store)
+    lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
+    router = Router(registry, lifecycle, config)
+    app = web.Application(middlewares=[status_middleware, router.authentication],
+                          client_max_size=config.max_body_bytes)
+    app[REGISTRY] = registry
+    app[LIFECYCLE] = lifecycle
+    app[CONFIG] = config
+    app[STOP] = asyncio.Event()
+    app.router.add_route("*", "/{path:.*}", router.dispatch)
+
+    background: list[asyncio.Task[None]] = []
+
+    async def startup(app: web.Application) -> None:
+        if config.create_default_namespaces:
+            await lifecycle.ensure_defaults()
+        await lifecycle.resume()
+        if config.compaction_interval:
+            background.append(asyncio.get_running_loop().create_task(
+                compact_periodically(store, config.compaction_interval), name="compactor"))
+
+    async def shutdown(app: web.Application) -> None:
+        app[STOP].set()
+
+    async def cleanup(app: web.Application) -> None:
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await lifecycle.close()
+
+    app.on_startup.append(startup)
+    app.on_shutdown.append(shutdown)
+    app.on_cleanup.append(cleanup)
+    return app
+
+
+async def compact_periodically(store: Store, interval: float) -> None:
+    """Every `interval` seconds, compact the store to the revision it had one interval ago."""
+    previous: int | None = None
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            current = await store.current_revision()
+            if previous is not None and previous > await store.compacted_revision():
+                await store.compact(previous)
+                log.info("compacted the store at revision %d", previous)
+            previous = current
+        except StoreError as err:
+            log.warning("compaction failed: %s", err)
+
+
+def status_response(err: StatusError) -> web.Response:
+    response = respond(err.status(), err.code)
+    if err.retry_after is not None:
+        response.headers["Retry-After"] = str(err.retry_after)
+    return response
+
+
+@web.middleware
+async def status_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every failure as a `kind: Status` body."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except StatusError as err:
+        return status_response(err)
+    except web.HTTPRequestEntityTooLarge:
+        config = request.app[CONFIG]
+        return status_response(errors.request_entity_too_large(config.max_body_bytes))
+    except web.HTTPException as exc:
+        reason = exc.reason.replace(" ", "")
+        return status_response(StatusError(exc.status, reason, exc.text or exc.reason))
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception as exc:
+        log.exception("internal error serving %s %s: %s", request.method, request.path_qs, exc)
+        return status_response(errors.internal_error(f"{type(exc).__name__}: {exc}"))
+
+
+def not_found_path() -> StatusError:
+    return StatusError(404, "NotFound", "the server could not find the requested resource")
+
+
+class Router:
+    def __init__(self, registry: Registry, lifecycle: NamespaceLifecycle,
+                 config: ApiserverConfig) -> None:
+        self.registry = registry
+        self.config = config
+        self.rest = RestHandlers(registry, lifecycle, max_body_bytes=config.max_body_bytes)
+        self.watch_settings = WatchSettings(bookmark_interval=config.watch_bookmark_interval,
+                                            min_timeout=config.min_request_timeout)
+
+    @web.middleware
+    async def authentication(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        authenticator = self.config.authenticator
+        if authenticator is not None:
+            first = request.path.strip("/").split("/", 1)[0]
+            if first not in PUBLIC_PATHS:
+                user = await authenticator.authenticate(request)
+                if user is None:
+                    raise errors.unauthorized()
+                request[USER] = user
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        segments = [s for s in request.path.split("/") if s]
+        if not segments:
+            return self._get_only(request, {"paths": ["/api", "/api/v1", "/apis", "/healthz",
+                                                      "/livez", "/openapi/v2", "/openapi/v3",
+                                                      "/readyz", "/version"]})
+        head = segments[0]
+        if head == "version" and len(segments) == 1:
+            return self._get_only(request, discovery.version_info())
+        if head in ("healthz", "livez", "readyz"):
+            if request.method not in ("GET", "HEAD"):
+                raise method_not_allowed()
+            return web.Response(text="ok", content_type="text/plain")
+        if head == "openapi":
+            return self._openapi(request, segments)
+        if head == "api":
+            if len(segments) == 1:
+                return self._discovery(request, core=True)
+            if segments[1] != "v1":
+                raise not_found_path()
+            if len(segments) == 2:
+                return self._get_only(request, discovery.api_resource_list("", "v1"))
+            return await self._resource(request, "", "v1", segments[2:])
+        if head == "apis":
+            if len(segments) == 1:
+                return self._discovery(request, core=False)
+            if len(segments) == 2:
+                group = discovery.api_group(segments[1])
+                if group is None:
+                    raise not_found_path()
+                return self._get_only(request, group)
+            group_name, version = segments[1], segments[2]
+            if (group_name, version) not in GROUP_VERSIONS:
+                raise not_found_path()
+            if len(segments) == 3:
+                return self._get_only(request,
+                                      discovery.api_resource_list(group_name, version))
+            return await self._resource(request, group_name, version, segments[3:])
+        raise not_found_path()
+
+    @staticmethod
+    def _get_only(request: web.Request, body: dict[str, Any] | bytes | None,
+                  content_type: str = "application/json") -> web.Response:
+        if request.method not in ("GET", "HEAD"):
+            raise method_not_allowed()
+        if body is None:
+            raise not_found_path()
+        response = respond(body)
+        response.headers["Content-Type"] = content_type
+        return response
+
+    def _discovery(self, request: web.Request, core: bool) -> web.Response:
+        if discovery.wants_aggregated_discovery(request.headers.get("Accept")):
+            return self._get_only(request, discovery.aggregated_discovery(core),
+                                  discovery.AGGREGATED_DISCOVERY_CONTENT_TYPE)
+        if core:
+            return self._get_only(request, discovery.api_versions(self.config.server_address))
+        return self._get_only(request, discovery.api_group_list())
+
+    def _openapi(self, request: web.Request, segments: list[str]) -> web.Response:
+        if len(segments) == 2 and segments[1] == "v2":
+            accept = request.headers.get("Accept", "")
+            if "protobuf" in accept and "json" not in accept:
+                raise not_found_path()  # kubectl tolerates a 404 here, not JSON
+            return self._get_only(request, openapi.openapi_v2_document_bytes())
+        if len(segments) >= 2 and segments[1] == "v3":
+            if len(segments) == 2:
+                return self._get_only(request, openapi.openapi_v3_index_bytes())
+            return self._get_only(request,
+                                  openapi.openapi_v3_document_for_path("/".join(segments[2:])))
+        raise not_found_path()
+
+    def _target(self, group: str, version: str, rest: list[str]) -> tuple[Target, bool]:
+        """The resource a path after the group-version names, and whether it had the legacy
+        `watch/` prefix; 404 for anything else."""
+        watch_prefix = False
+        if rest and rest[0] == "watch":
+            watch_prefix, rest = True, rest[1:]
+        if not rest:
+            raise not_found_path()
+        namespace = ""
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            candidate = lookup(group, version, rest[2])
+            if candidate is not None and candidate.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        resource = lookup(group, version, rest[0])
+        if resource is None:
+            raise not_found_path()
+        if resource.namespaced and not namespace and len(rest) > 1:
+            raise not_found_path()
+        if len(rest) > 3:
+            raise not_found_path()
+        name = rest[1] if len(rest) > 1 else ""
+        subresource = rest[2] if len(rest) > 2 else ""
+        if subresource and not self._serves_subresource(resource, subresource):
+            raise not_found_path()
+        if watch_prefix and subresource:
+            raise not_found_path()
+        return Target(resource, namespace, name, subresource), watch_prefix
+
+    def _serves_subresource(self, resource: Resource, subresource: str) -> bool:
+        if subresource not in resource.subresources:
+            return False
+        return not (subresource == "dynamic"
+                    and not self.config.feature_gates.enabled(DYNAMIC_CONTAINERS))
+
+    async def _resource(self, request: web.Request, group: str, version: str,
+                        rest: list[str]) -> web.StreamResponse:
+        target, watch_prefix = self._target(group, version, rest)
+        method = request.method
+        handlers = self.rest
+        if target.subresource:
+            sub = target.subresource
+            if sub == "binding":
+                if method == "POST":
+                    return await handlers.bind(request, target)
+            elif sub == "finalize":
+                if method == "PUT":
+                    return await handlers.update(request, target)
+            elif method == "GET":
+                return await handlers.get(request, target)
+            elif method == "PUT":
+                return await handlers.update(request, target)
+            elif method == "PATCH":
+                return await handlers.patch(request, target)
+            raise method_not_allowed()
+        if method == "GET":
+            if watch_prefix or query_bool(request, "watch"):
+                return await serve_watch(request, self.registry, target, self.watch_settings,
+                                         request.app[STOP])
+            if target.name:
+                return await handlers.get(request, target)
+            return await handlers.list_(request, target)
+        if watch_prefix:
+            raise method_not_allowed()
+        if target.name:
+            if method == "PUT":
+                return await handlers.update(request, target)
+            if method == "PATCH":
+                return await handlers.patch(request, target)
+            if method == "DELETE":
+                return await handlers.delete(request, target)
+            raise method_not_allowed()
+        if method == "POST":
+            return await handlers.create(request, target)
+        if method == "DELETE":
+            return await handlers.delete_collection(request, target)
+        raise method_not_allowed()

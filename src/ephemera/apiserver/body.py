@@ -1,0 +1,138 @@
+"""Request bodies: read them (chunked or not, with or without a Content-Type) under a size
+cap (413 beyond it), and decode JSON, YAML or Kubernetes protobuf whatever the Content-Type
+says, with upstream's messages for a body that is not an object (`the object provided is
+unrecognized ...`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from ephemera.api import errors, fieldvalidation
+from ephemera.apiserver import protobuf
+
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+
+
+async def read_body(request: web.Request, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+    """The whole body, de-chunked; 413 RequestEntityTooLarge above `limit` bytes."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise errors.request_entity_too_large(limit)
+    if not request.body_exists:
+        return b""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = await request.content.readany()
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > limit:
+            raise errors.request_entity_too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """YAML as sigs.k8s.io/yaml reads it: timestamps stay strings."""
+
+
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def summarize(data: bytes, max_length: int = 30) -> str:
+    """upstream's `summarizeData`, used in decode error messages."""
+    if not data:
+        return "<empty>"
+    if data[:1] == b"{":
+        text = data[:max_length].decode("utf-8", "replace")
+        return text + " ..." if len(data) > max_length else text
+    if len(data) > max_length:
+        return data[:max_length].hex() + " ..."
+    return data.hex()
+
+
+class DecodeError(ValueError):
+    """The body is neither JSON nor YAML (the message says why, Go-like)."""
+
+
+def decode_document(data: bytes) -> Any:
+    """JSON, or else YAML (one document); raises DecodeError."""
+    stripped = data.lstrip()
+    if not stripped:
+        raise DecodeError("unexpected end of JSON input")
+    if stripped[:1] in (b"{", b"["):
+        try:
+            return json.loads(data)
+        except (ValueError, UnicodeDecodeError) as err:
+            json_error = err
+    else:
+        json_error = None
+    try:
+        docs = [d for d in yaml.load_all(data, Loader=_YamlLoader) if d is not None]
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        if json_error is not None:
+            raise DecodeError(_json_message(json_error)) from None
+        raise DecodeError(f"error converting YAML to JSON: {err}") from None
+    if len(docs) != 1:
+        if json_error is not None:
+            raise DecodeError(_json_message(json_error))
+        raise DecodeError("error converting YAML to JSON: expected exactly one document")
+    return docs[0]
+
+
+def _json_message(err: Exception) -> str:
+    if isinstance(err, json.JSONDecodeError):
+        return f"json parse error: {err.msg} at offset {err.pos}"
+    return f"json parse error: {err}"
+
+
+def decode_object(data: bytes, kind: str) -> tuple[dict[str, Any], list[str]]:
+    """A body that must be an object of `kind` (named in the error message): Kubernetes
+    protobuf (`k8s\\0...`), JSON (with the paths of its duplicated fields) or YAML; 400 for
+    anything else, 415 for a protobuf kind that is not understood."""
+    if protobuf.is_protobuf(data):
+        try:
+            return protobuf.decode_object(data), []
+        except protobuf.ProtobufError as err:
+            raise errors.StatusError(415, "UnsupportedMediaType", str(err)) from None
+    if data.lstrip()[:1] == b"{":
+        try:
+            obj, duplicates = fieldvalidation.loads_json(data)
+        except ValueError:
+            obj, duplicates = None, []
+        if isinstance(obj, dict):
+            return obj, duplicates
+    try:
+        obj = decode_document(data)
+    except DecodeError as err:
+        raise errors.bad_request(
+            f"the object provided is unrecognized (must be of type {kind}): "
+            f"couldn't get version/kind; {err} ({summarize(data)})") from None
+    if not isinstance(obj, dict):
+        raise errors.bad_request(
+            f"the object provided is unrecognized (must be of type {kind}): "
+            f"couldn't get version/kind; json parse error: json: cannot unmarshal "
+            f"{_go_type(obj)} into Go value of type struct {{ APIVersion string "
+            f'"json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }} '
+            f"({summarize(data)})")
+    return obj, []
+
+
+def _go_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "null"

@@ -1,0 +1,525 @@
+"""Storage glue between API objects and the Store, as upstream's generic registry
+(`k8s.io/apiserver/pkg/registry/generic/registry.Store`) does it:
+
+- objects <-> store bytes: compact JSON with `kind`, `apiVersion`, `metadata` first and
+  without `metadata.resourceVersion`, which is the key's `mod_revision` and is spliced back
+  into the bytes on the way out (no decode and re-encode for a plain get, list or watch);
+- create (system fields `uid`, `creationTimestamp`, `generateName` with upstream's retries),
+  get, list (selectors, `limit`/`continue` with an opaque token that pins the list revision,
+  410 with upstream's messages on compaction), guaranteed update (the compare-and-swap retry
+  loop; a no-op writes nothing and keeps the resourceVersion), and delete (preconditions,
+  graceful deletion, finalizers) with `dryRun`;
+- store errors turned into Status errors (`AlreadyExists`, `Conflict`, `NotFound`).
+
+Per-kind rules come from `ephemera.apiserver.strategy`.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ephemera.api import errors, meta
+from ephemera.api.errors import StatusError
+from ephemera.api.selectors import Selection
+from ephemera.apiserver.resources import Resource
+from ephemera.apiserver.strategy import Strategy, strategy_for
+from ephemera.store import (
+    Compacted,
+    FutureRevision,
+    KeyExists,
+    KeyNotFound,
+    KeyValue,
+    RevisionMismatch,
+    Store,
+    Watcher,
+)
+
+log = logging.getLogger("ephemera.apiserver")
+
+# How many times a guaranteed update re-reads and retries after losing a compare-and-swap.
+MAX_UPDATE_ATTEMPTS = 32
+# Name generation retries, as upstream's RetryGenerateName (7 extra attempts).
+GENERATE_NAME_ATTEMPTS = 8
+# Keys read per store page while filtering a list with selectors.
+LIST_PAGE = 500
+
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter."
+)
+INCONSISTENT_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
+LIST_EXPIRED = "The resourceVersion for the provided list is too old."
+
+
+class ExpiredContinue(StatusError):
+    """410 Expired for a compacted continue token, carrying a fresh token (`metadata.continue`)
+    that continues at the latest revision, as upstream does."""
+
+    def __init__(self, message: str, continue_token: str = "") -> None:
+        super().__init__(410, "Expired", message)
+        self.continue_token = continue_token
+
+    def status(self) -> dict[str, Any]:
+        body = super().status()
+        if self.continue_token:
+            body["metadata"] = {"continue": self.continue_token}
+        return body
+
+
+def too_large_resource_version(requested: int, current: int) -> StatusError:
+    return StatusError(
+        504, "Timeout", f"Too large resource version: {requested}, current: {current}",
+        {"causes": [{"reason": "ResourceVersionTooLarge",
+                     "message": "Too large resource version"}],
+         "retryAfterSeconds": 1},
+        retry_after=1)
+
+
+# --- encoding ------------------------------------------------------------------------------
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact UTF-8 JSON (orjson; the standard library for what orjson refuses, such as
+    integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+@dataclass(frozen=True)
+class Codec:
+    """Encodes one resource's objects for the store and splices resourceVersion back in."""
+
+    resource: Resource
+    prefix: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        head = dumps({"kind": self.resource.kind, "apiVersion": self.resource.api_version})
+        object.__setattr__(self, "prefix", head[:-1] + b',"metadata":{')
+
+    def encode(self, obj: dict[str, Any]) -> bytes:
+        """Store bytes: kind, apiVersion and metadata (without resourceVersion) first."""
+        md = obj.get("metadata") or {}
+        if "resourceVersion" in md:
+            md = {k: v for k, v in md.items() if k != "resourceVersion"}
+        out: dict[str, Any] = {"kind": self.resource.kind,
+                               "apiVersion": self.resource.api_version, "metadata": md}
+        for key, value in obj.items():
+            if key not in out:
+                out[key] = value
+        return dumps(out)
+
+    def decode(self, kv: KeyValue) -> dict[str, Any]:
+        obj: dict[str, Any] = loads(kv.value)
+        meta.ensure_metadata(obj)["resourceVersion"] = str(kv.mod_revision)
+        return obj
+
+    def raw(self, kv: KeyValue) -> bytes:
+        """The object as response bytes, resourceVersion included, without a decode when the
+        stored bytes have our layout."""
+        value = kv.value
+        n = len(self.prefix)
+        if value.startswith(self.prefix):
+            rv = b'"resourceVersion":"%d"' % kv.mod_revision
+            if value[n:n + 1] != b"}":
+                rv += b","
+            return value[:n] + rv + value[n:]
+        return dumps(self.decode(kv))
+
+
+# --- continue tokens -----------------------------------------------------------------------
+
+
+def encode_continue(start_after: str, revision: int) -> str:
+    """upstream's `storage.EncodeContinue`: base64url of `{"v","rv","start"}`, where start is
+    the key suffix to continue after, followed by a NUL."""
+    token = {"v": "meta.k8s.io/v1", "rv": revision, "start": start_after + "\x00"}
+    return base64.urlsafe_b64encode(dumps(token)).rstrip(b"=").decode()
+
+
+def decode_continue(token: str) -> tuple[str, int]:
+    """(key suffix to continue after, revision; -1 for latest). 400 on a bad token."""
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(data, dict):
+            raise ValueError
+    except (ValueError, UnicodeDecodeError):
+        raise errors.bad_request(
+            "continue key is not valid: illegal base64 data at input byte 0") from None
+    if data.get("v") != "meta.k8s.io/v1":
+        raise errors.bad_request(
+            "continue key is not valid: server does not recognize this encoded key")
+    rv = data.get("rv")
+    start = data.get("start")
+    if not isinstance(rv, int) or rv == 0 or rv < -1:
+        raise errors.bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion "
+            "(version meta.k8s.io/v1)")
+    if not isinstance(start, str) or not start:
+        raise errors.bad_request(
+            "continue key is not valid: encoded start key empty (version meta.k8s.io/v1)")
+    if start.startswith("/") or ".." in start.split("/"):
+        raise errors.bad_request("continue key is not valid: path traversal attempt detected")
+    return start.rstrip("\x00"), rv
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+@dataclass
+class ListPage:
+    """A list: the matching keys (with the decoded objects where a selector needed them),
+    the revision it was read at, and the continue token when more remain."""
+
+    kvs: list[KeyValue]
+    objects: list[dict[str, Any] | None]
+    revision: int
+    continue_token: str = ""
+
+
+@dataclass
+class DeleteOptions:
+    grace_period_seconds: int | None = None
+    propagation_policy: str | None = None
+    precondition_uid: str | None = None
+    precondition_resource_version: str | None = None
+    dry_run: bool = False
+
+
+@dataclass
+class DeleteResult:
+    obj: dict[str, Any]
+    deleted: bool  # False: still there (graceful deletion or finalizers)
+
+
+UpdateFn = Callable[[dict[str, Any] | None], Awaitable[dict[str, Any]]]
+
+
+class Registry:
+    """Objects of every served resource in one Store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._codecs: dict[Resource, Codec] = {}
+
+    def codec(self, resource: Resource) -> Codec:
+        codec = self._codecs.get(resource)
+        if codec is None:
+            codec = self._codecs[resource] = Codec(resource)
+        return codec
+
+    def strategy(self, resource: Resource) -> Strategy:
+        return strategy_for(resource)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def get_kv(self, resource: Resource, namespace: str, name: str) -> KeyValue:
+        kv = await self.store.get(resource.key(namespace, name))
+        if kv is None:
+            raise errors.not_found(resource.plural, name, resource.group)
+        return kv
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
+        return self.codec(resource).decode(await self.get_kv(resource, namespace, name))
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str,
+        selection: Selection | None = None,
+        *,
+        limit: int = 0,
+        continue_token: str = "",
+        revision: int = 0,
+    ) -> ListPage:
+        """A list of `resource` (in `namespace`, or everywhere when empty) read at `revision`
+        (0: now), filtered by `selection`, at most `limit` items, after `continue_token`."""
+        prefix = self._narrow(resource, namespace, selection) or resource.key_prefix(namespace)
+        start_after = ""
+        if continue_token:
+            suffix, token_revision = decode_continue(continue_token)
+            start_after = prefix + suffix
+            revision = 0 if token_revision == -1 else token_revision
+        codec = self.codec(resource)
+        filtering = selection is not None and not selection.empty
+        try:
+            if not filtering:
+                result = await self.store.list(prefix, limit=limit, start_after=start_after,
+                                               revision=revision)
+                token = ""
+                if result.more and result.kvs:
+                    token = encode_continue(result.kvs[-1].key[len(prefix):], result.revision)
+                return ListPage(result.kvs, [None] * len(result.kvs), result.revision, token)
+            kvs: list[KeyValue] = []
+            objects: list[dict[str, Any] | None] = []
+            page = max(limit, LIST_PAGE) if limit else 0
+            while True:
+                result = await self.store.list(prefix, limit=page, start_after=start_after,
+                                               revision=revision)
+                revision = result.revision
+                for i, kv in enumerate(result.kvs):
+                    obj = codec.decode(kv)
+                    if selection is not None and not selection.matches(obj):
+                        continue
+                    kvs.append(kv)
+                    objects.append(obj)
+                    if limit and len(kvs) >= limit:
+                        more = result.more or i + 1 < len(result.kvs)
+                        token = ""
+                        if more:
+                            token = encode_continue(kv.key[len(prefix):], revision)
+                        return ListPage(kvs, objects, revision, token)
+                if not result.more or not result.kvs:
+                    return ListPage(kvs, objects, revision)
+                start_after = result.kvs[-1].key
+        except Compacted:
+            if continue_token:
+                fresh = encode_continue(start_after[len(prefix):], -1) if start_after else ""
+                raise ExpiredContinue(INCONSISTENT_CONTINUE, fresh) from None
+            raise errors.expired(LIST_EXPIRED) from None
+        except FutureRevision as err:
+            raise too_large_resource_version(err.requested, err.current) from None
+
+    def _narrow(self, resource: Resource, namespace: str, selection: Selection | None
+                ) -> str | None:
+        """A smaller key prefix implied by `metadata.name=` / `metadata.namespace=` terms."""
+        if selection is None or selection.fields.empty:
+            return None
+        ns = namespace
+        if resource.namespaced and not ns:
+            ns = selection.fields.exact("metadata.namespace") or ""
+        name = selection.fields.exact("metadata.name")
+        if name and (ns or not resource.namespaced) and "/" not in name:
+            return resource.key(ns, name)
+        if ns and ns != namespace and "/" not in ns:
+            return resource.key_prefix(ns)
+        return None
+
+    async def watch(self, resource: Resource, namespace: str, after_revision: int,
+                    selection: Selection | None = None) -> Watcher:
+        prefix = self._narrow(resource, namespace, selection) or resource.key_prefix(namespace)
+        return await self.store.watch(prefix, after_revision)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def create(self, resource: Resource, obj: dict[str, Any], *, dry_run: bool = False,
+                     prepared: bool = False) -> dict[str, Any]:
+        """Create `obj` (its namespace already checked against the request). Fills the system
+        fields, runs the strategy's create rules and validation unless `prepared`, generates
+        a name from generateName. Returns the stored object with its resourceVersion."""
+        strategy = self.strategy(resource)
+        md = meta.ensure_metadata(obj)
+        if not prepared:
+            strategy.before_create(obj)
+        generated = not md.get("name") and bool(md.get("generateName"))
+        codec = self.codec(resource)
+        namespace = md.get("namespace") or ""
+        attempts = GENERATE_NAME_ATTEMPTS if generated else 1
+        for attempt in range(attempts):
+            if generated:
+                md["name"] = meta.generate_name(md["generateName"])
+            if attempt == 0 and not prepared:
+                strategy.validate_create(obj)
+            name = md["name"]
+            key = resource.key(namespace, name)
+            data = codec.encode(obj)
+            if dry_run:
+                if await self.store.get(key) is not None:
+                    if generated and attempt + 1 < attempts:
+                        continue
+                    raise self._exists(resource, name, generated)
+                return obj
+            try:
+                kv = await self.store.create(key, data)
+            except KeyExists:
+                if generated and attempt + 1 < attempts:
+                    continue
+                raise self._exists(resource, name, generated) from None
+            md["resourceVersion"] = str(kv.mod_revision)
+            log.info("created %s %s rv=%d", resource.plural, _ref(namespace, name),
+                     kv.mod_revision)
+            return obj
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _exists(resource: Resource, name: str, generated: bool) -> StatusError:
+        if generated:
+            return errors.generate_name_conflict(resource.plural, name, resource.group)
+        return errors.already_exists(resource.plural, name, resource.group)
+
+    async def update(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        update: UpdateFn,
+        *,
+        dry_run: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """The guaranteed update: read the current object, let `update` compute the new one
+        (it gets None when the object does not exist and may then return an object to create,
+        already prepared), compare-and-swap, retry on a lost race. A result equal to the
+        current object writes nothing. Returns (object, created)."""
+        key = resource.key(namespace, name)
+        codec = self.codec(resource)
+        for _ in range(MAX_UPDATE_ATTEMPTS):
+            kv = await self.store.get(key)
+            current = codec.decode(kv) if kv is not None else None
+            new = await update(copy.deepcopy(current) if current is not None else None)
+            if kv is None or current is None:
+                created = await self.create(resource, new, dry_run=dry_run, prepared=True)
+                return created, True
+            if _same_object(new, current):
+                return current, False
+            data = codec.encode(new)
+            if dry_run:
+                meta.ensure_metadata(new)["resourceVersion"] = str(kv.mod_revision)
+                return new, False
+            try:
+                stored = await self.store.update(key, data, kv.mod_revision)
+            except (RevisionMismatch, KeyNotFound):
+                continue
+            md = meta.ensure_metadata(new)
+            md["resourceVersion"] = str(stored.mod_revision)
+            if self._should_delete_during_update(new, current):
+                await self._delete_now(resource, namespace, name, stored, new)
+                return new, False
+            log.info("updated %s %s rv=%d", resource.plural, _ref(namespace, name),
+                     stored.mod_revision)
+            return new, False
+        raise errors.conflict(resource.plural, name, "too many concurrent updates, try again",
+                              resource.group)
+
+    @staticmethod
+    def _should_delete_during_update(new: dict[str, Any], old: dict[str, Any]) -> bool:
+        """upstream's `ShouldDeleteDuringUpdate`: the last finalizer of an object whose
+        deletion was requested with grace 0 was just removed."""
+        new_md = new.get("metadata") or {}
+        old_md = old.get("metadata") or {}
+        return (new_md.get("deletionGracePeriodSeconds") == 0
+                and bool(new_md.get("deletionTimestamp"))
+                and not new_md.get("finalizers") and bool(old_md.get("finalizers")))
+
+    async def _delete_now(self, resource: Resource, namespace: str, name: str, kv: KeyValue,
+                          obj: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            deleted = await self.store.delete(kv.key, kv.mod_revision)
+        except (RevisionMismatch, KeyNotFound):
+            return None
+        meta.ensure_metadata(obj)["resourceVersion"] = str(deleted.mod_revision)
+        log.info("deleted %s %s rv=%d", resource.plural, _ref(namespace, name),
+                 deleted.mod_revision)
+        return obj
+
+    async def delete(self, resource: Resource, namespace: str, name: str,
+                     options: DeleteOptions) -> DeleteResult:
+        """Delete as upstream's `Store.Delete`: preconditions (409), graceful deletion (the
+        object stays with deletionTimestamp and deletionGracePeriodSeconds until a delete
+        with grace 0), finalizers (the object stays until they are removed)."""
+        key = resource.key(namespace, name)
+        codec = self.codec(resource)
+        strategy = self.strategy(resource)
+        for _ in range(MAX_UPDATE_ATTEMPTS):
+            kv = await self.store.get(key)
+            if kv is None:
+                raise errors.not_found(resource.plural, name, resource.group)
+            obj = codec.decode(kv)
+            md = meta.ensure_metadata(obj)
+            _check_preconditions(resource, md, options)
+            original = copy.deepcopy(obj)
+            outcome = strategy.before_delete(obj, options.grace_period_seconds)
+            if outcome == "pending":
+                return DeleteResult(obj, False)
+            held = strategy.has_finalizers(obj)
+            if held and not md.get("deletionTimestamp"):
+                md["deletionTimestamp"] = meta.now_rfc3339()
+                md["deletionGracePeriodSeconds"] = 0
+                if md.get("generation", 0) > 0:
+                    md["generation"] += 1
+            graceful = outcome == "graceful" and (md.get("deletionGracePeriodSeconds") or 0) > 0
+            if held or graceful:
+                if options.dry_run or _same_object(obj, original):
+                    return DeleteResult(obj, False)
+                try:
+                    stored = await self.store.update(key, codec.encode(obj), kv.mod_revision)
+                except (RevisionMismatch, KeyNotFound):
+                    continue
+                md["resourceVersion"] = str(stored.mod_revision)
+                log.info("deleting %s %s: deletionTimestamp set rv=%d grace=%s",
+                         resource.plural, _ref(namespace, name), stored.mod_revision,
+                         md.get("deletionGracePeriodSeconds"))
+                return DeleteResult(obj, False)
+            if options.dry_run:
+                return DeleteResult(obj, True)
+            try:
+                deleted = await self.store.delete(key, kv.mod_revision)
+            except (RevisionMismatch, KeyNotFound):
+                continue
+            md["resourceVersion"] = str(deleted.mod_revision)
+            log.info("deleted %s %s rv=%d", resource.plural, _ref(namespace, name),
+                     deleted.mod_revision)
+            return DeleteResult(obj, True)
+        raise errors.conflict(resource.plural, name, "too many concurrent updates, try again",
+                              resource.group)
+
+
+def _check_preconditions(resource: Resource, md: dict[str, Any], options: DeleteOptions) -> None:
+    """rest.BeforeDelete's early precondition check: a 409 Conflict on the Kind."""
+    uid = options.precondition_uid
+    if uid is not None and uid != md.get("uid", ""):
+        raise errors.conflict(
+            resource.kind, md.get("name", ""),
+            f"the UID in the precondition ({uid}) does not match the UID in record "
+            f"({md.get('uid', '')}). The object might have been deleted and then recreated",
+            resource.group)
+    rv = options.precondition_resource_version
+    if rv is not None and rv != md.get("resourceVersion", ""):
+        raise errors.conflict(
+            resource.kind, md.get("name", ""),
+            f"the ResourceVersion in the precondition ({rv}) does not match the "
+            f"ResourceVersion in record ({md.get('resourceVersion', '')}). The object might "
+            "have been modified",
+            resource.group)
+
+
+def _same_object(new: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Equal apart from resourceVersion (a no-op update writes nothing)."""
+    new_md = new.get("metadata") or {}
+    cur_md = current.get("metadata") or {}
+    if new.keys() != current.keys():
+        return False
+    for key, value in new.items():
+        if key == "metadata":
+            continue
+        if value != current[key]:
+            return False
+    strip = {"resourceVersion"}
+    return ({k: v for k, v in new_md.items() if k not in strip}
+            == {k: v for k, v in cur_md.items() if k not in strip})
+
+
+def _ref(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name

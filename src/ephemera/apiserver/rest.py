@@ -1,0 +1,708 @@
+"""The REST handlers of the served resources, one per verb, as upstream's
+`k8s.io/apiserver/pkg/endpoints/handlers` do them: request options (query and body),
+body decoding and field validation, admission (namespace lifecycle), patching and
+server-side apply, managed fields, then the registry; responses as JSON, a Table or
+PartialObjectMetadata, with `Warning` headers.
+
+Routing (which handler a URL and method reach) is in `ephemera.apiserver.app`; watch
+streams in `ephemera.apiserver.watch`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from ephemera.api import errors, field, fieldvalidation, managedfields, meta, patch
+from ephemera.api.errors import StatusError
+from ephemera.api.featuregates import parse_go_bool
+from ephemera.api.selectors import Selection, SelectorError
+from ephemera.apiserver import tables
+from ephemera.apiserver.accept import parse_accept
+from ephemera.apiserver.body import (
+    DecodeError,
+    decode_document,
+    decode_object,
+    read_body,
+    summarize,
+)
+from ephemera.apiserver.namespaces import NamespaceLifecycle
+from ephemera.apiserver.registry import (
+    DeleteOptions,
+    ListPage,
+    Registry,
+    dumps,
+    too_large_resource_version,
+)
+from ephemera.apiserver.resources import RESOURCES, Resource
+
+log = logging.getLogger("ephemera.apiserver")
+
+JSON = "application/json"
+PATCH_JSON = "application/json-patch+json"
+PATCH_MERGE = "application/merge-patch+json"
+PATCH_STRATEGIC = "application/strategic-merge-patch+json"
+PATCH_APPLY = "application/apply-patch+yaml"
+PATCH_TYPES = (PATCH_JSON, PATCH_MERGE, PATCH_STRATEGIC, PATCH_APPLY)
+METHOD_NOT_ALLOWED = "the server does not allow this method on the requested resource"
+BINDING_DEFINITION = "io.k8s.api.core.v1.Binding"
+
+# Kinds this server knows, for upstream's wording of a body of the wrong kind.
+_KNOWN_KINDS = {(r.api_version, r.kind) for r in RESOURCES} | {("v1", "Binding")}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a resource URL names."""
+
+    resource: Resource
+    namespace: str = ""
+    name: str = ""
+    subresource: str = ""
+
+
+def method_not_allowed() -> StatusError:
+    return StatusError(405, "MethodNotAllowed", METHOD_NOT_ALLOWED)
+
+
+def respond(body: bytes | dict[str, Any], status: int = 200,
+            warnings: Iterable[str] = ()) -> web.Response:
+    response = web.Response(body=body if isinstance(body, bytes) else dumps(body),
+                            status=status, content_type=JSON)
+    response.headers["Cache-Control"] = "no-cache, private"
+    for text in warnings:
+        response.headers.add("Warning", fieldvalidation.warning_header(text))
+    return response
+
+
+# --- query options -------------------------------------------------------------------------
+
+
+def query_bool(request: web.Request, name: str) -> bool | None:
+    value = request.query.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return parse_go_bool(value)
+    except ValueError as err:
+        raise errors.bad_request(str(err)) from None
+
+
+def query_int(request: web.Request, name: str) -> int | None:
+    value = request.query.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise errors.bad_request(
+            f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
+
+
+def dry_run(values: Sequence[str], options_kind: str) -> bool:
+    """`dryRun`: only `All` is supported, as upstream's ValidateDryRun says."""
+    if any(v != "All" for v in values):
+        shown = "[]string{" + ", ".join(json.dumps(v) for v in values) + "}"
+        body = f'Unsupported value: {shown}: supported values: "All"'
+        raise StatusError(
+            422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: dryRun: {body}',
+            {"group": "meta.k8s.io", "kind": options_kind,
+             "causes": [{"reason": "FieldValueNotSupported", "message": body,
+                         "field": "dryRun"}]})
+    return bool(values)
+
+
+def field_manager(request: web.Request) -> str:
+    """The `fieldManager` query parameter, or the user agent's product (upstream's
+    `prefixFromUserAgent`: up to the first `/`, printable, at most 128 characters)."""
+    manager = request.query.get("fieldManager")
+    if manager:
+        if len(manager) > 128:
+            raise errors.invalid("CreateOptions", "", [field.FieldError(
+                "TooLong", "fieldManager", "may not be more than 128 bytes")],
+                group="meta.k8s.io")
+        return manager
+    agent = request.headers.get("User-Agent", "").split("/", 1)[0]
+    return "".join(c for c in agent if c.isprintable())[:128]
+
+
+def selection(request: web.Request, resource: Resource) -> Selection:
+    try:
+        return Selection.parse(resource.kind, request.query.get("labelSelector"),
+                               request.query.get("fieldSelector"))
+    except SelectorError as err:
+        raise errors.bad_request(str(err)) from None
+
+
+# --- bodies --------------------------------------------------------------------------------
+
+
+def check_kind(obj: dict[str, Any], api_version: str, kind: str) -> None:
+    """The body's kind and apiVersion must be the endpoint's (defaulted when absent);
+    otherwise upstream's decode error."""
+    got_kind = obj.get("kind") or kind
+    got_version = obj.get("apiVersion") or api_version
+    if not isinstance(got_kind, str) or not isinstance(got_version, str):
+        raise errors.bad_request(f"the object provided is unrecognized (must be of type "
+                                 f"{kind}): kind and apiVersion must be strings")
+    if got_kind == kind and got_version == api_version:
+        obj["kind"], obj["apiVersion"] = kind, api_version
+        return
+    version = got_version.rpartition("/")[2]
+    head = f'{got_kind} in version "{version}" cannot be handled as a {kind}: '
+    if (got_version, got_kind) in _KNOWN_KINDS:
+        group = api_version.rpartition("/")[0]
+        internal = group.split(".")[0] if group else "core"
+        raise errors.bad_request(head + f"converting ({version}.{got_kind}) to "
+                                        f"({internal}.{kind}): unknown conversion")
+    raise errors.bad_request(head + f'no kind "{got_kind}" is registered for version '
+                                    f'"{got_version}" in scheme '
+                                    '"pkg/api/legacyscheme/scheme.go:30"')
+
+
+def ensure_namespace(obj: dict[str, Any], resource: Resource, namespace: str) -> None:
+    """EnsureObjectNamespaceMatchesRequestNamespace."""
+    md = meta.ensure_metadata(obj)
+    if not resource.namespaced:
+        md.pop("namespace", None)
+        return
+    have = md.get("namespace") or ""
+    if not have:
+        md["namespace"] = namespace
+    elif have != namespace:
+        raise errors.bad_request(
+            "the namespace of the provided object does not match the namespace sent on the "
+            "request")
+
+
+def check_name(obj: dict[str, Any], resource: Resource, namespace: str, name: str) -> None:
+    """upstream's `checkName` for an update."""
+    md = meta.ensure_metadata(obj)
+    have = md.get("name") or ""
+    if have != name:
+        raise errors.bad_request(
+            f"the name of the object ({have}) does not match the name on the URL ({name})")
+    have_ns = md.get("namespace") or ""
+    if resource.namespaced and namespace and have_ns and have_ns != namespace:
+        raise errors.bad_request(
+            f"the namespace of the object ({have_ns}) does not match the namespace on the "
+            f"URL ({namespace})")
+
+
+# --- managed fields and patches ----------------------------------------------------------
+
+
+def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
+                  resource: Resource, subresource: str = "") -> dict[str, Any]:
+    """Record `manager`'s write in `new.metadata.managedFields`; returns `new`."""
+    managedfields.record_update(old, new, manager, resource.definition, resource.api_version,
+                                subresource)
+    return new
+
+
+# --- the handlers --------------------------------------------------------------------------
+
+
+class RestHandlers:
+    def __init__(self, registry: Registry, lifecycle: NamespaceLifecycle, *,
+                 max_body_bytes: int) -> None:
+        self.registry = registry
+        self.lifecycle = lifecycle
+        self.max_body_bytes = max_body_bytes
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def get(self, request: web.Request, target: Target) -> web.Response:
+        res = target.resource
+        kv = await self.registry.get_kv(res, target.namespace, target.name)
+        codec = self.registry.codec(res)
+        form = response_form(request)
+        if form is None:
+            return respond(codec.raw(kv))
+        obj = codec.decode(kv)
+        return respond(as_form(form, request, res, [obj], {"resourceVersion":
+                                                             str(kv.mod_revision)}, single=True))
+
+    async def list_(self, request: web.Request, target: Target) -> web.Response:
+        res = target.resource
+        sel = selection(request, res)
+        limit = query_int(request, "limit") or 0
+        if limit < 0:
+            limit = 0
+        cont = request.query.get("continue", "")
+        rv_text = request.query.get("resourceVersion", "")
+        match = request.query.get("resourceVersionMatch", "")
+        revision = list_revision(rv_text, match, cont)
+        if revision < 0:  # NotOlderThan: now, unless that is older
+            current = await self.registry.store.current_revision()
+            if -revision > current:
+                raise too_large_resource_version(-revision, current)
+            revision = 0
+        page = await self.registry.list(res, target.namespace, sel, limit=limit,
+                                        continue_token=cont, revision=revision)
+        list_meta: dict[str, Any] = {"resourceVersion": str(page.revision)}
+        if page.continue_token:
+            list_meta["continue"] = page.continue_token
+        form = response_form(request)
+        if form is None:
+            return respond(list_bytes(self.registry, res, page, list_meta))
+        codec = self.registry.codec(res)
+        objs = [o if o is not None else codec.decode(kv)
+                for kv, o in zip(page.kvs, page.objects, strict=True)]
+        return respond(as_form(form, request, res, objs, list_meta, single=False))
+
+    # -- create -----------------------------------------------------------------------------
+
+    async def create(self, request: web.Request, target: Target) -> web.Response:
+        res = target.resource
+        if res.namespaced and not target.namespace:
+            raise method_not_allowed()
+        if "create" not in res.verbs:
+            raise method_not_allowed()
+        body = await read_body(request, self.max_body_bytes)
+        obj, duplicates = decode_object(body, res.kind)
+        check_kind(obj, res.api_version, res.kind)
+        dry = dry_run(request.query.getall("dryRun", []), "CreateOptions")
+        manager = field_manager(request)
+        warnings = fieldvalidation.check(obj, res.definition,
+                                         request.query.get("fieldValidation"), res.kind,
+                                         res.version, duplicates, "CreateOptions")
+        md = meta.ensure_metadata(obj)
+        ensure_namespace(obj, res, target.namespace)
+        if md.get("resourceVersion"):
+            raise errors.bad_request("resourceVersion can not be set for create requests")
+        await self.lifecycle.admit_create(res, target.namespace, md.get("name") or "")
+        obj = record_update(None, obj, manager, res)
+        created = await self.registry.create(res, obj, dry_run=dry)
+        return respond(created, 201, warnings)
+
+    # -- update -----------------------------------------------------------------------------
+
+    async def update(self, request: web.Request, target: Target) -> web.Response:
+        res, sub = target.resource, target.subresource
+        body = await read_body(request, self.max_body_bytes)
+        obj, duplicates = decode_object(body, res.kind)
+        check_kind(obj, res.api_version, res.kind)
+        dry = dry_run(request.query.getall("dryRun", []), "UpdateOptions")
+        manager = field_manager(request)
+        warnings = fieldvalidation.check(obj, res.definition,
+                                         request.query.get("fieldValidation"), res.kind,
+                                         res.version, duplicates, "UpdateOptions")
+        check_name(obj, res, target.namespace, target.name)
+        ensure_namespace(obj, res, target.namespace)
+        strategy = self.registry.strategy(res)
+        wanted_rv = meta.ensure_metadata(obj).get("resourceVersion") or ""
+
+        async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
+            new = copy.deepcopy(obj)
+            if current is None:
+                if sub or not strategy.allow_create_on_update:
+                    raise errors.not_found(res.plural, target.name, res.group)
+                if wanted_rv:
+                    raise errors.not_found(res.plural, target.name, res.group)
+                await self.lifecycle.admit_create(res, target.namespace, target.name)
+                new = record_update(None, new, manager, res)
+                strategy.before_create(new)
+                strategy.validate_create(new)
+                return new
+            current_rv = (current.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != current_rv:
+                raise errors.conflict(res.plural, target.name, group=res.group)
+            new = record_update(current, new, manager, res, sub)
+            strategy.before_update(new, current, sub)
+            return new
+
+        result, created = await self.registry.update(res, target.namespace, target.name,
+                                                     compute, dry_run=dry)
+        self._after_write(res, result)
+        return respond(result, 201 if created else 200, warnings)
+
+    def _after_write(self, res: Resource, obj: dict[str, Any]) -> None:
+        """A Terminating namespace whose finalizers changed may be ready to go."""
+        if res.plural == "namespaces" and not res.group:
+            md = obj.get("metadata") or {}
+            if md.get("deletionTimestamp"):
+                self.lifecycle.finalize(md.get("name", ""))
+
+    # -- patch ------------------------------------------------------------------------------
+
+    async def patch(self, request: web.Request, target: Target) -> web.Response:
+        res, sub = target.resource, target.subresource
+        content_type = request.content_type.split(";")[0].strip().lower()
+        if content_type not in PATCH_TYPES:
+            raise errors.unsupported_media_type()
+        body = await read_body(request, self.max_body_bytes)
+        dry = dry_run(request.query.getall("dryRun", []), "PatchOptions")
+        force = query_bool(request, "force")
+        manager = request.query.get("fieldManager", "")
+        is_apply = content_type == PATCH_APPLY
+        patch_errors: list[field.FieldError] = []
+        if not is_apply and force is not None:
+            patch_errors.append(field.forbidden("force", "may not be specified for non-apply "
+                                                         "patch"))
+        if is_apply and not manager:
+            patch_errors.append(field.required("fieldManager", "is required for apply patch"))
+        if patch_errors:
+            raise errors.invalid("PatchOptions", "", patch_errors, group="meta.k8s.io")
+        manager = manager or field_manager(request)
+        directive = fieldvalidation.directive(request.query.get("fieldValidation"),
+                                              "PatchOptions")
+        strategy = self.registry.strategy(res)
+        applied: dict[str, Any] | None = None
+        if is_apply:
+            applied = self._applied_config(body, res, sub, target)
+        warnings: list[str] = []
+
+        async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
+            warnings.clear()
+            if current is None:
+                if not is_apply or sub:
+                    raise errors.not_found(res.plural, target.name, res.group)
+                assert applied is not None
+                await self.lifecycle.admit_create(res, target.namespace, target.name)
+                new = managedfields.server_side_apply(
+                    None, copy.deepcopy(applied), manager, bool(force), res.definition,
+                    res.api_version, sub)
+                ensure_namespace(new, res, target.namespace)
+                strategy.before_create(new)
+                strategy.validate_create(new)
+                return new
+            live = copy.deepcopy(current)
+            if is_apply:
+                assert applied is not None
+                new = managedfields.server_side_apply(
+                    live, copy.deepcopy(applied), manager, bool(force), res.definition,
+                    res.api_version, sub)
+            else:
+                new = patch.apply_patch(content_type, live, body, res.definition)
+                warnings.extend(self._check_patched(new, res, content_type, directive))
+            md = meta.ensure_metadata(new)
+            current_rv = (current.get("metadata") or {}).get("resourceVersion")
+            wanted_rv = md.get("resourceVersion")
+            if wanted_rv and wanted_rv != current_rv:
+                raise errors.conflict(res.plural, target.name, group=res.group)
+            md["resourceVersion"] = current_rv
+            new["kind"], new["apiVersion"] = res.kind, res.api_version
+            if not is_apply:
+                new = record_update(current, new, manager, res, sub)
+            strategy.before_update(new, current, sub)
+            return new
+
+        result, created = await self.registry.update(res, target.namespace, target.name,
+                                                     compute, dry_run=dry)
+        self._after_write(res, result)
+        return respond(result, 201 if created else 200, warnings)
+
+    def _applied_config(self, body: bytes, res: Resource, sub: str, target: Target
+                        ) -> dict[str, Any]:
+        """The apply configuration, limited to what the endpoint owns: no status on a main
+        resource with a status subresource, only status on `/status`."""
+        try:
+            applied = decode_document(body)
+        except DecodeError as err:
+            raise errors.bad_request(f"error decoding YAML: {err}") from None
+        if not isinstance(applied, dict):
+            raise errors.bad_request("error decoding YAML: the apply configuration must be "
+                                     "an object")
+        md = meta.ensure_metadata(applied)
+        if (md.get("name") or target.name) != target.name:
+            raise errors.bad_request(f"the name of the object ({md.get('name')}) does not "
+                                     f"match the name on the URL ({target.name})")
+        md["name"] = target.name
+        if res.namespaced:
+            if md.get("namespace") and md["namespace"] != target.namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request")
+            md["namespace"] = target.namespace
+        has_status = self.registry.strategy(res).has_status
+        if sub == "status":
+            applied = {k: v for k, v in applied.items()
+                       if k in ("apiVersion", "kind", "metadata", "status")}
+        elif has_status and not sub:
+            applied.pop("status", None)
+        paths = fieldvalidation.apply_unknown_fields(applied, res.definition)
+        if paths:
+            raise fieldvalidation.apply_schema_error(target.namespace, target.name, res.group,
+                                                     res.version, res.kind, paths)
+        return applied
+
+    @staticmethod
+    def _check_patched(new: dict[str, Any], res: Resource, content_type: str,
+                       directive: str) -> list[str]:
+        """Field validation of a patched object: wrong types 422, unknown fields 422
+        (Strict), dropped with warnings (Warn) or silently (Ignore)."""
+        err = fieldvalidation.type_errors(new, res.definition)
+        if err is not None:
+            text = json.dumps(json.dumps(new, separators=(",", ":")))
+            message = f"Invalid value: {text}: {err}"
+            raise StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
+                              {"causes": [{"reason": "FieldValueInvalid", "message": message,
+                                           "field": "patch"}]})
+        if directive == fieldvalidation.STRICT:
+            paths = fieldvalidation.unknown_fields(new, res.definition)
+            if paths:
+                patched = (fieldvalidation.go_map_text(new) if content_type == PATCH_STRATEGIC
+                           else json.dumps(new, separators=(",", ":")))
+                raise fieldvalidation.patch_strict_error(paths, patched)
+            return []
+        paths = fieldvalidation.drop_unknown_fields(new, res.definition)
+        return fieldvalidation.warning_texts(paths) if directive == fieldvalidation.WARN else []
+
+    # -- delete -----------------------------------------------------------------------------
+
+    async def delete_options(self, request: web.Request) -> DeleteOptions:
+        """DeleteOptions from the query and the body (the body wins where both say)."""
+        options = DeleteOptions(
+            grace_period_seconds=query_int(request, "gracePeriodSeconds"),
+            propagation_policy=request.query.get("propagationPolicy") or None)
+        dry_values = list(request.query.getall("dryRun", []))
+        orphan = query_bool(request, "orphanDependents")
+        body = await read_body(request, self.max_body_bytes)
+        if body.strip():
+            try:
+                data = decode_document(body)
+            except DecodeError as err:
+                raise errors.bad_request(
+                    f"the object provided is unrecognized (must be of type DeleteOptions): "
+                    f"couldn't get version/kind; {err} ({summarize(body)})") from None
+            if not isinstance(data, dict):
+                raise errors.bad_request("the object provided is unrecognized (must be of "
+                                         "type DeleteOptions)")
+            kind = data.get("kind")
+            if kind not in (None, "", "DeleteOptions"):
+                raise errors.bad_request(f'{kind} in version "v1" cannot be handled as a '
+                                         "DeleteOptions")
+            if data.get("gracePeriodSeconds") is not None:
+                grace = data["gracePeriodSeconds"]
+                if isinstance(grace, bool) or not isinstance(grace, int):
+                    raise errors.bad_request(
+                        "json: cannot unmarshal into Go struct field "
+                        "DeleteOptions.gracePeriodSeconds of type int64")
+                options.grace_period_seconds = grace
+            if data.get("propagationPolicy"):
+                options.propagation_policy = data["propagationPolicy"]
+            if data.get("dryRun"):
+                dry_values = list(data["dryRun"])
+            if data.get("orphanDependents") is not None:
+                orphan = bool(data["orphanDependents"])
+            pre = data.get("preconditions") or {}
+            if isinstance(pre, dict):
+                if pre.get("uid") is not None:
+                    options.precondition_uid = str(pre["uid"])
+                if pre.get("resourceVersion") is not None:
+                    options.precondition_resource_version = str(pre["resourceVersion"])
+        options.dry_run = dry_run(dry_values, "DeleteOptions")
+        errs: list[field.FieldError] = []
+        policy = options.propagation_policy
+        if policy is not None and policy not in ("Foreground", "Background", "Orphan"):
+            errs.append(field.not_supported("propagationPolicy", policy,
+                                            ["Foreground", "Background", "Orphan"]))
+        if policy is not None and orphan is not None:
+            errs.append(field.invalid("propagationPolicy", policy,
+                                      "orphanDependents and deletionPropagation cannot be "
+                                      "both set"))
+        if errs:
+            raise errors.invalid("DeleteOptions", "", errs, group="meta.k8s.io")
+        return options
+
+    async def delete(self, request: web.Request, target: Target) -> web.Response:
+        res = target.resource
+        options = await self.delete_options(request)
+        if res.plural == "namespaces" and not res.group:
+            self.lifecycle.admit_delete(target.name)
+        result = await self.registry.delete(res, target.namespace, target.name, options)
+        if res.plural == "namespaces" and not res.group and not result.deleted \
+                and not options.dry_run:
+            self.lifecycle.finalize(target.name)
+        if result.deleted and res.plural not in ("pods", "namespaces"):
+            md = result.obj.get("metadata") or {}
+            details: dict[str, Any] = {"name": md.get("name", "")}
+            if res.group:
+                details["group"] = res.group
+            details["kind"] = res.plural
+            details["uid"] = md.get("uid", "")
+            return respond(errors.success_status(details))
+        return respond(result.obj)
+
+    async def delete_collection(self, request: web.Request, target: Target) -> web.Response:
+        res = target.resource
+        if "deletecollection" not in res.verbs or res.plural == "namespaces" or (
+                res.namespaced and not target.namespace):
+            raise method_not_allowed()
+        sel = selection(request, res)
+        options = await self.delete_options(request)
+        page = await self.registry.list(res, target.namespace, sel)
+        items: list[dict[str, Any]] = []
+        for kv in page.kvs:
+            name = kv.key.rsplit("/", 1)[-1]
+            try:
+                result = await self.registry.delete(res, target.namespace, name, options)
+            except StatusError as err:
+                if err.code == 404:
+                    continue
+                raise
+            items.append(result.obj)
+        return respond({"kind": res.list_kind, "apiVersion": res.api_version,
+                        "metadata": {"resourceVersion": str(page.revision)}, "items": items})
+
+    # -- pods/binding -----------------------------------------------------------------------
+
+    async def bind(self, request: web.Request, target: Target) -> web.Response:
+        res = target.resource
+        body = await read_body(request, self.max_body_bytes)
+        binding, duplicates = decode_object(body, "Binding")
+        check_kind(binding, "v1", "Binding")
+        dry = dry_run(request.query.getall("dryRun", []), "CreateOptions")
+        fieldvalidation.check(binding, BINDING_DEFINITION,
+                              request.query.get("fieldValidation"), "Binding", "v1",
+                              duplicates, "CreateOptions")
+        md = meta.ensure_metadata(binding)
+        if (md.get("name") or "") != target.name:
+            raise errors.bad_request("name in URL does not match name in Binding object")
+        ensure_namespace(binding, res, target.namespace)
+        node_target = binding.get("target") or {}
+        errs: list[field.FieldError] = []
+        if node_target.get("kind") and node_target["kind"] != "Node":
+            errs.append(field.not_supported("target.kind", node_target["kind"],
+                                            ["Node", "<empty>"]))
+        if not node_target.get("name"):
+            errs.append(field.required("target.name"))
+        if errs:
+            raise errors.invalid("Binding", target.name, errs)
+        node = node_target["name"]
+        annotations = md.get("annotations") or {}
+
+        async def assign(pod: dict[str, Any] | None) -> dict[str, Any]:
+            if pod is None:
+                raise errors.not_found(res.plural, target.name, res.group)
+            pod_md = meta.ensure_metadata(pod)
+            uid = md.get("uid")
+            if uid and uid != pod_md.get("uid"):
+                raise errors.conflict(
+                    res.plural, target.name,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    f"{pod_md.get('uid', '')}")
+            if pod_md.get("deletionTimestamp"):
+                raise errors.conflict(res.plural, target.name,
+                                      f"pod {target.name} is being deleted, cannot be "
+                                      "assigned to a host")
+            spec = pod.setdefault("spec", {})
+            if spec.get("nodeName"):
+                raise errors.conflict(res.plural, target.name,
+                                      f"pod {target.name} is already assigned to node "
+                                      f"\"{spec['nodeName']}\"")
+            spec["nodeName"] = node
+            if annotations:
+                pod_md.setdefault("annotations", {}).update(annotations)
+            status = pod.setdefault("status", {})
+            conditions = status.setdefault("conditions", [])
+            for condition in conditions:
+                if condition.get("type") == "PodScheduled":
+                    if condition.get("status") != "True":
+                        condition["lastTransitionTime"] = meta.now_rfc3339()
+                    condition["status"] = "True"
+                    condition.pop("reason", None)
+                    condition.pop("message", None)
+                    break
+            else:
+                conditions.append({"type": "PodScheduled", "status": "True",
+                                   "lastProbeTime": None,
+                                   "lastTransitionTime": meta.now_rfc3339()})
+            return pod
+
+        await self.registry.update(res, target.namespace, target.name, assign, dry_run=dry)
+        log.info("bound pods %s/%s to node %s", target.namespace, target.name, node)
+        return respond({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Success", "code": 201}, 201)
+
+
+# --- lists and response forms --------------------------------------------------------------
+
+
+def list_revision(rv_text: str, match: str, continue_token: str) -> int:
+    """The revision a list reads at: 0 (now) unless `resourceVersionMatch=Exact`; with
+    upstream's ListOptions validation."""
+    errs: list[field.FieldError] = []
+    if continue_token and rv_text and rv_text != "0":
+        errs.append(field.forbidden("resourceVersion", "specifying resource version is not "
+                                                       "allowed when using continue"))
+    if match:
+        if match not in ("Exact", "NotOlderThan"):
+            errs.append(field.not_supported("resourceVersionMatch", match,
+                                            ["Exact", "NotOlderThan", ""]))
+        elif not rv_text:
+            errs.append(field.forbidden("resourceVersionMatch",
+                                        "resourceVersionMatch is forbidden unless "
+                                        "resourceVersion is provided"))
+        elif continue_token:
+            errs.append(field.forbidden("resourceVersionMatch",
+                                        "resourceVersionMatch is forbidden when continue is "
+                                        "provided"))
+        elif match == "Exact" and rv_text == "0":
+            errs.append(field.forbidden("resourceVersionMatch",
+                                        'resourceVersionMatch "exact" is forbidden for '
+                                        'resourceVersion "0"'))
+    if errs:
+        raise errors.invalid("ListOptions", "", errs, group="meta.k8s.io")
+    if not rv_text or rv_text == "0":
+        return 0
+    revision = parse_resource_version(rv_text)
+    return revision if match == "Exact" else -revision
+
+
+def parse_resource_version(text: str) -> int:
+    try:
+        value = int(text)
+        if value < 0:
+            raise ValueError
+    except ValueError:
+        raise errors.bad_request(f'invalid resource version "{text}"') from None
+    return value
+
+
+def list_bytes(registry: Registry, res: Resource, page: ListPage,
+               list_meta: dict[str, Any]) -> bytes:
+    codec = registry.codec(res)
+    head = dumps({"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta})
+    return head[:-1] + b',"items":[' + b",".join(codec.raw(kv) for kv in page.kvs) + b"]}"
+
+
+def response_form(request: web.Request) -> str | None:
+    """None for the plain object, else `Table:<apiVersion>`, `PartialObjectMetadata` or
+    `PartialObjectMetadataList`."""
+    accept = request.headers.get("Accept")
+    if not accept or "as=" not in accept:
+        return None
+    table_version = tables.table_api_version(accept)
+    if table_version:
+        return "Table:" + table_version
+    for media in parse_accept(accept):
+        if not media.matches_json():
+            continue
+        as_ = media.params.get("as")
+        if as_ in ("PartialObjectMetadata", "PartialObjectMetadataList") \
+                and media.params.get("g") == "meta.k8s.io":
+            return as_
+        if as_ is None:
+            return None
+    return None
+
+
+def as_form(form: str, request: web.Request, res: Resource, objs: list[dict[str, Any]],
+            list_meta: dict[str, Any], *, single: bool) -> dict[str, Any]:
+    if form.startswith("Table:"):
+        include = tables.parse_include_object(request.query.get("includeObject"))
+        return tables.to_table(res, objs, include_object=include, metadata=list_meta,
+                               api_version=form.split(":", 1)[1])
+    partial = [tables.partial_object_metadata(o) for o in objs]
+    if single and form == "PartialObjectMetadata":
+        return partial[0]
+    return {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+            "metadata": list_meta, "items": partial}

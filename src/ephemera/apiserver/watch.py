@@ -1,0 +1,255 @@
+"""Watch streams: `GET ...?watch=true` as upstream's apiserver serves it.
+
+- resourceVersion unset or `0` (or `sendInitialEvents=true`): synthetic `ADDED` events for
+  the current state, then changes; `N`: the changes after N; a compacted N: a 200 stream with
+  one `ERROR` event carrying the 410 Expired Status `too old resource version: N (M)`.
+- `sendInitialEvents=true`: after the initial events, a `BOOKMARK` annotated
+  `k8s.io/initial-events-end: "true"`; `allowWatchBookmarks=true`: periodic `BOOKMARK`s (and
+  one just before the stream ends on its timeout).
+- selectors with upstream's transitions: an object that stops matching is sent as `DELETED`
+  (its previous state at the event's resourceVersion), one that starts matching as `ADDED`.
+- one JSON object per line in a chunked 200 response; a one-row Table per event when the
+  Accept header asks for a Table (column definitions on the first event).
+- `timeoutSeconds` (default: a random time between the configured minimum and twice it, as
+  upstream), a store `WatcherDropped` (the client fell behind) or the server shutting down end
+  the stream cleanly; the client re-lists and watches again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from ephemera.api import errors
+from ephemera.api.selectors import EQUALS, FieldSelector, FieldTerm, Selection
+from ephemera.apiserver import tables
+from ephemera.apiserver.registry import Codec, Registry, dumps
+from ephemera.apiserver.resources import Resource
+from ephemera.apiserver.rest import (
+    Target,
+    parse_resource_version,
+    query_bool,
+    query_int,
+    response_form,
+    selection,
+)
+from ephemera.store import Compacted, Event, KeyValue, Progress, WatcherDropped
+
+log = logging.getLogger("ephemera.apiserver")
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# How often an idle stream checks that its client is still there.
+LIVENESS_CHECK_INTERVAL = 5.0
+# Initial events are written in batches of about this many bytes.
+WRITE_BATCH = 64 * 1024
+
+
+@dataclass
+class WatchSettings:
+    bookmark_interval: float = 60.0
+    min_timeout: float = 1800.0
+
+
+class _Stream:
+    """Encodes events for one watch."""
+
+    def __init__(self, resource: Resource, codec: Codec, form: str | None,
+                 include_object: tables.IncludeObject) -> None:
+        self.resource = resource
+        self.codec = codec
+        self.table_version = form.split(":", 1)[1] if form and form.startswith("Table:") \
+            else None
+        self.include_object = include_object
+        self.columns_sent = False
+
+    def event(self, type_: str, kv: KeyValue, obj: dict[str, Any] | None = None) -> bytes:
+        if self.table_version is None:
+            return b'{"type":"' + type_.encode() + b'","object":' + self.codec.raw(kv) + b"}\n"
+        if obj is None:
+            obj = self.codec.decode(kv)
+        table = tables.to_table(self.resource, [obj], include_object=self.include_object,
+                                with_columns=not self.columns_sent,
+                                metadata={"resourceVersion": str(kv.mod_revision)},
+                                api_version=self.table_version)
+        self.columns_sent = True
+        return dumps({"type": type_, "object": table}) + b"\n"
+
+    def bookmark(self, revision: int, initial_events_end: bool = False) -> bytes:
+        if self.table_version is not None:
+            obj: dict[str, Any] = {"kind": "Table", "apiVersion": self.table_version,
+                                   "metadata": {"resourceVersion": str(revision)},
+                                   "columnDefinitions": None, "rows": []}
+        else:
+            md: dict[str, Any] = {"resourceVersion": str(revision)}
+            if initial_events_end:
+                md["annotations"] = {INITIAL_EVENTS_END: "true"}
+            obj = {"kind": self.resource.kind, "apiVersion": self.resource.api_version,
+                   "metadata": md}
+        return dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+
+def _error_event(status: dict[str, Any]) -> bytes:
+    return dumps({"type": "ERROR", "object": status}) + b"\n"
+
+
+def _is_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def serve_watch(request: web.Request, registry: Registry, target: Target,
+                      settings: WatchSettings, stop: asyncio.Event) -> web.StreamResponse:
+    res = target.resource
+    sel = selection(request, res)
+    if target.name:
+        term = FieldTerm("metadata.name", EQUALS, target.name)
+        sel = Selection(sel.kind, sel.labels, FieldSelector((*sel.fields.terms, term)))
+    rv_text = request.query.get("resourceVersion", "")
+    allow_bookmarks = bool(query_bool(request, "allowWatchBookmarks"))
+    send_initial = query_bool(request, "sendInitialEvents")
+    timeout_seconds = query_int(request, "timeoutSeconds")
+    if timeout_seconds is not None and timeout_seconds > 0:
+        timeout = float(timeout_seconds)
+    else:
+        timeout = settings.min_timeout * (1 + random.random())
+    initial = send_initial is True or (send_initial is None and rv_text in ("", "0"))
+    codec = registry.codec(res)
+    stream = _Stream(res, codec, response_form(request),
+                     tables.parse_include_object(request.query.get("includeObject")))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+
+    response = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                       "Cache-Control": "no-cache, private"})
+    response.enable_chunked_encoding()
+
+    initial_chunks: list[bytes] = []
+    if initial:
+        page = await registry.list(res, target.namespace, sel)
+        start = page.revision
+        for kv, obj in zip(page.kvs, page.objects, strict=True):
+            initial_chunks.append(stream.event("ADDED", kv, obj))
+    elif rv_text in ("", "0"):
+        start = await registry.store.current_revision()
+    else:
+        start = parse_resource_version(rv_text)
+    try:
+        watcher = await registry.watch(res, target.namespace, start, sel)
+    except Compacted as err:
+        await response.prepare(request)
+        status = errors.resource_expired(start, err.compacted).status()
+        await response.write(_error_event(status))
+        await response.write_eof()
+        return response
+
+    await response.prepare(request)
+    last_revision = start
+    iterator = watcher.__aiter__()
+    pending: asyncio.Future[Any] | None = None
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        batch: list[bytes] = []
+        size = 0
+        for chunk in initial_chunks:
+            batch.append(chunk)
+            size += len(chunk)
+            if size >= WRITE_BATCH:
+                await response.write(b"".join(batch))
+                batch, size = [], 0
+        if send_initial is True and allow_bookmarks:
+            batch.append(stream.bookmark(start, initial_events_end=True))
+        if batch:
+            await response.write(b"".join(batch))
+        next_bookmark = loop.time() + settings.bookmark_interval
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                if allow_bookmarks:
+                    await response.write(stream.bookmark(last_revision))
+                break
+            if _is_gone(request):
+                break
+            if pending is None:
+                pending = asyncio.ensure_future(iterator.__anext__())
+            wake = min(deadline, now + LIVENESS_CHECK_INTERVAL)
+            if allow_bookmarks:
+                wake = min(wake, next_bookmark)
+            done, _ = await asyncio.wait({pending, stopping}, timeout=max(wake - now, 0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if stopping in done:
+                break
+            if pending in done:
+                future, pending = pending, None
+                try:
+                    item = future.result()
+                except (StopAsyncIteration, WatcherDropped):
+                    break
+                except Compacted as err:
+                    status = errors.resource_expired(start, err.compacted).status()
+                    await response.write(_error_event(status))
+                    break
+                if isinstance(item, Progress):
+                    last_revision = max(last_revision, item.revision)
+                else:
+                    last_revision = max(last_revision, item.revision)
+                    line = _encode(stream, codec, sel, item)
+                    if line:
+                        await response.write(line)
+            if allow_bookmarks and loop.time() >= next_bookmark:
+                await response.write(stream.bookmark(last_revision))
+                next_bookmark = loop.time() + settings.bookmark_interval
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await response.write_eof()
+    except (ConnectionError, RuntimeError) as err:
+        log.debug("watch of %s ended: %s", res.plural, err)
+    except Exception as err:
+        log.exception("watch of %s failed: %s", request.path_qs, err)
+        status = errors.internal_error(f"{type(err).__name__}: {err}").status()
+        with contextlib.suppress(Exception):
+            await response.write(_error_event(status))
+            await response.write_eof()
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        stopping.cancel()
+        await watcher.close()
+    return response
+
+
+def _encode(stream: _Stream, codec: Codec, sel: Selection, event: Event) -> bytes:
+    kv = event.kv
+    created = event.type == "PUT" and kv.create_revision == kv.mod_revision
+    if sel.empty:
+        if event.type == "DELETE":
+            return stream.event("DELETED", kv)
+        return stream.event("ADDED" if created else "MODIFIED", kv)
+    if event.type == "DELETE":
+        obj = codec.decode(kv)
+        return stream.event("DELETED", kv, obj) if sel.matches(obj) else b""
+    obj = codec.decode(kv)
+    passes = sel.matches(obj)
+    if created:
+        return stream.event("ADDED", kv, obj) if passes else b""
+    prev_obj: dict[str, Any] | None = None
+    if event.prev is not None:
+        prev_obj = codec.decode(event.prev)
+        prev_passes = sel.matches(prev_obj)
+    else:
+        prev_passes = passes
+    if passes and prev_passes:
+        return stream.event("MODIFIED", kv, obj)
+    if passes:
+        return stream.event("ADDED", kv, obj)
+    if prev_passes and event.prev is not None and prev_obj is not None:
+        gone = KeyValue(kv.key, event.prev.value, event.prev.create_revision, kv.mod_revision)
+        prev_obj["metadata"]["resourceVersion"] = str(kv.mod_revision)
+        return stream.event("DELETED", gone, prev_obj)
+    return b""
