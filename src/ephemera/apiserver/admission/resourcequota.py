@@ -1,0 +1,139 @@
+"""The ResourceQuota admission plugin, as upstream's
+(`k8s.io/apiserver/pkg/admission/plugin/resourcequota`), in the validating phase (the rules and
+messages are `ephemera.pods.quota`, reference/k8s-semantics.md section 7.1):
+
+- handles CREATE and UPDATE of namespaced objects (pods: create, `/dynamic` and `/resize`
+  updates, and a main-resource update that changes the Terminating scope; any other kind:
+  `count/<resource>` on create);
+- judges the object against the namespace's quotas as stored (`status.hard` and
+  `status.used`, which the quota controller keeps current): `failed quota: ...`,
+  `status unknown for quota: ...`, `exceeded quota: q1, requested: ..., used: ..., limited:
+  ...`, each a 403 `pods "p1" is forbidden: <message>`;
+- charges each matching quota by a compare-and-swap update of its `status.used` through the
+  registry, re-checking against the fresh quota when it lost a race (so two concurrent creates
+  cannot both pass a nearly full quota); when a later quota refuses, the charges already made
+  for this request are taken back. A `dryRun` request is checked but charges nothing.
+
+A charge is made before the object is stored; if the write then fails (or loses its own race
+and admission runs again), the quota is over-charged until the controller recomputes
+`status.used` from the objects that exist, as upstream's is.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from ephemera.api.errors import StatusError
+from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
+from ephemera.apiserver.resources import Resource, lookup
+from ephemera.pods import quota
+
+log = logging.getLogger("ephemera.apiserver")
+
+
+def _resource_quotas() -> Resource:
+    resource = lookup("", "v1", "resourcequotas")
+    assert resource is not None
+    return resource
+
+
+RESOURCE_QUOTAS = _resource_quotas()
+_SUBRESOURCES = ("", "dynamic", "resize")
+
+
+class _QuotaGone(Exception):
+    """The quota was deleted between the read and the charge."""
+
+
+async def namespace_quotas(req: AdmissionRequest) -> list[dict[str, Any]]:
+    """The ResourceQuotas of the request's namespace, in name order."""
+    page = await req.registry.list(RESOURCE_QUOTAS, req.namespace)
+    codec = req.registry.codec(RESOURCE_QUOTAS)
+    return [obj if obj is not None else codec.decode(kv)
+            for kv, obj in zip(page.kvs, page.objects, strict=True)]
+
+
+class ResourceQuota(AdmissionPluginBase):
+    name = "ResourceQuota"
+
+    def handles(self, req: AdmissionRequest) -> bool:
+        return (req.operation in ("CREATE", "UPDATE") and req.resource.namespaced
+                and bool(req.namespace) and req.subresource in _SUBRESOURCES
+                and isinstance(req.obj, dict))
+
+    async def validate(self, req: AdmissionRequest) -> None:
+        assert req.obj is not None
+        evaluator = quota.evaluator_for(req.resource.plural, req.resource.group, req.gates)
+        if not evaluator.handles(req.operation, req.subresource, req.obj, req.old):
+            return
+        quotas = await namespace_quotas(req)
+        if not quotas:
+            return
+        try:
+            charges = quota.plan_charges(quotas, evaluator, req.operation, req.obj, req.old,
+                                         req.subresource)
+        except quota.QuotaRejected as err:
+            raise req.forbidden(str(err)) from None
+        if req.dry_run or not charges:
+            return
+        made: list[quota.Charge] = []
+        try:
+            for item in charges:
+                if await self._charge(req, item):
+                    made.append(item)
+        except quota.QuotaRejected as err:
+            await self._release(req, made)
+            raise req.forbidden(str(err)) from None
+        except BaseException:
+            await self._release(req, made)
+            raise
+
+    async def _charge(self, req: AdmissionRequest, item: quota.Charge) -> bool:
+        """Add `item` to its quota's `status.used` by compare-and-swap (the registry re-reads
+        and calls again after a lost race); False when the quota is gone."""
+
+        async def charged(current: dict[str, Any] | None) -> dict[str, Any]:
+            if current is None:
+                raise _QuotaGone
+            new = copy.deepcopy(current)
+            status = new.get("status")
+            if not isinstance(status, dict):
+                status = new["status"] = {}
+            status["used"] = quota.charge(current, item)
+            return new
+
+        try:
+            await req.registry.update(RESOURCE_QUOTAS, req.namespace, item.quota, charged)
+        except _QuotaGone:
+            return False
+        except StatusError as err:
+            if err.code == 404:
+                return False
+            raise
+        return True
+
+    async def _release(self, req: AdmissionRequest, made: list[quota.Charge]) -> None:
+        """Take back the charges of a request that another quota refused (best effort)."""
+        for item in made:
+
+            async def released(current: dict[str, Any] | None,
+                               item: quota.Charge = item) -> dict[str, Any]:
+                if current is None:
+                    raise _QuotaGone
+                new = copy.deepcopy(current)
+                status = new.get("status")
+                if not isinstance(status, dict):
+                    status = new["status"] = {}
+                status["used"] = quota.release(current, item)
+                return new
+
+            try:
+                await req.registry.update(RESOURCE_QUOTAS, req.namespace, item.quota, released)
+            except (_QuotaGone, StatusError) as err:
+                log.info("quota %s/%s: taking back a charge failed: %s", req.namespace,
+                         item.quota, err)
+
+
+__all__ = ["RESOURCE_QUOTAS", "ResourceQuota", "namespace_quotas"]

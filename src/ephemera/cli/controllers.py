@@ -1,0 +1,77 @@
+"""`ephemera controller-manager`: the controllers (`ephemera.controllers`) in one process, as
+upstream's kube-controller-manager, talking to the apiserver named by `--kubeconfig`.
+
+Today it runs the ResourceQuota controller (`status.hard` and `status.used` of every quota,
+recomputed on pod and quota changes and every `--resync-period` seconds). It stops cleanly on
+SIGTERM or SIGINT; when the apiserver is unreachable the informers retry with back-off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from ephemera.cli import flags
+from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
+from ephemera.controllers.resourcequota import DEFAULT_RESYNC_PERIOD, ResourceQuotaController
+
+log = logging.getLogger("ephemera.controllers")
+
+USER_AGENT = "ephemera-controller-manager"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "controller-manager", help="run the controllers (resource quota status)",
+        description="Run the controllers against an apiserver until SIGINT or SIGTERM.")
+    parser.add_argument("--kubeconfig", required=True, type=Path, metavar="FILE",
+                        help="how to reach the apiserver (server, CA, credentials)")
+    flags.add_feature_gates(parser)
+    parser.add_argument("--resync-period", type=float, default=DEFAULT_RESYNC_PERIOD,
+                        metavar="SECONDS",
+                        help="recompute every quota at least this often "
+                             f"(default {DEFAULT_RESYNC_PERIOD:g})")
+    parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.resync_period <= 0:
+        parser.error("--resync-period must be positive")
+    try:
+        config = load_kubeconfig(args.kubeconfig)
+    except (KubeconfigError, OSError) as err:
+        parser.error(f"--kubeconfig: {err}")
+    try:
+        return asyncio.run(_serve(config, args))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve(config: Any, args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with ApiClient(config, user_agent=USER_AGENT) as api:
+        controller = ResourceQuotaController(api, gates=args.feature_gates,
+                                             resync_period=args.resync_period)
+        task = asyncio.create_task(controller.run(), name="resourcequota-controller")
+        stopper = asyncio.create_task(stop.wait())
+        log.info("controller-manager: running against %s", config.server)
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for t in (task, stopper):
+            if not t.done():
+                t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.error("controller-manager: the resourcequota controller failed: %s",
+                      task.exception())
+            return 1
+    log.info("controller-manager: stopped")
+    return 0
