@@ -11,8 +11,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from ephemera.api import errors, fieldvalidation
-from ephemera.apiserver import protobuf
+from ephemera.api import errors, fieldvalidation, protobuf
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 
@@ -65,6 +64,11 @@ class DecodeError(ValueError):
 
 def decode_document(data: bytes) -> Any:
     """JSON, or else YAML (one document); raises DecodeError."""
+    if protobuf.is_protobuf(data):  # e.g. DeleteOptions from `kubectl drain`
+        try:
+            return protobuf.decode_object(data)
+        except protobuf.ProtobufError as err:
+            raise DecodeError(str(err)) from None
     stripped = data.lstrip()
     if not stripped:
         raise DecodeError("unexpected end of JSON input")
