@@ -140,10 +140,11 @@ async def test_status_subresource_changes_only_status(api: Api) -> None:
     assert body["status"]["phase"] == "Running"
     assert body["status"]["qosClass"] == "BestEffort"  # backfilled from the old status
     assert "activeDeadlineSeconds" not in body["spec"]
+    volume_statuses = [{"name": "v", "hostPhase": "Pending"}]
     status, body = await api.patch(f"{PODS}/p1/status",
-                                   {"status": {"volumeStatuses": [{"name": "v"}]}}, MERGE)
+                                   {"status": {"volumeStatuses": volume_statuses}}, MERGE)
     assert status == 200
-    assert body["status"]["volumeStatuses"] == [{"name": "v"}]
+    assert body["status"]["volumeStatuses"] == volume_statuses
     status, got = await api.get(f"{PODS}/p1/status")
     assert got["status"]["podIP"] == "10.0.0.5"
     status, body = await api.patch(f"{PODS}/p1", {"status": {"phase": "Failed"}}, MERGE)
@@ -177,6 +178,11 @@ async def test_binding_sets_node_once(api: Api) -> None:
 
 async def test_dynamic_subresource_updates_the_whole_pod(api: Api) -> None:
     created = await api.create_pod("p1")
+    # containers change only in a Running pod (the rules: tests/integration/test_dynamic_*)
+    status, body = await api.patch(f"{PODS}/p1/status", {"status": {"phase": "Running"}},
+                                   MERGE)
+    assert status == 200, body
+    created = body
     status, got = await api.get(f"{PODS}/p1/dynamic")
     assert status == 200 and got["metadata"]["uid"] == created["metadata"]["uid"]
     got["spec"]["containers"].append({"name": "extra", "image": "busybox"})

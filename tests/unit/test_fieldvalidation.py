@@ -272,7 +272,7 @@ def test_apply_unknown_fields_use_structured_merge_diff_paths() -> None:
     assert err.message == (
         "failed to create typed patch object (default/p1; /v1, Kind=Pod): "
         '.spec.containers[name="c"].foo: field not declared in schema')
-    assert err.code == 500
+    assert (err.code, err.reason) == (400, "BadRequest")
 
 
 @pytest.mark.parametrize(("text", "ok"), [

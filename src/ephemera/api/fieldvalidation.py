@@ -164,13 +164,14 @@ def apply_unknown_fields(obj: Any, definition: str) -> list[str]:
 
 def apply_schema_error(namespace: str, name: str, group: str, version: str, kind: str,
                        paths: list[str]) -> StatusError:
-    """What upstream answers when an apply patch has fields outside the schema: a 500 with
-    no reason, `failed to create typed patch object (ns/name; group/version, Kind=K): ...`."""
+    """An apply patch with fields outside the schema: upstream's message, `failed to create
+    typed patch object (ns/name; group/version, Kind=K): ...`, but as a 400 BadRequest where
+    upstream answers a 500 (ephemera's rule: never a 500 for bad input)."""
     errs = [f"{p}: field not declared in schema" for p in paths]
     detail = errs[0] if len(errs) == 1 else "\n".join(["errors:", *("  " + e for e in errs)])
     message = (f"failed to create typed patch object ({namespace}/{name}; {group}/{version}, "
                f"Kind={kind}): {detail}")
-    return StatusError(500, "", message)
+    return StatusError(400, "BadRequest", message)
 
 
 # --- wrong JSON types ----------------------------------------------------------------------

@@ -253,6 +253,15 @@ def ensure_metadata(obj: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def drop_empty_metadata(md: dict[str, Any]) -> None:
+    """ObjectMeta's maps and lists are `omitempty`: upstream never stores (nor records in
+    managedFields) an empty or null one, so `annotations: {}` in a body or patch changes
+    nothing."""
+    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if key in md and not md[key]:
+            del md[key]
+
+
 def name_of(obj: dict[str, Any]) -> str:
     meta = obj.get("metadata")
     return (meta.get("name") or "") if isinstance(meta, dict) else ""

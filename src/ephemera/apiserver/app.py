@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,11 +24,19 @@ from ephemera.api import errors
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
 from ephemera.apiserver import discovery, openapi
+from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
 from ephemera.apiserver.namespaces import NamespaceLifecycle
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import GROUP_VERSIONS, Resource, lookup
-from ephemera.apiserver.rest import RestHandlers, Target, method_not_allowed, query_bool, respond
+from ephemera.apiserver.rest import (
+    USER,
+    RestHandlers,
+    Target,
+    method_not_allowed,
+    query_bool,
+    respond,
+)
 from ephemera.apiserver.watch import WatchSettings, serve_watch
 from ephemera.store import Store, StoreError
 
@@ -65,14 +74,17 @@ class ApiserverConfig:
     # before, so at least this much history stays watchable, as upstream's compactor does);
     # None or 0: never compact.
     compaction_interval: float | None = 300.0
+    # The admission plugins, run in this order (names of `ephemera.apiserver.admission`'s
+    # plugins, or plugin objects); None: every installed plugin in upstream's order.
+    admission_plugins: Sequence[str | AdmissionPlugin] | None = None
 
 
 REGISTRY = web.AppKey("registry", Registry)
 LIFECYCLE = web.AppKey("lifecycle", NamespaceLifecycle)
 CONFIG = web.AppKey("config", ApiserverConfig)
 STOP = web.AppKey("stop", asyncio.Event)
-# The authenticated user of a request (what the authenticator returned).
-USER: web.RequestKey[Any] = web.RequestKey("user", object)
+# The authenticated user of a request (what the authenticator returned) is `request[USER]`,
+# `USER` being defined in `ephemera.apiserver.rest`.
 
 
 def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Application:
@@ -80,8 +92,11 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     closes). On startup it creates the default namespaces and resumes the deletion of
     Terminating ones; on shutdown it ends the watch streams."""
     config = config or ApiserverConfig()
-    registry = Registry(store)
+    admission = build_chain(config.admission_plugins,
+                            AdmissionSettings(gates=config.feature_gates))
+    registry = Registry(store, gates=config.feature_gates, admission=admission)
     lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
+    registry.add_create_hook(lifecycle.object_created)
     router = Router(registry, lifecycle, config)
     app = web.Application(middlewares=[status_middleware, router.authentication],
                           client_max_size=config.max_body_bytes)
@@ -290,7 +305,7 @@ class Router:
     def _serves_subresource(self, resource: Resource, subresource: str) -> bool:
         if subresource not in resource.subresources:
             return False
-        return not (subresource == "dynamic"
+        return not (subresource in ("dynamic", "allocated")
                     and not self.config.feature_gates.enabled(DYNAMIC_CONTAINERS))
 
     async def _resource(self, request: web.Request, group: str, version: str,
@@ -306,6 +321,9 @@ class Router:
             elif sub == "finalize":
                 if method == "PUT":
                     return await handlers.update(request, target)
+            elif sub == "allocated":
+                if method == "GET":
+                    return await handlers.allocated(request, target)
             elif method == "GET":
                 return await handlers.get(request, target)
             elif method == "PUT":

@@ -36,6 +36,7 @@ DISCOVERY_GROUP = "apidiscovery.k8s.io"
 _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "status": ("get", "patch", "update"),
     "dynamic": ("get", "patch", "update"),
+    "allocated": ("get",),
     "binding": ("create",),
     "finalize": ("update",),
 }

@@ -1,12 +1,12 @@
-"""Namespace lifecycle, as upstream's NamespaceLifecycle admission plugin and namespace
-controller do it, inside the apiserver:
+"""Namespace lifecycle, as upstream's namespace and serviceaccounts controllers do it, inside
+the apiserver (the admission checks, 404 in a missing namespace, 403 in a Terminating one, no
+deletion of `default`, `kube-system`, `kube-public`, are the NamespaceLifecycle admission
+plugin, `ephemera.apiserver.admission.namespacelifecycle`):
 
 - the namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease` exist from the
-  start (created when missing); the first three may not be deleted
-  (`namespaces "default" is forbidden: this namespace may not be deleted`);
-- creating in a namespace that does not exist is a 404 (`namespaces "x" not found`), in one
-  that is Terminating a 403 (`pods "p" is forbidden: unable to create new content in
-  namespace x because it is being terminated`);
+  start (created when missing);
+- every namespace gets its `default` ServiceAccount when it is created (a create hook of the
+  registry), and at startup when it lacks one; ephemera has no controllers yet;
 - deleting a namespace marks it Terminating; a background task then deletes everything in
   it (pods gracefully, so a bound pod waits for its node), removes the `kubernetes`
   finalizer and deletes the namespace. Terminating namespaces found at startup are resumed.
@@ -20,8 +20,9 @@ import copy
 import logging
 from typing import Any
 
-from ephemera.api import errors
+from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
+from ephemera.apiserver.admission.serviceaccount import ensure_default_service_account
 from ephemera.apiserver.registry import DeleteOptions, Registry
 from ephemera.apiserver.resources import RESOURCES, Resource, lookup
 from ephemera.apiserver.strategy import NAMESPACE_FINALIZER
@@ -57,35 +58,22 @@ class NamespaceLifecycle:
                 if err.code != 409:
                     raise
 
-    async def admit_create(self, resource: Resource, namespace: str, name: str) -> None:
-        """NamespaceLifecycle on a create in `namespace`."""
-        if not resource.namespaced or not namespace:
-            return
-        kv = await self.registry.store.get(NAMESPACES.key("", namespace))
-        if kv is None:
-            raise errors.not_found("namespaces", namespace)
-        ns = self.registry.codec(NAMESPACES).decode(kv)
-        terminating = ((ns.get("status") or {}).get("phase") == "Terminating"
-                       or (ns.get("metadata") or {}).get("deletionTimestamp"))
-        if terminating:
-            raise errors.forbidden(
-                resource.plural, name,
-                f"unable to create new content in namespace {namespace} because it is being "
-                "terminated", resource.group)
-
-    @staticmethod
-    def admit_delete(name: str) -> None:
-        if name in IMMORTAL_NAMESPACES:
-            raise errors.forbidden("namespaces", name, "this namespace may not be deleted")
+    async def object_created(self, resource: Resource, obj: dict[str, Any]) -> None:
+        """The registry's create hook: a new namespace gets its `default` ServiceAccount."""
+        if resource == NAMESPACES:
+            await ensure_default_service_account(self.registry, meta.name_of(obj))
 
     async def resume(self) -> None:
-        """Finish the deletion of namespaces left Terminating by a previous run."""
+        """Finish the deletion of namespaces left Terminating by a previous run; give the
+        others their `default` ServiceAccount when they lack one."""
         page = await self.registry.list(NAMESPACES, "")
         codec = self.registry.codec(NAMESPACES)
         for kv in page.kvs:
             ns = codec.decode(kv)
             if (ns.get("metadata") or {}).get("deletionTimestamp"):
                 self.finalize(ns["metadata"]["name"])
+            else:
+                await ensure_default_service_account(self.registry, ns["metadata"]["name"])
 
     def finalize(self, name: str) -> None:
         """Start (once) the task that empties and removes a Terminating namespace."""

@@ -174,6 +174,10 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               f"Bind the given {r.kind} to a node.", bgvk, _WRITE_QUERY,
                               body=BINDING, responses={"200": BINDING, "201": BINDING,
                                                        "202": BINDING})]
+        elif sub == "allocated":
+            ops = [_Operation("get", f"read{gid}{scoped}{r.kind}{title}", "get",
+                              f"Read the given {r.kind} as its node allocated it.", gvk,
+                              responses={"200": r.definition})]
         elif sub == "finalize":
             ops = [_Operation("put", f"replace{gid}{scoped}{r.kind}{title}", "put",
                               f"Replace the finalizers of the given {r.kind}.", gvk,

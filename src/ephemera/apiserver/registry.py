@@ -9,9 +9,16 @@
   410 with upstream's messages on compaction), guaranteed update (the compare-and-swap retry
   loop; a no-op writes nothing and keeps the resourceVersion), and delete (preconditions,
   graceful deletion, finalizers) with `dryRun`;
-- store errors turned into Status errors (`AlreadyExists`, `Conflict`, `NotFound`).
+- store errors turned into Status errors (`AlreadyExists`, `Conflict`, `NotFound`);
+- the write pipeline around the store in upstream's order (`create`, `prepare_create`,
+  `prepare_update`, `delete`): the kind's defaults, mutating admission, the strategy's
+  BeforeCreate / BeforeUpdate with validation, validating admission, then the write (see
+  `ephemera.apiserver.admission` for the seam and the exact sequence);
+- hooks run after a create is stored (`add_create_hook`; the namespace lifecycle creates a
+  new namespace's `default` ServiceAccount with one).
 
-Per-kind rules come from `ephemera.apiserver.strategy`.
+Per-kind rules come from `ephemera.apiserver.strategy`, with the gates the registry was built
+with.
 """
 
 from __future__ import annotations
@@ -28,7 +35,10 @@ import orjson
 
 from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
+from ephemera.api.featuregates import FeatureGates
 from ephemera.api.selectors import Selection
+from ephemera.apiserver.admission import AdmissionChain, AdmissionRequest, Operation
+from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.strategy import Strategy, strategy_for
 from ephemera.store import (
@@ -216,14 +226,22 @@ class DeleteResult:
 
 
 UpdateFn = Callable[[dict[str, Any] | None], Awaitable[dict[str, Any]]]
+# Called with the resource and the stored object after a create (not on dryRun).
+CreateHook = Callable[[Resource, dict[str, Any]], Awaitable[None]]
 
 
 class Registry:
-    """Objects of every served resource in one Store."""
+    """Objects of every served resource in one Store, written through `admission` (none by
+    default) with the strategies of `gates` (ephemera's defaults by default)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, gates: FeatureGates | None = None,
+                 admission: AdmissionChain | None = None) -> None:
         self.store = store
+        self.gates = gates if gates is not None else FeatureGates()
+        self.admission = admission if admission is not None else AdmissionChain()
         self._codecs: dict[Resource, Codec] = {}
+        self._strategies: dict[Resource, Strategy] = {}
+        self._create_hooks: list[CreateHook] = []
 
     def codec(self, resource: Resource) -> Codec:
         codec = self._codecs.get(resource)
@@ -232,7 +250,85 @@ class Registry:
         return codec
 
     def strategy(self, resource: Resource) -> Strategy:
-        return strategy_for(resource)
+        strategy = self._strategies.get(resource)
+        if strategy is None:
+            strategy = self._strategies[resource] = strategy_for(resource, self.gates)
+        return strategy
+
+    def add_create_hook(self, hook: CreateHook) -> None:
+        """Run `hook` after every stored create (in order; a hook's failure is logged)."""
+        self._create_hooks.append(hook)
+
+    async def _created(self, resource: Resource, obj: dict[str, Any]) -> None:
+        for hook in self._create_hooks:
+            try:
+                await hook(resource, obj)
+            except Exception:
+                log.exception("after creating %s %s: hook failed", resource.plural,
+                              _ref(meta.namespace_of(obj), meta.name_of(obj)))
+
+    # -- admission --------------------------------------------------------------------------
+
+    def admission_request(
+        self,
+        operation: Operation,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None = None,
+        *,
+        subresource: str = "",
+        user: UserInfo | None = None,
+        dry_run: bool = False,
+    ) -> AdmissionRequest:
+        return AdmissionRequest(operation, resource, subresource, namespace, name, obj, old,
+                                user, dry_run, self, self.gates)
+
+    async def admit(self, req: AdmissionRequest) -> None:
+        """Both admission phases for a request the registry does not store itself
+        (`pods/binding`): mutating, then validating."""
+        await self.admission.admit(req)
+        await self.admission.validate(req)
+
+    async def prepare_create(self, resource: Resource, obj: dict[str, Any], *,
+                             user: UserInfo | None = None, dry_run: bool = False
+                             ) -> dict[str, Any]:
+        """Everything a create does before the store write, for an object with its name set
+        (a create through PUT or server-side apply): defaults, mutating admission,
+        BeforeCreate, validation, validating admission. Returns the object to store."""
+        strategy = self.strategy(resource)
+        strategy.default(obj)
+        md = meta.ensure_metadata(obj)
+        req = self.admission_request("CREATE", resource, md.get("namespace") or "",
+                                     md.get("name") or "", obj, user=user, dry_run=dry_run)
+        await self.admission.admit(req)
+        obj = req.obj if req.obj is not None else obj
+        strategy.before_create(obj)
+        strategy.validate_create(obj)
+        req.obj = obj
+        await self.admission.validate(req)
+        return obj
+
+    async def prepare_update(self, resource: Resource, new: dict[str, Any],
+                             old: dict[str, Any], *, subresource: str = "",
+                             user: UserInfo | None = None, dry_run: bool = False
+                             ) -> dict[str, Any]:
+        """Everything an update (or patch, or apply) of `old` into `new` does before the
+        compare-and-swap: defaults, mutating admission, BeforeUpdate with validation,
+        validating admission. Returns the object to store."""
+        strategy = self.strategy(resource)
+        strategy.default(new)
+        old_md = meta.ensure_metadata(old)
+        req = self.admission_request("UPDATE", resource, old_md.get("namespace") or "",
+                                     old_md.get("name") or "", new, copy.deepcopy(old),
+                                     subresource=subresource, user=user, dry_run=dry_run)
+        await self.admission.admit(req)
+        new = req.obj if req.obj is not None else new
+        strategy.before_update(new, old, subresource)
+        req.obj = new
+        await self.admission.validate(req)
+        return new
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -326,14 +422,24 @@ class Registry:
     # -- writes -----------------------------------------------------------------------------
 
     async def create(self, resource: Resource, obj: dict[str, Any], *, dry_run: bool = False,
-                     prepared: bool = False) -> dict[str, Any]:
-        """Create `obj` (its namespace already checked against the request). Fills the system
-        fields, runs the strategy's create rules and validation unless `prepared`, generates
-        a name from generateName. Returns the stored object with its resourceVersion."""
+                     prepared: bool = False, user: UserInfo | None = None) -> dict[str, Any]:
+        """Create `obj` (its namespace already checked against the request's). Unless
+        `prepared`: the kind's defaults, mutating admission, the system fields and the
+        strategy's create rules, a name from generateName, validation, validating admission.
+        Returns the stored object with its resourceVersion."""
         strategy = self.strategy(resource)
-        md = meta.ensure_metadata(obj)
+        req: AdmissionRequest | None = None
         if not prepared:
+            strategy.default(obj)
+            md = meta.ensure_metadata(obj)
+            req = self.admission_request("CREATE", resource, md.get("namespace") or "",
+                                         md.get("name") or "", obj, user=user,
+                                         dry_run=dry_run)
+            await self.admission.admit(req)
+            if req.obj is not None:
+                obj = req.obj
             strategy.before_create(obj)
+        md = meta.ensure_metadata(obj)
         generated = not md.get("name") and bool(md.get("generateName"))
         codec = self.codec(resource)
         namespace = md.get("namespace") or ""
@@ -341,8 +447,10 @@ class Registry:
         for attempt in range(attempts):
             if generated:
                 md["name"] = meta.generate_name(md["generateName"])
-            if attempt == 0 and not prepared:
+            if attempt == 0 and req is not None:
                 strategy.validate_create(obj)
+                req.obj = obj
+                await self.admission.validate(req)
             name = md["name"]
             key = resource.key(namespace, name)
             data = codec.encode(obj)
@@ -361,6 +469,8 @@ class Registry:
             md["resourceVersion"] = str(kv.mod_revision)
             log.info("created %s %s rv=%d", resource.plural, _ref(namespace, name),
                      kv.mod_revision)
+            if self._create_hooks:
+                await self._created(resource, obj)
             return obj
         raise AssertionError("unreachable")
 
@@ -435,13 +545,17 @@ class Registry:
         return obj
 
     async def delete(self, resource: Resource, namespace: str, name: str,
-                     options: DeleteOptions) -> DeleteResult:
-        """Delete as upstream's `Store.Delete`: preconditions (409), graceful deletion (the
+                     options: DeleteOptions, *, user: UserInfo | None = None) -> DeleteResult:
+        """Delete as upstream's `Store.Delete`: mutating admission, preconditions (409),
+        validating admission (with the stored object as `old`), graceful deletion (the
         object stays with deletionTimestamp and deletionGracePeriodSeconds until a delete
         with grace 0), finalizers (the object stays until they are removed)."""
         key = resource.key(namespace, name)
         codec = self.codec(resource)
         strategy = self.strategy(resource)
+        req = self.admission_request("DELETE", resource, namespace, name, None, user=user,
+                                     dry_run=options.dry_run)
+        await self.admission.admit(req)
         for _ in range(MAX_UPDATE_ATTEMPTS):
             kv = await self.store.get(key)
             if kv is None:
@@ -449,6 +563,8 @@ class Registry:
             obj = codec.decode(kv)
             md = meta.ensure_metadata(obj)
             _check_preconditions(resource, md, options)
+            req.old = copy.deepcopy(obj)
+            await self.admission.validate(req)
             original = copy.deepcopy(obj)
             outcome = strategy.before_delete(obj, options.grace_period_seconds)
             if outcome == "pending":

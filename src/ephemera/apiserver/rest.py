@@ -1,8 +1,9 @@
 """The REST handlers of the served resources, one per verb, as upstream's
 `k8s.io/apiserver/pkg/endpoints/handlers` do them: request options (query and body),
-body decoding and field validation, admission (namespace lifecycle), patching and
-server-side apply, managed fields, then the registry; responses as JSON, a Table or
-PartialObjectMetadata, with `Warning` headers.
+body decoding and field validation, patching and server-side apply, managed fields, then the
+registry, which runs defaulting, admission and validation around the store write
+(`ephemera.apiserver.admission`); responses as JSON, a Table or PartialObjectMetadata, with
+`Warning` headers. `pods/NAME/allocated` is answered here until kubelets serve it.
 
 Routing (which handler a URL and method reach) is in `ephemera.apiserver.app`; watch
 streams in `ephemera.apiserver.watch`.
@@ -40,7 +41,7 @@ from ephemera.apiserver.registry import (
     dumps,
     too_large_resource_version,
 )
-from ephemera.apiserver.resources import RESOURCES, Resource
+from ephemera.apiserver.resources import RESOURCES, Resource, lookup
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -55,6 +56,14 @@ BINDING_DEFINITION = "io.k8s.api.core.v1.Binding"
 
 # Kinds this server knows, for upstream's wording of a body of the wrong kind.
 _KNOWN_KINDS = {(r.api_version, r.kind) for r in RESOURCES} | {("v1", "Binding")}
+
+# The authenticated user of a request (what the authenticator returned; absent without
+# authentication).
+USER: web.RequestKey[Any] = web.RequestKey("user", object)
+
+
+def request_user(request: web.Request) -> Any:
+    return request.get(USER)
 
 
 @dataclass(frozen=True)
@@ -201,6 +210,7 @@ def check_name(obj: dict[str, Any], resource: Resource, namespace: str, name: st
 def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
                   resource: Resource, subresource: str = "") -> dict[str, Any]:
     """Record `manager`'s write in `new.metadata.managedFields`; returns `new`."""
+    meta.drop_empty_metadata(meta.ensure_metadata(new))
     managedfields.record_update(old, new, manager, resource.definition, resource.api_version,
                                 subresource)
     return new
@@ -277,9 +287,8 @@ class RestHandlers:
         ensure_namespace(obj, res, target.namespace)
         if md.get("resourceVersion"):
             raise errors.bad_request("resourceVersion can not be set for create requests")
-        await self.lifecycle.admit_create(res, target.namespace, md.get("name") or "")
         obj = record_update(None, obj, manager, res)
-        created = await self.registry.create(res, obj, dry_run=dry)
+        created = await self.registry.create(res, obj, dry_run=dry, user=request_user(request))
         return respond(created, 201, warnings)
 
     # -- update -----------------------------------------------------------------------------
@@ -298,6 +307,7 @@ class RestHandlers:
         ensure_namespace(obj, res, target.namespace)
         strategy = self.registry.strategy(res)
         wanted_rv = meta.ensure_metadata(obj).get("resourceVersion") or ""
+        user = request_user(request)
 
         async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
             new = copy.deepcopy(obj)
@@ -306,17 +316,14 @@ class RestHandlers:
                     raise errors.not_found(res.plural, target.name, res.group)
                 if wanted_rv:
                     raise errors.not_found(res.plural, target.name, res.group)
-                await self.lifecycle.admit_create(res, target.namespace, target.name)
                 new = record_update(None, new, manager, res)
-                strategy.before_create(new)
-                strategy.validate_create(new)
-                return new
+                return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
             current_rv = (current.get("metadata") or {}).get("resourceVersion")
             if wanted_rv and wanted_rv != current_rv:
                 raise errors.conflict(res.plural, target.name, group=res.group)
             new = record_update(current, new, manager, res, sub)
-            strategy.before_update(new, current, sub)
-            return new
+            return await self.registry.prepare_update(res, new, current, subresource=sub,
+                                                      user=user, dry_run=dry)
 
         result, created = await self.registry.update(res, target.namespace, target.name,
                                                      compute, dry_run=dry)
@@ -353,7 +360,7 @@ class RestHandlers:
         manager = manager or field_manager(request)
         directive = fieldvalidation.directive(request.query.get("fieldValidation"),
                                               "PatchOptions")
-        strategy = self.registry.strategy(res)
+        user = request_user(request)
         applied: dict[str, Any] | None = None
         if is_apply:
             applied = self._applied_config(body, res, sub, target)
@@ -365,14 +372,11 @@ class RestHandlers:
                 if not is_apply or sub:
                     raise errors.not_found(res.plural, target.name, res.group)
                 assert applied is not None
-                await self.lifecycle.admit_create(res, target.namespace, target.name)
                 new = managedfields.server_side_apply(
                     None, copy.deepcopy(applied), manager, bool(force), res.definition,
                     res.api_version, sub)
                 ensure_namespace(new, res, target.namespace)
-                strategy.before_create(new)
-                strategy.validate_create(new)
-                return new
+                return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
             live = copy.deepcopy(current)
             if is_apply:
                 assert applied is not None
@@ -391,8 +395,8 @@ class RestHandlers:
             new["kind"], new["apiVersion"] = res.kind, res.api_version
             if not is_apply:
                 new = record_update(current, new, manager, res, sub)
-            strategy.before_update(new, current, sub)
-            return new
+            return await self.registry.prepare_update(res, new, current, subresource=sub,
+                                                      user=user, dry_run=dry)
 
         result, created = await self.registry.update(res, target.namespace, target.name,
                                                      compute, dry_run=dry)
@@ -515,9 +519,8 @@ class RestHandlers:
     async def delete(self, request: web.Request, target: Target) -> web.Response:
         res = target.resource
         options = await self.delete_options(request)
-        if res.plural == "namespaces" and not res.group:
-            self.lifecycle.admit_delete(target.name)
-        result = await self.registry.delete(res, target.namespace, target.name, options)
+        result = await self.registry.delete(res, target.namespace, target.name, options,
+                                            user=request_user(request))
         if res.plural == "namespaces" and not res.group and not result.deleted \
                 and not options.dry_run:
             self.lifecycle.finalize(target.name)
@@ -543,7 +546,8 @@ class RestHandlers:
         for kv in page.kvs:
             name = kv.key.rsplit("/", 1)[-1]
             try:
-                result = await self.registry.delete(res, target.namespace, name, options)
+                result = await self.registry.delete(res, target.namespace, name, options,
+                                                    user=request_user(request))
             except StatusError as err:
                 if err.code == 404:
                     continue
@@ -576,6 +580,9 @@ class RestHandlers:
             errs.append(field.required("target.name"))
         if errs:
             raise errors.invalid("Binding", target.name, errs)
+        await self.registry.admit(self.registry.admission_request(
+            "CREATE", res, target.namespace, target.name, binding, subresource="binding",
+            user=request_user(request), dry_run=dry))
         node = node_target["name"]
         annotations = md.get("annotations") or {}
 
@@ -621,6 +628,24 @@ class RestHandlers:
         log.info("bound pods %s/%s to node %s", target.namespace, target.name, node)
         return respond({"kind": "Status", "apiVersion": "v1", "metadata": {},
                         "status": "Success", "code": 201}, 201)
+
+    # -- pods/allocated ---------------------------------------------------------------------
+
+    async def allocated(self, request: web.Request, target: Target) -> web.Response:
+        """`GET pods/NAME/allocated` (KEP-5972): the pod as its node's kubelet admitted it,
+        proxied to that kubelet. As upstream's node-proxied pod subresources (`log`, `exec`):
+        404 for a missing pod, 400 `pod p does not have a host assigned` for an unbound one,
+        404 `nodes "n1" not found` when its node does not exist; until kubelets serve it,
+        503 ServiceUnavailable `the pod's node "n1" has no reachable kubelet`."""
+        pod = await self.registry.get(target.resource, target.namespace, target.name)
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if not node:
+            raise errors.bad_request(f"pod {target.name} does not have a host assigned")
+        nodes = lookup("", "v1", "nodes")
+        assert nodes is not None
+        await self.registry.get_kv(nodes, "", node)
+        raise StatusError(503, "ServiceUnavailable",
+                          f'the pod\'s node "{node}" has no reachable kubelet')
 
 
 # --- lists and response forms --------------------------------------------------------------

@@ -1,42 +1,59 @@
 """Per-kind rules of the registry, as upstream's REST strategies
 (`k8s.io/kubernetes/pkg/registry/core/*/strategy.go`) and `rest.BeforeCreate` /
-`rest.BeforeUpdate` / `rest.BeforeDelete` apply them:
+`rest.BeforeUpdate` / `rest.BeforeDelete` apply them. The pod rules themselves (defaults,
+validation, the `/dynamic` rules, QoS) live in `ephemera.pods`; this module only says when
+each applies.
 
+- defaults (`Strategy.default`, what upstream's decoder applies to every body, before
+  admission): pods get `ephemera.pods.defaults.default_pod` with the apiserver's gates.
 - create: system fields (`uid`, `creationTimestamp`), no deletion fields; pods get
-  `generation: 1`, `status: {phase: Pending, qosClass}` and their defaults; namespaces
-  `status.phase: Active`, the `kubernetes` finalizer and the `kubernetes.io/metadata.name`
-  label; resource quotas an empty status; secrets' `stringData` folded into `data`.
+  `generation: 1`, `status: {phase: Pending, qosClass}` and lose the fields of disabled
+  gates (`drop_disabled_pod_fields`); namespaces `status.phase: Active`, the `kubernetes`
+  finalizer and the `kubernetes.io/metadata.name` label; resource quotas an empty status;
+  secrets' `stringData` folded into `data`.
 - update: immutable metadata kept, status reset on a main-resource update of a kind with a
-  status subresource, everything but status reset on a `/status` update, pods' generation
-  bumped on a spec change; `/dynamic` (for now) updates the whole pod but its status.
+  status subresource, everything but status reset on a `/status` update; pods: fields of
+  disabled gates dropped unless the stored pod uses them, generation bumped on a spec change;
+  `/dynamic` updates the whole pod but its status (copied from the stored pod).
 - delete: pods' graceful deletion (`CheckGracefulDelete`, section 9.2 of the reference),
   shortening of a pending grace period, namespaces' Terminating phase.
-- validation: `ValidateObjectMeta` and `ValidateObjectMetaUpdate` with upstream's messages,
-  plus the few pod checks the later pod validation builds on.
+- validation (422 with causes): every kind `ValidateObjectMeta` / `ValidateObjectMetaUpdate`
+  (`ephemera.api.validation`); pods instead `validate_pod_create`, `validate_pod_update`
+  (plain update: containers and volumes immutable), `validate_pod_status_update` (`/status`)
+  and `validate_dynamic_update` (`/dynamic`), which include the metadata checks. The
+  NodeDeclaredFeatures check of `/dynamic` is the admission plugin's
+  (`ephemera.apiserver.admission.nodefeatures`, a 403 as upstream), so validation is called
+  without the node's features.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+from collections.abc import Mapping
 from datetime import timedelta
-from fractions import Fraction
-from functools import cache
 from typing import Any, Literal
 
-from ephemera.api import errors, field, meta
+from ephemera.api import errors, meta
+from ephemera.api import validation as meta_validation
+from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
-from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.apiserver.resources import Resource
+from ephemera.pods.defaults import default_pod, drop_disabled_pod_fields
+from ephemera.pods.dynamic import validate_dynamic_update
+from ephemera.pods.limitrange import default_limit_range, validate_limit_range
+from ephemera.pods.quota import validate_resource_quota
+from ephemera.pods.resources import compute_qos_class
+from ephemera.pods.validation import (
+    validate_pod_create,
+    validate_pod_status_update,
+    validate_pod_update,
+)
 
 DeleteOutcome = Literal["immediate", "graceful", "pending"]
 
 NAMESPACE_FINALIZER = "kubernetes"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-DEFAULT_TERMINATION_GRACE_PERIOD = 30
-
-# Metadata an update never changes (ValidateObjectMetaUpdate / BeforeUpdate).
-_SYSTEM_METADATA = ("uid", "creationTimestamp")
 
 
 def _md(obj: dict[str, Any]) -> dict[str, Any]:
@@ -46,8 +63,9 @@ def _md(obj: dict[str, Any]) -> dict[str, Any]:
 class Strategy:
     """The default rules; subclasses add a kind's own."""
 
-    def __init__(self, resource: Resource) -> None:
+    def __init__(self, resource: Resource, gates: Mapping[str, bool] | None = None) -> None:
         self.resource = resource
+        self.gates: Mapping[str, bool] = gates if gates is not None else FeatureGates()
         self.has_status = "status" in resource.subresources
 
     # upstream's AllowCreateOnUpdate: PUT of a missing object creates it.
@@ -55,12 +73,19 @@ class Strategy:
     # Namespaces' names are DNS labels, the others' DNS subdomains.
     name_is_dns_label = False
 
+    # -- defaults ---------------------------------------------------------------------------
+
+    def default(self, obj: dict[str, Any]) -> None:
+        """The kind's defaults, as upstream's decoder applies them to a request body (and to
+        a patched object), before admission. Nothing by default."""
+
     # -- create -----------------------------------------------------------------------------
 
     def before_create(self, obj: dict[str, Any]) -> None:
         """rest.BeforeCreate: drop deletion fields, fill the system fields, then the kind's
         PrepareForCreate."""
         md = _md(obj)
+        meta.drop_empty_metadata(md)
         md.pop("deletionTimestamp", None)
         md.pop("deletionGracePeriodSeconds", None)
         md.pop("resourceVersion", None)
@@ -76,13 +101,20 @@ class Strategy:
         its status)."""
 
     def validate_create(self, obj: dict[str, Any]) -> None:
-        errs = meta.validate_object_meta(_md(obj), namespaced=self.resource.namespaced,
-                                         dns_label_name=self.name_is_dns_label)
+        """422 Invalid with every error of `create_errors`."""
+        self._raise(obj, self.create_errors(obj))
+
+    def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+        """`ValidateObjectMeta` plus the kind's own `validate`."""
+        name_fn = (meta_validation.dns_label_name if self.name_is_dns_label
+                   else meta_validation.dns_subdomain_name)
+        errs = meta_validation.validate_object_meta(_md(obj), namespaced=self.resource.namespaced,
+                                                    name_fn=name_fn)
         errs.extend(self.validate(obj))
-        self._raise(obj, errs)
+        return errs
 
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
-        """The kind's own validation (create and update)."""
+        """The kind's own validation beyond metadata (create and main-resource update)."""
         return []
 
     def _raise(self, obj: dict[str, Any], errs: list[FieldError]) -> None:
@@ -97,6 +129,7 @@ class Strategy:
         """rest.BeforeUpdate: keep what an update may not change, apply the kind's
         PrepareForUpdate (of the main resource or of `subresource`), validate."""
         new_md, old_md = _md(new), _md(old)
+        meta.drop_empty_metadata(new_md)
         if "generation" in old_md:
             new_md["generation"] = old_md["generation"]
         else:
@@ -117,31 +150,15 @@ class Strategy:
             else:
                 new_md.pop(key, None)
         new_md.pop("selfLink", None)
-        errs = self._validate_meta_update(new_md, old_md)
-        errs.extend(meta.validate_labels(new_md.get("labels"),
-                                         field.Path("metadata", "labels")))
-        errs.extend(meta.validate_annotations(new_md.get("annotations"),
-                                              field.Path("metadata", "annotations")))
-        if not subresource or subresource == "dynamic":
-            errs.extend(self.validate(new))
-        self._raise(new, errs)
+        self._raise(new, self.update_errors(new, old, subresource))
 
-    def _validate_meta_update(self, new_md: dict[str, Any], old_md: dict[str, Any]
-                              ) -> list[FieldError]:
-        errs: list[FieldError] = []
-        path = field.Path("metadata")
-        for key in ("name", "namespace", "uid"):
-            if (new_md.get(key) or "") != (old_md.get(key) or ""):
-                errs.append(field.invalid(path.child(key), new_md.get(key) or "",
-                                          "field is immutable"))
-        if old_md.get("deletionTimestamp"):
-            added = [f for f in new_md.get("finalizers") or []
-                     if f not in (old_md.get("finalizers") or [])]
-            for f in added:
-                errs.append(field.forbidden(
-                    path.child("finalizers"),
-                    f"no new finalizers can be added if the object is being deleted, found "
-                    f"new finalizers []string{{\"{f}\"}}"))
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        """`ValidateObjectMetaUpdate`, plus the kind's own `validate` on a main-resource
+        update."""
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if not subresource:
+            errs.extend(self.validate(new))
         return errs
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
@@ -207,10 +224,18 @@ def _copy_key(new: dict[str, Any], old: dict[str, Any], key: str) -> None:
 
 
 class PodStrategy(Strategy):
+    """Pods: `ephemera.pods` rules with the apiserver's gates (see the module docstring)."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        default_pod(obj, self.gates)
+
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
-        default_pod(obj)
+        """upstream's PrepareForCreate: generation 1, a Pending status with the QoS class,
+        the fields of disabled gates dropped, the SchedulingGated condition."""
         _md(obj)["generation"] = 1
-        status: dict[str, Any] = {"phase": "Pending", "qosClass": pod_qos_class(obj)}
+        status: dict[str, Any] = {"phase": "Pending",
+                                  "qosClass": compute_qos_class(obj, gates=self.gates)}
+        drop_disabled_pod_fields(obj, None, self.gates)
         if (obj.get("spec") or {}).get("schedulingGates"):
             status["conditions"] = [{
                 "type": "PodScheduled", "status": "False", "lastProbeTime": None,
@@ -218,9 +243,14 @@ class PodStrategy(Strategy):
                 "message": "Scheduling is blocked due to non-empty scheduling gates"}]
         obj["status"] = status
 
+    def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+        return validate_pod_create(obj, self.gates)
+
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
-        default_pod(new)
+        """A main-resource (or `/dynamic`) update: the stored status stays, disabled fields
+        are dropped unless in use, the generation follows the spec."""
         _copy_key(new, old, "status")
+        drop_disabled_pod_fields(new, old, self.gates)
         self._bump_generation(new, old)
 
     def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
@@ -234,42 +264,27 @@ class PodStrategy(Strategy):
         old_qos = (old.get("status") or {}).get("qosClass")
         if isinstance(status, dict) and not status.get("qosClass") and old_qos:
             status["qosClass"] = old_qos
+        drop_disabled_pod_fields(new, old, self.gates)
 
     def prepare_for_subresource_update(self, subresource: str, new: dict[str, Any],
                                        old: dict[str, Any]) -> None:
-        # `/dynamic`: the whole pod but its status; its own rules come with KEP-5972.
+        # `/dynamic`: the whole pod but its status, which is the stored one.
         self.prepare_for_update(new, old)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        if subresource == "status":
+            return validate_pod_status_update(new, old)
+        if subresource == "dynamic":
+            return validate_dynamic_update(new, old, self.gates)
+        if subresource:
+            return meta_validation.validate_object_meta_update(_md(new), _md(old))
+        return validate_pod_update(new, old, self.gates)
 
     @staticmethod
     def _bump_generation(new: dict[str, Any], old: dict[str, Any]) -> None:
         if new.get("spec") != old.get("spec"):
             _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
-
-    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
-        errs: list[FieldError] = []
-        spec = obj.get("spec")
-        path = field.Path("spec")
-        containers = spec.get("containers") if isinstance(spec, dict) else None
-        if not containers:
-            errs.append(field.required(path.child("containers")))
-            return errs
-        seen: set[str] = set()
-        for i, c in enumerate(containers):
-            cpath = path.child("containers").index(i)
-            if not isinstance(c, dict):
-                continue
-            name = c.get("name") or ""
-            if not name:
-                errs.append(field.required(cpath.child("name")))
-            else:
-                errs.extend(field.invalid(cpath.child("name"), name, m)
-                            for m in meta.dns1123_label_errors(name))
-                if name in seen:
-                    errs.append(field.duplicate(cpath.child("name"), name))
-                seen.add(name)
-            if not c.get("image"):
-                errs.append(field.required(cpath.child("image")))
-        return errs
 
     def graceful_period(self, obj: dict[str, Any], requested: int | None) -> int | None:
         spec = obj.get("spec") or {}
@@ -283,108 +298,6 @@ class PodStrategy(Strategy):
         if (obj.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
             period = 0
         return period
-
-
-def _image_pull_policy(image: str) -> str:
-    """upstream's defaulting: Always for `:latest` or no tag, else IfNotPresent."""
-    if "@" in image:
-        return "IfNotPresent"
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last or last.endswith(":latest"):
-        return "Always"
-    return "IfNotPresent"
-
-
-def _default_container(c: dict[str, Any]) -> None:
-    c.setdefault("terminationMessagePath", "/dev/termination-log")
-    c.setdefault("terminationMessagePolicy", "File")
-    if isinstance(c.get("image"), str) and c["image"]:
-        c.setdefault("imagePullPolicy", _image_pull_policy(c["image"]))
-    c.setdefault("resources", {})
-    resources = c["resources"]
-    if isinstance(resources, dict):
-        limits = resources.get("limits")
-        if isinstance(limits, dict) and limits:
-            requests = resources.setdefault("requests", {})
-            if isinstance(requests, dict):
-                for name, value in limits.items():
-                    requests.setdefault(name, value)
-    for port in c.get("ports") or []:
-        if isinstance(port, dict):
-            port.setdefault("protocol", "TCP")
-
-
-def default_pod(pod: dict[str, Any]) -> None:
-    """The defaults of upstream's `SetDefaults_Pod` / `SetDefaults_PodSpec` and
-    `SetDefaults_Container` that users see in `kubectl get -o yaml`, plus the priority 0 the
-    Priority admission plugin sets."""
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("terminationGracePeriodSeconds", DEFAULT_TERMINATION_GRACE_PERIOD)
-    spec.setdefault("securityContext", {})
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("enableServiceLinks", True)
-    spec.setdefault("priority", 0)
-    if spec.get("serviceAccountName") and not spec.get("serviceAccount"):
-        spec["serviceAccount"] = spec["serviceAccountName"]
-    for key in ("containers", "initContainers"):
-        for c in spec.get(key) or []:
-            if isinstance(c, dict):
-                _default_container(c)
-
-
-def _positive(value: Any) -> Fraction | None:
-    try:
-        amount = quantity_from_json(value).as_fraction()
-    except QuantityError:
-        return None
-    return amount if amount > 0 else None
-
-
-_QOS_RESOURCES = ("cpu", "memory")
-
-
-def pod_qos_class(pod: dict[str, Any]) -> str:
-    """upstream's `ComputePodQOS` on a defaulted pod: pod-level resources when
-    `spec.resources` is set, else the sums over containers and init containers."""
-    spec = pod.get("spec") or {}
-    requests: dict[str, Fraction] = {}
-    limits: dict[str, Fraction] = {}
-    is_guaranteed = True
-    pod_resources = spec.get("resources")
-    if isinstance(pod_resources, dict):
-        sources = [pod_resources]
-        limits_required = bool(pod_resources.get("limits"))
-    else:
-        sources = [c.get("resources") or {} for key in ("containers", "initContainers")
-                   for c in spec.get(key) or [] if isinstance(c, dict)]
-        limits_required = True
-    for res in sources:
-        for name, value in (res.get("requests") or {}).items():
-            amount = _positive(value) if name in _QOS_RESOURCES else None
-            if amount is not None:
-                requests[name] = requests.get(name, Fraction(0)) + amount
-        found: set[str] = set()
-        for name, value in (res.get("limits") or {}).items():
-            amount = _positive(value) if name in _QOS_RESOURCES else None
-            if amount is not None:
-                found.add(name)
-                limits[name] = limits.get(name, Fraction(0)) + amount
-        if limits_required and not found.issuperset(_QOS_RESOURCES):
-            is_guaranteed = False
-    if not requests and not limits:
-        return "BestEffort"
-    if is_guaranteed:
-        for name, amount in requests.items():
-            if limits.get(name) != amount:
-                is_guaranteed = False
-                break
-    if is_guaranteed and len(requests) == len(limits):
-        return "Guaranteed"
-    return "Burstable"
 
 
 # --- namespaces ----------------------------------------------------------------------------
@@ -487,9 +400,40 @@ class ResourceQuotaStrategy(Strategy):
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         obj.pop("status", None)
 
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        """`ValidateResourceQuota` (`ephemera.pods.quota`)."""
+        return validate_resource_quota(obj)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = super().update_errors(new, old, subresource)
+        if subresource == "status":
+            errs.extend(validate_resource_quota(new))
+        return errs
+
+
+class LimitRangeStrategy(Strategy):
+    """LimitRanges (`ephemera.pods.limitrange`): `SetDefaults_LimitRangeItem` on decode,
+    `ValidateLimitRange` with the gates (type Pod defaults stay valid once in use)."""
+
+    allow_create_on_update = True
+
+    def default(self, obj: dict[str, Any]) -> None:
+        default_limit_range(obj)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return validate_limit_range(obj, self.gates)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if not subresource:
+            errs.extend(validate_limit_range(new, self.gates, old))
+        return errs
+
 
 class CreateOnUpdateStrategy(Strategy):
-    """Events, leases and limit ranges may be created by a PUT."""
+    """Events and leases may be created by a PUT."""
 
     allow_create_on_update = True
 
@@ -500,11 +444,11 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "secrets"): SecretStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
     ("", "events"): CreateOnUpdateStrategy,
-    ("", "limitranges"): CreateOnUpdateStrategy,
+    ("", "limitranges"): LimitRangeStrategy,
     ("coordination.k8s.io", "leases"): CreateOnUpdateStrategy,
 }
 
 
-@cache
-def strategy_for(resource: Resource) -> Strategy:
-    return _STRATEGIES.get((resource.group, resource.plural), Strategy)(resource)
+def strategy_for(resource: Resource, gates: Mapping[str, bool] | None = None) -> Strategy:
+    """The strategy of `resource` under `gates` (None: ephemera's defaults)."""
+    return _STRATEGIES.get((resource.group, resource.plural), Strategy)(resource, gates)

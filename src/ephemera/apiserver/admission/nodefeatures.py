@@ -1,0 +1,126 @@
+"""The NodeDeclaredFeatureValidator admission plugin (KEP-5328 Node Declared Features), as
+upstream's (`plugin/pkg/admission/nodedeclaredfeatures`), validating phase, active only with
+the `NodeDeclaredFeatures` gate on. A node lists what it supports in
+`status.declaredFeatures`; a request that needs a feature of the pod's node is refused with a
+403 Forbidden when the node does not declare it:
+
+- `PUT`/`PATCH pods/NAME/dynamic` of a bound pod: the features
+  `ephemera.pods.dynamic.required_node_features` names for the change (container additions or
+  removals need `DynamicContainers`, volume and volume mount changes
+  `DynamicNodeLocalEphemeralVolumes`): `pods "p" is forbidden: pod update requires features
+  DynamicNodeLocalEphemeralVolumes which are not available on node "n1"` (upstream's message).
+- `POST pods/NAME/binding`, and a create of a pod that already names its node: a pod that uses
+  pod-level `ephemeral-storage` (KEP-6386) needs `PodLevelResourcesEphemeralStorage`: `pods
+  "p" is forbidden: pod requires features PodLevelResourcesEphemeralStorage which are not
+  available on node "n1"` (ephemera's message; upstream leaves this to the scheduler and the
+  kubelet's admission, ephemera checks the binding too so that no path bypasses it).
+
+A node that does not exist declares nothing: when the request needs a feature, it is refused
+with upstream's `node "n1" not found` (403). A request that needs no feature, or a pod not
+bound to a node, is not checked. With the gate off nothing is checked, as upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from ephemera.api.errors import StatusError
+from ephemera.api.featuregates import NODE_DECLARED_FEATURES, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE
+from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
+from ephemera.apiserver.resources import Resource, lookup
+from ephemera.pods.dynamic import dynamic_change, required_node_features
+from ephemera.pods.resources import RESOURCE_EPHEMERAL_STORAGE
+
+
+def _nodes() -> Resource:
+    resource = lookup("", "v1", "nodes")
+    assert resource is not None
+    return resource
+
+
+def _pods() -> Resource:
+    resource = lookup("", "v1", "pods")
+    assert resource is not None
+    return resource
+
+
+NODES = _nodes()
+PODS = _pods()
+
+
+def _spec(pod: dict[str, Any] | None) -> dict[str, Any]:
+    spec = (pod or {}).get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def scheduling_node_features(pod: dict[str, Any]) -> list[str]:
+    """The declared features a node needs to run `pod`: `PodLevelResourcesEphemeralStorage`
+    for a pod with pod-level `ephemeral-storage` requests or limits (KEP-6386)."""
+    resources = _spec(pod).get("resources")
+    if not isinstance(resources, dict):
+        return []
+    for kind in ("requests", "limits"):
+        values = resources.get(kind)
+        if isinstance(values, dict) and RESOURCE_EPHEMERAL_STORAGE in values:
+            return [POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE]
+    return []
+
+
+async def node_declared_features(req: AdmissionRequest, node: str) -> Collection[str]:
+    """The node's `status.declaredFeatures`; 403 `node "n" not found` when it does not
+    exist."""
+    try:
+        obj = await req.registry.get(NODES, "", node)
+    except StatusError as err:
+        if err.code == 404:
+            raise req.forbidden(f'node "{node}" not found') from None
+        raise
+    declared = (obj.get("status") or {}).get("declaredFeatures")
+    return {str(f) for f in declared} if isinstance(declared, list) else set()
+
+
+class NodeDeclaredFeatureValidator(AdmissionPluginBase):
+    name = "NodeDeclaredFeatureValidator"
+
+    def handles(self, req: AdmissionRequest) -> bool:
+        if not self.gates.enabled(NODE_DECLARED_FEATURES):
+            return False
+        if req.operation == "UPDATE":
+            return is_pod_request(req, "dynamic")
+        return req.operation == "CREATE" and is_pod_request(req, "", "binding")
+
+    async def validate(self, req: AdmissionRequest) -> None:
+        if req.operation == "UPDATE":
+            await self._validate_update(req)
+        elif req.subresource == "binding":
+            target = (req.obj or {}).get("target") or {}
+            pod = await req.registry.get(PODS, req.namespace, req.name)
+            await self._validate_placement(req, pod, str(target.get("name") or ""))
+        elif req.obj is not None:
+            await self._validate_placement(req, req.obj, str(_spec(req.obj).get("nodeName")
+                                                             or ""))
+
+    async def _validate_update(self, req: AdmissionRequest) -> None:
+        if req.obj is None or req.old is None:
+            return
+        needed = required_node_features(dynamic_change(req.obj, req.old))
+        node = str(_spec(req.obj).get("nodeName") or _spec(req.old).get("nodeName") or "")
+        if not needed or not node:
+            return
+        declared = await node_declared_features(req, node)
+        missing = [f for f in needed if f not in declared]
+        if missing:
+            raise req.forbidden(f"pod update requires features {', '.join(missing)} which are "
+                                f'not available on node "{node}"')
+
+    async def _validate_placement(self, req: AdmissionRequest, pod: dict[str, Any],
+                                  node: str) -> None:
+        needed = scheduling_node_features(pod)
+        if not needed or not node:
+            return
+        declared = await node_declared_features(req, node)
+        missing = [f for f in needed if f not in declared]
+        if missing:
+            raise req.forbidden(f"pod requires features {', '.join(missing)} which are not "
+                                f'available on node "{node}"')

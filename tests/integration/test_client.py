@@ -1,0 +1,240 @@
+"""`ephemera.client` against the in-process apiserver on a real loopback socket: the verbs,
+Status errors as `StatusError`, watches (410 included), an unreachable server, and the
+informer's cache, handlers, re-list after a compaction and reconnection after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+from apiserver_fixtures import Api
+
+from ephemera.api.errors import StatusError
+from ephemera.apiserver.app import ApiserverConfig, create_app
+from ephemera.client import ApiClient, ApiUnavailable, ClientConfig, Informer, resource_path
+from ephemera.store import open_store
+
+CONFIGMAPS = resource_path("configmaps", "default")
+
+
+def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels or {}}, "data": data or {"k": "v"}}
+
+
+@pytest.fixture
+async def client(api: Api) -> AsyncIterator[ApiClient]:
+    url = str(api.client.server.make_url("")).rstrip("/")
+    async with ApiClient(ClientConfig(server=url), user_agent="client-test") as c:
+        yield c
+
+
+async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = check()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+# --- verbs and errors ------------------------------------------------------------------------
+
+
+async def test_create_get_list_update_patch_delete(client: ApiClient) -> None:
+    created = await client.create(CONFIGMAPS, configmap("a", {"app": "x"}))
+    assert created["metadata"]["uid"]
+    await client.create(CONFIGMAPS, configmap("b", {"app": "y"}))
+    got = await client.get(resource_path("configmaps", "default", "a"))
+    assert got["data"] == {"k": "v"}
+
+    listed = await client.list(CONFIGMAPS, label_selector="app=x")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["a"]
+    assert int(listed["metadata"]["resourceVersion"]) > 0
+    paged = await client.list(CONFIGMAPS, limit=1)
+    assert sorted(i["metadata"]["name"] for i in paged["items"]) == ["a", "b"]
+    assert "continue" not in paged["metadata"]
+
+    got["data"] = {"k": "v2"}
+    updated = await client.update(resource_path("configmaps", "default", "a"), got)
+    assert updated["data"] == {"k": "v2"}
+    merged = await client.patch(resource_path("configmaps", "default", "a"),
+                                {"data": {"more": "1"}}, patch_type="merge")
+    assert merged["data"] == {"k": "v2", "more": "1"}
+    patched = await client.patch(resource_path("configmaps", "default", "a"),
+                                 [{"op": "remove", "path": "/data/more"}], patch_type="json")
+    assert patched["data"] == {"k": "v2"}
+
+    await client.delete(resource_path("configmaps", "default", "a"))
+    with pytest.raises(StatusError) as err:
+        await client.get(resource_path("configmaps", "default", "a"))
+    assert (err.value.code, err.value.reason, err.value.message) == (
+        404, "NotFound", 'configmaps "a" not found')
+    assert err.value.details == {"name": "a", "kind": "configmaps"}
+
+
+async def test_status_errors_carry_the_servers_status(client: ApiClient) -> None:
+    await client.create(CONFIGMAPS, configmap("dup"))
+    with pytest.raises(StatusError) as dup:
+        await client.create(CONFIGMAPS, configmap("dup"))
+    assert (dup.value.code, dup.value.reason) == (409, "AlreadyExists")
+    assert dup.value.message == 'configmaps "dup" already exists'
+
+    with pytest.raises(StatusError) as invalid:
+        await client.create(CONFIGMAPS, configmap("Not_Valid"))
+    assert (invalid.value.code, invalid.value.reason) == (422, "Invalid")
+    assert invalid.value.details is not None
+    assert invalid.value.details["causes"][0]["field"] == "metadata.name"
+
+    stale = await client.get(resource_path("configmaps", "default", "dup"))
+    await client.patch(resource_path("configmaps", "default", "dup"), {"data": {"k": "2"}},
+                       patch_type="merge")
+    with pytest.raises(StatusError) as conflict:
+        await client.update(resource_path("configmaps", "default", "dup"), stale)
+    assert (conflict.value.code, conflict.value.reason) == (409, "Conflict")
+
+
+async def test_watch_from_a_list_and_410_after_compaction(client: ApiClient, api: Api) -> None:
+    listed = await client.list(CONFIGMAPS)
+    rv = listed["metadata"]["resourceVersion"]
+    await client.create(CONFIGMAPS, configmap("w"))
+    events = client.watch(CONFIGMAPS, resource_version=rv, timeout_seconds=5,
+                          allow_bookmarks=False)
+    first = await anext(events)
+    assert (first.type, first.object["metadata"]["name"]) == ("ADDED", "w")
+    assert int(first.resource_version) > int(rv)
+    await events.aclose()
+
+    await client.delete(resource_path("configmaps", "default", "w"))
+    await api.store.compact(await api.store.current_revision())
+    with pytest.raises(StatusError) as gone:
+        async for _ in client.watch(CONFIGMAPS, resource_version=rv, timeout_seconds=5):
+            pass
+    assert gone.value.code == 410
+    assert gone.value.message.startswith(f"too old resource version: {rv} (")
+
+
+async def test_an_unreachable_server_raises_api_unavailable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with ApiClient(ClientConfig(server=f"http://127.0.0.1:{port}")) as c:
+        with pytest.raises(ApiUnavailable):
+            await c.get("/version")
+        with pytest.raises(ApiUnavailable):
+            async for _ in c.watch(CONFIGMAPS):
+                pass
+
+
+# --- the informer --------------------------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def add(self, obj: dict[str, Any]) -> None:
+        self.seen.append(("add", obj["metadata"]["name"], obj["data"]["k"]))
+
+    def update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self.seen.append(("update", new["metadata"]["name"],
+                          f'{old["data"]["k"]}->{new["data"]["k"]}'))
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        self.seen.append(("delete", obj["metadata"]["name"], obj["data"]["k"]))
+
+
+@contextlib.asynccontextmanager
+async def running(informer: Informer) -> AsyncIterator[Informer]:
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.wait_synced(), 10)
+        yield informer
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_informer_cache_and_handlers(client: ApiClient) -> None:
+    await client.create(CONFIGMAPS, configmap("before", {"app": "x"}, k="0"))
+    await client.create(CONFIGMAPS, configmap("other", {"app": "y"}, k="0"))
+    informer = Informer(client, CONFIGMAPS, label_selector="app=x")
+    recorder = Recorder()
+    informer.add_handler(on_add=recorder.add, on_update=recorder.update,
+                         on_delete=recorder.delete)
+    async with running(informer):
+        assert recorder.seen == [("add", "before", "0")]
+        await client.create(CONFIGMAPS, configmap("new", {"app": "x"}, k="1"))
+        await client.patch(resource_path("configmaps", "default", "new"), {"data": {"k": "2"}},
+                           patch_type="merge")
+        await client.delete(resource_path("configmaps", "default", "before"))
+        await eventually(lambda: len(recorder.seen) == 4)
+        assert recorder.seen[1:] == [("add", "new", "1"), ("update", "new", "1->2"),
+                                     ("delete", "before", "0")]
+        assert [o["metadata"]["name"] for o in informer.list()] == ["new"]
+        cached = informer.get("default/new")
+        assert cached is not None and cached["data"] == {"k": "2"}
+        # a handler added late sees the cache first
+        late = Recorder()
+        informer.add_handler(on_add=late.add)
+        assert late.seen == [("add", "new", "2")]
+
+
+async def test_informer_lists_again_after_its_revision_is_compacted(client: ApiClient,
+                                                                    api: Api) -> None:
+    await client.create(CONFIGMAPS, configmap("kept", {"app": "x"}))
+    # short watches without bookmarks: the resourceVersion moves only with matching events
+    informer = Informer(client, CONFIGMAPS, label_selector="app=x", watch_timeout=1,
+                        allow_bookmarks=False)
+    recorder = Recorder()
+    informer.add_handler(on_add=recorder.add, on_update=recorder.update,
+                         on_delete=recorder.delete)
+    async with running(informer):
+        synced_at = int(informer.resource_version)
+        for i in range(3):  # history the informer does not watch
+            await client.create(CONFIGMAPS, configmap(f"unrelated-{i}"))
+        compacted = await api.store.current_revision()
+        await api.store.compact(compacted)
+        # the next watch (from `synced_at`) answers 410: the informer lists again
+        await eventually(lambda: int(informer.resource_version) >= compacted)
+        assert synced_at < compacted
+        assert recorder.seen == [("add", "kept", "v")]  # nothing changed for the handlers
+
+
+async def test_informer_reconnects_after_the_server_restarts(tmp_path: Path) -> None:
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    config = ApiserverConfig(watch_bookmark_interval=0.2)
+    first = TestServer(create_app(store, config))
+    await first.start_server()
+    port = first.port
+    recorder = Recorder()
+    try:
+        async with ApiClient(ClientConfig(server=f"http://127.0.0.1:{port}")) as c:
+            await c.create(CONFIGMAPS, configmap("a", k="1"))
+            informer = Informer(c, CONFIGMAPS)
+            informer.add_handler(on_add=recorder.add, on_update=recorder.update,
+                                 on_delete=recorder.delete)
+            async with running(informer):
+                await first.close()
+                second = TestServer(create_app(store, config), port=port)
+                await second.start_server()
+                try:
+                    await c.delete(resource_path("configmaps", "default", "a"))
+                    await c.create(CONFIGMAPS, configmap("b", k="2"))
+                    await eventually(lambda: len(recorder.seen) == 3, timeout=20)
+                    assert recorder.seen == [("add", "a", "1"), ("delete", "a", "1"),
+                                             ("add", "b", "2")]
+                finally:
+                    await second.close()
+    finally:
+        await store.close()
