@@ -89,10 +89,18 @@ def unschedulable(p: dict[str, Any]) -> bool:
     return scheduled_condition(p).get("reason") == "Unschedulable"
 
 
-async def events_of(client: ApiClient, name: str) -> list[tuple[str, str, str]]:
-    listed = await client.list(resource_path("events", "default"),
-                               field_selector=f"involvedObject.name={name}")
-    return [(e["type"], e["reason"], e["message"]) for e in listed["items"]]
+async def events_of(client: ApiClient, name: str, *,
+                    at_least: int = 0) -> list[tuple[str, str, str]]:
+    """The events about pod `name`, once there are `at_least` of them (an event is written
+    just after the binding or the status it reports)."""
+    deadline = asyncio.get_running_loop().time() + 15
+    while True:
+        listed = await client.list(resource_path("events", "default"),
+                                   field_selector=f"involvedObject.name={name}")
+        if len(listed["items"]) >= at_least:
+            return [(e["type"], e["reason"], e["message"]) for e in listed["items"]]
+        assert asyncio.get_running_loop().time() < deadline, listed
+        await asyncio.sleep(0.05)
 
 
 async def test_binds_pods_and_records_scheduled_events(client: ApiClient) -> None:
@@ -106,7 +114,7 @@ async def test_binds_pods_and_records_scheduled_events(client: ApiClient) -> Non
     # least allocated spreads them
     assert {p1["spec"]["nodeName"], p2["spec"]["nodeName"]} == {"n1", "n2"}
     assert scheduled_condition(p1)["status"] == "True"
-    assert await events_of(client, "p1") == [
+    assert await events_of(client, "p1", at_least=1) == [
         ("Normal", "Scheduled", f"Successfully assigned default/p1 to {p1['spec']['nodeName']}")]
     listed = await client.list(resource_path("events", "default"),
                                field_selector="involvedObject.name=p1")
@@ -128,7 +136,8 @@ async def test_unschedulable_condition_event_and_retry_when_a_node_comes(
         condition = scheduled_condition(pending)
         assert (condition["status"], condition["message"]) == ("False", message)
         assert pending["status"]["phase"] == "Pending" and not bound(pending)
-        assert await events_of(client, "big") == [("Warning", "FailedScheduling", message)]
+        assert await events_of(client, "big", at_least=1) == [
+            ("Warning", "FailedScheduling", message)]
 
         # a node change that does not help: tried again, the same event counted again, the
         # pod's status left alone

@@ -15,6 +15,8 @@ from importlib import import_module
 COMMANDS = (
     "ephemera.cli.up",
     "ephemera.cli.apiserver",
+    "ephemera.cli.scheduler",
+    "ephemera.cli.controllers",
 )
 
 

@@ -101,6 +101,14 @@ class Cluster:
             argv += ["--token-auth-file", str(a.token_auth_file.resolve())]
         return argv + self._common_flags()
 
+    def scheduler_argv(self) -> list[str]:
+        return [sys.executable, "-m", "ephemera.cli", "scheduler",
+                "--kubeconfig", str(self.kubeconfig), *self._common_flags()]
+
+    def controller_manager_argv(self) -> list[str]:
+        return [sys.executable, "-m", "ephemera.cli", "controller-manager",
+                "--kubeconfig", str(self.kubeconfig), *self._common_flags()]
+
     def _initial_port(self) -> int | None:
         if self.args.port is not None:
             return int(self.args.port)
@@ -128,6 +136,9 @@ class Cluster:
             if url is None:
                 return 0 if self.stop.is_set() else 1
             write_admin_kubeconfig(self.kubeconfig, url, pki)
+            await self.supervisor.start(Component("scheduler", self.scheduler_argv))
+            await self.supervisor.start(Component("controller-manager",
+                                                  self.controller_manager_argv))
             say(f"ephemera: the API answers at {url}")
             say(f"kubeconfig: {self.kubeconfig}")
             if self.args.demo and not self.stop.is_set():

@@ -1,0 +1,299 @@
+"""`ApiClient`: the asynchronous HTTP client of the Kubernetes API, on aiohttp.
+
+One client per component process, for any resource path:
+
+    async with ApiClient(load_kubeconfig(path), user_agent="ephemera-scheduler") as api:
+        pods = await api.list(resource_path("pods", namespace="default"))
+        await api.create(resource_path("pods", "default", "p1", "binding"), binding)
+        async for event in api.watch(resource_path("pods"), resource_version=rv):
+            ...
+
+Objects go in and come out as plain JSON dicts. A response that is not 2xx raises
+`ephemera.api.errors.StatusError` built from the server's `Status` body (code, reason, message,
+details), so callers test `err.code == 404` or `err.reason == "Conflict"` exactly as the server
+said it. A connection that cannot be made or breaks raises `ApiUnavailable`. A watch yields
+`WatchEvent`s; an `ERROR` event in the stream (for example `410 Expired`) raises the
+`StatusError` it carries. Nothing else in ephemera speaks HTTP to the apiserver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from ephemera.api.errors import StatusError
+from ephemera.client.kubeconfig import ClientConfig
+
+__all__ = [
+    "ApiClient",
+    "ApiUnavailable",
+    "PatchType",
+    "WatchEvent",
+    "resource_path",
+    "status_error_from",
+]
+
+PatchType = Literal["json", "merge", "strategic", "apply"]
+
+_PATCH_CONTENT_TYPES: Mapping[str, str] = {
+    "json": "application/json-patch+json",
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+# The reason of a non-Status error response, by code (apimachinery's `reasonForError`).
+_REASONS: Mapping[int, str] = {
+    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+    405: "MethodNotAllowed", 406: "NotAcceptable", 409: "Conflict", 410: "Gone",
+    413: "RequestEntityTooLarge", 415: "UnsupportedMediaType", 422: "Invalid",
+    429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
+}
+
+DEFAULT_REQUEST_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+
+
+class ApiUnavailable(ConnectionError):
+    """The apiserver could not be reached, or the connection broke mid-request."""
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event of a watch: `ADDED`, `MODIFIED`, `DELETED` or `BOOKMARK`, and the object."""
+
+    type: str
+    object: dict[str, Any]
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def resource_path(plural: str, namespace: str | None = None, name: str | None = None,
+                  subresource: str | None = None, *, group: str = "",
+                  version: str = "v1") -> str:
+    """The URL path of a collection, an object or a subresource:
+    `resource_path("pods", "default", "p1", "binding")` is
+    `/api/v1/namespaces/default/pods/p1/binding`; `group="coordination.k8s.io"` gives
+    `/apis/coordination.k8s.io/v1/...`."""
+    parts = ["/api", version] if not group else ["/apis", group, version]
+    if namespace:
+        parts += ["namespaces", quote(namespace, safe="")]
+    parts.append(plural)
+    if name:
+        parts.append(quote(name, safe=""))
+        if subresource:
+            parts.append(subresource)
+    return "/".join(parts)
+
+
+def _query(params: Mapping[str, Any] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in (params or {}).items():
+        if value is None:
+            continue
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
+
+
+def _status_error(code: int, body: bytes) -> StatusError:
+    """The `StatusError` of an error response: from its `Status` body when it has one."""
+    try:
+        parsed = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict) and parsed.get("kind") == "Status":
+        return status_error_from(parsed, code)
+    text = body.decode(errors="replace").strip()
+    if not text:
+        try:
+            text = HTTPStatus(code).phrase
+        except ValueError:
+            text = f"HTTP {code}"
+    return StatusError(code, _REASONS.get(code, "Unknown"), text)
+
+
+def status_error_from(status: Mapping[str, Any], code: int = 0) -> StatusError:
+    """A `StatusError` from a `Status` object (an error response or a watch `ERROR` event)."""
+    details = status.get("details")
+    retry = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    return StatusError(int(status.get("code") or code or 500), str(status.get("reason") or ""),
+                       str(status.get("message") or ""),
+                       details if isinstance(details, dict) else None,
+                       retry_after=int(retry) if isinstance(retry, int) else None)
+
+
+class ApiClient:
+    """An asynchronous Kubernetes API client for one server and one user.
+
+    Use it as an async context manager (or call `close()`). Every method takes a URL path
+    (see `resource_path`) and extra query parameters as keyword arguments; booleans are sent
+    as `true`/`false`, None values are left out.
+    """
+
+    def __init__(self, config: ClientConfig, *, user_agent: str = "ephemera",
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
+        self.config = config
+        self.server = config.server.rstrip("/")
+        self.user_agent = user_agent
+        self.request_timeout = request_timeout
+        self._ssl = config.ssl_context()
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            headers = {"User-Agent": self.user_agent, "Accept": "application/json"}
+            if self.config.token:
+                headers["Authorization"] = f"Bearer {self.config.token}"
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=headers, json_serialize=lambda o: orjson.dumps(o)
+                .decode())
+        return self._session
+
+    def _url(self, path: str) -> str:
+        return self.server + (path if path.startswith("/") else "/" + path)
+
+    # -- the verbs ------------------------------------------------------------------------
+
+    async def request(self, method: str, path: str, body: Any = None, *,
+                      content_type: str = "application/json",
+                      params: Mapping[str, Any] | None = None) -> Any:
+        """One request; the decoded JSON response (None for an empty body)."""
+        data: bytes | None = None
+        headers: dict[str, str] = {}
+        if body is not None:
+            if isinstance(body, bytes | str):
+                data = body.encode() if isinstance(body, str) else body
+            else:
+                data = orjson.dumps(body)
+            headers["Content-Type"] = content_type
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=CONNECT_TIMEOUT)
+        server_name = self.config.tls_server_name
+        try:
+            async with self._client().request(
+                    method, self._url(path), params=_query(params), data=data, headers=headers,
+                    timeout=timeout, server_hostname=server_name) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise _status_error(resp.status, raw)
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            raise ApiUnavailable(f"{method} {path}: {err or type(err).__name__}") from err
+        return orjson.loads(raw) if raw.strip() else None
+
+    async def get(self, path: str, **params: Any) -> dict[str, Any]:
+        """GET an object (or any JSON document, such as `/version`)."""
+        result: dict[str, Any] = await self.request("GET", path, params=params)
+        return result
+
+    async def list(self, path: str, *, label_selector: str | None = None,
+                   field_selector: str | None = None, limit: int | None = None,
+                   **params: Any) -> dict[str, Any]:
+        """GET a collection. With `limit`, the pages are fetched one by one (following
+        `metadata.continue`) and returned as one list whose `metadata.resourceVersion` is the
+        first page's (the snapshot all pages were read at)."""
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector,
+                 "limit": limit, **params}
+        first: dict[str, Any] = await self.request("GET", path, params=query)
+        result = first
+        token = (first.get("metadata") or {}).get("continue")
+        while token:
+            page: dict[str, Any] = await self.request("GET", path,
+                                                      params={**query, "continue": token})
+            result.setdefault("items", []).extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+        result.setdefault("metadata", {}).pop("continue", None)
+        result["metadata"].pop("remainingItemCount", None)
+        if result.get("items") is None:
+            result["items"] = []
+        return result
+
+    async def create(self, path: str, body: Any, **params: Any) -> dict[str, Any]:
+        """POST to a collection (or to a subresource such as `pods/NAME/binding`)."""
+        result: dict[str, Any] = await self.request("POST", path, body, params=params)
+        return result
+
+    async def update(self, path: str, body: Any, **params: Any) -> dict[str, Any]:
+        """PUT an object or a subresource (`/status`, `/dynamic`)."""
+        result: dict[str, Any] = await self.request("PUT", path, body, params=params)
+        return result
+
+    async def patch(self, path: str, body: Any, *, patch_type: PatchType = "strategic",
+                    **params: Any) -> dict[str, Any]:
+        """PATCH with a JSON patch (a list), a merge or strategic merge patch (a dict), or a
+        server-side apply (a dict or YAML text; pass `fieldManager=`)."""
+        result: dict[str, Any] = await self.request(
+            "PATCH", path, body, content_type=_PATCH_CONTENT_TYPES[patch_type], params=params)
+        return result
+
+    async def delete(self, path: str, body: Any = None, **params: Any) -> dict[str, Any]:
+        """DELETE an object (or a collection); `body` may be DeleteOptions. The response is
+        the deleted (or terminating) object, or a Status."""
+        result: dict[str, Any] = await self.request("DELETE", path, body, params=params)
+        return result
+
+    async def watch(self, path: str, *, resource_version: str | None = None,
+                    label_selector: str | None = None, field_selector: str | None = None,
+                    timeout_seconds: int | None = None, allow_bookmarks: bool = True,
+                    **params: Any) -> AsyncIterator[WatchEvent]:
+        """The events of `GET path?watch=true` until the server ends the stream.
+
+        An `ERROR` event raises its `StatusError` (a 410 `Expired` means: list again); a broken
+        connection raises `ApiUnavailable`.
+        """
+        query = _query({"watch": True, "resourceVersion": resource_version,
+                        "labelSelector": label_selector, "fieldSelector": field_selector,
+                        "timeoutSeconds": timeout_seconds,
+                        "allowWatchBookmarks": allow_bookmarks or None, **params})
+        timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT, sock_read=None)
+        try:
+            async with self._client().get(self._url(path), params=query, timeout=timeout,
+                                          server_hostname=self.config.tls_server_name) as resp:
+                if resp.status >= 400:
+                    raise _status_error(resp.status, await resp.read())
+                async for line in _lines(resp.content):
+                    event = orjson.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise status_error_from(obj)
+                    yield WatchEvent(str(event.get("type")), obj)
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            raise ApiUnavailable(f"watch {path}: {err or type(err).__name__}") from err
+        except orjson.JSONDecodeError as err:
+            raise ApiUnavailable(f"watch {path}: undecodable event: {err}") from err
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Newline-separated lines of any length (a watch event can be large)."""
+    pending = bytearray()
+    async for chunk in stream.iter_any():
+        start = len(pending)
+        pending += chunk
+        end = pending.find(b"\n", start)
+        while end >= 0:
+            line = bytes(pending[:end])
+            del pending[:end + 1]
+            if line.strip():
+                yield line
+            end = pending.find(b"\n")
+    if pending.strip():
+        yield bytes(pending)  # a last line without its newline (undecodable if cut short)

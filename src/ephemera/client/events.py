@@ -1,0 +1,102 @@
+"""`EventRecorder`: core/v1 Events about objects, as client-go's event recorder writes them.
+
+`await recorder.record(pod, "Warning", "FailedScheduling", message, action="Scheduling")`
+creates an Event in the object's namespace (`default` for a cluster-scoped object) named
+`<object name>.<hex nanoseconds>`, with `involvedObject` pointing at the object,
+`source.component` and `reportingComponent` the component, `reportingInstance`
+`<component>-<host>`, and `count: 1`. The same event again (same object, type, reason and
+message) bumps `count` and `lastTimestamp` of the existing Event instead, as the upstream
+correlator does. Recording is best effort: a failure is logged, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ephemera.api.errors import StatusError
+from ephemera.client.api import ApiClient, ApiUnavailable, resource_path
+
+__all__ = ["EventRecorder"]
+
+log = logging.getLogger(__name__)
+
+# How many distinct events are remembered for counting repeats.
+_REMEMBERED = 4096
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    def __init__(self, api: ApiClient, component: str, host: str | None = None) -> None:
+        self.api = api
+        self.component = component
+        self.host = host or socket.gethostname()
+        self._seen: OrderedDict[tuple[str, ...], tuple[str, str, int]] = OrderedDict()
+
+    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str,
+               action: str) -> dict[str, Any]:
+        md = obj.get("metadata") or {}
+        namespace = md.get("namespace") or "default"
+        now = _now()
+        involved = {"kind": obj.get("kind") or "", "namespace": md.get("namespace") or "",
+                    "name": md.get("name") or "", "uid": md.get("uid") or "",
+                    "apiVersion": obj.get("apiVersion") or "",
+                    "resourceVersion": md.get("resourceVersion") or ""}
+        event: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{md.get('name') or 'object'}.{time.time_ns():x}",
+                         "namespace": namespace},
+            "involvedObject": {k: v for k, v in involved.items() if v},
+            "reason": reason, "message": message, "type": type_,
+            "source": {"component": self.component, "host": self.host},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": self.component,
+            "reportingInstance": f"{self.component}-{self.host}",
+        }
+        if action:
+            event["action"] = action
+        return event
+
+    async def record(self, obj: Mapping[str, Any], type_: str, reason: str, message: str,
+                     *, action: str = "", kind: str = "", api_version: str = "") -> None:
+        """Record `reason`/`message` (`type_` is `Normal` or `Warning`) about `obj`; `kind`
+        and `api_version` name its type when `obj` lacks them (list items do)."""
+        if kind or api_version:
+            obj = {**obj, "kind": obj.get("kind") or kind,
+                   "apiVersion": obj.get("apiVersion") or api_version}
+        md = obj.get("metadata") or {}
+        key = (str(md.get("uid") or md.get("name")), type_, reason, message)
+        seen = self._seen.get(key)
+        try:
+            if seen is not None:
+                namespace, name, count = seen
+                try:
+                    await self.api.patch(resource_path("events", namespace, name),
+                                         {"count": count + 1, "lastTimestamp": _now()},
+                                         patch_type="merge")
+                    self._remember(key, (namespace, name, count + 1))
+                    return
+                except StatusError as err:
+                    if err.code != 404:
+                        raise
+            event = self._event(obj, type_, reason, message, action)
+            namespace = event["metadata"]["namespace"]
+            created = await self.api.create(resource_path("events", namespace), event)
+            self._remember(key, (namespace, created["metadata"]["name"], 1))
+        except (StatusError, ApiUnavailable) as err:
+            log.warning("could not record event %s %s about %s/%s: %s", type_, reason,
+                        md.get("namespace") or "", md.get("name") or "", err)
+
+    def _remember(self, key: tuple[str, ...], value: tuple[str, str, int]) -> None:
+        self._seen[key] = value
+        self._seen.move_to_end(key)
+        while len(self._seen) > _REMEMBERED:
+            self._seen.popitem(last=False)

@@ -1,0 +1,191 @@
+"""What the scheduler knows about a node: its allocatable resources and the requests of the
+pods on it, as upstream's `framework.NodeInfo` and `framework.Resource` keep them.
+
+Requests come from `ephemera.pods.resources.pod_requests` (pod-level aware: a key set in
+`spec.resources` replaces the containers' aggregate; overhead added), converted to integers
+as upstream does: cpu in millicores (`MilliValue`), everything else rounded up (`Value`).
+A node's `requested` sums the pods on it; `non_zero_requested` does the same with upstream's
+defaults (100m cpu, 200Mi memory) for a container that requests neither, for scoring.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ephemera.api.featuregates import DEFAULTS, POD_LEVEL_RESOURCES
+from ephemera.api.quantity import Quantity
+from ephemera.pods.resources import (
+    RESOURCE_CPU,
+    RESOURCE_EPHEMERAL_STORAGE,
+    RESOURCE_MEMORY,
+    RESOURCE_PODS,
+    ResourceList,
+    is_hugepages,
+    is_pod_level_requests_set,
+    pod_requests,
+    resource_list,
+)
+
+__all__ = [
+    "DEFAULT_MEMORY_REQUEST",
+    "DEFAULT_MILLI_CPU_REQUEST",
+    "NodeInfo",
+    "Resources",
+    "assigned_pod_requests",
+    "gate_enabled",
+    "pod_fit_request",
+    "pod_score_request",
+]
+
+# upstream's schedutil.DefaultMilliCPURequest and DefaultMemoryRequest
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+Gates = Mapping[str, bool] | None
+
+
+def gate_enabled(gates: Gates, name: str) -> bool:
+    """Whether feature gate `name` is on (ephemera's default when `gates` lacks it)."""
+    default = DEFAULTS.get(name, False)
+    return default if gates is None else bool(gates.get(name, default))
+
+
+def _is_scalar(name: str) -> bool:
+    """Resources counted by name beyond cpu, memory and ephemeral-storage: hugepages and
+    extended or prefixed resources (`example.com/gpu`, `kubernetes.io/...`)."""
+    return is_hugepages(name) or "/" in name
+
+
+@dataclass
+class Resources:
+    """upstream's `framework.Resource`: integer amounts by resource."""
+
+    milli_cpu: int = 0
+    memory: int = 0
+    ephemeral_storage: int = 0
+    allowed_pod_number: int = 0
+    scalars: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, resources: Mapping[str, Quantity]) -> Resources:
+        out = cls()
+        out.add_list(resources)
+        return out
+
+    def add_list(self, resources: Mapping[str, Quantity]) -> None:
+        """`Resource.Add`: cpu in millicores, pods as a count, the rest rounded up."""
+        for name, quantity in resources.items():
+            if name == RESOURCE_CPU:
+                self.milli_cpu += quantity.milli_value()
+            elif name == RESOURCE_MEMORY:
+                self.memory += quantity.value()
+            elif name == RESOURCE_EPHEMERAL_STORAGE:
+                self.ephemeral_storage += quantity.value()
+            elif name == RESOURCE_PODS:
+                self.allowed_pod_number += quantity.value()
+            elif _is_scalar(name):
+                self.scalars[name] = self.scalars.get(name, 0) + quantity.value()
+
+    def add(self, other: Resources, sign: int = 1) -> None:
+        self.milli_cpu += sign * other.milli_cpu
+        self.memory += sign * other.memory
+        self.ephemeral_storage += sign * other.ephemeral_storage
+        self.allowed_pod_number += sign * other.allowed_pod_number
+        for name, amount in other.scalars.items():
+            self.scalars[name] = self.scalars.get(name, 0) + sign * amount
+
+    def is_zero(self) -> bool:
+        return (self.milli_cpu == 0 and self.memory == 0 and self.ephemeral_storage == 0
+                and not any(self.scalars.values()))
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _defaults() -> ResourceList:
+    return {RESOURCE_CPU: Quantity.from_milli(DEFAULT_MILLI_CPU_REQUEST),
+            RESOURCE_MEMORY: Quantity.from_int(DEFAULT_MEMORY_REQUEST)}
+
+
+def pod_fit_request(pod: Mapping[str, Any], gates: Gates = None) -> Resources:
+    """What NodeResourcesFit checks for a pod to be placed: `PodRequests(pod)`."""
+    return Resources.of(pod_requests(pod, gates=gates))
+
+
+def pod_score_request(pod: Mapping[str, Any], gates: Gates = None) -> Resources:
+    """What least-allocated scoring counts for a pod to be placed: its requests with the
+    non-zero defaults for a container without a cpu or memory request."""
+    return Resources.of(pod_requests(pod, gates=gates, non_missing_container_requests=_defaults()))
+
+
+def assigned_pod_requests(pod: Mapping[str, Any], gates: Gates = None
+                          ) -> tuple[Resources, Resources]:
+    """(requested, non-zero requested) of a pod on a node, as `NodeInfo.AddPod` counts it:
+    the larger of spec, allocated and actuated resources (in-place resize), and the non-zero
+    defaults only for cpu and memory the pod requests nowhere (`getNonMissingContainerRequests`)."""
+    requests = pod_requests(pod, gates=gates, use_status_resources=True)
+    if gate_enabled(gates, POD_LEVEL_RESOURCES) and is_pod_level_requests_set(pod, gates):
+        non_missing = {k: v for k, v in _defaults().items() if k not in requests}
+    else:
+        non_missing = _defaults()
+    non_zero = pod_requests(pod, gates=gates, use_status_resources=True,
+                            non_missing_container_requests=non_missing)
+    return Resources.of(requests), Resources.of(non_zero)
+
+
+@dataclass
+class _Accounted:
+    pod: Mapping[str, Any]
+    requested: Resources
+    non_zero: Resources
+
+
+class NodeInfo:
+    """A node and the pods the scheduler counts on it (bound, and assumed while binding)."""
+
+    def __init__(self, node: Mapping[str, Any], gates: Gates = None) -> None:
+        self.gates = gates
+        self.node: Mapping[str, Any] = {}
+        self.allocatable = Resources()
+        self.requested = Resources()
+        self.non_zero_requested = Resources()
+        self._pods: dict[str, _Accounted] = {}
+        self.set_node(node)
+
+    @property
+    def name(self) -> str:
+        return str((self.node.get("metadata") or {}).get("name") or "")
+
+    def set_node(self, node: Mapping[str, Any]) -> None:
+        self.node = node
+        status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
+        self.allocatable = Resources.of(resource_list((status or {}).get("allocatable")))
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    def pods(self) -> list[Mapping[str, Any]]:
+        return [a.pod for a in self._pods.values()]
+
+    def has_pod(self, uid: str) -> bool:
+        return uid in self._pods
+
+    def add_pod(self, uid: str, pod: Mapping[str, Any]) -> None:
+        """Count `pod` (replacing what was counted for `uid`)."""
+        self.remove_pod(uid)
+        requested, non_zero = assigned_pod_requests(pod, self.gates)
+        self._pods[uid] = _Accounted(pod, requested, non_zero)
+        self.requested.add(requested)
+        self.non_zero_requested.add(non_zero)
+
+    def remove_pod(self, uid: str) -> None:
+        accounted = self._pods.pop(uid, None)
+        if accounted is not None:
+            self.requested.add(accounted.requested, -1)
+            self.non_zero_requested.add(accounted.non_zero, -1)

@@ -1,0 +1,290 @@
+"""`Scheduler`: the component that assigns pending pods to nodes through the API.
+
+It keeps two informers (client/): the nodes, and the pods that are not finished
+(`status.phase!=Succeeded,status.phase!=Failed`). Pods bound to a node are counted on it in
+the cache; pods without `spec.nodeName`, with `schedulerName` `default-scheduler`, no
+`deletionTimestamp` and no `schedulingGates` go to the queue. One pod at a time:
+
+1. `schedule_pod` filters and scores every node (algorithm.py, plugins.py);
+2. on success the pod is assumed on the node (cache.py), bound with `POST
+   pods/NAME/binding`, and a `Normal Scheduled` event says `Successfully assigned ns/name to
+   node`;
+3. when nothing fits, the pod's `PodScheduled` condition becomes `False`/`Unschedulable` with
+   the FitError message (a strategic merge PATCH of `pods/NAME/status`, skipped when already
+   so), a `Warning FailedScheduling` event repeats the message, and the pod waits in the queue
+   until a node is added or changes, a pod leaves a node, or 5 minutes pass (queue.py).
+
+Each decision is one INFO log line. Binding failures are retried with back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ephemera.api import meta
+from ephemera.api.errors import StatusError
+from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.client.informer import object_key
+from ephemera.scheduler.algorithm import ScheduleResult, schedule_pod, truncate_message
+from ephemera.scheduler.cache import SchedulerCache
+from ephemera.scheduler.nodeinfo import Gates, pod_fit_request
+from ephemera.scheduler.plugins import PodInfo, missing_features
+from ephemera.scheduler.queue import SchedulingQueue
+
+__all__ = ["DEFAULT_SCHEDULER_NAME", "Scheduler", "is_pending_for", "run_scheduler"]
+
+log = logging.getLogger("ephemera.scheduler")
+
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+# Pods that have not finished: the pods the scheduler counts or schedules.
+ACTIVE_PODS_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+# How often unschedulable pods are checked for having waited too long.
+FLUSH_INTERVAL = 30.0
+
+
+def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    md = obj.get("metadata")
+    return md if isinstance(md, Mapping) else {}
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _assigned(pod: Mapping[str, Any]) -> bool:
+    return bool(_spec(pod).get("nodeName"))
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def is_pending_for(pod: Mapping[str, Any], scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> bool:
+    """Whether `scheduler_name` should place `pod`: not bound, not finished, not being
+    deleted, not gated, and its `schedulerName` (default `default-scheduler`)."""
+    spec = _spec(pod)
+    return (not spec.get("nodeName") and not _finished(pod)
+            and not _md(pod).get("deletionTimestamp")
+            and (spec.get("schedulerName") or DEFAULT_SCHEDULER_NAME) == scheduler_name
+            and not spec.get("schedulingGates"))
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    value = _spec(pod).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _what_scheduling_reads(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The parts of a pending pod whose change can change its scheduling (not its status)."""
+    md = _md(pod)
+    return (pod.get("spec"), md.get("labels"), md.get("deletionTimestamp"), md.get("uid"))
+
+
+def _node_facts(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The parts of a node the filters and scores read (not heartbeats)."""
+    status = node.get("status") or {}
+    conditions = sorted((str(c.get("type")), str(c.get("status")))
+                        for c in status.get("conditions") or [] if isinstance(c, Mapping))
+    return (_md(node).get("labels"), node.get("spec"), status.get("allocatable"), conditions,
+            status.get("declaredFeatures"))
+
+
+class Scheduler:
+    def __init__(self, api: ApiClient, gates: Gates = None, *,
+                 scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+                 queue: SchedulingQueue | None = None,
+                 events: EventRecorder | None = None) -> None:
+        self.api = api
+        self.gates = gates
+        self.scheduler_name = scheduler_name
+        self.cache = SchedulerCache(gates)
+        self.queue = queue or SchedulingQueue()
+        self.events = events or EventRecorder(api, scheduler_name)
+        self.pods = Informer(api, resource_path("pods"), field_selector=ACTIVE_PODS_SELECTOR,
+                             name="pods")
+        self.nodes = Informer(api, resource_path("nodes"), name="nodes")
+        self.nodes.add_handler(on_add=self._node_added, on_update=self._node_updated,
+                               on_delete=self._node_deleted)
+        self.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated,
+                              on_delete=self._pod_deleted)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch nodes and pods and schedule until cancelled."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.nodes.run(), name="nodes-informer")
+            tasks.create_task(self.pods.run(), name="pods-informer")
+            tasks.create_task(self._flush_periodically(), name="flush-unschedulable")
+            await self.nodes.wait_synced()
+            await self.pods.wait_synced()
+            log.info("scheduler %s started: %d nodes, %d pods waiting", self.scheduler_name,
+                     len(self.nodes), len(self.queue.active))
+            while True:
+                await self.schedule_one()
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(min(FLUSH_INTERVAL, self.queue.max_unschedulable / 2))
+            self.queue.flush_stale()
+
+    async def schedule_one(self) -> None:
+        """Pop one pending pod and place it (or say why it cannot be placed)."""
+        key = await self.queue.pop()
+        pod = self.pods.get(key)
+        if pod is None or not is_pending_for(pod, self.scheduler_name) \
+                or self.cache.is_assumed(pod):
+            self.queue.remove(key)
+            return
+        result = schedule_pod(pod, self.cache.node_infos(), self.gates)
+        if result.node_name is None:
+            self.queue.unschedulable(key)
+            self._log_unschedulable(pod, result)
+            await self._record_unschedulable(pod, result.message)
+            return
+        await self._bind(key, pod, result)
+
+    # -- outcomes -------------------------------------------------------------------------
+
+    async def _bind(self, key: str, pod: Mapping[str, Any], result: ScheduleResult) -> None:
+        node = str(result.node_name)
+        md = _md(pod)
+        namespace, name = str(md.get("namespace") or ""), str(md.get("name") or "")
+        self.cache.assume(pod, node)
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": name, "namespace": namespace, "uid": md.get("uid")},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        try:
+            await self.api.create(resource_path("pods", namespace, name, "binding"), binding)
+        except StatusError as err:
+            self.cache.forget(pod)
+            self.queue.move_all_unschedulable()
+            if err.code == 404 or (err.code == 409 and "already assigned" in err.message):
+                log.info("not binding %s/%s to %s: %s", namespace, name, node, err.message)
+                self.queue.remove(key)
+                return
+            log.warning("binding %s/%s to %s failed: %s", namespace, name, node, err.message)
+            self.queue.retry_later(key)
+            await self.events.record(pod, "Warning", "FailedScheduling",
+                                     truncate_message(f"Binding rejected: {err.message}"),
+                                     action="Scheduling", kind="Pod", api_version="v1")
+            return
+        except ApiUnavailable as err:
+            self.cache.forget(pod)
+            log.warning("binding %s/%s to %s failed: %s", namespace, name, node, err)
+            self.queue.retry_later(key)
+            return
+        self.queue.done(key)
+        log.info("scheduled %s/%s on %s (score %d; %d of %d nodes feasible)", namespace, name,
+                 node, result.scores[node], result.feasible, result.num_nodes)
+        await self.events.record(pod, "Normal", "Scheduled",
+                                 f"Successfully assigned {namespace}/{name} to {node}",
+                                 action="Binding", kind="Pod", api_version="v1")
+
+    def _log_unschedulable(self, pod: Mapping[str, Any], result: ScheduleResult) -> None:
+        md = _md(pod)
+        detail = ""
+        info = PodInfo.of(pod, self.gates)
+        lacking = sorted({f for n in self.cache.node_infos() if n.name in result.statuses
+                          and result.statuses[n.name].plugin == "NodeDeclaredFeatures"
+                          for f in missing_features(info, n)})
+        if lacking:
+            detail = f" (undeclared node features: {', '.join(lacking)})"
+        log.info("unschedulable %s/%s: %s%s", md.get("namespace"), md.get("name"),
+                 result.message, detail)
+
+    async def _record_unschedulable(self, pod: Mapping[str, Any], message: str) -> None:
+        md = _md(pod)
+        namespace, name = str(md.get("namespace") or ""), str(md.get("name") or "")
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        current = next((c for c in conditions if isinstance(c, Mapping)
+                        and c.get("type") == "PodScheduled"), None)
+        unchanged = current is not None and (current.get("status"), current.get("reason"),
+                                             current.get("message")) == (
+            "False", "Unschedulable", message)
+        if not unchanged:
+            since = current.get("lastTransitionTime") if current is not None and current.get(
+                "status") == "False" else None
+            condition: dict[str, Any] = {
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": message, "lastProbeTime": None,
+                "lastTransitionTime": since or meta.now_rfc3339()}
+            if isinstance(md.get("generation"), int):
+                condition["observedGeneration"] = md["generation"]
+            try:
+                await self.api.patch(resource_path("pods", namespace, name, "status"),
+                                     {"status": {"conditions": [condition]}},
+                                     patch_type="strategic")
+            except StatusError as err:
+                if err.code == 404:
+                    return
+                log.warning("could not update the status of %s/%s: %s", namespace, name,
+                            err.message)
+            except ApiUnavailable as err:
+                log.warning("could not update the status of %s/%s: %s", namespace, name, err)
+        await self.events.record(pod, "Warning", "FailedScheduling", truncate_message(message),
+                                 action="Scheduling", kind="Pod", api_version="v1")
+
+    # -- informer handlers (synchronous, on the event loop) --------------------------------
+
+    def _node_added(self, node: dict[str, Any]) -> None:
+        self.cache.set_node(node)
+        self.queue.move_all_unschedulable()
+
+    def _node_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self.cache.set_node(new)
+        if _node_facts(old) != _node_facts(new):
+            self.queue.move_all_unschedulable()
+
+    def _node_deleted(self, node: dict[str, Any]) -> None:
+        self.cache.remove_node(str(_md(node).get("name") or ""))
+
+    def _pod_added(self, pod: dict[str, Any]) -> None:
+        if _assigned(pod):
+            self.cache.add_pod(pod)
+        elif is_pending_for(pod, self.scheduler_name) and not self.cache.is_assumed(pod):
+            self.queue.add(object_key(pod), _priority(pod))
+
+    def _pod_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        key = object_key(new)
+        if _assigned(new):
+            self.queue.remove(key)
+            was_counted = _assigned(old)
+            self.cache.add_pod(new)
+            if was_counted and pod_fit_request(old, self.gates) != pod_fit_request(new,
+                                                                                   self.gates):
+                self.queue.move_all_unschedulable()  # a resize may have freed room
+            return
+        if self.cache.is_assumed(new):
+            return  # the binding is on its way
+        if not is_pending_for(new, self.scheduler_name):
+            self.queue.remove(key)
+        elif key not in self.queue or _what_scheduling_reads(old) != _what_scheduling_reads(new):
+            self.queue.add(key, _priority(new))
+
+    def _pod_deleted(self, pod: dict[str, Any]) -> None:
+        self.queue.remove(object_key(pod))
+        if _assigned(pod) or self.cache.is_assumed(pod):
+            self.cache.remove_pod(pod)
+            self.queue.move_all_unschedulable()
+
+
+async def run_scheduler(api: ApiClient, gates: Gates = None,
+                        stop: asyncio.Event | None = None) -> None:
+    """Run a `Scheduler` until `stop` is set (or forever)."""
+    scheduler = Scheduler(api, gates)
+    task = asyncio.create_task(scheduler.run(), name="scheduler")
+    if stop is None:
+        await task
+        return
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    for t in (task, stopper):
+        t.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await t  # re-raises what ended the scheduler, if it failed

@@ -1,0 +1,161 @@
+"""One scheduling decision and its message (pure): upstream's FitError text with the
+preemption part, the choice among feasible nodes, and the assumed-pods cache that keeps two
+pods off one slot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_scheduler_filters import make_node, make_pod
+
+from ephemera.scheduler.algorithm import (
+    NO_NODES_AVAILABLE,
+    fit_error_message,
+    schedule_pod,
+    truncate_message,
+)
+from ephemera.scheduler.cache import SchedulerCache
+from ephemera.scheduler.nodeinfo import NodeInfo
+from ephemera.scheduler.plugins import FilterStatus
+
+
+def infos(*nodes: dict[str, Any]) -> list[NodeInfo]:
+    return [NodeInfo(n) for n in nodes]
+
+
+def test_the_message_of_the_issue() -> None:
+    nodes = infos(*(make_node(f"n{i}", es="1Gi") for i in range(1, 4)))
+    result = schedule_pod(make_pod(requests={"ephemeral-storage": "2Gi"}), nodes)
+    assert result.node_name is None
+    assert result.message == (
+        "0/3 nodes are available: 3 Insufficient ephemeral-storage. preemption: 0/3 nodes are "
+        "available: 3 No preemption victims found for incoming pod.")
+
+
+def test_reasons_are_counted_and_sorted_as_strings() -> None:
+    nodes = infos(
+        make_node("a", es="1Gi", cpu="1"),
+        make_node("b", es="1Gi"),
+        make_node("c", taints=[{"key": "k", "effect": "NoSchedule"}]),
+        make_node("d", labels={"x": "y"}, unschedulable=True),
+    )
+    pod = make_pod(requests={"cpu": "2", "ephemeral-storage": "2Gi"})
+    assert schedule_pod(pod, nodes).message == (
+        "0/4 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s), "
+        "1 node(s) were unschedulable, 2 Insufficient ephemeral-storage. preemption: 0/4 nodes "
+        "are available: 2 No preemption victims found for incoming pod, 2 Preemption is not "
+        "helpful for scheduling.")
+
+
+def test_only_unresolvable_rejections() -> None:
+    nodes = infos(make_node("a"), make_node("b"))
+    result = schedule_pod(make_pod(nodeSelector={"disk": "ssd"}), nodes)
+    assert result.message == (
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+
+
+def test_missing_declared_feature_message() -> None:
+    nodes = infos(make_node("a", declared=[]), make_node("b", declared=["DynamicContainers"]))
+    pod = make_pod(pod_requests={"ephemeral-storage": "1Gi"})
+    assert schedule_pod(pod, nodes).message == (
+        "0/2 nodes are available: 2 node(s) didn't match Pod's required features. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+
+
+def test_preemption_policy_never() -> None:
+    nodes = infos(make_node("a", es="1Gi"))
+    pod = make_pod(requests={"ephemeral-storage": "2Gi"}, preemptionPolicy="Never")
+    assert schedule_pod(pod, nodes).message == (
+        "0/1 nodes are available: 1 Insufficient ephemeral-storage. preemption: not eligible "
+        "due to preemptionPolicy=Never.")
+
+
+def test_no_nodes_at_all() -> None:
+    result = schedule_pod(make_pod(), [])
+    assert (result.node_name, result.message) == (None, NO_NODES_AVAILABLE)
+    assert fit_error_message(0, {}) == "no nodes available to schedule pods"
+
+
+def test_several_reasons_from_one_node_each_count() -> None:
+    statuses = {"a": FilterStatus("NodeResourcesFit",
+                                  ("Insufficient cpu", "Insufficient memory"), False)}
+    assert fit_error_message(1, statuses) == (
+        "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory. preemption: 0/1 "
+        "nodes are available: 1 No preemption victims found for incoming pod.")
+
+
+def test_the_least_allocated_feasible_node_wins_and_ties_go_by_name() -> None:
+    busy = NodeInfo(make_node("a"))
+    busy.add_pod("x", make_pod("x", requests={"cpu": "2", "memory": "4Gi"}))
+    nodes = [busy, NodeInfo(make_node("c")), NodeInfo(make_node("b")),
+             NodeInfo(make_node("d", es="1Gi"))]
+    result = schedule_pod(make_pod(requests={"cpu": "1", "ephemeral-storage": "2Gi"}), nodes)
+    assert result.node_name == "b"
+    assert set(result.scores) == {"a", "b", "c"}
+    assert result.scores["a"] < result.scores["b"] == result.scores["c"]
+    assert set(result.statuses) == {"d"}
+
+
+def test_truncated_event_message() -> None:
+    assert truncate_message("x" * 10, 8) == "xxxx ..."
+    assert truncate_message("short") == "short"
+
+
+# --- the cache: assumed pods take their slot -----------------------------------------------
+
+
+def test_an_assumed_pod_takes_its_slot_until_forgotten() -> None:
+    cache = SchedulerCache()
+    cache.set_node(make_node("n1", es="3Gi"))
+    first = make_pod("first", requests={"ephemeral-storage": "2Gi"})
+    second = make_pod("second", requests={"ephemeral-storage": "2Gi"})
+    assert schedule_pod(first, cache.node_infos()).node_name == "n1"
+    cache.assume(first, "n1")
+    assert cache.is_assumed(first)
+    # the binding of `first` is not seen yet, and `second` no longer fits
+    assert schedule_pod(second, cache.node_infos()).message.startswith(
+        "0/1 nodes are available: 1 Insufficient ephemeral-storage.")
+    cache.forget(first)
+    assert not cache.is_assumed(first)
+    assert schedule_pod(second, cache.node_infos()).node_name == "n1"
+
+
+def test_the_observed_binding_replaces_the_assumption() -> None:
+    cache = SchedulerCache()
+    cache.set_node(make_node("n1", es="3Gi"))
+    pod = make_pod("p", requests={"ephemeral-storage": "2Gi"})
+    cache.assume(pod, "n1")
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
+    cache.add_pod(bound)
+    assert not cache.is_assumed(pod)
+    node = cache.node("n1")
+    assert node is not None and node.pod_count == 1
+    assert node.requested.ephemeral_storage == 2 * 2**30
+    cache.forget(pod)  # nothing assumed any more: still counted
+    assert node.pod_count == 1
+    cache.remove_pod(bound)
+    assert node.pod_count == 0 and node.requested.ephemeral_storage == 0
+
+
+def test_pods_of_a_node_seen_before_the_node_are_counted_when_it_comes() -> None:
+    cache = SchedulerCache()
+    cache.add_pod(make_pod("early", requests={"cpu": "1"}, nodeName="late"))
+    cache.set_node(make_node("late"))
+    node = cache.node("late")
+    assert node is not None and node.requested.milli_cpu == 1000
+    # a node update keeps its pods
+    cache.set_node(make_node("late", cpu="8"))
+    assert node.pod_count == 1 and node.allocatable.milli_cpu == 8000
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_node_infos_are_sorted_by_name(count: int) -> None:
+    cache = SchedulerCache()
+    for name in ["c", "a", "b"][:count]:
+        cache.set_node(make_node(name))
+    names = [n.name for n in cache.node_infos()]
+    assert names == sorted(names)
+    cache.remove_node(names[0])
+    assert len(cache.node_infos()) == count - 1
