@@ -561,3 +561,18 @@ def qos_class(pod: Mapping[str, Any], *, gates: Mapping[str, bool] | None = None
     if isinstance(recorded, str) and recorded:
         return recorded
     return compute_qos_class(pod, gates=gates)
+
+
+def pod_placement_features(pod: Mapping[str, Any]) -> list[str]:
+    """The NodeDeclaredFeatures a node must declare to run `pod` at all (the scheduler filters
+    on it, the apiserver checks it on binding): `PodLevelResourcesEphemeralStorage` for a pod
+    with pod-level `ephemeral-storage` requests or limits (KEP-6386)."""
+    spec = pod.get("spec")
+    resources = spec.get("resources") if isinstance(spec, Mapping) else None
+    if not isinstance(resources, Mapping):
+        return []
+    for kind in ("requests", "limits"):
+        values = resources.get(kind)
+        if isinstance(values, Mapping) and RESOURCE_EPHEMERAL_STORAGE in values:
+            return ["PodLevelResourcesEphemeralStorage"]
+    return []

@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ephemera.api.featuregates import NODE_DECLARED_FEATURES, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE
-from ephemera.pods.resources import RESOURCE_EPHEMERAL_STORAGE
+from ephemera.api.featuregates import NODE_DECLARED_FEATURES
+from ephemera.pods.resources import pod_placement_features
 from ephemera.scheduler.nodeinfo import (
     Gates,
     NodeInfo,
@@ -243,10 +243,7 @@ def required_node_features(pod: Mapping[str, Any], gates: Gates = None) -> tuple
     `PodLevelResourcesEphemeralStorage` for pod-level ephemeral-storage."""
     if not gate_enabled(gates, NODE_DECLARED_FEATURES):
         return ()
-    resources = _map(_map(pod.get("spec")).get("resources"))
-    if any(RESOURCE_EPHEMERAL_STORAGE in _map(resources.get(k)) for k in ("requests", "limits")):
-        return (POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,)
-    return ()
+    return tuple(pod_placement_features(pod))
 
 
 # --- filters -------------------------------------------------------------------------------

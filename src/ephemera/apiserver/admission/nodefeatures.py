@@ -26,11 +26,11 @@ from collections.abc import Collection
 from typing import Any
 
 from ephemera.api.errors import StatusError
-from ephemera.api.featuregates import NODE_DECLARED_FEATURES, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE
+from ephemera.api.featuregates import NODE_DECLARED_FEATURES
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
 from ephemera.apiserver.resources import Resource, lookup
 from ephemera.pods.dynamic import dynamic_change, required_node_features
-from ephemera.pods.resources import RESOURCE_EPHEMERAL_STORAGE
+from ephemera.pods.resources import pod_placement_features
 
 
 def _nodes() -> Resource:
@@ -52,19 +52,6 @@ PODS = _pods()
 def _spec(pod: dict[str, Any] | None) -> dict[str, Any]:
     spec = (pod or {}).get("spec")
     return spec if isinstance(spec, dict) else {}
-
-
-def scheduling_node_features(pod: dict[str, Any]) -> list[str]:
-    """The declared features a node needs to run `pod`: `PodLevelResourcesEphemeralStorage`
-    for a pod with pod-level `ephemeral-storage` requests or limits (KEP-6386)."""
-    resources = _spec(pod).get("resources")
-    if not isinstance(resources, dict):
-        return []
-    for kind in ("requests", "limits"):
-        values = resources.get(kind)
-        if isinstance(values, dict) and RESOURCE_EPHEMERAL_STORAGE in values:
-            return [POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE]
-    return []
 
 
 async def node_declared_features(req: AdmissionRequest, node: str) -> Collection[str]:
@@ -116,7 +103,7 @@ class NodeDeclaredFeatureValidator(AdmissionPluginBase):
 
     async def _validate_placement(self, req: AdmissionRequest, pod: dict[str, Any],
                                   node: str) -> None:
-        needed = scheduling_node_features(pod)
+        needed = pod_placement_features(pod)
         if not needed or not node:
             return
         declared = await node_declared_features(req, node)
