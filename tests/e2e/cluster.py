@@ -9,18 +9,29 @@ own (kubectl caches discovery and the dispatcher caches /version per host:port).
 Use it as a context manager, or through the `cluster` fixture:
 
     from cluster import Cluster, start_cluster, cluster  # noqa: F401  (fixture)
+
+Suites whose tests do not interfere share one cluster per module (`shared_cluster`, on
+sqlite) and give each test a `Kubectl` of its own (the `kubectl` fixture): a fresh HOME and
+cache dir, and a namespace named after the test, created for it. `Kubectl.stream(...)` runs a
+long-lived kubectl (`get -w`, a waiting `delete`) whose output lines the test reads as they
+come, and stops it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -58,14 +69,24 @@ class Cluster:
     def pid_of(self, component: str) -> int:
         return int((self.data_dir / "run" / f"{component}.pid").read_text())
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
-                timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """Run kubectl against this cluster; with `check`, fail the test on a non-zero exit."""
-        env = {**os.environ, "HOME": str(self.home), "KUBECONFIG": str(self.kubeconfig)}
+    def kubectl_command(self, args: Sequence[str], home: Path | None = None,
+                        env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of a kubectl run against this cluster as the user whose
+        HOME (and kubectl cache) is `home` (default: the cluster's)."""
+        home = home or self.home
+        full_env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(self.kubeconfig),
+                    **(env or {})}
         argv = [KUBECTL, "--kubeconfig", str(self.kubeconfig),
-                "--cache-dir", str(self.home / ".kube" / "cache"), *args]
-        result = subprocess.run(argv, env=env, input=input, capture_output=True, text=True,
-                                timeout=timeout, check=False)
+                "--cache-dir", str(home / ".kube" / "cache"), *args]
+        return argv, full_env
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 60, home: Path | None = None,
+                env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster; with `check`, fail the test on a non-zero exit."""
+        argv, full_env = self.kubectl_command(args, home, env)
+        result = subprocess.run(argv, env=full_env, input=input, capture_output=True,
+                                text=True, timeout=timeout, check=False)
         if check and result.returncode != 0:
             pytest.fail(f"kubectl {' '.join(args)} exited {result.returncode}\n"
                         f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
@@ -132,3 +153,138 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     finally:
         code = running.stop()
         assert code == 0, f"ephemera up exited {code}\n{running.output}"
+
+
+# --- one cluster per module, one kubectl user and namespace per test ------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One running cluster (sqlite) for a whole test module; tests keep to namespaces of
+    their own. Stopped, and checked to exit 0, after the module."""
+    base = tmp_path_factory.mktemp("shared-cluster")
+    running = start_cluster(base / "data", base / "home")
+    try:
+        yield running
+    finally:
+        code = running.stop()
+        assert code == 0, f"ephemera up exited {code}\n{running.output}"
+
+
+def namespace_for(test_name: str) -> str:
+    """A DNS-label namespace name unique to a test (its name, shortened, and a counter)."""
+    stem = re.sub(r"[^a-z0-9]+", "-", test_name.lower().removeprefix("test_")).strip("-")
+    return f"{stem[:48].rstrip('-')}-{next(_NAMESPACE_NUMBERS)}-{os.getpid()}"
+
+
+_NAMESPACE_NUMBERS = iter(range(1, 1 << 30))
+
+
+@dataclass
+class KubectlStream:
+    """A kubectl that keeps running (`get -w`, a waiting `delete`): its output lines are read
+    in the background; `wait_for_line` waits for one that matches; `stop` ends it."""
+
+    process: subprocess.Popen[str]
+    stdout_lines: list[str] = field(default_factory=list)
+    stderr_lines: list[str] = field(default_factory=list)
+    _arrived: queue.Queue[tuple[str, str]] = field(default_factory=queue.Queue)
+
+    def __post_init__(self) -> None:
+        for name, pipe, lines in (("stdout", self.process.stdout, self.stdout_lines),
+                                  ("stderr", self.process.stderr, self.stderr_lines)):
+            threading.Thread(target=self._read, args=(name, pipe, lines), daemon=True,
+                             name=f"kubectl-{name}").start()
+
+    def _read(self, name: str, pipe: Any, lines: list[str]) -> None:
+        for line in pipe:
+            lines.append(line.rstrip("\n"))
+            self._arrived.put((name, line.rstrip("\n")))
+        self._arrived.put((name, ""))  # wakes a waiter at end of stream
+
+    def wait_for_line(self, matches: Callable[[str], bool], stream: str = "stdout",
+                      timeout: float = 30) -> str:
+        """The first line of `stream` (from the start) that `matches`; fails the test if none
+        comes within `timeout` seconds."""
+        seen = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.stdout_lines if stream == "stdout" else self.stderr_lines
+            for line in lines[seen:]:
+                if matches(line):
+                    return line
+            seen = len(lines)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stop()
+                pytest.fail(f"no matching {stream} line from kubectl within {timeout}s\n"
+                            f"stdout:\n" + "\n".join(self.stdout_lines) +
+                            "\nstderr:\n" + "\n".join(self.stderr_lines))
+            try:
+                self._arrived.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                pass
+
+    def wait(self, timeout: float = 30) -> int:
+        """Wait for kubectl to exit by itself; its exit code."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"kubectl did not exit within {timeout}s\nstdout:\n"
+                        + "\n".join(self.stdout_lines))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> KubectlStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class Kubectl:
+    """kubectl as one test's user: its own HOME and cache dir, and `-n namespace` on every
+    command (None: no namespace flag)."""
+
+    cluster: Cluster
+    home: Path
+    namespace: str | None
+
+    def _args(self, args: Sequence[str]) -> list[str]:
+        return (["-n", self.namespace] if self.namespace else []) + list(args)
+
+    def __call__(self, *args: str, check: bool = True, input: str | None = None,
+                 timeout: float = 60,
+                 env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return self.cluster.kubectl(*self._args(args), check=check, input=input,
+                                    timeout=timeout, home=self.home, env=env)
+
+    def json(self, *args: str) -> Any:
+        """The parsed `-o json` output of a command."""
+        return json.loads(self(*args, "-o", "json").stdout)
+
+    def stream(self, *args: str, env: Mapping[str, str] | None = None) -> KubectlStream:
+        argv, full_env = self.cluster.kubectl_command(self._args(args), self.home, env)
+        process = subprocess.Popen(argv, env=full_env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        return KubectlStream(process)
+
+
+@pytest.fixture
+def kubectl(shared_cluster: Cluster, tmp_path: Path,
+            request: pytest.FixtureRequest) -> Iterator[Kubectl]:
+    """kubectl for this test on the module's cluster, in a fresh namespace of its own."""
+    namespace = namespace_for(request.node.name)
+    runner = Kubectl(shared_cluster, tmp_path / "home", namespace)
+    runner.home.mkdir()
+    runner("create", "namespace", namespace)
+    yield runner
