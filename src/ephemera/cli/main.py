@@ -17,6 +17,7 @@ COMMANDS = (
     "ephemera.cli.apiserver",
     "ephemera.cli.scheduler",
     "ephemera.cli.controllers",
+    "ephemera.cli.images",
 )
 
 
