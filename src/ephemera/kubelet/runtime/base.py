@@ -1,0 +1,216 @@
+"""The CRI-shaped runtime interface the kubelet drives: pod sandboxes, containers, exec.
+
+Plain data in, plain data out (dataclasses below), so the kubelet never knows whether runc,
+crun or the fake backend is behind it. The kubelet resolves everything image- and
+pod-specific before calling: the final argv (image entrypoint/cmd merged with the pod's
+command/args), the environment, the working directory, the image's unpacked layer
+directories (overlay lower dirs, top layer first) and the host paths of mounts. The runtime
+owns the per-instance writable layer (overlay upper/work dirs under
+`<root>/pods/<uid>/containers/<name>/<attempt>/`), the log file it is told to write (CRI
+log format), and its own state under its root, keyed so that two kubelets never see each
+other's containers.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+
+class RuntimeError_(Exception):
+    """A runtime operation failed; the message names the sandbox or container and the cause."""
+
+
+class NotFoundError(RuntimeError_):
+    """No sandbox or container with that id (in this runtime's root)."""
+
+
+class ExecTimeoutError(RuntimeError_):
+    """exec_sync ran longer than its timeout; the process was killed."""
+
+
+class ContainerState(StrEnum):
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    EXITED = "EXITED"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool = False
+    sub_path: str = ""  # already resolved into host_path by the kubelet; kept for status
+    volume_name: str = ""  # the pod volume this mount comes from (for status and in-use checks)
+    propagation: str = ""  # "" (private), "rslave" (HostToContainer), "rshared" (Bidirectional)
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    pod_uid: str
+    namespace: str
+    name: str
+    hostname: str
+    host_network: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    id: str
+    pod_uid: str
+    namespace: str
+    name: str
+    ready: bool  # False once stopped
+    ip: str  # the pod IP (loopback-only private netns: "" or the host IP with hostNetwork)
+    created_at: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class ContainerConfig:
+    name: str
+    attempt: int  # restart count of this container in the pod
+    image: str  # the image reference as the pod spec names it
+    image_id: str  # resolved digest, e.g. sha256:...
+    rootfs_layers: tuple[Path, ...]  # unpacked layer dirs, top layer first (overlay lowerdir)
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    working_dir: str = "/"
+    mounts: tuple[Mount, ...] = ()
+    log_path: Path | None = None  # CRI-format log file the container's stdout/stderr go to
+    tty: bool = False
+    stdin: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    stdin_once: bool = False  # close the container's stdin when the first attach ends
+    memory_limit_bytes: int = 0  # 0: no limit (the node cgroup's)
+    uid: int = 0  # the process user, resolved by the kubelet (securityContext / image user)
+    gid: int = 0
+    supplemental_groups: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    id: str
+    sandbox_id: str
+    name: str
+    attempt: int
+    image: str
+    image_id: str
+    state: ContainerState
+    created_at: float
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    exit_code: int = 0
+    reason: str = ""  # "Completed", "Error", "OOMKilled", ...
+    message: str = ""
+    mounts: tuple[Mount, ...] = ()
+    log_path: Path | None = None
+    pid: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+async def _no_op() -> None:
+    return None
+
+
+@dataclass
+class ExecSession:
+    """A running exec (or attach): write stdin, read stdout/stderr, wait for the exit code,
+    resize the tty. Backends fill the callables.
+
+    - `stdout` yields output chunks until the stream ends (with a tty, stdout carries the
+      terminal's output and `stderr` is None).
+    - `write_stdin(data)` sends input; `write_stdin(b"")` closes stdin (EOF). Without stdin
+      it does nothing.
+    - `resize(cols, rows)` sets the terminal size (no-op without a tty).
+    - `wait()` returns the exit code of the exec'd process (for attach: of the container).
+    - `close()` ends the session: kills an exec'd process that is still running, detaches
+      from an attached container (which keeps running). Idempotent.
+    """
+
+    stdout: AsyncIterator[bytes]
+    stderr: AsyncIterator[bytes] | None
+    write_stdin: Callable[[bytes], Awaitable[None]]
+    resize: Callable[[int, int], Awaitable[None]]
+    wait: Callable[[], Awaitable[int]]
+    close: Callable[[], Awaitable[None]] = _no_op
+
+
+class RuntimeService(abc.ABC):
+    """One runtime per kubelet, rooted at its own state directory."""
+
+    name: str  # "runc", "crun" or "fake"
+
+    @abc.abstractmethod
+    async def run_pod_sandbox(self, config: SandboxConfig) -> str:
+        """Create the pod's shared namespaces (network with loopback, or the host's; IPC;
+        UTS) and return the sandbox id. Idempotent per pod UID."""
+
+    @abc.abstractmethod
+    async def stop_pod_sandbox(self, sandbox_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def remove_pod_sandbox(self, sandbox_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def list_pod_sandboxes(self) -> list[SandboxStatus]: ...
+
+    @abc.abstractmethod
+    async def create_container(
+        self, sandbox_id: str, config: ContainerConfig, sandbox: SandboxConfig
+    ) -> str:
+        """Prepare the bundle (overlay rootfs, mounts, namespaces joined with the sandbox)
+        and return the container id. Does not start it."""
+
+    @abc.abstractmethod
+    async def start_container(self, container_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def stop_container(self, container_id: str, timeout: float) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds; returns when it has exited."""
+
+    @abc.abstractmethod
+    async def remove_container(self, container_id: str) -> None:
+        """Delete runtime state, the bundle and the writable layer (keeps the log file)."""
+
+    @abc.abstractmethod
+    async def container_status(self, container_id: str) -> ContainerStatus: ...
+
+    @abc.abstractmethod
+    async def list_containers(self, sandbox_id: str = "") -> list[ContainerStatus]: ...
+
+    @abc.abstractmethod
+    async def exec_sync(
+        self, container_id: str, argv: list[str], timeout: float = 0
+    ) -> ExecResult:
+        """Run argv in the container (its env, cwd and user) and collect the output;
+        `timeout` 0 means none, otherwise ExecTimeoutError after it."""
+
+    @abc.abstractmethod
+    async def exec(
+        self, container_id: str, argv: list[str], *, tty: bool, stdin: bool
+    ) -> ExecSession: ...
+
+    async def attach(self, container_id: str) -> ExecSession:
+        """Stream a running container's stdout/stderr (and write its stdin if it was created
+        with `stdin`); `wait()` returns the container's exit code."""
+        raise RuntimeError_(f"{self.name}: attach is not supported")
+
+    async def version(self) -> str:
+        """The runtime's name and version for Node.status.nodeInfo.containerRuntimeVersion,
+        e.g. "runc://1.1.5"."""
+        return f"{self.name}://0.0.0"
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (not the containers: they outlive the kubelet)."""

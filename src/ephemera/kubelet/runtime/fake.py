@@ -1,0 +1,369 @@
+"""The fake runtime: the RuntimeService interface with no processes, namespaces or mounts,
+for fast kubelet tests and for simulating many nodes.
+
+Containers "run" from start until stopped. The argv chooses other behaviour:
+- `["exit", "N"]`: exits with code N right after start (`Completed` for 0, else `Error`).
+- `["sleep", "S"]`: runs S seconds (wall clock, evaluated lazily), then exits 0.
+- `["oom"]`: exits 137 right after start with reason `OOMKilled`.
+- `["fail-start", "message..."]`: start fails (RuntimeError_; state EXITED, exit code 128,
+  reason `StartError`), as a missing executable does with a real runtime.
+- `["ignore-term", ...]`: stopping takes the whole grace period (then "SIGKILL": 137).
+- anything else: runs until stopped; stop gives 143 (SIGTERM) or 137 with timeout 0.
+`behaviour` (a callable `argv -> tuple | None`) given to the constructor overrides this.
+
+exec_sync / exec: `["echo", ...]` prints its arguments, `["exit", "N"]` returns N, `["cat"]`
+(exec with stdin) echoes its input, `["env"]` prints the container's environment; anything
+else exits 0 silently. Every call is appended to `calls` for tests to inspect.
+
+State is kept in memory and, unless `persist=False`, in `<root>/runtime/fake-state.json`,
+so a new FakeRuntime on the same root "adopts" the containers of the previous one. Logs are
+written in the CRI format for `echo`-style containers: argv `["echo", ...]` writes one
+stdout line to the log file on start, then exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from ephemera.kubelet.runtime.base import (
+    ContainerConfig,
+    ContainerState,
+    ContainerStatus,
+    ExecResult,
+    ExecSession,
+    Mount,
+    NotFoundError,
+    RuntimeError_,
+    RuntimeService,
+    SandboxConfig,
+    SandboxStatus,
+)
+
+# behaviour(argv) -> None (run until stopped) or ("exit", code, reason) or ("fail", message)
+Behaviour = Callable[[tuple[str, ...]], tuple[Any, ...] | None]
+
+
+def _rfc3339nano(ns: int) -> str:
+    secs, frac = divmod(ns, 1_000_000_000)
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+    return f"{base}.{f'{frac:09d}'.rstrip('0')}Z" if frac else base + "Z"
+
+
+@dataclasses.dataclass
+class _Container:
+    id: str
+    sandbox_id: str
+    name: str
+    attempt: int
+    image: str
+    image_id: str
+    argv: list[str]
+    env: list[list[str]]
+    log_path: str
+    mounts: list[dict[str, Any]]
+    labels: dict[str, str]
+    created_at: float
+    state: str = ContainerState.CREATED.value
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+    run_until: float = 0.0  # "sleep": when it exits by itself
+
+
+@dataclasses.dataclass
+class _Sandbox:
+    id: str
+    pod_uid: str
+    namespace: str
+    name: str
+    host_network: bool
+    created_at: float
+    ready: bool = True
+
+
+class FakeRuntime(RuntimeService):
+    name = "fake"
+
+    def __init__(self, root: Path | None = None, node_name: str = "fake-node", *,
+                 persist: bool = True, behaviour: Behaviour | None = None) -> None:
+        self.node_name = node_name
+        self.behaviour = behaviour
+        self.calls: list[tuple[str, ...]] = []
+        self.sandboxes: dict[str, _Sandbox] = {}
+        self.containers: dict[str, _Container] = {}
+        self.state_file = (Path(root) / "runtime" / "fake-state.json"
+                           if root is not None and persist else None)
+        if self.state_file is not None and self.state_file.exists():
+            data = json.loads(self.state_file.read_text())
+            self.sandboxes = {k: _Sandbox(**v) for k, v in data["sandboxes"].items()}
+            self.containers = {k: _Container(**v) for k, v in data["containers"].items()}
+
+    def _save(self) -> None:
+        if self.state_file is None:
+            return
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        data = {"sandboxes": {k: dataclasses.asdict(v) for k, v in self.sandboxes.items()},
+                "containers": {k: dataclasses.asdict(v) for k, v in self.containers.items()}}
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.state_file)
+
+    def _container(self, container_id: str) -> _Container:
+        try:
+            container = self.containers[container_id]
+        except KeyError:
+            raise NotFoundError(f"container {container_id!r} not found") from None
+        if (container.state == ContainerState.RUNNING.value and container.run_until
+                and time.time() >= container.run_until):
+            self._exit(container, 0, finished_at=container.run_until)
+        return container
+
+    def _exit(self, container: _Container, code: int, reason: str = "",
+              finished_at: float = 0.0) -> None:
+        container.state = ContainerState.EXITED.value
+        container.exit_code = code
+        container.reason = reason or ("Completed" if code == 0 else "Error")
+        container.finished_at = finished_at or time.time()
+        self._save()
+
+    def _log(self, container: _Container, stream: str, text: str) -> None:
+        if not container.log_path:
+            return
+        path = Path(container.log_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            for line in text.splitlines():
+                f.write(f"{_rfc3339nano(time.time_ns())} {stream} F {line}\n")
+
+    # -- sandboxes ---------------------------------------------------------------------------
+
+    async def run_pod_sandbox(self, config: SandboxConfig) -> str:
+        self.calls.append(("run_pod_sandbox", config.pod_uid))
+        for sandbox in self.sandboxes.values():
+            if sandbox.pod_uid == config.pod_uid and sandbox.ready:
+                return sandbox.id
+        sandbox_id = secrets.token_hex(32)
+        self.sandboxes[sandbox_id] = _Sandbox(
+            id=sandbox_id, pod_uid=config.pod_uid, namespace=config.namespace,
+            name=config.name, host_network=config.host_network, created_at=time.time())
+        self._save()
+        return sandbox_id
+
+    async def stop_pod_sandbox(self, sandbox_id: str) -> None:
+        self.calls.append(("stop_pod_sandbox", sandbox_id))
+        sandbox = self.sandboxes.get(sandbox_id)
+        if sandbox is None:
+            return
+        for container in list(self.containers.values()):
+            if container.sandbox_id == sandbox_id:
+                await self.stop_container(container.id, 0)
+        sandbox.ready = False
+        self._save()
+
+    async def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        self.calls.append(("remove_pod_sandbox", sandbox_id))
+        if sandbox_id not in self.sandboxes:
+            return
+        await self.stop_pod_sandbox(sandbox_id)
+        for container in list(self.containers.values()):
+            if container.sandbox_id == sandbox_id:
+                del self.containers[container.id]
+        del self.sandboxes[sandbox_id]
+        self._save()
+
+    async def list_pod_sandboxes(self) -> list[SandboxStatus]:
+        return [SandboxStatus(id=s.id, pod_uid=s.pod_uid, namespace=s.namespace, name=s.name,
+                              ready=s.ready, ip="", created_at=s.created_at)
+                for s in sorted(self.sandboxes.values(), key=lambda s: s.created_at)]
+
+    # -- containers --------------------------------------------------------------------------
+
+    async def create_container(
+        self, sandbox_id: str, config: ContainerConfig, sandbox: SandboxConfig
+    ) -> str:
+        self.calls.append(("create_container", sandbox_id, config.name))
+        found = self.sandboxes.get(sandbox_id)
+        if found is None:
+            raise NotFoundError(f"pod sandbox {sandbox_id!r} not found")
+        if not found.ready:
+            raise RuntimeError_(f"pod sandbox {sandbox_id!r} is not ready")
+        for other in self.containers.values():
+            if (other.sandbox_id == sandbox_id and other.name == config.name
+                    and other.attempt == config.attempt):
+                raise RuntimeError_(f"container {config.name!r} attempt {config.attempt} "
+                                    f"already exists as {other.id}")
+        container_id = secrets.token_hex(32)
+        self.containers[container_id] = _Container(
+            id=container_id, sandbox_id=sandbox_id, name=config.name, attempt=config.attempt,
+            image=config.image, image_id=config.image_id, argv=list(config.argv),
+            env=[list(kv) for kv in config.env],
+            log_path=str(config.log_path) if config.log_path else "",
+            mounts=[dataclasses.asdict(m) for m in config.mounts], labels=dict(config.labels),
+            created_at=time.time())
+        self._save()
+        return container_id
+
+    def _decide(self, argv: tuple[str, ...]) -> tuple[Any, ...] | None:
+        if self.behaviour is not None:
+            return self.behaviour(argv)
+        if not argv:
+            return None
+        if argv[0] == "exit":
+            return ("exit", int(argv[1]) if len(argv) > 1 else 0, "")
+        if argv[0] == "oom":
+            return ("exit", 137, "OOMKilled")
+        if argv[0] == "fail-start":
+            return ("fail", " ".join(argv[1:]) or "fake start failure")
+        if argv[0] == "sleep":
+            return ("sleep", float(argv[1]) if len(argv) > 1 else 0.0)
+        if argv[0] == "echo":
+            return ("echo", " ".join(argv[1:]))
+        return None
+
+    async def start_container(self, container_id: str) -> None:
+        self.calls.append(("start_container", container_id))
+        container = self._container(container_id)
+        if container.state != ContainerState.CREATED.value:
+            raise RuntimeError_(f"container {container_id} was already started")
+        decision = self._decide(tuple(container.argv))
+        now = time.time()
+        if decision and decision[0] == "fail":
+            container.message = str(decision[1])
+            self._exit(container, 128, "StartError", now)
+            raise RuntimeError_(f"starting container {container.name!r}: {decision[1]}")
+        container.state = ContainerState.RUNNING.value
+        container.started_at = now
+        if decision and decision[0] == "exit":
+            self._exit(container, int(decision[1]), str(decision[2]), now)
+        elif decision and decision[0] == "echo":
+            self._log(container, "stdout", str(decision[1]))
+            self._exit(container, 0, "", now)
+        elif decision and decision[0] == "sleep":
+            container.run_until = now + float(decision[1])
+        self._save()
+
+    async def stop_container(self, container_id: str, timeout: float) -> None:
+        self.calls.append(("stop_container", container_id, str(timeout)))
+        container = self._container(container_id)
+        if container.state != ContainerState.RUNNING.value:
+            return
+        if container.argv[:1] == ["ignore-term"] and timeout > 0:
+            await asyncio.sleep(timeout)
+            self._exit(container, 137)
+        else:
+            self._exit(container, 143 if timeout > 0 else 137)
+
+    async def remove_container(self, container_id: str) -> None:
+        self.calls.append(("remove_container", container_id))
+        if container_id in self.containers:
+            await self.stop_container(container_id, 0)
+            del self.containers[container_id]
+            self._save()
+
+    def _status(self, container: _Container) -> ContainerStatus:
+        return ContainerStatus(
+            id=container.id, sandbox_id=container.sandbox_id, name=container.name,
+            attempt=container.attempt, image=container.image, image_id=container.image_id,
+            state=ContainerState(container.state), created_at=container.created_at,
+            started_at=container.started_at, finished_at=container.finished_at,
+            exit_code=container.exit_code, reason=container.reason, message=container.message,
+            mounts=tuple(Mount(**m) for m in container.mounts),
+            log_path=Path(container.log_path) if container.log_path else None,
+            pid=0, labels=dict(container.labels))
+
+    async def container_status(self, container_id: str) -> ContainerStatus:
+        return self._status(self._container(container_id))
+
+    async def list_containers(self, sandbox_id: str = "") -> list[ContainerStatus]:
+        result = [self._status(self._container(c.id)) for c in list(self.containers.values())
+                  if not sandbox_id or c.sandbox_id == sandbox_id]
+        return sorted(result, key=lambda s: s.created_at)
+
+    # -- exec --------------------------------------------------------------------------------
+
+    def _exec_output(self, container: _Container, argv: list[str]) -> tuple[int, bytes]:
+        if container.state != ContainerState.RUNNING.value:
+            raise RuntimeError_(f"container {container.id} is not running")
+        if argv[:1] == ["echo"]:
+            return 0, (" ".join(argv[1:]) + "\n").encode()
+        if argv[:1] == ["exit"]:
+            return int(argv[1]) if len(argv) > 1 else 0, b""
+        if argv[:1] == ["env"]:
+            return 0, "".join(f"{k}={v}\n" for k, v in container.env).encode()
+        return 0, b""
+
+    async def exec_sync(
+        self, container_id: str, argv: list[str], timeout: float = 0
+    ) -> ExecResult:
+        self.calls.append(("exec_sync", container_id, *argv))
+        code, out = self._exec_output(self._container(container_id), argv)
+        return ExecResult(exit_code=code, stdout=out, stderr=b"")
+
+    async def exec(
+        self, container_id: str, argv: list[str], *, tty: bool, stdin: bool
+    ) -> ExecSession:
+        self.calls.append(("exec", container_id, *argv))
+        code, out = self._exec_output(self._container(container_id), argv)
+        return _fake_session(out, code, echo_stdin=argv[:1] == ["cat"] and stdin, tty=tty)
+
+    async def attach(self, container_id: str) -> ExecSession:
+        self.calls.append(("attach", container_id))
+        container = self._container(container_id)
+        if container.state != ContainerState.RUNNING.value:
+            raise RuntimeError_(f"container {container_id} is not running")
+        return _fake_session(b"", 0, echo_stdin=True, tty=False)
+
+
+def _fake_session(output: bytes, code: int, *, echo_stdin: bool, tty: bool) -> ExecSession:
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    if output:
+        queue.put_nowait(output)
+    if not echo_stdin:
+        queue.put_nowait(b"")
+    done: asyncio.Event = asyncio.Event()
+    if not echo_stdin:
+        done.set()
+
+    async def stdout() -> AsyncIterator[bytes]:
+        while True:
+            data = await queue.get()
+            if not data:
+                return
+            yield data
+
+    async def no_stream() -> AsyncIterator[bytes]:
+        return
+        yield b""  # pragma: no cover - makes this an async generator
+
+    async def write_stdin(data: bytes) -> None:
+        if not echo_stdin or done.is_set():
+            return
+        queue.put_nowait(data)
+        if not data:
+            done.set()
+
+    async def resize(cols: int, rows: int) -> None:
+        return None
+
+    async def wait() -> int:
+        await done.wait()
+        return code
+
+    async def close() -> None:
+        if not done.is_set():
+            done.set()
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(b"")
+
+    return ExecSession(stdout=stdout(), stderr=None if tty else no_stream(),
+                       write_stdin=write_stdin, resize=resize, wait=wait, close=close)

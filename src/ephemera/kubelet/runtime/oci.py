@@ -1,0 +1,1155 @@
+"""The real runtime backend: runc or crun driven directly on OCI bundles.
+
+Layout under the kubelet root `<root>` (everything keyed by this root, so two kubelets with
+different roots never see each other's containers; cgroups are also named by node name and
+a hash of the root, see `cgroups.py`):
+
+- `<root>/runtime/<runc|crun>-state/`: the OCI runtime's `--root` (never /run/runc).
+- `<root>/runtime/sandboxes/<id>/`: `sandbox.json`; `ns/{net,ipc,uts}`: the pod's namespaces,
+  kept alive as bind-mounted nsfs files (made by util-linux `unshare --net=FILE ...`, which
+  also sets the hostname and brings loopback up; no pause process); `shm/`: the pod's
+  /dev/shm (tmpfs); `hostname`, `hosts`, `resolv.conf` bound into every container unless
+  the kubelet mounts its own. With hostNetwork only IPC is private: network and UTS are
+  the host's.
+- `<root>/runtime/containers/<id>`: a symlink to the container's instance directory
+  `<root>/pods/<uid>/containers/<name>/<attempt>/`, which is the bundle: `config.json`,
+  `container.json` (our metadata), `upper/ work/ merged/` (the overlayfs rootfs: lowerdir =
+  the image layers given in ContainerConfig), and the shim's files (`started`, `exit`, ...).
+
+A container is created (overlay mounted, config.json written) by `create_container` and
+started by `start_container`, which has the per-container shim (`shim.py`; read its
+docstring) forked by a small per-runtime fork server (`ShimServer`; a direct launcher is
+the fallback): the shim runs `<runtime> run -d` with pipes it owns as the container's
+stdio, writes the CRI log, waits for the container (it is its subreaper) and records the
+exit. So status needs no kubelet-side process: it comes from the files plus /proc (the
+recorded init pid and its start time; `runc state` is not consulted, a dead shim is
+detected), and a new OciRuntime on the same root adopts running containers as they are.
+Signals go through a pidfd of the verified init pid (race-free, no runtime exec).
+
+exec: the container's own process spec (env, cwd, user, capabilities) with argv replaced,
+via `--process`; crun runs it directly (joining the container's cgroups through a tiny `sh`
+wrapper), runc through the shim's exec mode (detached + subreaper: a foreground `runc exec`
+would wait for background children holding its stdout). exec_sync output goes to
+anonymous files. attach talks to the shim's `attach.sock`.
+
+crun on this hybrid cgroup host: the shim hides the cgroup2 mount from crun (a private
+mount namespace for the crun process only) and crun runs with `--cgroup-manager=disabled`
+in cgroups prepared by `cgroups.py`. Never a negative oomScoreAdj (root lacks
+CAP_SYS_RESOURCE here).
+
+Exit reasons: `Completed` (0), `Error` (non-zero), `OOMKilled` (an OOM kill counted in the
+container's memory cgroup), `StartError` (exit code 128, the runtime's message) as
+containerd reports them.
+
+Not done: seccomp profiles, user namespaces, CPU limits, rootless, pure cgroup v2 hosts are
+untested; overlay lowerdir strings are limited to one page (about 30 long layer paths).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ephemera.kubelet.runtime import cgroups
+from ephemera.kubelet.runtime.base import (
+    ContainerConfig,
+    ContainerState,
+    ContainerStatus,
+    ExecResult,
+    ExecSession,
+    ExecTimeoutError,
+    Mount,
+    NotFoundError,
+    RuntimeError_,
+    RuntimeService,
+    SandboxConfig,
+    SandboxStatus,
+)
+
+T = TypeVar("T")
+
+SHIM = Path(__file__).with_name("shim.py")
+
+
+def shim_command(mode: str, *options: str) -> list[str]:
+    """argv running shim.py in a fresh, isolated interpreter (stdlib only). It is imported
+    rather than run as a script so that its compiled bytecode is cached (about 8 ms)."""
+    code = (f"import sys; sys.path.append({str(SHIM.parent)!r}); import shim; "
+            "sys.exit(shim.main(sys.argv))")
+    return [sys.executable, "-I", "-S", "-c", code, mode, *options]
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SHM_SIZE = 64 * 1024 * 1024
+
+# Docker's and containerd's default capability set.
+DEFAULT_CAPABILITIES = [
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+    "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+]
+MASKED_PATHS = [
+    "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+    "/sys/firmware", "/sys/devices/virtual/powercap",
+]
+READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_MNT_DETACH = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str, target: str | Path, fstype: str, flags: int, data: str) -> None:
+    rc = _libc.mount(source.encode(), str(target).encode(), fstype.encode(), flags,
+                     data.encode() if data else None)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {fstype} on {target}: {os.strerror(err)}")
+
+
+def _umount(target: str | Path) -> None:
+    """Unmount if mounted (lazily when busy); missing targets are fine."""
+    path = str(target).encode()
+    if _libc.umount2(path, 0) == 0:
+        return
+    err = ctypes.get_errno()
+    if err == 16:  # EBUSY
+        _libc.umount2(path, _MNT_DETACH)
+    elif err not in (22, 2):  # EINVAL: not a mount point; ENOENT
+        raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+def mounts_under(prefix: Path) -> list[str]:
+    """Mount points at or below `prefix` in this process's mount table (deepest first)."""
+    base = str(prefix)
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].replace("\\040", " ")
+            if point == base or point.startswith(base + "/"):
+                found.append(point)
+    return sorted(found, key=len, reverse=True)
+
+
+def read_kv(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    result = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        result[key] = value
+    return result
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def _proc_start_time(pid: int) -> str:
+    """The start time of a live process ("" when it is gone or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return "" if fields[0] in ("Z", "X") else fields[19]
+
+
+def _is_shim(pid: int) -> bool:
+    try:
+        return b"import shim;" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _sort_mounts(mounts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Parents before children, as containerd orders them."""
+    return sorted(mounts, key=lambda m: len(Path(m["destination"]).parts))
+
+
+def host_ipv4() -> str:
+    """The host's first global IPv4 address (for hostNetwork pods), "" if none."""
+    try:
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
+                             capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    for line in out.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            return fields[fields.index("inet") + 1].split("/")[0]
+    return ""
+
+
+class ShimServer:
+    """The kubelet side of shim.py's fork server: started on first use, one request at a
+    time, restarted once if it died. `start()` returns None when the server is unusable
+    (the caller then runs a launcher directly)."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self.lock = threading.Lock()
+
+    def _spawn(self) -> None:
+        ours, theirs = socket.socketpair()
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                shim_command("serve", f"fd={theirs.fileno()}"), pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        theirs.close()
+        self.sock = ours
+
+    def _stop(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+    def start(self, options: list[str]) -> bool | None:
+        if any("\n" in option or "\0" in option for option in options):
+            return None
+        request = "\0".join(options).encode() + b"\n"
+        with self.lock:
+            for _ in range(2):
+                if self.process is None or self.process.poll() is not None:
+                    self._stop()
+                    self._spawn()
+                assert self.sock is not None
+                try:
+                    self.sock.sendall(request)
+                    answer = b""
+                    while not answer.endswith(b"\n"):
+                        data = self.sock.recv(64)
+                        if not data:
+                            raise ConnectionError("the shim server closed the connection")
+                        answer += data
+                    return answer == b"ok\n"
+                except OSError:
+                    self._stop()
+        return None
+
+    def close(self) -> None:
+        with self.lock:
+            self._stop()
+
+
+class OciRuntime(RuntimeService):
+    """runc or crun on bundles under `root`; see the module docstring."""
+
+    def __init__(self, kind: str, root: Path, node_name: str, binary: str = "") -> None:
+        if kind not in ("runc", "crun"):
+            raise ValueError(f"unknown OCI runtime {kind!r}")
+        self.name = kind
+        self.binary = binary or shutil.which(kind) or ""
+        if not self.binary:
+            raise RuntimeError_(f"{kind} is not installed")
+        self.root = Path(root).resolve()
+        self.node_name = node_name
+        self.state_dir = self.root / "runtime"
+        self.runtime_root = self.state_dir / f"{kind}-state"
+        self.sandboxes_dir = self.state_dir / "sandboxes"
+        self.containers_dir = self.state_dir / "containers"
+        for directory in (self.runtime_root, self.sandboxes_dir, self.containers_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.node_parent = cgroups.node_parent_name(node_name, self.root)
+        self.own_cgroups = kind == "crun"  # see cgroups.py
+        self.hide_cgroup2 = kind == "crun" and cgroups.is_hybrid()
+        self.unshare = shutil.which("unshare") or "/usr/bin/unshare"
+        self._executor: ThreadPoolExecutor | None = None  # blocking work, off the event loop
+        self._sandbox_lock = threading.Lock()  # run_pod_sandbox is idempotent per pod UID
+        self._host_ip: str | None = None
+        self._shim_server = ShimServer(self.state_dir / "shim-server.log")
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=16,
+                                                thread_name_prefix=f"oci-{self.name}")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _runtime_argv(self, *args: str) -> list[str]:
+        return [self.binary, "--root", str(self.runtime_root), *args]
+
+    def _run_runtime(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        # stdout/stderr are captured from short-lived, non-detaching commands only
+        # (state/delete/list/kill); `run -d` goes through the shim with no pipes of ours.
+        result = subprocess.run(self._runtime_argv(*args), stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=60)
+        if check and result.returncode != 0:
+            raise RuntimeError_(f"{self.name} {' '.join(args)}: "
+                                f"{(result.stderr or result.stdout).strip()}")
+        return result
+
+    async def version(self) -> str:
+        out = await self._blocking(lambda: subprocess.run(
+            [self.binary, "--version"], capture_output=True, text=True, timeout=10).stdout)
+        words = out.split()
+        number = words[2] if len(words) > 2 else "0.0.0"
+        return f"{self.name}://{number.split('+')[0]}"
+
+    async def close(self) -> None:
+        await self._blocking(self._shim_server.close)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+    # -- sandboxes -----------------------------------------------------------------------------
+
+    def _sandbox_dir(self, sandbox_id: str) -> Path:
+        return self.sandboxes_dir / sandbox_id
+
+    def _sandbox_meta(self, sandbox_id: str) -> dict[str, Any]:
+        try:
+            meta: dict[str, Any] = json.loads(
+                (self._sandbox_dir(sandbox_id) / "sandbox.json").read_text())
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFoundError(f"pod sandbox {sandbox_id!r} not found") from None
+        return meta
+
+    def _sandbox_metas(self) -> list[dict[str, Any]]:
+        metas = []
+        for entry in self.sandboxes_dir.iterdir():
+            with contextlib.suppress(NotFoundError, json.JSONDecodeError):
+                metas.append(self._sandbox_meta(entry.name))
+        return metas
+
+    async def run_pod_sandbox(self, config: SandboxConfig) -> str:
+        return await self._blocking(self._run_pod_sandbox, config)
+
+    def _run_pod_sandbox(self, config: SandboxConfig) -> str:
+        with self._sandbox_lock:
+            for existing in self._sandbox_metas():
+                if existing["pod_uid"] == config.pod_uid and existing["ready"]:
+                    return str(existing["id"])
+            return self._create_sandbox(config)
+
+    def _create_sandbox(self, config: SandboxConfig) -> str:
+        sandbox_id = secrets.token_hex(32)
+        directory = self._sandbox_dir(sandbox_id)
+        ns_dir = directory / "ns"
+        ns_dir.mkdir(parents=True)
+        hostname = config.hostname or config.name
+        namespaces = ["ipc"] if config.host_network else ["net", "ipc", "uts"]
+        meta: dict[str, Any] = {
+            "id": sandbox_id, "pod_uid": config.pod_uid, "namespace": config.namespace,
+            "name": config.name, "hostname": hostname, "host_network": config.host_network,
+            "labels": config.labels, "created_at": time.time(), "ready": False,
+            "node_name": self.node_name, "namespaces": namespaces,
+            "cgroup_dirs": cgroups.pod_dirs(self.node_parent, config.pod_uid),
+        }
+        write_json(directory / "sandbox.json", meta)
+        try:
+            for ns in namespaces:
+                (ns_dir / ns).touch()
+            args = [self.unshare, *(f"--{ns}={ns_dir / ns}" for ns in namespaces), "--"]
+            if config.host_network:
+                args += ["true"]
+            else:
+                args += ["/bin/sh", "-c", 'hostname "$1" && ip link set lo up', "sh", hostname]
+            result = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True,
+                                    text=True, timeout=30)
+            if result.returncode != 0:
+                raise RuntimeError_(f"creating the namespaces of pod sandbox for "
+                                    f"{config.namespace}/{config.name}: {result.stderr.strip()}")
+            (directory / "shm").mkdir()
+            _mount("shm", directory / "shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                   f"mode=1777,size={SHM_SIZE}")
+            self._write_etc_files(directory, hostname, config.host_network)
+        except BaseException:
+            self._teardown_sandbox_mounts(directory)
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        meta["ready"] = True
+        write_json(directory / "sandbox.json", meta)
+        return sandbox_id
+
+    @staticmethod
+    def _write_etc_files(directory: Path, hostname: str, host_network: bool) -> None:
+        if host_network:
+            (directory / "hostname").write_text(socket.gethostname() + "\n")
+            with contextlib.suppress(OSError):
+                shutil.copyfile("/etc/hosts", directory / "hosts")
+        else:
+            (directory / "hostname").write_text(hostname + "\n")
+        if not (directory / "hosts").exists():
+            (directory / "hosts").write_text(
+                "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                f"127.0.1.1\t{hostname}\n")
+        try:
+            shutil.copyfile("/etc/resolv.conf", directory / "resolv.conf")
+        except OSError:
+            (directory / "resolv.conf").write_text("")
+
+    @staticmethod
+    def _teardown_sandbox_mounts(directory: Path) -> None:
+        for point in mounts_under(directory):
+            _umount(point)
+
+    async def stop_pod_sandbox(self, sandbox_id: str) -> None:
+        try:
+            meta = await self._blocking(self._sandbox_meta, sandbox_id)
+        except NotFoundError:
+            return
+        for status in await self.list_containers(sandbox_id):
+            if status.state == ContainerState.RUNNING:
+                await self.stop_container(status.id, 0)
+        await self._blocking(self._teardown_sandbox_mounts, self._sandbox_dir(sandbox_id))
+        if meta["ready"]:
+            meta["ready"] = False
+            await self._blocking(write_json, self._sandbox_dir(sandbox_id) / "sandbox.json", meta)
+
+    async def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        try:
+            meta = await self._blocking(self._sandbox_meta, sandbox_id)
+        except NotFoundError:
+            return
+        await self.stop_pod_sandbox(sandbox_id)
+        for status in await self.list_containers(sandbox_id):
+            await self.remove_container(status.id)
+        directory = self._sandbox_dir(sandbox_id)
+
+        def remove() -> None:
+            self._teardown_sandbox_mounts(directory)
+            shutil.rmtree(directory, ignore_errors=True)
+            others = [m for m in self._sandbox_metas() if m["pod_uid"] == meta["pod_uid"]]
+            if not others:
+                cgroups.remove_pod(meta.get("cgroup_dirs", []))
+
+        await self._blocking(remove)
+
+    async def list_pod_sandboxes(self) -> list[SandboxStatus]:
+        metas = await self._blocking(self._sandbox_metas)
+        result = []
+        for meta in metas:
+            if meta["ready"] and not all(  # e.g. after a reboot: the namespaces are gone
+                    os.path.ismount(self._sandbox_dir(meta["id"]) / "ns" / ns)
+                    for ns in meta["namespaces"]):
+                meta["ready"] = False
+            ip = ""
+            if meta["host_network"] and meta["ready"]:
+                if self._host_ip is None:
+                    self._host_ip = await self._blocking(host_ipv4)
+                ip = self._host_ip
+            result.append(SandboxStatus(
+                id=meta["id"], pod_uid=meta["pod_uid"], namespace=meta["namespace"],
+                name=meta["name"], ready=meta["ready"], ip=ip, created_at=meta["created_at"]))
+        return sorted(result, key=lambda s: s.created_at)
+
+    # -- containers: create --------------------------------------------------------------------
+
+    def _instance_dir(self, container_id: str) -> Path:
+        link = self.containers_dir / container_id
+        try:
+            return Path(os.readlink(link))
+        except (FileNotFoundError, OSError):
+            raise NotFoundError(f"container {container_id!r} not found") from None
+
+    def _container_meta(self, container_id: str) -> tuple[Path, dict[str, Any]]:
+        directory = self._instance_dir(container_id)
+        try:
+            meta: dict[str, Any] = json.loads((directory / "container.json").read_text())
+        except FileNotFoundError:
+            raise NotFoundError(f"container {container_id!r} not found") from None
+        return directory, meta
+
+    async def create_container(
+        self, sandbox_id: str, config: ContainerConfig, sandbox: SandboxConfig
+    ) -> str:
+        return await self._blocking(self._create_container, sandbox_id, config)
+
+    def _create_container(self, sandbox_id: str, config: ContainerConfig) -> str:
+        sandbox_meta = self._sandbox_meta(sandbox_id)
+        if not sandbox_meta["ready"]:
+            raise RuntimeError_(f"pod sandbox {sandbox_id!r} is not ready")
+        if not config.rootfs_layers:
+            raise RuntimeError_(f"container {config.name!r}: no image layers")
+        if not config.argv:
+            raise RuntimeError_(f"container {config.name!r}: no command")
+        pod_uid = sandbox_meta["pod_uid"]
+        directory = self.root / "pods" / pod_uid / "containers" / config.name / str(config.attempt)
+        for entry in self.containers_dir.iterdir():
+            with contextlib.suppress(OSError):
+                if Path(os.readlink(entry)) == directory:
+                    raise RuntimeError_(
+                        f"container {config.name!r} attempt {config.attempt} of pod "
+                        f"{pod_uid} already exists as {entry.name}")
+        if directory.exists():  # debris of an interrupted create
+            for point in mounts_under(directory):
+                _umount(point)
+            shutil.rmtree(directory)
+        container_id = secrets.token_hex(32)
+        for sub in ("upper", "work", "merged"):
+            (directory / sub).mkdir(parents=True)
+        try:
+            lower = ":".join(str(layer) for layer in config.rootfs_layers)
+            _mount("overlay", directory / "merged", "overlay", 0,
+                   f"lowerdir={lower},upperdir={directory / 'upper'},workdir={directory / 'work'}")
+            for mount_point in ("proc", "dev", "sys"):  # crun wants them in the rootfs
+                with contextlib.suppress(FileExistsError):
+                    (directory / "merged" / mount_point).mkdir()
+            procs: list[str] = []
+            if self.own_cgroups:
+                procs = cgroups.prepare_container(self.node_parent, pod_uid, container_id,
+                                                  config.memory_limit_bytes)
+            spec = self._oci_spec(container_id, directory, config, sandbox_meta)
+            write_json(directory / "config.json", spec)
+            log_path = config.log_path or directory / "container.log"
+            meta = {
+                "id": container_id, "sandbox_id": sandbox_id, "pod_uid": pod_uid,
+                "pod_namespace": sandbox_meta["namespace"], "pod_name": sandbox_meta["name"],
+                "node_name": self.node_name, "name": config.name, "attempt": config.attempt,
+                "image": config.image, "image_id": config.image_id, "created_at": time.time(),
+                "log_path": str(log_path), "labels": config.labels, "tty": config.tty,
+                "stdin": config.stdin, "stdin_once": config.stdin_once,
+                "mounts": [vars(m) for m in config.mounts], "cgroup_procs": procs,
+                "memory_cgroup": cgroups.container_memory_dir(self.node_parent, pod_uid,
+                                                              container_id),
+            }
+            write_json(directory / "container.json", meta)
+            os.symlink(directory, self.containers_dir / container_id)
+        except BaseException:
+            _umount(directory / "merged")
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return container_id
+
+    def _oci_spec(self, container_id: str, directory: Path, config: ContainerConfig,
+                  sandbox: dict[str, Any]) -> dict[str, Any]:
+        sandbox_dir = self._sandbox_dir(sandbox["id"])
+        env = dict(config.env)
+        env.setdefault("PATH", DEFAULT_PATH)
+        env.setdefault("HOSTNAME", (sandbox_dir / "hostname").read_text().strip())
+        if config.tty:
+            env.setdefault("TERM", "xterm")
+        mounts: list[dict[str, Any]] = [
+            {"destination": "/proc", "type": "proc", "source": "proc",
+             "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+             "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620",
+                         "gid=5"]},
+            {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+             "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+             "options": ["nosuid", "noexec", "nodev", "ro"]},
+            {"destination": "/dev/shm", "type": "bind", "source": str(sandbox_dir / "shm"),
+             "options": ["rbind", "nosuid", "nodev", "noexec"]},
+        ]
+        wanted = {m.container_path.rstrip("/") or "/" for m in config.mounts}
+        for name in ("hostname", "hosts", "resolv.conf"):
+            if f"/etc/{name}" not in wanted:
+                mounts.append({"destination": f"/etc/{name}", "type": "bind",
+                               "source": str(sandbox_dir / name), "options": ["rbind", "rw"]})
+        mounts.extend(
+            {"destination": m.container_path, "type": "bind", "source": m.host_path,
+             "options": ["rbind", m.propagation or "rprivate", "ro" if m.read_only else "rw"]}
+            for m in config.mounts)
+        namespaces: list[dict[str, str]] = [{"type": "pid"}, {"type": "mount"}]
+        for ns, oci_name in (("net", "network"), ("ipc", "ipc"), ("uts", "uts")):
+            if ns in sandbox["namespaces"]:
+                namespaces.append({"type": oci_name, "path": str(sandbox_dir / "ns" / ns)})
+        linux: dict[str, Any] = {
+            "namespaces": namespaces,
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
+            "rootfsPropagation": "rslave",
+        }
+        if not self.own_cgroups:
+            linux["cgroupsPath"] = (f"{cgroups.pod_relative(self.node_parent, sandbox['pod_uid'])}"
+                                    f"/{container_id}")
+            resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}]}
+            if config.memory_limit_bytes > 0:
+                resources["memory"] = {"limit": config.memory_limit_bytes,
+                                       "swap": config.memory_limit_bytes}
+            linux["resources"] = resources
+        caps = DEFAULT_CAPABILITIES
+        return {
+            "ociVersion": "1.0.2",
+            "process": {
+                "terminal": config.tty,
+                "user": {"uid": config.uid, "gid": config.gid,
+                         **({"additionalGids": list(config.supplemental_groups)}
+                            if config.supplemental_groups else {})},
+                "args": list(config.argv),
+                "env": [f"{k}={v}" for k, v in env.items()],
+                "cwd": config.working_dir or "/",
+                "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+                "noNewPrivileges": False,
+            },
+            "root": {"path": str(directory / "merged"), "readonly": False},
+            "mounts": _sort_mounts(mounts),
+            "annotations": {
+                "io.ephemera.node-name": self.node_name,
+                "io.ephemera.pod-uid": sandbox["pod_uid"],
+                "io.ephemera.pod-namespace": sandbox["namespace"],
+                "io.ephemera.pod-name": sandbox["name"],
+                "io.ephemera.sandbox-id": sandbox["id"],
+                "io.ephemera.container-name": config.name,
+                "io.ephemera.attempt": str(config.attempt),
+            },
+            "linux": linux,
+        }
+
+    # -- containers: start, stop, status ------------------------------------------------------
+
+    async def start_container(self, container_id: str) -> None:
+        await self._blocking(self._start_container, container_id)
+
+    def _start_container(self, container_id: str) -> None:
+        directory, meta = self._container_meta(container_id)
+        if (directory / "started").exists() or (directory / "start-error").exists():
+            raise RuntimeError_(f"container {container_id} was already started")
+        options = [
+            f"dir={directory}", f"runtime={self.binary}", f"state={self.runtime_root}",
+            f"id={container_id}", f"log={meta['log_path']}",
+            f"tty={int(meta['tty'])}", f"stdin={int(meta['stdin'])}",
+            f"stdin-once={int(meta['stdin_once'])}", f"memory-cgroup={meta['memory_cgroup']}",
+        ]
+        if self.own_cgroups:
+            options.append("global=--cgroup-manager=disabled")
+            options += [f"cgroup={procs}" for procs in meta["cgroup_procs"]]
+        if self.hide_cgroup2:
+            options.append("hide-cgroup2=1")
+        started = self._shim_server.start(options)
+        if started is None:
+            # No timeout here: with one, subprocess polls waitpid with growing sleeps (about
+            # 60 ms lost per start). The launcher returns as soon as the daemon reports.
+            with open(directory / "shim.log", "ab") as shim_log:
+                result = subprocess.run(
+                    shim_command("start", *options),
+                    stdin=subprocess.DEVNULL, stdout=shim_log, stderr=shim_log,
+                    start_new_session=True)
+            started = result.returncode == 0
+        if not started:
+            message = read_kv(directory / "start-error").get("message", "")
+            message = message or self._runtime_error(directory) or "the shim failed"
+            write_json_kv = {"exit_code": 128, "signal": 0, "finished_at": time.time(),
+                             "oom_killed": 0, "reason": "StartError"}
+            (directory / "exit").write_text(
+                "".join(f"{k}={v}\n" for k, v in write_json_kv.items()))
+            raise RuntimeError_(f"starting container {meta['name']!r} ({container_id}): "
+                                f"{message}")
+
+    @staticmethod
+    def _runtime_error(directory: Path) -> str:
+        """The last error the runtime logged (its --log is JSON lines)."""
+        try:
+            lines = (directory / "runtime.log").read_text().splitlines()
+        except FileNotFoundError:
+            return ""
+        for line in reversed(lines):
+            with contextlib.suppress(json.JSONDecodeError):
+                entry = json.loads(line)
+                if entry.get("level") in ("error", "fatal"):
+                    return str(entry.get("msg", ""))
+        return ""
+
+    def _status(self, container_id: str) -> ContainerStatus:
+        directory, meta = self._container_meta(container_id)
+        started = read_kv(directory / "started")
+        exited = read_kv(directory / "exit")
+        start_error = read_kv(directory / "start-error")
+        state = ContainerState.CREATED
+        exit_code, reason, message, finished_at, pid = 0, "", "", 0.0, 0
+        if exited:
+            state = ContainerState.EXITED
+            exit_code = int(exited["exit_code"])
+            finished_at = float(exited["finished_at"])
+            if exited.get("reason"):
+                reason = exited["reason"]
+                message = start_error.get("message", "") or self._runtime_error(directory)
+            elif exited.get("oom_killed") == "1":
+                reason = "OOMKilled"
+            else:
+                reason = "Completed" if exit_code == 0 else "Error"
+        elif start_error:
+            state, exit_code, reason = ContainerState.EXITED, 128, "StartError"
+            message = start_error.get("message", "")
+        elif started:
+            pid = int(started["pid"])
+            if _proc_start_time(pid) == started["start_time"] or _is_shim(
+                    int(started["shim_pid"])):
+                state = ContainerState.RUNNING
+            else:  # the shim was killed and the container is gone: the exit code is lost
+                state, exit_code, reason = ContainerState.EXITED, 255, "Error"
+                message = "the container exited while its shim was not running"
+                finished_at = time.time()
+        return ContainerStatus(
+            id=container_id, sandbox_id=meta["sandbox_id"], name=meta["name"],
+            attempt=meta["attempt"], image=meta["image"], image_id=meta["image_id"],
+            state=state, created_at=meta["created_at"],
+            started_at=float(started.get("started_at", 0.0)), finished_at=finished_at,
+            exit_code=exit_code, reason=reason, message=message,
+            mounts=tuple(Mount(**m) for m in meta["mounts"]), log_path=Path(meta["log_path"]),
+            pid=pid if state == ContainerState.RUNNING else 0, labels=meta["labels"])
+
+    async def container_status(self, container_id: str) -> ContainerStatus:
+        return await self._blocking(self._status, container_id)
+
+    async def list_containers(self, sandbox_id: str = "") -> list[ContainerStatus]:
+        def collect() -> list[ContainerStatus]:
+            result = []
+            for entry in self.containers_dir.iterdir():
+                with contextlib.suppress(NotFoundError):
+                    status = self._status(entry.name)
+                    if not sandbox_id or status.sandbox_id == sandbox_id:
+                        result.append(status)
+            return sorted(result, key=lambda s: s.created_at)
+
+        return await self._blocking(collect)
+
+    def _signal(self, container_id: str, signum: int) -> bool:
+        """Signal the container's init through a pidfd of the verified pid; False if it is
+        not running."""
+        directory, _ = self._container_meta(container_id)
+        started = read_kv(directory / "started")
+        if not started or (directory / "exit").exists():
+            return False
+        pid = int(started["pid"])
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        try:
+            if _proc_start_time(pid) != started["start_time"]:
+                return False
+            signal.pidfd_send_signal(pidfd, signum)
+            return True
+        except ProcessLookupError:
+            return False
+        finally:
+            os.close(pidfd)
+
+    async def _wait_exited(self, container_id: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            status = await self._blocking(self._status, container_id)
+            if status.state != ContainerState.RUNNING:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.05)
+
+    async def stop_container(self, container_id: str, timeout: float) -> None:
+        status = await self._blocking(self._status, container_id)
+        if status.state != ContainerState.RUNNING:
+            return
+        if (timeout > 0 and await self._blocking(self._signal, container_id, signal.SIGTERM)
+                and await self._wait_exited(container_id, timeout)):
+            return
+        await self._blocking(self._signal, container_id, signal.SIGKILL)
+        if not await self._wait_exited(container_id, 30):
+            raise RuntimeError_(f"container {container_id} did not exit after SIGKILL")
+
+    async def remove_container(self, container_id: str) -> None:
+        try:
+            directory, meta = await self._blocking(self._container_meta, container_id)
+        except NotFoundError:
+            return
+        await self.stop_container(container_id, 0)
+
+        def remove() -> None:
+            self._run_runtime("delete", "--force", container_id, check=False)
+            if meta["cgroup_procs"]:
+                cgroups.remove_dirs([str(Path(p).parent) for p in meta["cgroup_procs"]])
+            for point in mounts_under(directory):
+                _umount(point)
+            shutil.rmtree(directory, ignore_errors=True)
+            (self.containers_dir / container_id).unlink(missing_ok=True)
+            for parent in (directory.parent, directory.parent.parent):
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+
+        await self._blocking(remove)
+
+    # -- exec and attach -----------------------------------------------------------------------
+
+    def _exec_command(self, container_id: str, argv: list[str], tty: bool,
+                      console_socket: str = "") -> tuple[list[str], Path]:
+        """The command that runs argv in the container, and the file that will hold the
+        exec'd process's pid (to kill it on timeout or close: killing the runtime process
+        alone would leave it running)."""
+        directory, meta = self._container_meta(container_id)
+        if self._status(container_id).state != ContainerState.RUNNING:
+            raise RuntimeError_(f"container {container_id} is not running")
+        pid_file = directory / f"exec-{secrets.token_hex(8)}.pid"
+        # The container's process (env, cwd, user, capabilities) with argv and tty replaced:
+        # crun, unlike runc, does not default cwd and user to the container's.
+        process = json.loads((directory / "config.json").read_text())["process"]
+        process.update(args=list(argv), terminal=tty)
+        process.pop("consoleSize", None)
+        process_file = pid_file.with_suffix(".json")
+        process_file.write_text(json.dumps(process))
+        command = self._runtime_argv("exec", "--pid-file", str(pid_file), "--process",
+                                     str(process_file))
+        if tty:
+            command += ["--tty", "--console-socket", console_socket]
+        if self.name == "runc":
+            # A foreground runc exec waits until nothing holds the process's stdout any more
+            # (a background child can hold it forever), and takes a console socket only when
+            # detached; the shim's exec mode runs it detached and waits for the process
+            # itself (see shim.py). crun does neither, so it runs directly.
+            command = shim_command("exec", f"pid-file={pid_file}", *(
+                f"argv={a}" for a in [*command, "--detach", container_id]))
+            return command, pid_file
+        command.append(container_id)
+        if meta["cgroup_procs"]:  # crun without a cgroup manager: join the container's cgroups
+            command = ["/bin/sh", "-c",
+                       'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"',
+                       "sh", *meta["cgroup_procs"], "--", *command]
+        return command, pid_file
+
+    async def exec_sync(
+        self, container_id: str, argv: list[str], timeout: float = 0
+    ) -> ExecResult:
+        command, pid_file = await self._blocking(self._exec_command, container_id, argv, False)
+        # Output goes to anonymous files, not pipes: a background process left behind by the
+        # command must not keep us waiting.
+        try:
+            with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+                process = await asyncio.create_subprocess_exec(
+                    *command, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+                try:
+                    code = await asyncio.wait_for(process.wait(), timeout or None)
+                except TimeoutError:
+                    await _kill_exec(process, pid_file)
+                    raise ExecTimeoutError(
+                        f"command {argv!r} in container {container_id} timed out after "
+                        f"{timeout}s") from None
+                out.seek(0)
+                err.seek(0)
+                return ExecResult(exit_code=code, stdout=out.read(), stderr=err.read())
+        finally:
+            _remove_exec_files(pid_file)
+
+    async def exec(
+        self, container_id: str, argv: list[str], *, tty: bool, stdin: bool
+    ) -> ExecSession:
+        if tty:
+            return await self._exec_tty(container_id, argv, stdin)
+        command, pid_file = await self._blocking(self._exec_command, container_id, argv, False)
+        process = await asyncio.create_subprocess_exec(
+            *command, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert process.stdout is not None and process.stderr is not None
+        return ExecSession(
+            stdout=_read_until_exit(process.stdout, process),
+            stderr=_read_until_exit(process.stderr, process),
+            write_stdin=_stdin_writer(process.stdin),
+            resize=_no_resize,
+            wait=_waiter(process, pid_file),
+            close=_closer(process, pid_file),
+        )
+
+    async def _exec_tty(self, container_id: str, argv: list[str], stdin: bool) -> ExecSession:
+        sock_dir = tempfile.mkdtemp(prefix="eph-exec-")
+        sock_path = os.path.join(sock_dir, "c.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(sock_path)
+            listener.listen(1)
+            listener.setblocking(False)
+            command, pid_file = await self._blocking(self._exec_command, container_id, argv,
+                                                     True, sock_path)
+            # With a tty the process's I/O is the pty; the runtime's own stderr only carries
+            # its error messages, read once it has exited.
+            process = await asyncio.create_subprocess_exec(
+                *command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE)
+            loop = asyncio.get_running_loop()
+            accept = asyncio.ensure_future(loop.sock_accept(listener))
+            exited = asyncio.ensure_future(process.wait())
+            await asyncio.wait([accept, exited], timeout=30,
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not accept.done():
+                accept.cancel()
+                assert process.stderr is not None
+                await _kill_exec(process, pid_file)
+                error = (await process.stderr.read()).decode(errors="replace").strip()
+                _remove_exec_files(pid_file)
+                raise RuntimeError_(f"exec in container {container_id}: {error or 'no tty'}")
+            conn, _ = accept.result()
+            with conn:
+                conn.setblocking(True)
+                _, fds, _, _ = await self._blocking(socket.recv_fds, conn, 1024, 1)
+        finally:
+            listener.close()
+            shutil.rmtree(sock_dir, ignore_errors=True)
+        if not fds:
+            await _kill_exec(process, pid_file)
+            raise RuntimeError_(f"exec in container {container_id}: the runtime sent no tty")
+        return _pty_session(fds[0], process, pid_file, stdin)
+
+    async def attach(self, container_id: str) -> ExecSession:
+        directory, meta = await self._blocking(self._container_meta, container_id)
+        status = await self._blocking(self._status, container_id)
+        if status.state != ContainerState.RUNNING:
+            raise RuntimeError_(f"container {container_id} is not running")
+        deadline = time.monotonic() + 5
+        while not (directory / "attach.sock").exists():  # the shim binds it just after start
+            if time.monotonic() > deadline:
+                raise RuntimeError_(f"container {container_id}: its shim is not serving attach")
+            await asyncio.sleep(0.01)
+        dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+        try:
+            reader, writer = await asyncio.open_unix_connection(
+                f"/proc/self/fd/{dir_fd}/attach.sock")
+        finally:
+            os.close(dir_fd)
+        return _attach_session(reader, writer, tty=bool(meta["tty"]))
+
+
+# -- session helpers ------------------------------------------------------------------------------
+
+
+async def _no_resize(cols: int, rows: int) -> None:
+    return None
+
+
+async def _read_until_exit(stream: asyncio.StreamReader,
+                           process: asyncio.subprocess.Process) -> AsyncIterator[bytes]:
+    """Chunks until EOF, or until the process has exited and the stream stays quiet (a
+    background process may hold the pipe open forever)."""
+    while True:
+        try:
+            timeout = 0.2 if process.returncode is not None else 1.0
+            data = await asyncio.wait_for(stream.read(65536), timeout)
+        except TimeoutError:
+            if process.returncode is not None:
+                return
+            continue
+        if not data:
+            return
+        yield data
+
+
+def _stdin_writer(stdin: asyncio.StreamWriter | None) -> Callable[[bytes], Awaitable[None]]:
+    async def write(data: bytes) -> None:
+        if stdin is None or stdin.is_closing():
+            return
+        try:
+            if data:
+                stdin.write(data)
+                await stdin.drain()
+            else:
+                stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    return write
+
+
+def _remove_exec_files(pid_file: Path) -> None:
+    pid_file.unlink(missing_ok=True)
+    pid_file.with_suffix(".json").unlink(missing_ok=True)
+
+
+async def _kill_exec(process: asyncio.subprocess.Process, pid_file: Path) -> None:
+    """Kill an exec'd process (by its pid file), then let the command that runs it (crun, or
+    the shim's exec mode for runc) reap it and exit. Killing that command first would leave
+    the process a zombie of the host's init, and a zombie in the container's PID namespace
+    holds up the container's own exit until it is reaped."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pid_file.read_text().strip())
+        pidfd = os.pidfd_open(pid)
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        finally:
+            os.close(pidfd)
+    try:
+        await asyncio.wait_for(process.wait(), 5)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+    _remove_exec_files(pid_file)
+
+
+def _waiter(process: asyncio.subprocess.Process, pid_file: Path) -> Callable[[], Awaitable[int]]:
+    async def wait() -> int:
+        code = await process.wait()
+        _remove_exec_files(pid_file)
+        return code
+
+    return wait
+
+
+def _closer(process: asyncio.subprocess.Process, pid_file: Path) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        if process.returncode is None:
+            await _kill_exec(process, pid_file)
+        _remove_exec_files(pid_file)
+
+    return close
+
+
+def _pty_session(master: int, process: asyncio.subprocess.Process, pid_file: Path,
+                 stdin: bool) -> ExecSession:
+    import fcntl
+    import struct
+    import termios
+
+    os.set_blocking(master, False)
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    closed = False
+
+    def readable() -> None:
+        try:
+            data = os.read(master, 65536)
+        except BlockingIOError:
+            return
+        except OSError:  # EIO: the other side is gone
+            data = b""
+        if not data:
+            loop.remove_reader(master)
+        queue.put_nowait(data)
+
+    loop.add_reader(master, readable)
+
+    async def output() -> AsyncIterator[bytes]:
+        while True:
+            try:
+                data = await asyncio.wait_for(queue.get(), 0.2 if process.returncode is not None
+                                              else 1.0)
+            except TimeoutError:
+                if process.returncode is not None:
+                    break
+                continue
+            if not data:
+                break
+            yield data
+        release()
+
+    def release() -> None:
+        nonlocal closed
+        if not closed:
+            closed = True
+            loop.remove_reader(master)
+            os.close(master)
+
+    async def write_stdin(data: bytes) -> None:
+        if not stdin or closed:
+            return
+        if not data:
+            data = b"\x04"  # EOF on a terminal is ^D
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(master, view)
+                view = view[written:]
+            except BlockingIOError:
+                await asyncio.sleep(0.005)
+            except OSError:
+                return
+
+    async def resize(cols: int, rows: int) -> None:
+        if not closed:
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    async def wait() -> int:
+        code = await process.wait()
+        _remove_exec_files(pid_file)
+        return code
+
+    async def close() -> None:
+        if process.returncode is None:
+            await _kill_exec(process, pid_file)
+        _remove_exec_files(pid_file)
+        release()
+
+    return ExecSession(stdout=output(), stderr=None, write_stdin=write_stdin, resize=resize,
+                       wait=wait, close=close)
+
+
+def _attach_session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    tty: bool) -> ExecSession:
+    """Client side of the shim's attach protocol (see shim.py)."""
+    queues: dict[int, asyncio.Queue[bytes]] = {1: asyncio.Queue(), 2: asyncio.Queue()}
+    exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def pump() -> None:
+        try:
+            while True:
+                header = await reader.readexactly(5)
+                payload = await reader.readexactly(int.from_bytes(header[1:], "big"))
+                if header[0] == 3:
+                    if not exit_code.done():
+                        exit_code.set_result(int(payload))
+                elif header[0] in queues:
+                    queues[header[0]].put_nowait(payload)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            for queue in queues.values():
+                queue.put_nowait(b"")
+            if not exit_code.done():
+                exit_code.set_exception(RuntimeError_("attach: the shim closed the stream "
+                                                      "without an exit code"))
+                exit_code.exception()  # retrieved: only wait() callers should see it
+
+    task = asyncio.ensure_future(pump())
+
+    async def stream(kind: int) -> AsyncIterator[bytes]:
+        while True:
+            data = await queues[kind].get()
+            if not data:
+                return
+            yield data
+
+    async def send(kind: int, payload: bytes) -> None:
+        if writer.is_closing():
+            return
+        writer.write(bytes([kind]) + len(payload).to_bytes(4, "big") + payload)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    async def write_stdin(data: bytes) -> None:
+        await send(0 if data else 5, data)
+
+    async def resize(cols: int, rows: int) -> None:
+        await send(4, f"{cols} {rows}".encode())
+
+    async def wait() -> int:
+        return await exit_code
+
+    async def close() -> None:
+        if not writer.is_closing():
+            writer.close()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    return ExecSession(stdout=stream(1), stderr=None if tty else stream(2),
+                       write_stdin=write_stdin, resize=resize, wait=wait, close=close)
