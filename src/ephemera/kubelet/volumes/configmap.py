@@ -1,0 +1,118 @@
+"""The `configMap` volume plugin (`kubernetes.io/configmap`), reference section 5.4.
+
+The ConfigMap is read through the `VolumeHost`; its payload (`make_configmap_payload`, as
+upstream's `MakePayload`) goes through the atomic writer into a plain directory (upstream
+wraps configMap in a disk emptyDir, so it counts as local ephemeral storage).
+
+- No `items`: one file per key of `data` (UTF-8) and `binaryData` (base64 in JSON), mode
+  `defaultMode` (0644 unless set).
+- `items`: only those keys, at `item.path`, mode `item.mode` or `defaultMode`; a missing key
+  fails with `configmap references non-existent config key: K` unless `optional`.
+- A missing ConfigMap fails with `configmap "x" not found` unless `optional`, which gives an
+  empty volume.
+
+Resynced periodically by the manager (`needs_resync`); the files change only when the
+payload does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ephemera.kubelet.volumes.atomicwriter import FileProjection, write_volume
+from ephemera.kubelet.volumes.base import (
+    VolumeHost,
+    VolumePlugin,
+    VolumeSetupError,
+    pod_namespace,
+)
+
+__all__ = ["DEFAULT_MODE", "ConfigMapPlugin", "fetch_configmap", "make_configmap_payload"]
+
+DEFAULT_MODE = 0o644
+
+
+def _mode(value: Any, default: int) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def make_configmap_payload(
+    items: Any, configmap: Mapping[str, Any], default_mode: int, optional: bool
+) -> dict[str, FileProjection]:
+    """Upstream's configmap `MakePayload`."""
+    data = configmap.get("data") or {}
+    binary = configmap.get("binaryData") or {}
+
+    def value_of(key: str) -> bytes | None:
+        if key in data:
+            return str(data[key]).encode()
+        if key in binary:
+            try:
+                return base64.b64decode(binary[key], validate=True)
+            except (binascii.Error, ValueError, TypeError) as exc:
+                raise VolumeSetupError(f"invalid binaryData for key {key}: {exc}") from exc
+        return None
+
+    payload: dict[str, FileProjection] = {}
+    if not items:
+        for key in [*data, *binary]:
+            content = value_of(key)
+            if content is not None:
+                payload[key] = FileProjection(content, default_mode)
+        return payload
+    for item in items:
+        key = str(item.get("key") or "")
+        content = value_of(key)
+        if content is None:
+            if optional:
+                continue
+            raise VolumeSetupError(f"configmap references non-existent config key: {key}")
+        path = str(item.get("path") or key)
+        payload[path] = FileProjection(content, _mode(item.get("mode"), default_mode))
+    return payload
+
+
+async def fetch_configmap(
+    host: VolumeHost, namespace: str, name: str, optional: bool
+) -> dict[str, Any]:
+    """The ConfigMap, an empty one when missing and `optional`, else `configmap "x" not
+    found`."""
+    try:
+        obj = await host.get_configmap(namespace, name)
+    except Exception as exc:
+        raise VolumeSetupError(str(exc)) from exc
+    if obj is None:
+        if not optional:
+            raise VolumeSetupError(f'configmap "{name}" not found')
+        return {"metadata": {"name": name, "namespace": namespace}}
+    return obj
+
+
+class ConfigMapPlugin(VolumePlugin):
+    name = "kubernetes.io/configmap"
+    source_key = "configMap"
+    needs_resync = True
+
+    async def setup(
+        self,
+        pod: Mapping[str, Any],
+        volume: Mapping[str, Any],
+        host_dir: Path,
+        host: VolumeHost,
+    ) -> None:
+        source = volume.get("configMap") or {}
+        name = str(source.get("name") or "")
+        optional = bool(source.get("optional"))
+        configmap = await fetch_configmap(host, pod_namespace(pod), name, optional)
+        payload = make_configmap_payload(
+            source.get("items"),
+            configmap,
+            _mode(source.get("defaultMode"), DEFAULT_MODE),
+            optional,
+        )
+        await asyncio.to_thread(write_volume, host_dir, payload, None)

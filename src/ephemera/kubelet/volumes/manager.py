@@ -1,0 +1,817 @@
+"""The kubelet's volume manager, shaped as upstream's `pkg/kubelet/volumemanager`
+(reference/k8s-semantics.md section 5.1, KEP-6395 "VolumeManager").
+
+State is kept **per volume**, keyed by (pod UID, volume name), never per pod, so volumes can
+be added to and removed from a running pod:
+
+- **Desired state of world (DSW)**: built by `set_desired_pods(pods)` from the pods the
+  kubelet has admitted (for KEP-6395: the allocated pods). Only volumes some container
+  (regular, init or ephemeral) mounts are desired ("Skipping unused volume"). Pods whose
+  phase is Succeeded or Failed, and pods handed to `teardown_pod`, are left out. A volume
+  whose source no plugin serves is a pod processing error
+  (`failed to get Plugin from volumeSpec for volume "x" err=no volume plugin matched`).
+  Each desired pod carries a version that goes up when its labels, annotations or spec
+  change, or when `wait_for_pod_volumes` reprocesses it; resyncing volumes are set up again
+  when it does.
+- **Actual state of world (ASW)**: what is on disk, per volume: mounted (set up
+  successfully, with the fingerprint of the volume source it was set up from) or uncertain
+  (a setup failed part-way, or the volume was found on disk at start-up and not verified
+  yet). Only mounted volumes whose source matches the desired one count as mounted.
+- **Reconciler** (`run()`): every `reconcile_period` (0.1 s) and on every change, first
+  tears down what is in ASW but not desired (a removed pod, a volume removed from a running
+  pod, a volume re-added under the same name with another source), but only once the
+  in-use checker (`set_in_use_checker`, KEP-6395's `IsVolumeInUseByPod`) says no running
+  container of the pod still mounts it; then sets up what is desired but not mounted, and
+  re-runs setup of configMap/secret/downwardAPI/projected volumes every `sync_period`
+  (default 60 s, upstream's pod sync period) and when their pod's version goes up. One
+  operation at a time per volume, any number of volumes at once; a failed operation is
+  retried with per-volume exponential back-off (`backoff_initial` 0.5 s doubling up to
+  `backoff_max` 122 s, as upstream's 2m2s).
+- At start-up `run()` reconstructs ASW from `<root>/pods/*/volumes/*/*` (a kubelet restart
+  adopts running pods); reconstructed volumes of pods nobody desires are torn down only
+  after the first `set_desired_pods` call ("sources ready").
+
+Errors are per volume: `volume_errors(uid)` maps a volume name to
+`MountVolume.SetUp failed for volume "x" : <cause>` (upstream's FailedMount event text),
+`UnmountVolume.TearDown failed for volume "x" : <cause>`, or the pod processing error.
+`volume_statuses(uid)` gives KEP-6395's `volumeStatuses` entries (`Pending`, `HostMounted`,
+`ErrorMounting`, `Unmounting`). `wait_for_pod_volumes` raises `VolumeMountTimeout` whose
+`str()` is upstream's FailedMount message `Unable to attach or mount volumes: unmounted
+volumes=[a b], unattached volumes=[], failed to process volumes=[]: context deadline
+exceeded` (lists as Go's `%v` prints them, sorted), failing fast with the processing errors
+joined by "; " instead of the deadline when the pod has some.
+
+Host directories: `<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`. When a pod is
+neither desired nor has any volume left, its `volumes/` dir (and `pods/<uid>` if then empty)
+is removed; the rest of the pod dir belongs to the runtime and the agent.
+
+Everything runs on one event loop; plugins do their blocking work in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from ephemera.kubelet.volumes.base import (
+    VolumeHost,
+    VolumePlugin,
+    pod_uid,
+    teardown_dir,
+)
+from ephemera.kubelet.volumes.configmap import ConfigMapPlugin
+from ephemera.kubelet.volumes.downwardapi import DownwardAPIPlugin
+from ephemera.kubelet.volumes.emptydir import EmptyDirPlugin
+from ephemera.kubelet.volumes.image import ImagePlugin
+from ephemera.kubelet.volumes.projected import ProjectedPlugin
+from ephemera.kubelet.volumes.secret import SecretPlugin
+
+__all__ = [
+    "BACKOFF_INITIAL",
+    "BACKOFF_MAX",
+    "DEADLINE_EXCEEDED",
+    "DEFAULT_SYNC_PERIOD",
+    "POD_ATTACH_AND_MOUNT_TIMEOUT",
+    "RECONCILE_PERIOD",
+    "InUseChecker",
+    "VolumeHostPhase",
+    "VolumeManager",
+    "VolumeMountTimeout",
+    "VolumeUnmountError",
+    "backoff_delay",
+    "default_plugins",
+    "referenced_volume_names",
+]
+
+log = logging.getLogger(__name__)
+
+POD_ATTACH_AND_MOUNT_TIMEOUT = 123.0  # upstream's podAttachAndMountTimeout, 2m3s
+DEFAULT_SYNC_PERIOD = 60.0  # upstream's --sync-frequency
+RECONCILE_PERIOD = 0.1  # upstream's reconciler loop period
+BACKOFF_INITIAL = 0.5  # upstream's initialDurationBeforeRetry
+BACKOFF_MAX = 122.0  # upstream's maxDurationBeforeRetry, 2m2s
+DEADLINE_EXCEEDED = "context deadline exceeded"
+_TERMINATED_MEMORY = 4096
+_DRAIN_TIMEOUT = 10.0  # how long run() waits for in-flight operations when stopped
+
+InUseChecker = Callable[[str, str], Awaitable[bool]]
+Key = tuple[str, str]  # (pod uid, volume name)
+
+
+class VolumeHostPhase(StrEnum):
+    """KEP-6395 `PodVolumeHostPhase`."""
+
+    PENDING = "Pending"
+    HOST_MOUNTED = "HostMounted"
+    ERROR_MOUNTING = "ErrorMounting"
+    UNMOUNTING = "Unmounting"
+
+
+def _go_list(names: Iterable[str]) -> str:
+    return "[" + " ".join(names) + "]"
+
+
+class VolumeMountTimeout(Exception):
+    """A pod's volumes were not all mounted in time (or the pod has processing errors).
+    `str(exc)` is the FailedMount event message; `detail` is the part after
+    `Unable to attach or mount volumes: `."""
+
+    reason = "FailedMount"
+
+    def __init__(
+        self,
+        unmounted: list[str],
+        unattached: list[str],
+        not_processed: list[str],
+        cause: str,
+    ) -> None:
+        self.unmounted = unmounted
+        self.unattached = unattached
+        self.not_processed = not_processed
+        self.cause = cause
+        self.detail = (
+            f"unmounted volumes={_go_list(unmounted)}, "
+            f"unattached volumes={_go_list(unattached)}, "
+            f"failed to process volumes={_go_list(not_processed)}: {cause}"
+        )
+        self.message = f"Unable to attach or mount volumes: {self.detail}"
+        super().__init__(self.message)
+
+
+class VolumeUnmountError(Exception):
+    """`teardown_pod` could not unmount everything: `mounted volumes=[a b]: <cause>`."""
+
+    def __init__(self, mounted: list[str], cause: str) -> None:
+        self.mounted = mounted
+        self.cause = cause
+        super().__init__(f"mounted volumes={_go_list(mounted)}: {cause}")
+
+
+async def _wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait for `event` at most `timeout` seconds. (Not `asyncio.wait_for`: on Python 3.11
+    it can swallow a cancellation that arrives as the event fires, and `run()` would then
+    never stop.)"""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
+
+
+def backoff_delay(failures: int, initial: float, maximum: float) -> float:
+    """The wait before retrying an operation that failed `failures` times in a row:
+    `initial`, doubling per failure, at most `maximum` (upstream's exponentialbackoff)."""
+    return min(initial * (2 ** max(failures - 1, 0)), maximum)
+
+
+def default_plugins() -> list[VolumePlugin]:
+    return [
+        EmptyDirPlugin(),
+        ConfigMapPlugin(),
+        SecretPlugin(),
+        DownwardAPIPlugin(),
+        ProjectedPlugin(),
+        ImagePlugin(),
+    ]
+
+
+def referenced_volume_names(pod: Mapping[str, Any]) -> set[str]:
+    """Names of the volumes some container (regular, init, ephemeral) mounts or uses as a
+    device: upstream's `GetPodVolumeNames`."""
+    spec = pod.get("spec") or {}
+    names: set[str] = set()
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for container in spec.get(kind) or []:
+            for mount in [
+                *(container.get("volumeMounts") or []),
+                *(container.get("volumeDevices") or []),
+            ]:
+                if mount.get("name"):
+                    names.add(str(mount["name"]))
+    return names
+
+
+def _fingerprint(volume: Mapping[str, Any]) -> str:
+    return json.dumps(volume, sort_keys=True, separators=(",", ":"))
+
+
+def _resync_basis(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return json.dumps(
+        [meta.get("labels"), meta.get("annotations"), pod.get("spec")],
+        sort_keys=True,
+        default=str,
+    )
+
+
+@dataclass
+class DesiredVolume:
+    pod_uid: str
+    name: str
+    volume: dict[str, Any]
+    plugin: VolumePlugin
+    fingerprint: str
+    host_dir: Path
+
+
+@dataclass
+class DesiredPod:
+    uid: str
+    pod: dict[str, Any]
+    volumes: dict[str, DesiredVolume]
+    errors: dict[str, str]  # volume name -> processing error
+    version: int
+    resync_basis: str
+
+
+@dataclass
+class MountedVolume:
+    pod_uid: str
+    name: str
+    plugin_dir: str
+    host_dir: Path
+    fingerprint: str | None  # None: reconstructed from disk, source unknown
+    uncertain: bool  # on disk, but not (or not verifiably) set up
+    synced_version: int = 0
+    last_sync: float = 0.0
+
+
+@dataclass
+class _OpState:
+    failures: int = 0
+    retry_at: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class _Subscribers:
+    callbacks: list[Callable[[str], Any]] = field(default_factory=list)
+
+
+class VolumeManager:
+    """Mounts and unmounts the volumes of the pods a kubelet runs. See the module docstring."""
+
+    def __init__(
+        self,
+        root_dir: Path,
+        host: VolumeHost,
+        *,
+        plugins: list[VolumePlugin] | None = None,
+        sync_period: float = DEFAULT_SYNC_PERIOD,
+        reconcile_period: float = RECONCILE_PERIOD,
+        backoff_initial: float = BACKOFF_INITIAL,
+        backoff_max: float = BACKOFF_MAX,
+    ) -> None:
+        self.root_dir = Path(root_dir)
+        self.host = host
+        self.plugins = plugins if plugins is not None else default_plugins()
+        self.sync_period = sync_period
+        self.reconcile_period = reconcile_period
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._plugins_by_dir = {p.dir_name: p for p in self.plugins}
+        self._dsw: dict[str, DesiredPod] = {}
+        self._asw: dict[Key, MountedVolume] = {}
+        self._op_states: dict[Key, _OpState] = {}
+        self._ops: dict[Key, asyncio.Task[None]] = {}
+        self._terminated: OrderedDict[str, None] = OrderedDict()
+        self._sources_ready = False
+        self._in_use_checker: InUseChecker | None = None
+        self._subscribers = _Subscribers()
+        self._callback_tasks: set[asyncio.Task[Any]] = set()
+        self._wake_event: asyncio.Event | None = None
+        self._changed: asyncio.Event | None = None
+        self._reconstructed = False
+        self._cleaning: set[str] = set()  # pods whose empty volume dirs are being removed
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[str], Any]) -> Callable[[], None]:
+        """Call `callback(pod_uid)` (sync, or async and then scheduled) when one of the pod's
+        volumes becomes mounted, fails to set up or tear down, or is torn down. Returns a
+        function that unsubscribes."""
+        self._subscribers.callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subscribers.callbacks.remove(callback)
+
+        return unsubscribe
+
+    def set_in_use_checker(self, checker: InUseChecker | None) -> None:
+        """`async checker(pod_uid, volume_name) -> bool`: True while a running container of
+        the pod mounts the volume. The reconciler tears a volume down only when it says
+        False (without a checker, at once)."""
+        self._in_use_checker = checker
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def pod_dir(self, uid: str) -> Path:
+        return self.root_dir / "pods" / uid
+
+    def pod_volumes_dir(self, uid: str) -> Path:
+        return self.pod_dir(uid) / "volumes"
+
+    def _find_plugin(self, volume: Mapping[str, Any]) -> VolumePlugin | None:
+        for plugin in self.plugins:
+            if plugin.can_support(volume):
+                return plugin
+        return None
+
+    # -- desired state -----------------------------------------------------------------------
+
+    def set_desired_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """Replace the desired state with these pods' volumes (the admitted pods; full
+        objects). Volumes no longer desired are torn down by the reconciler once unused."""
+        self._sources_ready = True
+        new: dict[str, DesiredPod] = {}
+        for pod in pods:
+            uid = pod_uid(pod)
+            if not uid or uid in self._terminated:
+                continue
+            if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
+                continue
+            new[uid] = self._process_pod(pod, self._dsw.get(uid))
+        for uid, old in self._dsw.items():
+            if uid not in new:
+                self._forget_desired(old, None)
+        self._dsw = new
+        self._wake()
+        self._signal_change()
+
+    def _process_pod(self, pod: Mapping[str, Any], old: DesiredPod | None) -> DesiredPod:
+        uid = pod_uid(pod)
+        referenced = referenced_volume_names(pod)
+        volumes: dict[str, DesiredVolume] = {}
+        errors: dict[str, str] = {}
+        for volume in (pod.get("spec") or {}).get("volumes") or []:
+            name = str(volume.get("name") or "")
+            if name not in referenced:
+                continue  # upstream: "Skipping unused volume"
+            plugin = self._find_plugin(volume)
+            if plugin is None:
+                errors[name] = (
+                    f'failed to get Plugin from volumeSpec for volume "{name}" '
+                    "err=no volume plugin matched"
+                )
+                continue
+            volumes[name] = DesiredVolume(
+                pod_uid=uid,
+                name=name,
+                volume=dict(volume),
+                plugin=plugin,
+                fingerprint=_fingerprint(volume),
+                host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name,
+            )
+        basis = _resync_basis(pod)
+        version = 1 if old is None else old.version + int(basis != old.resync_basis)
+        desired = DesiredPod(uid, dict(pod), volumes, errors, version, basis)
+        if old is not None:
+            self._forget_desired(old, desired)
+        return desired
+
+    def _forget_desired(self, old: DesiredPod, new: DesiredPod | None) -> None:
+        """Drop the back-off and errors of volumes that left (or changed in) the desired
+        state, so their teardown (or the new source's setup) starts fresh."""
+        for name, volume in old.volumes.items():
+            still = new.volumes.get(name) if new is not None else None
+            if still is not None and still.fingerprint == volume.fingerprint:
+                continue
+            key = (old.uid, name)
+            if key not in self._ops:
+                self._op_states.pop(key, None)
+
+    def _reprocess(self, pod: Mapping[str, Any]) -> None:
+        """Upstream's ReprocessPod: take the newest pod object and set up its resyncing
+        volumes again (how configMap and secret contents refresh on a pod sync)."""
+        uid = pod_uid(pod)
+        if not uid or uid in self._terminated:
+            return
+        old = self._dsw.get(uid)
+        desired = self._process_pod(pod, old)
+        if old is not None:
+            desired.version = max(desired.version, old.version + 1)
+        self._dsw[uid] = desired
+        self._wake()
+
+    def _desired_volume(self, key: Key) -> DesiredVolume | None:
+        pod = self._dsw.get(key[0])
+        return None if pod is None else pod.volumes.get(key[1])
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def _is_mounted(self, key: Key) -> bool:
+        mounted = self._asw.get(key)
+        desired = self._desired_volume(key)
+        return (
+            mounted is not None
+            and desired is not None
+            and not mounted.uncertain
+            and mounted.fingerprint == desired.fingerprint
+        )
+
+    def mounted_volumes(self, pod_uid: str) -> dict[str, Path]:
+        """Desired volumes of the pod that are set up: volume name -> host dir."""
+        pod = self._dsw.get(pod_uid)
+        if pod is None:
+            return {}
+        return {
+            name: volume.host_dir
+            for name, volume in pod.volumes.items()
+            if self._is_mounted((pod_uid, name))
+        }
+
+    def is_volume_mounted(self, pod_uid: str, volume_name: str) -> bool:
+        return self._is_mounted((pod_uid, volume_name))
+
+    def has_volumes_on_disk(self, pod_uid: str) -> bool:
+        """Some volume of the pod is still in the actual state (mounted, uncertain or being
+        torn down)."""
+        return pod_uid in self._cleaning or any(key[0] == pod_uid for key in self._asw)
+
+    def volume_errors(self, pod_uid: str) -> dict[str, str]:
+        """Volume name -> the latest error of that volume (setup, teardown or processing)."""
+        result: dict[str, str] = {}
+        pod = self._dsw.get(pod_uid)
+        if pod is not None:
+            result.update(pod.errors)
+        for (uid, name), state in self._op_states.items():
+            if uid == pod_uid and state.error:
+                result[name] = state.error
+        return result
+
+    def volume_failures(self, pod_uid: str, volume_name: str) -> int:
+        """Consecutive failed operations of a volume (0 once one succeeds)."""
+        state = self._op_states.get((pod_uid, volume_name))
+        return 0 if state is None else state.failures
+
+    def volume_statuses(self, pod_uid: str) -> list[dict[str, str]]:
+        """KEP-6395 `status.volumeStatuses` entries of the pod: desired volumes in spec
+        order, then volumes being torn down."""
+        statuses: list[dict[str, str]] = []
+        errors = self.volume_errors(pod_uid)
+        pod = self._dsw.get(pod_uid)
+        seen: set[str] = set()
+        if pod is not None:
+            for volume in (pod.pod.get("spec") or {}).get("volumes") or []:
+                name = str(volume.get("name") or "")
+                if name not in pod.volumes and name not in pod.errors:
+                    continue
+                seen.add(name)
+                entry = {"name": name}
+                if self._is_mounted((pod_uid, name)):
+                    entry["hostPhase"] = VolumeHostPhase.HOST_MOUNTED.value
+                elif name in errors:
+                    entry["hostPhase"] = VolumeHostPhase.ERROR_MOUNTING.value
+                    entry["errorMessage"] = errors[name]
+                else:
+                    entry["hostPhase"] = VolumeHostPhase.PENDING.value
+                statuses.append(entry)
+        for uid, name in sorted(self._asw):
+            if uid == pod_uid and name not in seen:
+                statuses.append({"name": name, "hostPhase": VolumeHostPhase.UNMOUNTING.value})
+        return statuses
+
+    def _unmounted(self, uid: str, expected: Iterable[str]) -> list[str]:
+        return sorted(name for name in expected if not self._is_mounted((uid, name)))
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    async def wait_for_pod_volumes(
+        self, pod: Mapping[str, Any], timeout: float = POD_ATTACH_AND_MOUNT_TIMEOUT
+    ) -> None:
+        """Upstream's WaitForAttachAndMount: reprocess the pod (adding it to the desired
+        state if it is not there), then wait until every volume its containers mount is set
+        up. Raises `VolumeMountTimeout` on time-out, or at once when the pod has processing
+        errors. Needs `run()` to be running."""
+        uid = pod_uid(pod)
+        expected = referenced_volume_names(pod)
+        if not expected:
+            return
+        self._reprocess(pod)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            changed = self._change_event()
+            desired = self._dsw.get(uid)
+            unmounted = self._unmounted(uid, expected)
+            not_in_dsw = sorted(
+                name for name in expected if desired is None or name not in desired.volumes
+            )
+            if desired is not None and desired.errors:
+                raise VolumeMountTimeout(
+                    unmounted, [], not_in_dsw, "; ".join(desired.errors.values())
+                )
+            if not unmounted:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise VolumeMountTimeout(unmounted, [], not_in_dsw, DEADLINE_EXCEEDED)
+            await _wait_event(changed, min(remaining, 1.0))
+
+    def _change_event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def _signal_change(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def _wake(self) -> None:
+        if self._wake_event is not None:
+            self._wake_event.set()
+
+    def _notify(self, uid: str) -> None:
+        self._signal_change()
+        for callback in list(self._subscribers.callbacks):
+            try:
+                result = callback(uid)
+                if inspect.isawaitable(result):
+                    task = asyncio.ensure_future(result)
+                    self._callback_tasks.add(task)
+                    task.add_done_callback(self._callback_done)
+            except Exception:
+                log.exception("volume manager subscriber failed for pod %s", uid)
+
+    def _callback_done(self, task: asyncio.Task[Any]) -> None:
+        self._callback_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("volume manager subscriber failed", exc_info=task.exception())
+
+    # -- the reconciler ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The reconciler loop; runs until cancelled. When cancelled it waits (up to 10 s) for
+        the operations in flight to finish, so nothing is mounted after it returns."""
+        self._wake_event = asyncio.Event()
+        if not self._reconstructed:
+            self._reconstructed = True
+            found = await asyncio.to_thread(self._scan_disk)
+            for volume in found:
+                self._asw.setdefault((volume.pod_uid, volume.name), volume)
+        try:
+            while True:
+                self._wake_event.clear()
+                try:
+                    await self.reconcile_once()
+                except Exception:
+                    log.exception("volume reconciler pass failed")
+                await _wait_event(self._wake_event, self.reconcile_period)
+        finally:
+            # Let in-flight operations finish (a mount half-way in a thread would otherwise
+            # land after the caller believes everything stopped); cancel only stragglers.
+            tasks = list(self._ops.values())
+            if tasks:
+                _done, pending = await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            self._wake_event = None
+
+    def _scan_disk(self) -> list[MountedVolume]:
+        """Volumes found under `<root>/pods/*/volumes/<plugin>/<name>` (reconstruction)."""
+        found: list[MountedVolume] = []
+        pods_dir = self.root_dir / "pods"
+        if not pods_dir.is_dir():
+            return found
+        for pod_dir in pods_dir.iterdir():
+            volumes_dir = pod_dir / "volumes"
+            if not volumes_dir.is_dir():
+                continue
+            for plugin_dir in volumes_dir.iterdir():
+                if not plugin_dir.is_dir():
+                    continue
+                for host_dir in plugin_dir.iterdir():
+                    found.append(
+                        MountedVolume(
+                            pod_uid=pod_dir.name,
+                            name=host_dir.name,
+                            plugin_dir=plugin_dir.name,
+                            host_dir=host_dir,
+                            fingerprint=None,
+                            uncertain=True,
+                        )
+                    )
+        return found
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def _backing_off(self, key: Key, now: float) -> bool:
+        state = self._op_states.get(key)
+        return state is not None and state.retry_at > now
+
+    def _needs_teardown(self, key: Key) -> bool:
+        mounted = self._asw.get(key)
+        if mounted is None:
+            return False
+        desired = self._desired_volume(key)
+        if desired is None:
+            return self._sources_ready or key[0] in self._terminated
+        return mounted.fingerprint is not None and mounted.fingerprint != desired.fingerprint
+
+    async def reconcile_once(self) -> None:
+        """One reconciler pass: start the teardowns, then the setups and resyncs, that are
+        due. Operations run as tasks; this returns without waiting for them."""
+        now = self._now()
+        for key in list(self._asw):
+            if key in self._ops or self._backing_off(key, now) or not self._needs_teardown(key):
+                continue
+            if self._in_use_checker is not None and key[0] not in self._terminated:
+                try:
+                    in_use = await self._in_use_checker(key[0], key[1])
+                except Exception:
+                    log.exception("in-use check failed for volume %s of pod %s", key[1], key[0])
+                    in_use = True
+                if in_use:
+                    continue
+                if key in self._ops or not self._needs_teardown(key):
+                    continue  # things moved while we asked
+            self._start(key, self._teardown_op(key))
+        now = self._now()
+        for pod in list(self._dsw.values()):
+            for name, desired in pod.volumes.items():
+                key = (pod.uid, name)
+                if key in self._ops or self._backing_off(key, now):
+                    continue
+                mounted = self._asw.get(key)
+                if mounted is None or mounted.uncertain:
+                    if mounted is not None and mounted.fingerprint not in (
+                        None,
+                        desired.fingerprint,
+                    ):
+                        continue  # the old source goes first
+                    self._start(key, self._setup_op(desired))
+                elif mounted.fingerprint != desired.fingerprint:
+                    continue  # torn down first, above
+                elif desired.plugin.needs_resync and (
+                    mounted.synced_version < pod.version
+                    or now - mounted.last_sync >= self.sync_period
+                ):
+                    self._start(key, self._setup_op(desired))
+
+    def _start(self, key: Key, op: Awaitable[None]) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(op)
+        self._ops[key] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._ops.get(key) is finished:
+                del self._ops[key]
+            self._wake()
+
+        task.add_done_callback(done)
+        return task
+
+    def _record_failure(self, key: Key, message: str) -> None:
+        state = self._op_states.setdefault(key, _OpState())
+        state.failures += 1
+        delay = backoff_delay(state.failures, self.backoff_initial, self.backoff_max)
+        state.retry_at = self._now() + delay
+        state.error = message
+
+    async def _setup_op(self, desired: DesiredVolume) -> None:
+        key = (desired.pod_uid, desired.name)
+        pod = self._dsw.get(desired.pod_uid)
+        pod_object = pod.pod if pod is not None else {}
+        version = pod.version if pod is not None else 0
+        was_mounted = self._is_mounted(key)
+        had_error = bool(self._op_states.get(key, _OpState()).error)
+        try:
+            await desired.plugin.setup(pod_object, desired.volume, desired.host_dir, self.host)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            cause = str(exc) or type(exc).__name__
+            message = f'MountVolume.SetUp failed for volume "{desired.name}" : {cause}'
+            log.warning("pod %s: %s", desired.pod_uid, message)
+            self._record_failure(key, message)
+            if key not in self._asw and await asyncio.to_thread(
+                os.path.lexists, desired.host_dir
+            ):
+                self._asw[key] = MountedVolume(
+                    pod_uid=desired.pod_uid,
+                    name=desired.name,
+                    plugin_dir=desired.plugin.dir_name,
+                    host_dir=desired.host_dir,
+                    fingerprint=desired.fingerprint,
+                    uncertain=True,
+                )
+            self._notify(desired.pod_uid)
+            return
+        self._asw[key] = MountedVolume(
+            pod_uid=desired.pod_uid,
+            name=desired.name,
+            plugin_dir=desired.plugin.dir_name,
+            host_dir=desired.host_dir,
+            fingerprint=desired.fingerprint,
+            uncertain=False,
+            synced_version=version,
+            last_sync=self._now(),
+        )
+        self._op_states.pop(key, None)
+        if not was_mounted or had_error:
+            self._notify(desired.pod_uid)
+
+    async def _teardown_op(self, key: Key) -> None:
+        mounted = self._asw.get(key)
+        if mounted is None:
+            return
+        plugin = self._plugins_by_dir.get(mounted.plugin_dir)
+        try:
+            if plugin is not None:
+                await plugin.teardown(mounted.host_dir)
+            else:
+                await asyncio.to_thread(teardown_dir, mounted.host_dir)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            cause = str(exc) or type(exc).__name__
+            message = f'UnmountVolume.TearDown failed for volume "{key[1]}" : {cause}'
+            log.warning("pod %s: %s", key[0], message)
+            self._record_failure(key, message)
+            self._notify(key[0])
+            return
+        if self._asw.get(key) is mounted:
+            del self._asw[key]
+        self._op_states.pop(key, None)
+        uid = key[0]
+        if uid not in self._dsw and not self.has_volumes_on_disk(uid):
+            self._cleaning.add(uid)
+            try:
+                await asyncio.to_thread(self._remove_pod_volume_dirs, uid)
+            finally:
+                self._cleaning.discard(uid)
+        self._notify(uid)
+
+    def _remove_pod_volume_dirs(self, uid: str) -> None:
+        """Remove the empty `volumes/` tree of a pod that has no volume left, and the pod
+        dir itself if that leaves it empty. Never removes a non-empty directory."""
+        volumes_dir = self.pod_volumes_dir(uid)
+        if volumes_dir.is_dir():
+            for plugin_dir in volumes_dir.iterdir():
+                with contextlib.suppress(OSError):
+                    plugin_dir.rmdir()
+            with contextlib.suppress(OSError):
+                volumes_dir.rmdir()
+        with contextlib.suppress(OSError):
+            self.pod_dir(uid).rmdir()
+
+    # -- explicit pod teardown -------------------------------------------------------------------
+
+    async def teardown_pod(self, pod_uid: str) -> None:
+        """Tear down every volume of a pod now (its containers must be stopped: the in-use
+        check is skipped) and remove its volume directories. The pod leaves the desired
+        state for good (a later `set_desired_pods` listing it is ignored). Raises
+        `VolumeUnmountError` when something stays mounted."""
+        self._terminated[pod_uid] = None
+        while len(self._terminated) > _TERMINATED_MEMORY:
+            self._terminated.popitem(last=False)
+        self._dsw.pop(pod_uid, None)
+        for _ in range(3):
+            for key in [k for k in self._ops if k[0] == pod_uid]:
+                task = self._ops.get(key)
+                if task is not None:
+                    await asyncio.gather(task, return_exceptions=True)
+            # Volumes set up but never recorded (a crash mid-way) are found on disk too.
+            for volume in await asyncio.to_thread(self._scan_disk):
+                if volume.pod_uid == pod_uid:
+                    self._asw.setdefault((volume.pod_uid, volume.name), volume)
+            keys = [k for k in self._asw if k[0] == pod_uid and k not in self._ops]
+            if not keys and not any(k[0] == pod_uid for k in self._ops):
+                break
+            for key in keys:
+                self._op_states.pop(key, None)  # no back-off for an explicit teardown
+            tasks = [self._start(key, self._teardown_op(key)) for key in keys]
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if not self.has_volumes_on_disk(pod_uid):
+                break
+        remaining = sorted(name for uid, name in self._asw if uid == pod_uid)
+        if remaining:
+            errors = self.volume_errors(pod_uid)
+            cause = "; ".join(errors[name] for name in remaining if name in errors)
+            raise VolumeUnmountError(remaining, cause or "teardown did not finish")
+        await asyncio.to_thread(self._remove_pod_volume_dirs, pod_uid)
+        for key in [k for k in self._op_states if k[0] == pod_uid]:
+            del self._op_states[key]
+        self._signal_change()
+
+    # -- shutdown helpers for tests and the agent ---------------------------------------------
+
+    async def teardown_all(self) -> None:
+        """Tear down every volume this manager knows of or finds on disk (for a node being
+        removed, and for tests)."""
+        uids = {uid for uid, _ in self._asw} | set(self._dsw)
+        for volume in await asyncio.to_thread(self._scan_disk):
+            uids.add(volume.pod_uid)
+        for uid in sorted(uids):
+            await self.teardown_pod(uid)

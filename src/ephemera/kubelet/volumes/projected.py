@@ -1,0 +1,102 @@
+"""The `projected` volume plugin (`kubernetes.io/projected`): configMap, secret and
+downwardAPI sources merged into one atomic-writer directory on a tmpfs.
+
+Sources are collected in order, a later source's path replacing an earlier one's (API
+validation rejects duplicate paths). Every source uses the projected volume's `defaultMode`
+(0644) unless an item sets `mode`. A missing ConfigMap or Secret fails the source with
+`configmap "x" not found` / `secret "x" not found` unless the source is `optional`; errors of
+several sources are aggregated as upstream's `utilerrors.NewAggregate`, and nothing is
+written then. `serviceAccountToken` sources fail with `serviceAccountToken projections are
+not supported yet` (the token API arrives with the security issue); `clusterTrustBundle` and
+`podCertificate` sources are not supported either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ephemera.kubelet.volumes.atomicwriter import FileProjection, write_volume
+from ephemera.kubelet.volumes.base import (
+    VolumeHost,
+    VolumePlugin,
+    VolumeSetupError,
+    aggregate_errors,
+    pod_namespace,
+)
+from ephemera.kubelet.volumes.configmap import fetch_configmap, make_configmap_payload
+from ephemera.kubelet.volumes.downwardapi import collect_downward_api
+from ephemera.kubelet.volumes.emptydir import memory_backed_size
+from ephemera.kubelet.volumes.secret import fetch_secret, make_secret_payload
+
+__all__ = ["DEFAULT_MODE", "SERVICE_ACCOUNT_TOKEN_UNSUPPORTED", "ProjectedPlugin"]
+
+DEFAULT_MODE = 0o644
+SERVICE_ACCOUNT_TOKEN_UNSUPPORTED = "serviceAccountToken projections are not supported yet"
+
+
+def _mode(value: Any, default: int) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+class ProjectedPlugin(VolumePlugin):
+    name = "kubernetes.io/projected"
+    source_key = "projected"
+    needs_resync = True
+
+    async def collect(
+        self, pod: Mapping[str, Any], volume: Mapping[str, Any], host: VolumeHost
+    ) -> dict[str, FileProjection]:
+        projected = volume.get("projected") or {}
+        default_mode = _mode(projected.get("defaultMode"), DEFAULT_MODE)
+        namespace = pod_namespace(pod)
+        payload: dict[str, FileProjection] = {}
+        errors: list[str] = []
+        for source in projected.get("sources") or []:
+            try:
+                if source.get("configMap") is not None:
+                    ref = source["configMap"]
+                    name = str(ref.get("name") or "")
+                    optional = bool(ref.get("optional"))
+                    obj = await fetch_configmap(host, namespace, name, optional)
+                    payload.update(
+                        make_configmap_payload(ref.get("items"), obj, default_mode, optional)
+                    )
+                elif source.get("secret") is not None:
+                    ref = source["secret"]
+                    name = str(ref.get("name") or "")
+                    optional = bool(ref.get("optional"))
+                    obj = await fetch_secret(host, namespace, name, optional)
+                    payload.update(
+                        make_secret_payload(ref.get("items"), obj, default_mode, optional)
+                    )
+                elif source.get("downwardAPI") is not None:
+                    items, item_errors = collect_downward_api(
+                        pod, source["downwardAPI"].get("items"), default_mode, host
+                    )
+                    errors.extend(item_errors)
+                    payload.update(items)
+                elif source.get("serviceAccountToken") is not None:
+                    errors.append(SERVICE_ACCOUNT_TOKEN_UNSUPPORTED)
+                elif source.get("clusterTrustBundle") is not None:
+                    errors.append("clusterTrustBundle projections are not supported")
+                elif source.get("podCertificate") is not None:
+                    errors.append("podCertificate projections are not supported")
+            except VolumeSetupError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise VolumeSetupError(aggregate_errors(errors))
+        return payload
+
+    async def setup(
+        self,
+        pod: Mapping[str, Any],
+        volume: Mapping[str, Any],
+        host_dir: Path,
+        host: VolumeHost,
+    ) -> None:
+        payload = await self.collect(pod, volume, host)
+        size = memory_backed_size(pod, host.node_allocatable_memory)
+        await asyncio.to_thread(write_volume, host_dir, payload, size)
