@@ -11,13 +11,27 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster import Cluster, cluster, start_cluster  # noqa: F401  (cluster is a fixture)
+from cluster import Cluster, start_cluster
+
+# These tests bring API-only nodes of their own: their clusters run no kubelet.
+NO_KUBELET = ["--no-kubelet"]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A running cluster without a kubelet; stopped (and checked to exit 0) afterwards."""
+    running = start_cluster(tmp_path / "data", tmp_path / "home", NO_KUBELET)
+    try:
+        yield running
+    finally:
+        code = running.stop()
+        assert code == 0, f"ephemera up exited {code}\n{running.output}"
 
 pytestmark = pytest.mark.e2e
 
@@ -52,16 +66,16 @@ def pod(name: str, *, es: str | None = None, pod_es: str | None = None,
     return body
 
 
-def create(cluster: Cluster, *objects: dict[str, Any]) -> None:  # noqa: F811
+def create(cluster: Cluster, *objects: dict[str, Any]) -> None:
     cluster.kubectl("create", "-f", "-", input=yaml.safe_dump_all(objects))
 
 
-def get_pod(cluster: Cluster, name: str) -> dict[str, Any]:  # noqa: F811
+def get_pod(cluster: Cluster, name: str) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(cluster.kubectl("get", "pod", name, "-o", "json").stdout)
     return result
 
 
-def wait_for(cluster: Cluster, name: str,  # noqa: F811
+def wait_for(cluster: Cluster, name: str,
              check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     deadline = time.monotonic() + WAIT
     while True:
@@ -90,7 +104,7 @@ def bound(p: dict[str, Any]) -> bool:
     return bool(p["spec"].get("nodeName"))
 
 
-def events(cluster: Cluster, name: str, message: str) -> list[dict[str, Any]]:  # noqa: F811
+def events(cluster: Cluster, name: str, message: str) -> list[dict[str, Any]]:
     """The events about pod `name` with `message`, once there is one (each is written just
     after the binding or the status it reports)."""
     deadline = time.monotonic() + WAIT
@@ -103,7 +117,7 @@ def events(cluster: Cluster, name: str, message: str) -> list[dict[str, Any]]:  
         time.sleep(0.1)
 
 
-def test_pods_are_placed_or_explained_and_retried(cluster: Cluster) -> None:  # noqa: F811
+def test_pods_are_placed_or_explained_and_retried(cluster: Cluster) -> None:
     create(cluster, node("n1"), node("n2"), node("n3"))
     create(cluster, pod("big", es="2Gi"))
     pending = wait_for(cluster, "big", unschedulable_with(ISSUE_MESSAGE))
@@ -134,7 +148,7 @@ def test_pods_are_placed_or_explained_and_retried(cluster: Cluster) -> None:  # 
     assert wait_for(cluster, "big", bound)["spec"]["nodeName"] == "n3"
 
 
-def test_declared_features_taints_and_readiness(cluster: Cluster) -> None:  # noqa: F811
+def test_declared_features_taints_and_readiness(cluster: Cluster) -> None:
     plr = "PodLevelResourcesEphemeralStorage"
     create(cluster, node("old", es="10Gi", declared=[]),
            node("tainted", es="10Gi", declared=[plr],
@@ -160,7 +174,8 @@ def test_declared_features_taints_and_readiness(cluster: Cluster) -> None:  # no
 
 def test_up_hands_the_feature_gates_to_the_scheduler(tmp_path: Path) -> None:
     with start_cluster(tmp_path / "data", tmp_path / "home",
-                       ["--feature-gates", "NodeDeclaredFeatures=false"]) as running:
+                       ["--feature-gates", "NodeDeclaredFeatures=false", *NO_KUBELET]
+                       ) as running:
         create(running, node("old", es="10Gi", declared=[]))
         create(running, pod("plr", es="1Gi", pod_es="2Gi"))
         assert wait_for(running, "plr", bound)["spec"]["nodeName"] == "old"
@@ -170,7 +185,7 @@ def test_up_hands_the_feature_gates_to_the_scheduler(tmp_path: Path) -> None:
         assert running.stop() == 0
 
 
-def _new_pid(cluster: Cluster, component: str, old: int) -> int:  # noqa: F811
+def _new_pid(cluster: Cluster, component: str, old: int) -> int:
     deadline = time.monotonic() + WAIT
     while True:
         try:
@@ -184,7 +199,7 @@ def _new_pid(cluster: Cluster, component: str, old: int) -> int:  # noqa: F811
 
 
 def test_scheduling_survives_kill_9_of_scheduler_and_apiserver(
-        cluster: Cluster) -> None:  # noqa: F811
+        cluster: Cluster) -> None:
     create(cluster, node("n1", es="10Gi"))
     create(cluster, pod("first", es="1Gi"))
     wait_for(cluster, "first", bound)

@@ -272,13 +272,13 @@ def test_volume_statuses_merge_by_name_when_the_schema_declares_it() -> None:
 
 
 @pytest.mark.parametrize(("patch", "code", "message"), [
-    ({"spec": {"containers": [{"image": "b"}]}}, 500,
+    ({"spec": {"containers": [{"image": "b"}]}}, 400,
      "map: map[image:b] does not contain declared merge key: name"),
-    ({"spec": {"containers": [{"name": "c", "$patch": "bogus"}]}}, 500,
+    ({"spec": {"containers": [{"name": "c", "$patch": "bogus"}]}}, 400,
      "unknown patch type: bogus in map: map[$patch:bogus name:c]"),
-    ({"spec": {"containers": [{"name": "c", "$patch": "merge"}]}}, 500,
+    ({"spec": {"containers": [{"name": "c", "$patch": "merge"}]}}, 400,
      "merging lists cannot yet be specified in the patch"),
-    ({"metadata": {"labels": {"$patch": "merge"}}}, 500,
+    ({"metadata": {"labels": {"$patch": "merge"}}}, 400,
      "unknown patch type: merge in map: map[$patch:merge]"),
     ({"spec": {"$retainKeys": "containers"}}, 400, "invalid patch format of retainKeys"),
     ({"spec": {"$retainKeys": ["nodeName"], "containers": []}}, 400,
@@ -310,6 +310,7 @@ def test_set_element_order_that_contradicts_the_patch_is_an_error() -> None:
     with pytest.raises(StatusError) as info:
         strategic_merge_patch(live, patch, POD)
     assert "doesn't match $setElementOrder list" in info.value.message
+    assert (info.value.code, info.value.reason) == (400, "BadRequest")
 
 
 def test_unknown_fields_merge_maps_and_replace_lists() -> None:

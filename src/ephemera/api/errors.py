@@ -92,15 +92,11 @@ def conflict(resource: str, name: str, err: str = OPTIMISTIC_LOCK, group: str = 
 
 
 def invalid(kind: str, name: str, errors: list[FieldError], group: str = "") -> StatusError:
-    details: dict[str, Any] = {}
-    if name:
-        details["name"] = name
-    if group:
-        details["group"] = group
-    details["kind"] = kind
+    details = _details(name, kind, group)
     details["causes"] = [e.cause() for e in errors]
-    q = f"{kind}.{group}" if group else kind
-    return StatusError(422, "Invalid", f'{q} "{name}" is invalid: {aggregate(errors)}', details)
+    return StatusError(422, "Invalid",
+                       f'{_qualified(kind, group)} "{name}" is invalid: {aggregate(errors)}',
+                       details)
 
 
 def forbidden(resource: str, name: str, err: str, group: str = "") -> StatusError:

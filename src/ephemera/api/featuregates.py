@@ -1,4 +1,5 @@
-"""Feature gates: the known gates, their defaults, and `--feature-gates K=V,...` parsing.
+"""Feature gates: the known gates, their defaults (`gate_enabled` reads a gate from any
+mapping with them), and `--feature-gates K=V,...` parsing.
 
 Parsing follows `k8s.io/component-base/featuregate` (`Set`, `SetFromMap`) so that the error
 messages are upstream's: `unrecognized feature gate: X`, `missing bool value for X`,
@@ -33,6 +34,14 @@ _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 class FeatureGateError(ValueError):
     """A `--feature-gates` value that upstream would reject; the message is upstream's."""
+
+
+def gate_enabled(gates: Mapping[str, bool] | None, name: str) -> bool:
+    """Whether feature gate `name` is on in `gates` (a `FeatureGates` or a plain mapping of
+    overrides, as the pure pod rules take them): ephemera's default when `gates` is None or
+    does not name it; an unknown gate is off."""
+    default = DEFAULTS.get(name, False)
+    return default if gates is None else bool(gates.get(name, default))
 
 
 def parse_go_bool(value: str) -> bool:

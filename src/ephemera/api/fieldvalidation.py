@@ -10,7 +10,8 @@ request body (`fieldValidation=Strict|Warn|Ignore`).
 - `check(obj, definition, directive, kind, version)`: both, as create and update apply them:
   raises the 400 `StatusError`, or drops the unknown fields and returns the `Warning` texts.
 - `strict_error`, `decode_error`, `patch_strict_error`, `apply_schema_error` and
-  `warning_texts` build the exact upstream messages for the handlers that need them.
+  `warning_texts` build the exact upstream messages for the handlers that need them;
+  `json_kind(value)` names a value's JSON kind as Go's decoder does in those messages.
 
 Nodes are the OpenAPI v2 nodes of `ephemera.api.schema`; `$ref`s are followed, a node with
 `x-kubernetes-preserve-unknown-fields` or an object with neither `properties` nor
@@ -26,6 +27,7 @@ from typing import Any
 
 from ephemera.api import errors, field, schema
 from ephemera.api.errors import StatusError
+from ephemera.api.managedfields import typed_patch_error
 
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
@@ -164,14 +166,10 @@ def apply_unknown_fields(obj: Any, definition: str) -> list[str]:
 
 def apply_schema_error(namespace: str, name: str, group: str, version: str, kind: str,
                        paths: list[str]) -> StatusError:
-    """An apply patch with fields outside the schema: upstream's message, `failed to create
-    typed patch object (ns/name; group/version, Kind=K): ...`, but as a 400 BadRequest where
-    upstream answers a 500 (ephemera's rule: never a 500 for bad input)."""
-    errs = [f"{p}: field not declared in schema" for p in paths]
-    detail = errs[0] if len(errs) == 1 else "\n".join(["errors:", *("  " + e for e in errs)])
-    message = (f"failed to create typed patch object ({namespace}/{name}; {group}/{version}, "
-               f"Kind={kind}): {detail}")
-    return StatusError(400, "BadRequest", message)
+    """An apply patch with fields outside the schema: `managedfields.typed_patch_error` (400,
+    upstream's message) with one `<path>: field not declared in schema` a field."""
+    return typed_patch_error(namespace, name, group, version, kind,
+                             [f"{p}: field not declared in schema" for p in paths])
 
 
 # --- wrong JSON types ----------------------------------------------------------------------
@@ -204,7 +202,11 @@ def go_type(node: dict[str, Any]) -> str:
     return "interface {}"
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """The kind of a decoded JSON value as Go's JSON decoder names it in `json: cannot
+    unmarshal <kind> into ...`: `object`, `array`, `string`, `number`, `bool` or `null`."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, str):
@@ -321,7 +323,7 @@ class _TypeError(Exception):
 
 def _unmarshal_error(value: Any, node: dict[str, Any], struct: str, fields: list[str],
                      value_text: str | None = None) -> _TypeError:
-    what = value_text or _json_kind(value)
+    what = value_text or json_kind(value)
     target = go_type(node)
     if struct:
         return _TypeError(f"json: cannot unmarshal {what} into Go struct field "

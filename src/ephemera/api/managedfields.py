@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -803,16 +803,18 @@ def _gvk_string(api_version: Any, kind: Any) -> str:
     return f"{group}/{version}, Kind={kind or ''}"
 
 
-def _object_gvknn(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    assert isinstance(meta, dict)
-    return (f"{meta.get('namespace', '')}/{meta.get('name', '')}; "
-            f"{_gvk_string(obj.get('apiVersion'), obj.get('kind'))}")
-
-
-def _internal(message: str) -> StatusError:
-    # A plain error upstream: ErrorToAPIStatus answers 500 with no reason.
-    return StatusError(500, "", message)
+def typed_patch_error(namespace: str, name: str, group: str, version: str, kind: str,
+                      errors: Sequence[str]) -> StatusError:
+    """An apply configuration that cannot be typed by the schema (a field the schema does not
+    declare, duplicate keys in a list-map, an item without its key): upstream's message,
+    `failed to create typed patch object (ns/name; group/version, Kind=K): <error>` (several
+    errors as structured-merge-diff lists them), but as a 400 BadRequest where upstream
+    answers a 500: ephemera never answers a 500 to bad input."""
+    detail = errors[0] if len(errors) == 1 else "\n".join(["errors:",
+                                                           *("  " + e for e in errors)])
+    return StatusError(400, "BadRequest", f"failed to create typed patch object "
+                                          f"({namespace}/{name}; {group}/{version}, "
+                                          f"Kind={kind}): {detail}")
 
 
 # --- conflicts --------------------------------------------------------------------------------
@@ -981,8 +983,12 @@ def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], mana
             result = _apply(live, applied, manager, True, root, api_version, subresource,
                             stamp, ignored)
     except _ShapeError as err:
-        raise _internal(f"failed to create typed patch object ({_object_gvknn(applied)}): "
-                        f"{err}") from None
+        meta = applied.get("metadata") if isinstance(applied.get("metadata"), dict) else {}
+        assert isinstance(meta, dict)
+        group, _, version = str(applied.get("apiVersion") or "").rpartition("/")
+        raise typed_patch_error(str(meta.get("namespace", "")), str(meta.get("name", "")),
+                                group, version, str(applied.get("kind") or ""),
+                                [str(err)]) from None
     if manager == "kubectl":
         _sync_last_applied(result, applied)
     return result

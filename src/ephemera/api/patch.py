@@ -25,6 +25,7 @@ import jsonpointer
 
 from ephemera.api import field
 from ephemera.api.errors import StatusError, bad_request, invalid, unsupported_media_type
+from ephemera.api.fieldvalidation import json_kind
 from ephemera.api.strategicpatch import strategic_merge_patch, unprocessable_entity
 
 JSON_PATCH = "application/json-patch+json"
@@ -48,20 +49,20 @@ def apply_patch(content_type: str, live: dict[str, Any], patch_body: bytes,
             ops = []
         if not isinstance(ops, list):
             raise bad_request("error decoding patch: json: cannot unmarshal "
-                              f"{_json_kind(ops)} into Go value of type []handlers.jsonPatchOp")
+                              f"{json_kind(ops)} into Go value of type []handlers.jsonPatchOp")
         return json_patch(live, ops)
     if media_type == MERGE_PATCH:
         patch = _decode(patch_body, "error decoding patch: ")
         if not isinstance(patch, dict):
             raise bad_request("error decoding patch: json: cannot unmarshal "
-                              f"{_json_kind(patch)} into Go value of type {_GO_MAP}")
+                              f"{json_kind(patch)} into Go value of type {_GO_MAP}")
         return merge_patch(live, patch)
     if media_type == STRATEGIC_MERGE_PATCH:
         patch = _decode(patch_body, "")
         if patch is None:
             patch = {}
         if not isinstance(patch, dict):
-            raise bad_request(f"json: cannot unmarshal {_json_kind(patch)} into Go value of type "
+            raise bad_request(f"json: cannot unmarshal {json_kind(patch)} into Go value of type "
                               f"{_GO_MAP}")
         return strategic_merge_patch(live, patch, definition)
     raise unsupported_media_type()
@@ -79,7 +80,7 @@ def json_patch(live: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
     for op in ops:
         if not isinstance(op, dict):
             raise bad_request("error decoding patch: json: cannot unmarshal "
-                              f"{_json_kind(op)} into Go value of type handlers.jsonPatchOp")
+                              f"{json_kind(op)} into Go value of type handlers.jsonPatchOp")
     doc: Any = copy.deepcopy(live)
     for op in copy.deepcopy(ops):  # values must not be shared with the caller's operations
         doc = _apply_operation(doc, op)
@@ -87,7 +88,7 @@ def json_patch(live: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
         text = json.dumps(doc, separators=(",", ":"))
         raise invalid("", "", [field.invalid(
             "patch", text,
-            f"json: cannot unmarshal {_json_kind(doc)} into Go value of type {_GO_MAP}")])
+            f"json: cannot unmarshal {json_kind(doc)} into Go value of type {_GO_MAP}")])
     return doc
 
 
@@ -225,17 +226,3 @@ def _innermost_open(prefix: str) -> str:
         elif ch in "]}" and stack:
             stack.pop()
     return stack[-1] if stack else ""
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    return "number"

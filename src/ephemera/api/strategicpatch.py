@@ -15,9 +15,11 @@ resolved rather than stored verbatim (`$patch: replace` keeps the map, `$patch: 
 it); a field the schema does not know gets no patch metadata instead of an error (lists
 replace, maps merge).
 
-Errors are `StatusError`s with upstream's codes: malformed directives are 400 BadRequest,
-lists of lists 422, and the remaining merge errors (a missing merge key, an unknown `$patch`)
-500 with no reason and upstream's message, as the apiserver answers them.
+Errors are `StatusError`s with upstream's messages: lists of lists are 422, as upstream; every
+other error the patch causes (a malformed directive, a missing merge key, an unknown `$patch`,
+a `$setElementOrder` that contradicts the patch, ...) is 400 BadRequest, where upstream
+answers the merge errors with a 500 (ephemera never answers a 500 to bad input). Only a patch
+strategy the schema itself gets wrong is a 500.
 
 This module also holds the small schema helpers (`field_node`, `items_node`, `extension`,
 `resolve_node`, ...) that `managedfields` shares.
@@ -158,7 +160,10 @@ def _go_type(value: Any) -> str:
 
 
 class _PatchError(Exception):
-    def __init__(self, message: str, code: int = 500) -> None:
+    """A patch that cannot be applied; `code` 400 (the patch is wrong), 422 (upstream's lists
+    of lists) or 500 (the schema is wrong)."""
+
+    def __init__(self, message: str, code: int = 400) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -168,7 +173,6 @@ class _PatchError(Exception):
             return StatusError(400, "BadRequest", self.message)
         if self.code == 422:
             return unprocessable_entity(self.message)
-        # Not a Status error upstream: ErrorToAPIStatus answers 500 with no reason.
         return StatusError(500, "", self.message)
 
 
@@ -215,10 +219,10 @@ def _patch_meta(prop: Node | None) -> tuple[str, str]:
     raw = extension(prop, "x-kubernetes-patch-strategy") or ""
     strategies = [s for s in str(raw).split(",") if s]
     if len(strategies) > 2:
-        raise _PatchError(f"unexpected patch strategy: {go_format(strategies)}")
+        raise _PatchError(f"unexpected patch strategy: {go_format(strategies)}", 500)
     others = [s for s in strategies if s != "retainKeys"]
     if len(strategies) == 2 and len(others) != 1:
-        raise _PatchError(f"unexpected patch strategy: {go_format(strategies)}")
+        raise _PatchError(f"unexpected patch strategy: {go_format(strategies)}", 500)
     strategy = others[0] if others else ""
     merge_key = extension(prop, "x-kubernetes-patch-merge-key") or ""
     return strategy, str(merge_key)
@@ -275,8 +279,8 @@ def _extract_key(key: str, prefix: str) -> str:
     head, sep, rest = key.partition("/")
     if not sep or head != prefix:
         if prefix == DELETE_FROM_PRIMITIVE_LIST_PREFIX:
-            raise _PatchError(ERR_BAD_PATCH_FORMAT_FOR_PRIMITIVE_LIST, 400)
-        raise _PatchError(ERR_BAD_PATCH_FORMAT_FOR_SET_ELEMENT_ORDER_LIST, 400)
+            raise _PatchError(ERR_BAD_PATCH_FORMAT_FOR_PRIMITIVE_LIST)
+        raise _PatchError(ERR_BAD_PATCH_FORMAT_FOR_SET_ELEMENT_ORDER_LIST)
     return rest
 
 
@@ -340,14 +344,14 @@ def _apply_retain_keys(original: dict[str, Any], patch: dict[str, Any]) -> None:
         return
     retain = patch.pop(RETAIN_KEYS_DIRECTIVE)
     if not isinstance(retain, list) or not all(isinstance(k, str) for k in retain):
-        raise _PatchError(ERR_BAD_PATCH_FORMAT_FOR_RETAIN_KEYS, 400)
+        raise _PatchError(ERR_BAD_PATCH_FORMAT_FOR_RETAIN_KEYS)
     keep = set(retain)
     for key, value in patch.items():
         if (value is None or key.startswith(DELETE_FROM_PRIMITIVE_LIST_PREFIX)
                 or key.startswith(SET_ELEMENT_ORDER_PREFIX)):
             continue
         if key not in keep:
-            raise _PatchError(ERR_BAD_PATCH_FORMAT_FOR_RETAIN_KEYS, 400)
+            raise _PatchError(ERR_BAD_PATCH_FORMAT_FOR_RETAIN_KEYS)
     for key in list(original):
         if key not in keep:
             del original[key]

@@ -124,19 +124,7 @@ def decode_object(data: bytes, kind: str) -> tuple[dict[str, Any], list[str]]:
         raise errors.bad_request(
             f"the object provided is unrecognized (must be of type {kind}): "
             f"couldn't get version/kind; json parse error: json: cannot unmarshal "
-            f"{_go_type(obj)} into Go value of type struct {{ APIVersion string "
+            f"{fieldvalidation.json_kind(obj)} into Go value of type struct {{ APIVersion string "
             f'"json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }} '
             f"({summarize(data)})")
     return obj, []
-
-
-def _go_type(value: Any) -> str:
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    return "null"

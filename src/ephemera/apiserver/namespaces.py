@@ -9,7 +9,20 @@ plugin, `ephemera.apiserver.admission.namespacelifecycle`):
   registry), and at startup when it lacks one; ephemera has no controllers yet;
 - deleting a namespace marks it Terminating; a background task then deletes everything in
   it (pods gracefully, so a bound pod waits for its node), removes the `kubernetes`
-  finalizer and deletes the namespace. Terminating namespaces found at startup are resumed.
+  finalizer and deletes the namespace. Terminating namespaces found at startup are resumed;
+- `NamespaceCache` (upstream's namespace informer for the admission plugin): the namespaces
+  as a watch on the store shows them, so that the plugin need not read the store on every
+  create and update. Started by `resume`, stopped by `close`, published as
+  `Registry.namespace_cache`.
+
+The cache only ever *admits*: a request whose namespace it holds (active, for a create) with
+no live lookup forced passes without a store read; every refusal (404, 403 Terminating) and
+every namespace it does not hold is decided by a live read, as upstream's plugin falls back
+to a live GET. A namespace deleted through this apiserver is looked up live for
+`FORCE_LIVE_LOOKUP_TTL` seconds (upstream's `forceLiveLookupTTL`), so a create that follows
+its deletion sees it Terminating even before the watch event arrives. As upstream, a
+namespace deleted through *another* apiserver may still admit creates here until the watch
+delivers that deletion.
 """
 
 from __future__ import annotations
@@ -18,14 +31,17 @@ import asyncio
 import contextlib
 import copy
 import logging
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.admission.serviceaccount import ensure_default_service_account
-from ephemera.apiserver.registry import DeleteOptions, Registry
-from ephemera.apiserver.resources import RESOURCES, Resource, lookup
+from ephemera.apiserver.registry import Codec, DeleteOptions, Registry
+from ephemera.apiserver.resources import RESOURCES, Resource, core_resource
 from ephemera.apiserver.strategy import NAMESPACE_FINALIZER
+from ephemera.store import Event, Store, StoreError
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -33,13 +49,111 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 
 
-def _namespaces() -> Resource:
-    resource = lookup("", "v1", "namespaces")
-    assert resource is not None
-    return resource
+NAMESPACES = core_resource("namespaces")
+# upstream's forceLiveLookupTTL: how long a namespace deleted here is read live.
+FORCE_LIVE_LOOKUP_TTL = 30.0
 
 
-NAMESPACES = _namespaces()
+def is_terminating(namespace: Mapping[str, Any]) -> bool:
+    """Phase Terminating, or a deletionTimestamp set: no new content may be created in it."""
+    return ((namespace.get("status") or {}).get("phase") == "Terminating"
+            or bool((namespace.get("metadata") or {}).get("deletionTimestamp")))
+
+
+class NamespaceCache:
+    """The namespaces as a watch on the store shows them: name -> Terminating or not (see the
+    module docstring for what it may decide). `start` lists and then watches in a background
+    task that re-lists after a dropped or compacted watch; `close` stops it."""
+
+    def __init__(self, store: Store, codec: Codec, *,
+                 force_live_ttl: float = FORCE_LIVE_LOOKUP_TTL,
+                 clock: Callable[[], float] = time.monotonic,
+                 retry_interval: float = 1.0) -> None:
+        self._store = store
+        self._codec = codec
+        self._force_live_ttl = force_live_ttl
+        self._clock = clock
+        self._retry_interval = retry_interval
+        self._prefix = NAMESPACES.key_prefix()
+        self._terminating: dict[str, bool] = {}
+        self._force_live_until: dict[str, float] = {}
+        self._ready = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Listed and watching (False before `start`, after `close` and while re-listing)."""
+        return self._ready
+
+    def admits(self, name: str, operation: str) -> bool:
+        """Whether the cache alone admits a `CREATE` (the namespace exists and is active) or
+        an `UPDATE` (it exists) in namespace `name`; False means: read it live."""
+        if not self._ready or name not in self._terminating:
+            return False
+        until = self._force_live_until.get(name)
+        if until is not None:
+            if self._clock() < until:
+                return False
+            del self._force_live_until[name]
+        return operation != "CREATE" or not self._terminating[name]
+
+    def force_live_lookup(self, name: str) -> None:
+        """Read namespace `name` live for the next `force_live_ttl` seconds (it is being
+        deleted through this apiserver; the watch may not show that yet)."""
+        self._force_live_until[name] = self._clock() + self._force_live_ttl
+
+    async def start(self) -> None:
+        """List the namespaces, then keep them up to date from a watch in the background."""
+        if self._task is not None:
+            return
+        revision = await self._relist()
+        self._task = asyncio.get_running_loop().create_task(self._run(revision),
+                                                            name="namespace-cache")
+
+    async def close(self) -> None:
+        self._ready = False
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _relist(self) -> int:
+        page = await self._store.list(self._prefix)
+        self._terminating = {kv.key[len(self._prefix):]: is_terminating(self._codec.decode(kv))
+                             for kv in page.kvs}
+        self._ready = True
+        return page.revision
+
+    async def _run(self, revision: int | None) -> None:
+        delay = self._retry_interval / 4
+        while True:
+            try:
+                if revision is None:
+                    revision = await self._relist()
+                watcher = await self._store.watch(self._prefix, revision)
+                try:
+                    async for item in watcher:
+                        if isinstance(item, Event):
+                            self._apply(item)
+                        delay = self._retry_interval / 4
+                finally:
+                    await watcher.close()
+            except StoreError as err:
+                log.info("namespace cache: watch ended (%s); listing again", err)
+            except Exception:
+                log.exception("namespace cache: watch failed; listing again")
+            self._ready = False
+            revision = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._retry_interval * 5)
+
+    def _apply(self, event: Event) -> None:
+        name = event.kv.key[len(self._prefix):]
+        if event.type == "DELETE":
+            self._terminating.pop(name, None)
+        else:
+            self._terminating[name] = is_terminating(self._codec.decode(event.kv))
 
 
 class NamespaceLifecycle:
@@ -47,6 +161,9 @@ class NamespaceLifecycle:
         self.registry = registry
         self.retry_interval = retry_interval
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.cache = NamespaceCache(registry.store, registry.codec(NAMESPACES),
+                                    retry_interval=retry_interval)
+        registry.namespace_cache = self.cache
 
     async def ensure_defaults(self) -> None:
         for name in DEFAULT_NAMESPACES:
@@ -64,8 +181,9 @@ class NamespaceLifecycle:
             await ensure_default_service_account(self.registry, meta.name_of(obj))
 
     async def resume(self) -> None:
-        """Finish the deletion of namespaces left Terminating by a previous run; give the
-        others their `default` ServiceAccount when they lack one."""
+        """Start the namespace cache; finish the deletion of namespaces left Terminating by a
+        previous run; give the others their `default` ServiceAccount when they lack one."""
+        await self.cache.start()
         page = await self.registry.list(NAMESPACES, "")
         codec = self.registry.codec(NAMESPACES)
         for kv in page.kvs:
@@ -87,6 +205,7 @@ class NamespaceLifecycle:
                                self._tasks.get(name) is t else None)
 
     async def close(self) -> None:
+        await self.cache.close()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()

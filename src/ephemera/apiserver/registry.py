@@ -29,7 +29,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -51,6 +51,9 @@ from ephemera.store import (
     Store,
     Watcher,
 )
+
+if TYPE_CHECKING:
+    from ephemera.apiserver.namespaces import NamespaceCache
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -242,6 +245,10 @@ class Registry:
         self._codecs: dict[Resource, Codec] = {}
         self._strategies: dict[Resource, Strategy] = {}
         self._create_hooks: list[CreateHook] = []
+        # The namespaces as a watch shows them, when the namespace lifecycle keeps them
+        # (`ephemera.apiserver.namespaces`); the NamespaceLifecycle admission plugin reads
+        # the store without it.
+        self.namespace_cache: NamespaceCache | None = None
 
     def codec(self, resource: Resource) -> Codec:
         codec = self._codecs.get(resource)

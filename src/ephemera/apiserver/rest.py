@@ -31,7 +31,6 @@ from ephemera.apiserver.body import (
     decode_document,
     decode_object,
     read_body,
-    summarize,
 )
 from ephemera.apiserver.namespaces import NamespaceLifecycle
 from ephemera.apiserver.registry import (
@@ -41,7 +40,7 @@ from ephemera.apiserver.registry import (
     dumps,
     too_large_resource_version,
 )
-from ephemera.apiserver.resources import RESOURCES, Resource, lookup
+from ephemera.apiserver.resources import RESOURCES, Resource, core_resource
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -267,6 +266,21 @@ class RestHandlers:
                 for kv, o in zip(page.kvs, page.objects, strict=True)]
         return respond(as_form(form, request, res, objs, list_meta, single=False))
 
+    async def _read_object(self, request: web.Request, res: Resource, options_kind: str
+                           ) -> tuple[dict[str, Any], bool, str, list[str]]:
+        """The body of a create or an update, as an object of the resource's kind, through
+        field validation (`fieldValidation`): (object, dryRun, field manager, warnings);
+        `options_kind` (`CreateOptions`, `UpdateOptions`) names the options in errors."""
+        body = await read_body(request, self.max_body_bytes)
+        obj, duplicates = decode_object(body, res.kind)
+        check_kind(obj, res.api_version, res.kind)
+        dry = dry_run(request.query.getall("dryRun", []), options_kind)
+        manager = field_manager(request)
+        warnings = fieldvalidation.check(obj, res.definition,
+                                         request.query.get("fieldValidation"), res.kind,
+                                         res.version, duplicates, options_kind)
+        return obj, dry, manager, warnings
+
     # -- create -----------------------------------------------------------------------------
 
     async def create(self, request: web.Request, target: Target) -> web.Response:
@@ -275,14 +289,7 @@ class RestHandlers:
             raise method_not_allowed()
         if "create" not in res.verbs:
             raise method_not_allowed()
-        body = await read_body(request, self.max_body_bytes)
-        obj, duplicates = decode_object(body, res.kind)
-        check_kind(obj, res.api_version, res.kind)
-        dry = dry_run(request.query.getall("dryRun", []), "CreateOptions")
-        manager = field_manager(request)
-        warnings = fieldvalidation.check(obj, res.definition,
-                                         request.query.get("fieldValidation"), res.kind,
-                                         res.version, duplicates, "CreateOptions")
+        obj, dry, manager, warnings = await self._read_object(request, res, "CreateOptions")
         md = meta.ensure_metadata(obj)
         ensure_namespace(obj, res, target.namespace)
         if md.get("resourceVersion"):
@@ -295,14 +302,7 @@ class RestHandlers:
 
     async def update(self, request: web.Request, target: Target) -> web.Response:
         res, sub = target.resource, target.subresource
-        body = await read_body(request, self.max_body_bytes)
-        obj, duplicates = decode_object(body, res.kind)
-        check_kind(obj, res.api_version, res.kind)
-        dry = dry_run(request.query.getall("dryRun", []), "UpdateOptions")
-        manager = field_manager(request)
-        warnings = fieldvalidation.check(obj, res.definition,
-                                         request.query.get("fieldValidation"), res.kind,
-                                         res.version, duplicates, "UpdateOptions")
+        obj, dry, manager, warnings = await self._read_object(request, res, "UpdateOptions")
         check_name(obj, res, target.namespace, target.name)
         ensure_namespace(obj, res, target.namespace)
         strategy = self.registry.strategy(res)
@@ -470,15 +470,7 @@ class RestHandlers:
         orphan = query_bool(request, "orphanDependents")
         body = await read_body(request, self.max_body_bytes)
         if body.strip():
-            try:
-                data = decode_document(body)
-            except DecodeError as err:
-                raise errors.bad_request(
-                    f"the object provided is unrecognized (must be of type DeleteOptions): "
-                    f"couldn't get version/kind; {err} ({summarize(body)})") from None
-            if not isinstance(data, dict):
-                raise errors.bad_request("the object provided is unrecognized (must be of "
-                                         "type DeleteOptions)")
+            data, _ = decode_object(body, "DeleteOptions")
             kind = data.get("kind")
             if kind not in (None, "", "DeleteOptions"):
                 raise errors.bad_request(f'{kind} in version "v1" cannot be handled as a '
@@ -641,9 +633,7 @@ class RestHandlers:
         node = (pod.get("spec") or {}).get("nodeName") or ""
         if not node:
             raise errors.bad_request(f"pod {target.name} does not have a host assigned")
-        nodes = lookup("", "v1", "nodes")
-        assert nodes is not None
-        await self.registry.get_kv(nodes, "", node)
+        await self.registry.get_kv(core_resource("nodes"), "", node)
         raise StatusError(503, "ServiceUnavailable",
                           f'the pod\'s node "{node}" has no reachable kubelet')
 

@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ephemera.api.featuregates import (
-    DEFAULTS,
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
     IMAGE_VOLUME,
     POD_LEVEL_RESOURCES,
+    gate_enabled,
 )
 from ephemera.api.quantity import MILLI, Quantity, QuantityError, quantity_from_json
 from ephemera.pods import resources
@@ -53,10 +53,6 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 SERVICE_ACCOUNT_TOKEN_EXPIRATION_SECONDS = 3600
 
 _CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
-
-
-def _enabled(gates: Mapping[str, bool], name: str) -> bool:
-    return bool(gates.get(name, DEFAULTS.get(name, False)))
 
 
 def _dict(value: Any) -> dict[str, Any] | None:
@@ -255,7 +251,7 @@ def _default_volume(volume: dict[str, Any], gates: Mapping[str, bool]) -> None:
             volume.pop(key, None)
         volume["emptyDir"] = {}
     image = _dict(volume.get("image"))
-    if image is not None and _enabled(gates, IMAGE_VOLUME) and not image.get("pullPolicy"):
+    if image is not None and gate_enabled(gates, IMAGE_VOLUME) and not image.get("pullPolicy"):
         image["pullPolicy"] = default_pull_policy(image.get("reference") or "")
     for key in ("secret", "configMap", "downwardAPI", "projected"):
         source = _dict(volume.get(key))
@@ -357,7 +353,7 @@ def default_pod(pod: dict[str, Any], gates: Mapping[str, bool]) -> None:
     # SetDefaults_Pod
     _default_requests_from_limits(containers)
     _default_requests_from_limits(init_containers)
-    if _enabled(gates, POD_LEVEL_RESOURCES):
+    if gate_enabled(gates, POD_LEVEL_RESOURCES):
         _default_hugepage_pod_limits(pod, gates)
         _default_pod_requests(pod, gates)
         _default_pod_limits(pod, gates)
@@ -418,9 +414,9 @@ def drop_disabled_pod_fields(pod: dict[str, Any], old_pod: Mapping[str, Any] | N
     if spec is None:
         return
     old_spec = _dict((old_pod or {}).get("spec")) or {}
-    if not _enabled(gates, POD_LEVEL_RESOURCES) and old_spec.get("resources") is None:
+    if not gate_enabled(gates, POD_LEVEL_RESOURCES) and old_spec.get("resources") is None:
         spec.pop("resources", None)
-    if not _enabled(gates, IMAGE_VOLUME) and not _uses_image_volumes(old_spec):
+    if not gate_enabled(gates, IMAGE_VOLUME) and not _uses_image_volumes(old_spec):
         dropped = {_volume_name(v) for v in _dicts(spec.get("volumes")) if v.get("image")
                    is not None}
         if dropped and isinstance(spec.get("volumes"), list):
@@ -431,7 +427,7 @@ def drop_disabled_pod_fields(pod: dict[str, Any], old_pod: Mapping[str, Any] | N
                     if isinstance(c.get("volumeMounts"), list):
                         c["volumeMounts"] = [m for m in c["volumeMounts"] if not (
                             isinstance(m, dict) and m.get("name") in dropped)]
-    if not _enabled(gates, DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES) and \
+    if not gate_enabled(gates, DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES) and \
             not _uses_dynamic_volume_policy(old_spec):
         for key in _CONTAINER_LISTS:
             for c in _dicts(spec.get(key)):

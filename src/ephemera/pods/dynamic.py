@@ -1,7 +1,7 @@
 """The validation rules of the `pods/NAME/dynamic` subresource: KEP-5972 (Dynamic Containers)
 and KEP-6395 (Dynamic Node-Local Ephemeral Volumes), reference/k8s-semantics.md section 1.2.
 
-`validate_dynamic_update(new, old, gates, node_declared_features)` returns every rejection as
+`validate_dynamic_update(new, old, gates)` returns every rejection as
 a `FieldError`; the apiserver turns a non-empty list into a 422 `Invalid` Status. `old` is the
 stored pod: the pod's state (phase, conditions, statuses, `deletionTimestamp`) is read from it,
 since a `/dynamic` update never changes status. Pure: no I/O.
@@ -54,9 +54,11 @@ Readings of the KEPs (decisions)
 
 Messages
 --------
-Upstream has no code for these KEPs; every message below is ephemera's (the NodeDeclaredFeatures
-one is upstream's admission message, which upstream returns as a 403 Forbidden). Placeholders
-in angle brackets; a message wrapped below is one line (wrapped lines join with one space).
+Upstream has no code for these KEPs; every message below is ephemera's. Placeholders in angle
+brackets; a message wrapped below is one line (wrapped lines join with one space). Whether the
+pod's node declares the features a change needs (`required_node_features`) is not judged here:
+the apiserver's NodeDeclaredFeatureValidator admission plugin answers it with upstream's 403
+(`ephemera.apiserver.admission.nodefeatures`).
 
 - `spec.containers`:
     `Forbidden: Dynamic Containers are disabled: adding or removing main containers is not allowed
@@ -130,23 +132,20 @@ in angle brackets; a message wrapped below is one line (wrapped lines join with 
 - `spec.containers[i].dynamicVolumePolicy.restartPolicy`:
     `Required value: must be "RestartContainer" to add, remove or change volume mounts of a
     container already in the pod; without it, mounts may only come and go with their container`
-- `spec.nodeName`:
-    `Forbidden: pod update requires features <F1, F2> which are not available on node "<node>"`
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ephemera.api import field
 from ephemera.api.featuregates import (
-    DEFAULTS,
     DYNAMIC_CONTAINERS,
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
-    NODE_DECLARED_FEATURES,
+    gate_enabled,
 )
 from ephemera.api.field import FieldError, Path
 from ephemera.api.quantity import QuantityError, quantity_from_json
@@ -211,14 +210,9 @@ _DANGLING = ("volume {name} is removed from spec.volumes but still mounted here;
 _RESTART_REQUIRED = ('must be "RestartContainer" to add, remove or change volume mounts of a '
                      "container already in the pod; without it, mounts may only come and go "
                      "with their container")
-_NODE_FEATURES = "pod update requires features {features} which are not available on node {node}"
 
 
 # --- small readers ----------------------------------------------------------------------
-
-
-def _enabled(gates: Mapping[str, bool], name: str) -> bool:
-    return bool(gates.get(name, DEFAULTS.get(name, False)))
 
 
 def _d(value: Any) -> dict[str, Any]:
@@ -357,7 +351,10 @@ def dynamic_change(new: Mapping[str, Any], old: Mapping[str, Any]) -> DynamicCha
 
 
 def required_node_features(change: DynamicChange) -> list[str]:
-    """The NodeDeclaredFeatures an update needs from the pod's node."""
+    """The NodeDeclaredFeatures an update needs from the pod's node, in this order: container
+    additions or removals need `DynamicContainers`, volume and volume mount changes
+    `DynamicNodeLocalEphemeralVolumes`. The apiserver's NodeDeclaredFeatureValidator admission
+    plugin checks them against the node's `status.declaredFeatures`."""
     needed: list[str] = []
     if change.changes_containers:
         needed.append(DYNAMIC_CONTAINERS)
@@ -558,7 +555,7 @@ def _container_errors(new: Mapping[str, Any], old: Mapping[str, Any], change: Dy
             _INIT_MOUNTS))
     if not change.changes_containers:
         return errs
-    if not _enabled(gates, DYNAMIC_CONTAINERS):
+    if not gate_enabled(gates, DYNAMIC_CONTAINERS):
         errs.append(field.forbidden(spec_path.child("containers"), _CONTAINERS_GATE_OFF))
         return errs
     new_by = _by_name(_spec(new).get("containers"))
@@ -607,7 +604,7 @@ def _volume_errors(new: Mapping[str, Any], old: Mapping[str, Any], change: Dynam
     vols_path = Path("spec", "volumes")
     new_spec, old_spec = _spec(new), _spec(old)
     containers_by = _by_name(new_spec.get("containers"))
-    if not _enabled(gates, DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES):
+    if not gate_enabled(gates, DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES):
         if change.added_volumes or change.removed_volumes or change.changed_volumes:
             errs.append(field.forbidden(vols_path, _VOLUMES_GATE_OFF))
         for name in change.remounted_containers:
@@ -666,28 +663,11 @@ def _volume_errors(new: Mapping[str, Any], old: Mapping[str, Any], change: Dynam
     return errs
 
 
-def _node_feature_errors(new: Mapping[str, Any], old: Mapping[str, Any], change: DynamicChange,
-                         gates: Mapping[str, bool],
-                         node_declared_features: Collection[str] | None) -> list[FieldError]:
-    if node_declared_features is None or not _enabled(gates, NODE_DECLARED_FEATURES):
-        return []
-    missing = [f for f in required_node_features(change) if f not in node_declared_features]
-    if not missing:
-        return []
-    node = _spec(new).get("nodeName") or _spec(old).get("nodeName") or ""
-    return [field.forbidden(Path("spec", "nodeName"), _NODE_FEATURES.format(
-        features=", ".join(missing), node=_quoted(str(node))))]
-
-
-def validate_dynamic_update(new: dict[str, Any], old: dict[str, Any], gates: Mapping[str, bool],
-                            node_declared_features: Collection[str] | None = None
+def validate_dynamic_update(new: dict[str, Any], old: dict[str, Any], gates: Mapping[str, bool]
                             ) -> list[FieldError]:
     """Every rule of a `PUT pods/NAME/dynamic` that turns `old` (stored) into `new` (defaulted):
     standard pod validation, the immutability of what `/dynamic` does not open, the state of
-    the pod, container additions and removals (KEP-5972) and volume changes (KEP-6395).
-
-    `node_declared_features` is the pod's node's `status.declaredFeatures`; `None` skips the
-    NodeDeclaredFeatures check (for example, the pod's node is unknown)."""
+    the pod, container additions and removals (KEP-5972) and volume changes (KEP-6395)."""
     change = dynamic_change(new, old)
     # (type, field) of upstream errors that an error of this module replaces
     supersedes: set[tuple[str, str]] = set()
@@ -697,7 +677,6 @@ def validate_dynamic_update(new: dict[str, Any], old: dict[str, Any], gates: Map
     own.extend(_container_errors(new, old, change, gates, supersedes))
     if change.changes_volumes:
         own.extend(_volume_errors(new, old, change, gates, supersedes))
-    own.extend(_node_feature_errors(new, old, change, gates, node_declared_features))
 
     standard = validation.validate_pod_update(new, dynamic_update_base(new, old), gates)
     return [e for e in standard if (e.type, e.field) not in supersedes] + own

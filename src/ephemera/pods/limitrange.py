@@ -40,11 +40,11 @@ from typing import Any, Final
 
 from ephemera.api import field
 from ephemera.api import validation as v
-from ephemera.api.featuregates import DEFAULTS, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE
+from ephemera.api.featuregates import POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE, gate_enabled
 from ephemera.api.field import FieldError, Path
-from ephemera.api.quantity import MAX_INT64, Quantity, QuantityError, quantity_from_json
+from ephemera.api.quantity import MAX_INT64, Quantity
 from ephemera.pods import resources
-from ephemera.pods.validation import _validate_container_resource_name, _validate_resource_name
+from ephemera.pods.validation import validate_container_resource_name, validate_resource_name
 
 __all__ = [
     "LIMIT_RANGER_ANNOTATION",
@@ -73,10 +73,6 @@ _POD_FORBIDDEN: Final = "may not be specified when `type` is 'Pod'"
 _MAX_MILLI_VALUE: Final = MAX_INT64 // 1000
 
 
-def _enabled(gates: Mapping[str, bool], name: str) -> bool:
-    return bool(gates.get(name, DEFAULTS.get(name, False)))
-
-
 def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -86,18 +82,6 @@ def _items(value: Any) -> Iterator[tuple[int, dict[str, Any]]]:
         for i, item in enumerate(value):
             if isinstance(item, dict):
                 yield i, item
-
-
-def _quantities(raw: Any) -> dict[str, Quantity]:
-    """A JSON ResourceList as Quantities, in its own key order; unparseable values left out
-    (the decoder or validation reports them)."""
-    out: dict[str, Quantity] = {}
-    for name, value in _d(raw).items():
-        try:
-            out[name] = quantity_from_json(value)
-        except (QuantityError, TypeError):
-            continue
-    return out
 
 
 def _limit_items(limit_range: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -141,8 +125,8 @@ def _validate_type_name(value: Any, path: Path) -> list[FieldError]:
 def _validate_resource_name_for(limit_type: Any, name: str, path: Path) -> list[FieldError]:
     """`validateLimitRangeResourceName`: container resource names for Pod and Container."""
     if limit_type in (LIMIT_TYPE_POD, LIMIT_TYPE_CONTAINER):
-        return _validate_container_resource_name(name, path)
-    return _validate_resource_name(name, path)
+        return validate_container_resource_name(name, path)
+    return validate_resource_name(name, path)
 
 
 def _old_pod_defaults_in_use(old: Mapping[str, Any] | None) -> bool:
@@ -182,7 +166,7 @@ def validate_limit_range(limit_range: Mapping[str, Any], gates: Mapping[str, boo
     """`ValidateLimitRange` without the metadata (the registry validates that), after
     `default_limit_range`. `old` is the stored object on an update."""
     errs: list[FieldError] = []
-    pod_defaults = (_enabled(gates, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE)
+    pod_defaults = (gate_enabled(gates, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE)
                     or _old_pod_defaults_in_use(old))
     path = Path("spec", "limits")
     seen_types: set[Any] = set()
@@ -210,7 +194,7 @@ def _validate_item(item: Mapping[str, Any], ipath: Path, pod_defaults: bool
                                                     ipath.child(kind).key(name)))
             if name not in keys:
                 keys.append(name)
-        found[kind] = _quantities(item.get(kind))
+        found[kind] = resources.resource_list(item.get(kind))
 
     collect("max")
     collect("min")
@@ -406,7 +390,7 @@ def default_pod_resources(pod: dict[str, Any], limit_ranges: Sequence[Mapping[st
                     continue
                 _merge_container(container, requests, limits, what, allowed, parts)
                 _drop_empty(container)
-        if containers is None and _enabled(gates, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE):
+        if containers is None and gate_enabled(gates, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE):
             pod_requests, pod_limits = _pod_defaults(limit_range)
             _merge_pod_level(pod, pod_requests, pod_limits, parts)
         if parts:
@@ -493,7 +477,7 @@ def _check(item: Mapping[str, Any], limit_type: str, requests: Mapping[str, Quan
            limits: Mapping[str, Quantity], skip: Collection[str]) -> list[str]:
     out: list[str] = []
     for kind, constraint in _CONSTRAINTS:
-        for name, enforced in sorted(_quantities(item.get(kind)).items()):
+        for name, enforced in sorted(resources.resource_list(item.get(kind)).items()):
             if name in skip:
                 continue
             message = constraint(limit_type, name, enforced, requests, limits)

@@ -41,12 +41,12 @@ from typing import Any, Final, Protocol
 
 from ephemera.api import field as fields
 from ephemera.api import meta
-from ephemera.api.featuregates import DEFAULTS, POD_LEVEL_RESOURCES
+from ephemera.api.featuregates import POD_LEVEL_RESOURCES, gate_enabled
 from ephemera.api.field import FieldError, Path
 from ephemera.api.quantity import Quantity, QuantityError, QuantityFormat, quantity_from_json
 from ephemera.pods import resources
 from ephemera.pods.resources import ResourceList
-from ephemera.pods.validation import _validate_quantity_value, _validate_resource_name
+from ephemera.pods.validation import validate_resource_name, validate_resource_quantity_value
 
 __all__ = [
     "CREATE",
@@ -143,16 +143,6 @@ def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _quantities(raw: Any) -> ResourceList:
-    out: ResourceList = {}
-    for name, value in _d(raw).items():
-        try:
-            out[name] = quantity_from_json(value)
-        except (QuantityError, TypeError):
-            continue
-    return out
-
-
 # --- resource lists (k8s.io/apiserver/pkg/quota/v1/resources.go) ----------------------------
 
 
@@ -199,11 +189,11 @@ def resource_list_json(rl: Mapping[str, Quantity]) -> dict[str, str]:
 
 def hard_of(quota: Mapping[str, Any]) -> ResourceList:
     """`status.hard`: what admission enforces (the controller copies it from `spec.hard`)."""
-    return _quantities(_d(quota.get("status")).get("hard"))
+    return resources.resource_list(_d(quota.get("status")).get("hard"))
 
 
 def used_of(quota: Mapping[str, Any]) -> ResourceList:
-    return _quantities(_d(quota.get("status")).get("used"))
+    return resources.resource_list(_d(quota.get("status")).get("used"))
 
 
 def object_count_name(plural: str, group: str = "") -> str:
@@ -360,7 +350,7 @@ class PodEvaluator:
 
     def constraints(self, required: Collection[str], obj: Mapping[str, Any]) -> str | None:
         """`Constraints`: with pod-level resources set, nothing is required of containers."""
-        if bool(self.gates.get(POD_LEVEL_RESOURCES, DEFAULTS[POD_LEVEL_RESOURCES])) and \
+        if gate_enabled(self.gates, POD_LEVEL_RESOURCES) and \
                 resources.is_pod_level_resources_set(obj, self.gates):
             return None
         required_set = set(required) & _VALIDATION_SET
@@ -549,7 +539,7 @@ def compute_used(quota: Mapping[str, Any], objects: Mapping[tuple[str, str], Seq
     `used` for every hard resource some evaluator tracks, summed over the namespace's objects
     (`objects`: (group, plural) -> the objects of the quota's namespace) that match the
     quota's scopes; a used value the controller cannot compute is kept from the old status."""
-    spec_hard = _quantities(_d(quota.get("spec")).get("hard"))
+    spec_hard = resources.resource_list(_d(quota.get("spec")).get("hard"))
     old_used = used_of(quota)
     used: ResourceList = dict(old_used)
     selectors = scope_selectors(quota)
@@ -596,7 +586,7 @@ def _is_standard_quota_resource(name: str) -> bool:
 
 def _validate_quota_resource_name(name: str, path: Path) -> list[FieldError]:
     """`ValidateResourceQuotaResourceName`."""
-    errs = _validate_resource_name(name, path)
+    errs = validate_resource_name(name, path)
     if "/" not in name and not _is_standard_quota_resource(name):
         errs.append(fields.invalid(path, name, "must be a standard resource for quota"))
     return errs
@@ -612,7 +602,7 @@ def _validate_resource_list(raw: Any, path: Path) -> list[FieldError]:
         except (QuantityError, TypeError) as err:
             errs.append(fields.invalid(rpath, value, str(err)))
             continue
-        errs.extend(_validate_quantity_value(name, quantity, rpath))
+        errs.extend(validate_resource_quantity_value(name, quantity, rpath))
     return errs
 
 

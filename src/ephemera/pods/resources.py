@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from ephemera.api.featuregates import (
-    DEFAULTS,
     POD_LEVEL_RESOURCES,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
+    gate_enabled,
 )
 from ephemera.api.quantity import Quantity, QuantityError, QuantityFormat, quantity_from_json
 
@@ -94,18 +94,12 @@ _QOS_COMPUTE_RESOURCES: Final = (RESOURCE_CPU, RESOURCE_MEMORY)
 # --- gates and resource names ---------------------------------------------------------------
 
 
-def _enabled(gates: Mapping[str, bool] | None, name: str) -> bool:
-    if gates is None:
-        return DEFAULTS.get(name, False)
-    return bool(gates.get(name, DEFAULTS.get(name, False)))
-
-
 def supported_pod_level_resources(gates: Mapping[str, bool] | None = None) -> frozenset[str]:
     """Upstream's `SupportedPodLevelResources()`: the names, plus the `hugepages-` prefix, that
     `spec.resources` may hold; what validation lists in its `Unsupported value` message
     (`"cpu", "hugepages-", "memory"`, and `"ephemeral-storage"` with the gate on)."""
     names = set(_POD_LEVEL_RESOURCES)
-    if _enabled(gates, POD_LEVEL_RESOURCES) and _enabled(
+    if gate_enabled(gates, POD_LEVEL_RESOURCES) and gate_enabled(
         gates, POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE
     ):
         names.add(RESOURCE_EPHEMERAL_STORAGE)
@@ -439,7 +433,7 @@ def pod_requests(
         )
     if (
         not skip_pod_level_resources
-        and _enabled(gates, POD_LEVEL_RESOURCES)
+        and gate_enabled(gates, POD_LEVEL_RESOURCES)
         and is_pod_level_requests_set(pod, gates)
     ):
         _apply_pod_level(requests, _pod_level(pod, "requests"), gates)
@@ -465,7 +459,7 @@ def pod_limits(
     limits = aggregate_container_limits(pod, use_status_resources=use_status_resources)
     if (
         not skip_pod_level_resources
-        and _enabled(gates, POD_LEVEL_RESOURCES)
+        and gate_enabled(gates, POD_LEVEL_RESOURCES)
         and is_pod_level_resources_set(pod, gates)
     ):
         _apply_pod_level(limits, _pod_level(pod, "limits"), gates)
@@ -483,7 +477,7 @@ def resource_request_quantity(
     """`GetResourceRequestQuantity` (eviction ranking): the pod's request for `name` without
     overhead, from pod-level values alone when pod-level resources are set (a key not set at
     pod level then reads as 0); the overhead is added only to a non-zero total."""
-    pod_level = _enabled(gates, POD_LEVEL_RESOURCES) and is_pod_level_resources_set(pod, gates)
+    pod_level = gate_enabled(gates, POD_LEVEL_RESOURCES) and is_pod_level_resources_set(pod, gates)
     fmt = (
         QuantityFormat.BINARY_SI
         if name in (RESOURCE_MEMORY, RESOURCE_STORAGE, RESOURCE_EPHEMERAL_STORAGE)
@@ -541,7 +535,7 @@ def compute_qos_class(pod: Mapping[str, Any], *, gates: Mapping[str, bool] | Non
     ephemeral-storage never counts.
     """
     spec = _spec(pod)
-    if _enabled(gates, POD_LEVEL_RESOURCES) and spec.get("resources") is not None:
+    if gate_enabled(gates, POD_LEVEL_RESOURCES) and spec.get("resources") is not None:
         return _resources_qos(_mapping(spec.get("resources")))
     pod_qos = ""
     for container in _all_containers(spec):

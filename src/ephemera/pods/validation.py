@@ -33,6 +33,7 @@ from ephemera.api.featuregates import (
     DEFAULTS,
     POD_LEVEL_RESOURCES,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
+    gate_enabled,
 )
 from ephemera.api.field import FieldError, Path
 from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
@@ -43,10 +44,13 @@ __all__ = [
     "VOLUME_HOST_PHASES",
     "VOLUME_SOURCES",
     "is_extended_resource_name",
+    "validate_container_resource_name",
     "validate_pod_create",
     "validate_pod_spec",
     "validate_pod_status_update",
     "validate_pod_update",
+    "validate_resource_name",
+    "validate_resource_quantity_value",
 ]
 
 # Every `VolumeSource` member, in the order upstream checks them.
@@ -118,10 +122,6 @@ _BYTE_DIVISORS = frozenset({
 _SUBSCRIPTED = re.compile(r"(.+)\['(.*)'\]")
 
 
-def _enabled(gates: Mapping[str, bool], name: str) -> bool:
-    return bool(gates.get(name, DEFAULTS.get(name, False)))
-
-
 def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -160,7 +160,10 @@ def _is_standard_resource_name(name: str) -> bool:
             or name.startswith("requests." + _HUGEPAGES))
 
 
-def _validate_resource_name(name: str, path: Path) -> list[FieldError]:
+def validate_resource_name(name: str, path: Path) -> list[FieldError]:
+    """`ValidateResourceName`: a qualified name, and either fully qualified (`example.com/gpu`)
+    or one of the standard resource names (`cpu`, `requests.memory`, `pods`, `hugepages-*`,
+    ...). `ResourceQuota` and `LimitRange` validation build on it."""
     errs = v.validate_qualified_name(name, path)
     if errs:
         return errs
@@ -169,8 +172,12 @@ def _validate_resource_name(name: str, path: Path) -> list[FieldError]:
     return []
 
 
-def _validate_container_resource_name(name: str, path: Path) -> list[FieldError]:
-    errs = _validate_resource_name(name, path)
+def validate_container_resource_name(name: str, path: Path) -> list[FieldError]:
+    """`validateContainerResourceName`: `validate_resource_name`, then a name a container may
+    request (`cpu`, `memory`, `ephemeral-storage`, `hugepages-*`, or a native or extended
+    resource when fully qualified). Used for container and pod resources, pod overhead and
+    the `Pod` and `Container` items of a `LimitRange`."""
+    errs = validate_resource_name(name, path)
     if "/" not in name:
         if name not in _STANDARD_CONTAINER_RESOURCES and not resources.is_hugepages(name):
             errs.append(field.invalid(path, name, "must be a standard resource for containers"))
@@ -191,7 +198,7 @@ class _Options:
     def of(cls, gates: Mapping[str, bool], old: Mapping[str, Any] | None = None) -> _Options:
         """Upstream's `GetValidationOptionsFromPodSpecAndMeta`: a feature in use by the old
         pod stays valid on update when its gate is off."""
-        effective = {name: _enabled(gates, name) for name in DEFAULTS}
+        effective = {name: gate_enabled(gates, name) for name in DEFAULTS}
         effective.update({k: bool(x) for k, x in gates.items()})
         old_spec = _d((old or {}).get("spec"))
         old_res = _d(old_spec.get("resources"))
@@ -214,18 +221,9 @@ def _quantity(raw: Any, path: Path, errs: list[FieldError]) -> Quantity | None:
         return None
 
 
-def _quantities(raw: Any) -> dict[str, Quantity]:
-    out: dict[str, Quantity] = {}
-    for name, value in _d(raw).items():
-        try:
-            out[name] = quantity_from_json(value)
-        except (QuantityError, TypeError):
-            continue
-    return out
-
-
-def _validate_quantity_value(name: str, q: Quantity, path: Path) -> list[FieldError]:
-    """`ValidateResourceQuantityValue`: not negative; integer resources whole."""
+def validate_resource_quantity_value(name: str, q: Quantity, path: Path) -> list[FieldError]:
+    """`ValidateResourceQuantityValue`: the quantity `q` of resource `name` is not negative,
+    and whole for the resources counted in units (object counts, extended resources)."""
     errs: list[FieldError] = []
     if q.sign() < 0:
         errs.append(field.invalid(path, str(q), v.IS_NEGATIVE))
@@ -265,7 +263,7 @@ def _validate_resource_requirements(
         if q is None:
             continue
         limits[name] = q
-        errs.extend(_validate_quantity_value(name, q, p))
+        errs.extend(validate_resource_quantity_value(name, q, p))
         if resources.is_hugepages(name):
             lim_huge = True
             message = _hugepage_value_error(name, q)
@@ -278,7 +276,7 @@ def _validate_resource_requirements(
         q = _quantity(raw, p, errs)
         if q is None:
             continue
-        errs.extend(_validate_quantity_value(name, q, p))
+        errs.extend(validate_resource_quantity_value(name, q, p))
         limit = limits.get(name)
         if limit is not None:
             if q.cmp(limit) != 0 and not resources.is_overcommit_allowed(name):
@@ -326,7 +324,7 @@ def _validate_claim_names(claims: Any, pod_claims: set[str], path: Path) -> list
 
 def _pod_resource_name_check(gates: Mapping[str, bool]) -> NameCheck:
     def check(name: str, path: Path) -> list[FieldError]:
-        errs = _validate_resource_name(name, path)
+        errs = validate_resource_name(name, path)
         if errs:
             return errs
         if not resources.is_supported_pod_level_resource(name, gates):
@@ -360,8 +358,8 @@ def _validate_pod_resource_consistency(spec: Mapping[str, Any], path: Path,
     container limits may exceed the pod limit."""
     errs: list[FieldError] = []
     pod_res = _d(spec.get("resources"))
-    pod_requests = _quantities(pod_res.get("requests"))
-    pod_limits = _quantities(pod_res.get("limits"))
+    pod_requests = resources.resource_list(pod_res.get("requests"))
+    pod_limits = resources.resource_list(pod_res.get("limits"))
     req_path = path.child("requests")
     aggregate = resources.aggregate_container_requests({"spec": spec})
     for name, total in aggregate.items():
@@ -373,7 +371,7 @@ def _validate_pod_resource_consistency(spec: Mapping[str, Any], path: Path,
                 req_path.key(name), str(pod_request),
                 f"must be greater than or equal to aggregate container requests of {total}"))
     for i, c in _items(spec.get("containers")):
-        for name, limit in _quantities(_d(c.get("resources")).get("limits")).items():
+        for name, limit in resources.resource_list(_d(c.get("resources")).get("limits")).items():
             pod_limit = pod_limits.get(name)
             if pod_limit is not None and limit.cmp(pod_limit) > 0:
                 errs.append(field.invalid(
@@ -1109,7 +1107,7 @@ def _validate_container_common(c: Mapping[str, Any], volumes: Mapping[str, Any],
     errs.extend(_validate_volume_devices(c, volumes, path.child("volumeDevices")))
     errs.extend(_pull_policy(c.get("imagePullPolicy"), path.child("imagePullPolicy")))
     errs.extend(_validate_resource_requirements(
-        _d(c.get("resources")), _validate_container_resource_name, claim_names,
+        _d(c.get("resources")), validate_container_resource_name, claim_names,
         path.child("resources")))
     errs.extend(_validate_resize_policy(c.get("resizePolicy"), path.child("resizePolicy"),
                                         restart_policy))
@@ -1487,7 +1485,7 @@ def _validate_pod_spec(spec: Mapping[str, Any], md: Mapping[str, Any], path: Pat
                                         ["PreemptLowerPriority", "Never"]))
     if spec.get("overhead") is not None:
         errs.extend(_validate_resource_requirements(
-            {"limits": spec["overhead"]}, _validate_container_resource_name, set(),
+            {"limits": spec["overhead"]}, validate_container_resource_name, set(),
             path.child("overhead")))
     os_spec = spec.get("os")
     if isinstance(os_spec, dict):

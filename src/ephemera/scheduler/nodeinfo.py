@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ephemera.api.featuregates import DEFAULTS, POD_LEVEL_RESOURCES
+from ephemera.api.featuregates import POD_LEVEL_RESOURCES, gate_enabled
 from ephemera.api.quantity import Quantity
 from ephemera.pods.resources import (
     RESOURCE_CPU,
@@ -35,7 +35,6 @@ __all__ = [
     "NodeInfo",
     "Resources",
     "assigned_pod_requests",
-    "gate_enabled",
     "pod_fit_request",
     "pod_score_request",
 ]
@@ -45,12 +44,6 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
 Gates = Mapping[str, bool] | None
-
-
-def gate_enabled(gates: Gates, name: str) -> bool:
-    """Whether feature gate `name` is on (ephemera's default when `gates` lacks it)."""
-    default = DEFAULTS.get(name, False)
-    return default if gates is None else bool(gates.get(name, default))
 
 
 def _is_scalar(name: str) -> bool:

@@ -39,13 +39,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ephemera.api.featuregates import NODE_DECLARED_FEATURES
+from ephemera.api.featuregates import NODE_DECLARED_FEATURES, gate_enabled
 from ephemera.pods.resources import pod_placement_features
 from ephemera.scheduler.nodeinfo import (
     Gates,
     NodeInfo,
     Resources,
-    gate_enabled,
     pod_fit_request,
     pod_score_request,
 )

@@ -20,18 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
-from ephemera.apiserver.resources import Resource, lookup
+from ephemera.apiserver.resources import core_resource
 from ephemera.pods import limitrange
 from ephemera.pods.dynamic import DYNAMIC_CONTAINER_RESOURCES
 
-
-def _limit_ranges() -> Resource:
-    resource = lookup("", "v1", "limitranges")
-    assert resource is not None
-    return resource
-
-
-LIMIT_RANGES = _limit_ranges()
+LIMIT_RANGES = core_resource("limitranges")
 
 
 async def namespace_limit_ranges(req: AdmissionRequest) -> list[dict[str, Any]]:

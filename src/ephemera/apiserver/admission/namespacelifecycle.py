@@ -10,15 +10,18 @@ answers before validation does:
   `<resource> "<name>" is forbidden: unable to create new content in namespace x because it
   is being terminated`, with upstream's `NamespaceTerminating` cause on `metadata.namespace`.
 
-The background work of the namespace lifecycle (emptying a Terminating namespace, its default
-ServiceAccount) is `ephemera.apiserver.namespaces`.
+The namespace is read from `Registry.namespace_cache` (`ephemera.apiserver.namespaces.
+NamespaceCache`, upstream's informer) when that admits the request, else live from the store;
+a namespace DELETE makes the cache read that namespace live for a while (upstream's
+forceLiveLookupCache). The background work of the namespace lifecycle (emptying a Terminating
+namespace, its default ServiceAccount) is `ephemera.apiserver.namespaces`.
 """
 
 from __future__ import annotations
 
 from ephemera.api import errors
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
-from ephemera.apiserver.namespaces import IMMORTAL_NAMESPACES, NAMESPACES
+from ephemera.apiserver.namespaces import IMMORTAL_NAMESPACES, NAMESPACES, is_terminating
 
 
 class NamespaceLifecycle(AdmissionPluginBase):
@@ -29,21 +32,24 @@ class NamespaceLifecycle(AdmissionPluginBase):
 
     async def admit(self, req: AdmissionRequest) -> None:
         is_namespace = req.resource == NAMESPACES
-        if req.operation == "DELETE" and is_namespace and req.name in IMMORTAL_NAMESPACES:
-            raise errors.forbidden("namespaces", req.name, "this namespace may not be deleted")
+        cache = req.registry.namespace_cache
+        if req.operation == "DELETE" and is_namespace:
+            if req.name in IMMORTAL_NAMESPACES:
+                raise errors.forbidden("namespaces", req.name, "this namespace may not be deleted")
+            if cache is not None:
+                cache.force_live_lookup(req.name)
         if is_namespace or not req.resource.namespaced or not req.namespace:
             return
         if req.operation == "DELETE":
+            return
+        if cache is not None and cache.admits(req.namespace, req.operation):
             return
         kv = await req.registry.store.get(NAMESPACES.key("", req.namespace))
         if kv is None:
             raise errors.not_found("namespaces", req.namespace)
         if req.operation != "CREATE":
             return
-        ns = req.registry.codec(NAMESPACES).decode(kv)
-        terminating = ((ns.get("status") or {}).get("phase") == "Terminating"
-                       or bool((ns.get("metadata") or {}).get("deletionTimestamp")))
-        if terminating:
+        if is_terminating(req.registry.codec(NAMESPACES).decode(kv)):
             err = req.forbidden(f"unable to create new content in namespace {req.namespace} "
                                 "because it is being terminated")
             details = err.details if err.details is not None else {}

@@ -28,25 +28,12 @@ from typing import Any
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import NODE_DECLARED_FEATURES
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
-from ephemera.apiserver.resources import Resource, lookup
+from ephemera.apiserver.resources import core_resource
 from ephemera.pods.dynamic import dynamic_change, required_node_features
 from ephemera.pods.resources import pod_placement_features
 
-
-def _nodes() -> Resource:
-    resource = lookup("", "v1", "nodes")
-    assert resource is not None
-    return resource
-
-
-def _pods() -> Resource:
-    resource = lookup("", "v1", "pods")
-    assert resource is not None
-    return resource
-
-
-NODES = _nodes()
-PODS = _pods()
+NODES = core_resource("nodes")
+PODS = core_resource("pods")
 
 
 def _spec(pod: dict[str, Any] | None) -> dict[str, Any]:
@@ -91,23 +78,23 @@ class NodeDeclaredFeatureValidator(AdmissionPluginBase):
     async def _validate_update(self, req: AdmissionRequest) -> None:
         if req.obj is None or req.old is None:
             return
-        needed = required_node_features(dynamic_change(req.obj, req.old))
         node = str(_spec(req.obj).get("nodeName") or _spec(req.old).get("nodeName") or "")
-        if not needed or not node:
-            return
-        declared = await node_declared_features(req, node)
-        missing = [f for f in needed if f not in declared]
-        if missing:
-            raise req.forbidden(f"pod update requires features {', '.join(missing)} which are "
-                                f'not available on node "{node}"')
+        await _require_features(req, node, required_node_features(
+            dynamic_change(req.obj, req.old)), "pod update")
 
     async def _validate_placement(self, req: AdmissionRequest, pod: dict[str, Any],
                                   node: str) -> None:
-        needed = pod_placement_features(pod)
-        if not needed or not node:
-            return
-        declared = await node_declared_features(req, node)
-        missing = [f for f in needed if f not in declared]
-        if missing:
-            raise req.forbidden(f"pod requires features {', '.join(missing)} which are not "
-                                f'available on node "{node}"')
+        await _require_features(req, node, pod_placement_features(pod), "pod")
+
+
+async def _require_features(req: AdmissionRequest, node: str, needed: list[str],
+                            subject: str) -> None:
+    """403 `<subject> requires features F1, F2 which are not available on node "n"` when
+    `node` does not declare every feature in `needed` (nothing needed or no node: no check)."""
+    if not needed or not node:
+        return
+    declared = await node_declared_features(req, node)
+    missing = [f for f in needed if f not in declared]
+    if missing:
+        raise req.forbidden(f"{subject} requires features {', '.join(missing)} which are not "
+                            f'available on node "{node}"')

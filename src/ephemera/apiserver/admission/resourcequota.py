@@ -23,23 +23,18 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
-from ephemera.apiserver.resources import Resource, lookup
+from ephemera.apiserver.resources import core_resource
 from ephemera.pods import quota
 
 log = logging.getLogger("ephemera.apiserver")
 
 
-def _resource_quotas() -> Resource:
-    resource = lookup("", "v1", "resourcequotas")
-    assert resource is not None
-    return resource
-
-
-RESOURCE_QUOTAS = _resource_quotas()
+RESOURCE_QUOTAS = core_resource("resourcequotas")
 _SUBRESOURCES = ("", "dynamic", "resize")
 
 
@@ -91,21 +86,9 @@ class ResourceQuota(AdmissionPluginBase):
             raise
 
     async def _charge(self, req: AdmissionRequest, item: quota.Charge) -> bool:
-        """Add `item` to its quota's `status.used` by compare-and-swap (the registry re-reads
-        and calls again after a lost race); False when the quota is gone."""
-
-        async def charged(current: dict[str, Any] | None) -> dict[str, Any]:
-            if current is None:
-                raise _QuotaGone
-            new = copy.deepcopy(current)
-            status = new.get("status")
-            if not isinstance(status, dict):
-                status = new["status"] = {}
-            status["used"] = quota.charge(current, item)
-            return new
-
+        """Add `item` to its quota's `status.used`; False when the quota is gone."""
         try:
-            await req.registry.update(RESOURCE_QUOTAS, req.namespace, item.quota, charged)
+            await _write_used(req, item, quota.charge)
         except _QuotaGone:
             return False
         except StatusError as err:
@@ -117,23 +100,31 @@ class ResourceQuota(AdmissionPluginBase):
     async def _release(self, req: AdmissionRequest, made: list[quota.Charge]) -> None:
         """Take back the charges of a request that another quota refused (best effort)."""
         for item in made:
-
-            async def released(current: dict[str, Any] | None,
-                               item: quota.Charge = item) -> dict[str, Any]:
-                if current is None:
-                    raise _QuotaGone
-                new = copy.deepcopy(current)
-                status = new.get("status")
-                if not isinstance(status, dict):
-                    status = new["status"] = {}
-                status["used"] = quota.release(current, item)
-                return new
-
             try:
-                await req.registry.update(RESOURCE_QUOTAS, req.namespace, item.quota, released)
+                await _write_used(req, item, quota.release)
             except (_QuotaGone, StatusError) as err:
                 log.info("quota %s/%s: taking back a charge failed: %s", req.namespace,
                          item.quota, err)
+
+
+async def _write_used(req: AdmissionRequest, item: quota.Charge,
+                      used: Callable[[Mapping[str, Any], quota.Charge], dict[str, str]]
+                      ) -> None:
+    """Set the `status.used` of `item`'s quota to `used(quota, item)` by compare-and-swap (the
+    registry re-reads and calls again after a lost race); `_QuotaGone` when the quota is
+    gone."""
+
+    async def write(current: dict[str, Any] | None) -> dict[str, Any]:
+        if current is None:
+            raise _QuotaGone
+        new = copy.deepcopy(current)
+        status = new.get("status")
+        if not isinstance(status, dict):
+            status = new["status"] = {}
+        status["used"] = used(current, item)
+        return new
+
+    await req.registry.update(RESOURCE_QUOTAS, req.namespace, item.quota, write)
 
 
 __all__ = ["RESOURCE_QUOTAS", "ResourceQuota", "namespace_quotas"]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
-from ephemera.apiserver.resources import Resource, lookup
+from ephemera.apiserver.resources import core_resource
 
 if TYPE_CHECKING:
     from ephemera.apiserver.registry import Registry
@@ -39,13 +39,7 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 
-def _service_accounts() -> Resource:
-    resource = lookup("", "v1", "serviceaccounts")
-    assert resource is not None
-    return resource
-
-
-SERVICE_ACCOUNTS = _service_accounts()
+SERVICE_ACCOUNTS = core_resource("serviceaccounts")
 
 
 async def ensure_default_service_account(registry: Registry, namespace: str) -> None:
