@@ -107,7 +107,7 @@ def test_aggregated_discovery_core() -> None:
     assert pods["scope"] == "Namespaced" and pods["singularResource"] == "pod"
     assert pods["shortNames"] == ["po"] and pods["categories"] == ["all"]
     subs = {s["subresource"]: s for s in pods["subresources"]}
-    assert set(subs) == {"status", "binding", "dynamic", "allocated"}
+    assert set(subs) == {"status", "binding", "dynamic", "allocated", "log"}
     assert subs["allocated"]["verbs"] == ["get"]
     assert subs["binding"]["verbs"] == ["create"]
     assert subs["binding"]["responseKind"]["kind"] == "Binding"

@@ -23,7 +23,7 @@ from aiohttp import web
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
-from ephemera.apiserver import discovery, openapi
+from ephemera.apiserver import discovery, nodeproxy, openapi
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
 from ephemera.apiserver.namespaces import NamespaceLifecycle
@@ -77,6 +77,10 @@ class ApiserverConfig:
     # The admission plugins, run in this order (names of `ephemera.apiserver.admission`'s
     # plugins, or plugin objects); None: every installed plugin in upstream's order.
     admission_plugins: Sequence[str | AdmissionPlugin] | None = None
+    # TLS to kubelets (`pods/NAME/log`): the cluster CA and the apiserver's client
+    # certificate; None: the system's trust store. `kubelet_scheme` "http" for tests.
+    kubelet_client_ssl: Any = None
+    kubelet_scheme: str = "https"
 
 
 REGISTRY = web.AppKey("registry", Registry)
@@ -120,6 +124,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         app[STOP].set()
 
     async def cleanup(app: web.Application) -> None:
+        await router.kubelets.close()
         for task in background:
             task.cancel()
         for task in background:
@@ -188,6 +193,8 @@ class Router:
         self.rest = RestHandlers(registry, lifecycle, max_body_bytes=config.max_body_bytes)
         self.watch_settings = WatchSettings(bookmark_interval=config.watch_bookmark_interval,
                                             min_timeout=config.min_request_timeout)
+        self.kubelets = nodeproxy.KubeletClient(config.kubelet_client_ssl,
+                                                config.kubelet_scheme)
 
     @web.middleware
     async def authentication(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -324,6 +331,11 @@ class Router:
             elif sub == "allocated":
                 if method == "GET":
                     return await handlers.allocated(request, target)
+            elif sub == "log":
+                if method == "GET":
+                    return await nodeproxy.pod_log(request, self.registry, target.resource,
+                                                   target.namespace, target.name,
+                                                   self.kubelets)
             elif method == "GET":
                 return await handlers.get(request, target)
             elif method == "PUT":

@@ -37,6 +37,7 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "status": ("get", "patch", "update"),
     "dynamic": ("get", "patch", "update"),
     "allocated": ("get",),
+    "log": ("get",),
     "binding": ("create",),
     "finalize": ("update",),
 }

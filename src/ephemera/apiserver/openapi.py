@@ -178,6 +178,10 @@ def _path_items(r: Resource) -> list[_PathItem]:
             ops = [_Operation("get", f"read{gid}{scoped}{r.kind}{title}", "get",
                               f"Read the given {r.kind} as its node allocated it.", gvk,
                               responses={"200": r.definition})]
+        elif sub == "log":
+            ops = [_Operation("get", f"read{gid}{scoped}{r.kind}{title}", "get",
+                              f"Read the log of the given {r.kind}.", gvk,
+                              responses={"200": None})]
         elif sub == "finalize":
             ops = [_Operation("put", f"replace{gid}{scoped}{r.kind}{title}", "put",
                               f"Replace the finalizers of the given {r.kind}.", gvk,

@@ -62,7 +62,7 @@ RESOURCES: tuple[Resource, ...] = (
              short_names=("ns",), subresources=("status", "finalize"), verbs=NAMESPACE_VERBS),
     Resource("", "v1", "pods", "Pod", True, _core + "Pod", short_names=("po",),
              categories=("all",),
-             subresources=("status", "binding", "dynamic", "allocated")),
+             subresources=("status", "binding", "dynamic", "allocated", "log")),
     Resource("", "v1", "configmaps", "ConfigMap", True, _core + "ConfigMap",
              short_names=("cm",)),
     Resource("", "v1", "secrets", "Secret", True, _core + "Secret"),
@@ -92,6 +92,15 @@ def lookup(group: str, version: str, plural: str) -> Resource | None:
         if r.group == group and r.version == version and r.plural == plural:
             return r
     return None
+
+
+def core_resource(plural: str) -> Resource:
+    """The served core (`v1`) resource `plural`, for code that names one it relies on;
+    KeyError when it is not served."""
+    resource = lookup("", "v1", plural)
+    if resource is None:
+        raise KeyError(f"v1 {plural} is not served")
+    return resource
 
 
 def by_kind(api_version: str, kind: str) -> Resource | None:

@@ -18,7 +18,7 @@ from typing import Any
 from ephemera.api.featuregates import FeatureGates
 from ephemera.apiserver.authn import Authenticator, TokenFileError
 from ephemera.apiserver.certs import ensure_pki, write_admin_kubeconfig
-from ephemera.apiserver.server import serve, server_ssl_context
+from ephemera.apiserver.server import client_ssl_context, serve, server_ssl_context
 from ephemera.cli import flags
 from ephemera.store import open_store
 
@@ -68,10 +68,12 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
 
 
-def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates) -> Any:
+def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
+                kubelet_client_ssl: Any = None) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
 
-    return create_app(store, ApiserverConfig(authenticator=authenticator, feature_gates=gates))
+    return create_app(store, ApiserverConfig(authenticator=authenticator, feature_gates=gates,
+                                             kubelet_client_ssl=kubelet_client_ssl))
 
 
 async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
@@ -80,7 +82,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
     pki = ensure_pki(data_dir, [args.bind_address])
     store = open_store(args.store, data_dir=data_dir, endpoints=args.etcd_endpoints)
     try:
-        app = _create_app(store, authenticator, args.feature_gates)
+        # To kubelets: trust the cluster CA, present a cluster-admin client certificate.
+        app = _create_app(store, authenticator, args.feature_gates, client_ssl_context(pki))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

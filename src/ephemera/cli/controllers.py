@@ -1,7 +1,9 @@
 """`ephemera controller-manager`: the controllers (`ephemera.controllers`) in one process, as
 upstream's kube-controller-manager, talking to the apiserver named by `--kubeconfig`.
 
-Today it runs the ResourceQuota controller (`status.hard` and `status.used` of every quota,
+It runs the node lifecycle controller (nodes whose kubelet stopped renewing its Lease are
+marked unknown and tainted), the service accounts controller (a `default` ServiceAccount in
+every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
 recomputed on pod and quota changes and every `--resync-period` seconds). It stops cleanly on
 SIGTERM or SIGINT; when the apiserver is unreachable the informers retry with back-off.
 """
@@ -18,7 +20,13 @@ from typing import Any
 
 from ephemera.cli import flags
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
+from ephemera.controllers.nodelifecycle import (
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_MONITOR_PERIOD,
+    NodeLifecycleController,
+)
 from ephemera.controllers.resourcequota import DEFAULT_RESYNC_PERIOD, ResourceQuotaController
+from ephemera.controllers.serviceaccounts import ServiceAccountsController
 
 log = logging.getLogger("ephemera.controllers")
 
@@ -36,6 +44,12 @@ def add_parser(subparsers: Any) -> None:
                         metavar="SECONDS",
                         help="recompute every quota at least this often "
                              f"(default {DEFAULT_RESYNC_PERIOD:g})")
+    parser.add_argument("--node-monitor-grace-period", type=float,
+                        default=DEFAULT_GRACE_PERIOD, metavar="SECONDS",
+                        help="a node whose heartbeat is older than this is marked unknown "
+                             f"(default {DEFAULT_GRACE_PERIOD:g})")
+    parser.add_argument("--node-monitor-period", type=float, default=DEFAULT_MONITOR_PERIOD,
+                        metavar="SECONDS", help=argparse.SUPPRESS)
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -61,10 +75,19 @@ async def _serve(config: Any, args: argparse.Namespace) -> int:
         controller = ResourceQuotaController(api, gates=args.feature_gates,
                                              resync_period=args.resync_period)
         task = asyncio.create_task(controller.run(), name="resourcequota-controller")
+        node_lifecycle = NodeLifecycleController(
+            api, grace_period=args.node_monitor_grace_period,
+            monitor_period=args.node_monitor_period)
+        node_task = asyncio.create_task(node_lifecycle.run(), name="nodelifecycle-controller")
+        accounts_task = asyncio.create_task(ServiceAccountsController(api).run(),
+                                            name="serviceaccounts-controller")
         stopper = asyncio.create_task(stop.wait())
         log.info("controller-manager: running against %s", config.server)
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for t in (task, stopper):
+        await asyncio.wait({task, node_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if node_task.done() and not node_task.cancelled() and node_task.exception() is not None:
+            log.error("controller-manager: the node lifecycle controller failed: %s",
+                      node_task.exception())
+        for t in (task, node_task, accounts_task, stopper):
             if not t.done():
                 t.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -29,7 +29,7 @@ spec:
   containers:
   - name: main
     image: busybox
-    command: ["sh", "-c", "cat /config/greeting; sleep 3600"]
+    command: ["sh", "-c", "cat /config/greeting; echo; sleep 3600"]
     volumeMounts:
     - name: config
       mountPath: /config
@@ -45,7 +45,9 @@ def demo_commands(manifest: Path) -> list[list[str]]:
         ["get", "namespaces"],
         ["apply", "-f", str(manifest)],
         ["get", "configmaps"],
+        ["wait", "--for=condition=Ready", "pod/demo", "--timeout=60s"],
         ["get", "pods", "-o", "wide"],
+        ["logs", "demo"],
         ["get", "pod", "demo", "-o", "yaml"],
     ]
 

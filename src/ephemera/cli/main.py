@@ -18,6 +18,7 @@ COMMANDS = (
     "ephemera.cli.scheduler",
     "ephemera.cli.controllers",
     "ephemera.cli.images",
+    "ephemera.cli.kubelet",
 )
 
 

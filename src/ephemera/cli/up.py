@@ -1,7 +1,11 @@
 """`ephemera up`: a whole cluster in the foreground on one data dir.
 
-It supervises one child process per component (for now the apiserver; the scheduler,
-controllers and a kubelet join as more `Component`s started after the API answers), picks a
+It supervises one child process per component (the apiserver; once the API answers, the
+scheduler, the controller-manager and a kubelet: node `--node-name` (default the host
+name), runtime `--runtime`, root dir `<data-dir>/kubelet`, with a client certificate
+`system:node:NAME` (group `system:nodes`) and a serving certificate issued from the data
+dir's CA, and a port kept in `ports.json`; stopping `up` stops its pods, a kubelet that
+dies is restarted and adopts them; `--no-kubelet` leaves it out), picks a
 free port unless `--port` is given (reusing the data dir's last port when it is free, and
 keeping it across child restarts), writes the ports to `<data-dir>/ports.json`, and writes
 `<data-dir>/kubeconfig` only once the API answers (removed and written fresh at every start).
@@ -15,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -22,14 +27,22 @@ from typing import Any
 
 import aiohttp
 
-from ephemera.apiserver.certs import Pki, ensure_pki, write_admin_kubeconfig
-from ephemera.apiserver.server import client_ssl_context, port_is_free
+from ephemera.apiserver.certs import (
+    Pki,
+    ensure_pki,
+    issue_client_cert,
+    issue_serving_cert,
+    write_admin_kubeconfig,
+    write_kubeconfig,
+)
+from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.demo import run_demo
 from ephemera.cli.supervisor import Component, Supervisor
 
 KUBECONFIG = "kubeconfig"
+KUBELET_DIR = "kubelet"  # the kubelet's root dir (pods, volumes, logs, images, runtime)
 LOG_DIR = "logs"
 RUN_DIR = "run"
 # What "the API answers" means: an authenticated read of a namespace that always exists.
@@ -54,6 +67,13 @@ def add_parser(subparsers: Any) -> None:
                         help="give up when the API does not answer in this time (default 60)")
     parser.add_argument("--demo", action="store_true",
                         help="once up, run a few kubectl commands to show the cluster working")
+    parser.add_argument("--node-name", default=None, metavar="NAME",
+                        help="the kubelet's node name (default: the host name)")
+    parser.add_argument("--runtime", choices=("auto", "runc", "crun", "fake"), default="auto",
+                        help="the kubelet's container runtime (default auto: crun if it works "
+                             "here, else runc)")
+    parser.add_argument("--no-kubelet", action="store_true",
+                        help="run no kubelet: a control plane without a node")
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -81,6 +101,9 @@ class Cluster:
         self.stop = asyncio.Event()
         self.supervisor = Supervisor(self.data_dir / LOG_DIR, say, pid_dir=self.run_dir)
         self.apiserver_port: int | None = None
+        self.kubelet_port = 0
+        # Read now: the apiserver's readiness rewrites ports.json.
+        self._last_kubelet_port = flags.read_ports(self.data_dir).get("kubelet")
 
     # --- component command lines -------------------------------------------------------
 
@@ -108,6 +131,46 @@ class Cluster:
     def controller_manager_argv(self) -> list[str]:
         return [sys.executable, "-m", "ephemera.cli", "controller-manager",
                 "--kubeconfig", str(self.kubeconfig), *self._common_flags()]
+
+    @property
+    def node_name(self) -> str:
+        return str(self.args.node_name or socket.gethostname()).lower()
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.data_dir / KUBELET_DIR
+
+    def kubelet_argv(self) -> list[str]:
+        pki = self.kubelet_dir / "pki"
+        return [sys.executable, "-m", "ephemera.cli", "kubelet",
+                "--kubeconfig", str(self.kubelet_dir / KUBECONFIG),
+                "--node-name", self.node_name, "--root-dir", str(self.kubelet_dir),
+                "--runtime", self.args.runtime, "--port", str(self.kubelet_port),
+                "--tls-cert-file", str(pki / "kubelet.crt"),
+                "--tls-private-key-file", str(pki / "kubelet.key"),
+                "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
+                "--stop-pods-on-exit", *self._common_flags()]
+
+    def prepare_kubelet(self, url: str, pki: Pki) -> None:
+        """The kubelet's credentials, from the cluster CA: a client certificate
+        `system:node:NAME` in `system:nodes` (in its kubeconfig) and a serving certificate
+        for its API (the node name, localhost, 127.0.0.1); and its port (the data dir's last
+        one when free, so the Node's advertised port stays right across restarts)."""
+        name = self.node_name
+        client = issue_client_cert(pki.ca, f"system:node:{name}", ("system:nodes",))
+        write_kubeconfig(self.kubelet_dir / KUBECONFIG, url, pki.ca.cert_pem, client.cert_pem,
+                         client.key_pem, user=f"system:node:{name}")
+        serving = issue_serving_cert(pki.ca, [name, "127.0.0.1", "localhost"])
+        kubelet_pki = self.kubelet_dir / "pki"
+        kubelet_pki.mkdir(parents=True, exist_ok=True)
+        key_path = kubelet_pki / "kubelet.key"
+        flags.write_atomic(key_path, serving.key_pem.decode(), 0o600)
+        flags.write_atomic(kubelet_pki / "kubelet.crt", serving.cert_pem.decode())
+        last = self._last_kubelet_port
+        self.kubelet_port = last if last and port_is_free(last) else free_port()
+        ports = flags.read_ports(self.data_dir)
+        ports["kubelet"] = self.kubelet_port
+        flags.write_ports(self.data_dir, ports)
 
     def _initial_port(self) -> int | None:
         if self.args.port is not None:
@@ -139,6 +202,9 @@ class Cluster:
             await self.supervisor.start(Component("scheduler", self.scheduler_argv))
             await self.supervisor.start(Component("controller-manager",
                                                   self.controller_manager_argv))
+            if not self.args.no_kubelet:
+                self.prepare_kubelet(url, pki)
+                await self.supervisor.start(Component("kubelet", self.kubelet_argv))
             say(f"ephemera: the API answers at {url}")
             say(f"kubeconfig: {self.kubeconfig}")
             if self.args.demo and not self.stop.is_set():

@@ -1,0 +1,167 @@
+"""`ephemera kubelet`: one node's agent against the apiserver named by `--kubeconfig`.
+
+    ephemera kubelet --kubeconfig FILE --root-dir DIR [--node-name NAME]
+        [--runtime auto|runc|crun|fake] [--feature-gates K=V,...] [--port P]
+
+It registers the Node, runs the pods bound to it (`ephemera.kubelet.agent.Kubelet`) and
+serves its HTTPS API on `--address:--port` (0 picks a free port, written to `--port-file`).
+Its serving certificate is `--tls-cert-file`/`--tls-private-key-file` (`ephemera up` issues
+one from the cluster CA); without them a self-signed one is made under `<root-dir>/pki/`, as
+upstream's kubelet does (the apiserver, which checks kubelet certificates against the
+cluster CA, then cannot read logs through it). With `--client-ca-file`, clients of that API
+must present a certificate signed by that CA. SIGTERM or SIGINT stops it; the containers keep
+running and are adopted by the next kubelet on the same root dir, unless
+`--stop-pods-on-exit` (which `ephemera up` passes: stopping the cluster stops its pods; a
+kubelet that crashes still leaves them running, to be adopted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import logging
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+from ephemera.cli import flags
+from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
+
+log = logging.getLogger("ephemera.kubelet")
+
+DEFAULT_PORT = 10250
+USER_AGENT = "ephemera-kubelet"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "kubelet", help="run a node's agent (the kubelet)",
+        description="Register a node and run the pods bound to it until SIGINT or SIGTERM.")
+    parser.add_argument("--kubeconfig", required=True, type=Path, metavar="FILE",
+                        help="how to reach the apiserver (server, CA, credentials)")
+    parser.add_argument("--node-name", default=None, metavar="NAME",
+                        help="the node's name (default: the host name)")
+    parser.add_argument("--root-dir", required=True, type=Path, metavar="DIR",
+                        help="where pods, volumes, logs, images and runtime state live")
+    parser.add_argument("--runtime", choices=("auto", "runc", "crun", "fake"), default="auto",
+                        help="the container runtime (default auto: crun if it works on this "
+                             "host, else runc; fake runs no processes)")
+    flags.add_feature_gates(parser)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"the kubelet API's port (default {DEFAULT_PORT}; 0 picks a free "
+                             "one)")
+    parser.add_argument("--address", default="127.0.0.1",
+                        help="the kubelet API's listen address (default 127.0.0.1)")
+    parser.add_argument("--node-ip", default="127.0.0.1",
+                        help="the node's InternalIP, also its pods' hostIP (default 127.0.0.1)")
+    parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
+                        help="write the bound port there once serving")
+    parser.add_argument("--tls-cert-file", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--tls-private-key-file", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--client-ca-file", type=Path, default=None, metavar="FILE",
+                        help="require client certificates signed by this CA")
+    parser.add_argument("--max-pods", type=int, default=110)
+    parser.add_argument("--stop-pods-on-exit", action="store_true",
+                        help="on SIGTERM/SIGINT, stop every pod's containers and remove their "
+                             "volumes and directories (the pods stay in the API); without it "
+                             "they keep running for the next kubelet to adopt")
+    parser.add_argument("--node-status-update-frequency", type=float, default=10.0,
+                        metavar="SECONDS")
+    parser.add_argument("--sync-frequency", type=float, default=10.0, metavar="SECONDS",
+                        help="resync every pod at least this often (default 10)")
+    parser.add_argument("--crash-loop-backoff-initial", type=float, default=10.0,
+                        metavar="SECONDS", help=argparse.SUPPRESS)
+    parser.add_argument("--crash-loop-backoff-max", type=float, default=300.0,
+                        metavar="SECONDS", help=argparse.SUPPRESS)
+    parser.add_argument("--volume-mount-timeout", type=float, default=123.0,
+                        metavar="SECONDS", help=argparse.SUPPRESS)
+    parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def ensure_self_signed(root_dir: Path, node_name: str) -> tuple[Path, Path]:
+    """A self-signed serving certificate for the kubelet under `<root>/pki/` (kept)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    pki = root_dir / "pki"
+    cert_path, key_path = pki / "kubelet.crt", pki / "kubelet.key"
+    if cert_path.exists() and key_path.exists():
+        return cert_path, key_path
+    pki.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME,
+                                         f"{node_name}@{int(dt.datetime.now().timestamp())}")])
+    import ipaddress
+
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=365))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName(node_name), x509.DNSName("localhost"),
+                 x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    try:
+        config = load_kubeconfig(args.kubeconfig)
+    except (KubeconfigError, OSError) as err:
+        parser.error(f"--kubeconfig: {err}")
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        parser.error("--tls-cert-file and --tls-private-key-file go together")
+    try:
+        return asyncio.run(_serve(config, args))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve(client_config: Any, args: argparse.Namespace) -> int:
+    from ephemera.kubelet.agent import Kubelet, KubeletConfig
+    from ephemera.kubelet.images import ImageStore
+    from ephemera.kubelet.podworkers import BackOffPolicy, WorkerSettings
+    from ephemera.kubelet.runtime import make_runtime
+
+    node_name = (args.node_name or socket.gethostname()).lower()
+    root_dir: Path = args.root_dir.resolve()
+    root_dir.mkdir(parents=True, exist_ok=True)
+    cert, key = args.tls_cert_file, args.tls_private_key_file
+    if cert is None:
+        cert, key = ensure_self_signed(root_dir, node_name)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    backoff = BackOffPolicy(args.crash_loop_backoff_initial, args.crash_loop_backoff_max)
+    settings = WorkerSettings(backoff=backoff, image_backoff=backoff,
+                              mount_timeout=args.volume_mount_timeout,
+                              resync_period=args.sync_frequency)
+    kubelet_config = KubeletConfig(
+        node_name=node_name, root_dir=root_dir, gates=args.feature_gates,
+        address=args.address, port=args.port, node_ip=args.node_ip, tls_cert_file=cert,
+        tls_key_file=key, client_ca_file=args.client_ca_file, port_file=args.port_file,
+        max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
+        node_status_interval=args.node_status_update_frequency)
+    runtime = make_runtime(args.runtime, root_dir, node_name)
+    images = ImageStore(root_dir)
+    async with ApiClient(client_config, user_agent=USER_AGENT) as api:
+        kubelet = Kubelet(kubelet_config, api, runtime, images)
+        log.info("kubelet %s starting (runtime %s, root %s)", node_name, runtime.name, root_dir)
+        try:
+            await kubelet.run(stop)
+        except OSError as err:
+            log.error("kubelet: %s", err)
+            return 1
+    log.info("kubelet %s stopped", node_name)
+    return 0

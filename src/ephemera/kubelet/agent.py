@@ -1,0 +1,702 @@
+"""The Kubelet: the wiring of one node's agent and its main loop.
+
+`Kubelet(config, api, runtime, images, volumes=None)` and `await kubelet.run(stop)`:
+
+1. builds the base image when the store is empty (`ImageStore.ensure_base`);
+2. serves its HTTPS API (`server.py`; port 0 picks a free port, written to `port_file`);
+3. registers the Node (`node.py`; retried until the API answers), then keeps its status
+   current (every `node_status_interval`) and its Lease renewed (every
+   `lease_renew_interval`);
+4. watches the pods bound to it (`fieldSelector=spec.nodeName=NAME`) with an informer; once
+   the first list is in, admits them in creation order and hands each admitted pod to the
+   pod workers (`podworkers.py`), the volume manager (its desired state) and the status
+   manager (`status.py`);
+5. relists the runtime every second (waking the workers of pods whose containers changed),
+   and every `housekeeping_interval` cleans up what belongs to no pod it knows: sandboxes and
+   containers (killed and removed), volumes and pod directories (a pod deleted while the
+   kubelet was down).
+
+**Admission** (`admit`): a pod bound to this node is admitted unless the node lacks room for
+it: the requests (`ephemera.pods.resources.pod_requests`) of the admitted, non-terminal pods
+plus this pod's, against allocatable cpu, memory and ephemeral-storage, and the pod count
+against `pods`. A rejected pod gets `phase: Failed`, `reason: OutOf<resource>` and `message:
+Pod was rejected: Node didn't have enough resource: cpu, requested: 1500, used: 1450,
+capacity: 1930` (milli-CPU, bytes), with a Warning event, as upstream's. This is the place
+where the allocation stage (KEP-5972/KEP-1287: the allocated-pod checkpoint, `/allocated`,
+resizes) plugs in: `Kubelet.admit` decides, `Kubelet.admitted` is the allocated set.
+
+The kubelet never stops containers when it stops: a restarted kubelet adopts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ephemera.api.errors import StatusError
+from ephemera.api.featuregates import FeatureGates
+from ephemera.api.quantity import QuantityError, quantity_from_json
+from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
+from ephemera.kubelet import events
+from ephemera.kubelet.events import KubeletEvents
+from ephemera.kubelet.node import NodeAgent, NodeConfig, allocatable
+from ephemera.kubelet.podworkers import (
+    PodWorkers,
+    Relister,
+    WorkerDeps,
+    WorkerSettings,
+    container_log_path,
+    remove_orphan_dirs,
+)
+from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
+from ephemera.kubelet.server import (
+    KubeletMetrics,
+    LogLookupError,
+    LogSource,
+    create_kubelet_app,
+    kubelet_ssl_context,
+)
+from ephemera.kubelet.status import StatusManager, rejected_status
+from ephemera.pods import resources as podresources
+
+__all__ = ["AdmitResult", "Kubelet", "KubeletConfig", "admit"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class KubeletConfig:
+    node_name: str
+    root_dir: Path
+    gates: FeatureGates = field(default_factory=FeatureGates)
+    address: str = "127.0.0.1"  # where the HTTPS server listens
+    port: int = 10250  # 0: a free port
+    node_ip: str = "127.0.0.1"  # the InternalIP the Node reports (hostIP of its pods)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    client_ca_file: Path | None = None
+    port_file: Path | None = None
+    max_pods: int = 110
+    settings: WorkerSettings = field(default_factory=WorkerSettings)
+    node_status_interval: float = 10.0
+    node_status_report_interval: float = 300.0
+    lease_renew_interval: float = 10.0
+    housekeeping_interval: float = 2.0
+    register_retry_interval: float = 1.0
+    # On stop, kill every pod's containers and remove their sandboxes, volumes and
+    # directories (API objects stay): `ephemera up` stopping stops the whole node.
+    stop_pods_on_exit: bool = False
+    drain_grace_period: float = 2.0
+
+
+# --- admission ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdmitResult:
+    admit: bool
+    reason: str = ""
+    message: str = ""
+
+
+_CHECKED = ("cpu", "memory", "ephemeral-storage")
+
+
+def _amount(resource: str, quantity: Any) -> int:
+    return int(quantity.milli_value()) if resource == "cpu" else int(quantity.value())
+
+
+def admit(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
+          node_allocatable: Mapping[str, Any], gates: Mapping[str, bool]) -> AdmitResult:
+    """Whether the node has room for `pod` next to the admitted `others` (upstream's
+    resource-fit admit handler)."""
+    try:
+        pods_capacity = int(str(node_allocatable.get("pods", "110")))
+    except ValueError:
+        pods_capacity = 110
+    if len(others) + 1 > pods_capacity:
+        return AdmitResult(False, "OutOfpods",
+                           f"Node didn't have enough resource: pods, requested: 1, used: "
+                           f"{len(others)}, capacity: {pods_capacity}")
+    wanted = podresources.pod_requests(pod, gates=gates)
+    for resource in _CHECKED:
+        request = wanted.get(resource)
+        if request is None or request.is_zero() or resource not in node_allocatable:
+            continue
+        try:
+            capacity = _amount(resource, quantity_from_json(node_allocatable[resource]))
+        except QuantityError:
+            continue
+        used = 0
+        for other in others:
+            q = podresources.pod_requests(other, gates=gates).get(resource)
+            if q is not None:
+                used += _amount(resource, q)
+        requested = _amount(resource, request)
+        if requested + used > capacity:
+            return AdmitResult(False, f"OutOf{resource}",
+                               f"Node didn't have enough resource: {resource}, requested: "
+                               f"{requested}, used: {used}, capacity: {capacity}")
+    return AdmitResult(True)
+
+
+def _terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _created(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _bytes(value: Any) -> int:
+    try:
+        return int(quantity_from_json(value).value())
+    except (QuantityError, TypeError):
+        return 0
+
+
+class Kubelet:
+    """One node's agent (see the module docstring)."""
+
+    def __init__(self, config: KubeletConfig, api: ApiClient, runtime: RuntimeService,
+                 images: Any, volumes: Any = None) -> None:
+        self.config = config
+        self.api = api
+        self.runtime = runtime
+        self.image_store = images
+        self.node_name = config.node_name
+        self.root_dir = config.root_dir
+        self.metrics = KubeletMetrics(config.node_name)
+        self.events = KubeletEvents(api, config.node_name)
+        self.status = StatusManager(api)
+        self.node_config = NodeConfig(node_name=config.node_name, root_dir=config.root_dir,
+                                      gates=config.gates, node_ip=config.node_ip,
+                                      kubelet_port=config.port, max_pods=config.max_pods)
+        self.node_agent: NodeAgent | None = None
+        self.node_allocatable: dict[str, Any] = {}
+        self.node_allocatable_memory = 0
+        if volumes is None:
+            from ephemera.kubelet.volumes.manager import VolumeManager
+
+            # ConfigMap and Secret changes reach the files within one pod sync period.
+            volumes = VolumeManager(config.root_dir, self,
+                                    sync_period=config.settings.resync_period)
+        self.volumes = volumes
+        self.pods_informer = Informer(api, resource_path("pods"),
+                                      field_selector=f"spec.nodeName={config.node_name}",
+                                      name=f"pods on {config.node_name}")
+        self.admitted: set[str] = set()
+        self.rejected: set[str] = set()
+        self._initial_done = False
+        self.relister = Relister(runtime, self._runtime_changed,
+                                 period=config.settings.relist_period,
+                                 on_duration=self._relisted)
+        self.workers: PodWorkers | None = None
+        self.bound_port: int = config.port
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- VolumeHost ----------------------------------------------------------------------
+
+    async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.api.get(resource_path("configmaps", namespace, name))
+        except StatusError as err:
+            if err.code == 404:
+                return None
+            raise
+
+    async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.api.get(resource_path("secrets", namespace, name))
+        except StatusError as err:
+            if err.code == 404:
+                return None
+            raise
+
+    @property
+    def node_allocatable_cpu_millis(self) -> int:
+        try:
+            return int(quantity_from_json(self.node_allocatable.get("cpu", "1")).milli_value())
+        except QuantityError:
+            return 1000
+
+    @property
+    def node_allocatable_ephemeral_storage(self) -> int | None:
+        value = self.node_allocatable.get("ephemeral-storage")
+        return _bytes(value) if value is not None else None
+
+    # -- helpers -------------------------------------------------------------------------
+
+    async def _runtime_version(self) -> str:
+        """`<runtime>://<version>` as the Node's `containerRuntimeVersion`."""
+        version: Any = getattr(self.runtime, "version", "")
+        try:
+            if callable(version):
+                version = version()
+            if inspect.isawaitable(version):
+                version = await version
+        except Exception as err:
+            log.warning("could not read the runtime's version: %s", err)
+            version = ""
+        text = str(version or "")
+        return text if "://" in text else f"{self.runtime.name}://{text}"
+
+    def _images_for_status(self) -> list[dict[str, Any]]:
+        result = []
+        list_images = getattr(self.image_store, "list", None)
+        if list_images is None:
+            return []
+        for image in list_images():
+            names = [*getattr(image, "repo_digests", ()), *getattr(image, "repo_tags", ())]
+            if names:
+                result.append({"names": names, "sizeBytes": int(getattr(image, "size", 0))})
+        return result
+
+    def _relisted(self, seconds: float) -> None:
+        self.metrics.pleg_relist_duration.observe(seconds)
+        snapshot = self.relister.snapshot
+        self.metrics.running_pods.set(sum(1 for s in snapshot.sandboxes.values() if s.ready))
+        counts = {"running": 0, "exited": 0, "created": 0, "unknown": 0}
+        for c in snapshot.containers.values():
+            counts[c.state.value.lower()] = counts.get(c.state.value.lower(), 0) + 1
+        for state, count in counts.items():
+            self.metrics.running_containers.labels(container_state=state).set(count)
+
+    def _runtime_changed(self, uid: str) -> None:
+        if self.workers is not None:
+            self.workers.wake(uid)
+
+    def _volumes_changed(self) -> None:
+        if self.workers is not None and self._initial_done:
+            self.volumes.set_desired_pods(self.workers.pods_needing_volumes())
+
+    def _volume_event(self, uid: str) -> None:
+        if self.workers is not None:
+            self.workers.wake(uid)
+
+    async def _in_use(self, uid: str, volume_name: str) -> bool:
+        with contextlib.suppress(RuntimeError_):
+            await self.relister.relist()
+        for c in self.relister.snapshot.pod_containers(uid):
+            if c.state in (ContainerState.RUNNING, ContainerState.CREATED) and any(
+                    m.volume_name == volume_name for m in c.mounts):
+                return True
+        return False
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def _other_admitted(self, uid: str) -> list[Obj]:
+        assert self.workers is not None
+        return [p for p in self.workers.pods()
+                if p["metadata"]["uid"] != uid and not _terminal(p)
+                and p["metadata"]["uid"] in self.admitted]
+
+    def _handle_pod(self, pod: Obj) -> None:
+        assert self.workers is not None
+        md = pod.get("metadata") or {}
+        uid = str(md.get("uid") or "")
+        if not uid or uid in self.rejected:
+            return
+        if uid not in self.admitted:
+            if not _terminal(pod) and not md.get("deletionTimestamp"):
+                result = self.admit(pod)
+                if not result.admit:
+                    self._reject(pod, result)
+                    return
+            self.admitted.add(uid)
+        self.workers.update(pod)
+        self._volumes_changed()
+
+    def admit(self, pod: Obj) -> AdmitResult:
+        """The admission decision (the allocation stage of a later issue goes here)."""
+        uid = str((pod.get("metadata") or {}).get("uid"))
+        return admit(pod, self._other_admitted(uid), self.node_allocatable, self.config.gates)
+
+    def _reject(self, pod: Obj, result: AdmitResult) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid"))
+        self.rejected.add(uid)
+        log.info("rejected pod %s/%s: %s", (pod.get("metadata") or {}).get("namespace"),
+                 (pod.get("metadata") or {}).get("name"), result.message)
+        self.status.set_pod_status(pod, rejected_status(pod.get("status"), result.reason,
+                                                        result.message))
+        assert self.workers is not None
+        self.workers.spawn(self.events.pod(pod, events.WARNING, result.reason,
+                                           result.message))
+
+    def _on_pod(self, pod: Obj) -> None:
+        self.status.observe(pod)
+        if self._initial_done:
+            self._handle_pod(pod)
+
+    def _on_pod_update(self, old: Obj, new: Obj) -> None:
+        self._on_pod(new)
+
+    def _on_pod_delete(self, pod: Obj) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        self.rejected.discard(uid)
+        if self.workers is None:
+            return
+        if uid in self.admitted or self.workers.get(uid) is not None:
+            self.workers.remove(pod)
+        self.admitted.discard(uid)
+
+    def _worker_done(self, uid: str) -> None:
+        if self.pods_informer.get(self._key_of(uid)) is None:
+            self.admitted.discard(uid)
+
+    def _key_of(self, uid: str) -> str:
+        for pod in self.pods_informer.list():
+            if pod["metadata"].get("uid") == uid:
+                return f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}"
+        return ""
+
+    def admitted_pods(self) -> list[Obj]:
+        """The admitted pods with the statuses the kubelet computed (for `/pods`)."""
+        result: list[Obj] = []
+        if self.workers is None:
+            return result
+        for pod in self.workers.pods():
+            uid = pod["metadata"].get("uid")
+            status = self.status.get(str(uid))
+            result.append({**pod, "status": status if status is not None else
+                           pod.get("status") or {}})
+        return result
+
+    # -- logs ----------------------------------------------------------------------------
+
+    def _find_pod(self, namespace: str, name: str) -> Obj | None:
+        pod = self.pods_informer.get(f"{namespace}/{name}")
+        if pod is not None:
+            return pod
+        if self.workers is not None:
+            for candidate in self.workers.pods():
+                md = candidate.get("metadata") or {}
+                if md.get("namespace") == namespace and md.get("name") == name:
+                    return candidate
+        return None
+
+    async def log_source(self, namespace: str, pod_name: str, container: str,
+                         previous: bool) -> LogSource:
+        pod = self._find_pod(namespace, pod_name)
+        if pod is None:
+            raise LogLookupError(f'pod "{pod_name}" does not exist', 404)
+        spec = pod.get("spec") or {}
+        names = [str(c.get("name")) for c in [*(spec.get("initContainers") or []),
+                                              *(spec.get("containers") or [])]]
+        if container not in names:
+            raise LogLookupError(f'container "{container}" not found in pod "{pod_name}"', 404)
+        uid = str(pod["metadata"].get("uid"))
+        status = self.status.get(uid) or pod.get("status") or {}
+        cstatus = None
+        for s in [*(status.get("containerStatuses") or []),
+                  *(status.get("initContainerStatuses") or [])]:
+            if s.get("name") == container:
+                cstatus = s
+        if cstatus is None:
+            raise LogLookupError(f'container "{container}" in pod "{pod_name}" is not '
+                                 f'available')
+        state = cstatus.get("state") or {}
+        last = (cstatus.get("lastState") or {}).get("terminated")
+        restarts = int(cstatus.get("restartCount") or 0)
+        container_id = ""
+        attempt = restarts
+        if previous:
+            if not last or not last.get("containerID"):
+                raise LogLookupError(f'previous terminated container "{container}" in pod '
+                                     f'"{pod_name}" not found')
+            container_id = str(last["containerID"])
+            attempt = restarts if state.get("waiting") else restarts - 1
+        elif state.get("running"):
+            container_id = str(cstatus.get("containerID") or "")
+        elif state.get("terminated"):
+            container_id = str(state["terminated"].get("containerID") or "") or \
+                str((last or {}).get("containerID") or "")
+            if not container_id:
+                raise LogLookupError(f'container "{container}" in pod "{pod_name}" is '
+                                     f'terminated')
+        elif last:
+            container_id = str(last.get("containerID") or "")
+            if not container_id:
+                raise LogLookupError(f'container "{container}" in pod "{pod_name}" is '
+                                     f'terminated')
+        elif state.get("waiting"):
+            reason = state["waiting"].get("reason")
+            if reason == "ErrImagePull":
+                detail = "image can't be pulled"
+            elif reason == "ImagePullBackOff":
+                detail = "trying and failing to pull image"
+            else:
+                detail = str(reason)
+            raise LogLookupError(f'container "{container}" in pod "{pod_name}" is waiting to '
+                                 f'start: {detail}')
+        else:
+            raise LogLookupError(f'container "{container}" in pod "{pod_name}" is waiting to '
+                                 f'start - no logs yet')
+        runtime_id = container_id.split("://", 1)[-1]
+        path: Path | None = None
+        try:
+            found = await self.runtime.container_status(runtime_id)
+            path = found.log_path
+        except (RuntimeError_, KeyError, LookupError):
+            path = None
+        if path is None:
+            path = container_log_path(self.root_dir, pod, container, max(attempt, 0))
+
+        async def still_running() -> bool:
+            try:
+                current = await self.runtime.container_status(runtime_id)
+            except (RuntimeError_, KeyError, LookupError):
+                return False
+            return current.state in (ContainerState.RUNNING, ContainerState.CREATED)
+
+        return LogSource(Path(path), still_running)
+
+    # -- main loop -----------------------------------------------------------------------
+
+    async def _serve(self, stop: asyncio.Event, started: asyncio.Future[int]) -> None:
+        cfg = self.config
+        app = create_kubelet_app(self, self.metrics,
+                                 require_client_cert=cfg.client_ca_file is not None)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            ssl_ctx = None
+            if cfg.tls_cert_file is not None and cfg.tls_key_file is not None:
+                ssl_ctx = kubelet_ssl_context(cfg.tls_cert_file, cfg.tls_key_file,
+                                              cfg.client_ca_file)
+            site = web.TCPSite(runner, cfg.address, cfg.port, ssl_context=ssl_ctx,
+                               reuse_address=True)
+            await site.start()
+            port = cfg.port
+            for address in runner.addresses:
+                if isinstance(address, tuple) and len(address) >= 2:
+                    port = int(address[1])
+            started.set_result(port)
+            await stop.wait()
+        except BaseException as err:
+            if not started.done():
+                started.set_exception(err)
+            raise
+        finally:
+            await runner.cleanup()
+
+    async def _register(self, stop: asyncio.Event) -> bool:
+        assert self.node_agent is not None
+        delay = self.config.register_retry_interval
+        while not stop.is_set():
+            try:
+                node = await self.node_agent.register()
+                self.node_allocatable = dict((node.get("status") or {}).get("allocatable")
+                                             or allocatable(self.node_agent.builder.capacity))
+                self.node_allocatable_memory = _bytes(self.node_allocatable.get("memory",
+                                                                                "0"))
+                await self.node_agent.renew_lease()
+                return True
+            except (StatusError, ApiUnavailable) as err:
+                log.warning("registering node %s: %s; retrying", self.node_name,
+                            getattr(err, "message", err))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, 10.0)
+        return False
+
+    async def _periodic(self, interval: float, work: Any, what: str) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await work()
+            except (StatusError, ApiUnavailable) as err:
+                log.warning("%s: %s", what, getattr(err, "message", err))
+            except Exception:
+                log.exception("%s failed", what)
+
+    async def _update_node_status(self) -> None:
+        assert self.node_agent is not None
+        self.node_agent.runtime_ready = self.relister.healthy
+        self.node_agent.runtime_message = "" if self.relister.healthy else \
+            "container runtime is down: listing containers failed"
+        if await self.node_agent.update_status():
+            self.metrics.node_status_updates.inc()
+
+    async def _renew_lease(self) -> None:
+        assert self.node_agent is not None
+        await self.node_agent.renew_lease()
+
+    async def _housekeeping(self) -> None:
+        """Clean up what belongs to no known pod."""
+        assert self.workers is not None
+        if not self._initial_done:
+            return
+        await self.relister.relist()
+        known = set(self.workers.uids())
+        for sandbox in list(self.relister.snapshot.sandboxes.values()):
+            if sandbox.pod_uid not in known:
+                log.info("removing the orphaned sandbox of pod %s/%s (%s)", sandbox.namespace,
+                         sandbox.name, sandbox.pod_uid)
+                self.workers.remove({"metadata": {"uid": sandbox.pod_uid,
+                                                  "name": sandbox.name,
+                                                  "namespace": sandbox.namespace}})
+                known.add(sandbox.pod_uid)
+        pods_dir = self.root_dir / "pods"
+        leftovers = []
+        with contextlib.suppress(FileNotFoundError):
+            leftovers = [e for e in os.listdir(pods_dir) if e not in known]
+        for uid in leftovers:
+            try:
+                await self.volumes.teardown_pod(uid)
+            except Exception as err:
+                log.warning("tearing down the volumes of orphaned pod %s: %s", uid, err)
+        await asyncio.to_thread(remove_orphan_dirs, self.root_dir,
+                                set(self.workers.uids()))
+
+    def _start(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set."""
+        cfg = self.config
+        cfg.root_dir.mkdir(parents=True, exist_ok=True)
+        await self._ensure_base_image()
+        started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        server = asyncio.get_running_loop().create_task(self._serve(stop, started),
+                                                        name="kubelet-server")
+        self._tasks.append(server)
+        try:
+            self.bound_port = await started
+            self.node_config.kubelet_port = self.bound_port
+            self.node_config.runtime_version = await self._runtime_version()
+            if cfg.port_file is not None:
+                _write_atomic(cfg.port_file, f"{self.bound_port}\n")
+            log.info("kubelet %s serving on %s:%d", self.node_name, cfg.address,
+                     self.bound_port)
+            self.node_agent = NodeAgent(self.api, self.node_config,
+                                        images=self._images_for_status,
+                                        report_interval=cfg.node_status_report_interval)
+            if not await self._register(stop):
+                return
+            deps = WorkerDeps(
+                api=self.api, runtime=self.runtime, images=self.image_store,
+                volumes=self.volumes, status=self.status, events=self.events,
+                root_dir=cfg.root_dir, node_name=self.node_name, host_ip=cfg.node_ip,
+                get_configmap=self.get_configmap, get_secret=self.get_secret,
+                node_allocatable=self.node_allocatable, settings=cfg.settings,
+                on_volumes_changed=self._volumes_changed,
+                on_container_started=self._container_started,
+                on_pod_started=self.metrics.pod_start_duration.observe,
+                on_sync_done=lambda op, s: self.metrics.pod_worker_duration.labels(
+                    operation=op).observe(s))
+            self.workers = PodWorkers(deps)
+            self.workers.on_worker_done = self._worker_done
+            self.volumes.set_in_use_checker(self._in_use)
+            self.volumes.subscribe(self._volume_event)
+            self.pods_informer.add_handler(on_add=self._on_pod, on_update=self._on_pod_update,
+                                           on_delete=self._on_pod_delete)
+            self._start(self.status.run(), "status-manager")
+            self._start(self.relister.run(), "relister")
+            self._start(self.volumes.run(), "volume-manager")
+            self._start(self.pods_informer.run(), "pod-informer")
+            self._start(self._periodic(cfg.node_status_interval, self._update_node_status,
+                                       "updating the node status"), "node-status")
+            self._start(self._periodic(cfg.lease_renew_interval, self._renew_lease,
+                                       "renewing the node lease"), "node-lease")
+            waiter = asyncio.ensure_future(self.pods_informer.wait_synced())
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            stopper.cancel()
+            if stop.is_set():
+                return
+            await self.relister.wait_synced()
+            self._initial_done = True
+            for pod in sorted(self.pods_informer.list(), key=_created):
+                self._handle_pod(pod)
+            self._volumes_changed()
+            self._start(self._periodic(cfg.housekeeping_interval, self._housekeeping,
+                                       "housekeeping"), "housekeeping")
+            await stop.wait()
+        finally:
+            if cfg.stop_pods_on_exit:
+                await self.drain()
+            await self.close()
+
+    def _container_started(self, kind: str, code: str) -> None:
+        if code:
+            self.metrics.started_containers_errors.labels(code=code, container_type=kind).inc()
+        else:
+            self.metrics.started_containers.labels(container_type=kind).inc()
+
+    async def _ensure_base_image(self) -> None:
+        listing = getattr(self.image_store, "list", None)
+        ensure = getattr(self.image_store, "ensure_base", None)
+        if listing is None or ensure is None:
+            return
+        try:
+            if not await asyncio.to_thread(listing):
+                await asyncio.to_thread(ensure)
+        except Exception as err:
+            log.warning("could not build the base image: %s", err)
+
+    async def drain(self) -> None:
+        """Stop every pod on this node: kill the containers (within the drain grace period),
+        remove them and the sandboxes, tear down the volumes and remove the pod directories
+        and logs. The pods stay in the API; a kubelet started later runs them again."""
+        if self.workers is not None:
+            await self.workers.close()
+        grace = self.config.drain_grace_period
+        try:
+            sandboxes = await self.runtime.list_pod_sandboxes()
+            for sandbox in sandboxes:
+                containers = await self.runtime.list_containers(sandbox.id)
+                await asyncio.gather(*(self.runtime.stop_container(c.id, grace)
+                                       for c in containers
+                                       if c.state == ContainerState.RUNNING),
+                                     return_exceptions=True)
+            for sandbox in sandboxes:
+                with contextlib.suppress(RuntimeError_):
+                    await self.runtime.stop_pod_sandbox(sandbox.id)
+                for c in await self.runtime.list_containers(sandbox.id):
+                    with contextlib.suppress(RuntimeError_):
+                        await self.runtime.remove_container(c.id)
+                with contextlib.suppress(RuntimeError_):
+                    await self.runtime.remove_pod_sandbox(sandbox.id)
+        except RuntimeError_ as err:
+            log.warning("draining the node: %s", err)
+        teardown_all = getattr(self.volumes, "teardown_all", None)
+        if teardown_all is not None:
+            try:
+                await teardown_all()
+            except Exception as err:
+                log.warning("draining the node: tearing down volumes: %s", err)
+        await asyncio.to_thread(remove_orphan_dirs, self.root_dir, set())
+        log.info("kubelet %s: stopped every pod on the node", self.node_name)
+
+    async def close(self) -> None:
+        """Stop the loops (the containers keep running)."""
+        if self.workers is not None:
+            await self.workers.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        with contextlib.suppress(Exception):
+            await self.runtime.close()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,109 @@
+"""Events the kubelet posts, with upstream's reasons and messages (`pkg/kubelet/events`).
+
+`KubeletEvents(api, node_name)` wraps `ephemera.client.EventRecorder` (component `kubelet`,
+source host the node name, repeats counted) and adds what the kubelet's events carry that
+others' do not: `involvedObject.fieldPath` naming the container (`spec.containers{c1}`,
+`spec.initContainers{i1}`), so `kubectl describe pod` shows them as upstream's do. The
+constants are the reasons; the helpers build the exact upstream messages. Posting is best
+effort: a failure is logged, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ephemera.client import ApiClient, EventRecorder
+
+__all__ = [
+    "BACK_OFF",
+    "CREATED",
+    "FAILED",
+    "FAILED_MOUNT",
+    "KILLING",
+    "NORMAL",
+    "PULLED",
+    "STARTED",
+    "WARNING",
+    "KubeletEvents",
+    "container_field_path",
+]
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+# Container events (pkg/kubelet/events/event.go).
+CREATED = "Created"
+STARTED = "Started"
+FAILED = "Failed"
+KILLING = "Killing"
+BACK_OFF = "BackOff"
+# Image events.
+PULLING = "Pulling"
+PULLED = "Pulled"
+ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
+# Pod and volume events.
+FAILED_MOUNT = "FailedMount"
+FAILED_CREATE_POD_SANDBOX = "FailedCreatePodSandBox"
+SANDBOX_CHANGED = "SandboxChanged"
+OUT_OF_RESOURCE_PREFIX = "OutOf"
+# Node events.
+NODE_READY = "NodeReady"
+NODE_NOT_READY = "NodeNotReady"
+STARTING = "Starting"
+REGISTERED_NODE = "RegisteredNode"
+
+
+def container_field_path(container_name: str, *, init: bool = False) -> str:
+    """`spec.containers{c1}` or `spec.initContainers{i1}`, as upstream's `GenerateContainerRef`."""
+    return f"spec.{'initContainers' if init else 'containers'}{{{container_name}}}"
+
+
+class _FieldPathRecorder(EventRecorder):
+    """An `EventRecorder` whose events may name a field of the object (`fieldPath`)."""
+
+    FIELD_PATH_KEY = "\x00fieldPath"
+
+    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str,
+               action: str) -> dict[str, Any]:
+        event = super()._event(obj, type_, reason, message, action)
+        field_path = obj.get(self.FIELD_PATH_KEY)
+        if field_path:
+            event["involvedObject"]["fieldPath"] = field_path
+        event["reportingInstance"] = self.host
+        return event
+
+
+class KubeletEvents:
+    """The kubelet's event recorder."""
+
+    def __init__(self, api: ApiClient, node_name: str) -> None:
+        self.node_name = node_name
+        self._recorder = _FieldPathRecorder(api, "kubelet", host=node_name)
+
+    async def pod(self, pod: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """An event about the pod as a whole."""
+        await self._recorder.record(_ref(pod), type_, reason, message)
+
+    async def container(self, pod: Mapping[str, Any], container_name: str, type_: str,
+                        reason: str, message: str, *, init: bool = False) -> None:
+        """An event about one container of the pod (`fieldPath` names it)."""
+        ref = _ref(pod)
+        ref[_FieldPathRecorder.FIELD_PATH_KEY] = container_field_path(container_name, init=init)
+        await self._recorder.record(ref, type_, reason, message)
+
+    async def node(self, node: Mapping[str, Any], type_: str, reason: str,
+                   message: str) -> None:
+        """An event about the node (upstream names the node by its name as the uid)."""
+        md = node.get("metadata") or {}
+        ref = {"kind": "Node", "apiVersion": "v1",
+               "metadata": {"name": md.get("name") or self.node_name,
+                            "uid": md.get("name") or self.node_name}}
+        await self._recorder.record(ref, type_, reason, message)
+
+
+def _ref(pod: Mapping[str, Any]) -> dict[str, Any]:
+    md = pod.get("metadata") or {}
+    return {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": md.get("name"), "namespace": md.get("namespace"),
+                         "uid": md.get("uid"), "resourceVersion": md.get("resourceVersion")}}

@@ -1,0 +1,447 @@
+"""The kubelet's Node: registration, status and the heartbeat Lease (upstream's
+`kubelet_node_status.go`, `nodestatus/setters.go` and `nodelease`).
+
+- `machine_capacity(root_dir)`: `cpu` (the CPUs this process may run on), `memory`
+  (`MemTotal`), `ephemeral-storage` (the size of the filesystem holding the root dir),
+  `pods` (110), `hugepages-<size>` for the page sizes the kernel offers (0).
+- `allocatable(capacity)`: capacity minus upstream's default hard eviction thresholds
+  (`memory.available<100Mi`, `nodefs.available<10%`); no kube/system reservations.
+- `NodeStatusBuilder` builds `status`: capacity, allocatable, `conditions` (MemoryPressure,
+  DiskPressure, PIDPressure, Ready, in upstream's order, with upstream's reasons and
+  messages; `lastTransitionTime` kept while a condition's status stays), `addresses`
+  (InternalIP, Hostname), `daemonEndpoints.kubeletEndpoint.Port`, `nodeInfo`,
+  `declaredFeatures` (the enabled gates among PodLevelResourcesEphemeralStorage,
+  DynamicNodeLocalEphemeralVolumes, DynamicContainers, sorted) and `images`.
+- `node_object(...)`: the Node the kubelet registers, labelled `kubernetes.io/hostname`,
+  `kubernetes.io/os`, `kubernetes.io/arch` (and the `beta.` forms upstream still sets).
+- `NodeAgent`: `register()` creates the Node (or, when it exists, reconciles its labels and
+  status, as upstream's `tryRegisterWithAPIServer` does), `update_status()` PATCHes
+  `nodes/NAME/status` when something other than heartbeat times changed or every
+  `report_interval` seconds, and `renew_lease()` keeps `kube-node-lease/NAME` current
+  (`leaseDurationSeconds` 40, renewed every 10 s; owned by the Node).
+
+Pressure is read simply (available memory from `/proc/meminfo`, free space of the root
+dir's filesystem, PIDs in use against `kernel.pid_max`) against the same thresholds; the
+eviction manager of a later issue replaces that with its own signals through
+`NodeAgent.pressure_probe`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ephemera.api.errors import StatusError
+from ephemera.api.featuregates import (
+    DYNAMIC_CONTAINERS,
+    DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
+    POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
+)
+from ephemera.client import ApiClient, resource_path
+
+__all__ = [
+    "DECLARABLE_FEATURES",
+    "DEFAULT_MAX_PODS",
+    "KUBELET_VERSION",
+    "LEASE_DURATION_SECONDS",
+    "NODE_LEASE_NAMESPACE",
+    "NodeAgent",
+    "NodeConfig",
+    "NodeStatusBuilder",
+    "Pressure",
+    "allocatable",
+    "declared_features",
+    "machine_capacity",
+    "node_object",
+    "now_rfc3339",
+]
+
+log = logging.getLogger(__name__)
+
+KUBELET_VERSION = "v1.38.0"
+DEFAULT_MAX_PODS = 110
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+LEASE_DURATION_SECONDS = 40
+# Upstream's defaults: status checked every 10 s, reported at least every 5 min when unchanged.
+STATUS_UPDATE_INTERVAL = 10.0
+STATUS_REPORT_INTERVAL = 300.0
+# Default hard eviction thresholds (upstream's `DefaultEvictionHard` on Linux).
+EVICTION_HARD_MEMORY = 100 * 1024 * 1024
+EVICTION_HARD_NODEFS_FRACTION = 0.10
+PID_PRESSURE_FRACTION = 0.10  # ephemera's: less than 10% of pid_max free
+# The feature gates a node declares (KEP-5328) when they are on.
+DECLARABLE_FEATURES = (
+    DYNAMIC_CONTAINERS,
+    DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
+    POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
+)
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    """A `MicroTime` as upstream writes it (`2006-01-02T15:04:05.000000Z07:00`)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def go_arch() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386",
+            "ppc64le": "ppc64le", "s390x": "s390x"}.get(machine, machine)
+
+
+def _meminfo() -> dict[str, int]:
+    """`/proc/meminfo` in bytes."""
+    values: dict[str, int] = {}
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                factor = 1024 if len(parts) > 1 and parts[1] == "kB" else 1
+                values[key] = int(parts[0]) * factor
+    return values
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _hugepage_sizes() -> list[str]:
+    """The hugepage sizes the kernel offers, as resource names (`hugepages-2Mi`)."""
+    names = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(os.listdir("/sys/kernel/mm/hugepages")):
+            if entry.startswith("hugepages-") and entry.endswith("kB"):
+                kib = int(entry[len("hugepages-"):-2])
+                if kib % (1024 * 1024) == 0:
+                    names.append(f"hugepages-{kib // (1024 * 1024)}Gi")
+                elif kib % 1024 == 0:
+                    names.append(f"hugepages-{kib // 1024}Mi")
+                else:
+                    names.append(f"hugepages-{kib}Ki")
+    return names
+
+
+def _filesystem(path: Path) -> tuple[int, int]:
+    """(size, available) in bytes of the filesystem holding `path` (or its nearest existing
+    parent)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    st = os.statvfs(probe)
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def machine_capacity(root_dir: Path, max_pods: int = DEFAULT_MAX_PODS) -> dict[str, str]:
+    """The node's capacity as a Node's `status.capacity` (quantity strings)."""
+    mem = _meminfo().get("MemTotal", 0)
+    size, _ = _filesystem(root_dir)
+    capacity = {"cpu": str(_cpu_count()), "memory": f"{mem // 1024}Ki",
+                "ephemeral-storage": f"{size // 1024}Ki", "pods": str(max_pods)}
+    for name in _hugepage_sizes():
+        capacity[name] = "0"
+    return capacity
+
+
+def _kib(value: str) -> int:
+    return int(value[:-2]) * 1024 if value.endswith("Ki") else int(value)
+
+
+def allocatable(capacity: Mapping[str, str]) -> dict[str, str]:
+    """Capacity minus the default hard eviction thresholds (memory 100Mi, nodefs 10%)."""
+    result = dict(capacity)
+    if "memory" in capacity:
+        mem = max(0, _kib(capacity["memory"]) - EVICTION_HARD_MEMORY)
+        result["memory"] = f"{mem // 1024}Ki"
+    if "ephemeral-storage" in capacity:
+        size = _kib(capacity["ephemeral-storage"])
+        result["ephemeral-storage"] = str(int(size * (1 - EVICTION_HARD_NODEFS_FRACTION)))
+    return result
+
+
+def declared_features(gates: Mapping[str, bool]) -> list[str]:
+    """The features this node declares: the enabled ones among `DECLARABLE_FEATURES`."""
+    return sorted(f for f in DECLARABLE_FEATURES if gates.get(f, False))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _os_image() -> str:
+    with contextlib.suppress(OSError), open("/etc/os-release") as f:
+        for line in f:
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    return "Linux"
+
+
+def node_info(runtime_version: str) -> dict[str, str]:
+    machine_id = _read("/etc/machine-id") or _read("/var/lib/dbus/machine-id")
+    return {
+        "machineID": machine_id,
+        "systemUUID": _read("/sys/class/dmi/id/product_uuid") or machine_id,
+        "bootID": _read("/proc/sys/kernel/random/boot_id"),
+        "kernelVersion": platform.release(),
+        "osImage": _os_image(),
+        "containerRuntimeVersion": runtime_version,
+        "kubeletVersion": KUBELET_VERSION,
+        "kubeProxyVersion": "",
+        "operatingSystem": "linux",
+        "architecture": go_arch(),
+    }
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """The node's pressure conditions: True means under pressure."""
+
+    memory: bool = False
+    disk: bool = False
+    pid: bool = False
+
+
+def probe_pressure(root_dir: Path) -> Pressure:
+    """Pressure against upstream's default hard thresholds (and 10% of pid_max for PIDs)."""
+    available = _meminfo().get("MemAvailable")
+    memory = available is not None and available < EVICTION_HARD_MEMORY
+    size, free = _filesystem(root_dir)
+    disk = size > 0 and free < size * EVICTION_HARD_NODEFS_FRACTION
+    pid = False
+    with contextlib.suppress(OSError, ValueError):
+        pid_max = int(_read("/proc/sys/kernel/pid_max"))
+        in_use = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+        pid = pid_max > 0 and pid_max - in_use < pid_max * PID_PRESSURE_FRACTION
+    return Pressure(memory=memory, disk=disk, pid=pid)
+
+
+@dataclass
+class NodeConfig:
+    node_name: str
+    root_dir: Path
+    gates: Mapping[str, bool]
+    node_ip: str = "127.0.0.1"
+    kubelet_port: int = 10250
+    max_pods: int = DEFAULT_MAX_PODS
+    runtime_version: str = ""
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+
+
+# (type, reason and message when fine, reason and message under pressure), upstream's order.
+_PRESSURE_CONDITIONS = (
+    ("MemoryPressure", "memory",
+     ("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+     ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available")),
+    ("DiskPressure", "disk",
+     ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+     ("KubeletHasDiskPressure", "kubelet has disk pressure")),
+    ("PIDPressure", "pid",
+     ("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+     ("KubeletHasInsufficientPID", "kubelet has insufficient PID available")),
+)
+READY_MESSAGE = "kubelet is posting ready status"
+
+
+def node_labels(config: NodeConfig) -> dict[str, str]:
+    arch = go_arch()
+    return {"beta.kubernetes.io/arch": arch, "beta.kubernetes.io/os": "linux",
+            "kubernetes.io/arch": arch, "kubernetes.io/hostname": config.node_name,
+            "kubernetes.io/os": "linux", **config.extra_labels}
+
+
+class NodeStatusBuilder:
+    """Builds the Node's `status`, keeping condition transition times across calls."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.capacity = machine_capacity(config.root_dir, config.max_pods)
+        self.info = node_info(config.runtime_version)
+
+    def build(self, previous: Mapping[str, Any] | None, *, pressure: Pressure,
+              runtime_ready: bool = True, runtime_message: str = "",
+              images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        cfg = self.config
+        now = now_rfc3339()
+        old = {c.get("type"): c for c in (previous or {}).get("conditions") or []
+               if isinstance(c, dict)}
+        conditions = []
+        for kind, attr, fine, bad in _PRESSURE_CONDITIONS:
+            under = bool(getattr(pressure, attr))
+            reason, message = bad if under else fine
+            conditions.append(_condition(kind, "True" if under else "False", reason, message,
+                                         now, old.get(kind)))
+        if runtime_ready:
+            ready = _condition("Ready", "True", "KubeletReady", READY_MESSAGE, now,
+                               old.get("Ready"))
+        else:
+            ready = _condition("Ready", "False", "KubeletNotReady",
+                               runtime_message or "container runtime is down", now,
+                               old.get("Ready"))
+        conditions.append(ready)
+        status: dict[str, Any] = {
+            "capacity": dict(self.capacity),
+            "allocatable": allocatable(self.capacity),
+            "conditions": conditions,
+            "addresses": [{"type": "InternalIP", "address": cfg.node_ip},
+                          {"type": "Hostname", "address": cfg.node_name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": cfg.kubelet_port}},
+            "nodeInfo": dict(self.info),
+            "declaredFeatures": declared_features(cfg.gates),
+        }
+        if images:
+            status["images"] = images
+        return status
+
+
+def _condition(kind: str, status: str, reason: str, message: str, now: str,
+               previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    transition = now
+    if previous is not None and previous.get("status") == status:
+        transition = str(previous.get("lastTransitionTime") or now)
+    return {"type": kind, "status": status, "lastHeartbeatTime": now,
+            "lastTransitionTime": transition, "reason": reason, "message": message}
+
+
+def without_heartbeats(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status with the heartbeat times left out, to tell a real change from a beat."""
+    copy = dict(status)
+    copy["conditions"] = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+                          for c in status.get("conditions") or [] if isinstance(c, dict)]
+    return copy
+
+
+def node_object(config: NodeConfig, status: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": config.node_name, "labels": node_labels(config),
+                         "annotations": {
+                             "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+            "spec": {}, "status": status}
+
+
+class NodeAgent:
+    """Registers the Node, keeps its status current and renews its Lease."""
+
+    def __init__(self, api: ApiClient, config: NodeConfig, *,
+                 pressure_probe: Callable[[], Pressure] | None = None,
+                 images: Callable[[], list[dict[str, Any]]] | None = None,
+                 report_interval: float = STATUS_REPORT_INTERVAL) -> None:
+        self.api = api
+        self.config = config
+        self.builder = NodeStatusBuilder(config)
+        self.pressure_probe = pressure_probe or (lambda: probe_pressure(config.root_dir))
+        self.images = images
+        self.report_interval = report_interval
+        self.node: dict[str, Any] | None = None
+        self._last_reported: dict[str, Any] | None = None
+        self._last_report_time = 0.0
+        self.runtime_ready = True
+        self.runtime_message = ""
+
+    @property
+    def name(self) -> str:
+        return self.config.node_name
+
+    def _status(self, previous: Mapping[str, Any] | None) -> dict[str, Any]:
+        images = None
+        if self.images is not None:
+            try:
+                images = self.images()
+            except Exception as err:  # the image list is informative only
+                log.warning("could not list images for the node status: %s", err)
+        return self.builder.build(previous, pressure=self.pressure_probe(),
+                                  runtime_ready=self.runtime_ready,
+                                  runtime_message=self.runtime_message, images=images)
+
+    async def register(self) -> dict[str, Any]:
+        """Create the Node, or reconcile an existing one; the Node as stored."""
+        path = resource_path("nodes")
+        status = self._status(None)
+        try:
+            self.node = await self.api.create(path, node_object(self.config, status))
+            if not (self.node.get("status") or {}).get("conditions"):
+                # A server that drops status on create: write it.
+                self.node = await self.api.patch(
+                    resource_path("nodes", name=self.name, subresource="status"),
+                    {"status": status}, patch_type="merge")
+            log.info("registered node %s", self.name)
+        except StatusError as err:
+            if err.code != 409:
+                raise
+            existing = await self.api.get(resource_path("nodes", name=self.name))
+            labels = node_labels(self.config)
+            if any((existing.get("metadata") or {}).get("labels", {}).get(k) != v
+                   for k, v in labels.items()):
+                await self.api.patch(resource_path("nodes", name=self.name),
+                                     {"metadata": {"labels": labels}}, patch_type="merge")
+            status = self._status(existing.get("status"))
+            self.node = await self.api.patch(
+                resource_path("nodes", name=self.name, subresource="status"),
+                {"status": status}, patch_type="merge")
+            log.info("node %s was already registered; status reconciled", self.name)
+        self._last_reported = without_heartbeats(status)
+        self._last_report_time = time.monotonic()
+        return self.node or {}
+
+    async def update_status(self, *, force: bool = False) -> bool:
+        """PATCH the status when it changed (or the report interval passed); True if
+        written."""
+        previous = (self.node or {}).get("status")
+        status = self._status(previous)
+        changed = without_heartbeats(status) != self._last_reported
+        due = time.monotonic() - self._last_report_time >= self.report_interval
+        if not (force or changed or due):
+            return False
+        self.node = await self.api.patch(
+            resource_path("nodes", name=self.name, subresource="status"),
+            {"status": status}, patch_type="merge")
+        self._last_reported = without_heartbeats(status)
+        self._last_report_time = time.monotonic()
+        return True
+
+    def _lease_body(self) -> dict[str, Any]:
+        md: dict[str, Any] = {"name": self.name, "namespace": NODE_LEASE_NAMESPACE}
+        node_md = (self.node or {}).get("metadata") or {}
+        if node_md.get("uid"):
+            md["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.name,
+                                      "uid": node_md["uid"]}]
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": md,
+                "spec": {"holderIdentity": self.name,
+                         "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                         "renewTime": now_micro()}}
+
+    async def renew_lease(self) -> None:
+        """Renew (or create) the node's Lease."""
+        path = resource_path("leases", NODE_LEASE_NAMESPACE, self.name,
+                             group="coordination.k8s.io")
+        body = self._lease_body()
+        try:
+            await self.api.patch(path, {"spec": body["spec"]}, patch_type="merge")
+        except StatusError as err:
+            if err.code != 404:
+                raise
+            await self.api.create(resource_path("leases", NODE_LEASE_NAMESPACE,
+                                                group="coordination.k8s.io"), body)
+
+
+def default_node_name() -> str:
+    """The host name, lower-cased, as upstream's `--hostname-override` default."""
+    return socket.gethostname().lower()

@@ -1,0 +1,216 @@
+"""The kubelet's HTTPS server (upstream's `pkg/kubelet/server`), on its own port:
+
+- `GET /healthz`: `ok`.
+- `GET /pods`: a `PodList` of the pods admitted to this node, with the statuses the kubelet
+  computed.
+- `GET /containerLogs/NS/POD/CONTAINER?follow=&tailLines=&previous=&timestamps=&sinceSeconds=
+  &sinceTime=&limitBytes=`: the container's log as plain text (see `ephemera.kubelet.logs`),
+  streamed while `follow` lasts. A container with no log to show is a 400 whose text is
+  upstream's (`container "c" in pod "p" is waiting to start: ContainerCreating`, `previous
+  terminated container "c" in pod "p" not found`, ...); an unknown pod a 404.
+- `GET /metrics`: Prometheus text (`KubeletMetrics`).
+
+TLS with the kubelet's serving certificate. With a client CA, every path but `/healthz`
+needs a client certificate signed by it (the apiserver presents one), else 401, as upstream's
+x509 authentication with anonymous access off.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from ephemera.kubelet.logs import LogOptions, parse_time, stream_log
+
+__all__ = [
+    "KubeletMetrics",
+    "LogLookupError",
+    "LogSource",
+    "ServerHost",
+    "create_kubelet_app",
+    "kubelet_ssl_context",
+]
+
+log = logging.getLogger(__name__)
+
+
+class LogLookupError(Exception):
+    """No log to show: `code` 400 (the container's state says why) or 404 (no such pod)."""
+
+    def __init__(self, message: str, code: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """Where a container instance's log is, and whether it may still grow."""
+
+    path: Path
+    still_running: Callable[[], Awaitable[bool]]
+
+
+class ServerHost(Protocol):
+    """What the server asks the kubelet."""
+
+    def admitted_pods(self) -> list[dict[str, Any]]: ...
+
+    async def log_source(self, namespace: str, pod: str, container: str,
+                         previous: bool) -> LogSource: ...
+
+
+class KubeletMetrics:
+    """The kubelet's Prometheus metrics (a registry of its own, so several kubelets in one
+    process never mix)."""
+
+    def __init__(self, node_name: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.node_name = Gauge("kubelet_node_name", "The node's name. The count is always 1.",
+                               ["node"], registry=self.registry)
+        self.node_name.labels(node=node_name).set(1)
+        self.running_pods = Gauge("kubelet_running_pods",
+                                  "Number of pods that have a running pod sandbox",
+                                  registry=self.registry)
+        self.running_containers = Gauge("kubelet_running_containers",
+                                        "Number of containers currently running",
+                                        ["container_state"], registry=self.registry)
+        self.started_containers = Counter("kubelet_started_containers",
+                                          "Cumulative number of containers started",
+                                          ["container_type"], registry=self.registry)
+        self.started_containers_errors = Counter(
+            "kubelet_started_containers_errors", "Cumulative number of errors when starting "
+            "containers", ["code", "container_type"], registry=self.registry)
+        self.started_pods = Counter("kubelet_started_pods",
+                                    "Cumulative number of pods started",
+                                    registry=self.registry)
+        self.pod_start_duration = Histogram(
+            "kubelet_pod_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod "
+            "starting to run", registry=self.registry,
+            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 45, 60, 120))
+        self.pod_worker_duration = Histogram(
+            "kubelet_pod_worker_duration_seconds",
+            "Duration in seconds to sync a single pod", ["operation"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.pleg_relist_duration = Histogram(
+            "kubelet_pleg_relist_duration_seconds",
+            "Duration in seconds for relisting pods in PLEG", registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+        self.node_status_updates = Counter("ephemera_kubelet_node_status_updates",
+                                           "Node status writes", registry=self.registry)
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+def kubelet_ssl_context(cert_file: Path, key_file: Path,
+                        client_ca_file: Path | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    if client_ca_file is not None:
+        ctx.load_verify_locations(cafile=str(client_ca_file))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def _bool(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "t", "true")
+
+
+def _int(request: web.Request, name: str) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f'invalid {name} "{raw}"') from None
+
+
+def log_options(request: web.Request) -> LogOptions:
+    since_ns = None
+    since_seconds = _int(request, "sinceSeconds")
+    if since_seconds is not None:
+        since_ns = time.time_ns() - since_seconds * 1_000_000_000
+    since_time = request.query.get("sinceTime")
+    if since_time:
+        since_ns = parse_time(since_time)
+        if since_ns is None:
+            raise web.HTTPBadRequest(text=f'invalid sinceTime "{since_time}"')
+    tail = _int(request, "tailLines")
+    limit = _int(request, "limitBytes")
+    return LogOptions(follow=_bool(request, "follow"),
+                      tail_lines=tail if tail is not None and tail >= 0 else None,
+                      timestamps=_bool(request, "timestamps"), since_ns=since_ns,
+                      limit_bytes=limit if limit is not None and limit > 0 else None)
+
+
+def create_kubelet_app(host: ServerHost, metrics: KubeletMetrics, *,
+                       require_client_cert: bool = False) -> web.Application:
+    """The kubelet's aiohttp application."""
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+        if require_client_cert and request.path != "/healthz":
+            transport = request.transport
+            peer = transport.get_extra_info("peercert") if transport is not None else None
+            if not peer:
+                return web.Response(status=401, text="Unauthorized")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def pods(request: web.Request) -> web.Response:
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                "items": host.admitted_pods()}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def container_logs(request: web.Request) -> web.StreamResponse:
+        ns = request.match_info["namespace"]
+        pod = request.match_info["pod"]
+        container = request.match_info["container"]
+        options = log_options(request)
+        try:
+            source = await host.log_source(ns, pod, container, _bool(request, "previous"))
+        except LogLookupError as err:
+            return web.Response(status=err.code, text=err.message)
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+
+        async def write(data: bytes) -> None:
+            await response.write(data)
+
+        try:
+            await stream_log(source.path, options, write,
+                             source.still_running if options.follow else None)
+        except (ConnectionResetError, ConnectionError):
+            return response
+        await response.write_eof()
+        return response
+
+    async def metrics_handler(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application(middlewares=[authenticate])
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/pods", pods)
+    app.router.add_get("/pods/", pods)
+    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
+    app.router.add_get("/metrics", metrics_handler)
+    return app

@@ -1,0 +1,619 @@
+"""Pod status: computing it from what the runtime reports (upstream's
+`generateAPIPodStatus`, `getPhase`, `convertToAPIContainerStatuses` and
+`pkg/kubelet/status/generate.go`), and the status manager that writes it back.
+
+`generate_pod_status(pod, view, host_ip=..., old_status=...)` is pure: the pod, a
+`PodRuntimeView` (the sandbox, every container instance the runtime has for each container
+name, oldest first, and the waiting reasons the pod worker recorded at its last sync, such as
+`CrashLoopBackOff` or `ErrImagePull`) in, a `status` dict out:
+
+- `phase` as upstream's `getPhase` (init containers first; a container waiting to restart
+  after a termination counts as stopped, so a crash-looping pod with `restartPolicy: Always`
+  is `Running`); a pod whose status already says `Succeeded` or `Failed` never leaves it;
+- `conditions` PodReadyToStartContainers, Initialized, Ready, ContainersReady, PodScheduled
+  (upstream's order, reasons and messages: `containers with unready status: [c1]`,
+  `containers with incomplete status: [init]`, `PodCompleted`, ...), transition times kept
+  while a condition's status stays; conditions the kubelet does not own are kept as they are;
+- `containerStatuses`, `initContainerStatuses`: state (waiting with the default reason
+  `ContainerCreating`, or `PodInitializing` in a pod with init containers), lastState (the
+  previous instance's termination), ready, started, restartCount (the latest instance's
+  attempt), image, imageID, containerID (`<runtime>://<id>`) and `volumeMounts`: the mounts
+  the runtime really gave the latest instance (name, mountPath, readOnly as the spec asks,
+  `recursiveReadOnly: Disabled` for read-only mounts, as upstream);
+- hostIP/hostIPs, podIP/podIPs (the sandbox's, when it has one; the node's for a
+  `hostNetwork` pod), startTime (kept once set),
+  qosClass kept.
+
+Readiness and startup probes are not run (a later issue): a running container is ready and
+started.
+
+`StatusManager` keeps, per pod UID, the status last known to be in the API (from the pod
+informer and its own writes) and the status the kubelet wants; a background writer PATCHes
+`pods/NAME/status` (a merge patch of the changed top-level fields, with `metadata.uid` so a
+pod recreated under the same name is never written) only when they differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ephemera.api.errors import StatusError
+from ephemera.client import ApiClient, ApiUnavailable, resource_path
+from ephemera.kubelet.runtime.base import ContainerState, ContainerStatus, SandboxStatus
+
+__all__ = [
+    "CONTAINER_CREATING",
+    "KUBELET_CONDITIONS",
+    "POD_INITIALIZING",
+    "PodRuntimeView",
+    "StatusManager",
+    "generate_pod_status",
+    "get_phase",
+    "rfc3339",
+]
+
+log = logging.getLogger(__name__)
+
+CONTAINER_CREATING = "ContainerCreating"
+POD_INITIALIZING = "PodInitializing"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+# The pod conditions the kubelet owns, in the order it writes them.
+KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                      "PodScheduled")
+# Top-level status fields the kubelet writes (and so may remove).
+KUBELET_STATUS_FIELDS = ("phase", "conditions", "containerStatuses", "initContainerStatuses",
+                         "hostIP", "hostIPs", "podIP", "podIPs", "startTime", "reason",
+                         "message")
+
+Obj = dict[str, Any]
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class PodRuntimeView:
+    """What the runtime and the pod worker know about one pod."""
+
+    sandbox: SandboxStatus | None = None
+    # Every instance of each container (by container name), oldest attempt first.
+    containers: Mapping[str, Sequence[ContainerStatus]] = field(default_factory=dict)
+    # Reason and message of a container that is waiting (set by the pod worker: image pull
+    # errors, back-off, create errors); overrides the state of an exited instance.
+    waiting: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    runtime_name: str = "runc"
+    # The pod is terminal (its containers will not run again): phase Succeeded or Failed.
+    terminal: bool = False
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _containers(pod: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    return [c for c in _spec(pod).get(key) or [] if isinstance(c, dict)]
+
+
+def _is_sidecar(container: Mapping[str, Any]) -> bool:
+    return container.get("restartPolicy") == "Always"
+
+
+def _terminated(instance: ContainerStatus, runtime_name: str) -> Obj:
+    state: Obj = {"exitCode": instance.exit_code}
+    if instance.reason:
+        state["reason"] = instance.reason
+    if instance.message:
+        state["message"] = instance.message
+    if instance.started_at:
+        state["startedAt"] = rfc3339(instance.started_at)
+    state["finishedAt"] = rfc3339(instance.finished_at or instance.started_at
+                                  or instance.created_at)
+    state["containerID"] = f"{runtime_name}://{instance.id}"
+    return {"terminated": state}
+
+
+def _waiting(reason: str, message: str = "") -> Obj:
+    waiting: Obj = {"reason": reason}
+    if message:
+        waiting["message"] = message
+    return {"waiting": waiting}
+
+
+def _volume_mounts(spec_container: Mapping[str, Any],
+                   instance: ContainerStatus) -> list[Obj]:
+    """The mounts of the instance that come from pod volumes, in the spec's order."""
+    spec_mounts = {str(m.get("mountPath")): m for m in spec_container.get("volumeMounts") or []
+                   if isinstance(m, dict)}
+    order = {path: i for i, path in enumerate(spec_mounts)}
+    result: list[tuple[int, Obj]] = []
+    for mount in instance.mounts:
+        if not mount.volume_name:
+            continue
+        spec_mount = spec_mounts.get(mount.container_path)
+        read_only = (bool(spec_mount.get("readOnly")) if spec_mount is not None
+                     else mount.read_only)
+        entry: Obj = {"name": mount.volume_name, "mountPath": mount.container_path}
+        if read_only:
+            entry["readOnly"] = True
+            entry["recursiveReadOnly"] = "Disabled"
+        result.append((order.get(mount.container_path, len(order)), entry))
+    result.sort(key=lambda pair: pair[0])
+    return [entry for _, entry in result]
+
+
+def container_status(spec_container: Mapping[str, Any], instances: Sequence[ContainerStatus],
+                     waiting: tuple[str, str] | None, default_reason: str,
+                     runtime_name: str) -> Obj:
+    """The API status of one container from its runtime instances (oldest first)."""
+    name = str(spec_container.get("name"))
+    status: Obj = {"name": name, "image": spec_container.get("image") or "", "imageID": "",
+                   "ready": False, "restartCount": 0, "started": False}
+    latest = instances[-1] if instances else None
+    previous = instances[-2] if len(instances) > 1 else None
+    if latest is None:
+        reason, message = waiting or (default_reason, "")
+        status["state"] = _waiting(reason, message)
+        status["lastState"] = {}
+        return status
+    status["containerID"] = f"{runtime_name}://{latest.id}"
+    status["imageID"] = latest.image_id
+    status["restartCount"] = latest.attempt
+    last_state: Obj = _terminated(previous, runtime_name) if previous is not None else {}
+    if latest.state == ContainerState.RUNNING:
+        state = {"running": {"startedAt": rfc3339(latest.started_at or latest.created_at)}}
+        status["ready"] = True
+        status["started"] = True
+    elif latest.state == ContainerState.EXITED:
+        state = _terminated(latest, runtime_name)
+        if waiting is not None:  # to be restarted: waiting, with the termination as lastState
+            last_state = state
+            state = _waiting(*waiting)
+    elif waiting is not None:
+        state = _waiting(*waiting)
+    else:
+        state = _waiting(default_reason)
+    status["state"] = state
+    status["lastState"] = last_state
+    mounts = _volume_mounts(spec_container, latest)
+    if mounts:
+        status["volumeMounts"] = mounts
+    return status
+
+
+def _state_of(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    state = status.get("state")
+    return state if isinstance(state, dict) else {}
+
+
+def _last_terminated(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    last = status.get("lastState")
+    if isinstance(last, dict) and isinstance(last.get("terminated"), dict):
+        return last["terminated"]
+    return None
+
+
+def _has_any_regular_started(pod: Mapping[str, Any],
+                             statuses: Mapping[str, Mapping[str, Any]]) -> bool:
+    for c in _containers(pod, "containers"):
+        s = statuses.get(str(c.get("name")))
+        if s is None:
+            continue
+        state = _state_of(s)
+        if state.get("running") or state.get("terminated") or _last_terminated(s):
+            return True
+    return False
+
+
+def get_phase(pod: Mapping[str, Any], init_statuses: Mapping[str, Mapping[str, Any]],
+              statuses: Mapping[str, Mapping[str, Any]], pod_is_terminal: bool) -> str:
+    """Upstream's `getPhase`."""
+    spec = _spec(pod)
+    pending_init = failed_init = 0
+    for c in _containers(pod, "initContainers"):
+        s = init_statuses.get(str(c.get("name")))
+        if _is_sidecar(c):
+            if s is None or not s.get("started"):
+                pending_init += 1
+            continue
+        if s is None:
+            pending_init += 1
+            continue
+        state = _state_of(s)
+        if state.get("running"):
+            pending_init += 1
+        elif isinstance(state.get("terminated"), dict):
+            if state["terminated"].get("exitCode", 0) != 0:
+                failed_init += 1
+        elif state.get("waiting"):
+            last = _last_terminated(s)
+            if last is not None:
+                if last.get("exitCode", 0) != 0:
+                    failed_init += 1
+            else:
+                pending_init += 1
+        else:
+            pending_init += 1
+    unknown = running = waiting = stopped = succeeded = 0
+    for c in _containers(pod, "containers"):
+        s = statuses.get(str(c.get("name")))
+        if s is None:
+            unknown += 1
+            continue
+        state = _state_of(s)
+        if state.get("running"):
+            running += 1
+        elif isinstance(state.get("terminated"), dict):
+            stopped += 1
+            if state["terminated"].get("exitCode", 0) == 0:
+                succeeded += 1
+        elif state.get("waiting"):
+            if _last_terminated(s) is not None:
+                stopped += 1
+            else:
+                waiting += 1
+        else:
+            unknown += 1
+    restart_policy = spec.get("restartPolicy") or "Always"
+    if failed_init > 0 and restart_policy == "Never":
+        return "Failed"
+    if (pending_init > 0 and not _has_any_regular_started(pod, statuses)) or waiting > 0:
+        return "Pending"
+    if running > 0 and unknown == 0:
+        return "Running"
+    if running == 0 and stopped > 0 and unknown == 0:
+        if pod_is_terminal:
+            return "Succeeded" if stopped == succeeded else "Failed"
+        if restart_policy == "Always":
+            return "Running"
+        if stopped == succeeded:
+            return "Succeeded"
+        if restart_policy == "Never":
+            return "Failed"
+        return "Running"
+    return "Pending"
+
+
+def _go_list(names: Sequence[str]) -> str:
+    return "[" + " ".join(names) + "]"
+
+
+def _initialized_condition(pod: Mapping[str, Any],
+                           init_statuses: Mapping[str, Mapping[str, Any]],
+                           statuses: Mapping[str, Mapping[str, Any]], phase: str) -> Obj:
+    unknown: list[str] = []
+    incomplete: list[str] = []
+    for c in _containers(pod, "initContainers"):
+        name = str(c.get("name"))
+        s = init_statuses.get(name)
+        if s is None:
+            unknown.append(name)
+            continue
+        if _is_sidecar(c):
+            if not s.get("started"):
+                incomplete.append(name)
+            continue
+        terminated = _state_of(s).get("terminated")
+        if not isinstance(terminated, dict) or terminated.get("exitCode", 0) != 0:
+            incomplete.append(name)
+    if phase == "Succeeded" and not unknown:
+        return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
+    if _has_any_regular_started(pod, statuses):
+        return {"type": "Initialized", "status": "True"}
+    messages = []
+    if unknown:
+        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+    if incomplete:
+        messages.append(f"containers with incomplete status: {_go_list(incomplete)}")
+    if messages:
+        return {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized",
+                "message": ", ".join(messages)}
+    return {"type": "Initialized", "status": "True"}
+
+
+def _containers_ready_condition(pod: Mapping[str, Any],
+                                init_statuses: Mapping[str, Mapping[str, Any]],
+                                statuses: Mapping[str, Mapping[str, Any]], phase: str) -> Obj:
+    unknown: list[str] = []
+    unready: list[str] = []
+    for c in _containers(pod, "initContainers"):
+        if not _is_sidecar(c):
+            continue
+        name = str(c.get("name"))
+        s = init_statuses.get(name)
+        if s is None:
+            unknown.append(name)
+        elif not s.get("ready"):
+            unready.append(name)
+    for c in _containers(pod, "containers"):
+        name = str(c.get("name"))
+        s = statuses.get(name)
+        if s is None:
+            unknown.append(name)
+        elif not s.get("ready"):
+            unready.append(name)
+    if phase == "Succeeded" and not unknown:
+        return {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}
+    if phase == "Failed":
+        return {"type": "ContainersReady", "status": "False", "reason": "PodFailed"}
+    messages = []
+    if unknown:
+        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+    if unready:
+        messages.append(f"containers with unready status: {_go_list(unready)}")
+    if messages:
+        return {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
+                "message": ", ".join(messages)}
+    return {"type": "ContainersReady", "status": "True"}
+
+
+def _ready_condition(pod: Mapping[str, Any], containers_ready: Obj,
+                     conditions: Mapping[str, Mapping[str, Any]]) -> Obj:
+    if containers_ready["status"] != "True":
+        ready = dict(containers_ready)
+        ready["type"] = "Ready"
+        return ready
+    unready_gates = []
+    for gate in _spec(pod).get("readinessGates") or []:
+        kind = str((gate or {}).get("conditionType") or "")
+        cond = conditions.get(kind)
+        if cond is None:
+            unready_gates.append(
+                f'corresponding condition of pod readiness gate "{kind}" does not exist.')
+        elif cond.get("status") != "True":
+            unready_gates.append(
+                f'the status of pod readiness gate "{kind}" is not "True", but '
+                f'{cond.get("status")}')
+    if unready_gates:
+        return {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
+                "message": ", ".join(unready_gates)}
+    return {"type": "Ready", "status": "True"}
+
+
+def _with_times(condition: Obj, previous: Mapping[str, Any] | None, now: str) -> Obj:
+    out: Obj = {"type": condition["type"], "status": condition["status"],
+                "lastProbeTime": None}
+    same = previous is not None and previous.get("status") == condition["status"]
+    out["lastTransitionTime"] = (previous or {}).get("lastTransitionTime") if same else now
+    if not out["lastTransitionTime"]:
+        out["lastTransitionTime"] = now
+    for key in ("reason", "message"):
+        if condition.get(key):
+            out[key] = condition[key]
+    return out
+
+
+def generate_pod_status(pod: Mapping[str, Any], view: PodRuntimeView, *, host_ip: str,
+                        old_status: Mapping[str, Any] | None = None,
+                        now: str | None = None) -> Obj:
+    """The pod's `status` as the kubelet writes it (see the module docstring)."""
+    now = now or _now()
+    old = dict(old_status or {})
+    has_init = bool(_containers(pod, "initContainers"))
+    default_reason = POD_INITIALIZING if has_init else CONTAINER_CREATING
+    init_statuses: dict[str, Obj] = {}
+    for c in _containers(pod, "initContainers"):
+        name = str(c.get("name"))
+        init_statuses[name] = container_status(c, view.containers.get(name, ()),
+                                               view.waiting.get(name), default_reason,
+                                               view.runtime_name)
+    statuses: dict[str, Obj] = {}
+    for c in _containers(pod, "containers"):
+        name = str(c.get("name"))
+        statuses[name] = container_status(c, view.containers.get(name, ()),
+                                          view.waiting.get(name), default_reason,
+                                          view.runtime_name)
+    phase = get_phase(pod, init_statuses, statuses, view.terminal)
+    if old.get("phase") in TERMINAL_PHASES:
+        phase = str(old["phase"])
+    if phase in TERMINAL_PHASES:
+        for s in [*init_statuses.values(), *statuses.values()]:
+            s["ready"] = False
+    old_conditions = {str(c.get("type")): c for c in old.get("conditions") or []
+                      if isinstance(c, dict)}
+    sandbox_ready = view.sandbox is not None and view.sandbox.ready and phase not in \
+        TERMINAL_PHASES
+    generated = [
+        {"type": "PodReadyToStartContainers", "status": "True" if sandbox_ready else "False"},
+        _initialized_condition(pod, init_statuses, statuses, phase),
+    ]
+    containers_ready = _containers_ready_condition(pod, init_statuses, statuses, phase)
+    generated.append(_ready_condition(pod, containers_ready, old_conditions))
+    generated.append(containers_ready)
+    scheduled = old_conditions.get("PodScheduled")
+    if scheduled is not None and scheduled.get("status") == "True":
+        generated.append(dict(scheduled))
+    else:
+        generated.append({"type": "PodScheduled", "status": "True"})
+    conditions = []
+    for condition in generated:
+        if condition["type"] == "PodScheduled" and "lastTransitionTime" in condition:
+            conditions.append(condition)
+        else:
+            conditions.append(_with_times(condition, old_conditions.get(condition["type"]),
+                                          now))
+    conditions += [c for kind, c in old_conditions.items() if kind not in KUBELET_CONDITIONS]
+
+    status: Obj = {k: v for k, v in old.items() if k not in KUBELET_STATUS_FIELDS}
+    status["phase"] = phase
+    status["conditions"] = conditions
+    if host_ip:
+        status["hostIP"] = host_ip
+        status["hostIPs"] = [{"ip": host_ip}]
+    pod_ip = view.sandbox.ip if view.sandbox is not None else ""
+    if not pod_ip and _spec(pod).get("hostNetwork") and view.sandbox is not None:
+        pod_ip = host_ip  # a host-network pod has the node's address
+    if pod_ip:
+        status["podIP"] = pod_ip
+        status["podIPs"] = [{"ip": pod_ip}]
+    elif old.get("podIP"):
+        status["podIP"] = old["podIP"]
+        status["podIPs"] = old.get("podIPs") or [{"ip": old["podIP"]}]
+    status["startTime"] = old.get("startTime") or now
+    if init_statuses:
+        status["initContainerStatuses"] = list(init_statuses.values())
+    status["containerStatuses"] = list(statuses.values())
+    for key in ("reason", "message"):
+        if old.get(key) and phase in TERMINAL_PHASES:
+            status[key] = old[key]
+    return status
+
+
+def rejected_status(old_status: Mapping[str, Any] | None, reason: str, message: str) -> Obj:
+    """The status of a pod the kubelet refused to admit: `Failed`, the reason, and the
+    message `Pod was rejected: <message>`."""
+    status: Obj = {k: v for k, v in (old_status or {}).items()
+                   if k not in ("phase", "reason", "message")}
+    status.update({"phase": "Failed", "reason": reason,
+                   "message": f"Pod was rejected: {message}"})
+    return status
+
+
+# --- the status manager ---------------------------------------------------------------------
+
+
+def normalized(value: Any) -> Any:
+    """`value` without null members (the API drops them), for comparisons."""
+    if isinstance(value, dict):
+        return {k: normalized(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [normalized(v) for v in value]
+    return value
+
+
+def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    return bool(normalized(dict(a or {})) == normalized(dict(b or {})))
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
+    """A merge patch of `status` turning `old` into `new` at the top level (kubelet-owned
+    fields removed with null)."""
+    patch: Obj = {}
+    for key, value in new.items():
+        if normalized(old.get(key)) != normalized(value):
+            patch[key] = value
+    for key in KUBELET_STATUS_FIELDS:
+        if key in old and key not in new:
+            patch[key] = None
+    return patch
+
+
+@dataclass
+class _PodEntry:
+    namespace: str
+    name: str
+    api_status: Obj
+    desired: Obj | None = None
+
+
+class StatusManager:
+    """Writes pod statuses to the API, only when they changed."""
+
+    def __init__(self, api: ApiClient, *, retry_interval: float = 1.0) -> None:
+        self.api = api
+        self.retry_interval = retry_interval
+        self._pods: dict[str, _PodEntry] = {}
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self.writes = 0  # PATCHes sent (metrics and tests)
+
+    def observe(self, pod: Mapping[str, Any]) -> None:
+        """The pod as the API has it now (from the informer)."""
+        md = pod.get("metadata") or {}
+        uid = str(md.get("uid") or "")
+        if not uid:
+            return
+        status = dict(pod.get("status") or {})
+        entry = self._pods.get(uid)
+        if entry is None:
+            self._pods[uid] = _PodEntry(str(md.get("namespace") or ""), str(md.get("name")),
+                                        status)
+        else:
+            entry.api_status = status
+            if entry.desired is not None and not same_status(entry.desired, status):
+                self._mark(uid)
+
+    def set_pod_status(self, pod: Mapping[str, Any], status: Obj) -> None:
+        """What the kubelet wants the pod's status to be; written in the background if it
+        differs from the API's."""
+        md = pod.get("metadata") or {}
+        uid = str(md.get("uid") or "")
+        entry = self._pods.get(uid)
+        if entry is None:
+            entry = self._pods[uid] = _PodEntry(str(md.get("namespace") or ""),
+                                                str(md.get("name")),
+                                                dict(pod.get("status") or {}))
+        entry.desired = status
+        if not same_status(status, entry.api_status):
+            self._mark(uid)
+
+    def get(self, uid: str) -> Obj | None:
+        """The status the kubelet last wanted for the pod (else the API's)."""
+        entry = self._pods.get(uid)
+        if entry is None:
+            return None
+        return entry.desired if entry.desired is not None else entry.api_status
+
+    def forget(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+        self._dirty.discard(uid)
+
+    def _mark(self, uid: str) -> None:
+        self._dirty.add(uid)
+        self._wake.set()
+
+    async def write(self, uid: str) -> bool:
+        """Write the pod's desired status now if it differs; True when the API has it (or
+        the pod is gone)."""
+        entry = self._pods.get(uid)
+        if entry is None or entry.desired is None:
+            return True
+        desired = entry.desired
+        patch = status_patch(entry.api_status, desired)
+        if not patch:
+            return True
+        path = resource_path("pods", entry.namespace, entry.name, "status")
+        try:
+            result = await self.api.patch(path, {"metadata": {"uid": uid}, "status": patch},
+                                          patch_type="merge")
+        except StatusError as err:
+            if err.code == 404:
+                log.debug("pod %s/%s is gone; status not written", entry.namespace,
+                          entry.name)
+                return True
+            log.warning("writing the status of pod %s/%s: %s", entry.namespace, entry.name,
+                        err.message)
+            return False
+        except ApiUnavailable as err:
+            log.warning("writing the status of pod %s/%s: %s", entry.namespace, entry.name,
+                        err)
+            return False
+        self.writes += 1
+        if (result.get("metadata") or {}).get("uid") == uid:
+            entry.api_status = dict(result.get("status") or {})
+        return True
+
+    async def run(self) -> None:
+        """Write dirty statuses until cancelled; failed writes are retried."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            dirty, self._dirty = self._dirty, set()
+            failed = []
+            for uid in dirty:
+                if not await self.write(uid):
+                    failed.append(uid)
+            if failed:
+                self._dirty.update(failed)
+                await asyncio.sleep(self.retry_interval)
+                self._wake.set()

@@ -1,0 +1,317 @@
+"""The kubelet inside a real `ephemera up`, with the real OCI runtime (crun where it works on
+this host, else runc), met through kubectl: every node-local volume type seen from inside a
+busybox container and read back with `kubectl logs`; a Secret update reaching the files;
+restart policies and CrashLoopBackOff; `kubectl logs -f`, `--previous`, `-c`; a volume that
+cannot be mounted (FailedMount); the kubelet killed with SIGKILL and adopting the running
+containers; and `kubectl delete` leaving no mount, runtime state or directory behind.
+
+One cluster per module; each test uses its own namespace and deletes its pods, and the
+module's teardown checks that nothing is left (mounts, runtime state, pod directories)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster import Cluster, Kubectl, namespace_for, start_cluster
+
+pytestmark = pytest.mark.e2e
+
+WAIT = 60.0
+
+
+@pytest.fixture(scope="module")
+def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("kubelet-cluster")
+    running = start_cluster(base / "data", base / "home", ["--node-name", "e2e-node"])
+    try:
+        wait(lambda: _node_ready(running), "the node to be Ready", running)
+        yield running
+        running.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
+                        "--wait=true", timeout=120)
+        kubelet_dir = running.data_dir / "kubelet"
+        wait(lambda: not _mounts_under(kubelet_dir), "no mounts left", running)
+        wait(lambda: not _entries(kubelet_dir / "pods"), "no pod directories left", running)
+        wait(lambda: not _entries(kubelet_dir / "logs" / "pods"), "no pod logs left", running)
+        for state in (kubelet_dir / "runtime").glob("*"):
+            if state.is_dir():
+                assert not _entries(state), f"runtime state left in {state}: {_entries(state)}"
+    finally:
+        code = running.stop()
+        assert code == 0, f"ephemera up exited {code}\n{running.output}"
+
+
+def _node_ready(cluster: Cluster) -> bool:
+    result = cluster.kubectl("get", "node", "e2e-node", "-o", "json", check=False)
+    if result.returncode != 0:
+        return False
+    conditions = json.loads(result.stdout)["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _mounts_under(path: Path) -> list[str]:
+    prefix = str(path)
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+
+
+def _entries(path: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+
+
+def wait(check: Callable[[], Any], what: str, cluster: Cluster | None = None,
+         timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            logs = ""
+            if cluster is not None:
+                log = cluster.data_dir / "logs" / "kubelet.log"
+                logs = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+            pytest.fail(f"timed out waiting for {what}\nkubelet log:\n{logs}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def k(node_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
+      ) -> Iterator[Kubectl]:
+    namespace = namespace_for(request.node.name)
+    runner = Kubectl(node_cluster, tmp_path / "home", namespace)
+    runner.home.mkdir()
+    runner("create", "namespace", namespace)
+    yield runner
+    runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
+
+
+def create(k: Kubectl, *objects: dict[str, Any]) -> None:
+    k("create", "-f", "-", input=yaml.safe_dump_all(objects))
+
+
+def pod_json(k: Kubectl, name: str) -> dict[str, Any]:
+    return dict(k.json("get", "pod", name))
+
+
+def wait_pod(k: Kubectl, name: str, check: Callable[[dict[str, Any]], bool],
+             what: str) -> dict[str, Any]:
+    result: dict[str, Any] = wait(lambda: (lambda p: p if check(p) else None)(
+        pod_json(k, name)), f"pod {name}: {what}", k.cluster)
+    return result
+
+
+def phase_is(expected: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda p: p.get("status", {}).get("phase") == expected
+
+
+def container(p: dict[str, Any], name: str = "c") -> dict[str, Any]:
+    for s in p.get("status", {}).get("containerStatuses") or []:
+        if s["name"] == name:
+            return dict(s)
+    return {}
+
+
+def busybox_pod(name: str, script: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "c", "image": "busybox",
+                                     "command": ["sh", "-c", script]}], **spec}}
+
+
+SHOW_VOLUMES = r"""
+echo "empty=$(cat /scratch/seed 2>/dev/null || echo none)"; echo hi > /scratch/f
+echo "mem=$(grep ' /mem ' /proc/mounts | cut -d' ' -f3,4 | cut -d, -f1-2)"
+echo "cm=$(cat /cm/greeting)"; echo "cm-link=$(readlink /cm/greeting)"
+echo "secret=$(cat /sec/password)"; echo "secret-fs=$(grep ' /sec ' /proc/mounts | cut -d' ' -f3)"
+echo "labels=$(cat /dapi/labels)"; echo "podname=$(cat /dapi/name)"
+echo "proj=$(cat /proj/greeting)/$(cat /proj/password)/$(cat /proj/ns)"
+echo "img=$(ls /img/bin/busybox)"; touch /img/x 2>/dev/null || echo "img-ro=yes"
+touch /cm/x 2>/dev/null || echo "cm-ro=yes"
+echo "sub=$(cat /sub/deep 2>/dev/null || echo empty)"
+sleep 3600
+"""
+
+
+def test_every_volume_type_seen_from_the_container(k: Kubectl) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1"},
+          "data": {"greeting": "hello-cm"}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"},
+              "stringData": {"password": "s3cr3t"}}
+    body = busybox_pod("vols", SHOW_VOLUMES, volumes=[
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+        {"name": "cm", "configMap": {"name": "cm1"}},
+        {"name": "sec", "secret": {"secretName": "s1"}},
+        {"name": "dapi", "downwardAPI": {"items": [
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+            {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+        {"name": "proj", "projected": {"sources": [
+            {"configMap": {"name": "cm1", "items": [{"key": "greeting", "path": "greeting"}]}},
+            {"secret": {"name": "s1"}},
+            {"downwardAPI": {"items": [{"path": "ns", "fieldRef": {
+                "fieldPath": "metadata.namespace"}}]}}]}},
+        {"name": "img", "image": {"reference": "busybox", "pullPolicy": "IfNotPresent"}}])
+    body["metadata"]["labels"] = {"app": "demo"}
+    body["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": n, "mountPath": f"/{p}"} for n, p in (
+            ("scratch", "scratch"), ("mem", "mem"), ("cm", "cm"), ("sec", "sec"),
+            ("dapi", "dapi"), ("proj", "proj"), ("img", "img"))] + [
+        {"name": "scratch", "mountPath": "/sub", "subPath": "a/b"}]
+    create(k, cm, secret, body)
+    p = wait_pod(k, "vols", phase_is("Running"), "Running")
+    wait(lambda: "sub=" in k("logs", "vols").stdout, "the script's output", k.cluster)
+    out = k("logs", "vols", "-c", "c").stdout
+    ns = k.namespace
+    for line in ("empty=none", "mem=tmpfs rw,relatime", "cm=hello-cm",
+                 "cm-link=..data/greeting", "secret=s3cr3t", "secret-fs=tmpfs",
+                 'labels=app="demo"', "podname=vols", f"proj=hello-cm/s3cr3t/{ns}",
+                 "img=/img/bin/busybox", "img-ro=yes", "cm-ro=yes", "sub=empty"):
+        assert line in out.splitlines(), f"{line!r} not in:\n{out}"
+    mounts = container(p)["volumeMounts"]
+    assert [m["mountPath"] for m in mounts] == ["/scratch", "/mem", "/cm", "/sec", "/dapi",
+                                                "/proj", "/img", "/sub"]
+    # the emptyDir really is the host dir the kubelet made
+    uid = p["metadata"]["uid"]
+    host = k.cluster.data_dir / "kubelet" / "pods" / uid / "volumes"
+    assert (host / "kubernetes.io~empty-dir" / "scratch" / "f").read_text() == "hi\n"
+    assert (host / "kubernetes.io~empty-dir" / "scratch" / "a" / "b").is_dir()
+
+    # a Secret update reaches the files within a sync period
+    k("patch", "secret", "s1", "-p", json.dumps({"stringData": {"password": "n3w"}}))
+    secret_file = next((host / "kubernetes.io~secret" / "sec").glob("..data/password"))
+    wait(lambda: secret_file.read_text() == "n3w", "the new secret in the volume", k.cluster)
+
+
+def test_restart_policy_always_backs_off(k: Kubectl) -> None:
+    create(k, busybox_pod("crash", "echo run $(cat /proc/uptime); exit 3"))
+    p = wait_pod(k, "crash", lambda p: container(p).get("state", {}).get("waiting", {}).get(
+        "reason") == "CrashLoopBackOff", "CrashLoopBackOff")
+    c = container(p)
+    assert c["restartCount"] >= 1
+    uid = p["metadata"]["uid"]
+    assert re.fullmatch(rf"back-off \d+s restarting failed container=c pod=crash_"
+                        rf"{k.namespace}\({uid}\)", c["state"]["waiting"]["message"])
+    assert c["lastState"]["terminated"]["exitCode"] == 3
+    assert p["status"]["phase"] == "Running"
+    assert "CrashLoopBackOff" in k("get", "pod", "crash").stdout
+    previous = k("logs", "crash", "--previous").stdout
+    assert previous.startswith("run ")
+    events = k("get", "events", "--field-selector", "involvedObject.name=crash",
+               "-o", "json")
+    reasons = {e["reason"] for e in json.loads(events.stdout)["items"]}
+    assert {"Created", "Started", "BackOff"} <= reasons
+
+
+def test_restart_policies_never_and_on_failure(k: Kubectl) -> None:
+    create(k, busybox_pod("never", "exit 4", restartPolicy="Never"),
+           busybox_pod("onfail", "exit 0", restartPolicy="OnFailure"))
+    p = wait_pod(k, "never", phase_is("Failed"), "Failed")
+    assert container(p)["state"]["terminated"]["exitCode"] == 4
+    assert container(p)["restartCount"] == 0
+    p = wait_pod(k, "onfail", phase_is("Succeeded"), "Succeeded")
+    assert container(p)["state"]["terminated"]["reason"] == "Completed"
+
+
+def test_logs_follow_previous_and_container(k: Kubectl) -> None:
+    body = busybox_pod("talk", "for i in 1 2 3; do echo line $i; sleep 0.5; done",
+                       restartPolicy="Never")
+    body["spec"]["containers"].append({"name": "side", "image": "busybox",
+                                       "command": ["sh", "-c", "echo from side"]})
+    create(k, body)
+    wait_pod(k, "talk", lambda p: container(p).get("state", {}).get("running")
+             or container(p).get("state", {}).get("terminated"), "started")
+    follow = k("logs", "-f", "talk", "-c", "c", timeout=30)
+    assert follow.stdout == "line 1\nline 2\nline 3\n"
+    wait_pod(k, "talk", phase_is("Succeeded"), "Succeeded")
+    assert k("logs", "talk", "-c", "side").stdout == "from side\n"
+    assert k("logs", "talk", "-c", "c", "--tail=1").stdout == "line 3\n"
+    stamped = k("logs", "talk", "-c", "c", "--timestamps").stdout.splitlines()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z line 1", stamped[0])
+    missing = k("logs", "talk", "-c", "c", "--previous", check=False)
+    assert missing.returncode != 0
+    assert 'previous terminated container "c" in pod "talk" not found' in missing.stderr
+
+
+def test_a_volume_that_cannot_be_mounted_says_why(k: Kubectl) -> None:
+    body = busybox_pod("bad", "sleep 3600",
+                       volumes=[{"name": "cm", "configMap": {"name": "missing"}}])
+    body["spec"]["containers"][0]["volumeMounts"] = [{"name": "cm", "mountPath": "/cm"}]
+    create(k, body)
+
+    def failed_mount() -> bool:
+        events = json.loads(k("get", "events", "--field-selector",
+                              "involvedObject.name=bad", "-o", "json").stdout)["items"]
+        return any(e["reason"] == "FailedMount" and e["message"] ==
+                   'MountVolume.SetUp failed for volume "cm" : configmap "missing" not found'
+                   for e in events)
+
+    wait(failed_mount, "the FailedMount event", k.cluster)
+    p = pod_json(k, "bad")
+    assert p["status"]["phase"] == "Pending"
+    assert container(p)["state"]["waiting"]["reason"] == "ContainerCreating"
+    logs = k("logs", "bad", check=False)
+    assert 'container "c" in pod "bad" is waiting to start: ContainerCreating' in logs.stderr
+    describe = k("describe", "pod", "bad").stdout
+    assert "FailedMount" in describe
+
+
+def test_the_kubelet_killed_adopts_running_containers(k: Kubectl) -> None:
+    create(k, busybox_pod("survivor", "sleep 3600"))
+    before = container(wait_pod(k, "survivor", phase_is("Running"), "Running"))
+    cluster = k.cluster
+    old_pid = cluster.pid_of("kubelet")
+    os.kill(old_pid, signal.SIGKILL)
+    wait(lambda: _pid_changed(cluster, old_pid), "a new kubelet", cluster)
+    # the new kubelet works (it starts a new pod) ...
+    create(k, busybox_pod("newcomer", "sleep 3600"))
+    wait_pod(k, "newcomer", phase_is("Running"), "Running")
+    # ... and left the old container alone
+    after = container(pod_json(k, "survivor"))
+    assert after["containerID"] == before["containerID"]
+    assert after["restartCount"] == before["restartCount"] == 0
+    assert after["state"]["running"]["startedAt"] == before["state"]["running"]["startedAt"]
+
+
+def _pid_changed(cluster: Cluster, old: int) -> bool:
+    try:
+        return cluster.pid_of("kubelet") != old
+    except (OSError, ValueError):
+        return False
+
+
+def test_delete_leaves_nothing_behind(k: Kubectl) -> None:
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s2"},
+              "stringData": {"k": "v"}}
+    body = busybox_pod("tidy", "sleep 3600", volumes=[
+        {"name": "mem", "emptyDir": {"medium": "Memory"}},
+        {"name": "sec", "secret": {"secretName": "s2"}},
+        {"name": "img", "image": {"reference": "busybox"}}])
+    body["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "mem", "mountPath": "/mem"}, {"name": "sec", "mountPath": "/sec"},
+        {"name": "img", "mountPath": "/img"}]
+    create(k, secret, body)
+    p = wait_pod(k, "tidy", phase_is("Running"), "Running")
+    uid = p["metadata"]["uid"]
+    kubelet_dir = k.cluster.data_dir / "kubelet"
+    assert any(uid in m for m in _mounts_under(kubelet_dir))
+    k("delete", "pod", "tidy", timeout=60)
+    assert k("get", "pod", "tidy", check=False).returncode != 0
+    assert not [m for m in _mounts_under(kubelet_dir) if uid in m]
+    assert not (kubelet_dir / "pods" / uid).exists()
+    assert not [d for d in _entries(kubelet_dir / "logs" / "pods") if uid in d]
+    container_id = container(p)["containerID"].split("://", 1)[1]
+    leftovers = [str(path) for path in (kubelet_dir / "runtime").rglob("*")
+                 if container_id in path.name or uid in path.name]
+    assert not leftovers
