@@ -107,7 +107,10 @@ def test_aggregated_discovery_core() -> None:
     assert pods["scope"] == "Namespaced" and pods["singularResource"] == "pod"
     assert pods["shortNames"] == ["po"] and pods["categories"] == ["all"]
     subs = {s["subresource"]: s for s in pods["subresources"]}
-    assert set(subs) == {"status", "binding", "dynamic", "allocated", "log"}
+    assert set(subs) == {"status", "binding", "dynamic", "allocated", "log", "exec", "attach"}
+    assert subs["exec"]["verbs"] == ["create", "get"]
+    assert subs["exec"]["responseKind"]["kind"] == "PodExecOptions"
+    assert subs["attach"]["responseKind"]["kind"] == "PodAttachOptions"
     assert subs["allocated"]["verbs"] == ["get"]
     assert subs["binding"]["verbs"] == ["create"]
     assert subs["binding"]["responseKind"]["kind"] == "Binding"

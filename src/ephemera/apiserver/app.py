@@ -330,12 +330,19 @@ class Router:
                     return await handlers.update(request, target)
             elif sub == "allocated":
                 if method == "GET":
-                    return await handlers.allocated(request, target)
+                    return await nodeproxy.pod_allocated(request, self.registry,
+                                                         target.resource, target.namespace,
+                                                         target.name, self.kubelets)
             elif sub == "log":
                 if method == "GET":
                     return await nodeproxy.pod_log(request, self.registry, target.resource,
                                                    target.namespace, target.name,
                                                    self.kubelets)
+            elif sub in ("exec", "attach"):
+                if method in ("GET", "POST"):
+                    return await nodeproxy.pod_stream(request, self.registry, target.resource,
+                                                      target.namespace, target.name, sub,
+                                                      self.kubelets)
             elif method == "GET":
                 return await handlers.get(request, target)
             elif method == "PUT":

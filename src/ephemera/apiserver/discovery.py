@@ -38,10 +38,13 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "dynamic": ("get", "patch", "update"),
     "allocated": ("get",),
     "log": ("get",),
+    "exec": ("create", "get"),
+    "attach": ("create", "get"),
     "binding": ("create",),
     "finalize": ("update",),
 }
-_SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding"}
+_SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding", "exec": "PodExecOptions",
+                                     "attach": "PodAttachOptions"}
 
 
 def version_info() -> dict[str, Any]:

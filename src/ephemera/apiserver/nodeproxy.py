@@ -1,6 +1,6 @@
-"""What the apiserver asks of kubelets: `GET pods/NAME/log` today (`nodes/NAME/proxy/...`,
-exec and attach and `pods/NAME/allocated` from the kubelet come with later issues and go
-here too).
+"""What the apiserver asks of kubelets: `GET pods/NAME/log`, and `pods/NAME/exec` and
+`pods/NAME/attach` (`nodes/NAME/proxy/...` and `pods/NAME/allocated` from the kubelet come
+with later issues and go here too).
 
 `pods/NAME/log` (upstream's `LogREST` + `LogLocation`):
 - the options `container`, `follow`, `previous`, `timestamps`, `tailLines`, `sinceSeconds`,
@@ -19,10 +19,29 @@ here too).
   streams). A kubelet error is relayed: its 404 as NotFound, anything else as a BadRequest
   whose message is the kubelet's text (`container "c" in pod "p" is waiting to start:
   ContainerCreating`); a kubelet that cannot be reached is a 500.
+
+`GET|POST pods/NAME/exec` and `pods/NAME/attach` (upstream's `ExecREST`/`AttachREST` +
+`streamLocation`):
+- the query is `PodExecOptions`/`PodAttachOptions`: `command` (repeated), `container`,
+  `stdin`, `stdout`, `stderr`, `tty` (a flag is on unless absent, `0` or `false`);
+- the container is the named one (`container c9 is not valid for pod p`) or the pod's only
+  one (`a container name must be specified for pod p, choose one of: [a b] or one of the
+  init containers: [i]`); an unbound pod is `pod p does not have a host assigned`;
+- the kubelet is asked at `/exec|attach/NS/POD/CONTAINER?command=..&input=1&output=1&
+  error=1&tty=1` (the kubelet's parameter names). A WebSocket request is relayed to a
+  WebSocket to the kubelet, offered the client's subprotocols; the client's upgrade is
+  accepted with the one the kubelet chose, and frames (binary and text) go both ways
+  unchanged until either side closes (see `ephemera.kubelet.streaming` for the channel
+  protocols). A kubelet that refuses the upgrade has its status and text relayed as they
+  are, as upstream's upgrade-aware proxy does (kubectl shows `unable to upgrade connection:
+  container not found ("c")`). Any other request (SPDY) is passed to the kubelet as a plain
+  request and its answer relayed: ephemera does not speak SPDY, and kubectl uses
+  WebSockets unless the upgrade fails.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from collections.abc import Mapping
@@ -36,7 +55,7 @@ from ephemera.api import errors, field
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.resources import Resource, lookup
 
-__all__ = ["KubeletClient", "kubelet_address", "pod_log", "validate_container"]
+__all__ = ["KubeletClient", "kubelet_address", "pod_log", "pod_stream", "validate_container"]
 
 ADDRESS_PREFERENCE = ("InternalIP", "Hostname", "InternalDNS", "ExternalIP", "ExternalDNS")
 LOG_OPTIONS = ("follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime",
@@ -62,7 +81,10 @@ class KubeletClient:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(auto_decompress=False)
+            # No total time-out: exec and attach WebSockets last as long as their sessions.
+            self._session = aiohttp.ClientSession(
+                auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT))
         return self._session
 
     def ssl_for(self, insecure: bool) -> ssl.SSLContext | bool:
@@ -191,3 +213,178 @@ async def pod_log(request: web.Request, registry: Any, pods: Resource, namespace
         return response
     finally:
         upstream.close()
+
+
+# -- pods/NAME/allocated (KEP-5972) ----------------------------------------------------------------
+
+
+async def pod_allocated(request: web.Request, registry: Any, pods: Resource, namespace: str,
+                        name: str, kubelets: KubeletClient) -> web.Response:
+    """Serve `GET pods/NAME/allocated` by asking the pod's kubelet for `/allocatedPods/UID`:
+    404 for a missing pod, 400 `pod p does not have a host assigned` for an unbound one,
+    404 `nodes "n1" not found` when its node does not exist, 503 ServiceUnavailable `the
+    pod's node "n1" has no reachable kubelet` when the kubelet cannot be reached, 404 when the
+    kubelet has not allocated the pod."""
+    pod = await registry.get(pods, namespace, name)
+    node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+    if not node_name:
+        raise errors.bad_request(f"pod {name} does not have a host assigned")
+    node = await registry.get(_nodes(), "", node_name)
+    unreachable = StatusError(503, "ServiceUnavailable",
+                              f'the pod\'s node "{node_name}" has no reachable kubelet')
+    location = kubelet_address(node)
+    if location is None:
+        raise unreachable
+    host, port = location
+    host_text = f"[{host}]" if ":" in host else host
+    uid = quote(str((pod.get("metadata") or {}).get("uid") or ""), safe="")
+    url = f"{kubelets.scheme}://{host_text}:{port}/allocatedPods/{uid}"
+    insecure = request.query.get("insecureSkipTLSVerifyBackend", "").lower() == "true"
+    timeout = aiohttp.ClientTimeout(total=30, connect=CONNECT_TIMEOUT)
+    try:
+        async with kubelets.session().get(url, timeout=timeout,
+                                          ssl=kubelets.ssl_for(insecure)) as upstream:
+            body = await upstream.read()
+            status = upstream.status
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        raise unreachable from None
+    if status == 404:
+        raise StatusError(404, "NotFound", body.decode(errors="replace").strip() or
+                          f'pod "{name}" is not allocated on node "{node_name}"')
+    if status != 200:
+        raise errors.internal_error(body.decode(errors="replace").strip() or
+                                    f"kubelet answered {status}")
+    return web.Response(body=body, content_type="application/json")
+
+
+# -- exec and attach ------------------------------------------------------------------------------
+
+STREAM_FLAGS = (("stdin", "input"), ("stdout", "output"), ("stderr", "error"), ("tty", "tty"))
+MAX_STREAM_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+def _query_flag(request: web.Request, name: str) -> bool:
+    """apimachinery's `Convert_Slice_string_To_bool`: on unless absent, `0` or `false`."""
+    values = request.query.getall(name, [])
+    return bool(values) and values[0] != "0" and values[0].lower() != "false"
+
+
+def stream_container(container: str, pod: Mapping[str, Any]) -> str:
+    """Upstream's `streamLocation` container choice for exec and attach."""
+    name = str((pod.get("metadata") or {}).get("name") or "")
+    spec = pod.get("spec") or {}
+    if not container:
+        containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+        if len(containers) == 1:
+            return str(containers[0].get("name"))
+        if not containers:
+            raise errors.bad_request(f"a container name must be specified for pod {name}")
+        message = (f"a container name must be specified for pod {name}, choose one of: "
+                   f"[{' '.join(str(c.get('name')) for c in containers)}]")
+        inits = [str(c.get("name")) for c in spec.get("initContainers") or []
+                 if isinstance(c, dict)]
+        if inits:
+            message += f" or one of the init containers: [{' '.join(inits)}]"
+        raise errors.bad_request(message)
+    if container not in _container_names(pod):
+        raise errors.bad_request(f"container {container} is not valid for pod {name}")
+    return container
+
+
+def _is_websocket(request: web.Request) -> bool:
+    return (request.headers.get("Upgrade", "").lower() == "websocket"
+            and "upgrade" in request.headers.get("Connection", "").lower())
+
+
+async def pod_stream(request: web.Request, registry: Any, pods: Resource, namespace: str,
+                     name: str, subresource: str, kubelets: KubeletClient
+                     ) -> web.StreamResponse:
+    """Serve `pods/NAME/exec` or `pods/NAME/attach` by relaying to the pod's kubelet."""
+    pod = await registry.get(pods, namespace, name)
+    container = stream_container(request.query.get("container", ""), pod)
+    node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+    if not node_name:
+        raise errors.bad_request(f"pod {name} does not have a host assigned")
+    node = await registry.get(_nodes(), "", node_name)
+    location = kubelet_address(node)
+    if location is None:
+        raise errors.internal_error(f"node {node_name} does not report its kubelet's address")
+    host, port = location
+    host_text = f"[{host}]" if ":" in host else host
+    path = "/".join(quote(part, safe="") for part in (namespace, name, container))
+    url = f"{kubelets.scheme}://{host_text}:{port}/{subresource}/{path}"
+    params: list[tuple[str, str]] = []
+    if subresource == "exec":
+        params.extend(("command", c) for c in request.query.getall("command", []))
+    params.extend((kubelet_name, "1") for option, kubelet_name in STREAM_FLAGS
+                  if _query_flag(request, option))
+    ssl_option = kubelets.ssl_for(False)
+    if not _is_websocket(request):
+        return await _relay_plain(request, kubelets, url, params, ssl_option)
+    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")
+               if p.strip()]
+    try:
+        upstream = await kubelets.session().ws_connect(
+            url, params=params, protocols=offered, ssl=ssl_option, autoping=True,
+            max_msg_size=MAX_STREAM_MESSAGE_BYTES,
+            timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0))
+    except aiohttp.WSServerHandshakeError:
+        # aiohttp keeps no body of a refused upgrade: ask again plainly for the kubelet's text.
+        return await _relay_plain(request, kubelets, url, params, ssl_option)
+    except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        raise errors.internal_error(f'Get "{url}": {err}') from None
+    try:
+        client = web.WebSocketResponse(
+            protocols=(upstream.protocol,) if upstream.protocol else (), autoping=True,
+            max_msg_size=MAX_STREAM_MESSAGE_BYTES)
+        await client.prepare(request)
+        await _relay_websockets(client, upstream)
+        return client
+    finally:
+        await upstream.close()
+
+
+async def _relay_plain(request: web.Request, kubelets: KubeletClient, url: str,
+                       params: list[tuple[str, str]], ssl_option: ssl.SSLContext | bool
+                       ) -> web.Response:
+    timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT * 3, connect=CONNECT_TIMEOUT)
+    try:
+        async with kubelets.session().request(request.method, url, params=params,
+                                              ssl=ssl_option, timeout=timeout) as answer:
+            text = await answer.text(errors="replace")
+            return web.Response(status=answer.status, text=text,
+                                content_type="text/plain")
+    except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        raise errors.internal_error(f'{request.method.capitalize()} "{url}": {err}') from None
+
+
+async def _relay_websockets(client: web.WebSocketResponse,
+                            upstream: aiohttp.ClientWebSocketResponse) -> None:
+    """Frames both ways until one side closes; then the other is closed too."""
+
+    async def copy(source: Any, sink: Any) -> None:
+        async for message in source:
+            try:
+                if message.type == aiohttp.WSMsgType.BINARY:
+                    await sink.send_bytes(message.data)
+                elif message.type == aiohttp.WSMsgType.TEXT:
+                    await sink.send_str(message.data)
+            except (ConnectionError, RuntimeError):
+                return
+
+    down = asyncio.ensure_future(copy(upstream, client))
+    up = asyncio.ensure_future(copy(client, upstream))
+    try:
+        await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            if down.done():
+                await client.close()
+            else:
+                await upstream.close()
+        await asyncio.wait({down, up}, timeout=10)
+    finally:
+        for task in (down, up):
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

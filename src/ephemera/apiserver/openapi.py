@@ -71,6 +71,12 @@ _QUERY_PARAMETERS: dict[str, tuple[str, str]] = {
     "watch": ("boolean", "Stream the changes instead of returning a list."),
     "allowWatchBookmarks": ("boolean", "Let the watch send BOOKMARK events."),
     "sendInitialEvents": ("boolean", "Start the watch with the current objects as ADDED."),
+    "command": ("string", "One argument of the program to run, given once per argument."),
+    "container": ("string", "Which container; may be left out when the pod has only one."),
+    "stdin": ("boolean", "Send input to the process on channel 0."),
+    "stdout": ("boolean", "Receive what the process writes to its output on channel 1."),
+    "stderr": ("boolean", "Receive what the process writes to its errors on channel 2."),
+    "tty": ("boolean", "Run the process on a terminal; its errors then come on channel 1."),
 }
 _LIST_QUERY = ("allowWatchBookmarks", "continue", "fieldSelector", "labelSelector", "limit",
                "resourceVersion", "resourceVersionMatch", "sendInitialEvents",
@@ -78,6 +84,8 @@ _LIST_QUERY = ("allowWatchBookmarks", "continue", "fieldSelector", "labelSelecto
 _WRITE_QUERY = ("dryRun", "fieldManager", "fieldValidation")
 _PATCH_QUERY = (*_WRITE_QUERY, "force")
 _DELETE_QUERY = ("dryRun", "gracePeriodSeconds", "orphanDependents", "propagationPolicy")
+_ATTACH_QUERY = ("container", "stderr", "stdin", "stdout", "tty")
+_EXEC_QUERY = ("command", *_ATTACH_QUERY)
 
 
 @dataclass(frozen=True)
@@ -182,6 +190,13 @@ def _path_items(r: Resource) -> list[_PathItem]:
             ops = [_Operation("get", f"read{gid}{scoped}{r.kind}{title}", "get",
                               f"Read the log of the given {r.kind}.", gvk,
                               responses={"200": None})]
+        elif sub in ("exec", "attach"):
+            sgvk = _gvk(r.group, r.version, f"{r.kind}{title}Options")
+            query = _EXEC_QUERY if sub == "exec" else _ATTACH_QUERY
+            ops = [_Operation(method, f"connect{gid}{method.capitalize()}{scoped}{r.kind}{title}",
+                              "connect", f"connect {method.upper()} requests to {sub} of "
+                              f"{r.kind}", sgvk, query, responses={"200": None})
+                   for method in ("get", "post")]
         elif sub == "finalize":
             ops = [_Operation("put", f"replace{gid}{scoped}{r.kind}{title}", "put",
                               f"Replace the finalizers of the given {r.kind}.", gvk,

@@ -9,6 +9,8 @@
   upstream's (`container "c" in pod "p" is waiting to start: ContainerCreating`, `previous
   terminated container "c" in pod "p" not found`, ...); an unknown pod a 404.
 - `GET /metrics`: Prometheus text (`KubeletMetrics`).
+- `GET|POST /exec/NS/POD/CONTAINER`, `GET|POST /attach/NS/POD/CONTAINER`: WebSocket with the
+  Kubernetes channel protocols (see `ephemera.kubelet.streaming`).
 
 TLS with the kubelet's serving certificate. With a client CA, every path but `/healthz`
 needs a client certificate signed by it (the apiserver presents one), else 401, as upstream's
@@ -31,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ephemera.kubelet.logs import LogOptions, parse_time, stream_log
+from ephemera.kubelet.streaming import StreamHost, serve_attach, serve_exec
 
 __all__ = [
     "KubeletMetrics",
@@ -61,7 +64,7 @@ class LogSource:
     still_running: Callable[[], Awaitable[bool]]
 
 
-class ServerHost(Protocol):
+class ServerHost(StreamHost, Protocol):
     """What the server asks the kubelet."""
 
     def admitted_pods(self) -> list[dict[str, Any]]: ...
@@ -203,6 +206,23 @@ def create_kubelet_app(host: ServerHost, metrics: KubeletMetrics, *,
         await response.write_eof()
         return response
 
+    async def allocated_pods(request: web.Request) -> web.Response:
+        """KEP-5972 `/allocatedPods`: the pods as the node allocated them, status blank."""
+        listing = getattr(host, "allocated_pods", None)
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                "items": listing() if listing is not None else []}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def allocated_pod(request: web.Request) -> web.Response:
+        """KEP-5972 `/allocatedPods/UID`: one allocated pod (404 when not allocated)."""
+        uid = request.match_info["uid"]
+        lookup = getattr(host, "allocated_pod", None)
+        pod = lookup(uid) if lookup is not None else None
+        if pod is None:
+            return web.Response(status=404, text=f'pod with UID "{uid}" is not allocated '
+                                                 f'on this node')
+        return web.Response(body=orjson.dumps(pod), content_type="application/json")
+
     async def metrics_handler(request: web.Request) -> web.Response:
         return web.Response(body=metrics.render(),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -213,4 +233,15 @@ def create_kubelet_app(host: ServerHost, metrics: KubeletMetrics, *,
     app.router.add_get("/pods/", pods)
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
     app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/allocatedPods", allocated_pods)
+    app.router.add_get("/allocatedPods/", allocated_pods)
+    app.router.add_get("/allocatedPods/{uid}", allocated_pod)
+    for path, stream_handler in (("/exec", serve_exec), ("/attach", serve_attach)):
+        async def stream(request: web.Request, serve: Any = stream_handler
+                         ) -> web.StreamResponse:
+            response: web.StreamResponse = await serve(request, host)
+            return response
+
+        for method in ("GET", "POST"):
+            app.router.add_route(method, path + "/{namespace}/{pod}/{container}", stream)
     return app
