@@ -1,0 +1,227 @@
+"""Node-pressure signals and thresholds (reference k8s-semantics.md 4.4; upstream
+`pkg/kubelet/eviction/helpers.go`, `api/types.go`).
+
+- `parse_eviction_hard("nodefs.available<10%,nodefs.inodesFree<5%")` parses the
+  `--eviction-hard` flag (comma-separated `signal<value`; the value a percentage of capacity
+  or an absolute quantity). Errors are upstream's: `unsupported eviction signal X`,
+  `eviction percentage threshold X must be <= 100%: V`, `eviction threshold X must be
+  positive: V`, quantity parse errors, and the flag's own `malformed pair, expect
+  string<string`. `0%` and `100%` disable a signal. No flag: `DEFAULT_EVICTION_HARD`.
+- `observe(summary)` derives the signal observations (available and capacity) from a
+  `Summary`: `nodefs.*` from the node fs, `imagefs.*` from the runtime's imageFs.
+- `thresholds_met(thresholds, observations)` keeps the thresholds whose quantity (absolute, or
+  `int(capacity * percentage)` with upstream's float32 percentage) is greater than what is
+  available; `node_conditions(thresholds)` maps them to `DiskPressure` (and `MemoryPressure`
+  / `PIDPressure` for those signals).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ephemera.api.quantity import Quantity, QuantityFormat, parse_quantity
+from ephemera.kubelet.stats.provider import FsStats, Summary
+
+__all__ = [
+    "DEFAULT_EVICTION_HARD",
+    "DISK_PRESSURE",
+    "MEMORY_PRESSURE",
+    "PID_PRESSURE",
+    "RESOURCE_INODES",
+    "SIGNAL_IMAGE_FS_AVAILABLE",
+    "SIGNAL_IMAGE_FS_INODES_FREE",
+    "SIGNAL_NODE_FS_AVAILABLE",
+    "SIGNAL_NODE_FS_INODES_FREE",
+    "Observation",
+    "Threshold",
+    "ThresholdError",
+    "node_conditions",
+    "observe",
+    "parse_eviction_hard",
+    "parse_threshold",
+    "signal_resource",
+    "threshold_quantity",
+    "thresholds_met",
+]
+
+SIGNAL_MEMORY_AVAILABLE: Final = "memory.available"
+SIGNAL_ALLOCATABLE_MEMORY_AVAILABLE: Final = "allocatableMemory.available"
+SIGNAL_NODE_FS_AVAILABLE: Final = "nodefs.available"
+SIGNAL_NODE_FS_INODES_FREE: Final = "nodefs.inodesFree"
+SIGNAL_IMAGE_FS_AVAILABLE: Final = "imagefs.available"
+SIGNAL_IMAGE_FS_INODES_FREE: Final = "imagefs.inodesFree"
+SIGNAL_CONTAINER_FS_AVAILABLE: Final = "containerfs.available"
+SIGNAL_CONTAINER_FS_INODES_FREE: Final = "containerfs.inodesFree"
+SIGNAL_PID_AVAILABLE: Final = "pid.available"
+
+MEMORY_PRESSURE: Final = "MemoryPressure"
+DISK_PRESSURE: Final = "DiskPressure"
+PID_PRESSURE: Final = "PIDPressure"
+
+RESOURCE_INODES: Final = "inodes"
+
+# Upstream's Linux defaults (defaults_linux.go, newer versions with imagefs.inodesFree).
+DEFAULT_EVICTION_HARD: Final = (
+    "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,"
+    "imagefs.available<15%,imagefs.inodesFree<5%"
+)
+
+_SIGNALS: Final[dict[str, tuple[str, str]]] = {  # signal -> (node condition, resource)
+    SIGNAL_MEMORY_AVAILABLE: (MEMORY_PRESSURE, "memory"),
+    SIGNAL_ALLOCATABLE_MEMORY_AVAILABLE: (MEMORY_PRESSURE, "memory"),
+    SIGNAL_NODE_FS_AVAILABLE: (DISK_PRESSURE, "ephemeral-storage"),
+    SIGNAL_NODE_FS_INODES_FREE: (DISK_PRESSURE, RESOURCE_INODES),
+    SIGNAL_IMAGE_FS_AVAILABLE: (DISK_PRESSURE, "ephemeral-storage"),
+    SIGNAL_IMAGE_FS_INODES_FREE: (DISK_PRESSURE, RESOURCE_INODES),
+    SIGNAL_CONTAINER_FS_AVAILABLE: (DISK_PRESSURE, "ephemeral-storage"),
+    SIGNAL_CONTAINER_FS_INODES_FREE: (DISK_PRESSURE, RESOURCE_INODES),
+    SIGNAL_PID_AVAILABLE: (PID_PRESSURE, "pids"),
+}
+
+
+class ThresholdError(ValueError):
+    """A threshold statement upstream rejects; `str()` is upstream's message."""
+
+
+def _float32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """`signal < value`; `quantity` (absolute) or `percentage` (float32 fraction of
+    capacity). Hard thresholds only (grace period 0)."""
+
+    signal: str
+    quantity: Quantity | None = None
+    percentage: float = 0.0
+    grace_period_seconds: float = 0.0
+
+    @property
+    def resource(self) -> str:
+        return _SIGNALS[self.signal][1]
+
+    @property
+    def node_condition(self) -> str:
+        return _SIGNALS[self.signal][0]
+
+
+@dataclass(frozen=True)
+class Observation:
+    available: Quantity
+    capacity: Quantity
+    time: float
+
+
+def signal_resource(signal: str) -> str:
+    return _SIGNALS[signal][1]
+
+
+def parse_threshold(signal: str, value: str) -> Threshold | None:
+    """`parseThresholdStatement`: None for an ignored `0%`/`100%`."""
+    if signal not in _SIGNALS:
+        raise ThresholdError(f"unsupported eviction signal {signal}")
+    if value.endswith("%"):
+        if value in ("0%", "100%"):
+            return None
+        try:
+            parsed = float(value.rstrip("%"))
+        except ValueError as err:
+            raise ThresholdError(
+                f'strconv.ParseFloat: parsing "{value.rstrip("%")}": invalid syntax') from err
+        percentage = _float32(_float32(parsed) / 100)
+        if percentage < 0:
+            raise ThresholdError(
+                f"eviction percentage threshold {signal} must be >= 0%: {value}")
+        if percentage > 1:
+            raise ThresholdError(
+                f"eviction percentage threshold {signal} must be <= 100%: {value}")
+        return Threshold(signal, percentage=percentage)
+    try:
+        quantity = parse_quantity(value)
+    except ValueError as err:
+        raise ThresholdError(str(err)) from err
+    if quantity.sign() <= 0:
+        raise ThresholdError(f"eviction threshold {signal} must be positive: {quantity}")
+    return Threshold(signal, quantity=quantity)
+
+
+def parse_eviction_hard(flag: str | Mapping[str, str] | None) -> list[Threshold]:
+    """The thresholds of `--eviction-hard` (a `signal<value,...` string or a mapping); the
+    upstream defaults when `flag` is None."""
+    if flag is None:
+        flag = DEFAULT_EVICTION_HARD
+    statements: dict[str, str] = {}
+    if isinstance(flag, str):
+        for pair in (p.strip() for p in flag.split(",")):
+            if not pair:
+                continue
+            signal, sep, value = pair.partition("<")
+            if not sep:
+                raise ThresholdError(f"malformed pair, expect string<string: {pair}")
+            statements[signal.strip()] = value.strip()
+    else:
+        statements = dict(flag)
+    thresholds: list[Threshold] = []
+    for signal, value in statements.items():
+        threshold = parse_threshold(signal, value)
+        if threshold is not None:
+            thresholds.append(threshold)
+    return thresholds
+
+
+def threshold_quantity(threshold: Threshold, capacity: Quantity) -> Quantity:
+    """`GetThresholdQuantity`: the absolute value, or `int64(capacity * percentage)` BinarySI."""
+    if threshold.quantity is not None:
+        return threshold.quantity
+    return Quantity.from_int(int(float(capacity.value()) * threshold.percentage),
+                             QuantityFormat.BINARY_SI)
+
+
+def _fs_observations(fs: FsStats | None, available_signal: str, inodes_signal: str,
+                     out: dict[str, Observation]) -> None:
+    if fs is None:
+        return
+    if fs.available_bytes is not None and fs.capacity_bytes is not None:
+        out[available_signal] = Observation(
+            Quantity.from_int(fs.available_bytes, QuantityFormat.BINARY_SI),
+            Quantity.from_int(fs.capacity_bytes, QuantityFormat.BINARY_SI), fs.time)
+    if fs.inodes_free is not None and fs.inodes is not None:
+        out[inodes_signal] = Observation(
+            Quantity.from_int(fs.inodes_free, QuantityFormat.DECIMAL_SI),
+            Quantity.from_int(fs.inodes, QuantityFormat.DECIMAL_SI), fs.time)
+
+
+def observe(summary: Summary) -> dict[str, Observation]:
+    """`makeSignalObservations` for the filesystem signals."""
+    out: dict[str, Observation] = {}
+    _fs_observations(summary.node.fs, SIGNAL_NODE_FS_AVAILABLE, SIGNAL_NODE_FS_INODES_FREE, out)
+    _fs_observations(summary.node.image_fs, SIGNAL_IMAGE_FS_AVAILABLE,
+                     SIGNAL_IMAGE_FS_INODES_FREE, out)
+    return out
+
+
+def thresholds_met(thresholds: Sequence[Threshold],
+                   observations: Mapping[str, Observation]) -> list[Threshold]:
+    """The thresholds whose quantity is greater than what is available (signals without an
+    observation are not met)."""
+    met: list[Threshold] = []
+    for threshold in thresholds:
+        observed = observations.get(threshold.signal)
+        if observed is None:
+            continue
+        if threshold_quantity(threshold, observed.capacity) > observed.available:
+            met.append(threshold)
+    return met
+
+
+def node_conditions(thresholds: Sequence[Threshold]) -> list[str]:
+    """The node conditions the met `thresholds` set, in first-seen order."""
+    conditions: list[str] = []
+    for threshold in thresholds:
+        if threshold.node_condition not in conditions:
+            conditions.append(threshold.node_condition)
+    return conditions

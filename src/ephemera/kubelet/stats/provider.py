@@ -1,0 +1,454 @@
+"""The kubelet's stats provider: local ephemeral storage usage per container, volume, pod and
+node, in the shape of upstream's Summary API (`pkg/kubelet/apis/stats/v1alpha1`).
+
+What is measured (reference k8s-semantics.md 4.3, upstream `calcEphemeralStorage`):
+
+- per container that the runtime created (as upstream keeps the latest container per name):
+  `rootfs` = its writable layer, the overlay upper dir of its latest instance
+  (`<root>/pods/<uid>/containers/<name>/<attempt>/upper`, runtime/oci.py), and `logs` = its
+  log directory (`<root>/logs/pods/<ns>_<name>_<uid>/<container>/`, every attempt);
+- per volume: every mounted volume with a host directory (not `image`, not `hostPath`), with
+  `usedBytes`/`inodesUsed` from the backend and capacity/available/inodes from `statvfs` of
+  the volume's filesystem;
+- per pod: `ephemeral-storage` = the sum over containers of rootfs + logs (logs only when the
+  rootfs stat exists), plus the **local ephemeral volumes** (`emptyDir` with the default
+  medium, `configMap`, upstream's newest `IsLocalEphemeralVolume`; memory-backed emptyDirs,
+  secrets, projected and downwardAPI volumes live on tmpfs and count as memory), plus the
+  pod's `/etc/hosts` file when given;
+- per node: `fs` = `statvfs` of the kubelet root (capacity, available, inodes, inodes free,
+  used), `runtime.imageFs` = `statvfs` of the image store with `usedBytes` = the image
+  store's usage (`dedicated_image_fs` tells whether it is another filesystem).
+
+Usage comes from a `UsageBackend`: `DuBackend` (du.py, a bounded directory walk run in a
+thread) or any other implementation (the O(1) loop-image backend of a later change). A
+backend answers the last complete measurement of a directory; a directory not measured yet
+has no stat (its `FsStats` is None), as upstream's cached metrics do.
+
+Seam for the kubelet (wired by the agent, not here): build one `PodPaths` per admitted,
+non-terminal pod with `pod_paths(root_dir, pod, mounted_volumes, pod_log_dir)`, where
+`mounted_volumes` is `VolumeManager.mounted_volumes(uid)` and `pod_log_dir` is
+`podworkers.pod_log_dir(root_dir, pod)`; then `summary = await provider.get(pods)`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from ephemera.kubelet.stats.du import DiskUsage
+
+__all__ = [
+    "VOLUME_DISK",
+    "VOLUME_MEMORY",
+    "VOLUME_UNMEASURED",
+    "ContainerPaths",
+    "ContainerStats",
+    "FsStats",
+    "NodeStats",
+    "PodPaths",
+    "PodStats",
+    "StatsProvider",
+    "Summary",
+    "UsageBackend",
+    "VolumePaths",
+    "VolumeStats",
+    "is_local_ephemeral_volume",
+    "latest_instance_dir",
+    "pod_paths",
+    "statvfs_stats",
+    "volume_kind",
+]
+
+# How a pod volume is accounted.
+VOLUME_DISK: Final = "disk"  # local ephemeral storage: counts toward the pod's ephemeral-storage
+VOLUME_MEMORY: Final = "memory"  # tmpfs: reported in volume[], counts as memory
+VOLUME_UNMEASURED: Final = "unmeasured"  # no metrics (hostPath, image, unknown)
+
+
+# --- the Summary data (upstream stats/v1alpha1 types; JSON in summary.py) ---------------------
+
+
+@dataclass(frozen=True)
+class FsStats:
+    """`FsStats`: None means the field is absent."""
+
+    time: float
+    available_bytes: int | None = None
+    capacity_bytes: int | None = None
+    used_bytes: int | None = None
+    inodes_free: int | None = None
+    inodes: int | None = None
+    inodes_used: int | None = None
+
+
+@dataclass(frozen=True)
+class ContainerStats:
+    name: str
+    start_time: float
+    rootfs: FsStats | None = None
+    logs: FsStats | None = None
+
+
+@dataclass(frozen=True)
+class VolumeStats:
+    name: str
+    fs: FsStats
+
+
+@dataclass(frozen=True)
+class PodStats:
+    uid: str
+    namespace: str
+    name: str
+    start_time: float
+    containers: tuple[ContainerStats, ...] = ()
+    volumes: tuple[VolumeStats, ...] = ()
+    ephemeral_storage: FsStats | None = None
+
+    def volume(self, name: str) -> VolumeStats | None:
+        for volume in self.volumes:
+            if volume.name == name:
+                return volume
+        return None
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    node_name: str
+    start_time: float
+    fs: FsStats | None = None
+    image_fs: FsStats | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    node: NodeStats
+    pods: tuple[PodStats, ...] = ()
+    dedicated_image_fs: bool = False  # not part of the JSON; the eviction manager needs it
+
+    def pod(self, uid: str) -> PodStats | None:
+        for pod in self.pods:
+            if pod.uid == uid:
+                return pod
+        return None
+
+
+# --- what to measure ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerPaths:
+    name: str
+    start_time: float = 0.0
+    writable_layer: Path | None = None  # the overlay upper dir of the latest instance
+    log_dir: Path | None = None  # the container's log directory (all attempts)
+
+
+@dataclass(frozen=True)
+class VolumePaths:
+    name: str
+    host_dir: Path
+    kind: str = VOLUME_DISK  # VOLUME_DISK / VOLUME_MEMORY / VOLUME_UNMEASURED
+
+
+@dataclass(frozen=True)
+class PodPaths:
+    uid: str
+    namespace: str
+    name: str
+    start_time: float = 0.0
+    containers: tuple[ContainerPaths, ...] = ()
+    volumes: tuple[VolumePaths, ...] = ()
+    etc_hosts: Path | None = None  # counted into ephemeral-storage (newer upstream)
+
+    def directories(self) -> list[Path]:
+        """Every path a backend must measure for this pod."""
+        paths: list[Path] = []
+        for container in self.containers:
+            if container.writable_layer is not None:
+                paths.append(container.writable_layer)
+            if container.log_dir is not None:
+                paths.append(container.log_dir)
+        paths.extend(v.host_dir for v in self.volumes if v.kind != VOLUME_UNMEASURED)
+        if self.etc_hosts is not None:
+            paths.append(self.etc_hosts)
+        return paths
+
+
+def is_local_ephemeral_volume(volume: Mapping[str, Any]) -> bool:
+    """Upstream's newest `IsLocalEphemeralVolume`: gitRepo, emptyDir with the default medium,
+    configMap."""
+    if volume.get("gitRepo") is not None or volume.get("configMap") is not None:
+        return True
+    empty_dir = volume.get("emptyDir")
+    return isinstance(empty_dir, Mapping) and not empty_dir.get("medium")
+
+
+def volume_kind(volume: Mapping[str, Any]) -> str:
+    """How the pod volume `volume` (a `spec.volumes[]` item) is accounted."""
+    if is_local_ephemeral_volume(volume):
+        return VOLUME_DISK
+    for key in ("emptyDir", "secret", "projected", "downwardAPI"):
+        if volume.get(key) is not None:
+            return VOLUME_MEMORY
+    return VOLUME_UNMEASURED
+
+
+def latest_instance_dir(pod_dir: Path, container: str) -> Path | None:
+    """`<pod_dir>/containers/<container>/<attempt>` with the highest attempt, or None."""
+    try:
+        attempts = [int(p.name) for p in (pod_dir / "containers" / container).iterdir()
+                    if p.name.isdigit()]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not attempts:
+        return None
+    return pod_dir / "containers" / container / str(max(attempts))
+
+
+def _parse_time(value: Any) -> float:
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def pod_paths(
+    root_dir: Path,
+    pod: Mapping[str, Any],
+    mounted_volumes: Mapping[str, Path],
+    pod_log_dir: Path,
+    *,
+    etc_hosts: Path | None = None,
+) -> PodPaths:
+    """The directories to measure for `pod` (a pod object) on a kubelet rooted at `root_dir`:
+    each container of `spec.initContainers` and `spec.containers` that has an instance
+    directory, each volume of `mounted_volumes` (name -> host dir) classified by its spec."""
+    md = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    uid = str(md.get("uid") or "")
+    pod_dir = Path(root_dir) / "pods" / uid
+    starts: dict[str, float] = {}
+    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for cs in status.get(key) or []:
+            running = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            starts[str(cs.get("name"))] = _parse_time(running)
+    containers: list[ContainerPaths] = []
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(key) or []:
+            name = str(c.get("name") or "")
+            instance = latest_instance_dir(pod_dir, name)
+            containers.append(ContainerPaths(
+                name=name,
+                start_time=starts.get(name, 0.0),
+                writable_layer=None if instance is None else instance / "upper",
+                log_dir=Path(pod_log_dir) / name,
+            ))
+    volumes: list[VolumePaths] = []
+    specs = {str(v.get("name")): v for v in spec.get("volumes") or [] if isinstance(v, Mapping)}
+    for name, host_dir in mounted_volumes.items():
+        volume = specs.get(name)
+        kind = VOLUME_UNMEASURED if volume is None else volume_kind(volume)
+        if kind != VOLUME_UNMEASURED:
+            volumes.append(VolumePaths(name, Path(host_dir), kind))
+    return PodPaths(
+        uid=uid,
+        namespace=str(md.get("namespace") or ""),
+        name=str(md.get("name") or ""),
+        start_time=_parse_time(status.get("startTime")),
+        containers=tuple(containers),
+        volumes=tuple(volumes),
+        etc_hosts=etc_hosts,
+    )
+
+
+# --- backends -------------------------------------------------------------------------------
+
+
+class UsageBackend(Protocol):
+    """Measures directory trees (allocated bytes and inodes); `DuBackend` is one."""
+
+    async def measure(self, paths: Sequence[Path]) -> None:
+        """Bring the measurements of `paths` up to date (one bounded pass; never blocks the
+        event loop)."""
+
+    def usage(self, path: Path) -> DiskUsage | None:
+        """The last complete measurement of `path`, or None."""
+
+
+def statvfs_stats(path: Path, now: float | None = None) -> FsStats | None:
+    """Capacity, available bytes and inodes of the filesystem holding `path` (None when
+    `path` does not exist). `used_bytes` is (blocks - free blocks) * fragment size."""
+    try:
+        st = os.statvfs(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return FsStats(
+        time=time.time() if now is None else now,
+        available_bytes=st.f_bavail * st.f_frsize,
+        capacity_bytes=st.f_blocks * st.f_frsize,
+        used_bytes=(st.f_blocks - st.f_bfree) * st.f_frsize,
+        inodes_free=st.f_ffree,
+        inodes=st.f_files,
+        inodes_used=st.f_files - st.f_ffree,
+    )
+
+
+def _device(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except FileNotFoundError:
+        return None
+
+
+def _add(total: int | None, more: int | None) -> int | None:
+    if more is None:
+        return total
+    return more if total is None else total + more
+
+
+@dataclass
+class StatsProvider:
+    """Builds the `Summary` from a `UsageBackend` (see the module docstring)."""
+
+    node_name: str
+    root_dir: Path
+    backend: UsageBackend
+    image_dir: Path | None = None  # the image store's root (imageFs); None: no imageFs stats
+    start_time: float = field(default_factory=time.time)
+
+    @property
+    def dedicated_image_fs(self) -> bool:
+        if self.image_dir is None:
+            return False
+        image_dev, root_dev = _device(self.image_dir), _device(self.root_dir)
+        return image_dev is not None and root_dev is not None and image_dev != root_dev
+
+    async def get(self, pods: Sequence[PodPaths], update: bool = True) -> Summary:
+        """The Summary for `pods`; with `update`, one measuring pass first."""
+        if update:
+            paths = [p for pod in pods for p in pod.directories()]
+            if self.image_dir is not None:
+                paths.append(self.image_dir)
+            await self.backend.measure(paths)
+        return self.build(pods)
+
+    def _usage_stats(self, path: Path | None, fs: FsStats | None) -> FsStats | None:
+        if path is None:
+            return None
+        usage = self.backend.usage(path)
+        if usage is None:
+            return None
+        return FsStats(
+            time=usage.time,
+            available_bytes=None if fs is None else fs.available_bytes,
+            capacity_bytes=None if fs is None else fs.capacity_bytes,
+            used_bytes=usage.bytes,
+            inodes_free=None if fs is None else fs.inodes_free,
+            inodes=None if fs is None else fs.inodes,
+            inodes_used=usage.inodes,
+        )
+
+    def build(self, pods: Sequence[PodPaths]) -> Summary:
+        """The Summary from the backend's current measurements (no measuring)."""
+        now = time.time()
+        node_fs = statvfs_stats(self.root_dir, now)
+        image_fs: FsStats | None = None
+        if self.image_dir is not None:
+            image_fs = statvfs_stats(self.image_dir, now)
+            usage = self.backend.usage(self.image_dir)
+            if image_fs is not None and usage is not None:
+                image_fs = FsStats(
+                    time=now, available_bytes=image_fs.available_bytes,
+                    capacity_bytes=image_fs.capacity_bytes, used_bytes=usage.bytes,
+                    inodes_free=image_fs.inodes_free, inodes=image_fs.inodes,
+                    inodes_used=usage.inodes)
+        pod_stats = tuple(self._pod_stats(pod, node_fs, now) for pod in pods)
+        return Summary(
+            node=NodeStats(self.node_name, self.start_time, node_fs, image_fs),
+            pods=pod_stats,
+            dedicated_image_fs=self.dedicated_image_fs,
+        )
+
+    def _pod_stats(self, pod: PodPaths, node_fs: FsStats | None, now: float) -> PodStats:
+        # Upstream: rootfs on the container (image) fs, logs and volumes on the node fs; one
+        # filesystem here unless the image store is elsewhere (the writable layers are under
+        # the kubelet root either way).
+        containers = tuple(
+            ContainerStats(
+                name=c.name,
+                start_time=c.start_time,
+                rootfs=self._usage_stats(c.writable_layer, node_fs),
+                logs=self._usage_stats(c.log_dir, node_fs),
+            )
+            for c in pod.containers
+            if c.writable_layer is not None  # not created by the runtime yet: no stats
+        )
+        volumes: list[VolumeStats] = []
+        for volume in pod.volumes:
+            if volume.kind == VOLUME_UNMEASURED:
+                continue
+            fs = statvfs_stats(volume.host_dir, now)
+            stats = self._usage_stats(volume.host_dir, fs)
+            if stats is not None:
+                volumes.append(VolumeStats(volume.name, stats))
+        return PodStats(
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            start_time=pod.start_time,
+            containers=containers,
+            volumes=tuple(volumes),
+            ephemeral_storage=self._ephemeral_storage(pod, containers, volumes, node_fs, now),
+        )
+
+    def _ephemeral_storage(
+        self,
+        pod: PodPaths,
+        containers: Sequence[ContainerStats],
+        volumes: Sequence[VolumeStats],
+        node_fs: FsStats | None,
+        now: float,
+    ) -> FsStats:
+        """Upstream's `calcEphemeralStorage`."""
+        used: int | None = None
+        inodes_used: int | None = None
+        latest = 0.0
+        for container in containers:
+            if container.rootfs is None:
+                continue
+            used = _add(used, container.rootfs.used_bytes)
+            inodes_used = _add(inodes_used, container.rootfs.inodes_used)
+            latest = max(latest, container.rootfs.time)
+            if container.logs is not None:
+                used = _add(used, container.logs.used_bytes)
+                inodes_used = _add(inodes_used, container.logs.inodes_used)
+                latest = max(latest, container.logs.time)
+        disk_volumes = {v.name for v in pod.volumes if v.kind == VOLUME_DISK}
+        for volume in volumes:
+            if volume.name in disk_volumes:
+                used = _add(used, volume.fs.used_bytes)
+                inodes_used = _add(inodes_used, volume.fs.inodes_used)
+                latest = max(latest, volume.fs.time)
+        hosts = self._usage_stats(pod.etc_hosts, None)
+        if hosts is not None:
+            used = _add(used, hosts.used_bytes)
+            inodes_used = _add(inodes_used, hosts.inodes_used)
+            latest = max(latest, hosts.time)
+        return FsStats(
+            time=latest or now,
+            available_bytes=None if node_fs is None else node_fs.available_bytes,
+            capacity_bytes=None if node_fs is None else node_fs.capacity_bytes,
+            used_bytes=used,
+            inodes_free=None if node_fs is None else node_fs.inodes_free,
+            inodes=None if node_fs is None else node_fs.inodes,
+            inodes_used=inodes_used,
+        )
