@@ -447,14 +447,15 @@ def test_real_example_cpu_request_below_aggregate() -> None:
 
 def test_unsupported_container_resources_are_not_compared_k8s_132449() -> None:
     """k/k#132449: pod-level cpu with a container ephemeral-storage request. With the ES gate
-    off ephemeral-storage is not a pod-level resource and is not compared; with it on it is
-    (a missing pod request reads as "0")."""
+    off ephemeral-storage is not a pod-level resource and is not compared; with it on it is,
+    and the pod request defaults to the aggregate (KEP-6386 PRR: such pods stay valid when the
+    gate is turned on)."""
     def build() -> dict[str, Any]:
         return pod(ctr("c", **res(requests={ES: "10Mi"})), resources={"requests": {"cpu": "300m"}})
     assert create_errors(build(), ES_OFF) == []
-    assert create_errors(build(), GATES) == [
-        'spec.resources.requests[ephemeral-storage]: Invalid value: "0": must be greater than '
-        "or equal to aggregate container requests of 10Mi"]
+    p = build()
+    assert create_errors(p, GATES) == []
+    assert p["spec"]["resources"] == {"requests": {"cpu": "300m", ES: "10Mi"}}
 
 
 def test_pod_level_claims_forbidden() -> None:

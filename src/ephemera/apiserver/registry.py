@@ -505,6 +505,11 @@ class Registry:
         for _ in range(MAX_UPDATE_ATTEMPTS):
             kv = await self.store.get(key)
             current = codec.decode(kv) if kv is not None else None
+            if current is not None:
+                # As upstream's decode from storage, the stored object gets the kind's
+                # defaults too: a default a gate turned on since the write (KEP-6386's
+                # pod-level ephemeral-storage) lands on both sides of the update alike.
+                self.strategy(resource).default(current)
             new = await update(copy.deepcopy(current) if current is not None else None)
             if kv is None or current is None:
                 created = await self.create(resource, new, dry_run=dry_run, prepared=True)

@@ -176,9 +176,21 @@ def _default_hugepage_pod_limits(pod: dict[str, Any], gates: Mapping[str, bool])
 def _default_pod_requests(pod: dict[str, Any], gates: Mapping[str, bool]) -> None:
     """`defaultPodRequests`, only when pod-level limits are set: a supported, overcommittable
     resource that containers request gets the aggregated container request (sidecar formula);
-    then each supported pod-level limit still without a request gives its value."""
+    then each supported pod-level limit still without a request gives its value.
+    KEP-6386 (PRR): a pod with pod-level requests but no pod-level limits also gets the
+    aggregated container `ephemeral-storage` request, so that a pod valid before the gate was
+    turned on (pod-level cpu, container-level ephemeral-storage) stays valid."""
     pod_res = _dict(pod["spec"].get("resources"))
-    if pod_res is None or not pod_res.get("limits") or not isinstance(pod_res["limits"], dict):
+    if pod_res is None:
+        return
+    if not pod_res.get("limits") or not isinstance(pod_res["limits"], dict):
+        requests = _dict(pod_res.get("requests"))
+        es = resources.RESOURCE_EPHEMERAL_STORAGE
+        aggregate = resources.aggregate_container_requests(pod).get(es)
+        if (requests and es not in requests and aggregate is not None
+                and resources.is_pod_level_requests_set(pod, gates)
+                and resources.is_supported_pod_level_resource(es, gates)):
+            requests[es] = str(aggregate)
         return
     requests = _dict(pod_res.get("requests")) or {}
     for name, aggregate in resources.aggregate_container_requests(pod).items():
@@ -408,8 +420,8 @@ def drop_disabled_pod_fields(pod: dict[str, Any], old_pod: Mapping[str, Any] | N
     rejected: with a gate off, a field it owns is removed on create, and on update unless
     the old pod already uses it. `PodLevelResources` owns `spec.resources`; `ImageVolume`
     owns image volumes (and the mounts of them); `DynamicNodeLocalEphemeralVolumes` owns
-    `containers[].dynamicVolumePolicy`. Pod-level `ephemeral-storage` with its gate off is
-    not dropped: validation rejects it (KEP-6386)."""
+    `containers[].dynamicVolumePolicy` and `status.volumeStatuses`. Pod-level
+    `ephemeral-storage` with its gate off is not dropped: validation rejects it (KEP-6386)."""
     spec = _dict(pod.get("spec"))
     if spec is None:
         return
@@ -432,6 +444,11 @@ def drop_disabled_pod_fields(pod: dict[str, Any], old_pod: Mapping[str, Any] | N
         for key in _CONTAINER_LISTS:
             for c in _dicts(spec.get(key)):
                 c.pop("dynamicVolumePolicy", None)
+    status = _dict(pod.get("status"))
+    old_status = _dict((old_pod or {}).get("status")) or {}
+    if status is not None and not gate_enabled(gates, DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES) \
+            and old_status.get("volumeStatuses") is None:
+        status.pop("volumeStatuses", None)  # upstream's dropDisabledPodStatusFields
 
 
 def _volume_name(volume: Mapping[str, Any]) -> str:
