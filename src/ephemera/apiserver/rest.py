@@ -3,7 +3,7 @@
 body decoding and field validation, patching and server-side apply, managed fields, then the
 registry, which runs defaulting, admission and validation around the store write
 (`ephemera.apiserver.admission`); responses as JSON, a Table or PartialObjectMetadata, with
-`Warning` headers. `pods/NAME/allocated` is answered here until kubelets serve it.
+`Warning` headers.
 
 Routing (which handler a URL and method reach) is in `ephemera.apiserver.app`; watch
 streams in `ephemera.apiserver.watch`.
@@ -40,7 +40,7 @@ from ephemera.apiserver.registry import (
     dumps,
     too_large_resource_version,
 )
-from ephemera.apiserver.resources import RESOURCES, Resource, core_resource
+from ephemera.apiserver.resources import RESOURCES, Resource
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -620,22 +620,6 @@ class RestHandlers:
         log.info("bound pods %s/%s to node %s", target.namespace, target.name, node)
         return respond({"kind": "Status", "apiVersion": "v1", "metadata": {},
                         "status": "Success", "code": 201}, 201)
-
-    # -- pods/allocated ---------------------------------------------------------------------
-
-    async def allocated(self, request: web.Request, target: Target) -> web.Response:
-        """`GET pods/NAME/allocated` (KEP-5972): the pod as its node's kubelet admitted it,
-        proxied to that kubelet. As upstream's node-proxied pod subresources (`log`, `exec`):
-        404 for a missing pod, 400 `pod p does not have a host assigned` for an unbound one,
-        404 `nodes "n1" not found` when its node does not exist; until kubelets serve it,
-        503 ServiceUnavailable `the pod's node "n1" has no reachable kubelet`."""
-        pod = await self.registry.get(target.resource, target.namespace, target.name)
-        node = (pod.get("spec") or {}).get("nodeName") or ""
-        if not node:
-            raise errors.bad_request(f"pod {target.name} does not have a host assigned")
-        await self.registry.get_kv(core_resource("nodes"), "", node)
-        raise StatusError(503, "ServiceUnavailable",
-                          f'the pod\'s node "{node}" has no reachable kubelet')
 
 
 # --- lists and response forms --------------------------------------------------------------

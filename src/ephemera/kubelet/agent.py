@@ -21,9 +21,14 @@ it: the requests (`ephemera.pods.resources.pod_requests`) of the admitted, non-t
 plus this pod's, against allocatable cpu, memory and ephemeral-storage, and the pod count
 against `pods`. A rejected pod gets `phase: Failed`, `reason: OutOf<resource>` and `message:
 Pod was rejected: Node didn't have enough resource: cpu, requested: 1500, used: 1450,
-capacity: 1930` (milli-CPU, bytes), with a Warning event, as upstream's. This is the place
-where the allocation stage (KEP-5972/KEP-1287: the allocated-pod checkpoint, `/allocated`,
-resizes) plugs in: `Kubelet.admit` decides, `Kubelet.admitted` is the allocated set.
+capacity: 1930` (milli-CPU, bytes), with a Warning event, as upstream's.
+
+**Allocation** (KEP-6395 / KEP-5972, `ephemera.kubelet.allocation`): an admitted pod is
+checkpointed as allocated; later spec changes (`/dynamic`) are admitted whole or not at all by
+the `AllocationManager` (pending ones retried, `FailedAllocation` events). Pod workers, the
+volume manager's desired state and `/allocatedPods` see only the allocated spec; containers
+and volumes the API has but the node has not allocated show as `Unallocated` / `Pending`. A
+restarted kubelet re-admits the checkpointed pods without a new admission.
 
 The kubelet never stops containers when it stops: a restarted kubelet adopts them.
 """
@@ -47,6 +52,12 @@ from ephemera.api.featuregates import FeatureGates
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
 from ephemera.kubelet import events
+from ephemera.kubelet.allocation import (
+    FAILED_ALLOCATION,
+    AllocationCheckpoint,
+    AllocationManager,
+    allocated_view,
+)
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.node import NodeAgent, NodeConfig, allocatable
 from ephemera.kubelet.podworkers import (
@@ -66,6 +77,7 @@ from ephemera.kubelet.server import (
     kubelet_ssl_context,
 )
 from ephemera.kubelet.status import StatusManager, rejected_status
+from ephemera.kubelet.streaming import running_container_id
 from ephemera.pods import resources as podresources
 
 __all__ = ["AdmitResult", "Kubelet", "KubeletConfig", "admit"]
@@ -98,6 +110,8 @@ class KubeletConfig:
     # directories (API objects stay): `ephemera up` stopping stops the whole node.
     stop_pods_on_exit: bool = False
     drain_grace_period: float = 2.0
+    # How often a pending (not yet allocatable) pod change is retried (KEP-6395).
+    allocation_retry_period: float = 10.0
 
 
 # --- admission ------------------------------------------------------------------------------
@@ -198,6 +212,14 @@ class Kubelet:
                                       name=f"pods on {config.node_name}")
         self.admitted: set[str] = set()
         self.rejected: set[str] = set()
+        self.allocation = AllocationManager(
+            AllocationCheckpoint(config.root_dir), node_allocatable=lambda: self.node_allocatable,
+            get_configmap=self.get_configmap, get_secret=self.get_secret,
+            image_present=self._image_present, gates=config.gates,
+            retry_period=config.allocation_retry_period)
+        self.allocation.on_allocated = self._allocated
+        self.allocation.on_failed = self._allocation_failed
+        self._api_pods: dict[str, Obj] = {}  # uid -> the pod as the API has it
         self._initial_done = False
         self.relister = Relister(runtime, self._runtime_changed,
                                  period=config.settings.relist_period,
@@ -309,14 +331,56 @@ class Kubelet:
         if not uid or uid in self.rejected:
             return
         if uid not in self.admitted:
-            if not _terminal(pod) and not md.get("deletionTimestamp"):
+            # A pod in the allocation checkpoint was admitted before a restart: re-admitted
+            # with its allocated spec, no new admission.
+            if not self.allocation.is_allocated(uid) and not _terminal(pod) and \
+                    not md.get("deletionTimestamp"):
                 result = self.admit(pod)
                 if not result.admit:
                     self._reject(pod, result)
                     return
+                self.allocation.allocate_new(pod)
             self.admitted.add(uid)
-        self.workers.update(pod)
+        self._api_pods[uid] = pod
+        self.allocation.request(pod)
+        containers, volumes = self.allocation.pending_changes(uid)
+        self.workers.update(self.allocation.worker_pod(pod), unallocated=containers,
+                            unallocated_volumes=volumes)
         self._volumes_changed()
+
+    # -- allocation (KEP-6395 / KEP-5972; ephemera.kubelet.allocation) -------------------
+
+    def _image_present(self, ref: str) -> bool:
+        try:
+            return self.image_store.resolve(ref) is not None
+        except Exception:
+            return False
+
+    def _allocated(self, uid: str) -> None:
+        """A pod change was allocated: hand the new allocated pod to its worker and the
+        volume manager (actuation)."""
+        pod = self._api_pods.get(uid)
+        if pod is not None and self.workers is not None and uid in self.admitted:
+            self._handle_pod(pod)
+
+    def _allocation_failed(self, pod: Obj, message: str) -> None:
+        log.info("pod %s/%s: change not allocated: %s",
+                 (pod.get("metadata") or {}).get("namespace"),
+                 (pod.get("metadata") or {}).get("name"), message)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if self.workers is not None:
+            self.workers.spawn(self.events.pod(pod, events.WARNING, FAILED_ALLOCATION,
+                                               message))
+            self.workers.wake(uid)
+
+    def allocated_pods(self) -> list[Obj]:
+        """The allocated pods, status blank (`/allocatedPods`)."""
+        return [allocated_view(p) for p in self.allocation.allocated.values()]
+
+    def allocated_pod(self, uid: str) -> Obj | None:
+        """One allocated pod, status blank (`/allocatedPods/UID`)."""
+        pod = self.allocation.get(uid)
+        return allocated_view(pod) if pod is not None else None
 
     def admit(self, pod: Obj) -> AdmitResult:
         """The admission decision (the allocation stage of a later issue goes here)."""
@@ -345,6 +409,8 @@ class Kubelet:
     def _on_pod_delete(self, pod: Obj) -> None:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         self.rejected.discard(uid)
+        self._api_pods.pop(uid, None)
+        self.allocation.retry()  # room may have appeared for pending changes
         if self.workers is None:
             return
         if uid in self.admitted or self.workers.get(uid) is not None:
@@ -354,6 +420,9 @@ class Kubelet:
     def _worker_done(self, uid: str) -> None:
         if self.pods_informer.get(self._key_of(uid)) is None:
             self.admitted.discard(uid)
+            self._api_pods.pop(uid, None)
+            self.allocation.forget(uid)
+            self.allocation.retry()
 
     def _key_of(self, uid: str) -> str:
         for pod in self.pods_informer.list():
@@ -461,6 +530,13 @@ class Kubelet:
             return current.state in (ContainerState.RUNNING, ContainerState.CREATED)
 
         return LogSource(Path(path), still_running)
+
+    # -- exec and attach (ephemera.kubelet.streaming) -------------------------------------
+
+    async def stream_container(self, namespace: str, pod_name: str, container: str) -> str:
+        """The runtime id of the running container that exec and attach reach."""
+        return await running_container_id(self.runtime, self._find_pod(namespace, pod_name),
+                                          container)
 
     # -- main loop -----------------------------------------------------------------------
 
@@ -618,10 +694,16 @@ class Kubelet:
             if stop.is_set():
                 return
             await self.relister.wait_synced()
+            restored = await asyncio.to_thread(self.allocation.restore)
+            if restored:
+                log.info("restored %d allocated pods from the checkpoint", restored)
             self._initial_done = True
-            for pod in sorted(self.pods_informer.list(), key=_created):
+            listed = sorted(self.pods_informer.list(), key=_created)
+            self.allocation.keep_only({str(p["metadata"].get("uid")) for p in listed})
+            for pod in listed:
                 self._handle_pod(pod)
             self._volumes_changed()
+            self._start(self.allocation.run(), "allocation")
             self._start(self._periodic(cfg.housekeeping_interval, self._housekeeping,
                                        "housekeeping"), "housekeeping")
             await stop.wait()

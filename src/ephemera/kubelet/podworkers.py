@@ -36,6 +36,18 @@ A pod's sync:
    of each container are kept (the latest and the one `lastState` and `--previous` show).
 6. **Status** (`status.generate_pod_status`) handed to the status manager.
 
+**Dynamic changes** (KEP-6395 actuation; the worker's pod carries the *allocated* spec, see
+`ephemera.kubelet.allocation`): after the first start, a container whose volumes are not all
+set up yet waits alone (`ContainerCreating`) while the others keep running, and the volume
+manager's notification wakes the worker when they are; a running container whose pod-volume
+mounts differ from its spec and whose `dynamicVolumePolicy.restartPolicy` is
+`RestartContainer` is stopped with the pod's grace period and recreated with the new mounts
+(no crash back-off); an added container starts; a removed one is stopped and its status kept
+(at most `MAX_REMOVED_CONTAINER_STATUSES`, the oldest dropped with its runtime containers).
+Containers the API has but the node has not allocated show `waiting` `Unallocated`
+(`Container addition pending node allocation`); `status.volumeStatuses` comes from the volume
+manager, plus `Pending` for volumes not allocated yet.
+
 A pod whose containers are all done for good (`Never`, or `OnFailure` with every container
 succeeded, or a failed init container under `Never`) is terminal: its status says
 `Succeeded`/`Failed`, its sandbox is stopped; its containers and logs stay (for
@@ -82,7 +94,12 @@ from ephemera.kubelet.runtime.base import (
     SandboxConfig,
     SandboxStatus,
 )
-from ephemera.kubelet.status import PodRuntimeView, StatusManager, generate_pod_status
+from ephemera.kubelet.status import (
+    PodRuntimeView,
+    StatusManager,
+    container_status,
+    generate_pod_status,
+)
 from ephemera.kubelet.volumes.manager import VolumeMountTimeout
 
 __all__ = [
@@ -108,6 +125,11 @@ LABEL_POD_NAME = "io.kubernetes.pod.name"
 LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
 LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
 LABEL_CONTAINER_TYPE = "ephemera.io/container-type"  # "init" or "regular"
+# KEP-5972: statuses of removed containers kept in the pod status (upstream keeps about 10).
+MAX_REMOVED_CONTAINER_STATUSES = 10
+UNALLOCATED_REASON = "Unallocated"
+UNALLOCATED_MESSAGE = "Container addition pending node allocation"
+RESTART_CONTAINER = "RestartContainer"
 
 Obj = dict[str, Any]
 
@@ -176,6 +198,19 @@ def _mounts_under(path: Path) -> list[str]:
                 if point == prefix or point.startswith(prefix + "/"):
                     found.append(point)
     return found
+
+
+def _container_names(pod: Mapping[str, Any]) -> set[str]:
+    return {str(c.get("name")) for kind in ("initContainers", "containers", "ephemeralContainers")
+            for c in _spec(pod).get(kind) or []}
+
+
+def _mounts_differ(container: Mapping[str, Any], instance: ContainerStatus) -> bool:
+    """The running instance's pod-volume mounts are not the ones the spec asks for."""
+    wanted = {(str(m.get("name")), str(m.get("mountPath")))
+              for m in container.get("volumeMounts") or []}
+    have = {(m.volume_name, m.container_path) for m in instance.mounts if m.volume_name}
+    return wanted != have
 
 
 # --- back-off --------------------------------------------------------------------------------
@@ -399,6 +434,10 @@ class PodWorker:
         self.done = False
         self.needs_volumes = True
         self.failed_mount_reported: dict[str, str] = {}
+        # Containers and volumes the API has but the node has not allocated yet (KEP-6395).
+        self.unallocated: list[Obj] = []
+        self.unallocated_volumes: list[str] = []
+        self._removed: list[Obj] = []  # statuses of removed containers
 
     # -- loop --
 
@@ -490,10 +529,23 @@ class PodWorker:
                 mine = instances.get(name, [])
                 latest = mine[-1] if mine else None
                 if latest is None:
+                    if not self._volumes_ready_for(c):
+                        continue  # an added container waits for its dynamic volumes
                     next_delay = min(next_delay, await self._start(c, None, False))
                     continue
                 if latest.state == ContainerState.RUNNING:
                     self.waiting.pop(name, None)
+                    if _mounts_differ(c, latest) and \
+                            (c.get("dynamicVolumePolicy") or {}).get("restartPolicy") == \
+                            RESTART_CONTAINER and self._volumes_ready_for(c):
+                        # KEP-6395 actuation: recreate it with the allocated mounts.
+                        await self._kill(latest, self._container_grace_period())
+                        next_delay = min(next_delay, await self._start(c, latest, False,
+                                                                       actuation=True))
+                    continue
+                if not self._volumes_ready_for(c):
+                    # A dynamic volume it needs is still being set up: only it waits.
+                    self.waiting.setdefault(name, ("ContainerCreating", ""))
                     continue
                 if latest.state == ContainerState.EXITED:
                     if self._should_restart(latest, restart_policy):
@@ -503,12 +555,14 @@ class PodWorker:
                     continue
                 # Created but never started (a start that failed): try again.
                 next_delay = min(next_delay, await self._start(c, latest, False))
+            await self._stop_removed_containers(instances)
             instances = await self._instances()
             if self._all_done(instances, restart_policy):
                 self.terminal = True
         else:
             instances = await self._instances()
         sandbox = await self._sandbox_status() or sandbox
+        self._removed = await self._removed_statuses(instances)
         self._publish_status(instances, sandbox)
         self._maybe_report_started(instances)
         if self.terminal:
@@ -516,6 +570,57 @@ class PodWorker:
             await self._finish_terminal()
             return IDLE
         return next_delay
+
+    def _volumes_ready_for(self, container: Mapping[str, Any]) -> bool:
+        """Every pod volume the container mounts is set up on the host."""
+        wanted = {str(m.get("name")) for m in container.get("volumeMounts") or []}
+        if not wanted:
+            return True
+        mounted = self.deps.volumes.mounted_volumes(self.uid)
+        return wanted.issubset(mounted)
+
+    def _container_grace_period(self) -> float:
+        grace = _spec(self.pod).get("terminationGracePeriodSeconds")
+        if grace is None:
+            grace = DEFAULT_GRACE_PERIOD
+        return max(float(grace), self.deps.settings.minimum_grace_period)
+
+    async def _stop_removed_containers(
+            self, instances: Mapping[str, Sequence[ContainerStatus]]) -> None:
+        """KEP-5972: a container removed from the allocated spec is stopped (with its grace
+        period); its status is kept until garbage-collected (`_removed_statuses`)."""
+        names = _container_names(self.pod)
+        for name, mine in instances.items():
+            if name in names:
+                continue
+            running = [c for c in mine if c.state in (ContainerState.RUNNING,
+                                                       ContainerState.CREATED)]
+            if running:
+                await asyncio.gather(*(self._kill(c, self._container_grace_period())
+                                       for c in running))
+            self.waiting.pop(name, None)
+
+    async def _removed_statuses(
+            self, instances: Mapping[str, Sequence[ContainerStatus]]) -> list[Obj]:
+        """Statuses of removed containers, newest last, at most
+        `MAX_REMOVED_CONTAINER_STATUSES`; the runtime containers of older ones are removed."""
+        names = _container_names(self.pod)
+        removed = [(name, mine) for name, mine in instances.items()
+                   if name not in names and mine and mine[-1].labels.get(
+                       LABEL_CONTAINER_TYPE) != "init"]
+        removed.sort(key=lambda pair: (pair[1][-1].finished_at or math.inf,
+                                       pair[1][-1].created_at))
+        dropped = removed[:-MAX_REMOVED_CONTAINER_STATUSES] if \
+            len(removed) > MAX_REMOVED_CONTAINER_STATUSES else []
+        for _, mine in dropped:
+            for c in mine:
+                if c.state == ContainerState.EXITED:
+                    with contextlib.suppress(RuntimeError_):
+                        await self.deps.runtime.remove_container(c.id)
+        kept = removed[len(dropped):]
+        return [container_status({"name": name, "image": mine[-1].image}, mine, None,
+                                 "ContainerCreating", self.deps.runtime.name)
+                for name, mine in kept]
 
     @staticmethod
     def _should_restart(latest: ContainerStatus, restart_policy: str) -> bool:
@@ -645,27 +750,43 @@ class PodWorker:
                         sandbox: SandboxStatus | None = None, *,
                         terminal: bool | None = None) -> None:
         deps = self.deps
+        terminal_now = self.terminal if terminal is None else terminal
         view = PodRuntimeView(sandbox=sandbox, containers=instances or {},
                               waiting=dict(self.waiting), runtime_name=deps.runtime.name,
-                              terminal=self.terminal if terminal is None else terminal)
+                              terminal=terminal_now)
         old = deps.status.get(self.uid)
         if old is None:
             old = dict(self.pod.get("status") or {})
         status = generate_pod_status(self.pod, view, host_ip=deps.host_ip, old_status=old)
+        statuses = status.setdefault("containerStatuses", [])
+        statuses.extend(self._removed)
+        for c in self.unallocated:
+            statuses.append({"name": str(c.get("name")), "image": c.get("image") or "",
+                             "imageID": "", "ready": False, "restartCount": 0,
+                             "started": False, "lastState": {},
+                             "state": {"waiting": {"reason": UNALLOCATED_REASON,
+                                                   "message": UNALLOCATED_MESSAGE}}})
+        volume_statuses = getattr(deps.volumes, "volume_statuses", None)
+        entries: list[Obj] = list(volume_statuses(self.uid)) if volume_statuses else []
+        known = {e.get("name") for e in entries}
+        entries += [{"name": name, "hostPhase": "Pending"}
+                    for name in self.unallocated_volumes if name not in known]
+        if entries and not terminal_now:
+            status["volumeStatuses"] = entries
         deps.status.set_pod_status(self.pod, status)
 
     def _container_kind(self, init: bool) -> str:
         return "init_container" if init else "container"
 
     async def _start(self, container: Mapping[str, Any], latest: ContainerStatus | None,
-                     init: bool) -> float:
+                     init: bool, *, actuation: bool = False) -> float:
         """Start (or restart) a container; the delay until the worker should look again
         (`IDLE` when the runtime's events will tell)."""
         deps = self.deps
         pod = self.pod
         name = str(container.get("name"))
         key = f"{self.uid}/{name}"
-        if latest is not None and latest.state == ContainerState.EXITED:
+        if latest is not None and latest.state == ContainerState.EXITED and not actuation:
             finished = latest.finished_at or time.time()
             left = self.workers.crash_backoff.remaining(key, finished)
             if left > 0:
@@ -970,17 +1091,26 @@ class PodWorkers:
     def pods_needing_volumes(self) -> list[Obj]:
         return [w.pod for w in self._workers.values() if w.needs_volumes]
 
-    def update(self, pod: Obj) -> None:
-        """The pod as the API has it now (admitted to this node)."""
+    def update(self, pod: Obj, *, unallocated: Sequence[Obj] = (),
+               unallocated_volumes: Sequence[str] = ()) -> None:
+        """The pod as the node has allocated it (the API's metadata, the allocated spec),
+        and the containers and volumes the API has that are not allocated yet."""
         uid = pod_uid(pod)
         worker = self._workers.get(uid)
         if worker is None:
             worker = self._workers[uid] = PodWorker(self, pod)
+            worker.unallocated = list(unallocated)
+            worker.unallocated_volumes = list(unallocated_volumes)
             worker.start()
             self.deps.on_volumes_changed()
             return
         old = worker.pod
         worker.pod = pod
+        if worker.unallocated != list(unallocated) or \
+                worker.unallocated_volumes != list(unallocated_volumes):
+            worker.unallocated = list(unallocated)
+            worker.unallocated_volumes = list(unallocated_volumes)
+            worker.wake.set()
         if old.get("spec") != pod.get("spec") or _md(old).get("deletionTimestamp") != \
                 _md(pod).get("deletionTimestamp") or (old.get("status") or {}).get("phase") \
                 != (pod.get("status") or {}).get("phase"):

@@ -68,7 +68,7 @@ KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "Cont
 # Top-level status fields the kubelet writes (and so may remove).
 KUBELET_STATUS_FIELDS = ("phase", "conditions", "containerStatuses", "initContainerStatuses",
                          "hostIP", "hostIPs", "podIP", "podIPs", "startTime", "reason",
-                         "message")
+                         "message", "volumeStatuses")
 
 Obj = dict[str, Any]
 

@@ -1,0 +1,109 @@
+"""The allocated-pod checkpoint (upstream's `pkg/kubelet/allocation/state/checkpoint_v2.go`,
+reference/k8s-semantics.md section 2.6): every admitted pod, full object with its status left
+blank, in `<root>/checkpoints/allocated_pods_state`.
+
+File format (JSON): `{"version": "v2", "data": "<json text>", "checksum": "<sha256 hex of
+data>"}` where `data` is `{"podList": [pods sorted by UID]}`, so the bytes are deterministic.
+A write goes to a temporary file in the same directory, is fsynced and renamed over the old
+one (atomic: a crash leaves the old or the new file, never a torn one). `load()` returns the
+pods by UID; a file whose checksum does not match, or that is not valid JSON, raises
+`CheckpointCorruptedError`; a version other than "v2" raises it with upstream's message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CHECKPOINT_NAME", "CHECKPOINT_VERSION", "AllocationCheckpoint",
+           "CheckpointCorruptedError"]
+
+CHECKPOINT_NAME = "allocated_pods_state"
+CHECKPOINT_VERSION = "v2"
+
+
+class CheckpointCorruptedError(Exception):
+    """The checkpoint file cannot be trusted."""
+
+
+def _checksum(data: str) -> str:
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+class AllocationCheckpoint:
+    """Reads and writes the allocated pods of one kubelet."""
+
+    def __init__(self, root_dir: Path) -> None:
+        self.dir = Path(root_dir) / "checkpoints"
+        self.path = self.dir / CHECKPOINT_NAME
+        self._lock = threading.Lock()
+
+    def store(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
+        """Write `pods` (UID -> allocated pod) atomically."""
+        ordered = [pods[uid] for uid in sorted(pods)]
+        data = json.dumps({"podList": ordered}, sort_keys=True, separators=(",", ":"))
+        body = json.dumps({"version": CHECKPOINT_VERSION, "data": data,
+                           "checksum": _checksum(data)})
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self._lock:  # one writer at a time (the event loop and worker threads)
+            fd, tmp = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.", suffix=".tmp",
+                                       dir=self.dir)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(body)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            dir_fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """The checkpointed pods by UID ({} when there is no checkpoint)."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        try:
+            outer = json.loads(text)
+        except ValueError as err:
+            raise CheckpointCorruptedError(f"checkpoint {self.path} is not valid JSON: "
+                                           f"{err}") from None
+        if not isinstance(outer, dict):
+            raise CheckpointCorruptedError(f"checkpoint {self.path} is not an object")
+        version = outer.get("version")
+        if version != CHECKPOINT_VERSION:
+            raise CheckpointCorruptedError(
+                f"unsupported checkpoint version {version!r}: this kubelet reads legacy "
+                f"(unversioned) and {CHECKPOINT_VERSION!r} checkpoints")
+        data = outer.get("data")
+        if not isinstance(data, str) or outer.get("checksum") != _checksum(data):
+            raise CheckpointCorruptedError(
+                f"checkpoint {self.path} is corrupted: checksum mismatch")
+        try:
+            pods = json.loads(data).get("podList") or []
+        except (ValueError, AttributeError) as err:
+            raise CheckpointCorruptedError(f"checkpoint {self.path}: bad data: {err}") \
+                from None
+        result: dict[str, dict[str, Any]] = {}
+        for pod in pods:
+            uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
+            if uid:
+                result[uid] = pod
+        return result
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

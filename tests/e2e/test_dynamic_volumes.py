@@ -1,0 +1,145 @@
+"""KEP-6395 dynamic volumes on a real `ephemera up` with the real OCI runtime, through kubectl:
+an emptyDir added with `kubectl patch --subresource=dynamic` to a running container whose
+policy is RestartContainer (the container is recreated with a new containerID and sees the
+mount; `volumeStatuses` goes to HostMounted; `pods/NAME/allocated` shows it), then removed
+(Unmounting, pruned, host directory gone), and a change that cannot be allocated (a memory
+emptyDir bigger than the node) staying pending with the Unallocated and FailedAllocation
+signals while the running container is untouched."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster import Cluster, Kubectl, namespace_for, start_cluster
+from test_kubelet import _entries, _mounts_under, container, wait, wait_pod
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = ("trap 'exit 0' TERM; for d in /keep /extra; do "
+          "grep -q \" $d \" /proc/mounts && echo \"mounted $d\"; done; echo ready; "
+          "while true; do sleep 0.2; done")
+
+
+@pytest.fixture(scope="module")
+def dyn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("dynamic-cluster")
+    running = start_cluster(base / "data", base / "home", ["--node-name", "dyn-node"])
+    try:
+        wait(lambda: _node_ready_named(running), "the node to be Ready", running)
+        yield running
+        running.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
+                        "--wait=true", timeout=120)
+        kubelet_dir = running.data_dir / "kubelet"
+        wait(lambda: not _mounts_under(kubelet_dir), "no mounts left", running)
+        wait(lambda: not _entries(kubelet_dir / "pods"), "no pod directories left", running)
+    finally:
+        code = running.stop()
+        assert code == 0, f"ephemera up exited {code}\n{running.output}"
+
+
+def _node_ready_named(cluster: Cluster) -> bool:
+    result = cluster.kubectl("get", "node", "dyn-node", "-o", "json", check=False)
+    if result.returncode != 0:
+        return False
+    conditions = json.loads(result.stdout)["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture
+def k(dyn_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kubectl]:
+    namespace = namespace_for(request.node.name)
+    runner = Kubectl(dyn_cluster, tmp_path / "home", namespace)
+    runner.home.mkdir()
+    runner("create", "namespace", namespace)
+    yield runner
+    runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
+
+
+def _worker(k: Kubectl) -> dict[str, Any]:
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "volumes": [{"name": "keep", "emptyDir": {}}],
+                     "containers": [{"name": "c", "image": "busybox",
+                                     "command": ["sh", "-c", SCRIPT],
+                                     "dynamicVolumePolicy": {
+                                         "restartPolicy": "RestartContainer"},
+                                     "volumeMounts": [{"name": "keep",
+                                                       "mountPath": "/keep"}]}]}}
+    k("create", "-f", "-", input=yaml.safe_dump(body))
+    return wait_pod(k, "w", lambda p: "running" in container(p).get("state", {}),
+                    "running")
+
+
+def _phase(p: dict[str, Any], name: str) -> str | None:
+    for entry in p.get("status", {}).get("volumeStatuses") or []:
+        if entry["name"] == name:
+            return str(entry["hostPhase"])
+    return None
+
+
+def _patch(k: Kubectl, ops: list[dict[str, Any]]) -> None:
+    k("patch", "pod", "w", "--subresource=dynamic", "--type=json", "-p", json.dumps(ops))
+
+
+def test_add_then_remove_an_emptydir(k: Kubectl) -> None:
+    before = _worker(k)
+    uid = before["metadata"]["uid"]
+    first_id = container(before)["containerID"]
+    _patch(k, [{"op": "add", "path": "/spec/volumes/-",
+                "value": {"name": "extra", "emptyDir": {}}},
+               {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+                "value": {"name": "extra", "mountPath": "/extra"}}])
+    after = wait_pod(k, "w", lambda p: container(p).get("containerID") != first_id and
+                     "running" in container(p).get("state", {}) and
+                     _phase(p, "extra") == "HostMounted", "restarted with /extra")
+    assert {m["name"] for m in container(after)["volumeMounts"]} == {"keep", "extra"}
+    wait(lambda: "mounted /extra" in k("logs", "w", "-c", "c").stdout,
+         "the container to see /extra", k.cluster)
+    allocated = json.loads(k("get", "--raw",
+                             f"/api/v1/namespaces/{k.namespace}/pods/w/allocated").stdout)
+    assert [v["name"] for v in allocated["spec"]["volumes"]] == ["keep", "extra"]
+    assert allocated["status"] == {}
+    host_dir = (k.cluster.data_dir / "kubelet" / "pods" / uid / "volumes" /
+                "kubernetes.io~empty-dir" / "extra")
+    assert host_dir.is_dir()
+    second_id = container(after)["containerID"]
+    _patch(k, [{"op": "remove", "path": "/spec/containers/0/volumeMounts/1"},
+               {"op": "remove", "path": "/spec/volumes/1"}])
+    gone = wait_pod(k, "w", lambda p: _phase(p, "extra") is None and
+                    container(p).get("containerID") != second_id and
+                    "running" in container(p).get("state", {}), "extra pruned")
+    assert [m["name"] for m in container(gone)["volumeMounts"]] == ["keep"]
+    wait(lambda: not host_dir.exists(), "the host directory to be removed", k.cluster)
+    logs = k("logs", "w", "-c", "c").stdout
+    assert "mounted /keep" in logs and "mounted /extra" not in logs
+
+
+def test_a_change_that_cannot_be_allocated_stays_pending(k: Kubectl) -> None:
+    before = _worker(k)
+    first_id = container(before)["containerID"]
+    _patch(k, [{"op": "add", "path": "/spec/volumes/-",
+                "value": {"name": "huge", "emptyDir": {"medium": "Memory",
+                                                       "sizeLimit": "100Pi"}}},
+               {"op": "add", "path": "/spec/containers/-",
+                "value": {"name": "late", "image": "busybox",
+                          "command": ["sh", "-c", SCRIPT],
+                          "volumeMounts": [{"name": "huge", "mountPath": "/huge"}]}}])
+    p = wait_pod(k, "w", lambda p: _phase(p, "huge") == "Pending" and
+                 container(p, "late").get("state", {}).get("waiting", {}).get("reason") ==
+                 "Unallocated", "the change pending")
+    assert container(p, "late")["state"]["waiting"]["message"] == \
+        "Container addition pending node allocation"
+    events = wait(lambda: [e for e in k.json("get", "events", "--field-selector",
+                                              "involvedObject.name=w")["items"]
+                           if e["reason"] == "FailedAllocation"],
+                  "a FailedAllocation event", k.cluster)
+    assert events[0]["message"].startswith("Node didn't have enough resource: memory")
+    allocated = json.loads(k("get", "--raw",
+                             f"/api/v1/namespaces/{k.namespace}/pods/w/allocated").stdout)
+    assert [c["name"] for c in allocated["spec"]["containers"]] == ["c"]
+    assert container(k.json("get", "pod", "w"))["containerID"] == first_id

@@ -1,0 +1,330 @@
+"""The kubelet's allocation stage (KEP-6395 "Two-Stage Kubelet Lifecycle", KEP-5972): the
+checkpoint (round trip, atomic file, corruption detected), all-or-nothing admission of a pod
+change with pending retries, and, on the fake runtime, `/dynamic` changes actuated by
+restarting only the target container, `/allocated`, `volumeStatuses` and the `Unallocated`
+signals of a change that cannot be allocated."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubelet_harness import Harness, pod, running_kubelet, wait_until
+
+from ephemera.client import resource_path
+from ephemera.kubelet.allocation import (
+    UNALLOCATED_MESSAGE,
+    AllocationCheckpoint,
+    AllocationManager,
+    CheckpointCorruptedError,
+)
+
+Obj = dict[str, Any]
+
+
+def _pod(uid: str, *, volumes: list[Obj] | None = None, memory: str | None = None,
+         images: tuple[str, ...] = ("busybox",)) -> Obj:
+    containers: list[Obj] = []
+    for i, image in enumerate(images):
+        c: Obj = {"name": f"c{i}", "image": image}
+        if memory is not None:
+            c["resources"] = {"requests": {"memory": memory}}
+        containers.append(c)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"p-{uid}", "namespace": "default", "uid": uid},
+            "spec": {"containers": containers, "volumes": volumes or []},
+            "status": {"phase": "Running"}}
+
+
+# --- checkpoint ------------------------------------------------------------------------------
+
+
+def test_checkpoint_round_trip_is_deterministic(tmp_path: Path) -> None:
+    cp = AllocationCheckpoint(tmp_path)
+    pods = {"b": _pod("b"), "a": _pod("a", memory="1Mi")}
+    cp.store(pods)
+    assert cp.load() == pods
+    first = cp.path.read_bytes()
+    cp.store({"a": pods["a"], "b": pods["b"]})
+    assert cp.path.read_bytes() == first  # sorted by UID: same bytes
+    assert [p.name for p in cp.dir.iterdir()] == ["allocated_pods_state"]  # no temp left
+    assert AllocationCheckpoint(tmp_path / "none").load() == {}
+
+
+def test_checkpoint_corruption_is_detected(tmp_path: Path) -> None:
+    cp = AllocationCheckpoint(tmp_path)
+    cp.store({"a": _pod("a")})
+    outer = json.loads(cp.path.read_text())
+    outer["data"] = outer["data"].replace('"c0"', '"cX"')
+    cp.path.write_text(json.dumps(outer))
+    with pytest.raises(CheckpointCorruptedError, match="checksum mismatch"):
+        cp.load()
+    cp.path.write_text('{"version": "v2", "data": ')
+    with pytest.raises(CheckpointCorruptedError, match="not valid JSON"):
+        cp.load()
+    cp.path.write_text(json.dumps({"version": "v9", "data": "{}", "checksum": ""}))
+    with pytest.raises(CheckpointCorruptedError,
+                       match="unsupported checkpoint version 'v9'"):
+        cp.load()
+
+
+# --- the manager -----------------------------------------------------------------------------
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.allocatable: Obj = {"cpu": "4", "memory": "100Mi", "ephemeral-storage": "1Gi"}
+        self.configmaps: set[str] = set()
+        self.images = {"busybox"}
+
+    async def configmap(self, namespace: str, name: str) -> Obj | None:
+        return {"metadata": {"name": name}} if name in self.configmaps else None
+
+    async def secret(self, namespace: str, name: str) -> Obj | None:
+        return None
+
+
+def _manager(tmp_path: Path, node: _Node) -> AllocationManager:
+    return AllocationManager(AllocationCheckpoint(tmp_path),
+                             node_allocatable=lambda: node.allocatable,
+                             get_configmap=node.configmap, get_secret=node.secret,
+                             image_present=lambda ref: ref in node.images)
+
+
+async def test_a_change_is_allocated_whole_or_not_at_all(tmp_path: Path) -> None:
+    node = _Node()
+    manager = _manager(tmp_path, node)
+    failures: list[str] = []
+    allocated: list[str] = []
+    manager.on_failed = lambda p, message: failures.append(message)
+    manager.on_allocated = allocated.append
+    manager.allocate_new(_pod("other", memory="60Mi"))
+    manager.allocate_new(_pod("u1"))
+    change = _pod("u1", volumes=[
+        {"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "50Mi"}},
+        {"name": "cfg", "configMap": {"name": "settings"}}], images=("busybox", "busybox"))
+    result = await manager.try_allocate(change)
+    assert not result.allocated
+    assert result.message == ("Node didn't have enough resource: memory, requested: 52428800, "
+                              "used: 62914560, capacity: 104857600")
+    assert failures == [result.message]
+    # nothing of the change is allocated (nor checkpointed)
+    assert manager.get("u1") == AllocationCheckpoint(tmp_path).load()["u1"]
+    assert manager.get("u1")["spec"]["volumes"] == []  # type: ignore[index]
+    # room appears, but the ConfigMap is still missing
+    manager.forget("other")
+    result = await manager.try_allocate(change)
+    assert result.message == 'volume "cfg": configmap "settings" not found'
+    node.configmaps.add("settings")
+    assert (await manager.try_allocate(change)).allocated
+    assert allocated == ["u1"]
+    assert manager.get("u1")["spec"] == change["spec"]  # type: ignore[index]
+    assert manager.get("u1")["status"] == {}  # type: ignore[index]
+    assert AllocationCheckpoint(tmp_path).load()["u1"]["spec"] == change["spec"]
+    # a missing image keeps a container addition pending
+    more = _pod("u1", volumes=change["spec"]["volumes"], images=("busybox", "busybox", "nope"))
+    result = await manager.try_allocate(more)
+    assert result.message == 'container "c2": image "nope" is not present on the node'
+
+
+async def test_pending_changes_are_retried_and_restored(tmp_path: Path) -> None:
+    node = _Node()
+    node.allocatable["memory"] = "10Mi"
+    manager = _manager(tmp_path, node)
+    manager.retry_period = 0.05
+    manager.allocate_new(_pod("u1"))
+    change = _pod("u1", volumes=[{"name": "ram", "emptyDir": {"medium": "Memory",
+                                                              "sizeLimit": "20Mi"}}])
+    manager.request(change)
+    assert manager.pending_changes("u1") == ([], ["ram"])
+    task = asyncio.get_running_loop().create_task(manager.run())
+    try:
+        await wait_until(lambda: "u1" in manager.pending)
+        assert manager.get("u1")["spec"]["volumes"] == []  # type: ignore[index]
+        node.allocatable["memory"] = "1Gi"  # the node changed: the periodic retry admits it
+        await wait_until(lambda: "u1" not in manager.pending and not manager.desired)
+    finally:
+        task.cancel()
+    restored = _manager(tmp_path, node)
+    assert restored.restore() == 1
+    assert restored.get("u1")["spec"] == change["spec"]  # type: ignore[index]
+    # a corrupted checkpoint is ignored (the pods are admitted again as new)
+    AllocationCheckpoint(tmp_path).path.write_text("garbage")
+    assert _manager(tmp_path, node).restore() == 0
+
+
+# --- on the fake runtime -----------------------------------------------------------------------
+
+
+def _cstatus(p: Obj, name: str = "c") -> Obj:
+    return next(s for s in p["status"].get("containerStatuses") or [] if s["name"] == name)
+
+
+def _volume_phase(p: Obj, name: str) -> str | None:
+    for entry in p["status"].get("volumeStatuses") or []:
+        if entry["name"] == name:
+            return str(entry["hostPhase"])
+    return None
+
+
+async def _dynamic(h: Harness, name: str, body: Obj) -> Obj:
+    return await h.api.patch(resource_path("pods", "default", name) + "/dynamic", body,
+                             patch_type="strategic")
+
+
+async def _running_worker(h: Harness) -> Obj:
+    body = pod("w", volumes=[{"name": "keep", "emptyDir": {}}])
+    main = body["spec"]["containers"][0]
+    main["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
+    main["volumeMounts"] = [{"name": "keep", "mountPath": "/keep"}]
+    body["spec"]["containers"].append({"name": "side", "image": "busybox"})
+    await h.create(body)
+    return await h.wait_pod("w", lambda p: p["status"].get("phase") == "Running" and all(
+        "running" in s["state"] for s in p["status"]["containerStatuses"]))
+
+
+async def test_a_dynamic_volume_restarts_only_its_container(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        before = await _running_worker(h)
+        uid = before["metadata"]["uid"]
+        assert _volume_phase(before, "keep") == "HostMounted"
+        side_id = _cstatus(before, "side")["containerID"]
+        main_id = _cstatus(before)["containerID"]
+        await _dynamic(h, "w", {"spec": {
+            "volumes": [{"name": "keep", "emptyDir": {}}, {"name": "extra", "emptyDir": {}}],
+            "containers": [{"name": "c", "volumeMounts": [
+                {"name": "keep", "mountPath": "/keep"},
+                {"name": "extra", "mountPath": "/extra"}]}]}})
+        after = await h.wait_pod("w", lambda p: any(
+            m["name"] == "extra" for m in _cstatus(p).get("volumeMounts") or [])
+            and "running" in _cstatus(p)["state"])
+        assert _cstatus(after)["containerID"] != main_id
+        assert _cstatus(after, "side")["containerID"] == side_id  # untouched
+        assert _volume_phase(after, "extra") == "HostMounted"
+        allocated = await h.api.get(resource_path("pods", "default", "w") + "/allocated")
+        assert allocated["status"] == {}
+        assert [v["name"] for v in allocated["spec"]["volumes"]] == ["keep", "extra"]
+        extra_dir = h.root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "extra"
+        assert extra_dir.is_dir()
+        # remove it again: Unmounting until torn down, then pruned and the dir gone
+        path = resource_path("pods", "default", "w") + "/dynamic"
+        current = await h.api.get(path)
+        current["spec"]["volumes"] = [v for v in current["spec"]["volumes"]
+                                      if v["name"] != "extra"]
+        current["spec"]["containers"][0]["volumeMounts"] = [
+            {"name": "keep", "mountPath": "/keep"}]
+        await h.api.update(path, current)
+        gone = await h.wait_pod("w", lambda p: _volume_phase(p, "extra") is None and all(
+            m["name"] != "extra" for m in _cstatus(p).get("volumeMounts") or [])
+            and "running" in _cstatus(p)["state"])
+        assert _cstatus(gone, "side")["containerID"] == side_id
+        await wait_until(lambda: not extra_dir.exists())
+
+
+async def test_an_unallocatable_change_stays_pending(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        before = await _running_worker(h)
+        main_id = _cstatus(before)["containerID"]
+        await _dynamic(h, "w", {"spec": {
+            "volumes": [{"name": "keep", "emptyDir": {}},
+                        {"name": "huge", "emptyDir": {"medium": "Memory",
+                                                      "sizeLimit": "100Pi"}}],
+            "containers": [{"name": "late", "image": "busybox", "volumeMounts": [
+                {"name": "huge", "mountPath": "/huge"}]}]}})
+        p = await h.wait_pod("w", lambda p: _volume_phase(p, "huge") == "Pending" and any(
+            s["name"] == "late" for s in p["status"]["containerStatuses"]))
+        assert _cstatus(p, "late")["state"] == {"waiting": {
+            "reason": "Unallocated", "message": UNALLOCATED_MESSAGE}}
+        event = await h.wait_event("w", lambda e: e["reason"] == "FailedAllocation")
+        assert event["type"] == "Warning"
+        assert event["message"].startswith("Node didn't have enough resource: memory, ")
+        allocated = await h.api.get(resource_path("pods", "default", "w") + "/allocated")
+        assert [v["name"] for v in allocated["spec"]["volumes"]] == ["keep"]
+        assert [c["name"] for c in allocated["spec"]["containers"]] == ["c", "side"]
+        huge = h.root / "pods" / p["metadata"]["uid"] / "volumes" / \
+            "kubernetes.io~empty-dir" / "huge"
+        assert not huge.exists()  # nothing is prepared for what is not allocated
+        assert _cstatus(p)["containerID"] == main_id
+        # the restarted kubelet keeps what it allocated and the change stays pending
+        await h.restart()
+        p = await h.wait_pod("w", lambda p: _volume_phase(p, "huge") == "Pending")
+        assert _cstatus(p)["containerID"] == main_id
+        assert not huge.exists()
+
+
+async def test_a_container_added_with_a_configmap_then_removed(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        before = await _running_worker(h)
+        main_id = _cstatus(before)["containerID"]
+        await h.api.create(resource_path("configmaps", "default"), {
+            "metadata": {"name": "task"}, "data": {"job": "42"}})
+        path = resource_path("pods", "default", "w") + "/dynamic"
+        current = await h.api.get(path)
+        current["spec"]["volumes"].append({"name": "task", "configMap": {"name": "task"}})
+        current["spec"]["containers"].append({"name": "helper", "image": "busybox",
+                                              "volumeMounts": [{"name": "task",
+                                                                "mountPath": "/task"}]})
+        await h.api.update(path, current)
+        p = await h.wait_pod("w", lambda p: any(
+            s["name"] == "helper" and "running" in s["state"]
+            for s in p["status"]["containerStatuses"]))
+        assert _cstatus(p, "helper")["volumeMounts"] == [{"name": "task", "mountPath": "/task"}]
+        assert _cstatus(p)["containerID"] == main_id  # the others keep running
+        assert _volume_phase(p, "task") == "HostMounted"
+        uid = p["metadata"]["uid"]
+        task_file = h.root / "pods" / uid / "volumes" / "kubernetes.io~configmap" / "task" / "job"
+        assert task_file.read_text() == "42"
+        helper_id = _cstatus(p, "helper")["containerID"]
+        # remove the container and its volume together
+        current = await h.api.get(path)
+        current["spec"]["containers"] = [c for c in current["spec"]["containers"]
+                                         if c["name"] != "helper"]
+        current["spec"]["volumes"] = [v for v in current["spec"]["volumes"]
+                                      if v["name"] != "task"]
+        await h.api.update(path, current)
+        p = await h.wait_pod("w", lambda p: "terminated" in _cstatus(p, "helper")["state"]
+                             and _volume_phase(p, "task") is None)
+        # the removed container's status is kept, with its last instance
+        assert _cstatus(p, "helper")["containerID"] == helper_id
+        assert _cstatus(p)["containerID"] == main_id
+        await wait_until(lambda: not task_file.exists())
+        allocated = await h.api.get(resource_path("pods", "default", "w") + "/allocated")
+        assert [c["name"] for c in allocated["spec"]["containers"]] == ["c", "side"]
+
+
+async def test_a_restarted_kubelet_readmits_from_the_checkpoint(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        await _running_worker(h)
+        await _dynamic(h, "w", {"spec": {
+            "volumes": [{"name": "keep", "emptyDir": {}}, {"name": "extra", "emptyDir": {}}],
+            "containers": [{"name": "c", "volumeMounts": [
+                {"name": "keep", "mountPath": "/keep"},
+                {"name": "extra", "mountPath": "/extra"}]}]}})
+        p = await h.wait_pod("w", lambda p: any(
+            m["name"] == "extra" for m in _cstatus(p).get("volumeMounts") or [])
+            and "running" in _cstatus(p)["state"])
+        actuated_id = _cstatus(p)["containerID"]
+        checkpointed = AllocationCheckpoint(h.root).load()[p["metadata"]["uid"]]
+        assert [v["name"] for v in checkpointed["spec"]["volumes"]] == ["keep", "extra"]
+        await h.restart()
+        await asyncio.sleep(1.0)  # a few syncs: the adopted container is not restarted again
+        assert not any(c[0] in ("stop_container", "create_container") for c in h.runtime.calls)
+        # the change made while the kubelet is down is allocated and actuated after it
+        await h.shutdown()
+        path = resource_path("pods", "default", "w") + "/dynamic"
+        current = await h.api.get(path)
+        current["spec"]["volumes"].append({"name": "third", "emptyDir": {}})
+        current["spec"]["containers"][0]["volumeMounts"].append(
+            {"name": "third", "mountPath": "/third"})
+        await h.api.update(path, current)
+        while_down = await h.get("w")
+        assert while_down is not None and _cstatus(while_down)["containerID"] == actuated_id
+        await h.restart()
+        p = await h.wait_pod("w", lambda p: _volume_phase(p, "third") == "HostMounted" and any(
+            m["name"] == "third" for m in _cstatus(p).get("volumeMounts") or [])
+            and "running" in _cstatus(p)["state"])
+        assert _cstatus(p)["containerID"] != actuated_id
+        assert [m["name"] for m in _cstatus(p)["volumeMounts"]] == ["keep", "extra", "third"]
