@@ -1,0 +1,213 @@
+"""`ephemera dynamic` and `kubectl dynamic` (the plugin `kubectl-dynamic` from the virtualenv's
+bin) against a real `ephemera up` with the real OCI runtime: add-volume of an emptyDir with
+`--wait` (the container is restarted and sees the mount; `status` shows it HostMounted),
+remove-volume with `--wait` (pruned, the container restarted without it), add-container and
+remove-container with `--wait`, an invalid change answered with the server's causes and exit
+code 1, and `kubectl dynamic status` found by kubectl through PATH."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster import Cluster, Kubectl, namespace_for, start_cluster
+from test_kubelet import container, pod_json, wait, wait_pod
+
+pytestmark = pytest.mark.e2e
+
+VENV_BIN = Path(sys.executable).parent
+SCRIPT = ("trap 'exit 0' TERM; for d in /keep /extra; do "
+          "grep -q \" $d \" /proc/mounts && echo \"mounted $d\"; done; echo ready; "
+          "while true; do sleep 0.2; done")
+
+
+@pytest.fixture(scope="module")
+def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("dynamic-cli-cluster")
+    running = start_cluster(base / "data", base / "home", ["--node-name", "cli-node"])
+    try:
+        wait(lambda: _node_ready(running), "the node to be Ready", running)
+        yield running
+        running.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
+                        "--wait=true", timeout=120)
+    finally:
+        code = running.stop()
+        assert code == 0, f"ephemera up exited {code}\n{running.output}"
+
+
+def _node_ready(cluster: Cluster) -> bool:
+    result = cluster.kubectl("get", "node", "cli-node", "-o", "yaml", check=False)
+    if result.returncode != 0:
+        return False
+    conditions = yaml.safe_load(result.stdout)["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture
+def k(cli_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kubectl]:
+    namespace = namespace_for(request.node.name)
+    runner = Kubectl(cli_cluster, tmp_path / "home", namespace)
+    runner.home.mkdir()
+    runner("create", "namespace", namespace)
+    yield runner
+    runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
+
+
+def dynamic(k: Kubectl, *args: str) -> subprocess.CompletedProcess[str]:
+    """`ephemera dynamic -n NAMESPACE --kubeconfig FILE ACTION ARGS` (the options before the
+    action; the plugin test gives them after it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "ephemera.cli", "dynamic", "-n", str(k.namespace),
+         "--kubeconfig", str(k.cluster.kubeconfig), *args],
+        capture_output=True, text=True, timeout=150, check=False,
+        env={**os.environ, "HOME": str(k.home)})
+
+
+def _worker(k: Kubectl) -> dict[str, Any]:
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "volumes": [{"name": "keep", "emptyDir": {}}],
+                     "containers": [{"name": "c", "image": "busybox",
+                                     "command": ["sh", "-c", SCRIPT],
+                                     "volumeMounts": [{"name": "keep",
+                                                       "mountPath": "/keep"}]}]}}
+    k("create", "-f", "-", input=yaml.safe_dump(body))
+    return wait_pod(k, "w", lambda p: "running" in container(p).get("state", {}), "running")
+
+
+def _phase(p: dict[str, Any], name: str) -> str | None:
+    for entry in p.get("status", {}).get("volumeStatuses") or []:
+        if entry["name"] == name:
+            return str(entry["hostPhase"])
+    return None
+
+
+def _row(table: str, first_cell: str) -> list[str]:
+    for line in table.splitlines():
+        cells = line.split()
+        if cells and cells[0] == first_cell:
+            return cells
+    return []
+
+
+def test_add_volume_then_remove_it_waiting_for_actuation(k: Kubectl) -> None:
+    first_id = container(_worker(k))["containerID"]
+
+    added = dynamic(k, "add-volume", "w", "--emptydir", "extra", "--size-limit", "16Mi",
+                    "--mount", "c:/extra", "--wait")
+    assert added.returncode == 0, added.stderr
+    assert "pod/w: volume extra added" in added.stdout
+    assert "pod/w: actuated in " in added.stdout
+    # --wait returned only once actuated: no further waiting needed to see it.
+    after = pod_json(k, "w")
+    restarted = container(after)
+    assert restarted["containerID"] != first_id
+    assert "running" in restarted["state"]
+    assert {(m["name"], m["mountPath"]) for m in restarted["volumeMounts"]} == \
+        {("keep", "/keep"), ("extra", "/extra")}
+    assert _phase(after, "extra") == "HostMounted"
+    policy = after["spec"]["containers"][0]["dynamicVolumePolicy"]
+    assert policy == {"restartPolicy": "RestartContainer"}
+    wait(lambda: "mounted /extra" in k("logs", "w", "-c", "c").stdout,
+         "the restarted container to see /extra", k.cluster)
+
+    status = dynamic(k, "status", "w")
+    assert status.returncode == 0, status.stderr
+    assert _row(status.stdout, "VOLUME")[:3] == ["VOLUME", "TYPE", "DESIRED"]
+    assert _row(status.stdout, "extra")[:5] == ["extra", "emptyDir", "yes", "yes",
+                                                "HostMounted"]
+    assert _row(status.stdout, "c")[1:4] == ["keep:/keep,extra:/extra"] * 3
+
+    removed = dynamic(k, "remove-volume", "w", "extra", "--wait")
+    assert removed.returncode == 0, removed.stderr
+    assert "pod/w: volume extra removed" in removed.stdout
+    assert "pod/w: actuated in " in removed.stdout
+    gone = pod_json(k, "w")
+    assert _phase(gone, "extra") is None
+    assert [m["name"] for m in container(gone)["volumeMounts"]] == ["keep"]
+    assert container(gone)["containerID"] != restarted["containerID"]
+    status = dynamic(k, "status", "w")
+    assert _row(status.stdout, "extra") == []
+    assert _row(status.stdout, "c")[1:4] == ["keep:/keep"] * 3
+
+
+def test_add_and_remove_a_container_waiting_for_actuation(k: Kubectl) -> None:
+    main_id = container(_worker(k))["containerID"]
+    added = dynamic(k, "add-container", "w", "--name", "side", "--image", "busybox",
+                    "--volume-mount", "keep:/keep:ro", "--wait",
+                    "--", "sh", "-c", SCRIPT)
+    assert added.returncode == 0, added.stderr
+    assert "pod/w: actuated in " in added.stdout
+    p = pod_json(k, "w")
+    side = container(p, "side")
+    assert "running" in side["state"]
+    assert [(m["name"], m["mountPath"]) for m in side["volumeMounts"]] == [("keep", "/keep")]
+    assert container(p)["containerID"] == main_id  # the main container kept running
+
+    removed = dynamic(k, "remove-container", "w", "side", "--wait")
+    assert removed.returncode == 0, removed.stderr
+    assert "pod/w: container side removed" in removed.stdout
+    p = pod_json(k, "w")
+    assert [c["name"] for c in p["spec"]["containers"]] == ["c"]
+    assert "running" not in container(p, "side").get("state", {})
+    assert container(p)["containerID"] == main_id
+
+
+def test_an_invalid_change_shows_the_server_causes(k: Kubectl) -> None:
+    _worker(k)
+    result = dynamic(k, "add-volume", "w", "--emptydir", "keep", "--mount", "c:/again")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith('Error from server (Invalid): Pod "w" is invalid: ')
+    assert '  spec.volumes[1].name: Duplicate value: "keep"' in lines
+    assert result.stdout == ""
+    missing = dynamic(k, "remove-volume", "w", "nope")
+    assert missing.returncode == 1
+    assert missing.stderr == 'error: pod "w" has no volume "nope"\n'
+    absent = dynamic(k, "status", "nothere")
+    assert absent.returncode == 1
+    assert absent.stderr == 'Error from server (NotFound): pods "nothere" not found\n'
+
+
+def test_kubectl_finds_the_plugin_on_path(k: Kubectl) -> None:
+    _worker(k)
+    env = {**os.environ, "HOME": str(k.home), "KUBECONFIG": str(k.cluster.kubeconfig),
+           "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    listed = subprocess.run(["kubectl", "plugin", "list"], env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert str(VENV_BIN / "kubectl-dynamic") in listed.stdout
+    result = subprocess.run(["kubectl", "dynamic", "status", "w", "-n", str(k.namespace)],
+                            env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"Pod: {k.namespace}/w   Node: cli-node   Phase: Running\n")
+    assert _row(result.stdout, "keep")[:5] == ["keep", "emptyDir", "yes", "yes",
+                                               "HostMounted"]
+    assert _row(result.stdout, "c")[1:4] == ["keep:/keep"] * 3
+
+
+def test_wait_on_a_change_the_node_cannot_allocate_says_why(k: Kubectl) -> None:
+    first_id = container(_worker(k))["containerID"]
+    pending = dynamic(k, "add-volume", "w", "--emptydir", "huge", "--medium", "Memory",
+                      "--size-limit", "100Pi", "--mount", "c:/huge", "--wait", "--timeout", "3")
+    assert pending.returncode == 1
+    assert "pod/w: volume huge added" in pending.stdout
+    assert "error: not actuated within 3s: volume huge is Pending" in pending.stderr
+    assert "the node has not allocated it: Node didn't have enough resource: memory" in \
+        pending.stderr
+    status = dynamic(k, "status", "w")
+    assert _row(status.stdout, "huge")[:5] == ["huge", "emptyDir(Memory)", "yes", "no",
+                                               "Pending"]
+    assert _row(status.stdout, "c")[1:4] == ["keep:/keep,huge:/huge", "keep:/keep",
+                                             "keep:/keep"]
+    withdrawn = dynamic(k, "remove-volume", "w", "huge", "--wait")
+    assert withdrawn.returncode == 0, withdrawn.stderr
+    assert "pod/w: actuated in " in withdrawn.stdout
+    p = pod_json(k, "w")
+    assert _phase(p, "huge") is None
+    assert container(p)["containerID"] == first_id  # never restarted for it
