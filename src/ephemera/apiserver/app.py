@@ -299,8 +299,8 @@ class Router:
             raise not_found_path()
         if resource.namespaced and not namespace and len(rest) > 1:
             raise not_found_path()
-        if len(rest) > 3:
-            raise not_found_path()
+        if len(rest) > 3 and not (rest[2] == "proxy" and "proxy" in resource.subresources):
+            raise not_found_path()  # only `nodes/NAME/proxy/<path>` goes deeper
         name = rest[1] if len(rest) > 1 else ""
         subresource = rest[2] if len(rest) > 2 else ""
         if subresource and not self._serves_subresource(resource, subresource):
@@ -338,6 +338,10 @@ class Router:
                     return await nodeproxy.pod_log(request, self.registry, target.resource,
                                                    target.namespace, target.name,
                                                    self.kubelets)
+            elif sub == "proxy":
+                if method == "GET":
+                    return await nodeproxy.node_proxy(request, self.registry, target.name,
+                                                      self.kubelets)
             elif sub in ("exec", "attach"):
                 if method in ("GET", "POST"):
                     return await nodeproxy.pod_stream(request, self.registry, target.resource,

@@ -42,9 +42,11 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "attach": ("create", "get"),
     "binding": ("create",),
     "finalize": ("update",),
+    "proxy": ("create", "delete", "get", "patch", "update"),
 }
 _SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding", "exec": "PodExecOptions",
-                                     "attach": "PodAttachOptions"}
+                                     "attach": "PodAttachOptions",
+                                     "proxy": "NodeProxyOptions"}
 
 
 def version_info() -> dict[str, Any]:

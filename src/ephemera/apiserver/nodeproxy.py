@@ -1,6 +1,6 @@
-"""What the apiserver asks of kubelets: `GET pods/NAME/log`, and `pods/NAME/exec` and
-`pods/NAME/attach` (`nodes/NAME/proxy/...` and `pods/NAME/allocated` from the kubelet come
-with later issues and go here too).
+"""What the apiserver asks of kubelets: `GET pods/NAME/log`, `pods/NAME/exec` and
+`pods/NAME/attach`, `GET pods/NAME/allocated`, and `GET nodes/NAME/proxy/<path>` (relayed to
+the kubelet's `<path>`, e.g. `/stats/summary`; other verbs are not proxied).
 
 `pods/NAME/log` (upstream's `LogREST` + `LogLocation`):
 - the options `container`, `follow`, `previous`, `timestamps`, `tailLines`, `sinceSeconds`,
@@ -55,7 +55,8 @@ from ephemera.api import errors, field
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.resources import Resource, lookup
 
-__all__ = ["KubeletClient", "kubelet_address", "pod_log", "pod_stream", "validate_container"]
+__all__ = ["KubeletClient", "kubelet_address", "node_proxy", "pod_log", "pod_stream",
+           "validate_container"]
 
 ADDRESS_PREFERENCE = ("InternalIP", "Hostname", "InternalDNS", "ExternalIP", "ExternalDNS")
 LOG_OPTIONS = ("follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime",
@@ -255,6 +256,48 @@ async def pod_allocated(request: web.Request, registry: Any, pods: Resource, nam
         raise errors.internal_error(body.decode(errors="replace").strip() or
                                     f"kubelet answered {status}")
     return web.Response(body=body, content_type="application/json")
+
+
+# -- nodes/NAME/proxy -----------------------------------------------------------------------------
+
+
+def _proxy_path(request: web.Request, node_name: str) -> str:
+    """The kubelet path after `nodes/NAME/proxy` in the request's raw path ("/" when none)."""
+    raw = request.raw_path.split("?", 1)[0]
+    marker = f"/nodes/{node_name}/proxy"
+    at = raw.find(marker)
+    rest = raw[at + len(marker):] if at >= 0 else ""
+    return rest if rest.startswith("/") else "/" + rest
+
+
+async def node_proxy(request: web.Request, registry: Any, node_name: str,
+                     kubelets: KubeletClient) -> web.StreamResponse:
+    """Serve `GET nodes/NAME/proxy/<path>` (upstream's `ProxyREST`) by relaying the GET to
+    the node's kubelet at `<path>` with the query: 404 `nodes "n1" not found` for a missing
+    node, 503 ServiceUnavailable when its kubelet cannot be reached; the kubelet's status,
+    content type and body otherwise (`kubectl get --raw .../proxy/stats/summary`)."""
+    node = await registry.get(_nodes(), "", node_name)
+    unreachable = StatusError(503, "ServiceUnavailable",
+                              f'the node "{node_name}" has no reachable kubelet')
+    location = kubelet_address(node)
+    if location is None:
+        raise unreachable
+    host, port = location
+    host_text = f"[{host}]" if ":" in host else host
+    url = f"{kubelets.scheme}://{host_text}:{port}{_proxy_path(request, node_name)}"
+    query = request.query_string
+    if query:
+        url += "?" + query
+    timeout = aiohttp.ClientTimeout(total=60, connect=CONNECT_TIMEOUT)
+    try:
+        async with kubelets.session().get(url, timeout=timeout,
+                                          ssl=kubelets.ssl_for(False)) as upstream:
+            body = await upstream.read()
+            status = upstream.status
+            content_type = upstream.headers.get("Content-Type", "application/octet-stream")
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        raise unreachable from None
+    return web.Response(status=status, body=body, headers={"Content-Type": content_type})
 
 
 # -- exec and attach ------------------------------------------------------------------------------

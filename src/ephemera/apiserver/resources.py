@@ -70,7 +70,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, _core + "ServiceAccount",
              short_names=("sa",)),
     Resource("", "v1", "nodes", "Node", False, _core + "Node", short_names=("no",),
-             subresources=("status",), storage_prefix="minions"),
+             subresources=("proxy", "status"), storage_prefix="minions"),
     Resource("", "v1", "events", "Event", True, _core + "Event", short_names=("ev",)),
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, _core + "ResourceQuota",
              short_names=("quota",), subresources=("status",)),

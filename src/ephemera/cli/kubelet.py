@@ -77,7 +77,24 @@ def add_parser(subparsers: Any) -> None:
                         metavar="SECONDS", help=argparse.SUPPRESS)
     parser.add_argument("--volume-mount-timeout", type=float, default=123.0,
                         metavar="SECONDS", help=argparse.SUPPRESS)
+    parser.add_argument("--eviction-interval", type=positive_seconds, default=10.0,
+                        metavar="SECONDS",
+                        help="how often the eviction manager measures local ephemeral storage "
+                             "and evicts (default 10, as upstream's housekeeping)")
+    parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
+                        help="hard eviction thresholds, e.g. 'nodefs.available<10%%,"
+                             "nodefs.inodesFree<5%%' (default upstream's)")
     parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def ensure_self_signed(root_dir: Path, node_name: str) -> tuple[Path, Path]:
@@ -121,6 +138,13 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--kubeconfig: {err}")
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
+    if args.eviction_hard is not None:
+        from ephemera.kubelet.eviction import ThresholdError, parse_eviction_hard
+
+        try:
+            parse_eviction_hard(args.eviction_hard)
+        except ThresholdError as err:
+            parser.error(f"--eviction-hard: {err}")
     try:
         return asyncio.run(_serve(config, args))
     except KeyboardInterrupt:
@@ -152,7 +176,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         address=args.address, port=args.port, node_ip=args.node_ip, tls_cert_file=cert,
         tls_key_file=key, client_ca_file=args.client_ca_file, port_file=args.port_file,
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
-        node_status_interval=args.node_status_update_frequency)
+        node_status_interval=args.node_status_update_frequency,
+        eviction_interval=args.eviction_interval, eviction_hard=args.eviction_hard)
     runtime = make_runtime(args.runtime, root_dir, node_name)
     images = ImageStore(root_dir)
     async with ApiClient(client_config, user_agent=USER_AGENT) as api:

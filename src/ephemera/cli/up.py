@@ -39,6 +39,7 @@ from ephemera.apiserver.server import client_ssl_context, free_port, port_is_fre
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.demo import run_demo
+from ephemera.cli.kubelet import positive_seconds
 from ephemera.cli.supervisor import Component, Supervisor
 
 KUBECONFIG = "kubeconfig"
@@ -72,6 +73,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--runtime", choices=("auto", "runc", "crun", "fake"), default="auto",
                         help="the kubelet's container runtime (default auto: crun if it works "
                              "here, else runc)")
+    parser.add_argument("--eviction-interval", type=positive_seconds, default=None,
+                        metavar="SECONDS",
+                        help="the kubelet's eviction manager interval (default 10)")
+    parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
+                        help="the kubelet's hard eviction thresholds (default upstream's)")
     parser.add_argument("--no-kubelet", action="store_true",
                         help="run no kubelet: a control plane without a node")
     parser.set_defaults(func=lambda args: run(parser, args))
@@ -149,7 +155,15 @@ class Cluster:
                 "--tls-cert-file", str(pki / "kubelet.crt"),
                 "--tls-private-key-file", str(pki / "kubelet.key"),
                 "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
-                "--stop-pods-on-exit", *self._common_flags()]
+                "--stop-pods-on-exit", *self._eviction_flags(), *self._common_flags()]
+
+    def _eviction_flags(self) -> list[str]:
+        extra: list[str] = []
+        if self.args.eviction_interval is not None:
+            extra += ["--eviction-interval", str(self.args.eviction_interval)]
+        if self.args.eviction_hard is not None:
+            extra += ["--eviction-hard", self.args.eviction_hard]
+        return extra
 
     def prepare_kubelet(self, url: str, pki: Pki) -> None:
         """The kubelet's credentials, from the cluster CA: a client certificate

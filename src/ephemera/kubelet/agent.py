@@ -30,6 +30,18 @@ volume manager's desired state and `/allocatedPods` see only the allocated spec;
 and volumes the API has but the node has not allocated show as `Unallocated` / `Pending`. A
 restarted kubelet re-admits the checkpointed pods without a new admission.
 
+**Eviction manager** (issue 6; `ephemera.kubelet.stats`, `ephemera.kubelet.eviction`): every
+`eviction_interval` (`--eviction-interval`, default 10 s) `eviction_pass()` measures the
+admitted pods' writable layers, logs and volumes (`StatsProvider` over `DuBackend`), decides
+(`decide`: local-storage limits first, then the `--eviction-hard` thresholds), keeps the
+DiskPressure condition (`PressureConditions`; the Node status reads it through
+`NodeAgent.pressure_probe`), and evicts through the pod workers (`PodWorkers.evict`: containers
+killed with the eviction's grace period, `phase: Failed`, `reason: Evicted`, the message), with
+a Warning `Evicted` event and `kubelet_evictions{eviction_signal}`; under node pressure one pod
+per pass (node-level reclaim of dead containers and unused images is not done yet). Admission
+rejects a non-critical pod under DiskPressure first (`admit_under_pressure`). The server's
+`/stats/summary` answers `stats_summary()` (the last measurements).
+
 The kubelet never stops containers when it stops: a restarted kubelet adopts them.
 """
 
@@ -40,6 +52,7 @@ import contextlib
 import inspect
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,13 +72,25 @@ from ephemera.kubelet.allocation import (
     allocated_view,
 )
 from ephemera.kubelet.events import KubeletEvents
-from ephemera.kubelet.node import NodeAgent, NodeConfig, allocatable
+from ephemera.kubelet.eviction import (
+    Eviction,
+    PressureConditions,
+    admit_under_pressure,
+    decide,
+    node_pressure_eviction,
+    observe,
+    parse_eviction_hard,
+    thresholds_met,
+)
+from ephemera.kubelet.eviction.decision import DEFAULT_PRESSURE_TRANSITION_PERIOD
+from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure, allocatable, probe_pressure
 from ephemera.kubelet.podworkers import (
     PodWorkers,
     Relister,
     WorkerDeps,
     WorkerSettings,
     container_log_path,
+    pod_log_dir,
     remove_orphan_dirs,
 )
 from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
@@ -76,6 +101,7 @@ from ephemera.kubelet.server import (
     create_kubelet_app,
     kubelet_ssl_context,
 )
+from ephemera.kubelet.stats import DuBackend, PodPaths, StatsProvider, pod_paths, summary_json
 from ephemera.kubelet.status import StatusManager, rejected_status
 from ephemera.kubelet.streaming import running_container_id
 from ephemera.pods import resources as podresources
@@ -112,6 +138,11 @@ class KubeletConfig:
     drain_grace_period: float = 2.0
     # How often a pending (not yet allocatable) pod change is retried (KEP-6395).
     allocation_retry_period: float = 10.0
+    # The eviction manager (issue 6): its pass interval and `--eviction-hard` (None: the
+    # upstream defaults).
+    eviction_interval: float = 10.0
+    eviction_hard: str | None = None
+    eviction_pressure_transition_period: float = DEFAULT_PRESSURE_TRANSITION_PERIOD
 
 
 # --- admission ------------------------------------------------------------------------------
@@ -227,6 +258,13 @@ class Kubelet:
         self.workers: PodWorkers | None = None
         self.bound_port: int = config.port
         self._tasks: list[asyncio.Task[Any]] = []
+        # The eviction manager (issue 6): usage accounting, thresholds, the node conditions.
+        image_dir = getattr(images, "dir", None)
+        self.stats = StatsProvider(config.node_name, config.root_dir, DuBackend(),
+                                   image_dir=Path(image_dir) if image_dir is not None else None)
+        self.thresholds = parse_eviction_hard(config.eviction_hard)
+        self.pressure = PressureConditions(config.eviction_pressure_transition_period)
+        self.node_conditions: list[str] = []
 
     # -- VolumeHost ----------------------------------------------------------------------
 
@@ -383,8 +421,12 @@ class Kubelet:
         return allocated_view(pod) if pod is not None else None
 
     def admit(self, pod: Obj) -> AdmitResult:
-        """The admission decision (the allocation stage of a later issue goes here)."""
+        """The admission decision: the eviction manager's (no pod under DiskPressure but a
+        critical one), then the resource fit."""
         uid = str((pod.get("metadata") or {}).get("uid"))
+        pressure = admit_under_pressure(pod, self.node_conditions, self.config.gates)
+        if not pressure.admit:
+            return AdmitResult(False, pressure.reason, pressure.message)
         return admit(pod, self._other_admitted(uid), self.node_allocatable, self.config.gates)
 
     def _reject(self, pod: Obj, result: AdmitResult) -> None:
@@ -441,6 +483,91 @@ class Kubelet:
             result.append({**pod, "status": status if status is not None else
                            pod.get("status") or {}})
         return result
+
+    # -- the eviction manager (issue 6; ephemera.kubelet.eviction, ephemera.kubelet.stats) --
+
+    def _pod_with_status(self, pod: Obj) -> Obj:
+        status = self.status.get(str(pod["metadata"].get("uid")))
+        return {**pod, "status": status} if status is not None else pod
+
+    def _known_pods(self) -> list[Obj]:
+        """The admitted pods the workers run (terminal ones too), with their statuses."""
+        if self.workers is None:
+            return []
+        return [self._pod_with_status(p) for p in self.workers.pods()
+                if str(p["metadata"].get("uid")) in self.admitted]
+
+    def _active_pods(self, known: Sequence[Obj]) -> list[Obj]:
+        """The pods the eviction manager may evict: not terminal, not being deleted, not
+        evicted already."""
+        assert self.workers is not None
+        return [p for p in known if not _terminal(p)
+                and not (p.get("metadata") or {}).get("deletionTimestamp")
+                and not self.workers.is_evicted(str(p["metadata"].get("uid")))]
+
+    def _pod_paths(self, pod: Obj) -> PodPaths:
+        uid = str(pod["metadata"].get("uid"))
+        return pod_paths(self.root_dir, pod, self.volumes.mounted_volumes(uid),
+                         pod_log_dir(self.root_dir, pod))
+
+    async def stats_summary(self) -> dict[str, Any]:
+        """The Summary API document (`/stats/summary`), from the last measurements."""
+        paths = [self._pod_paths(p) for p in self._known_pods()]
+        return summary_json(await self.stats.get(paths, update=False))
+
+    def _pressure(self) -> Pressure:
+        """The node's pressure: DiskPressure from the eviction manager, memory and PIDs
+        probed."""
+        probed = probe_pressure(self.root_dir)
+        return Pressure(memory=probed.memory, disk="DiskPressure" in self.node_conditions,
+                        pid=probed.pid)
+
+    async def eviction_pass(self) -> list[Eviction]:
+        """One pass of the eviction manager (upstream `synchronize`): measure, update the
+        node conditions, evict the pods over their local-storage limits, or under node
+        pressure (after node-level reclaim) one pod. The evictions started."""
+        if self.workers is None or not self._initial_done:
+            return []
+        known = self._known_pods()
+        active = self._active_pods(known)
+        paths = [self._pod_paths(p) for p in known]
+        summary = await self.stats.get(paths)
+        decision = decide(active, summary, self.thresholds, self.config.gates)
+        conditions = self.pressure.update(decision.conditions, time.monotonic())
+        if conditions != self.node_conditions:
+            log.info("node %s: pressure conditions now %s", self.node_name, conditions)
+            self.node_conditions = conditions
+            if self.node_agent is not None:
+                await self._update_node_status()
+        evictions = list(decision.local_evictions)
+        if decision.to_reclaim is not None:
+            # Node-level reclaim (dead containers, unused images) is not done yet: measure
+            # again and evict one pod when a threshold is still met.
+            summary = await self.stats.get(paths)
+            observations = observe(summary)
+            met = sorted(thresholds_met(self.thresholds, observations),
+                         key=lambda t: 0 if t.resource == "memory" else 1)
+            if met:
+                chosen = node_pressure_eviction(active, summary, met, observations,
+                                                self.config.gates)
+                if chosen is not None:
+                    evictions.append(chosen)
+        started = [e for e in evictions if self._evict(e)]
+        return started
+
+    def _evict(self, eviction: Eviction) -> bool:
+        assert self.workers is not None
+        pod = eviction.pod
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if not self.workers.evict(uid, eviction.grace_period_seconds, eviction.reason,
+                                  eviction.message, eviction.condition):
+            return False
+        log.info("evicting pod %s/%s (%s): %s", (pod.get("metadata") or {}).get("namespace"),
+                 (pod.get("metadata") or {}).get("name"), eviction.signal, eviction.message)
+        self.metrics.evictions.inc(eviction.signal)
+        self.workers.spawn(self.events.pod(pod, events.WARNING, eviction.reason,
+                                           eviction.message))
+        return True
 
     # -- logs ----------------------------------------------------------------------------
 
@@ -657,6 +784,7 @@ class Kubelet:
             log.info("kubelet %s serving on %s:%d", self.node_name, cfg.address,
                      self.bound_port)
             self.node_agent = NodeAgent(self.api, self.node_config,
+                                        pressure_probe=self._pressure,
                                         images=self._images_for_status,
                                         report_interval=cfg.node_status_report_interval)
             if not await self._register(stop):
@@ -706,6 +834,8 @@ class Kubelet:
             self._start(self.allocation.run(), "allocation")
             self._start(self._periodic(cfg.housekeeping_interval, self._housekeeping,
                                        "housekeeping"), "housekeeping")
+            self._start(self._periodic(cfg.eviction_interval, self.eviction_pass,
+                                       "the eviction manager's pass"), "eviction-manager")
             await stop.wait()
         finally:
             if cfg.stop_pods_on_exit:

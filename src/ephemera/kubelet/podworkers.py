@@ -99,6 +99,7 @@ from ephemera.kubelet.status import (
     StatusManager,
     container_status,
     generate_pod_status,
+    rfc3339,
 )
 from ephemera.kubelet.volumes.manager import VolumeMountTimeout
 
@@ -438,6 +439,9 @@ class PodWorker:
         self.unallocated: list[Obj] = []
         self.unallocated_volumes: list[str] = []
         self._removed: list[Obj] = []  # statuses of removed containers
+        # Set by `PodWorkers.evict`: (grace seconds, reason, message, condition or None).
+        self.eviction: tuple[float, str, str, Mapping[str, str] | None] | None = None
+        self.evicted = False
 
     # -- loop --
 
@@ -478,6 +482,9 @@ class PodWorker:
     async def sync(self) -> float:
         if self._deleting():
             return await self.terminate()
+        if self.eviction is not None and not self.evicted:
+            await self._evict()
+            return IDLE
         phase = (self.pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed") or self.terminal:
             await self._finish_terminal()
@@ -949,6 +956,33 @@ class PodWorker:
         self.needs_volumes = False
         self.deps.on_volumes_changed()
 
+    async def _evict(self) -> None:
+        """The eviction manager evicts the pod: kill its containers with the eviction's grace
+        period, stop the sandbox, and write the terminal status `Failed` with the eviction's
+        reason, message and condition (kept by every later status)."""
+        assert self.eviction is not None
+        grace, reason, message, condition = self.eviction
+        self.terminal = True
+        runtime = self.deps.runtime
+        for s in [s for s in await runtime.list_pod_sandboxes() if s.pod_uid == self.uid]:
+            running = [c for c in await runtime.list_containers(s.id)
+                       if c.state == ContainerState.RUNNING]
+            await asyncio.gather(*(self._kill(c, grace) for c in running))
+            if s.ready:
+                await runtime.stop_pod_sandbox(s.id)
+        self.evicted = True
+        self.terminal_cleaned = True
+        self.needs_volumes = False
+        old = dict(self.deps.status.get(self.uid) or self.pod.get("status") or {})
+        old.update({"phase": "Failed", "reason": reason, "message": message})
+        if condition is not None:
+            old["conditions"] = [c for c in old.get("conditions") or []
+                                 if c.get("type") != condition.get("type")]
+            old["conditions"].append({**condition, "lastTransitionTime": rfc3339(time.time())})
+        self.deps.status.set_pod_status(self.pod, old)
+        self._publish_status(await self._instances(), None, terminal=True)
+        self.deps.on_volumes_changed()
+
     # -- termination --
 
     def _grace_period(self) -> float:
@@ -1127,6 +1161,22 @@ class PodWorkers:
             return
         worker.removed = True
         worker.wake.set()
+
+    def evict(self, uid: str, grace_period_seconds: float, reason: str, message: str,
+              condition: Mapping[str, str] | None = None) -> bool:
+        """Evict the pod `uid` (the eviction manager's kill): its worker kills the
+        containers with `grace_period_seconds` and writes `phase: Failed` with `reason` and
+        `message` (and `condition`). False when the pod has no worker or is already done."""
+        worker = self._workers.get(uid)
+        if worker is None or worker.removed or worker.eviction is not None or worker.terminal:
+            return False
+        worker.eviction = (float(grace_period_seconds), reason, message, condition)
+        worker.wake.set()
+        return True
+
+    def is_evicted(self, uid: str) -> bool:
+        worker = self._workers.get(uid)
+        return worker is not None and worker.eviction is not None
 
     def wake(self, uid: str) -> None:
         worker = self._workers.get(uid)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +31,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
 
 from ephemera.kubelet.logs import LogOptions, parse_time, stream_log
 from ephemera.kubelet.streaming import StreamHost, serve_attach, serve_exec
@@ -73,6 +74,24 @@ class ServerHost(StreamHost, Protocol):
                          previous: bool) -> LogSource: ...
 
 
+class EvictionsCounter:
+    """`kubelet_evictions{eviction_signal=...}`: evictions per signal, under upstream's exact
+    name (prometheus-client's `Counter` would add `_total`; exposed untyped)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def inc(self, signal: str) -> None:
+        self.counts[signal] = self.counts.get(signal, 0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        metric = Metric("kubelet_evictions",
+                        "Cumulative number of pod evictions by eviction signal", "unknown")
+        for signal, count in sorted(self.counts.items()):
+            metric.add_sample("kubelet_evictions", {"eviction_signal": signal}, float(count))
+        yield metric
+
+
 class KubeletMetrics:
     """The kubelet's Prometheus metrics (a registry of its own, so several kubelets in one
     process never mix)."""
@@ -113,6 +132,8 @@ class KubeletMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
         self.node_status_updates = Counter("ephemera_kubelet_node_status_updates",
                                            "Node status writes", registry=self.registry)
+        self.evictions = EvictionsCounter()
+        self.registry.register(self.evictions)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
@@ -223,6 +244,14 @@ def create_kubelet_app(host: ServerHost, metrics: KubeletMetrics, *,
                                                  f'on this node')
         return web.Response(body=orjson.dumps(pod), content_type="application/json")
 
+    async def stats_summary(request: web.Request) -> web.Response:
+        """The Summary API (`ephemera.kubelet.stats.summary_json`)."""
+        summary = getattr(host, "stats_summary", None)
+        if summary is None:
+            return web.Response(status=404, text="404 page not found\n")
+        body = await summary()
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
     async def metrics_handler(request: web.Request) -> web.Response:
         return web.Response(body=metrics.render(),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -233,6 +262,8 @@ def create_kubelet_app(host: ServerHost, metrics: KubeletMetrics, *,
     app.router.add_get("/pods/", pods)
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
     app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/stats/summary", stats_summary)
+    app.router.add_get("/stats/summary/", stats_summary)
     app.router.add_get("/allocatedPods", allocated_pods)
     app.router.add_get("/allocatedPods/", allocated_pods)
     app.router.add_get("/allocatedPods/{uid}", allocated_pod)

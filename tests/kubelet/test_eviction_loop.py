@@ -1,0 +1,138 @@
+"""The kubelet's eviction manager wired into the agent (issue 6): a kubelet on the fake
+runtime, real files written into a pod's emptyDir, one `Kubelet.eviction_pass()` (what the
+`--eviction-interval` loop runs), and the pod `Failed` / `Evicted` with upstream's or
+KEP-6386's exact message, the `Evicted` event, the `kubelet_evictions` metric, the
+`/stats/summary` document, and admission under DiskPressure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kubelet_harness import Harness, pod, running_kubelet
+
+from ephemera.api.quantity import Quantity, QuantityFormat
+from ephemera.client import resource_path
+from ephemera.kubelet.eviction import parse_eviction_hard
+from ephemera.kubelet.stats import disk_usage
+
+MiB = 1 << 20
+
+
+def _phase(p: dict[str, Any]) -> str:
+    return str((p.get("status") or {}).get("phase"))
+
+
+def _write(path: Path, size: int) -> None:
+    with open(path, "wb") as f:  # real (non-sparse) blocks
+        f.write(b"x" * size)
+        f.flush()
+
+
+async def _running_with_scratch(h: Harness, name: str, empty_dir: dict[str, Any],
+                                **spec: Any) -> tuple[dict[str, Any], Path]:
+    body = pod(name, argv=["sleep", "3600"],
+               volumes=[{"name": "scratch", "emptyDir": empty_dir}], **spec)
+    body["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch",
+                                                      "mountPath": "/scratch"}]
+    created = await h.create(body)
+    await h.wait_pod(name, lambda p: _phase(p) == "Running")
+    uid = created["metadata"]["uid"]
+    host_dir = h.kubelet.volumes.mounted_volumes(uid)["scratch"]
+    return created, Path(host_dir)
+
+
+async def test_empty_dir_over_its_size_limit_is_evicted(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        _, scratch = await _running_with_scratch(h, "over", {"sizeLimit": "1Mi"})
+        _write(scratch / "data", 2 * MiB)
+        started = await h.kubelet.eviction_pass()
+        assert [e.signal for e in started] == ["emptydirfs.limit"]
+        message = 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '
+        evicted = await h.wait_pod("over", lambda p: _phase(p) == "Failed")
+        assert evicted["status"]["reason"] == "Evicted"
+        assert evicted["status"]["message"] == message
+        cstatus = evicted["status"]["containerStatuses"][0]
+        assert "terminated" in cstatus["state"], cstatus
+        event = await h.wait_event("over", lambda e: e["reason"] == "Evicted")
+        assert event["type"] == "Warning" and event["message"] == message
+        metrics = h.kubelet.metrics.render().decode()
+        assert 'kubelet_evictions{eviction_signal="emptydirfs.limit"} 1.0' in metrics
+        # Evicted once: the next pass leaves it alone.
+        assert await h.kubelet.eviction_pass() == []
+
+
+async def test_empty_dir_within_its_size_limit_stays(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        _, scratch = await _running_with_scratch(h, "within", {"sizeLimit": "4Mi"})
+        _write(scratch / "data", 1 * MiB)
+        assert await h.kubelet.eviction_pass() == []
+        summary = await h.kubelet.stats_summary()
+        [stats] = [p for p in summary["pods"] if p["podRef"]["name"] == "within"]
+        [volume] = stats["volume"]
+        assert volume["name"] == "scratch"
+        assert volume["usedBytes"] == disk_usage(scratch).bytes
+        assert stats["ephemeral-storage"]["usedBytes"] == disk_usage(scratch).bytes
+        assert summary["node"]["nodeName"] == "fake-node"
+        assert summary["node"]["fs"]["capacityBytes"] > 0
+        p = await h.get("within")
+        assert p is not None and _phase(p) == "Running"
+        # The same document through the apiserver's node proxy.
+        proxied = await h.api.get("/api/v1/nodes/fake-node/proxy/stats/summary")
+        [through] = [p for p in proxied["pods"] if p["podRef"]["name"] == "within"]
+        assert through["ephemeral-storage"]["usedBytes"] == disk_usage(scratch).bytes
+
+
+async def test_pod_level_limit_exceeded_gives_the_kep_6386_message(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        _, scratch = await _running_with_scratch(
+            h, "podlevel", {}, resources={"limits": {"ephemeral-storage": "1Mi"}})
+        _write(scratch / "data", 2 * MiB)
+        used = disk_usage(scratch).bytes
+        started = await h.kubelet.eviction_pass()
+        assert [e.signal for e in started] == ["ephemeralpodfs.limit"]
+        evicted = await h.wait_pod("podlevel", lambda p: _phase(p) == "Failed")
+        quantity = Quantity.from_int(used, QuantityFormat.BINARY_SI)
+        assert evicted["status"]["reason"] == "Evicted"
+        assert evicted["status"]["message"] == (
+            f"Pod ephemeral local storage usage ({quantity}) exceeds pod-level limit (1Mi)")
+
+
+async def test_pod_arriving_under_disk_pressure_is_rejected(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        h.kubelet.node_conditions = ["DiskPressure"]
+        await h.create(pod("late", argv=["sleep", "3600"]))
+        rejected = await h.wait_pod("late", lambda p: _phase(p) == "Failed")
+        assert rejected["status"]["reason"] == "Evicted"
+        assert rejected["status"]["message"] == (
+            "Pod was rejected: The node had condition: [DiskPressure]. ")
+
+
+async def test_disk_pressure_sets_the_condition_and_evicts_one_pod_per_pass(
+        tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        for name in ("a", "b"):
+            await h.create(pod(name, argv=["sleep", "3600"]))
+        for name in ("a", "b"):
+            await h.wait_pod(name, lambda p: _phase(p) == "Running")
+        # Met on any host whose filesystem is more than 1% used.
+        h.kubelet.thresholds = parse_eviction_hard("nodefs.available<99%")
+        started = await h.kubelet.eviction_pass()
+        assert [e.signal for e in started] == ["nodefs.available"]
+        assert h.kubelet.node_conditions == ["DiskPressure"]
+        node = await h.api.get(resource_path("nodes", name="fake-node"))
+        disk = [c for c in node["status"]["conditions"] if c["type"] == "DiskPressure"]
+        assert disk[0]["status"] == "True" and disk[0]["reason"] == "KubeletHasDiskPressure"
+        victim = str(started[0].pod["metadata"]["name"])
+        evicted = await h.wait_pod(victim, lambda p: _phase(p) == "Failed")
+        assert evicted["status"]["reason"] == "Evicted"
+        assert evicted["status"]["message"].startswith(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: ")
+        survivor = "b" if victim == "a" else "a"
+        p = await h.get(survivor)
+        assert p is not None and _phase(p) == "Running"
+        # Under DiskPressure a new pod is rejected.
+        await h.create(pod("late", argv=["sleep", "3600"]))
+        rejected = await h.wait_pod("late", lambda p: _phase(p) == "Failed")
+        assert rejected["status"]["message"] == (
+            "Pod was rejected: The node had condition: [DiskPressure]. ")
