@@ -398,7 +398,9 @@ def fold_string_data(secret: dict[str, Any]) -> None:
 
 class ResourceQuotaStrategy(Strategy):
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
-        obj.pop("status", None)
+        # Upstream resets the status to the empty struct, which its JSON writes as `{}`;
+        # the quota controller fills `hard` and `used`.
+        obj["status"] = {}
 
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         """`ValidateResourceQuota` (`ephemera.pods.quota`)."""
