@@ -43,6 +43,7 @@ $(VENV)/.installed: pyproject.toml
 
 bench: setup
 	$(BIN)/python -m bench.api
+	$(BIN)/python -m bench.pod_start
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

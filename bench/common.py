@@ -1,6 +1,7 @@
 """What the benchmarks share: timing and statistics (`Measurement`, `percentile`), progress lines,
 Markdown tables and ratios, a real etcd server (`start_etcd`, reusing `tests/etcdserver.py`),
-a real `ephemera apiserver` process on a chosen store (`Apiserver`), the TLS client context
+a real `ephemera apiserver` process on a chosen store (`Apiserver`), a whole real
+`ephemera up` cluster with its kubelet (`EphemeraUp`), the TLS client context
 built from the kubeconfig it writes, the CPU time processes use during a phase (`CpuMeter`)
 and the requests etcd handles (`EtcdRequestCounter`),
 sampling a process with py-spy (`py_spy_record`, `collapsed_stacks_summary`), and a
@@ -385,6 +386,49 @@ class Apiserver:
                  tb: TracebackType | None) -> None:
         self.stop()
 
+
+
+class EphemeraUp(Apiserver):
+    """A real `ephemera up` on a data dir (apiserver on a free loopback port, scheduler,
+    controller-manager and a kubelet with the real runtime), `extra_args` passed on (e.g.
+    `--runtime crun --node-name n`). Started and stopped as `Apiserver` (SIGTERM stops its
+    pods too); `up` writes `data_dir/kubeconfig` once the API answers. Its own output goes
+    to `data_dir/up.log`, the components' logs to `data_dir/logs/`; the kubelet's root dir
+    is `kubelet_dir`."""
+
+    def __init__(self, data_dir: Path, extra_args: Sequence[str] = (), store: str = "sqlite"
+                 ) -> None:
+        super().__init__(data_dir, store)
+        self.extra_args = list(extra_args)
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "up.log"
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.data_dir / "kubelet"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "ephemera.cli", "up", "--data-dir", str(self.data_dir),
+                "--store", self.store, *self.extra_args]
+
+    def component_pids(self) -> dict[str, int]:
+        """The running components by name (`apiserver`, `scheduler`, `controller-manager`,
+        `kubelet`), from the pid files `up` keeps in `data_dir/run/`."""
+        pids = {}
+        for pid_file in sorted((self.data_dir / "run").glob("*.pid")):
+            with contextlib.suppress(OSError, ValueError):
+                pids[pid_file.stem] = int(pid_file.read_text())
+        return pids
+
+    def log_tail(self, chars: int = 3000) -> str:
+        parts = [super().log_tail(chars)]
+        for log_file in sorted((self.data_dir / "logs").glob("*.log")):
+            with contextlib.suppress(OSError):
+                parts.append(f"--- {log_file.name}\n"
+                             f"{log_file.read_text(errors='replace')[-chars:]}")
+        return "\n".join(parts)
 
 # --- profiling ---------------------------------------------------------------------------
 
