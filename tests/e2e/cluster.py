@@ -288,3 +288,118 @@ def kubectl(shared_cluster: Cluster, tmp_path: Path,
     runner.home.mkdir()
     runner("create", "namespace", namespace)
     yield runner
+
+
+# --- A cluster with a real kubelet (the kubelet, dynamic-volume and eviction suites) ---
+
+KUBELET_WAIT = 60.0
+
+
+def wait(check: Callable[[], Any], what: str, cluster: Cluster | None = None,
+         timeout: float = KUBELET_WAIT) -> Any:
+    """Poll `check` until it returns something truthy (returned); on timeout fail the test
+    with the tail of the cluster's kubelet log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            logs = ""
+            if cluster is not None:
+                log = cluster.data_dir / "logs" / "kubelet.log"
+                logs = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+            pytest.fail(f"timed out waiting for {what}\nkubelet log:\n{logs}")
+        time.sleep(0.2)
+
+
+def node_ready(cluster: Cluster, node: str) -> bool:
+    """Whether the Node `node` has condition Ready=True."""
+    result = cluster.kubectl("get", "node", node, "-o", "json", check=False)
+    if result.returncode != 0:
+        return False
+    conditions = json.loads(result.stdout)["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points (from /proc/self/mountinfo) under `path`."""
+    prefix = str(path)
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+
+
+def entries(path: Path) -> list[str]:
+    """The sorted names in directory `path` ([] when it does not exist)."""
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+
+
+def assert_kubelet_clean(cluster: Cluster, *, logs_and_runtime: bool = False) -> None:
+    """Wait until the kubelet has left no mounts and no pod directories behind (and, with
+    `logs_and_runtime`, no pod logs nor runtime state)."""
+    kubelet_dir = cluster.data_dir / "kubelet"
+    wait(lambda: not mounts_under(kubelet_dir), "no mounts left", cluster)
+    wait(lambda: not entries(kubelet_dir / "pods"), "no pod directories left", cluster)
+    if not logs_and_runtime:
+        return
+    wait(lambda: not entries(kubelet_dir / "logs" / "pods"), "no pod logs left", cluster)
+    for state in (kubelet_dir / "runtime").glob("*"):
+        if state.is_dir():
+            assert not entries(state), f"runtime state left in {state}: {entries(state)}"
+
+
+def run_kubelet_cluster(tmp_path_factory: pytest.TempPathFactory, basename: str, node: str,
+                        extra_args: Sequence[str] = (),
+                        after_delete: Callable[[Cluster], None] | None = None,
+                        ) -> Iterator[Cluster]:
+    """Body of a module fixture: `ephemera up --node-name NODE EXTRA_ARGS`, yielded once the
+    node is Ready; afterwards every pod is deleted, `after_delete(cluster)` runs (leftover
+    checks) and the cluster must exit 0."""
+    base = tmp_path_factory.mktemp(basename)
+    running = start_cluster(base / "data", base / "home", ["--node-name", node, *extra_args])
+    try:
+        wait(lambda: node_ready(running, node), "the node to be Ready", running)
+        yield running
+        running.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
+                        "--wait=true", timeout=120)
+        if after_delete is not None:
+            after_delete(running)
+    finally:
+        code = running.stop()
+        assert code == 0, f"ephemera up exited {code}\n{running.output}"
+
+
+def namespaced_kubectl(cluster: Cluster, tmp_path: Path,
+                       request: pytest.FixtureRequest) -> Iterator[Kubectl]:
+    """Body of a test fixture: kubectl in a fresh namespace of the test's own on `cluster`;
+    the test's pods are deleted afterwards."""
+    namespace = namespace_for(request.node.name)
+    runner = Kubectl(cluster, tmp_path / "home", namespace)
+    runner.home.mkdir()
+    runner("create", "namespace", namespace)
+    yield runner
+    runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
+
+
+def pod_json(k: Kubectl, name: str) -> dict[str, Any]:
+    """The Pod `name` in `k`'s namespace."""
+    return dict(k.json("get", "pod", name))
+
+
+def wait_pod(k: Kubectl, name: str, check: Callable[[dict[str, Any]], bool],
+             what: str) -> dict[str, Any]:
+    """Wait until `check(pod)` holds for the Pod `name`; the pod then."""
+    result: dict[str, Any] = wait(lambda: (lambda p: p if check(p) else None)(
+        pod_json(k, name)), f"pod {name}: {what}", k.cluster)
+    return result
+
+
+def container(p: dict[str, Any], name: str = "c") -> dict[str, Any]:
+    """The status of container `name` in Pod `p` ({} when not reported)."""
+    for s in p.get("status", {}).get("containerStatuses") or []:
+        if s["name"] == name:
+            return dict(s)
+    return {}

@@ -16,8 +16,16 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import Cluster, Kubectl, namespace_for, start_cluster
-from test_kubelet import container, pod_json, wait, wait_pod
+from cluster import (
+    Cluster,
+    Kubectl,
+    container,
+    namespaced_kubectl,
+    pod_json,
+    run_kubelet_cluster,
+    wait,
+    wait_pod,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -29,34 +37,12 @@ SCRIPT = ("trap 'exit 0' TERM; for d in /keep /extra; do "
 
 @pytest.fixture(scope="module")
 def cli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    base = tmp_path_factory.mktemp("dynamic-cli-cluster")
-    running = start_cluster(base / "data", base / "home", ["--node-name", "cli-node"])
-    try:
-        wait(lambda: _node_ready(running), "the node to be Ready", running)
-        yield running
-        running.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
-                        "--wait=true", timeout=120)
-    finally:
-        code = running.stop()
-        assert code == 0, f"ephemera up exited {code}\n{running.output}"
-
-
-def _node_ready(cluster: Cluster) -> bool:
-    result = cluster.kubectl("get", "node", "cli-node", "-o", "yaml", check=False)
-    if result.returncode != 0:
-        return False
-    conditions = yaml.safe_load(result.stdout)["status"].get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    yield from run_kubelet_cluster(tmp_path_factory, "dynamic-cli-cluster", "cli-node")
 
 
 @pytest.fixture
 def k(cli_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kubectl]:
-    namespace = namespace_for(request.node.name)
-    runner = Kubectl(cli_cluster, tmp_path / "home", namespace)
-    runner.home.mkdir()
-    runner("create", "namespace", namespace)
-    yield runner
-    runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
+    yield from namespaced_kubectl(cli_cluster, tmp_path, request)
 
 
 def dynamic(k: Kubectl, *args: str) -> subprocess.CompletedProcess[str]:

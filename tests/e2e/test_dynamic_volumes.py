@@ -15,8 +15,16 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import Cluster, Kubectl, namespace_for, start_cluster
-from test_kubelet import _entries, _mounts_under, container, wait, wait_pod
+from cluster import (
+    Cluster,
+    Kubectl,
+    assert_kubelet_clean,
+    container,
+    namespaced_kubectl,
+    run_kubelet_cluster,
+    wait,
+    wait_pod,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -27,37 +35,13 @@ SCRIPT = ("trap 'exit 0' TERM; for d in /keep /extra; do "
 
 @pytest.fixture(scope="module")
 def dyn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    base = tmp_path_factory.mktemp("dynamic-cluster")
-    running = start_cluster(base / "data", base / "home", ["--node-name", "dyn-node"])
-    try:
-        wait(lambda: _node_ready_named(running), "the node to be Ready", running)
-        yield running
-        running.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
-                        "--wait=true", timeout=120)
-        kubelet_dir = running.data_dir / "kubelet"
-        wait(lambda: not _mounts_under(kubelet_dir), "no mounts left", running)
-        wait(lambda: not _entries(kubelet_dir / "pods"), "no pod directories left", running)
-    finally:
-        code = running.stop()
-        assert code == 0, f"ephemera up exited {code}\n{running.output}"
-
-
-def _node_ready_named(cluster: Cluster) -> bool:
-    result = cluster.kubectl("get", "node", "dyn-node", "-o", "json", check=False)
-    if result.returncode != 0:
-        return False
-    conditions = json.loads(result.stdout)["status"].get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    yield from run_kubelet_cluster(tmp_path_factory, "dynamic-cluster", "dyn-node",
+                                   after_delete=assert_kubelet_clean)
 
 
 @pytest.fixture
 def k(dyn_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kubectl]:
-    namespace = namespace_for(request.node.name)
-    runner = Kubectl(dyn_cluster, tmp_path / "home", namespace)
-    runner.home.mkdir()
-    runner("create", "namespace", namespace)
-    yield runner
-    runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
+    yield from namespaced_kubectl(dyn_cluster, tmp_path, request)
 
 
 def _worker(k: Kubectl) -> dict[str, Any]:

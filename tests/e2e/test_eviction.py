@@ -11,69 +11,29 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster import Cluster, Kubectl, namespace_for, start_cluster
+from cluster import Cluster, Kubectl, namespaced_kubectl, run_kubelet_cluster, wait
 
 pytestmark = pytest.mark.e2e
 
 NODE = "evict-node"
-WAIT = 60.0
 
 
 @pytest.fixture(scope="module")
 def evict_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    base = tmp_path_factory.mktemp("eviction-cluster")
-    running = start_cluster(base / "data", base / "home",
-                            ["--node-name", NODE, "--eviction-interval", "1"])
-    try:
-        wait(lambda: _node_ready(running), "the node to be Ready", running)
-        yield running
-        running.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
-                        "--wait=true", timeout=120)
-    finally:
-        code = running.stop()
-        assert code == 0, f"ephemera up exited {code}\n{running.output}"
-
-
-def _node_ready(cluster: Cluster) -> bool:
-    result = cluster.kubectl("get", "node", NODE, "-o", "json", check=False)
-    if result.returncode != 0:
-        return False
-    conditions = json.loads(result.stdout)["status"].get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def wait(check: Callable[[], Any], what: str, cluster: Cluster | None = None,
-         timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            logs = ""
-            if cluster is not None:
-                log = cluster.data_dir / "logs" / "kubelet.log"
-                logs = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-            pytest.fail(f"timed out waiting for {what}\nkubelet log:\n{logs}")
-        time.sleep(0.2)
+    yield from run_kubelet_cluster(tmp_path_factory, "eviction-cluster", NODE,
+                                   ["--eviction-interval", "1"])
 
 
 @pytest.fixture
 def k(evict_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
       ) -> Iterator[Kubectl]:
-    namespace = namespace_for(request.node.name)
-    runner = Kubectl(evict_cluster, tmp_path / "home", namespace)
-    runner.home.mkdir()
-    runner("create", "namespace", namespace)
-    yield runner
-    runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
+    yield from namespaced_kubectl(evict_cluster, tmp_path, request)
 
 
 def scratch_pod(name: str, script: str, empty_dir: dict[str, Any]) -> dict[str, Any]:

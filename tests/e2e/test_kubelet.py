@@ -14,113 +14,50 @@ import json
 import os
 import re
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster import Cluster, Kubectl, namespace_for, start_cluster
+from cluster import (
+    Cluster,
+    Kubectl,
+    assert_kubelet_clean,
+    container,
+    entries,
+    mounts_under,
+    namespaced_kubectl,
+    pod_json,
+    run_kubelet_cluster,
+    wait,
+    wait_pod,
+)
 
 pytestmark = pytest.mark.e2e
 
-WAIT = 60.0
+def _assert_clean(cluster: Cluster) -> None:
+    assert_kubelet_clean(cluster, logs_and_runtime=True)
 
 
 @pytest.fixture(scope="module")
 def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    base = tmp_path_factory.mktemp("kubelet-cluster")
-    running = start_cluster(base / "data", base / "home", ["--node-name", "e2e-node"])
-    try:
-        wait(lambda: _node_ready(running), "the node to be Ready", running)
-        yield running
-        running.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
-                        "--wait=true", timeout=120)
-        kubelet_dir = running.data_dir / "kubelet"
-        wait(lambda: not _mounts_under(kubelet_dir), "no mounts left", running)
-        wait(lambda: not _entries(kubelet_dir / "pods"), "no pod directories left", running)
-        wait(lambda: not _entries(kubelet_dir / "logs" / "pods"), "no pod logs left", running)
-        for state in (kubelet_dir / "runtime").glob("*"):
-            if state.is_dir():
-                assert not _entries(state), f"runtime state left in {state}: {_entries(state)}"
-    finally:
-        code = running.stop()
-        assert code == 0, f"ephemera up exited {code}\n{running.output}"
-
-
-def _node_ready(cluster: Cluster) -> bool:
-    result = cluster.kubectl("get", "node", "e2e-node", "-o", "json", check=False)
-    if result.returncode != 0:
-        return False
-    conditions = json.loads(result.stdout)["status"].get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def _mounts_under(path: Path) -> list[str]:
-    prefix = str(path)
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
-
-
-def _entries(path: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except FileNotFoundError:
-        return []
-
-
-def wait(check: Callable[[], Any], what: str, cluster: Cluster | None = None,
-         timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            logs = ""
-            if cluster is not None:
-                log = cluster.data_dir / "logs" / "kubelet.log"
-                logs = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-            pytest.fail(f"timed out waiting for {what}\nkubelet log:\n{logs}")
-        time.sleep(0.2)
+    yield from run_kubelet_cluster(tmp_path_factory, "kubelet-cluster", "e2e-node",
+                                   after_delete=_assert_clean)
 
 
 @pytest.fixture
 def k(node_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
       ) -> Iterator[Kubectl]:
-    namespace = namespace_for(request.node.name)
-    runner = Kubectl(node_cluster, tmp_path / "home", namespace)
-    runner.home.mkdir()
-    runner("create", "namespace", namespace)
-    yield runner
-    runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
+    yield from namespaced_kubectl(node_cluster, tmp_path, request)
 
 
 def create(k: Kubectl, *objects: dict[str, Any]) -> None:
     k("create", "-f", "-", input=yaml.safe_dump_all(objects))
 
 
-def pod_json(k: Kubectl, name: str) -> dict[str, Any]:
-    return dict(k.json("get", "pod", name))
-
-
-def wait_pod(k: Kubectl, name: str, check: Callable[[dict[str, Any]], bool],
-             what: str) -> dict[str, Any]:
-    result: dict[str, Any] = wait(lambda: (lambda p: p if check(p) else None)(
-        pod_json(k, name)), f"pod {name}: {what}", k.cluster)
-    return result
-
-
 def phase_is(expected: str) -> Callable[[dict[str, Any]], bool]:
     return lambda p: p.get("status", {}).get("phase") == expected
-
-
-def container(p: dict[str, Any], name: str = "c") -> dict[str, Any]:
-    for s in p.get("status", {}).get("containerStatuses") or []:
-        if s["name"] == name:
-            return dict(s)
-    return {}
 
 
 def busybox_pod(name: str, script: str, **spec: Any) -> dict[str, Any]:
@@ -306,12 +243,12 @@ def test_delete_leaves_nothing_behind(k: Kubectl) -> None:
     p = wait_pod(k, "tidy", phase_is("Running"), "Running")
     uid = p["metadata"]["uid"]
     kubelet_dir = k.cluster.data_dir / "kubelet"
-    assert any(uid in m for m in _mounts_under(kubelet_dir))
+    assert any(uid in m for m in mounts_under(kubelet_dir))
     k("delete", "pod", "tidy", timeout=60)
     assert k("get", "pod", "tidy", check=False).returncode != 0
-    assert not [m for m in _mounts_under(kubelet_dir) if uid in m]
+    assert not [m for m in mounts_under(kubelet_dir) if uid in m]
     assert not (kubelet_dir / "pods" / uid).exists()
-    assert not [d for d in _entries(kubelet_dir / "logs" / "pods") if uid in d]
+    assert not [d for d in entries(kubelet_dir / "logs" / "pods") if uid in d]
     container_id = container(p)["containerID"].split("://", 1)[1]
     leftovers = [str(path) for path in (kubelet_dir / "runtime").rglob("*")
                  if container_id in path.name or uid in path.name]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,14 @@ from ephemera.kubelet.volumes.base import (
     pod_namespace,
 )
 
-__all__ = ["DEFAULT_MODE", "ConfigMapPlugin", "fetch_configmap", "make_configmap_payload"]
+__all__ = [
+    "DEFAULT_MODE",
+    "ConfigMapPlugin",
+    "fetch_configmap",
+    "fetch_optional_object",
+    "make_configmap_payload",
+    "setup_payload_volume",
+]
 
 DEFAULT_MODE = 0o644
 
@@ -77,20 +84,50 @@ def make_configmap_payload(
     return payload
 
 
+async def fetch_optional_object(
+    get: Callable[[str, str], Awaitable[dict[str, Any] | None]],
+    kind: str,
+    namespace: str,
+    name: str,
+    optional: bool,
+) -> dict[str, Any]:
+    """The object `get(namespace, name)` returns; an empty one when missing and `optional`,
+    else `<kind> "x" not found`. Shared by the configMap and secret plugins."""
+    try:
+        obj = await get(namespace, name)
+    except Exception as exc:
+        raise VolumeSetupError(str(exc)) from exc
+    if obj is None:
+        if not optional:
+            raise VolumeSetupError(f'{kind} "{name}" not found')
+        return {"metadata": {"name": name, "namespace": namespace}}
+    return obj
+
+
 async def fetch_configmap(
     host: VolumeHost, namespace: str, name: str, optional: bool
 ) -> dict[str, Any]:
     """The ConfigMap, an empty one when missing and `optional`, else `configmap "x" not
     found`."""
-    try:
-        obj = await host.get_configmap(namespace, name)
-    except Exception as exc:
-        raise VolumeSetupError(str(exc)) from exc
-    if obj is None:
-        if not optional:
-            raise VolumeSetupError(f'configmap "{name}" not found')
-        return {"metadata": {"name": name, "namespace": namespace}}
-    return obj
+    return await fetch_optional_object(host.get_configmap, "configmap", namespace, name, optional)
+
+
+async def setup_payload_volume(
+    source: Mapping[str, Any],
+    obj: Mapping[str, Any],
+    make_payload: Callable[[Any, Mapping[str, Any], int, bool], dict[str, FileProjection]],
+    host_dir: Path,
+    size: int | None,
+) -> None:
+    """Build the payload of `obj` for the volume `source` (its `items`, `defaultMode`,
+    `optional`) and write it atomically into `host_dir` (a tmpfs of `size` when given)."""
+    payload = make_payload(
+        source.get("items"),
+        obj,
+        _mode(source.get("defaultMode"), DEFAULT_MODE),
+        bool(source.get("optional")),
+    )
+    await asyncio.to_thread(write_volume, host_dir, payload, size)
 
 
 class ConfigMapPlugin(VolumePlugin):
@@ -109,10 +146,4 @@ class ConfigMapPlugin(VolumePlugin):
         name = str(source.get("name") or "")
         optional = bool(source.get("optional"))
         configmap = await fetch_configmap(host, pod_namespace(pod), name, optional)
-        payload = make_configmap_payload(
-            source.get("items"),
-            configmap,
-            _mode(source.get("defaultMode"), DEFAULT_MODE),
-            optional,
-        )
-        await asyncio.to_thread(write_volume, host_dir, payload, None)
+        await setup_payload_volume(source, configmap, make_configmap_payload, host_dir, None)

@@ -9,20 +9,20 @@ the volume down drops the secret's bytes from memory.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ephemera.kubelet.volumes.atomicwriter import FileProjection, write_volume
+from ephemera.kubelet.volumes.atomicwriter import FileProjection
 from ephemera.kubelet.volumes.base import (
     VolumeHost,
     VolumePlugin,
     VolumeSetupError,
     pod_namespace,
 )
+from ephemera.kubelet.volumes.configmap import fetch_optional_object, setup_payload_volume
 from ephemera.kubelet.volumes.emptydir import memory_backed_size
 
 __all__ = ["DEFAULT_MODE", "SecretPlugin", "fetch_secret", "make_secret_payload"]
@@ -68,15 +68,7 @@ async def fetch_secret(
     host: VolumeHost, namespace: str, name: str, optional: bool
 ) -> dict[str, Any]:
     """The Secret, an empty one when missing and `optional`, else `secret "x" not found`."""
-    try:
-        obj = await host.get_secret(namespace, name)
-    except Exception as exc:
-        raise VolumeSetupError(str(exc)) from exc
-    if obj is None:
-        if not optional:
-            raise VolumeSetupError(f'secret "{name}" not found')
-        return {"metadata": {"name": name, "namespace": namespace}}
-    return obj
+    return await fetch_optional_object(host.get_secret, "secret", namespace, name, optional)
 
 
 class SecretPlugin(VolumePlugin):
@@ -95,11 +87,5 @@ class SecretPlugin(VolumePlugin):
         name = str(source.get("secretName") or "")
         optional = bool(source.get("optional"))
         secret = await fetch_secret(host, pod_namespace(pod), name, optional)
-        payload = make_secret_payload(
-            source.get("items"),
-            secret,
-            _mode(source.get("defaultMode"), DEFAULT_MODE),
-            optional,
-        )
         size = memory_backed_size(pod, host.node_allocatable_memory)
-        await asyncio.to_thread(write_volume, host_dir, payload, size)
+        await setup_payload_volume(source, secret, make_secret_payload, host_dir, size)
