@@ -53,7 +53,7 @@ from aiohttp import web
 
 from ephemera.api import errors, field
 from ephemera.api.errors import StatusError
-from ephemera.apiserver.resources import Resource, lookup
+from ephemera.apiserver.resources import Resource, core_resource
 
 __all__ = ["KubeletClient", "kubelet_address", "node_proxy", "pod_log", "pod_stream",
            "validate_container"]
@@ -62,12 +62,6 @@ ADDRESS_PREFERENCE = ("InternalIP", "Hostname", "InternalDNS", "ExternalIP", "Ex
 LOG_OPTIONS = ("follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime",
                "limitBytes")
 CONNECT_TIMEOUT = 10.0
-
-
-def _nodes() -> Resource:
-    resource = lookup("", "v1", "nodes")
-    assert resource is not None
-    return resource
 
 
 class KubeletClient:
@@ -118,6 +112,17 @@ def kubelet_address(node: Mapping[str, Any]) -> tuple[str, int] | None:
                     return None
                 return str(address["address"]), port
     return None
+
+
+def kubelet_url(kubelets: KubeletClient, node: Mapping[str, Any]) -> str | None:
+    """`scheme://host:port` of the node's kubelet (IPv6 hosts bracketed), or None when the
+    Node reports no address or port."""
+    location = kubelet_address(node)
+    if location is None:
+        return None
+    host, port = location
+    host_text = f"[{host}]" if ":" in host else host
+    return f"{kubelets.scheme}://{host_text}:{port}"
 
 
 def _container_names(pod: Mapping[str, Any]) -> list[str]:
@@ -182,14 +187,12 @@ async def pod_log(request: web.Request, registry: Any, pods: Resource, namespace
     node_name = str((pod.get("spec") or {}).get("nodeName") or "")
     if not node_name:
         return web.Response(body=b"", content_type="text/plain")
-    node = await registry.get(_nodes(), "", node_name)
-    location = kubelet_address(node)
-    if location is None:
+    node = await registry.get(core_resource("nodes"), "", node_name)
+    base = kubelet_url(kubelets, node)
+    if base is None:
         raise errors.internal_error(f"node {node_name} does not report its kubelet's address")
-    host, port = location
-    host_text = f"[{host}]" if ":" in host else host
     path = "/".join(quote(part, safe="") for part in (namespace, name, container))
-    url = f"{kubelets.scheme}://{host_text}:{port}/containerLogs/{path}"
+    url = f"{base}/containerLogs/{path}"
     params = {k: request.query[k] for k in LOG_OPTIONS if k in request.query}
     insecure = request.query.get("insecureSkipTLSVerifyBackend", "").lower() == "true"
     timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT, sock_read=None)
@@ -230,16 +233,14 @@ async def pod_allocated(request: web.Request, registry: Any, pods: Resource, nam
     node_name = str((pod.get("spec") or {}).get("nodeName") or "")
     if not node_name:
         raise errors.bad_request(f"pod {name} does not have a host assigned")
-    node = await registry.get(_nodes(), "", node_name)
+    node = await registry.get(core_resource("nodes"), "", node_name)
     unreachable = StatusError(503, "ServiceUnavailable",
                               f'the pod\'s node "{node_name}" has no reachable kubelet')
-    location = kubelet_address(node)
-    if location is None:
+    base = kubelet_url(kubelets, node)
+    if base is None:
         raise unreachable
-    host, port = location
-    host_text = f"[{host}]" if ":" in host else host
     uid = quote(str((pod.get("metadata") or {}).get("uid") or ""), safe="")
-    url = f"{kubelets.scheme}://{host_text}:{port}/allocatedPods/{uid}"
+    url = f"{base}/allocatedPods/{uid}"
     insecure = request.query.get("insecureSkipTLSVerifyBackend", "").lower() == "true"
     timeout = aiohttp.ClientTimeout(total=30, connect=CONNECT_TIMEOUT)
     try:
@@ -276,15 +277,13 @@ async def node_proxy(request: web.Request, registry: Any, node_name: str,
     the node's kubelet at `<path>` with the query: 404 `nodes "n1" not found` for a missing
     node, 503 ServiceUnavailable when its kubelet cannot be reached; the kubelet's status,
     content type and body otherwise (`kubectl get --raw .../proxy/stats/summary`)."""
-    node = await registry.get(_nodes(), "", node_name)
+    node = await registry.get(core_resource("nodes"), "", node_name)
     unreachable = StatusError(503, "ServiceUnavailable",
                               f'the node "{node_name}" has no reachable kubelet')
-    location = kubelet_address(node)
-    if location is None:
+    base = kubelet_url(kubelets, node)
+    if base is None:
         raise unreachable
-    host, port = location
-    host_text = f"[{host}]" if ":" in host else host
-    url = f"{kubelets.scheme}://{host_text}:{port}{_proxy_path(request, node_name)}"
+    url = f"{base}{_proxy_path(request, node_name)}"
     query = request.query_string
     if query:
         url += "?" + query
@@ -348,14 +347,12 @@ async def pod_stream(request: web.Request, registry: Any, pods: Resource, namesp
     node_name = str((pod.get("spec") or {}).get("nodeName") or "")
     if not node_name:
         raise errors.bad_request(f"pod {name} does not have a host assigned")
-    node = await registry.get(_nodes(), "", node_name)
-    location = kubelet_address(node)
-    if location is None:
+    node = await registry.get(core_resource("nodes"), "", node_name)
+    base = kubelet_url(kubelets, node)
+    if base is None:
         raise errors.internal_error(f"node {node_name} does not report its kubelet's address")
-    host, port = location
-    host_text = f"[{host}]" if ":" in host else host
     path = "/".join(quote(part, safe="") for part in (namespace, name, container))
-    url = f"{kubelets.scheme}://{host_text}:{port}/{subresource}/{path}"
+    url = f"{base}/{subresource}/{path}"
     params: list[tuple[str, str]] = []
     if subresource == "exec":
         params.extend(("command", c) for c in request.query.getall("command", []))
