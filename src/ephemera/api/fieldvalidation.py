@@ -291,8 +291,28 @@ def time_error(text: str, micro: bool = False) -> str | None:
     return None
 
 
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+               "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+
+
 def _go_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """Go's `strconv.Quote`: control and unprintable characters escaped, so the result is
+    safe in a message and in an HTTP header."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
 
 
 _B64 = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
@@ -527,11 +547,40 @@ def _plain(value: Any, path: str, found: list[str]) -> Any:
     return value
 
 
+# Request bodies nest no deeper than this; deeper ones are refused as Go's decoder refuses
+# bodies past its own limit ("exceeded max depth"), well before Python's recursion limit.
+MAX_NESTING_DEPTH = 100
+EXCEEDED_MAX_DEPTH = "exceeded max depth"
+
+
+def too_deep(value: Any, limit: int = MAX_NESTING_DEPTH) -> bool:
+    """Whether a decoded JSON value nests objects and arrays deeper than `limit`."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
     """Parse a JSON body as Go does for Kubernetes (the last of duplicate keys wins) and
     return the value with the paths of the duplicate fields (`metadata.name`), which
-    Strict rejects and Warn reports. Raises ValueError on malformed JSON."""
-    raw = json.loads(text, object_pairs_hook=_pairs_hook)
+    Strict rejects and Warn reports. Raises ValueError on malformed JSON and on JSON nested
+    deeper than `MAX_NESTING_DEPTH`."""
+    try:
+        raw = json.loads(text, object_pairs_hook=_pairs_hook)
+    except RecursionError:
+        raise ValueError(EXCEEDED_MAX_DEPTH) from None
+    if too_deep(raw):
+        raise ValueError(EXCEEDED_MAX_DEPTH)
     found: list[str] = []
     return _plain(raw, "", found), found
 

@@ -25,7 +25,7 @@ import jsonpointer
 
 from ephemera.api import field
 from ephemera.api.errors import StatusError, bad_request, invalid, unsupported_media_type
-from ephemera.api.fieldvalidation import json_kind
+from ephemera.api.fieldvalidation import EXCEEDED_MAX_DEPTH, json_kind, too_deep
 from ephemera.api.strategicpatch import strategic_merge_patch, unprocessable_entity
 
 JSON_PATCH = "application/json-patch+json"
@@ -166,11 +166,16 @@ def _decode(body: bytes, prefix: str) -> Any:
     except UnicodeDecodeError:
         raise bad_request(f"{prefix}invalid character looking for beginning of value") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise bad_request(prefix + EXCEEDED_MAX_DEPTH) from None
     except json.JSONDecodeError as err:
         raise bad_request(prefix + _go_json_error(text, err)) from None
     except ValueError as err:
         raise bad_request(prefix + str(err)) from None
+    if too_deep(value):
+        raise bad_request(prefix + EXCEEDED_MAX_DEPTH)
+    return value
 
 
 _DECODE_CONTEXT = [

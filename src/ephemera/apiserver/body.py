@@ -74,13 +74,25 @@ def decode_document(data: bytes) -> Any:
         raise DecodeError("unexpected end of JSON input")
     if stripped[:1] in (b"{", b"["):
         try:
-            return json.loads(data)
+            value = json.loads(data)
+        except RecursionError:
+            raise DecodeError(f"json parse error: {fieldvalidation.EXCEEDED_MAX_DEPTH}") from None
         except (ValueError, UnicodeDecodeError) as err:
             json_error = err
+        else:
+            if fieldvalidation.too_deep(value):
+                raise DecodeError(f"json parse error: {fieldvalidation.EXCEEDED_MAX_DEPTH}")
+            return value
     else:
         json_error = None
     try:
         docs = [d for d in yaml.load_all(data, Loader=_YamlLoader) if d is not None]
+        if any(fieldvalidation.too_deep(d) for d in docs):
+            raise DecodeError(f"error converting YAML to JSON: "
+                              f"{fieldvalidation.EXCEEDED_MAX_DEPTH}")
+    except RecursionError:
+        raise DecodeError(f"error converting YAML to JSON: {fieldvalidation.EXCEEDED_MAX_DEPTH}"
+                          ) from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         if json_error is not None:
             raise DecodeError(_json_message(json_error)) from None
@@ -110,7 +122,12 @@ def decode_object(data: bytes, kind: str) -> tuple[dict[str, Any], list[str]]:
     if data.lstrip()[:1] == b"{":
         try:
             obj, duplicates = fieldvalidation.loads_json(data)
-        except ValueError:
+        except ValueError as err:
+            if str(err) == fieldvalidation.EXCEEDED_MAX_DEPTH:
+                raise errors.bad_request(
+                    f"the object provided is unrecognized (must be of type {kind}): "
+                    f"couldn't get version/kind; json parse error: {err} "
+                    f"({summarize(data)})") from None
             obj, duplicates = None, []
         if isinstance(obj, dict):
             return obj, duplicates
