@@ -1,0 +1,264 @@
+"""The Node authorizer (`--authorization-mode=Node`, upstream's
+`plugin/pkg/auth/authorizer/node/node_authorizer.go`): what a kubelet may do.
+
+Only requests of node users (`system:node:<name>` in `system:nodes`, see
+`ephemera.apiserver.nodeidentity`) get an opinion; everyone else gets NO_OPINION. For a node:
+
+- `secrets`, `configmaps`: get, list and watch of one named object, allowed when a pod bound
+  to the node references it (`ephemera.apiserver.authz.nodegraph`); otherwise NO_OPINION with
+  upstream's reason `no relationship found between node '<n>' and this object` (the 403 reads
+  `... cannot get resource "secrets" ...: no relationship found ...`);
+- `persistentvolumeclaims`: get of a referenced claim;
+- `serviceaccounts/token`: create, for the ServiceAccounts of pods bound to the node;
+- `leases` (coordination.k8s.io): get, create, update, patch, delete of its own Lease in
+  `kube-node-lease` (create is left to NodeRestriction, which sees the name);
+- everything else: upstream's static node rules (`bootstrappolicy.NodeRules()`: read pods,
+  nodes, services, endpoints; create and delete pods; update pods/status, nodes and
+  nodes/status; create, update, patch events; ...), with the `AuthorizeNodeWithSelectors`
+  refinements off (ephemera's authorization attributes carry no field selectors). Which pods,
+  nodes and leases a node may write is NodeRestriction's job
+  (`ephemera.apiserver.admission.noderestriction`), as upstream.
+
+The graph is kept from a watch on the pods in the store (listed at `start`, re-listed after
+a compacted or dropped watch). Decisions do not wait for that watch: an edge the graph has is
+confirmed against the pods as the store has them now, and a request the graph would deny is
+checked against the namespace's pods in the store before it is denied. So a kubelet may read
+a Secret as soon as a `pods/dynamic` update adding it to one of its pods is stored, and not
+once the status update reporting the volume's teardown is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ephemera.apiserver.authz import Attributes, Decision
+from ephemera.apiserver.authz.nodegraph import NodeGraph, pod_key
+from ephemera.apiserver.nodeidentity import node_identity
+from ephemera.apiserver.registry import Registry
+from ephemera.apiserver.resources import core_resource
+from ephemera.pods.references import (
+    CONFIGMAP,
+    PVC,
+    SECRET,
+    SERVICEACCOUNT,
+    Ref,
+    pod_level_references,
+    pod_volume_references,
+)
+from ephemera.store import Event, StoreError
+
+log = logging.getLogger("ephemera.apiserver")
+
+PODS = core_resource("pods")
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+_READ = frozenset({"get", "list", "watch"})
+
+# upstream's NodeRules() for what the graph and the special cases above do not decide:
+# (verbs, API group, resources with their subresource as "resource/subresource").
+NODE_RULES: tuple[tuple[frozenset[str], str, frozenset[str]], ...] = (
+    (frozenset({"create"}), "authentication.k8s.io", frozenset({"tokenreviews"})),
+    (frozenset({"create"}), "authorization.k8s.io",
+     frozenset({"subjectaccessreviews", "localsubjectaccessreviews"})),
+    (_READ, "", frozenset({"services"})),
+    (frozenset({"create", "get", "list", "watch"}), "", frozenset({"nodes"})),
+    (frozenset({"update", "patch"}), "", frozenset({"nodes/status", "nodes"})),
+    (frozenset({"create", "update", "patch"}), "", frozenset({"events"})),
+    (_READ, "", frozenset({"pods"})),
+    (frozenset({"create", "delete"}), "", frozenset({"pods"})),
+    (frozenset({"update", "patch"}), "", frozenset({"pods/status"})),
+    (frozenset({"create"}), "", frozenset({"pods/eviction"})),
+    (frozenset({"get"}), "", frozenset({"endpoints"})),
+    (frozenset({"create", "get", "list", "watch"}), "certificates.k8s.io",
+     frozenset({"certificatesigningrequests"})),
+    (_READ, "storage.k8s.io", frozenset({"csidrivers"})),
+    (_READ, "node.k8s.io", frozenset({"runtimeclasses"})),
+)
+
+
+def node_rules_allow(attributes: Attributes) -> bool:
+    if not attributes.resource_request:
+        return False
+    resource = attributes.resource
+    if attributes.subresource:
+        resource = f"{resource}/{attributes.subresource}"
+    return any(attributes.verb in verbs and attributes.api_group == group
+               and resource in resources for verbs, group, resources in NODE_RULES)
+
+
+def no_relationship(node: str) -> str:
+    return f"no relationship found between node '{node}' and this object"
+
+
+class NodeAuthorizer:
+    """The Node authorization mode over the pods of `registry` (see the module docstring).
+    `start` lists the pods and watches them in the background; `stop` ends the watch."""
+
+    def __init__(self, registry: Registry, *, retry_interval: float = 1.0) -> None:
+        self.registry = registry
+        self.graph = NodeGraph()
+        self._codec = registry.codec(PODS)
+        self._retry_interval = retry_interval
+        self._task: asyncio.Task[None] | None = None
+
+    # -- the graph from the store -----------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        revision = await self._relist()
+        self._task = asyncio.get_running_loop().create_task(self._run(revision),
+                                                            name="node-authorizer-graph")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _relist(self) -> int:
+        page = await self.registry.store.list(PODS.key_prefix())
+        self.graph.replace(self._codec.decode(kv) for kv in page.kvs)
+        return page.revision
+
+    async def _run(self, revision: int | None) -> None:
+        delay = self._retry_interval / 4
+        while True:
+            try:
+                if revision is None:
+                    revision = await self._relist()
+                watcher = await self.registry.store.watch(PODS.key_prefix(), revision)
+                try:
+                    async for item in watcher:
+                        if isinstance(item, Event):
+                            self._apply(item)
+                            revision = item.revision
+                        delay = self._retry_interval / 4
+                finally:
+                    await watcher.close()
+            except StoreError as err:
+                log.info("node authorizer: pod watch ended (%s); listing again", err)
+            except Exception:
+                log.exception("node authorizer: pod watch failed; listing again")
+            revision = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._retry_interval * 5)
+
+    def _apply(self, event: Event) -> None:
+        pod = self._codec.decode(event.kv)
+        if event.type == "DELETE":
+            self.graph.delete_pod(*pod_key(pod))
+        else:
+            self.graph.apply_pod(pod)
+
+    # -- decisions --------------------------------------------------------------------------
+
+    async def authorize(self, attributes: Attributes) -> tuple[Decision, str]:
+        node, is_node = node_identity(attributes.user)
+        if not is_node:
+            return Decision.NO_OPINION, ""
+        if not node:
+            return Decision.NO_OPINION, f'unknown node for user "{attributes.user.name}"'
+        if attributes.resource_request:
+            group, resource = attributes.api_group, attributes.resource
+            if group == "" and resource == "secrets":
+                return await self._read_namespaced(node, SECRET, attributes)
+            if group == "" and resource == "configmaps":
+                return await self._read_namespaced(node, CONFIGMAP, attributes)
+            if group == "" and resource == "persistentvolumeclaims":
+                return await self._get(node, PVC, attributes)
+            if group == "" and resource == "serviceaccounts":
+                return await self._create_token(node, attributes)
+            if group == "coordination.k8s.io" and resource == "leases":
+                return self._lease(node, attributes)
+        if node_rules_allow(attributes):
+            return Decision.ALLOW, ""
+        return Decision.NO_OPINION, ""
+
+    async def _read_namespaced(self, node: str, kind: str, attributes: Attributes
+                               ) -> tuple[Decision, str]:
+        if attributes.verb not in _READ:
+            return Decision.NO_OPINION, "can only read resources of this type"
+        if attributes.subresource:
+            return Decision.NO_OPINION, "cannot read subresource"
+        if not attributes.namespace:
+            return Decision.NO_OPINION, "can only read namespaced object of this type"
+        return await self._related(node, kind, attributes)
+
+    async def _get(self, node: str, kind: str, attributes: Attributes) -> tuple[Decision, str]:
+        if attributes.verb != "get":
+            return Decision.NO_OPINION, "can only get individual resources of this type"
+        if attributes.subresource:
+            return Decision.NO_OPINION, "cannot get subresource"
+        return await self._related(node, kind, attributes)
+
+    async def _create_token(self, node: str, attributes: Attributes) -> tuple[Decision, str]:
+        if attributes.verb != "create" or not attributes.name:
+            return (Decision.NO_OPINION,
+                    "can only create tokens for individual service accounts")
+        if attributes.subresource != "token":
+            return (Decision.NO_OPINION,
+                    "can only create token subresource of serviceaccount")
+        return await self._related(node, SERVICEACCOUNT, attributes)
+
+    @staticmethod
+    def _lease(node: str, attributes: Attributes) -> tuple[Decision, str]:
+        verb = attributes.verb
+        if verb not in ("get", "create", "update", "patch", "delete"):
+            return (Decision.NO_OPINION,
+                    "can only get, create, update, patch, or delete a node lease")
+        if attributes.namespace != NODE_LEASE_NAMESPACE:
+            return (Decision.NO_OPINION,
+                    f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace')
+        if verb != "create" and attributes.name != node:
+            return (Decision.NO_OPINION,
+                    "can only access node lease with the same name as the requesting node")
+        return Decision.ALLOW, ""
+
+    async def _related(self, node: str, kind: str, attributes: Attributes
+                       ) -> tuple[Decision, str]:
+        if not attributes.name:
+            return Decision.NO_OPINION, "No Object name found"
+        ref: Ref = (kind, attributes.namespace, attributes.name)
+        if await self._confirmed_in_graph(node, ref) or await self._found_in_store(node, ref):
+            return Decision.ALLOW, ""
+        return Decision.NO_OPINION, no_relationship(node)
+
+    def _references(self, pod: Mapping[str, Any]) -> frozenset[Ref]:
+        """What `pod` (as the store has it now) lets its node reach, with what the graph
+        remembers of its removed-but-held volumes."""
+        namespace, name = pod_key(pod)
+        previous = self.graph.pod(namespace, name)
+        remembered = None
+        if previous is not None and previous.uid == (pod.get("metadata") or {}).get("uid"):
+            remembered = previous.volumes
+        volumes = pod_volume_references(pod, remembered)
+        return pod_level_references(pod).union(*volumes.values())
+
+    async def _confirmed_in_graph(self, node: str, ref: Ref) -> bool:
+        """An edge of the graph, still there in the store's current state of its pod."""
+        for (namespace, name), vertex in list(self.graph.pods_linking(node, ref)):
+            kv = await self.registry.store.get(PODS.key(namespace, name))
+            if kv is None:
+                continue
+            pod = self._codec.decode(kv)
+            if ((pod.get("metadata") or {}).get("uid") == vertex.uid
+                    and (pod.get("spec") or {}).get("nodeName") == node
+                    and ref in self._references(pod)):
+                return True
+        return False
+
+    async def _found_in_store(self, node: str, ref: Ref) -> bool:
+        """A pod in the object's namespace, bound to `node`, referencing it now (the graph's
+        watch may not have shown that pod's latest update yet)."""
+        page = await self.registry.store.list(PODS.key_prefix(ref[1]))
+        for kv in page.kvs:
+            pod = self._codec.decode(kv)
+            if (pod.get("spec") or {}).get("nodeName") == node and ref in self._references(pod):
+                return True
+        return False

@@ -1,0 +1,154 @@
+"""The Node authorizer and NodeRestriction on a real `ephemera up` with a real kubelet, through
+kubectl with node client certificates issued from the cluster CA: node B (the kubelet's node)
+cannot read a Secret used only by a pod bound to node A, can read it right after a
+`pods/dynamic` update adds it as a volume to B's running pod (and the kubelet mounts it), and
+cannot once the volume's removal completed (pruned from `status.volumeStatuses`); node B cannot
+write the status of A's pod."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster import (
+    Cluster,
+    Kubectl,
+    container,
+    namespaced_kubectl,
+    run_kubelet_cluster,
+    wait_pod,
+)
+
+from ephemera.api.errors import StatusError
+from ephemera.apiserver.certs import CertKey, issue_client_cert, write_kubeconfig
+from ephemera.client import ApiClient, load_kubeconfig, resource_path
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("node-authorizer")]
+
+NODE_B = "nauthz-b"  # the kubelet of the cluster
+NODE_A = "nauthz-a"  # a node identity without a kubelet
+SCRIPT = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
+
+
+@pytest.fixture(scope="module")
+def authz_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    yield from run_kubelet_cluster(tmp_path_factory, "node-authorizer-cluster", NODE_B)
+
+
+@pytest.fixture
+def k(authz_cluster: Cluster, tmp_path: Path,
+      request: pytest.FixtureRequest) -> Iterator[Kubectl]:
+    yield from namespaced_kubectl(authz_cluster, tmp_path, request)
+
+
+@dataclass
+class NodeCluster(Cluster):
+    """The cluster as seen through a kubeconfig of a node user."""
+
+    node_kubeconfig: Path = Path()
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.node_kubeconfig
+
+
+def as_node(k: Kubectl, node: str, tmp_path: Path) -> Kubectl:
+    """kubectl in `k`'s namespace as `system:node:<node>` (group `system:nodes`), with a client
+    certificate issued from the cluster's CA."""
+    pki = k.cluster.data_dir / "pki"
+    ca = CertKey((pki / "ca.crt").read_bytes(), (pki / "ca.key").read_bytes())
+    cert = issue_client_cert(ca, f"system:node:{node}", ("system:nodes",))
+    home = tmp_path / f"home-{node}"
+    home.mkdir()
+    kubeconfig = write_kubeconfig(home / "kubeconfig", k.cluster.server, ca.cert_pem,
+                                  cert.cert_pem, cert.key_pem, user=f"system:node:{node}")
+    cluster = NodeCluster(k.cluster.data_dir, home, k.cluster.process, k.cluster.output_path,
+                          node_kubeconfig=kubeconfig)
+    return Kubectl(cluster, home, k.namespace)
+
+
+async def patch_status(k: Kubectl, pod: str) -> tuple[int, str]:
+    """Merge-patch the status of Pod `pod` with `k`'s kubeconfig; (code, message) of the
+    refusal, (200, "") when it went through."""
+    assert k.namespace is not None
+    async with ApiClient(load_kubeconfig(k.cluster.kubeconfig)) as api:
+        try:
+            await api.patch(resource_path("pods", k.namespace, pod, "status"),
+                            {"status": {"message": "mine"}}, patch_type="merge")
+        except StatusError as err:
+            return err.code, err.message
+    return 200, ""
+
+
+def forbidden_secret(node: str, namespace: str, name: str) -> str:
+    return (f'Error from server (Forbidden): secrets "{name}" is forbidden: User '
+            f'"system:node:{node}" cannot get resource "secrets" in API group "" in the '
+            f"namespace \"{namespace}\": no relationship found between node '{node}' and "
+            "this object")
+
+
+def _phase(p: dict[str, Any], name: str) -> str | None:
+    for entry in p.get("status", {}).get("volumeStatuses") or []:
+        if entry["name"] == name:
+            return str(entry["hostPhase"])
+    return None
+
+
+def test_node_reads_secrets_of_its_pods_following_dynamic_volumes(
+        k: Kubectl, tmp_path: Path) -> None:
+    ns = k.namespace
+    assert ns is not None
+    k("create", "secret", "generic", "top", "--from-literal=token=s3cret")
+    on_a = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-a"},
+            "spec": {"nodeName": NODE_A, "volumes": [{"name": "s",
+                                                      "secret": {"secretName": "top"}}],
+                     "containers": [{"name": "c", "image": "busybox"}]}}
+    on_b = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-b"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "c", "image": "busybox",
+                                     "command": ["sh", "-c", SCRIPT],
+                                     "dynamicVolumePolicy": {
+                                         "restartPolicy": "RestartContainer"}}]}}
+    k("create", "-f", "-", input=yaml.safe_dump_all([on_a, on_b]))
+    node_a, node_b = as_node(k, NODE_A, tmp_path), as_node(k, NODE_B, tmp_path)
+    try:
+        wait_pod(k, "on-b", lambda p: "running" in container(p).get("state", {}), "running")
+
+        assert node_a("get", "secret", "top", "-o", "name").stdout.strip() == "secret/top"
+        denied = node_b("get", "secret", "top", check=False)
+        assert denied.returncode == 1
+        assert denied.stderr.strip() == forbidden_secret(NODE_B, ns, "top")
+
+        # The kubelet's own client, patching status as the kubelet does (kubectl would
+        # first GET pods/status, which no node may).
+        assert asyncio.run(patch_status(node_b, "on-a")) == (
+            403, f'pods "on-a" is forbidden: node "{NODE_B}" can only update pod status for '
+            "pods with spec.nodeName set to itself")
+
+        # A dynamic Secret volume on B's pod: B may read the Secret at once.
+        k("patch", "pod", "on-b", "--subresource=dynamic", "--type=json", "-p", json.dumps([
+            {"op": "add", "path": "/spec/volumes",
+             "value": [{"name": "creds", "secret": {"secretName": "top"}}]},
+            {"op": "add", "path": "/spec/containers/0/volumeMounts",
+             "value": [{"name": "creds", "mountPath": "/creds"}]}]))
+        assert node_b("get", "secret", "top", "-o", "name").stdout.strip() == "secret/top"
+        # ... and so did the kubelet, which mounted it.
+        wait_pod(k, "on-b", lambda p: _phase(p, "creds") == "HostMounted",
+                 "creds HostMounted")
+
+        # Removed, torn down and pruned from volumeStatuses: B may not read it any more.
+        k("patch", "pod", "on-b", "--subresource=dynamic", "--type=json", "-p", json.dumps([
+            {"op": "remove", "path": "/spec/containers/0/volumeMounts"},
+            {"op": "remove", "path": "/spec/volumes/0"}]))
+        wait_pod(k, "on-b", lambda p: _phase(p, "creds") is None, "creds pruned")
+        denied = node_b("get", "secret", "top", check=False)
+        assert denied.stderr.strip() == forbidden_secret(NODE_B, ns, "top")
+    finally:
+        # No kubelet will ever finish a graceful deletion of the pod bound to node A.
+        k("delete", "pod", "on-a", "--grace-period=0", "--force", check=False)
