@@ -166,17 +166,20 @@ def test_rank_uses_pod_level_request_when_set() -> None:
         "pod-level-over", "protected"]
 
 
-def test_dedicated_imagefs_ranks_nodefs_by_logs_and_volumes() -> None:
-    pods = [pod("big-rootfs"), pod("big-volume")]
+def test_split_imagefs_ranks_nodefs_by_all_pod_usage_and_imagefs_by_requests() -> None:
+    """ephemera's writable layers live on nodefs: an image store on its own filesystem is
+    upstream's split layout (nodefs ranks by rootfs, logs and volumes; imagefs by images,
+    which no pod's stats hold)."""
+    pods = [pod("big-rootfs", request="100Mi"), pod("big-volume", request="1Mi")]
     stats = (pod_stats("big-rootfs", 900 * Mi), pod_stats("big-volume", 1 * Mi, scratch=50 * Mi))
     shared = Summary(node(1 * Gi), stats, dedicated_image_fs=False)
     split = Summary(node(1 * Gi), stats, dedicated_image_fs=True)
-    assert uids(rank_for_disk_pressure(pods, shared, "nodefs.available")) == [
-        "big-rootfs", "big-volume"]
-    assert uids(rank_for_disk_pressure(pods, split, "nodefs.available")) == [
-        "big-volume", "big-rootfs"]
+    for summary in (shared, split):
+        assert uids(rank_for_disk_pressure(pods, summary, "nodefs.available")) == [
+            "big-rootfs", "big-volume"]
+    # imagefs: no pod uses any of it, so the smaller request goes first
     assert uids(rank_for_disk_pressure(pods, split, "imagefs.available")) == [
-        "big-rootfs", "big-volume"]
+        "big-volume", "big-rootfs"]
 
 
 def test_node_pressure_eviction_picks_one_pod_with_upstream_message() -> None:

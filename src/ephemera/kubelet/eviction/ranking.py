@@ -12,9 +12,12 @@ the first comparator that differs:
    ephemeral-storage request too, as upstream does).
 
 Usage is measured over the stats the signal ranks by: one filesystem -> writable layers,
-logs and local volumes (emptyDir on disk, configMap, hostPath names); a dedicated imagefs ->
-`nodefs.*` ranks by logs and local volumes, `imagefs.*` by writable layers. The sort is
-stable (upstream's is not: ties may come out in either order there).
+logs and local volumes (emptyDir on disk, configMap, hostPath names). ephemera keeps the
+writable layers under the kubelet root, so an image store on a filesystem of its own is
+upstream's split layout (`KubeletSeparateDiskGC`): `nodefs.*` still ranks by writable
+layers, logs and local volumes, `imagefs.*` by images, which no pod's stats hold (so the
+usage is zero: priority, then the smaller request, decide). The sort is stable (upstream's
+is not: ties may come out in either order there).
 
 `node_pressure_eviction(pods, summary, thresholds, signal_met, gates)` picks the first
 non-critical pod of the ranking (one pod per pass) and builds upstream's message:
@@ -78,11 +81,10 @@ _ROOT, _LOGS, _LOCAL_VOLUMES = "root", "logs", "localVolumes"
 
 
 def _measured(signal: str, dedicated_image_fs: bool) -> frozenset[str]:
-    if not dedicated_image_fs:
-        return frozenset({_ROOT, _LOGS, _LOCAL_VOLUMES})
-    if signal in (SIGNAL_IMAGE_FS_AVAILABLE, SIGNAL_IMAGE_FS_INODES_FREE):
-        return frozenset({_ROOT})
-    return frozenset({_LOGS, _LOCAL_VOLUMES})
+    if dedicated_image_fs and signal in (SIGNAL_IMAGE_FS_AVAILABLE,
+                                         SIGNAL_IMAGE_FS_INODES_FREE):
+        return frozenset()  # images: not in any pod's stats
+    return frozenset({_ROOT, _LOGS, _LOCAL_VOLUMES})
 
 
 def _local_volume_names(pod: Mapping[str, Any]) -> list[str]:
