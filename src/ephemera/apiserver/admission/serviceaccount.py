@@ -10,8 +10,15 @@ on pod creates (the main resource):
   ServiceAccount (`a mirror pod may not reference service accounts`) nor use secrets
   (`a mirror pod may not reference secrets`).
 
-Not done (yet): mounting the projected API token volume (`kube-api-access-*`), since ephemera
-has no TokenRequest API; so `automountServiceAccountToken` changes nothing.
+- with `AdmissionSettings.mount_service_account_token` (`ephemera apiserver
+  --mount-service-account-token`), and unless `automountServiceAccountToken` is false on the
+  pod (or, the pod saying nothing, on the ServiceAccount): every init and main container
+  without a mount at `/var/run/secrets/kubernetes.io/serviceaccount` gets a read-only mount of
+  a projected volume `kube-api-access-<5 random>` (added unless the pod has one): a
+  `serviceAccountToken` (`token`, 3607 seconds), `ca.crt` from the ConfigMap
+  `kube-root-ca.crt` and the pod's `namespace` (upstream's `TokenVolumeSource`). Upstream
+  always mounts it; ephemera leaves it to the flag so that pods keep exactly the volumes they
+  were created with unless asked.
 
 Upstream's serviceaccounts controller creates the `default` ServiceAccount of every
 namespace. ephemera has no controllers yet, so the namespace lifecycle
@@ -27,6 +34,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.meta import generate_name
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
 from ephemera.apiserver.resources import core_resource
 
@@ -36,6 +44,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("ephemera.apiserver")
 
 DEFAULT_SERVICE_ACCOUNT = "default"
+API_ACCESS_VOLUME_PREFIX = "kube-api-access-"
+API_TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+# upstream's WarnOnlyBoundTokenExpirationSeconds
+API_TOKEN_EXPIRATION_SECONDS = 3607
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 
@@ -57,6 +70,49 @@ async def ensure_default_service_account(registry: Registry, namespace: str) -> 
         if err.code not in (404, 403, 409):  # namespace gone or terminating; raced
             log.warning("namespace %s: creating the default service account failed: %s",
                         namespace, err.message)
+
+
+def token_volume_source() -> dict[str, Any]:
+    """Upstream's `TokenVolumeSource`: token, cluster CA and namespace."""
+    return {"defaultMode": 0o644, "sources": [
+        {"serviceAccountToken": {"path": "token",
+                                 "expirationSeconds": API_TOKEN_EXPIRATION_SECONDS}},
+        {"configMap": {"name": ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt",
+                                                               "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+            "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+    ]}
+
+
+def should_automount(account: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """The pod's preference, else the ServiceAccount's, else true."""
+    if spec.get("automountServiceAccountToken") is not None:
+        return bool(spec["automountServiceAccountToken"])
+    if account.get("automountServiceAccountToken") is not None:
+        return bool(account["automountServiceAccountToken"])
+    return True
+
+
+def mount_service_account_token(spec: dict[str, Any]) -> None:
+    """Upstream's `mountServiceAccountToken`."""
+    volumes = spec.get("volumes") or []
+    existing = next((v.get("name") for v in volumes if isinstance(v, dict)
+                     and str(v.get("name") or "").startswith(API_ACCESS_VOLUME_PREFIX)), None)
+    name = existing or generate_name(API_ACCESS_VOLUME_PREFIX)
+    needed = False
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or []:
+            if not isinstance(container, dict):
+                continue
+            mounts = container.get("volumeMounts") or []
+            if any(isinstance(m, dict) and m.get("mountPath") == API_TOKEN_MOUNT_PATH
+                   for m in mounts):
+                continue
+            container["volumeMounts"] = [*mounts, {"name": name, "readOnly": True,
+                                                   "mountPath": API_TOKEN_MOUNT_PATH}]
+            needed = True
+    if existing is None and needed:
+        spec["volumes"] = [*volumes, {"name": name, "projected": token_volume_source()}]
 
 
 def _uses_secrets(spec: dict[str, Any]) -> bool:
@@ -115,6 +171,8 @@ class ServiceAccount(AdmissionPluginBase):
             spec["imagePullSecrets"] = [{"name": ref.get("name", "")}
                                         for ref in account["imagePullSecrets"]
                                         if isinstance(ref, dict)]
+        if self.settings.mount_service_account_token and should_automount(account, spec):
+            mount_service_account_token(spec)
 
     async def validate(self, req: AdmissionRequest) -> None:
         pod = req.obj or {}

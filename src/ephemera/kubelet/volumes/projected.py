@@ -6,9 +6,14 @@ validation rejects duplicate paths). Every source uses the projected volume's `d
 (0644) unless an item sets `mode`. A missing ConfigMap or Secret fails the source with
 `configmap "x" not found` / `secret "x" not found` unless the source is `optional`; errors of
 several sources are aggregated as upstream's `utilerrors.NewAggregate`, and nothing is
-written then. `serviceAccountToken` sources fail with `serviceAccountToken projections are
-not supported yet` (the token API arrives with the security issue); `clusterTrustBundle` and
-`podCertificate` sources are not supported either.
+written then.
+
+A `serviceAccountToken` source (`path`, `audience`, `expirationSeconds`) asks the host's
+`get_service_account_token` (the kubelet's token manager, `ephemera.kubelet.tokens`) for a
+token of the pod's ServiceAccount bound to the pod, as upstream's plugin builds the
+TokenRequest; the resync of projected volumes rewrites the file when the manager has rotated
+the token. A host without that method fails the source with `serviceAccountToken projections
+are not supported yet`. `clusterTrustBundle` and `podCertificate` sources are not supported.
 """
 
 from __future__ import annotations
@@ -39,6 +44,26 @@ SERVICE_ACCOUNT_TOKEN_UNSUPPORTED = "serviceAccountToken projections are not sup
 
 def _mode(value: Any, default: int) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+async def _service_account_token(pod: Mapping[str, Any], projection: Mapping[str, Any],
+                                 host: VolumeHost) -> str:
+    get_token = getattr(host, "get_service_account_token", None)
+    if get_token is None:
+        raise VolumeSetupError(SERVICE_ACCOUNT_TOKEN_UNSUPPORTED)
+    md = pod.get("metadata") or {}
+    audience = projection.get("audience")
+    request = {"spec": {
+        "audiences": [audience] if audience else [],
+        "expirationSeconds": projection.get("expirationSeconds") or 3600,
+        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": md.get("name", ""),
+                           "uid": md.get("uid", "")}}}
+    account = str((pod.get("spec") or {}).get("serviceAccountName") or "default")
+    try:
+        result = await get_token(pod_namespace(pod), account, request)
+    except Exception as exc:  # the message becomes the volume's error
+        raise VolumeSetupError(getattr(exc, "message", None) or str(exc)) from exc
+    return str((result.get("status") or {}).get("token") or "")
 
 
 class ProjectedPlugin(VolumePlugin):
@@ -79,7 +104,10 @@ class ProjectedPlugin(VolumePlugin):
                     errors.extend(item_errors)
                     payload.update(items)
                 elif source.get("serviceAccountToken") is not None:
-                    errors.append(SERVICE_ACCOUNT_TOKEN_UNSUPPORTED)
+                    projection = source["serviceAccountToken"]
+                    token = await _service_account_token(pod, projection, host)
+                    payload[str(projection.get("path") or "")] = FileProjection(
+                        token.encode(), default_mode)
                 elif source.get("clusterTrustBundle") is not None:
                     errors.append("clusterTrustBundle projections are not supported")
                 elif source.get("podCertificate") is not None:

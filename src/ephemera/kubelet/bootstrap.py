@@ -1,0 +1,177 @@
+"""TLS bootstrapping of a kubelet, as upstream's `pkg/kubelet/certificate/bootstrap`: with a
+bootstrap kubeconfig (a bootstrap token) the kubelet asks for its client certificate.
+
+`needs_bootstrap(kubeconfig)`: the kubeconfig is missing, unreadable, or its client
+certificate is missing or expired. `bootstrap_client_certificate` makes an ECDSA P-256 key,
+posts a CertificateSigningRequest (`certificates.k8s.io/v1`, signer
+`kubernetes.io/kube-apiserver-client-kubelet`, subject `O=system:nodes,
+CN=system:node:NAME`, usages `digital signature` and `client auth`, named
+`node-csr-<digest of key, subject and usages>` as upstream's `digestedName`), waits until the
+controller-manager has approved and signed it (a Denied or Failed CSR is an error), and
+writes the kubeconfig (mode 0600) with the bootstrap kubeconfig's server and CA and the new
+certificate and key embedded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from ephemera.api.errors import StatusError
+from ephemera.client import (
+    ApiClient,
+    ApiUnavailable,
+    ClientConfig,
+    KubeconfigError,
+    load_kubeconfig,
+    resource_path,
+)
+
+log = logging.getLogger("ephemera.kubelet.bootstrap")
+
+SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+USAGES = ("digital signature", "client auth")
+NODES_GROUP = "system:nodes"
+POLL_INTERVAL = 0.5
+
+
+class BootstrapError(RuntimeError):
+    pass
+
+
+def needs_bootstrap(kubeconfig: Path) -> bool:
+    try:
+        config = load_kubeconfig(kubeconfig)
+    except (KubeconfigError, OSError):
+        return True
+    if config.client_cert_pem is None or config.client_key_pem is None:
+        return True
+    try:
+        cert = x509.load_pem_x509_certificate(config.client_cert_pem)
+    except ValueError:
+        return True
+    return cert.not_valid_after_utc <= dt.datetime.now(dt.UTC)
+
+
+def csr_name(key: ec.EllipticCurvePrivateKey, node_name: str) -> str:
+    """Upstream's `digestedName`: the same key, subject and usages give the same name."""
+    digest = hashlib.sha512()
+    der = key.public_key().public_bytes(serialization.Encoding.DER,
+                                        serialization.PublicFormat.SubjectPublicKeyInfo)
+    for part in (der, f"system:node:{node_name}".encode(), NODES_GROUP.encode(),
+                 *(u.encode() for u in USAGES)):
+        digest.update(part + b"|")
+    # hex rather than upstream's base64url: ephemera validates CSR names as DNS subdomains
+    return "node-csr-" + digest.hexdigest()[:43]
+
+
+def certificate_request(key: ec.EllipticCurvePrivateKey, node_name: str) -> bytes:
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP),
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}")])
+    request = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(
+        key, hashes.SHA256())
+    return request.public_bytes(serialization.Encoding.PEM)
+
+
+def _csr_path(name: str | None = None) -> str:
+    return resource_path("certificatesigningrequests", None, name,
+                         group="certificates.k8s.io")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def write_kubeconfig(path: Path, server: str, ca_pem: bytes | None, cert_pem: bytes,
+                     key_pem: bytes, user: str) -> None:
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = _b64(ca_pem)
+    doc = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "default-cluster", "cluster": cluster}],
+        "users": [{"name": user, "user": {"client-certificate-data": _b64(cert_pem),
+                                          "client-key-data": _b64(key_pem)}}],
+        "contexts": [{"name": "default-context",
+                      "context": {"cluster": "default-cluster", "user": user}}],
+        "current-context": "default-context",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+async def bootstrap_client_certificate(bootstrap: ClientConfig, node_name: str,
+                                       kubeconfig: Path, *, timeout: float = 300.0,
+                                       user_agent: str = "ephemera-kubelet") -> None:
+    """Get a client certificate for `node_name` with the `bootstrap` credentials and write
+    `kubeconfig` with it; BootstrapError when it is denied, fails or takes over `timeout`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    name = csr_name(key, node_name)
+    body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"request": _b64(certificate_request(key, node_name)),
+                     "signerName": SIGNER, "usages": list(USAGES)}}
+    deadline = time.monotonic() + timeout
+    async with ApiClient(bootstrap, user_agent=user_agent) as api:
+        while True:
+            try:
+                await api.create(_csr_path(), body)
+                break
+            except StatusError as err:
+                if err.code == 409:
+                    break  # posted before (same key, same name)
+                raise BootstrapError(f"creating certificatesigningrequest {name}: "
+                                     f"{err.message}") from None
+            except ApiUnavailable as err:
+                if time.monotonic() > deadline:
+                    raise BootstrapError(f"the apiserver is unreachable: {err}") from None
+                await asyncio.sleep(1.0)
+        log.info("posted certificatesigningrequest %s for node %s; waiting for approval",
+                 name, node_name)
+        while True:
+            try:
+                csr = await api.get(_csr_path(name))
+            except (StatusError, ApiUnavailable) as err:
+                log.warning("reading certificatesigningrequest %s: %s", name, err)
+                csr = {}
+            status = csr.get("status") or {}
+            for condition in status.get("conditions") or []:
+                if condition.get("type") in ("Denied", "Failed") and \
+                        condition.get("status", "True") == "True":
+                    raise BootstrapError(
+                        f"certificatesigningrequest {name} is {condition['type'].lower()}: "
+                        f"{condition.get('reason', '')} {condition.get('message', '')}".strip())
+            if status.get("certificate"):
+                cert_pem = base64.b64decode(status["certificate"])
+                break
+            if time.monotonic() > deadline:
+                raise BootstrapError(f"certificatesigningrequest {name} was not signed "
+                                     f"within {timeout:g}s")
+            await asyncio.sleep(POLL_INTERVAL)
+    write_kubeconfig(kubeconfig, bootstrap.server, bootstrap.ca_pem, cert_pem, key_pem,
+                     f"system:node:{node_name}")
+    log.info("wrote %s with the client certificate of system:node:%s", kubeconfig, node_name)
