@@ -2,7 +2,8 @@
 an emptyDir added with `kubectl patch --subresource=dynamic` to a running container whose
 policy is RestartContainer (the container is recreated with a new containerID and sees the
 mount; `volumeStatuses` goes to HostMounted; `pods/NAME/allocated` shows it), then removed
-(Unmounting, pruned, host directory gone), and a change that cannot be allocated (a memory
+(Unmounting, pruned, host directory gone; the kubelet's mount and unmount histograms,
+read through `nodes/NODE/proxy/metrics`, count it), and a change that cannot be allocated (a memory
 emptyDir bigger than the node) staying pending with the Unallocated and FailedAllocation
 signals while the running container is untouched."""
 
@@ -70,6 +71,17 @@ def _patch(k: Kubectl, ops: list[dict[str, Any]]) -> None:
     k("patch", "pod", "w", "--subresource=dynamic", "--type=json", "-p", json.dumps(ops))
 
 
+def _metric(k: Kubectl, name: str, labels: str) -> float:
+    """A sample of the kubelet's /metrics, read through the apiserver's node proxy."""
+    text = k("get", "--raw", "/api/v1/nodes/dyn-node/proxy/metrics").stdout
+    for histogram in ("mount", "unmount"):
+        assert f"# TYPE kubelet_dynamic_volume_{histogram}_duration_seconds histogram" in text
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{labels}}} "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no {name}{{{labels}}} in the kubelet's metrics")
+
+
 def test_add_then_remove_an_emptydir(k: Kubectl) -> None:
     before = _worker(k)
     uid = before["metadata"]["uid"]
@@ -91,6 +103,9 @@ def test_add_then_remove_an_emptydir(k: Kubectl) -> None:
     host_dir = (k.cluster.data_dir / "kubelet" / "pods" / uid / "volumes" /
                 "kubernetes.io~empty-dir" / "extra")
     assert host_dir.is_dir()
+    assert _metric(k, "kubelet_dynamic_volume_mount_duration_seconds_count",
+                   'volume_plugin="kubernetes.io/empty-dir"') >= 1
+    assert _metric(k, "kubelet_dynamic_allocations_total", 'result="admitted"') >= 1
     second_id = container(after)["containerID"]
     _patch(k, [{"op": "remove", "path": "/spec/containers/0/volumeMounts/1"},
                {"op": "remove", "path": "/spec/volumes/1"}])
@@ -101,6 +116,8 @@ def test_add_then_remove_an_emptydir(k: Kubectl) -> None:
     wait(lambda: not host_dir.exists(), "the host directory to be removed", k.cluster)
     logs = k("logs", "w", "-c", "c").stdout
     assert "mounted /keep" in logs and "mounted /extra" not in logs
+    assert _metric(k, "kubelet_dynamic_volume_unmount_duration_seconds_count",
+                   'volume_plugin="kubernetes.io/empty-dir"') >= 1
 
 
 def test_a_change_that_cannot_be_allocated_stays_pending(k: Kubectl) -> None:

@@ -101,8 +101,8 @@ async def test_a_change_is_allocated_whole_or_not_at_all(tmp_path: Path) -> None
     allocated: list[str] = []
     manager.on_failed = lambda p, message: failures.append(message)
     manager.on_allocated = allocated.append
-    manager.allocate_new(_pod("other", memory="60Mi"))
-    manager.allocate_new(_pod("u1"))
+    await manager.allocate_new(_pod("other", memory="60Mi"))
+    await manager.allocate_new(_pod("u1"))
     change = _pod("u1", volumes=[
         {"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "50Mi"}},
         {"name": "cfg", "configMap": {"name": "settings"}}], images=("busybox", "busybox"))
@@ -135,7 +135,7 @@ async def test_pending_changes_are_retried_and_restored(tmp_path: Path) -> None:
     node.allocatable["memory"] = "10Mi"
     manager = _manager(tmp_path, node)
     manager.retry_period = 0.05
-    manager.allocate_new(_pod("u1"))
+    await manager.allocate_new(_pod("u1"))
     change = _pod("u1", volumes=[{"name": "ram", "emptyDir": {"medium": "Memory",
                                                               "sizeLimit": "20Mi"}}])
     manager.request(change)

@@ -16,29 +16,36 @@
    containers (killed and removed), volumes and pod directories (a pod deleted while the
    kubelet was down).
 
-**Admission** (`admit`): a pod bound to this node is admitted unless the node lacks room for
-it: the requests (`ephemera.pods.resources.pod_requests`) of the admitted, non-terminal pods
-plus this pod's, against allocatable cpu, memory and ephemeral-storage, and the pod count
-against `pods`. A rejected pod gets `phase: Failed`, `reason: OutOf<resource>` and `message:
-Pod was rejected: Node didn't have enough resource: cpu, requested: 1500, used: 1450,
+**Admission** (`admit`): a pod bound to this node is admitted unless the node lacks room for it:
+what the admitted, non-terminal pods plus this pod need (`allocation.fit.node_need`: requests
+plus emptyDir sizeLimits, the rule a `/dynamic` change is admitted by too) against the node's
+current allocatable cpu, memory and ephemeral-storage (re-read at every node status write), and
+the pod count against `pods`. A rejected pod gets `phase: Failed`, `reason: OutOf<resource>` and
+`message: Pod was rejected: Node didn't have enough resource: cpu, requested: 1500, used: 1450,
 capacity: 1930` (milli-CPU, bytes), with a Warning event, as upstream's.
 
 **Allocation** (KEP-6395 / KEP-5972, `ephemera.kubelet.allocation`): an admitted pod is
-checkpointed as allocated; later spec changes (`/dynamic`) are admitted whole or not at all by
-the `AllocationManager` (pending ones retried, `FailedAllocation` events). Pod workers, the
-volume manager's desired state and `/allocatedPods` see only the allocated spec; containers
-and volumes the API has but the node has not allocated show as `Unallocated` / `Pending`. A
-restarted kubelet re-admits the checkpointed pods without a new admission.
+checkpointed as allocated (in a thread) before it is handed to its worker; later spec changes
+(`/dynamic`) are admitted whole or not at all by the `AllocationManager` (pending ones retried,
+`FailedAllocation` events). Pod workers, the volume manager's desired state and `/allocatedPods`
+see only the allocated spec; containers and volumes the API has but the node has not allocated
+show as `Unallocated` / `Pending`. A restarted kubelet re-admits the checkpointed pods without a
+new admission. Allocated changes get a `SuccessfulAllocation` event; dynamic volume mounts and
+unmounts (the volume manager's `VolumeOperation`s) feed `kubelet_dynamic_*` metrics
+(`ephemera.kubelet.metrics`) and the `SuccessfulMountVolume` / `SuccessfulUnMountVolume` events.
 
 **Eviction manager** (issue 6; `ephemera.kubelet.stats`, `ephemera.kubelet.eviction`): every
 `eviction_interval` (`--eviction-interval`, default 10 s) `eviction_pass()` measures the
-admitted pods' writable layers, logs and volumes (`StatsProvider` over `DuBackend`), decides
+admitted pods' writable layers, logs and volumes (`StatsProvider` over the accounting backend
+`--storage-accounting` chooses, `stats/accounting.py`: the directory walk, or a loop-mounted
+ext4 image per pod read with `statvfs`, prepared and released with the pod), decides
 (`decide`: local-storage limits first, then the `--eviction-hard` thresholds), keeps the
 DiskPressure condition (`PressureConditions`; the Node status reads it through
 `NodeAgent.pressure_probe`), and evicts through the pod workers (`PodWorkers.evict`: containers
 killed with the eviction's grace period, `phase: Failed`, `reason: Evicted`, the message), with
 a Warning `Evicted` event and `kubelet_evictions{eviction_signal}`; under node pressure one pod
-per pass (node-level reclaim of dead containers and unused images is not done yet). Admission
+per pass, after node-level reclaim (`ephemera.kubelet.gc`: dead containers, unused images; a
+Warning `EvictionThresholdMet` node event) left a threshold met. Admission
 rejects a non-critical pod under DiskPressure first (`admit_under_pressure`). The server's
 `/stats/summary` answers `stats_summary()` (the last measurements).
 
@@ -70,7 +77,9 @@ from ephemera.kubelet.allocation import (
     AllocationCheckpoint,
     AllocationManager,
     allocated_view,
+    insufficient,
 )
+from ephemera.kubelet.allocation.manager import describe_change
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction import (
     Eviction,
@@ -83,6 +92,23 @@ from ephemera.kubelet.eviction import (
     thresholds_met,
 )
 from ephemera.kubelet.eviction.decision import DEFAULT_PRESSURE_TRANSITION_PERIOD
+from ephemera.kubelet.eviction.reclaim import (
+    ABLE_TO_RECLAIM_LOG,
+    ATTEMPTING_TO_RECLAIM_LOG,
+    DEAD_CONTAINERS,
+    EVICTION_THRESHOLD_MET,
+    MUST_EVICT_LOG,
+    RECLAIM_EVENT_MESSAGE,
+    UNUSED_IMAGES,
+    node_reclaim_funcs,
+)
+from ephemera.kubelet.gc import (
+    delete_all_unused_containers,
+    delete_unused_images,
+    pod_image_refs,
+)
+from ephemera.kubelet.images import BASE_IMAGE_REF
+from ephemera.kubelet.metrics import KubeletMetrics
 from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure, allocatable, probe_pressure
 from ephemera.kubelet.podworkers import (
     PodWorkers,
@@ -95,16 +121,22 @@ from ephemera.kubelet.podworkers import (
 )
 from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
 from ephemera.kubelet.server import (
-    KubeletMetrics,
     LogLookupError,
     LogSource,
     create_kubelet_app,
     kubelet_ssl_context,
 )
-from ephemera.kubelet.stats import DuBackend, PodPaths, StatsProvider, pod_paths, summary_json
+from ephemera.kubelet.stats import (
+    PodPaths,
+    StatsProvider,
+    make_accounting,
+    pod_paths,
+    summary_json,
+)
 from ephemera.kubelet.status import StatusManager, rejected_status
 from ephemera.kubelet.streaming import running_container_id
-from ephemera.pods import resources as podresources
+from ephemera.kubelet.tokens import TokenManager
+from ephemera.kubelet.volumes.manager import MOUNT, VolumeOperation
 
 __all__ = ["AdmitResult", "Kubelet", "KubeletConfig", "admit"]
 
@@ -143,6 +175,11 @@ class KubeletConfig:
     eviction_interval: float = 10.0
     eviction_hard: str | None = None
     eviction_pressure_transition_period: float = DEFAULT_PRESSURE_TRANSITION_PERIOD
+    # Usage accounting (`ephemera.kubelet.stats.accounting`): "walk", "loopimage" or "auto"
+    # (the CLI's default); with `storage_limit_enforcement` a pod's loop image is sized to
+    # its ephemeral-storage limit (writes past it fail with ENOSPC).
+    storage_accounting: str = "walk"
+    storage_limit_enforcement: bool = False
 
 
 # --- admission ------------------------------------------------------------------------------
@@ -155,17 +192,11 @@ class AdmitResult:
     message: str = ""
 
 
-_CHECKED = ("cpu", "memory", "ephemeral-storage")
-
-
-def _amount(resource: str, quantity: Any) -> int:
-    return int(quantity.milli_value()) if resource == "cpu" else int(quantity.value())
-
-
 def admit(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
           node_allocatable: Mapping[str, Any], gates: Mapping[str, bool]) -> AdmitResult:
     """Whether the node has room for `pod` next to the admitted `others` (upstream's
-    resource-fit admit handler)."""
+    resource-fit admit handler; what a pod needs, emptyDir sizeLimits included, is the rule
+    a dynamic change is admitted by too: `ephemera.kubelet.allocation.fit`)."""
     try:
         pods_capacity = int(str(node_allocatable.get("pods", "110")))
     except ValueError:
@@ -174,25 +205,9 @@ def admit(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
         return AdmitResult(False, "OutOfpods",
                            f"Node didn't have enough resource: pods, requested: 1, used: "
                            f"{len(others)}, capacity: {pods_capacity}")
-    wanted = podresources.pod_requests(pod, gates=gates)
-    for resource in _CHECKED:
-        request = wanted.get(resource)
-        if request is None or request.is_zero() or resource not in node_allocatable:
-            continue
-        try:
-            capacity = _amount(resource, quantity_from_json(node_allocatable[resource]))
-        except QuantityError:
-            continue
-        used = 0
-        for other in others:
-            q = podresources.pod_requests(other, gates=gates).get(resource)
-            if q is not None:
-                used += _amount(resource, q)
-        requested = _amount(resource, request)
-        if requested + used > capacity:
-            return AdmitResult(False, f"OutOf{resource}",
-                               f"Node didn't have enough resource: {resource}, requested: "
-                               f"{requested}, used: {used}, capacity: {capacity}")
+    shortage = insufficient(pod, others, node_allocatable, gates)
+    if shortage is not None:
+        return AdmitResult(False, f"OutOf{shortage.resource}", shortage.message)
     return AdmitResult(True)
 
 
@@ -238,6 +253,8 @@ class Kubelet:
             volumes = VolumeManager(config.root_dir, self,
                                     sync_period=config.settings.resync_period)
         self.volumes = volumes
+        # Service account tokens of projected volumes (TokenRequest, cached and rotated).
+        self.tokens = TokenManager(api)
         self.pods_informer = Informer(api, resource_path("pods"),
                                       field_selector=f"spec.nodeName={config.node_name}",
                                       name=f"pods on {config.node_name}")
@@ -250,6 +267,11 @@ class Kubelet:
             retry_period=config.allocation_retry_period)
         self.allocation.on_allocated = self._allocated
         self.allocation.on_failed = self._allocation_failed
+        self.allocation.on_change_allocated = self._change_allocated
+        self.allocation.on_outcome = lambda result: self.metrics.dynamic_allocations.labels(
+            result=result).inc()
+        self.metrics.track_pending_allocations(lambda: len(self.allocation.pending))
+        self._admitting: set[str] = set()  # admitted, allocation checkpoint being written
         self._api_pods: dict[str, Obj] = {}  # uid -> the pod as the API has it
         self._initial_done = False
         self.relister = Relister(runtime, self._runtime_changed,
@@ -260,8 +282,12 @@ class Kubelet:
         self._tasks: list[asyncio.Task[Any]] = []
         # The eviction manager (issue 6): usage accounting, thresholds, the node conditions.
         image_dir = getattr(images, "dir", None)
-        self.stats = StatsProvider(config.node_name, config.root_dir, DuBackend(),
-                                   image_dir=Path(image_dir) if image_dir is not None else None)
+        self.accounting = make_accounting(config.storage_accounting, config.root_dir,
+                                          enforce_limits=config.storage_limit_enforcement,
+                                          gates=config.gates)
+        self.stats = StatsProvider(config.node_name, config.root_dir, self.accounting.walk,
+                                   image_dir=Path(image_dir) if image_dir is not None else None,
+                                   pod_totals=self.accounting.pod_usage)
         self.thresholds = parse_eviction_hard(config.eviction_hard)
         self.pressure = PressureConditions(config.eviction_pressure_transition_period)
         self.node_conditions: list[str] = []
@@ -275,6 +301,10 @@ class Kubelet:
             if err.code == 404:
                 return None
             raise
+
+    async def get_service_account_token(self, namespace: str, name: str,
+                                        request: dict[str, Any]) -> dict[str, Any]:
+        return await self.tokens.get_service_account_token(namespace, name, request)
 
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -358,9 +388,12 @@ class Kubelet:
 
     def _other_admitted(self, uid: str) -> list[Obj]:
         assert self.workers is not None
-        return [p for p in self.workers.pods()
-                if p["metadata"]["uid"] != uid and not _terminal(p)
-                and p["metadata"]["uid"] in self.admitted]
+        admitted = [p for p in self.workers.pods()
+                    if p["metadata"]["uid"] != uid and not _terminal(p)
+                    and p["metadata"]["uid"] in self.admitted]
+        # Admitted pods whose allocation is still being checkpointed count too.
+        return admitted + [self._api_pods[u] for u in self._admitting
+                           if u != uid and u in self._api_pods]
 
     def _handle_pod(self, pod: Obj) -> None:
         assert self.workers is not None
@@ -369,6 +402,9 @@ class Kubelet:
         if not uid or uid in self.rejected:
             return
         if uid not in self.admitted:
+            if uid in self._admitting:  # its allocation is being checkpointed
+                self._api_pods[uid] = pod
+                return
             # A pod in the allocation checkpoint was admitted before a restart: re-admitted
             # with its allocated spec, no new admission.
             if not self.allocation.is_allocated(uid) and not _terminal(pod) and \
@@ -377,7 +413,10 @@ class Kubelet:
                 if not result.admit:
                     self._reject(pod, result)
                     return
-                self.allocation.allocate_new(pod)
+                self._api_pods[uid] = pod
+                self._admitting.add(uid)
+                self.workers.spawn(self._allocate_new(pod))
+                return
             self.admitted.add(uid)
         self._api_pods[uid] = pod
         self.allocation.request(pod)
@@ -393,6 +432,25 @@ class Kubelet:
             return self.image_store.resolve(ref) is not None
         except Exception:
             return False
+
+    async def _allocate_new(self, pod: Obj) -> None:
+        """Checkpoint a newly admitted pod's allocation (in a thread), then hand its newest
+        version to its worker: nothing of it is set up before the checkpoint is on disk. A
+        pod deleted meanwhile is forgotten."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        try:
+            await self.allocation.allocate_new(pod)
+        finally:
+            self._admitting.discard(uid)
+        latest = self._api_pods.get(uid)
+        if latest is None:
+            self.allocation.forget(uid)
+            return
+        self.admitted.add(uid)
+        try:
+            self._handle_pod(latest)
+        except Exception:
+            log.exception("handing pod %s to its worker failed", uid)
 
     def _allocated(self, uid: str) -> None:
         """A pod change was allocated: hand the new allocated pod to its worker and the
@@ -410,6 +468,37 @@ class Kubelet:
             self.workers.spawn(self.events.pod(pod, events.WARNING, FAILED_ALLOCATION,
                                                message))
             self.workers.wake(uid)
+
+    def _change_allocated(self, previous: Obj, current: Obj) -> None:
+        """KEP-6395: a Normal `SuccessfulAllocation` event naming what the change adds and
+        removes."""
+        md = current.get("metadata") or {}
+        pod = self._api_pods.get(str(md.get("uid") or "")) or current
+        message = f"Allocated pod update: {describe_change(previous, current)}"
+        log.info("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
+        if self.workers is not None:
+            self.workers.spawn(self.events.pod(pod, events.NORMAL,
+                                               events.SUCCESSFUL_ALLOCATION, message))
+
+    def _volume_operation(self, operation: VolumeOperation) -> None:
+        """Metrics and Normal events of dynamic volumes (KEP-6395); their failures are
+        `FailedMount` / `FailedUnMount` events of the pod worker."""
+        if not operation.dynamic:
+            return
+        self.metrics.observe_dynamic_volume(operation.operation, operation.volume_plugin,
+                                            operation.seconds, bool(operation.error))
+        pod = self._api_pods.get(operation.pod_uid)
+        if operation.error or pod is None or self.workers is None:
+            return
+        if operation.operation == MOUNT:
+            reason = events.SUCCESSFUL_MOUNT_VOLUME
+            message = f'MountVolume.SetUp succeeded for volume "{operation.volume_name}"'
+        else:
+            reason = events.SUCCESSFUL_UNMOUNT_VOLUME
+            message = f'UnmountVolume.TearDown succeeded for volume "{operation.volume_name}"'
+        md = pod.get("metadata") or {}
+        log.info("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
+        self.workers.spawn(self.events.pod(pod, events.NORMAL, reason, message))
 
     def allocated_pods(self) -> list[Obj]:
         """The allocated pods, status blank (`/allocatedPods`)."""
@@ -432,6 +521,7 @@ class Kubelet:
     def _reject(self, pod: Obj, result: AdmitResult) -> None:
         uid = str((pod.get("metadata") or {}).get("uid"))
         self.rejected.add(uid)
+        self.metrics.admission_rejections.labels(reason=result.reason).inc()
         log.info("rejected pod %s/%s: %s", (pod.get("metadata") or {}).get("namespace"),
                  (pod.get("metadata") or {}).get("name"), result.message)
         self.status.set_pod_status(pod, rejected_status(pod.get("status"), result.reason,
@@ -465,6 +555,7 @@ class Kubelet:
             self._api_pods.pop(uid, None)
             self.allocation.forget(uid)
             self.allocation.retry()
+            self.tokens.forget_pod(uid)
 
     def _key_of(self, uid: str) -> str:
         for pod in self.pods_informer.list():
@@ -541,19 +632,63 @@ class Kubelet:
                 await self._update_node_status()
         evictions = list(decision.local_evictions)
         if decision.to_reclaim is not None:
-            # Node-level reclaim (dead containers, unused images) is not done yet: measure
-            # again and evict one pod when a threshold is still met.
-            summary = await self.stats.get(paths)
+            resource = decision.to_reclaim.resource
+            log.warning(ATTEMPTING_TO_RECLAIM_LOG, resource)
+            assert self.workers is not None
+            self.workers.spawn(self.events.node(
+                {"metadata": {"name": self.node_name}}, events.WARNING,
+                EVICTION_THRESHOLD_MET, RECLAIM_EVENT_MESSAGE.format(resource=resource)))
+            reclaims = node_reclaim_funcs(decision.to_reclaim.signal,
+                                          summary.dedicated_image_fs)
+            if reclaims:
+                await self.reclaim_node_level_resources(reclaims, known)
+                known = self._known_pods()
+                active = self._active_pods(known)
+                paths = [self._pod_paths(p) for p in known]
+                summary = await self.stats.get(paths)
             observations = observe(summary)
             met = sorted(thresholds_met(self.thresholds, observations),
                          key=lambda t: 0 if t.resource == "memory" else 1)
-            if met:
+            if reclaims and not met:
+                log.info(ABLE_TO_RECLAIM_LOG, resource)
+            else:
+                log.info(MUST_EVICT_LOG, resource)
                 chosen = node_pressure_eviction(active, summary, met, observations,
                                                 self.config.gates)
                 if chosen is not None:
                     evictions.append(chosen)
         started = [e for e in evictions if self._evict(e)]
         return started
+
+    async def reclaim_node_level_resources(self, reclaims: Sequence[str],
+                                           known: Sequence[Obj]) -> None:
+        """Run the node-level garbage collections `reclaims` (`ephemera.kubelet.eviction.
+        reclaim`) in order; an error is logged, never raised (upstream's
+        `reclaimNodeLevelResources`)."""
+        assert self.workers is not None
+        workers = self.workers
+        done = {str(p["metadata"].get("uid")) for p in known
+                if _terminal(p) or workers.is_evicted(str(p["metadata"].get("uid")))}
+        for reclaim in reclaims:
+            try:
+                if reclaim == DEAD_CONTAINERS:
+                    removed = await delete_all_unused_containers(
+                        self.runtime, done.__contains__, lambda c: c.log_path)
+                    log.info("Eviction manager: container GC removed %d dead container(s)",
+                             len(removed))
+                elif reclaim == UNUSED_IMAGES:
+                    used = {c.image_id for c in await self.runtime.list_containers()}
+                    needed = [ref for p in self.pods_informer.list() if not _terminal(p)
+                              for ref in pod_image_refs(p)]
+                    images = await asyncio.to_thread(delete_unused_images, self.image_store,
+                                                     used, needed, [BASE_IMAGE_REF])
+                    log.info("Eviction manager: image GC removed %d unused image(s)",
+                             len(images))
+            except Exception as err:
+                log.warning("Eviction manager: unexpected error when attempting to reduce "
+                            "resource pressure (%s): %s", reclaim, err)
+        with contextlib.suppress(RuntimeError_):
+            await self.relister.relist()
 
     def _evict(self, eviction: Eviction) -> bool:
         assert self.workers is not None
@@ -566,7 +701,7 @@ class Kubelet:
                  (pod.get("metadata") or {}).get("name"), eviction.signal, eviction.message)
         self.metrics.evictions.inc(eviction.signal)
         self.workers.spawn(self.events.pod(pod, events.WARNING, eviction.reason,
-                                           eviction.message))
+                                           eviction.message, annotations=eviction.annotations))
         return True
 
     # -- logs ----------------------------------------------------------------------------
@@ -699,11 +834,8 @@ class Kubelet:
         delay = self.config.register_retry_interval
         while not stop.is_set():
             try:
-                node = await self.node_agent.register()
-                self.node_allocatable = dict((node.get("status") or {}).get("allocatable")
-                                             or allocatable(self.node_agent.builder.capacity))
-                self.node_allocatable_memory = _bytes(self.node_allocatable.get("memory",
-                                                                                "0"))
+                await self.node_agent.register()
+                self._refresh_allocatable()
                 await self.node_agent.renew_lease()
                 return True
             except (StatusError, ApiUnavailable) as err:
@@ -731,6 +863,23 @@ class Kubelet:
             "container runtime is down: listing containers failed"
         if await self.node_agent.update_status():
             self.metrics.node_status_updates.inc()
+            self._refresh_allocatable()
+
+    def _refresh_allocatable(self) -> None:
+        """Admission (new pods and pod changes) reads the node's current allocatable: the
+        Node's status as last written. Updated in place (the pod workers share the dict);
+        when it changed, pending pod changes are tried again."""
+        assert self.node_agent is not None
+        status = (self.node_agent.node or {}).get("status") or {}
+        current = dict(status.get("allocatable") or allocatable(self.node_agent.builder.capacity))
+        if current == self.node_allocatable:
+            return
+        if self.node_allocatable:
+            log.info("node %s: allocatable changed to %s", self.node_name, current)
+        self.node_allocatable.clear()
+        self.node_allocatable.update(current)
+        self.node_allocatable_memory = _bytes(current.get("memory", "0"))
+        self.allocation.retry()
 
     async def _renew_lease(self) -> None:
         assert self.node_agent is not None
@@ -760,6 +909,7 @@ class Kubelet:
                 await self.volumes.teardown_pod(uid)
             except Exception as err:
                 log.warning("tearing down the volumes of orphaned pod %s: %s", uid, err)
+        await self.accounting.release_orphans(set(self.workers.uids()))
         await asyncio.to_thread(remove_orphan_dirs, self.root_dir,
                                 set(self.workers.uids()))
 
@@ -799,11 +949,15 @@ class Kubelet:
                 on_container_started=self._container_started,
                 on_pod_started=self.metrics.pod_start_duration.observe,
                 on_sync_done=lambda op, s: self.metrics.pod_worker_duration.labels(
-                    operation=op).observe(s))
+                    operation=op).observe(s),
+                pod_storage=self.accounting)
             self.workers = PodWorkers(deps)
             self.workers.on_worker_done = self._worker_done
             self.volumes.set_in_use_checker(self._in_use)
             self.volumes.subscribe(self._volume_event)
+            observe_operations = getattr(self.volumes, "set_operation_observer", None)
+            if observe_operations is not None:
+                observe_operations(self._volume_operation)
             self.pods_informer.add_handler(on_add=self._on_pod, on_update=self._on_pod_update,
                                            on_delete=self._on_pod_delete)
             self._start(self.status.run(), "status-manager")
@@ -890,6 +1044,7 @@ class Kubelet:
                 await teardown_all()
             except Exception as err:
                 log.warning("draining the node: tearing down volumes: %s", err)
+        await self.accounting.release_orphans(set())
         await asyncio.to_thread(remove_orphan_dirs, self.root_dir, set())
         log.info("kubelet %s: stopped every pod on the node", self.node_name)
 
@@ -903,6 +1058,7 @@ class Kubelet:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        self.accounting.close()
         with contextlib.suppress(Exception):
             await self.runtime.close()
 

@@ -10,6 +10,7 @@ effort: a failure is logged, never raised.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,13 +21,18 @@ __all__ = [
     "CREATED",
     "FAILED",
     "FAILED_MOUNT",
+    "FAILED_UNMOUNT",
     "KILLING",
     "NORMAL",
     "PULLED",
     "STARTED",
+    "SUCCESSFUL_ALLOCATION",
+    "SUCCESSFUL_MOUNT_VOLUME",
+    "SUCCESSFUL_UNMOUNT_VOLUME",
     "WARNING",
     "KubeletEvents",
     "container_field_path",
+    "definition_changed_message",
 ]
 
 NORMAL = "Normal"
@@ -44,6 +50,11 @@ PULLED = "Pulled"
 ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
 # Pod and volume events.
 FAILED_MOUNT = "FailedMount"
+FAILED_UNMOUNT = "FailedUnMount"
+SUCCESSFUL_MOUNT_VOLUME = "SuccessfulMountVolume"  # `MountVolume.SetUp succeeded for volume "v"`
+SUCCESSFUL_UNMOUNT_VOLUME = "SuccessfulUnMountVolume"  # `UnmountVolume.TearDown succeeded ...`
+# KEP-6395: a pod change allocated (the Normal counterpart of `FailedAllocation`).
+SUCCESSFUL_ALLOCATION = "SuccessfulAllocation"
 FAILED_CREATE_POD_SANDBOX = "FailedCreatePodSandBox"
 SANDBOX_CHANGED = "SandboxChanged"
 OUT_OF_RESOURCE_PREFIX = "OutOf"
@@ -52,6 +63,12 @@ NODE_READY = "NodeReady"
 NODE_NOT_READY = "NodeNotReady"
 STARTING = "Starting"
 REGISTERED_NODE = "RegisteredNode"
+
+
+def definition_changed_message(container_name: str) -> str:
+    """The `Killing` message of a container restarted because its spec changed (upstream's
+    `computePodActions`)."""
+    return f"Container {container_name} definition changed, will be restarted"
 
 
 def container_field_path(container_name: str, *, init: bool = False) -> str:
@@ -63,6 +80,7 @@ class _FieldPathRecorder(EventRecorder):
     """An `EventRecorder` whose events may name a field of the object (`fieldPath`)."""
 
     FIELD_PATH_KEY = "\x00fieldPath"
+    ANNOTATIONS_KEY = "\x00annotations"
 
     def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str,
                action: str) -> dict[str, Any]:
@@ -70,27 +88,44 @@ class _FieldPathRecorder(EventRecorder):
         field_path = obj.get(self.FIELD_PATH_KEY)
         if field_path:
             event["involvedObject"]["fieldPath"] = field_path
+        annotations = obj.get(self.ANNOTATIONS_KEY)
+        if annotations:  # upstream's AnnotatedEventf
+            event["metadata"]["annotations"] = dict(annotations)
         event["reportingInstance"] = self.host
         return event
 
 
 class KubeletEvents:
-    """The kubelet's event recorder."""
+    """The kubelet's event recorder. Events are posted one at a time, in the order they were
+    recorded (as upstream's broadcaster feeds its sink from one queue): a burst of them
+    (a container restart makes five) then never crowds out the pod status write that the
+    status manager sends meanwhile."""
 
     def __init__(self, api: ApiClient, node_name: str) -> None:
         self.node_name = node_name
         self._recorder = _FieldPathRecorder(api, "kubelet", host=node_name)
+        self._posting = asyncio.Lock()  # FIFO: one post in flight
 
-    async def pod(self, pod: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """An event about the pod as a whole."""
-        await self._recorder.record(_ref(pod), type_, reason, message)
+    async def _record(self, ref: Mapping[str, Any], type_: str, reason: str,
+                      message: str) -> None:
+        async with self._posting:
+            await self._recorder.record(ref, type_, reason, message)
+
+    async def pod(self, pod: Mapping[str, Any], type_: str, reason: str, message: str, *,
+                  annotations: Mapping[str, str] | None = None) -> None:
+        """An event about the pod as a whole (with `annotations` on the Event, as the
+        eviction manager's `Evicted` events carry)."""
+        ref = _ref(pod)
+        if annotations:
+            ref[_FieldPathRecorder.ANNOTATIONS_KEY] = dict(annotations)
+        await self._record(ref, type_, reason, message)
 
     async def container(self, pod: Mapping[str, Any], container_name: str, type_: str,
                         reason: str, message: str, *, init: bool = False) -> None:
         """An event about one container of the pod (`fieldPath` names it)."""
         ref = _ref(pod)
         ref[_FieldPathRecorder.FIELD_PATH_KEY] = container_field_path(container_name, init=init)
-        await self._recorder.record(ref, type_, reason, message)
+        await self._record(ref, type_, reason, message)
 
     async def node(self, node: Mapping[str, Any], type_: str, reason: str,
                    message: str) -> None:
@@ -99,7 +134,7 @@ class KubeletEvents:
         ref = {"kind": "Node", "apiVersion": "v1",
                "metadata": {"name": md.get("name") or self.node_name,
                             "uid": md.get("name") or self.node_name}}
-        await self._recorder.record(ref, type_, reason, message)
+        await self._record(ref, type_, reason, message)
 
 
 def _ref(pod: Mapping[str, Any]) -> dict[str, Any]:

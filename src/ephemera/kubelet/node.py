@@ -6,7 +6,8 @@
   `pods` (110), `hugepages-<size>` for the page sizes the kernel offers (0).
 - `allocatable(capacity)`: capacity minus upstream's default hard eviction thresholds
   (`memory.available<100Mi`, `nodefs.available<10%`); no kube/system reservations.
-- `NodeStatusBuilder` builds `status`: capacity, allocatable, `conditions` (MemoryPressure,
+- `NodeStatusBuilder` builds `status`: capacity (re-read at every build, so a grown or
+  shrunk filesystem shows), allocatable, `conditions` (MemoryPressure,
   DiskPressure, PIDPressure, Ready, in upstream's order, with upstream's reasons and
   messages; `lastTransitionTime` kept while a condition's status stays), `addresses`
   (InternalIP, Hostname), `daemonEndpoints.kubeletEndpoint.Port`, `nodeInfo`,
@@ -280,6 +281,7 @@ class NodeStatusBuilder:
               runtime_ready: bool = True, runtime_message: str = "",
               images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         cfg = self.config
+        self.capacity = machine_capacity(cfg.root_dir, cfg.max_pods)
         now = now_rfc3339()
         old = {c.get("type"): c for c in (previous or {}).get("conditions") or []
                if isinstance(c, dict)}

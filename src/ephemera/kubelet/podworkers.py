@@ -41,7 +41,8 @@ A pod's sync:
 set up yet waits alone (`ContainerCreating`) while the others keep running, and the volume
 manager's notification wakes the worker when they are; a running container whose pod-volume
 mounts differ from its spec and whose `dynamicVolumePolicy.restartPolicy` is
-`RestartContainer` is stopped with the pod's grace period and recreated with the new mounts
+`RestartContainer` is stopped with the pod's grace period (a `Killing` event `Container c
+definition changed, will be restarted`, upstream's text) and recreated with the new mounts
 (no crash back-off); an added container starts; a removed one is stopped and its status kept
 (at most `MAX_REMOVED_CONTAINER_STATUSES`, the oldest dropped with its runtime containers).
 Containers the API has but the node has not allocated show `waiting` `Unallocated`
@@ -290,6 +291,16 @@ class VolumesLike(Protocol):
     async def teardown_pod(self, pod_uid: str) -> None: ...
 
 
+class PodStorage(Protocol):
+    """The pod's storage set-up (`ephemera.kubelet.stats.accounting`: e.g. a loop-mounted
+    image on the pod directory): prepared before anything is written for the pod, released
+    once its containers and volumes are gone."""
+
+    async def prepare_pod(self, pod: Mapping[str, Any], log_dir: Path) -> None: ...
+
+    async def release_pod(self, uid: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     backoff: BackOffPolicy = BackOffPolicy()
@@ -326,6 +337,8 @@ class WorkerDeps:
     # Called with seconds from first seeing the pod to its containers running.
     on_pod_started: Callable[[float], None] = lambda seconds: None
     on_sync_done: Callable[[str, float], None] = lambda operation, seconds: None
+    # Prepares and releases the pod's storage (None: plain directories).
+    pod_storage: PodStorage | None = None
 
 
 # --- the relister (PLEG) ---------------------------------------------------------------------
@@ -434,6 +447,8 @@ class PodWorker:
         self.terminal_cleaned = False
         self.done = False
         self.needs_volumes = True
+        # The pod's storage is set up (the volume manager waits for it).
+        self.storage_ready = self.deps.pod_storage is None
         self.failed_mount_reported: dict[str, str] = {}
         # Containers and volumes the API has but the node has not allocated yet (KEP-6395).
         self.unallocated: list[Obj] = []
@@ -494,6 +509,8 @@ class PodWorker:
     async def _sync_running(self) -> float:
         deps = self.deps
         pod = self.pod
+        if not self.storage_ready:
+            await self._prepare_storage()
         await asyncio.to_thread(self._ensure_dirs)
         self._report_volume_errors()
         if not self.volumes_ready and not await self._wait_volumes():
@@ -545,8 +562,12 @@ class PodWorker:
                     if _mounts_differ(c, latest) and \
                             (c.get("dynamicVolumePolicy") or {}).get("restartPolicy") == \
                             RESTART_CONTAINER and self._volumes_ready_for(c):
-                        # KEP-6395 actuation: recreate it with the allocated mounts.
-                        await self._kill(latest, self._container_grace_period())
+                        # KEP-6395 actuation: recreate it with the allocated mounts. The
+                        # status first, so that a removed volume shows `Unmounting` while
+                        # the container stops (within its grace period).
+                        self._publish_status(instances, sandbox)
+                        await self._kill(latest, self._container_grace_period(),
+                                         events.definition_changed_message(name))
                         next_delay = min(next_delay, await self._start(c, latest, False,
                                                                        actuation=True))
                     continue
@@ -562,7 +583,7 @@ class PodWorker:
                     continue
                 # Created but never started (a start that failed): try again.
                 next_delay = min(next_delay, await self._start(c, latest, False))
-            await self._stop_removed_containers(instances)
+            await self._stop_removed_containers(instances, sandbox)
             instances = await self._instances()
             if self._all_done(instances, restart_policy):
                 self.terminal = True
@@ -593,9 +614,12 @@ class PodWorker:
         return max(float(grace), self.deps.settings.minimum_grace_period)
 
     async def _stop_removed_containers(
-            self, instances: Mapping[str, Sequence[ContainerStatus]]) -> None:
+            self, instances: Mapping[str, Sequence[ContainerStatus]],
+            sandbox: SandboxStatus | None = None) -> None:
         """KEP-5972: a container removed from the allocated spec is stopped (with its grace
-        period); its status is kept until garbage-collected (`_removed_statuses`)."""
+        period); its status is kept until garbage-collected (`_removed_statuses`). The status
+        is published before the stop, so volumes that leave with it show `Unmounting` while
+        it stops (KEP-6395)."""
         names = _container_names(self.pod)
         for name, mine in instances.items():
             if name in names:
@@ -603,6 +627,8 @@ class PodWorker:
             running = [c for c in mine if c.state in (ContainerState.RUNNING,
                                                        ContainerState.CREATED)]
             if running:
+                self._removed = await self._removed_statuses(instances)
+                self._publish_status(instances, sandbox)
                 await asyncio.gather(*(self._kill(c, self._container_grace_period())
                                        for c in running))
             self.waiting.pop(name, None)
@@ -661,6 +687,19 @@ class PodWorker:
 
     # -- pieces of a sync --
 
+    async def _prepare_storage(self) -> None:
+        """Set up the pod's storage before its directories; on failure the pod runs on
+        plain directories."""
+        assert self.deps.pod_storage is not None
+        try:
+            await self.deps.pod_storage.prepare_pod(self.pod,
+                                                    pod_log_dir(self.deps.root_dir, self.pod))
+        except Exception as err:
+            log.warning("pod %s: setting up its storage: %s; using plain directories",
+                        format_pod(self.pod), err)
+        self.storage_ready = True
+        self.deps.on_volumes_changed()
+
     def _ensure_dirs(self) -> None:
         root = self.deps.root_dir
         (root / "pods" / self.uid).mkdir(parents=True, exist_ok=True)
@@ -673,8 +712,10 @@ class PodWorker:
                 continue
             self.failed_mount_reported[name] = message
             if message.startswith("MountVolume.") or "failed" in message.lower():
-                self.workers.spawn(self.deps.events.pod(self.pod, events.WARNING,
-                                                        events.FAILED_MOUNT, message))
+                reason = events.FAILED_UNMOUNT if message.startswith("UnmountVolume.") else \
+                    events.FAILED_MOUNT
+                self.workers.spawn(self.deps.events.pod(self.pod, events.WARNING, reason,
+                                                        message))
 
     async def _wait_volumes(self) -> bool:
         """True once every volume is mounted; False after one slice of waiting."""
@@ -854,8 +895,10 @@ class PodWorker:
                                                       self._sandbox_config())
         except RuntimeError_ as err:
             return await self._start_failed(name, init, "CreateContainerError", str(err))
-        await deps.events.container(pod, name, events.NORMAL, events.CREATED,
-                                    f"Created container: {name}", init=init)
+        # Events are posted in the background (upstream's recorder is asynchronous too): the
+        # start does not wait for the apiserver.
+        self.workers.spawn(deps.events.container(pod, name, events.NORMAL, events.CREATED,
+                                                 f"Created container: {name}", init=init))
         try:
             await deps.runtime.start_container(cid)
         except RuntimeError_ as err:
@@ -864,7 +907,8 @@ class PodWorker:
         deps.on_container_started(self._container_kind(init), "")
         self.workers.spawn(deps.events.container(pod, name, events.NORMAL, events.STARTED,
                                                  f"Started container {name}", init=init))
-        await self._prune_instances(name, attempt)
+        # Older instances go in the background, so the new one's status is not held up.
+        self.workers.spawn(self._prune_instances(name, attempt))
         return IDLE
 
     async def _start_failed(self, name: str, init: bool, reason: str, message: str) -> float:
@@ -889,9 +933,9 @@ class PodWorker:
         else:
             resolve_error = ""
         if image is not None:
-            await deps.events.container(pod, name, events.NORMAL, events.PULLED,
-                                        f'Container image "{ref}" already present on machine',
-                                        init=init)
+            self.workers.spawn(deps.events.container(
+                pod, name, events.NORMAL, events.PULLED,
+                f'Container image "{ref}" already present on machine', init=init))
             return image
         if policy == "Never":
             message = f'Container image "{ref}" is not present with pull policy of Never'
@@ -994,11 +1038,11 @@ class PodWorker:
             grace = DEFAULT_GRACE_PERIOD
         return max(float(grace), self.deps.settings.minimum_grace_period)
 
-    async def _kill(self, container: ContainerStatus, grace: float) -> None:
+    async def _kill(self, container: ContainerStatus, grace: float, message: str = "") -> None:
         init = container.labels.get(LABEL_CONTAINER_TYPE) == "init"
         self.workers.spawn(self.deps.events.container(
             self.pod, container.name, events.NORMAL, events.KILLING,
-            f"Stopping container {container.name}", init=init))
+            message or f"Stopping container {container.name}", init=init))
         try:
             await self.deps.runtime.stop_container(container.id, grace)
         except RuntimeError_ as err:
@@ -1057,6 +1101,13 @@ class PodWorker:
             log.warning("tearing down the volumes of pod %s: %s; retrying",
                         format_pod(self.pod), err)
             return deps.settings.retry_delay
+        if deps.pod_storage is not None:
+            try:
+                await deps.pod_storage.release_pod(self.uid)
+            except Exception as err:
+                log.warning("releasing the storage of pod %s: %s; retrying",
+                            format_pod(self.pod), err)
+                return deps.settings.retry_delay
         if not await asyncio.to_thread(self._remove_dirs):
             return deps.settings.retry_delay
         if not self.removed:
@@ -1108,7 +1159,7 @@ class PodWorkers:
         self.on_worker_done: Callable[[str], None] = lambda uid: None
 
     def spawn(self, work: Awaitable[Any]) -> None:
-        """Run `work` (an event post) in the background."""
+        """Run `work` (an event post, the pruning of old instances) in the background."""
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -1123,7 +1174,7 @@ class PodWorkers:
         return [w.pod for w in self._workers.values()]
 
     def pods_needing_volumes(self) -> list[Obj]:
-        return [w.pod for w in self._workers.values() if w.needs_volumes]
+        return [w.pod for w in self._workers.values() if w.needs_volumes and w.storage_ready]
 
     def update(self, pod: Obj, *, unallocated: Sequence[Obj] = (),
                unallocated_volumes: Sequence[str] = ()) -> None:

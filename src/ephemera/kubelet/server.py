@@ -8,7 +8,7 @@
   streamed while `follow` lasts. A container with no log to show is a 400 whose text is
   upstream's (`container "c" in pod "p" is waiting to start: ContainerCreating`, `previous
   terminated container "c" in pod "p" not found`, ...); an unknown pod a 404.
-- `GET /metrics`: Prometheus text (`KubeletMetrics`).
+- `GET /metrics`: Prometheus text (`ephemera.kubelet.metrics.KubeletMetrics`).
 - `GET|POST /exec/NS/POD/CONTAINER`, `GET|POST /attach/NS/POD/CONTAINER`: WebSocket with the
   Kubernetes channel protocols (see `ephemera.kubelet.streaming`).
 
@@ -22,18 +22,17 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import Metric
 
 from ephemera.kubelet.logs import LogOptions, parse_time, stream_log
+from ephemera.kubelet.metrics import KubeletMetrics
 from ephemera.kubelet.streaming import StreamHost, serve_attach, serve_exec
 
 __all__ = [
@@ -72,71 +71,6 @@ class ServerHost(StreamHost, Protocol):
 
     async def log_source(self, namespace: str, pod: str, container: str,
                          previous: bool) -> LogSource: ...
-
-
-class EvictionsCounter:
-    """`kubelet_evictions{eviction_signal=...}`: evictions per signal, under upstream's exact
-    name (prometheus-client's `Counter` would add `_total`; exposed untyped)."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-
-    def inc(self, signal: str) -> None:
-        self.counts[signal] = self.counts.get(signal, 0) + 1
-
-    def collect(self) -> Iterator[Metric]:
-        metric = Metric("kubelet_evictions",
-                        "Cumulative number of pod evictions by eviction signal", "unknown")
-        for signal, count in sorted(self.counts.items()):
-            metric.add_sample("kubelet_evictions", {"eviction_signal": signal}, float(count))
-        yield metric
-
-
-class KubeletMetrics:
-    """The kubelet's Prometheus metrics (a registry of its own, so several kubelets in one
-    process never mix)."""
-
-    def __init__(self, node_name: str) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.node_name = Gauge("kubelet_node_name", "The node's name. The count is always 1.",
-                               ["node"], registry=self.registry)
-        self.node_name.labels(node=node_name).set(1)
-        self.running_pods = Gauge("kubelet_running_pods",
-                                  "Number of pods that have a running pod sandbox",
-                                  registry=self.registry)
-        self.running_containers = Gauge("kubelet_running_containers",
-                                        "Number of containers currently running",
-                                        ["container_state"], registry=self.registry)
-        self.started_containers = Counter("kubelet_started_containers",
-                                          "Cumulative number of containers started",
-                                          ["container_type"], registry=self.registry)
-        self.started_containers_errors = Counter(
-            "kubelet_started_containers_errors", "Cumulative number of errors when starting "
-            "containers", ["code", "container_type"], registry=self.registry)
-        self.started_pods = Counter("kubelet_started_pods",
-                                    "Cumulative number of pods started",
-                                    registry=self.registry)
-        self.pod_start_duration = Histogram(
-            "kubelet_pod_start_duration_seconds",
-            "Duration in seconds from kubelet seeing a pod for the first time to the pod "
-            "starting to run", registry=self.registry,
-            buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 45, 60, 120))
-        self.pod_worker_duration = Histogram(
-            "kubelet_pod_worker_duration_seconds",
-            "Duration in seconds to sync a single pod", ["operation"],
-            registry=self.registry,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.pleg_relist_duration = Histogram(
-            "kubelet_pleg_relist_duration_seconds",
-            "Duration in seconds for relisting pods in PLEG", registry=self.registry,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
-        self.node_status_updates = Counter("ephemera_kubelet_node_status_updates",
-                                           "Node status writes", registry=self.registry)
-        self.evictions = EvictionsCounter()
-        self.registry.register(self.evictions)
-
-    def render(self) -> bytes:
-        return bytes(generate_latest(self.registry))
 
 
 def kubelet_ssl_context(cert_file: Path, key_file: Path,

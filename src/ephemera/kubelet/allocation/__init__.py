@@ -1,12 +1,16 @@
 """The kubelet's allocation stage (KEP-5972 / KEP-6395 "Two-Stage Kubelet Lifecycle"): which
-version of each pod's spec the node has admitted (`manager.py`) and its on-disk checkpoint
-(`checkpoint.py`)."""
+version of each pod's spec the node has admitted (`manager.py`), its on-disk checkpoint
+(`checkpoint.py`) and what a pod needs of the node to be admitted (`fit.py`)."""
 
 from ephemera.kubelet.allocation.checkpoint import (
     AllocationCheckpoint,
     CheckpointCorruptedError,
 )
+from ephemera.kubelet.allocation.fit import Shortage, insufficient, node_need
 from ephemera.kubelet.allocation.manager import (
+    ADMITTED,
+    DEFERRED,
+    ERROR,
     FAILED_ALLOCATION,
     UNALLOCATED_MESSAGE,
     UNALLOCATED_REASON,
@@ -16,6 +20,9 @@ from ephemera.kubelet.allocation.manager import (
 )
 
 __all__ = [
+    "ADMITTED",
+    "DEFERRED",
+    "ERROR",
     "FAILED_ALLOCATION",
     "UNALLOCATED_MESSAGE",
     "UNALLOCATED_REASON",
@@ -23,5 +30,8 @@ __all__ = [
     "AllocationManager",
     "AllocationResult",
     "CheckpointCorruptedError",
+    "Shortage",
     "allocated_view",
+    "insufficient",
+    "node_need",
 ]

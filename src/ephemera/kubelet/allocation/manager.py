@@ -5,25 +5,33 @@ reference/k8s-semantics.md sections 1.3-1.5 and 2.5-2.6).
 the node has admitted. Pod workers, the volume manager and `/allocatedPods` see only it, so
 nothing is mounted or started for a change the node has not admitted.
 
-- A new pod is allocated as it is admitted (`allocate_new`; the resource-fit admission stays
-  in `agent.admit`).
+- A new pod is allocated as it is admitted (`await allocate_new(pod)`; the resource-fit
+  admission stays in `agent.admit`, by the same rule: `fit.insufficient`).
 - A changed spec of an allocated pod (`request(pod)`, from `/dynamic` or any spec update) is
-  checked as a whole (`check`) and allocated all or nothing: resource requests plus the
-  `sizeLimit` of memory-backed emptyDirs against allocatable `memory`, requests plus the
-  `sizeLimit` of disk emptyDirs against allocatable `ephemeral-storage` (only when the change
-  asks for more, as upstream's resize), ConfigMaps and Secrets of added or changed volumes
-  (also projected sources; `optional` ones excepted) must exist, images of added or changed
-  containers and image volumes must be in the node's store. A change that does not fit stays
-  **pending**: `on_failed(pod, message)` (the agent posts a `FailedAllocation` Warning event,
-  once per distinct message) and it is retried when `retry()` is called (pods added, updated
-  or removed, the node changed) and every `retry_period` seconds.
+  checked as a whole (`check`) and allocated all or nothing: what the pod needs of cpu, memory
+  and ephemeral-storage (`fit.node_need`: requests plus the `sizeLimit`s of its memory or disk
+  emptyDirs) against the node's current allocatable (`node_allocatable()`), only for the
+  resources the change asks more of (as upstream's resize); ConfigMaps and Secrets of added or
+  changed volumes (also projected sources; `optional` ones excepted) must exist, images of
+  added or changed containers and image volumes must be in the node's store. A change that
+  does not fit stays **pending**: `on_failed(pod, message)` (the agent posts a
+  `FailedAllocation` Warning event, once per distinct message) and it is retried when
+  `retry()` is called (pods added, updated or removed, the node changed) and every
+  `retry_period` seconds.
 - Allocation stops once the pod is terminating (its deletion needs no admission).
-- Every allocation is checkpointed (`checkpoint.AllocationCheckpoint`) before it takes effect;
-  `restore()` at start-up reloads the allocated pods, so a restarted kubelet re-admits what it
-  had admitted (nothing lost, nothing set up twice). A corrupted checkpoint is logged and
-  ignored (the pods are then admitted again as new pods).
+- Every allocation is checkpointed (`checkpoint.AllocationCheckpoint`) before it takes
+  effect: the change is *staged*, written (in a thread, so the fsync never blocks the event
+  loop; one write at a time, each carrying every staged change, so changes made together
+  share a write) and only then becomes the allocated pod that `get`, `worker_pod` and the
+  pod worker see. Admission counts staged changes too (`_effective`), so two admissions never
+  both take the same room. `restore()` at start-up reloads the allocated pods, so a restarted
+  kubelet re-admits what it had admitted (nothing lost, nothing set up twice). A corrupted
+  checkpoint is logged and ignored (the pods are then admitted again as new pods).
 - `on_allocated(uid)` is called after each successful allocation of a change (the agent
-  hands the new allocated pod to the pod worker and the volume manager, which actuate it).
+  hands the new allocated pod to the pod worker and the volume manager, which actuate it);
+  `on_change_allocated(previous, current)` just before it (for the agent's event), and
+  `on_outcome(result)` with `admitted`, `deferred` or `error` for each allocated change, each
+  change deferred for a new reason, each failure (metrics).
 
 `allocated_view(pod)`: the allocated pod as `/allocatedPods` serves it (status left blank).
 """
@@ -35,22 +43,24 @@ import contextlib
 import inspect
 import json
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.kubelet.allocation.checkpoint import AllocationCheckpoint, CheckpointCorruptedError
-from ephemera.pods import resources as podresources
+from ephemera.kubelet.allocation.fit import insufficient
 
 __all__ = [
+    "ADMITTED",
+    "DEFERRED",
+    "ERROR",
     "FAILED_ALLOCATION",
     "UNALLOCATED_MESSAGE",
     "UNALLOCATED_REASON",
     "AllocationManager",
     "AllocationResult",
     "allocated_view",
+    "describe_change",
     "unallocated_containers",
     "unallocated_volumes",
 ]
@@ -61,6 +71,11 @@ FAILED_ALLOCATION = "FailedAllocation"
 UNALLOCATED_REASON = "Unallocated"
 UNALLOCATED_MESSAGE = "Container addition pending node allocation"
 DEFAULT_RETRY_PERIOD = 10.0
+# Allocation outcomes (`on_outcome`, the `result` label of kubelet_dynamic_allocations_total).
+ADMITTED = "admitted"
+DEFERRED = "deferred"
+ERROR = "error"
+_UNSTAGED = object()
 
 Obj = dict[str, Any]
 Lookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
@@ -106,35 +121,16 @@ def unallocated_volumes(desired: Mapping[str, Any], allocated: Mapping[str, Any]
             if str(v.get("name")) not in have]
 
 
-def _bytes(value: Any) -> int:
-    try:
-        return int(quantity_from_json(value).value())
-    except (QuantityError, TypeError, ValueError):
-        return 0
-
-
-def _emptydir_bytes(pod: Mapping[str, Any], memory: bool) -> int:
-    total = 0
-    for volume in _spec(pod).get("volumes") or []:
-        empty = volume.get("emptyDir")
-        if not isinstance(empty, dict):
-            continue
-        if (empty.get("medium") == "Memory") == memory and empty.get("sizeLimit") is not None:
-            total += _bytes(empty["sizeLimit"])
-    return total
-
-
-def node_need(pod: Mapping[str, Any], resource: str, gates: Mapping[str, bool]) -> int:
-    """What the pod needs of `resource` on the node (milli-CPU, bytes)."""
-    request = podresources.pod_requests(pod, gates=gates).get(resource)
-    amount = 0
-    if request is not None:
-        amount = int(request.milli_value()) if resource == "cpu" else int(request.value())
-    if resource == "memory":
-        amount += _emptydir_bytes(pod, memory=True)
-    elif resource == "ephemeral-storage":
-        amount += _emptydir_bytes(pod, memory=False)
-    return amount
+def describe_change(previous: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """`added volumes=[a], removed volumes=[], added containers=[c], removed containers=[]`
+    between two allocated pods (lists in spec order, as Go's `%v` prints them)."""
+    def names(items: list[Any]) -> str:
+        return "[" + " ".join(str(i.get("name") if isinstance(i, dict) else i)
+                              for i in items) + "]"
+    return (f"added volumes={names(unallocated_volumes(current, previous))}, "
+            f"removed volumes={names(unallocated_volumes(previous, current))}, "
+            f"added containers={names(unallocated_containers(current, previous))}, "
+            f"removed containers={names(unallocated_containers(previous, current))}")
 
 
 def _volume_refs(volume: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -178,14 +174,15 @@ class AllocationManager:
         self.desired: dict[str, Obj] = {}  # pods with a change not allocated yet
         self.pending: dict[str, str] = {}  # uid -> why the change is not allocated
         self.on_allocated: Callable[[str], Any] = lambda uid: None
+        self.on_change_allocated: Callable[[Obj, Obj], Any] = lambda previous, current: None
         self.on_failed: Callable[[Obj, str], Any] = lambda pod, message: None
+        self.on_outcome: Callable[[str], Any] = lambda result: None
         self._reported: dict[str, str] = {}
         self._wake: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Future[Any]] = set()
-        self._generation = 0
-        self._written = 0
-        self._write_lock = threading.Lock()
+        self._staged: dict[str, Obj | None] = {}  # uid -> allocated pod (None: gone) to write
+        self._io_lock = asyncio.Lock()  # one checkpoint write at a time
 
     # -- state -----------------------------------------------------------------------------
 
@@ -199,22 +196,45 @@ class AllocationManager:
         except OSError as err:
             log.error("reading the allocation checkpoint: %s", err)
             self.allocated = {}
+        self._staged.clear()
         return len(self.allocated)
 
-    def _snapshot(self) -> tuple[int, dict[str, Obj]]:
-        self._generation += 1
-        return self._generation, {uid: allocated_view(p) for uid, p in self.allocated.items()}
+    def _effective(self) -> dict[str, Obj]:
+        """The allocated pods with the staged (not yet written) changes applied: what
+        admission counts."""
+        pods = dict(self.allocated)
+        for uid, view in self._staged.items():
+            if view is None:
+                pods.pop(uid, None)
+            else:
+                pods[uid] = view
+        return pods
 
-    def _persist(self, snapshot: tuple[int, Mapping[str, Mapping[str, Any]]] | None = None
-                 ) -> None:
-        """Write a snapshot (taken on the event loop); an older one than the last written
-        is skipped, so a slow thread never overwrites a newer checkpoint."""
-        generation, pods = self._snapshot() if snapshot is None else snapshot
-        with self._write_lock:
-            if generation <= self._written:
-                return
-            self.checkpoint.store(pods)
-            self._written = generation
+    async def _commit(self, uid: str, view: Obj | None) -> None:
+        """Make `view` (None: no pod) the allocated pod of `uid` once the checkpoint holding
+        it is on disk. Raises `OSError` when the write fails (the change is then dropped)."""
+        self._staged[uid] = view
+        await self._write_staged(uid, view)
+
+    async def _write_staged(self, uid: str, view: Obj | None) -> None:
+        async with self._io_lock:
+            if self._staged.get(uid, _UNSTAGED) is not view:
+                return  # an earlier write carried it (or a later change replaced it)
+            staged = dict(self._staged)
+            pods = self._effective()
+            try:
+                await asyncio.to_thread(self.checkpoint.store, pods)
+            except OSError:
+                if self._staged.get(uid, _UNSTAGED) is view:
+                    del self._staged[uid]
+                raise
+            for staged_uid, staged_view in staged.items():
+                if self._staged.get(staged_uid, _UNSTAGED) is staged_view:
+                    del self._staged[staged_uid]
+                if staged_view is None:
+                    self.allocated.pop(staged_uid, None)
+                else:
+                    self.allocated[staged_uid] = staged_view
 
     def is_allocated(self, uid: str) -> bool:
         return uid in self.allocated
@@ -222,16 +242,19 @@ class AllocationManager:
     def get(self, uid: str) -> Obj | None:
         return self.allocated.get(uid)
 
-    def allocate_new(self, pod: Mapping[str, Any]) -> None:
-        """Record a newly admitted pod as allocated (checkpointed)."""
+    async def allocate_new(self, pod: Mapping[str, Any]) -> None:
+        """Record a newly admitted pod as allocated, returning once it is checkpointed (so
+        nothing of it is set up before). When the write fails the pod is allocated anyway
+        (it runs; a restarted kubelet admits it again as a new pod)."""
         uid = _uid(pod)
-        self.allocated[uid] = allocated_view(pod)
+        view = allocated_view(pod)
         self.desired.pop(uid, None)
         self.pending.pop(uid, None)
         try:
-            self._persist()
-        except OSError as err:  # the pod runs; a restarted kubelet admits it again
+            await self._commit(uid, view)
+        except OSError as err:
             log.error("writing the allocation checkpoint: %s", err)
+            self.allocated[uid] = view
 
     def differs(self, pod: Mapping[str, Any]) -> bool:
         """The pod's spec is not the allocated one."""
@@ -263,11 +286,18 @@ class AllocationManager:
         self.desired.pop(uid, None)
         self.pending.pop(uid, None)
         self._reported.pop(uid, None)
-        if self.allocated.pop(uid, None) is not None:
-            try:
-                self._persist()
-            except OSError as err:
-                log.error("writing the allocation checkpoint: %s", err)
+        if uid in self.allocated or self._staged.get(uid) is not None:
+            # Staged now (admission no longer counts it), written in the background: a pod
+            # left in the checkpoint is dropped at the next start-up (`keep_only`).
+            self._staged[uid] = None
+            self._call(self._forget_durably, uid)
+
+    async def _forget_durably(self, uid: str) -> None:
+        try:
+            await self._write_staged(uid, None)
+        except OSError as err:
+            log.error("writing the allocation checkpoint: %s", err)
+            self.allocated.pop(uid, None)
 
     def keep_only(self, uids: set[str]) -> None:
         """Drop allocated pods not in `uids` (at start-up: pods deleted while down)."""
@@ -285,23 +315,10 @@ class AllocationManager:
         """Why the change to `pod` cannot be allocated now ("" when it can)."""
         uid = _uid(pod)
         old = self.allocated.get(uid) or {}
-        node = self.node_allocatable()
-        others = [p for u, p in self.allocated.items() if u != uid]
-        for resource in ("cpu", "memory", "ephemeral-storage"):
-            if resource not in node:
-                continue
-            need = node_need(pod, resource, self.gates)
-            if need <= node_need(old, resource, self.gates):
-                continue
-            try:
-                q = quantity_from_json(node[resource])
-            except QuantityError:
-                continue
-            capacity = int(q.milli_value()) if resource == "cpu" else int(q.value())
-            used = sum(node_need(o, resource, self.gates) for o in others)
-            if need + used > capacity:
-                return (f"Node didn't have enough resource: {resource}, requested: {need}, "
-                        f"used: {used}, capacity: {capacity}")
+        others = [p for u, p in self._effective().items() if u != uid]
+        shortage = insufficient(pod, others, self.node_allocatable(), self.gates, baseline=old)
+        if shortage is not None:
+            return shortage.message
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
         old_volumes = {str(v.get("name")): _canonical(v) for v in _spec(old).get("volumes")
                        or []}
@@ -343,24 +360,21 @@ class AllocationManager:
                 self.desired.pop(uid, None)
                 self.pending.pop(uid, None)
                 return AllocationResult(True)
+            outcome = DEFERRED
             try:
                 message = await self.check(pod)
             except Exception as err:  # the API could not be asked: try again later
                 message = f"checking the change: {err}"
+                outcome = ERROR
             if message:
-                self.pending[uid] = message
-                if self._reported.get(uid) != message:
-                    self._reported[uid] = message
-                    self._call(self.on_failed, dict(pod), message)
-                return AllocationResult(False, message)
+                return self._not_allocated(pod, message, outcome)
             previous = self.allocated[uid]
-            self.allocated[uid] = allocated_view(pod)
+            current = allocated_view(pod)
             try:
-                await asyncio.to_thread(self._persist, self._snapshot())
+                await self._commit(uid, current)  # durable before anything actuates it
             except OSError as err:
-                self.allocated[uid] = previous
-                self.pending[uid] = f"writing the allocation checkpoint: {err}"
-                return AllocationResult(False, self.pending[uid])
+                return self._not_allocated(pod, f"writing the allocation checkpoint: {err}",
+                                           ERROR)
             if self.desired.get(uid) is not None and not self.differs(self.desired[uid]):
                 self.desired.pop(uid, None)
             self.pending.pop(uid, None)
@@ -368,8 +382,21 @@ class AllocationManager:
         log.info("allocated the change to pod %s/%s",
                  (pod.get("metadata") or {}).get("namespace"),
                  (pod.get("metadata") or {}).get("name"))
+        self._call(self.on_outcome, ADMITTED)
+        self._call(self.on_change_allocated, previous, current)
         self._call(self.on_allocated, uid)
         return AllocationResult(True)
+
+    def _not_allocated(self, pod: Mapping[str, Any], message: str,
+                       outcome: str) -> AllocationResult:
+        """The change stays pending; reported (outcome, `on_failed`) once per message."""
+        uid = _uid(pod)
+        self.pending[uid] = message
+        if self._reported.get(uid) != message:
+            self._reported[uid] = message
+            self._call(self.on_outcome, outcome)
+            self._call(self.on_failed, dict(pod), message)
+        return AllocationResult(False, message)
 
     def _call(self, callback: Callable[..., Any], *args: Any) -> None:
         try:

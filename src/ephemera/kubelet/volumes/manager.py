@@ -17,13 +17,15 @@ be added to and removed from a running pod:
   successfully, with the fingerprint of the volume source it was set up from) or uncertain
   (a setup failed part-way, or the volume was found on disk at start-up and not verified
   yet). Only mounted volumes whose source matches the desired one count as mounted.
-- **Reconciler** (`run()`): every `reconcile_period` (0.1 s) and on every change, first
-  tears down what is in ASW but not desired (a removed pod, a volume removed from a running
-  pod, a volume re-added under the same name with another source), but only once the
-  in-use checker (`set_in_use_checker`, KEP-6395's `IsVolumeInUseByPod`) says no running
-  container of the pod still mounts it; then sets up what is desired but not mounted, and
-  re-runs setup of configMap/secret/downwardAPI/projected volumes every `sync_period`
-  (default 60 s, upstream's pod sync period) and when their pod's version goes up. One
+- **Reconciler** (`run()`): every `reconcile_period` (0.1 s) and on every change, sets up
+  what is desired but not mounted, and re-runs setup of configMap/secret/downwardAPI/projected
+  volumes every `sync_period` (default 60 s, upstream's pod sync period) and when their pod's
+  version goes up; then tears down what is in ASW but not desired (a removed pod, a volume
+  removed from a running pod, a volume re-added under the same name with another source,
+  whose new setup waits for it), but only once the in-use checker (`set_in_use_checker`,
+  KEP-6395's `IsVolumeInUseByPod`) says no running container of the pod still mounts it.
+  (Upstream unmounts first; setups first here so that a swap's new volumes never wait for
+  the in-use checks of the old ones.) One
   operation at a time per volume, any number of volumes at once; a failed operation is
   retried with per-volume exponential back-off (`backoff_initial` 0.5 s doubling up to
   `backoff_max` 122 s, as upstream's 2m2s).
@@ -41,6 +43,10 @@ volumes=[a b], unattached volumes=[], failed to process volumes=[]: context dead
 exceeded` (lists as Go's `%v` prints them, sorted), failing fast with the processing errors
 joined by "; " instead of the deadline when the pod has some.
 
+Every finished setup and teardown is reported to the observer (`set_operation_observer`) as a
+`VolumeOperation` (plugin, seconds, error, and whether the volume is *dynamic*: added to or
+removed from a pod already desired, KEP-6395), for the kubelet's metrics and events.
+
 Host directories: `<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`. When a pod is
 neither desired nor has any volume left, its `volumes/` dir (and `pods/<uid>` if then empty)
 is removed; the rest of the pod dir belongs to the runtime and the agent.
@@ -56,6 +62,7 @@ import inspect
 import json
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -81,12 +88,15 @@ __all__ = [
     "BACKOFF_MAX",
     "DEADLINE_EXCEEDED",
     "DEFAULT_SYNC_PERIOD",
+    "MOUNT",
     "POD_ATTACH_AND_MOUNT_TIMEOUT",
     "RECONCILE_PERIOD",
+    "UNMOUNT",
     "InUseChecker",
     "VolumeHostPhase",
     "VolumeManager",
     "VolumeMountTimeout",
+    "VolumeOperation",
     "VolumeUnmountError",
     "backoff_delay",
     "default_plugins",
@@ -106,6 +116,23 @@ _DRAIN_TIMEOUT = 10.0  # how long run() waits for in-flight operations when stop
 
 InUseChecker = Callable[[str, str], Awaitable[bool]]
 Key = tuple[str, str]  # (pod uid, volume name)
+MOUNT = "mount"
+UNMOUNT = "unmount"
+
+
+@dataclass(frozen=True)
+class VolumeOperation:
+    """One finished setup (`mount`: the one that mounts the volume, not a resync of a mounted
+    one) or teardown (`unmount`) of a volume; `error` is its FailedMount/FailedUnMount text
+    ("" when it succeeded)."""
+
+    pod_uid: str
+    volume_name: str
+    volume_plugin: str  # upstream's plugin name, e.g. kubernetes.io/empty-dir
+    operation: str  # MOUNT or UNMOUNT
+    seconds: float
+    dynamic: bool  # added to / removed from a pod already desired (KEP-6395)
+    error: str = ""
 
 
 class VolumeHostPhase(StrEnum):
@@ -220,6 +247,7 @@ class DesiredVolume:
     plugin: VolumePlugin
     fingerprint: str
     host_dir: Path
+    dynamic: bool = False  # added to the pod after it was first desired
 
 
 @dataclass
@@ -291,6 +319,7 @@ class VolumeManager:
         self._changed: asyncio.Event | None = None
         self._reconstructed = False
         self._cleaning: set[str] = set()  # pods whose empty volume dirs are being removed
+        self._observer: Callable[[VolumeOperation], None] | None = None
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -311,6 +340,19 @@ class VolumeManager:
         the pod mounts the volume. The reconciler tears a volume down only when it says
         False (without a checker, at once)."""
         self._in_use_checker = checker
+
+    def set_operation_observer(self, observer: Callable[[VolumeOperation], None] | None
+                               ) -> None:
+        """`observer(operation)` is called after every finished setup and teardown."""
+        self._observer = observer
+
+    def _observe(self, operation: VolumeOperation) -> None:
+        if self._observer is None:
+            return
+        try:
+            self._observer(operation)
+        except Exception:
+            log.exception("volume operation observer failed")
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -363,13 +405,17 @@ class VolumeManager:
                     "err=no volume plugin matched"
                 )
                 continue
+            fingerprint = _fingerprint(volume)
+            before = old.volumes.get(name) if old is not None else None
             volumes[name] = DesiredVolume(
                 pod_uid=uid,
                 name=name,
                 volume=dict(volume),
                 plugin=plugin,
-                fingerprint=_fingerprint(volume),
+                fingerprint=fingerprint,
                 host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name,
+                dynamic=old is not None and (before is None or before.dynamic
+                                             or before.fingerprint != fingerprint),
             )
         basis = _resync_basis(pod)
         version = 1 if old is None else old.version + int(basis != old.resync_basis)
@@ -621,23 +667,11 @@ class VolumeManager:
         return mounted.fingerprint is not None and mounted.fingerprint != desired.fingerprint
 
     async def reconcile_once(self) -> None:
-        """One reconciler pass: start the teardowns, then the setups and resyncs, that are
-        due. Operations run as tasks; this returns without waiting for them."""
-        now = self._now()
-        for key in list(self._asw):
-            if key in self._ops or self._backing_off(key, now) or not self._needs_teardown(key):
-                continue
-            if self._in_use_checker is not None and key[0] not in self._terminated:
-                try:
-                    in_use = await self._in_use_checker(key[0], key[1])
-                except Exception:
-                    log.exception("in-use check failed for volume %s of pod %s", key[1], key[0])
-                    in_use = True
-                if in_use:
-                    continue
-                if key in self._ops or not self._needs_teardown(key):
-                    continue  # things moved while we asked
-            self._start(key, self._teardown_op(key))
+        """One reconciler pass: start the setups and resyncs, then the teardowns, that are
+        due. Operations run as tasks; this returns without waiting for them. Setups go first
+        because a teardown waits for the in-use check (a runtime relist): a swap's new volumes
+        are then never held up behind the old ones (a volume re-added under its name with
+        another source still waits for the old one's teardown)."""
         now = self._now()
         for pod in list(self._dsw.values()):
             for name, desired in pod.volumes.items():
@@ -653,12 +687,27 @@ class VolumeManager:
                         continue  # the old source goes first
                     self._start(key, self._setup_op(desired))
                 elif mounted.fingerprint != desired.fingerprint:
-                    continue  # torn down first, above
+                    continue  # torn down first, below
                 elif desired.plugin.needs_resync and (
                     mounted.synced_version < pod.version
                     or now - mounted.last_sync >= self.sync_period
                 ):
                     self._start(key, self._setup_op(desired))
+        now = self._now()
+        for key in list(self._asw):
+            if key in self._ops or self._backing_off(key, now) or not self._needs_teardown(key):
+                continue
+            if self._in_use_checker is not None and key[0] not in self._terminated:
+                try:
+                    in_use = await self._in_use_checker(key[0], key[1])
+                except Exception:
+                    log.exception("in-use check failed for volume %s of pod %s", key[1], key[0])
+                    in_use = True
+                if in_use:
+                    continue
+                if key in self._ops or not self._needs_teardown(key):
+                    continue  # things moved while we asked
+            self._start(key, self._teardown_op(key))
 
     def _start(self, key: Key, op: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(op)
@@ -686,6 +735,7 @@ class VolumeManager:
         version = pod.version if pod is not None else 0
         was_mounted = self._is_mounted(key)
         had_error = bool(self._op_states.get(key, _OpState()).error)
+        started = time.monotonic()
         try:
             await desired.plugin.setup(pod_object, desired.volume, desired.host_dir, self.host)
         except asyncio.CancelledError:
@@ -695,6 +745,9 @@ class VolumeManager:
             message = f'MountVolume.SetUp failed for volume "{desired.name}" : {cause}'
             log.warning("pod %s: %s", desired.pod_uid, message)
             self._record_failure(key, message)
+            self._observe(VolumeOperation(desired.pod_uid, desired.name, desired.plugin.name,
+                                          MOUNT, time.monotonic() - started, desired.dynamic,
+                                          message))
             if key not in self._asw and await asyncio.to_thread(
                 os.path.lexists, desired.host_dir
             ):
@@ -719,6 +772,9 @@ class VolumeManager:
             last_sync=self._now(),
         )
         self._op_states.pop(key, None)
+        if not was_mounted:
+            self._observe(VolumeOperation(desired.pod_uid, desired.name, desired.plugin.name,
+                                          MOUNT, time.monotonic() - started, desired.dynamic))
         if not was_mounted or had_error:
             self._notify(desired.pod_uid)
 
@@ -727,6 +783,11 @@ class VolumeManager:
         if mounted is None:
             return
         plugin = self._plugins_by_dir.get(mounted.plugin_dir)
+        # Dynamic: the volume leaves a pod that stays (not the teardown of a whole pod).
+        dynamic = key[0] in self._dsw and key[0] not in self._terminated
+        plugin_name = plugin.name if plugin is not None else \
+            mounted.plugin_dir.replace("~", "/")
+        started = time.monotonic()
         try:
             if plugin is not None:
                 await plugin.teardown(mounted.host_dir)
@@ -739,8 +800,12 @@ class VolumeManager:
             message = f'UnmountVolume.TearDown failed for volume "{key[1]}" : {cause}'
             log.warning("pod %s: %s", key[0], message)
             self._record_failure(key, message)
+            self._observe(VolumeOperation(key[0], key[1], plugin_name, UNMOUNT,
+                                          time.monotonic() - started, dynamic, message))
             self._notify(key[0])
             return
+        self._observe(VolumeOperation(key[0], key[1], plugin_name, UNMOUNT,
+                                      time.monotonic() - started, dynamic))
         if self._asw.get(key) is mounted:
             del self._asw[key]
         self._op_states.pop(key, None)

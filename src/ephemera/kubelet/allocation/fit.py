@@ -1,0 +1,100 @@
+"""What a pod needs of the node, and whether it fits: one rule for the admission of a new pod
+(`ephemera.kubelet.agent.admit`) and of a change to an allocated pod
+(`AllocationManager.check`, KEP-6395 "node ES or memory must cover the requested emptyDirs").
+
+- `node_need(pod, resource, gates)`: the pod's effective request (`pod_requests`, pod-level
+  aware; milli-CPU for `cpu`, bytes otherwise) plus, for `memory`, the `sizeLimit`s of its
+  memory-backed emptyDirs and, for `ephemeral-storage`, those of its disk emptyDirs (an
+  emptyDir without a `sizeLimit` adds nothing).
+- `insufficient(pod, others, allocatable, gates, baseline=None)`: the first of cpu, memory,
+  ephemeral-storage the pod needs more of than the node's `allocatable` has left next to
+  `others` (their needs by the same rule), as `Shortage(resource, message)` with upstream's
+  message `Node didn't have enough resource: R, requested: N, used: N, capacity: N`; None when
+  it fits. A resource the pod needs none of, or the node does not list, is not checked. With
+  `baseline` (the allocated pod before a change) only resources the pod needs more of than
+  the baseline did are checked, as upstream's resize admission.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ephemera.api.quantity import QuantityError, quantity_from_json
+from ephemera.pods import resources as podresources
+
+__all__ = ["CHECKED_RESOURCES", "Shortage", "insufficient", "node_need"]
+
+CHECKED_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+@dataclass(frozen=True)
+class Shortage:
+    resource: str
+    message: str
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _bytes(value: Any) -> int:
+    try:
+        return int(quantity_from_json(value).value())
+    except (QuantityError, TypeError, ValueError):
+        return 0
+
+
+def _emptydir_bytes(pod: Mapping[str, Any], memory: bool) -> int:
+    total = 0
+    for volume in _spec(pod).get("volumes") or []:
+        empty = volume.get("emptyDir")
+        if not isinstance(empty, Mapping):
+            continue
+        if (empty.get("medium") == "Memory") == memory and empty.get("sizeLimit") is not None:
+            total += _bytes(empty["sizeLimit"])
+    return total
+
+
+def node_need(pod: Mapping[str, Any], resource: str, gates: Mapping[str, bool]) -> int:
+    """What the pod needs of `resource` on the node (milli-CPU, bytes)."""
+    request = podresources.pod_requests(pod, gates=gates).get(resource)
+    amount = 0
+    if request is not None:
+        amount = int(request.milli_value()) if resource == "cpu" else int(request.value())
+    if resource == "memory":
+        amount += _emptydir_bytes(pod, memory=True)
+    elif resource == "ephemeral-storage":
+        amount += _emptydir_bytes(pod, memory=False)
+    return amount
+
+
+def _capacity(allocatable: Mapping[str, Any], resource: str) -> int | None:
+    if resource not in allocatable:
+        return None
+    try:
+        q = quantity_from_json(allocatable[resource])
+    except (QuantityError, TypeError, ValueError):
+        return None
+    return int(q.milli_value()) if resource == "cpu" else int(q.value())
+
+
+def insufficient(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
+                 allocatable: Mapping[str, Any], gates: Mapping[str, bool], *,
+                 baseline: Mapping[str, Any] | None = None) -> Shortage | None:
+    """See the module docstring."""
+    for resource in CHECKED_RESOURCES:
+        capacity = _capacity(allocatable, resource)
+        if capacity is None:
+            continue
+        need = node_need(pod, resource, gates)
+        floor = node_need(baseline, resource, gates) if baseline is not None else 0
+        if need <= floor:
+            continue
+        used = sum(node_need(other, resource, gates) for other in others)
+        if need + used > capacity:
+            return Shortage(resource, f"Node didn't have enough resource: {resource}, "
+                                      f"requested: {need}, used: {used}, capacity: {capacity}")
+    return None
