@@ -1,12 +1,15 @@
 """Kubelet admission for ephemeral storage: rejected under DiskPressure (reason `Evicted`,
 upstream message), critical pods admitted, MemoryPressure rules, and the ephemeral-storage
-fit against allocatable (pod-level request aware) with upstream's reason and message."""
+fit against allocatable (pod-level request aware) with upstream's message."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ephemera.kubelet.eviction import admit, admit_under_pressure, ephemeral_storage_fit
+from ephemera.kubelet.allocation.fit import insufficient
+from ephemera.kubelet.eviction import admit_under_pressure
+
+GATES_ON = {"PodLevelResourcesEphemeralStorage": True, "PodLevelResources": True}
 
 
 def pod(*, request: str | None = None, pod_request: str | None = None,
@@ -52,30 +55,23 @@ def test_memory_pressure_rejects_only_best_effort_without_toleration() -> None:
 def test_ephemeral_storage_fit() -> None:
     allocatable = {"ephemeral-storage": "1Gi", "cpu": "2"}
     others = [pod(request="600Mi")]
-    decision = ephemeral_storage_fit(pod(request="500Mi"), others, allocatable)
-    assert (decision.admit, decision.reason, decision.message) == (
-        False, "OutOfephemeral-storage",
+    shortage = insufficient(pod(request="500Mi"), others, allocatable, GATES_ON)
+    assert shortage is not None
+    assert (shortage.resource, shortage.message) == (
+        "ephemeral-storage",
         "Node didn't have enough resource: ephemeral-storage, requested: 524288000, "
         "used: 629145600, capacity: 1073741824")
-    assert ephemeral_storage_fit(pod(request="400Mi"), others, allocatable).admit
-    assert ephemeral_storage_fit(pod(), others, allocatable).admit
+    assert insufficient(pod(request="400Mi"), others, allocatable, GATES_ON) is None
+    assert insufficient(pod(), others, allocatable, GATES_ON) is None
 
 
 def test_ephemeral_storage_fit_uses_pod_level_request() -> None:
     allocatable = {"ephemeral-storage": "1Gi"}
     big = pod(request="100Mi", pod_request="2Gi")
-    decision = ephemeral_storage_fit(big, [], allocatable)
-    assert decision.message == ("Node didn't have enough resource: ephemeral-storage, "
+    shortage = insufficient(big, [], allocatable, GATES_ON)
+    assert shortage is not None
+    assert shortage.message == ("Node didn't have enough resource: ephemeral-storage, "
                                 "requested: 2147483648, used: 0, capacity: 1073741824")
-    off = ephemeral_storage_fit(big, [], allocatable,
-                                gates={"PodLevelResourcesEphemeralStorage": False})
-    assert off.admit  # the gate off: the 100Mi container request
-
-
-def test_admit_checks_pressure_before_fit() -> None:
-    too_big = pod(request="2Gi")
-    decision = admit(too_big, [], {"ephemeral-storage": "1Gi"}, ["DiskPressure"])
-    assert decision.reason == "Evicted"
-    assert admit(too_big, [], {"ephemeral-storage": "1Gi"}, []).reason == (
-        "OutOfephemeral-storage")
-    assert admit(pod(request="1Mi"), [], {"ephemeral-storage": "1Gi"}, []).admit
+    off = insufficient(big, [], allocatable, {**GATES_ON, "PodLevelResourcesEphemeralStorage":
+                                              False})
+    assert off is None  # the gate off: the 100Mi container request

@@ -5,12 +5,7 @@ disk-pressure ranking and message (`ranking.py`), admission (`admission.py`), th
 for the transition period, node-level reclaim, killing pods, events, metrics) belongs to the
 agent: see `decide` for one pass."""
 
-from ephemera.kubelet.eviction.admission import (
-    AdmitDecision,
-    admit,
-    admit_under_pressure,
-    ephemeral_storage_fit,
-)
+from ephemera.kubelet.eviction.admission import AdmitDecision, admit_under_pressure
 from ephemera.kubelet.eviction.api import REASON, Eviction, is_critical_pod
 from ephemera.kubelet.eviction.decision import PassDecision, PressureConditions, decide
 from ephemera.kubelet.eviction.localstorage import local_storage_eviction
@@ -34,10 +29,8 @@ __all__ = [
     "PressureConditions",
     "Threshold",
     "ThresholdError",
-    "admit",
     "admit_under_pressure",
     "decide",
-    "ephemeral_storage_fit",
     "is_critical_pod",
     "local_storage_eviction",
     "node_conditions",
