@@ -749,9 +749,51 @@ class OciRuntime(RuntimeService):
         finally:
             os.close(pidfd)
 
+    def _init_pidfd(self, container_id: str) -> int | None:
+        """A pidfd of the container's running init (its start time verified), else None."""
+        with contextlib.suppress(NotFoundError):
+            directory, _ = self._container_meta(container_id)
+            started = read_kv(directory / "started")
+            if not started or (directory / "exit").exists():
+                return None
+            pid = int(started["pid"])
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                return None
+            if _proc_start_time(pid) == started["start_time"]:
+                return pidfd
+            os.close(pidfd)
+        return None
+
+    async def _init_exited(self, container_id: str, timeout: float) -> None:
+        """Until the container's init has exited (its pidfd becomes readable: no polling),
+        at most `timeout` seconds."""
+        pidfd = await self._blocking(self._init_pidfd, container_id)
+        if pidfd is None:
+            return
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(pidfd, readable)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await gone
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+
     async def _wait_exited(self, container_id: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        delay = 0.002
+        # Woken by the init's exit; then only the shim's `exit` record is polled for (it
+        # follows within milliseconds, once the container's streams are drained).
+        await self._init_exited(container_id, timeout)
+        delay = 0.001
         while True:
             status = await self._blocking(self._status, container_id)
             if status.state != ContainerState.RUNNING:
