@@ -131,6 +131,14 @@ def test_node_reads_secrets_of_its_pods_following_dynamic_volumes(
             403, f'pods "on-a" is forbidden: node "{NODE_B}" can only update pod status for '
             "pods with spec.nodeName set to itself")
 
+        # Nor may B have a token bound to A's pod (NodeRestriction on serviceaccounts/token).
+        uid = k("get", "pod", "on-a", "-o", "jsonpath={.metadata.uid}").stdout.strip()
+        denied = node_b("create", "token", "default", "--bound-object-kind=Pod",
+                        "--bound-object-name=on-a", f"--bound-object-uid={uid}", check=False)
+        assert denied.stderr.strip() == (
+            'error: failed to create token: serviceaccounts "default" is forbidden: node '
+            "requested token bound to a pod scheduled on a different node")
+
         # A dynamic Secret volume on B's pod: B may read the Secret at once.
         k("patch", "pod", "on-b", "--subresource=dynamic", "--type=json", "-p", json.dumps([
             {"op": "add", "path": "/spec/volumes",

@@ -14,6 +14,7 @@ given, must match (409); then the signed token in `status.token` with
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from typing import Any
 
@@ -24,7 +25,7 @@ from ephemera.api.errors import StatusError
 from ephemera.apiserver.body import decode_object, read_body
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import core_resource
-from ephemera.apiserver.rest import check_kind, dry_run, respond
+from ephemera.apiserver.rest import check_kind, dry_run, request_user, respond
 from ephemera.apiserver.serviceaccounttoken import TokenIssuer, bound_claims
 
 API_VERSION = "authentication.k8s.io/v1"
@@ -72,7 +73,7 @@ async def create_token(request: web.Request, registry: Registry, issuer: TokenIs
     body = await read_body(request, max_body_bytes)
     token_request, duplicates = decode_object(body, KIND)
     check_kind(token_request, API_VERSION, KIND)
-    dry_run(request.query.getall("dryRun", []), "CreateOptions")
+    is_dry_run = dry_run(request.query.getall("dryRun", []), "CreateOptions")
     warnings = fieldvalidation.check(token_request, DEFINITION,
                                      request.query.get("fieldValidation"), KIND, "v1",
                                      duplicates, "CreateOptions")
@@ -98,6 +99,10 @@ async def create_token(request: web.Request, registry: Registry, issuer: TokenIs
     errs = validate_token_request(token_request)
     if errs:
         raise errors.invalid(KIND, "", errs, group=GROUP)
+    # Admission (NodeRestriction: a node may only ask for tokens bound to its own pods).
+    await registry.admit(registry.admission_request(
+        "CREATE", SERVICE_ACCOUNTS, namespace, name, copy.deepcopy(token_request),
+        subresource="token", user=request_user(request), dry_run=is_dry_run))
 
     pod = secret = node = None
     ref = spec.get("boundObjectRef")
