@@ -29,6 +29,14 @@ ROOTS = [
     for k in ("Namespace", "Pod", "ConfigMap", "Secret", "ServiceAccount", "Node", "Event",
               "ResourceQuota", "LimitRange", "Binding")
 ] + ["io.k8s.api.coordination.v1.Lease"]
+ROOTS += ["io.k8s.api.rbac.v1." + k
+          for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+ROOTS += ["io.k8s.api.authorization.v1." + k
+          for k in ("SelfSubjectAccessReview", "SubjectAccessReview",
+                    "LocalSubjectAccessReview", "SelfSubjectRulesReview")]
+ROOTS += ["io.k8s.api.authentication.v1." + k
+          for k in ("TokenRequest", "TokenReview", "SelfSubjectReview")]
+ROOTS += ["io.k8s.api.certificates.v1.CertificateSigningRequest"]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
 
 # --- KEP-6395 API additions (the KEP's "API Changes" section) ------------------------------
@@ -406,6 +414,53 @@ DESCRIPTIONS: dict[str, str] = {
     "LeaseSpec.acquireTime": "When the holder took it.",
     "LeaseSpec.renewTime": "When the holder last renewed it.",
     "LeaseSpec.leaseTransitions": "How many times it has changed hands.",
+    # authentication and certificates
+    "TokenRequest": "Asks for a signed token of a service account; posted to its token "
+                    "subresource, never stored.",
+    "TokenRequestSpec.audiences": "Who the token is for; the apiserver's audiences if empty.",
+    "TokenRequestSpec.expirationSeconds": "How long the token lasts; 3600 if unset, at "
+                                          "least 600.",
+    "TokenRequestSpec.boundObjectRef": "A Pod, Secret or Node the token lives and dies with.",
+    "TokenRequestStatus.token": "The signed token (a JWT).",
+    "TokenRequestStatus.expirationTimestamp": "When the token expires.",
+    "TokenReview": "Asks whether a bearer token is valid and whose it is; never stored.",
+    "TokenReviewStatus.authenticated": "Whether the token is valid.",
+    "TokenReviewStatus.user": "The user the token authenticates as.",
+    "SelfSubjectReview": "Asks who the caller is authenticated as (kubectl auth whoami).",
+    "SelfSubjectReviewStatus.userInfo": "The caller's user name, uid, groups and extras.",
+    "CertificateSigningRequest": "A request for a certificate signed by a named signer, "
+                                 "approved or denied, then issued.",
+    "CertificateSigningRequestList": "A list of certificate signing requests.",
+    "CertificateSigningRequestSpec.request": "The PEM-encoded PKCS#10 request.",
+    "CertificateSigningRequestSpec.signerName": (
+        "Who signs it, e.g. kubernetes.io/kube-apiserver-client-kubelet."),
+    "CertificateSigningRequestSpec.username": "Who asked; set by the server.",
+    "CertificateSigningRequestStatus.certificate": "The issued certificate, PEM-encoded.",
+    "CertificateSigningRequestStatus.conditions": "Approved, Denied or Failed.",
+    # RBAC and access reviews
+    "Role": "Rules of access to the resources of one namespace, for bindings to grant.",
+    "RoleList": "A list of roles.",
+    "ClusterRole": "Rules of access cluster-wide (or, bound by a RoleBinding, in one "
+                   "namespace); with an aggregationRule, the union of the roles it selects.",
+    "ClusterRoleList": "A list of cluster roles.",
+    "RoleBinding": "Grants a Role or ClusterRole to users, groups or service accounts within "
+                   "one namespace.",
+    "RoleBindingList": "A list of role bindings.",
+    "ClusterRoleBinding": "Grants a ClusterRole to users, groups or service accounts in every "
+                          "namespace.",
+    "ClusterRoleBindingList": "A list of cluster role bindings.",
+    "PolicyRule": "Verbs allowed on resources of API groups (optionally by name), or on "
+                  "non-resource URLs.",
+    "Subject": "Who a binding grants to: a User, Group or ServiceAccount.",
+    "RoleRef": "The role a binding grants; it cannot change once the binding exists.",
+    "AggregationRule": "Selectors of the cluster roles whose rules this role takes.",
+    "SelfSubjectAccessReview": "Asks whether the requesting user may do one thing; the answer "
+                               "is in status.",
+    "SubjectAccessReview": "Asks whether a given user may do one thing; the answer is in "
+                           "status.",
+    "LocalSubjectAccessReview": "A SubjectAccessReview within one namespace.",
+    "SelfSubjectRulesReview": "Lists what the requesting user may do in a namespace; the rules "
+                              "are in status.",
 }
 # Fields every kind root has.
 _COMMON_ROOT_FIELDS = {"apiVersion": _API_VERSION, "kind": _KIND, "metadata": _METADATA}

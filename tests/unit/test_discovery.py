@@ -41,8 +41,11 @@ def test_api_versions() -> None:
 def test_group_list_has_coordination_but_not_core() -> None:
     body = api_group_list()
     assert body["kind"] == "APIGroupList" and body["apiVersion"] == "v1"
-    assert [g["name"] for g in body["groups"]] == ["coordination.k8s.io"]
-    group = body["groups"][0]
+    names = [g["name"] for g in body["groups"]]
+    assert {"coordination.k8s.io", "authorization.k8s.io", "rbac.authorization.k8s.io"
+            } <= set(names)
+    assert "" not in names
+    group = body["groups"][names.index("coordination.k8s.io")]
     assert group["preferredVersion"] == {"groupVersion": "coordination.k8s.io/v1",
                                          "version": "v1"}
     assert api_group("coordination.k8s.io") is not None
@@ -121,9 +124,16 @@ def test_aggregated_discovery_core() -> None:
 
 def test_aggregated_discovery_groups() -> None:
     body = aggregated_discovery(core=False)
-    [item] = body["items"]
-    assert item["metadata"]["name"] == "coordination.k8s.io"
+    items = {i["metadata"]["name"]: i for i in body["items"]}
+    item = items["coordination.k8s.io"]
     assert [r["resource"] for r in item["versions"][0]["resources"]] == ["leases"]
+    rbac = items["rbac.authorization.k8s.io"]["versions"][0]["resources"]
+    assert [r["resource"] for r in rbac] == ["clusterrolebindings", "clusterroles",
+                                             "rolebindings", "roles"]
+    reviews = items["authorization.k8s.io"]["versions"][0]["resources"]
+    assert {r["resource"]: r["verbs"] for r in reviews} == {
+        "localsubjectaccessreviews": ["create"], "selfsubjectaccessreviews": ["create"],
+        "selfsubjectrulesreviews": ["create"], "subjectaccessreviews": ["create"]}
 
 
 def test_aggregated_content_type_is_exact() -> None:

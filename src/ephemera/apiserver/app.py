@@ -3,7 +3,9 @@
 It owns the routing of every URL (discovery, OpenAPI, health, and the REST paths
 `/api/v1/[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]` and
 `/apis/{group}/{version}/...`, with the legacy `/watch/` prefix and trailing slashes
-tolerated), authentication (`ApiserverConfig.authenticator`), and the error middleware that
+tolerated), authentication (`ApiserverConfig.authenticator`), authorization
+(`ApiserverConfig.authorization_modes`, `ephemera.apiserver.authz.modes`; the access reviews
+of `ephemera.apiserver.authz.reviews`), and the error middleware that
 answers every failure as a `kind: Status` (a `StatusError` as is, anything unexpected as a 500
 with a log line naming the request). The content comes from `rest`, `watch`, `discovery`,
 `openapi` and `tables`.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,8 +26,16 @@ from aiohttp import web
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
-from ephemera.apiserver import discovery, nodeproxy, openapi
+from ephemera.apiserver import authnreviews, discovery, nodeproxy, openapi, tokenrequest
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
+from ephemera.apiserver.authz import Attributes, Decision, forbidden_message
+from ephemera.apiserver.authz.modes import (
+    DEFAULT_WITH_AUTHENTICATION,
+    DEFAULT_WITHOUT_AUTHENTICATION,
+    Authorization,
+)
+from ephemera.apiserver.authz.requestinfo import request_attributes
+from ephemera.apiserver.authz.reviews import Reviews, is_review, requester
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
 from ephemera.apiserver.namespaces import NamespaceLifecycle
 from ephemera.apiserver.registry import Registry
@@ -37,6 +48,7 @@ from ephemera.apiserver.rest import (
     query_bool,
     respond,
 )
+from ephemera.apiserver.serviceaccounttoken import DEFAULT_ISSUER, TokenIssuer
 from ephemera.apiserver.watch import WatchSettings, serve_watch
 from ephemera.store import Store, StoreError
 
@@ -44,6 +56,9 @@ log = logging.getLogger("ephemera.apiserver")
 
 # Paths anyone may read, as upstream's system:public-info-viewer allows.
 PUBLIC_PATHS = frozenset({"version", "healthz", "livez", "readyz"})
+# Subresources whose websocket GET also needs `create` (upstream's
+# AuthorizePodWebsocketUpgradeCreatePermission).
+WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 
 
 class Authenticator(Protocol):
@@ -81,9 +96,20 @@ class ApiserverConfig:
     # certificate; None: the system's trust store. `kubelet_scheme` "http" for tests.
     kubelet_client_ssl: Any = None
     kubelet_scheme: str = "https"
+    # Authorization modes in order (upstream's `--authorization-mode`: `Node`, `RBAC`,
+    # `AlwaysAllow`, `AlwaysDeny`); None: Node,RBAC with an authenticator, AlwaysAllow
+    # without one.
+    authorization_modes: Sequence[str] | None = None
+    # Signs service account tokens (`serviceaccounts/NAME/token`); None: that endpoint 404s.
+    token_issuer: TokenIssuer | None = None
+    # `--api-audiences`: the audiences of tokens for this apiserver (TokenRequest default).
+    api_audiences: Sequence[str] = (DEFAULT_ISSUER,)
+    # The ServiceAccount admission plugin mounts `kube-api-access-*` into pods.
+    mount_service_account_token: bool = False
 
 
 REGISTRY = web.AppKey("registry", Registry)
+AUTHORIZATION = web.AppKey("authorization", Authorization)
 LIFECYCLE = web.AppKey("lifecycle", NamespaceLifecycle)
 CONFIG = web.AppKey("config", ApiserverConfig)
 STOP = web.AppKey("stop", asyncio.Event)
@@ -96,15 +122,26 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     closes). On startup it creates the default namespaces and resumes the deletion of
     Terminating ones; on shutdown it ends the watch streams."""
     config = config or ApiserverConfig()
-    admission = build_chain(config.admission_plugins,
-                            AdmissionSettings(gates=config.feature_gates))
+    admission = build_chain(config.admission_plugins, AdmissionSettings(
+        gates=config.feature_gates,
+        mount_service_account_token=config.mount_service_account_token))
     registry = Registry(store, gates=config.feature_gates, admission=admission)
     lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
     registry.add_create_hook(lifecycle.object_created)
-    router = Router(registry, lifecycle, config)
-    app = web.Application(middlewares=[status_middleware, router.authentication],
+    modes = config.authorization_modes
+    if modes is None:
+        modes = (DEFAULT_WITH_AUTHENTICATION if config.authenticator is not None
+                 else DEFAULT_WITHOUT_AUTHENTICATION)
+    authorization = Authorization(registry, modes)
+    escalation_check = authorization.escalation_check()
+    if escalation_check is not None:
+        admission.plugins.append(escalation_check)
+    router = Router(registry, lifecycle, config, authorization)
+    app = web.Application(middlewares=[status_middleware, router.authentication,
+                                       router.authorization],
                           client_max_size=config.max_body_bytes)
     app[REGISTRY] = registry
+    app[AUTHORIZATION] = authorization
     app[LIFECYCLE] = lifecycle
     app[CONFIG] = config
     app[STOP] = asyncio.Event()
@@ -116,6 +153,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         if config.create_default_namespaces:
             await lifecycle.ensure_defaults()
         await lifecycle.resume()
+        await authorization.start()
         if config.compaction_interval:
             background.append(asyncio.get_running_loop().create_task(
                 compact_periodically(store, config.compaction_interval), name="compactor"))
@@ -125,6 +163,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
 
     async def cleanup(app: web.Application) -> None:
         await router.kubelets.close()
+        await authorization.stop()
         for task in background:
             task.cancel()
         for task in background:
@@ -187,9 +226,11 @@ def not_found_path() -> StatusError:
 
 class Router:
     def __init__(self, registry: Registry, lifecycle: NamespaceLifecycle,
-                 config: ApiserverConfig) -> None:
+                 config: ApiserverConfig, authz: Authorization) -> None:
         self.registry = registry
         self.config = config
+        self.authz = authz
+        self.reviews = Reviews(authz.authorizer, authz.rules_sources, config.max_body_bytes)
         self.rest = RestHandlers(registry, lifecycle, max_body_bytes=config.max_body_bytes)
         self.watch_settings = WatchSettings(bookmark_interval=config.watch_bookmark_interval,
                                             min_timeout=config.min_request_timeout)
@@ -208,6 +249,33 @@ class Router:
                 request[USER] = user
         response: web.StreamResponse = await handler(request)
         return response
+
+    @web.middleware
+    async def authorization(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Upstream's authorization filter: the request's attributes (from its path alone)
+        to the configured authorizers; anything not allowed is a 403 with upstream's text.
+        A request without a user (no authentication, or a public path) is
+        `system:anonymous`."""
+        if not self.authz.only_allows:
+            user = requester(request.get(USER))
+            attributes = request_attributes(user, request.method, request.path, request.query)
+            await self._authorize(attributes)
+            if attributes.subresource in WEBSOCKET_SUBRESOURCES and attributes.verb == "get":
+                # upstream's AuthorizePodWebsocketUpgradeCreatePermission
+                await self._authorize(dataclasses.replace(attributes, verb="create"))
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def _authorize(self, attributes: Attributes) -> None:
+        decision, reason = await self.authz.authorize(attributes)
+        if decision is not Decision.ALLOW:
+            raise errors.forbidden(attributes.resource, attributes.name,
+                                   forbidden_message(attributes, reason), attributes.api_group)
+
+    def _token_authenticator(self) -> Any:
+        """The authenticator TokenReviews ask (one with `authenticate_bearer`), or None."""
+        authenticator = self.config.authenticator
+        return authenticator if hasattr(authenticator, "authenticate_bearer") else None
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         segments = [s for s in request.path.split("/") if s]
@@ -318,6 +386,8 @@ class Router:
     async def _resource(self, request: web.Request, group: str, version: str,
                         rest: list[str]) -> web.StreamResponse:
         target, watch_prefix = self._target(group, version, rest)
+        if is_review(target.resource):
+            return await self.reviews.handle(request, target, request.get(USER))
         method = request.method
         handlers = self.rest
         if target.subresource:
@@ -342,6 +412,12 @@ class Router:
                 if method == "GET":
                     return await nodeproxy.node_proxy(request, self.registry, target.name,
                                                       self.kubelets)
+            elif sub == "token":
+                if method == "POST":
+                    return await tokenrequest.create_token(
+                        request, self.registry, self.config.token_issuer,
+                        list(self.config.api_audiences), target.namespace, target.name,
+                        self.config.max_body_bytes)
             elif sub in ("exec", "attach"):
                 if method in ("GET", "POST"):
                     return await nodeproxy.pod_stream(request, self.registry, target.resource,
@@ -372,6 +448,10 @@ class Router:
                 return await handlers.delete(request, target)
             raise method_not_allowed()
         if method == "POST":
+            if target.resource.group == authnreviews.GROUP:
+                return await authnreviews.create_review(
+                    request, target.resource, self._token_authenticator(),
+                    self.config.api_audiences, self.config.max_body_bytes)
             return await handlers.create(request, target)
         if method == "DELETE":
             return await handlers.delete_collection(request, target)

@@ -1,27 +1,34 @@
-"""Authentication: who sent a request. Two methods, as upstream's kube-apiserver has them:
+"""Authentication: who sent a request. The methods of upstream's kube-apiserver, in its order:
 
 - the TLS client certificate (verified against the cluster CA by the TLS layer, see
   `ephemera.apiserver.server`): user = CN, groups = O;
 - a bearer token from a static token file (`--token-auth-file`): CSV lines
-  `token,user,uid,"group1,group2"`.
+  `token,user,uid,"group1,group2"`;
+- further bearer-token authenticators (`TokenAuthenticator`), asked in turn: bootstrap
+  tokens (`ephemera.apiserver.bootstraptoken`) and service account JWTs
+  (`ephemera.apiserver.serviceaccounttoken`), which read objects through an `ObjectReader`
+  (`StoreObjectReader`: straight from the store).
 
 Every authenticated user also gets the group `system:authenticated`, as upstream adds it.
 No credentials, or credentials that do not check out, give None; the app answers 401 with
-`unauthorized_status()`. Authorization comes in a later issue.
+`unauthorized_status()`. Authorization is `ephemera.apiserver.authz`'s.
 """
 
 from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
 from cryptography import x509
 
 from ephemera.apiserver.certs import has_client_auth_usage, user_from_certificate
+from ephemera.apiserver.resources import Resource
+from ephemera.store import Store
 
 AUTHENTICATED_GROUP = "system:authenticated"
 
@@ -50,6 +57,35 @@ class _Request(Protocol):
 
 class TokenFileError(ValueError):
     pass
+
+
+class ObjectReader(Protocol):
+    """Reads one stored object (a dict), or None when there is none."""
+
+    async def get(self, resource: Resource, namespace: str, name: str
+                  ) -> dict[str, Any] | None: ...
+
+
+class StoreObjectReader:
+    """An `ObjectReader` over the apiserver's store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def get(self, resource: Resource, namespace: str, name: str
+                  ) -> dict[str, Any] | None:
+        kv = await self.store.get(resource.key(namespace, name))
+        if kv is None:
+            return None
+        obj: dict[str, Any] = orjson.loads(kv.value)
+        return obj
+
+
+class TokenAuthenticator(Protocol):
+    """Who a bearer token belongs to, or None when it is not this authenticator's or does
+    not check out."""
+
+    async def authenticate_token(self, token: str) -> UserInfo | None: ...
 
 
 def _with_authenticated(groups: list[str]) -> tuple[str, ...]:
@@ -108,10 +144,13 @@ def peer_certificate(request: _Request) -> x509.Certificate | None:
 
 
 class Authenticator:
-    """Authenticates requests by client certificate, then by bearer token."""
+    """Authenticates requests by client certificate, then by bearer token: the static
+    tokens, then each of `token_authenticators` in turn."""
 
-    def __init__(self, tokens: Mapping[str, UserInfo] | None = None) -> None:
+    def __init__(self, tokens: Mapping[str, UserInfo] | None = None,
+                 token_authenticators: Sequence[TokenAuthenticator] = ()) -> None:
         self.tokens: dict[str, UserInfo] = dict(tokens or {})
+        self.token_authenticators = list(token_authenticators)
 
     @classmethod
     def from_token_file(cls, path: str | os.PathLike[str] | None) -> Authenticator:
@@ -137,7 +176,18 @@ class Authenticator:
                 return user
         token = bearer_token(request.headers)
         if token is not None:
-            return self.authenticate_token(token)
+            return await self.authenticate_bearer(token)
+        return None
+
+    async def authenticate_bearer(self, token: str) -> UserInfo | None:
+        """A bearer token: the static tokens first, then the other authenticators."""
+        user = self.authenticate_token(token)
+        if user is not None:
+            return user
+        for authenticator in self.token_authenticators:
+            user = await authenticator.authenticate_token(token)
+            if user is not None:
+                return user
         return None
 
 

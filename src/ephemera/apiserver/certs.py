@@ -32,6 +32,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 ADMIN_USER = "kubernetes-admin"
 ADMIN_GROUPS = ("system:masters",)
+# The control plane components' own identities, bound to their roles by the default RBAC
+# policy (`ephemera.apiserver.authz.bootstrappolicy`).
+SCHEDULER_USER = "system:kube-scheduler"
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 CLUSTER_NAME = "ephemera"
 
 CA_VALIDITY = dt.timedelta(days=3650)
@@ -391,3 +395,12 @@ def write_admin_kubeconfig(path: str | os.PathLike[str], server_url: str, pki: P
     """The admin kubeconfig (`kubernetes-admin`, O=`system:masters`) of a data dir."""
     return write_kubeconfig(path, server_url, pki.ca.cert_pem, pki.admin.cert_pem,
                             pki.admin.key_pem)
+
+
+def write_client_kubeconfig(path: str | os.PathLike[str], server_url: str, pki: Pki,
+                            user: str, groups: Sequence[str] = ()) -> Path:
+    """A kubeconfig for `user` in `groups` with a fresh client certificate from the cluster
+    CA: a component's identity (`SCHEDULER_USER`, `CONTROLLER_MANAGER_USER`) or a user's."""
+    client = issue_client_cert(pki.ca, user, groups)
+    return write_kubeconfig(path, server_url, pki.ca.cert_pem, client.cert_pem,
+                            client.key_pem, user=user)

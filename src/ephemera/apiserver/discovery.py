@@ -43,10 +43,11 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "binding": ("create",),
     "finalize": ("update",),
     "proxy": ("create", "delete", "get", "patch", "update"),
+    "token": ("create",),
 }
 _SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding", "exec": "PodExecOptions",
                                      "attach": "PodAttachOptions",
-                                     "proxy": "NodeProxyOptions"}
+                                     "proxy": "NodeProxyOptions", "token": "TokenRequest"}
 
 
 def version_info() -> dict[str, Any]:

@@ -241,8 +241,8 @@ class NamespaceLifecycle:
         """Delete everything in the namespace; return how many objects are still there."""
         remaining = 0
         for resource in RESOURCES:
-            if not resource.namespaced:
-                continue
+            if not resource.namespaced or "delete" not in resource.verbs:
+                continue  # cluster-scoped, or never stored (localsubjectaccessreviews)
             page = await self.registry.list(resource, namespace)
             for kv in page.kvs:
                 obj_name = kv.key.rsplit("/", 1)[-1]

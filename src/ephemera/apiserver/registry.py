@@ -312,6 +312,7 @@ class Registry:
         await self.admission.admit(req)
         obj = req.obj if req.obj is not None else obj
         strategy.before_create(obj)
+        strategy.record_user(obj, user)
         strategy.validate_create(obj)
         req.obj = obj
         await self.admission.validate(req)
@@ -446,6 +447,7 @@ class Registry:
             if req.obj is not None:
                 obj = req.obj
             strategy.before_create(obj)
+            strategy.record_user(obj, user)
         md = meta.ensure_metadata(obj)
         generated = not md.get("name") and bool(md.get("generateName"))
         codec = self.codec(resource)

@@ -56,6 +56,10 @@ class Resource:
 
 
 _core = "io.k8s.api.core.v1."
+_rbac_group, _rbac = "rbac.authorization.k8s.io", "io.k8s.api.rbac.v1."
+_authz_group, _authz = "authorization.k8s.io", "io.k8s.api.authorization.v1."
+_authn_group, _authn = "authentication.k8s.io", "io.k8s.api.authentication.v1."
+_certificates_group = "certificates.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
@@ -68,7 +72,7 @@ RESOURCES: tuple[Resource, ...] = (
              short_names=("cm",)),
     Resource("", "v1", "secrets", "Secret", True, _core + "Secret"),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, _core + "ServiceAccount",
-             short_names=("sa",)),
+             short_names=("sa",), subresources=("token",)),
     Resource("", "v1", "nodes", "Node", False, _core + "Node", short_names=("no",),
              subresources=("proxy", "status"), storage_prefix="minions"),
     Resource("", "v1", "events", "Event", True, _core + "Event", short_names=("ev",)),
@@ -78,10 +82,36 @@ RESOURCES: tuple[Resource, ...] = (
              short_names=("limits",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True,
              "io.k8s.api.coordination.v1.Lease", storage_prefix="leases"),
+    Resource(_rbac_group, "v1", "roles", "Role", True, _rbac + "Role"),
+    Resource(_rbac_group, "v1", "rolebindings", "RoleBinding", True, _rbac + "RoleBinding"),
+    Resource(_rbac_group, "v1", "clusterroles", "ClusterRole", False, _rbac + "ClusterRole"),
+    Resource(_rbac_group, "v1", "clusterrolebindings", "ClusterRoleBinding", False,
+             _rbac + "ClusterRoleBinding"),
+    # The access reviews are create-only and never stored (`ephemera.apiserver.authz.reviews`).
+    Resource(_authz_group, "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
+             _authz + "SelfSubjectAccessReview", verbs=("create",)),
+    Resource(_authz_group, "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False,
+             _authz + "SelfSubjectRulesReview", verbs=("create",)),
+    Resource(_authz_group, "v1", "subjectaccessreviews", "SubjectAccessReview", False,
+             _authz + "SubjectAccessReview", verbs=("create",)),
+    Resource(_authz_group, "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", True,
+             _authz + "LocalSubjectAccessReview", verbs=("create",)),
+    # Create-only and never stored either (`ephemera.apiserver.authnreviews`).
+    Resource(_authn_group, "v1", "tokenreviews", "TokenReview", False,
+             _authn + "TokenReview", verbs=("create",)),
+    Resource(_authn_group, "v1", "selfsubjectreviews", "SelfSubjectReview", False,
+             _authn + "SelfSubjectReview", verbs=("create",)),
+    Resource(_certificates_group, "v1", "certificatesigningrequests",
+             "CertificateSigningRequest", False,
+             "io.k8s.api.certificates.v1.CertificateSigningRequest", short_names=("csr",),
+             subresources=("approval", "status")),
 )
 
 # The group-versions served, in discovery order.
-GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io", "v1"))
+GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io", "v1"),
+                                               (_authz_group, "v1"), (_rbac_group, "v1"),
+                                               (_authn_group, "v1"),
+                                               (_certificates_group, "v1"))
 
 
 def by_group_version(group: str, version: str) -> list[Resource]:

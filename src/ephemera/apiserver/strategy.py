@@ -38,6 +38,8 @@ from ephemera.api import errors, meta
 from ephemera.api import validation as meta_validation
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
+from ephemera.apiserver import csr
+from ephemera.apiserver.authz import rbacapi
 from ephemera.apiserver.resources import Resource
 from ephemera.pods.defaults import default_pod, drop_disabled_pod_fields
 from ephemera.pods.dynamic import validate_dynamic_update
@@ -99,6 +101,10 @@ class Strategy:
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         """The kind's PrepareForCreate (nothing by default: a node, for one, registers with
         its status)."""
+
+    def record_user(self, obj: dict[str, Any], user: Any) -> None:
+        """The fields a create takes from the requesting user (upstream's PrepareForCreate
+        reads it from the request context; a CSR's requestor). Nothing by default."""
 
     def validate_create(self, obj: dict[str, Any]) -> None:
         """422 Invalid with every error of `create_errors`."""
@@ -434,10 +440,70 @@ class LimitRangeStrategy(Strategy):
         return errs
 
 
+class CertificateSigningRequestStrategy(Strategy):
+    """CSRs: requestor from the user, approval and status subresources (`apiserver.csr`)."""
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        csr.prepare_for_create(obj)
+
+    def record_user(self, obj: dict[str, Any], user: Any) -> None:
+        csr.record_requestor(obj, user)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return csr.validate(obj)
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        csr.prepare_for_update(new, old)
+
+    def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        csr.prepare_for_status_update(new, old)
+
+    def prepare_for_subresource_update(self, subresource: str, new: dict[str, Any],
+                                       old: dict[str, Any]) -> None:
+        csr.prepare_for_approval_update(new, old)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        return super().update_errors(new, old, subresource) + csr.validate_status(new)
+
+
 class CreateOnUpdateStrategy(Strategy):
     """Events and leases may be created by a PUT."""
 
     allow_create_on_update = True
+
+
+class RbacStrategy(Strategy):
+    """Roles, ClusterRoles and their bindings (`ephemera.apiserver.authz.rbacapi`): binding
+    defaults, path-segment names, the kind's rules, an immutable roleRef; a PUT may create
+    them, as upstream's RBAC strategies allow."""
+
+    allow_create_on_update = True
+    _validators = {"roles": rbacapi.validate_role,
+                   "clusterroles": rbacapi.validate_cluster_role,
+                   "rolebindings": rbacapi.validate_role_binding,
+                   "clusterrolebindings": rbacapi.validate_cluster_role_binding}
+
+    @property
+    def is_binding(self) -> bool:
+        return self.resource.plural.endswith("bindings")
+
+    def default(self, obj: dict[str, Any]) -> None:
+        if self.is_binding:
+            rbacapi.default_binding(obj)
+
+    def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+        return [*rbacapi.validate_metadata(obj, self.resource.namespaced), *self.validate(obj)]
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return self._validators[self.resource.plural](obj)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = super().update_errors(new, old, subresource)
+        if self.is_binding:
+            errs.extend(rbacapi.validate_binding_update(new, old))
+        return errs
 
 
 _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
@@ -448,6 +514,9 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "events"): CreateOnUpdateStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("coordination.k8s.io", "leases"): CreateOnUpdateStrategy,
+    ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
+    **{(rbacapi.RBAC_GROUP, plural): RbacStrategy
+       for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},
 }
 
 

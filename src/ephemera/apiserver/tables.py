@@ -472,7 +472,18 @@ LEASE_COLUMNS = [
     _col("Holder", "holderIdentity contains the identity of the holder of a current lease."),
     _age_col(),
 ]
-# Upstream's default table convertor, used for kinds without a printer (limitranges).
+ROLEBINDING_COLUMNS = [
+    _name_col(),
+    _col("Role", "RoleRef can reference a Role in the current namespace or a ClusterRole in "
+                 "the global namespace. If the RoleRef cannot be resolved, the Authorizer must "
+                 "return an error."),
+    _age_col(),
+    _col("Users", "Users in the roleBinding", priority=1),
+    _col("Groups", "Groups in the roleBinding", priority=1),
+    _col("ServiceAccounts", "ServiceAccounts in the roleBinding", priority=1),
+]
+# Upstream's default table convertor, used for kinds without a printer (limitranges; roles
+# and clusterroles, whose upstream printer has the same columns).
 DEFAULT_COLUMNS = [_name_col(), _col("Created At", _AGE_DOC, type_="date")]
 
 
@@ -486,6 +497,22 @@ def _quota_cells(quota: Obj, now: datetime) -> list[Any]:
         column.append(f"{name}: {used.get(name, '0')}/{hard[name]}")
     return [meta.get("name", ""), since(meta.get("creationTimestamp"), now),
             ", ".join(requests), ", ".join(limits)]
+
+
+def _binding_cells(binding: Obj, now: datetime) -> list[Any]:
+    """upstream's `printRoleBinding` / `printClusterRoleBinding` (wide)."""
+    ref = _d(binding, "roleRef")
+    users, groups, accounts = [], [], []
+    for subject in _l(binding, "subjects"):
+        kind, name = subject.get("kind"), subject.get("name", "")
+        if kind == "User":
+            users.append(name)
+        elif kind == "Group":
+            groups.append(name)
+        elif kind == "ServiceAccount":
+            accounts.append(f"{subject.get('namespace', '')}/{name}")
+    return [_d(binding, "metadata").get("name", ""), f"{ref.get('kind', '')}/{ref.get('name', '')}",
+            _age(binding, now), ", ".join(users), ", ".join(groups), ", ".join(accounts)]
 
 
 def _created_at(value: Any) -> str:
@@ -521,6 +548,8 @@ _PRINTERS = {
     ("", "resourcequotas"): (RESOURCEQUOTA_COLUMNS, _quota_cells),
     ("coordination.k8s.io", "leases"): (LEASE_COLUMNS, _simple(
         _name, lambda o, n: _d(o, "spec").get("holderIdentity") or "", _age)),
+    ("rbac.authorization.k8s.io", "rolebindings"): (ROLEBINDING_COLUMNS, _binding_cells),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): (ROLEBINDING_COLUMNS, _binding_cells),
 }
 _DEFAULT_PRINTER = (DEFAULT_COLUMNS, _simple(
     _name, lambda o, n: _created_at(_d(o, "metadata").get("creationTimestamp"))))

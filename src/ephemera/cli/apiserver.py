@@ -1,8 +1,10 @@
 """`ephemera apiserver`: the Kubernetes API over HTTPS, on a data dir (store, certificates).
 
 It generates the data dir's CA and certificates if missing, opens the store, serves the app
-on `--bind-address:--port` (port 0 picks a free one) with client certificates and, with
-`--token-auth-file`, static bearer tokens; it stops gracefully on SIGTERM or SIGINT.
+on `--bind-address:--port` (port 0 picks a free one) with client certificates, service
+account tokens (signed with `<data-dir>/pki/sa.key` unless `--service-account-signing-key-file`
+says otherwise), with `--token-auth-file` static bearer tokens and with
+`--enable-bootstrap-token-auth` bootstrap tokens; it stops gracefully on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -12,13 +14,22 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ephemera.api.featuregates import FeatureGates
-from ephemera.apiserver.authn import Authenticator, TokenFileError
+from ephemera.apiserver.authn import Authenticator, StoreObjectReader, TokenFileError
+from ephemera.apiserver.bootstraptoken import BootstrapTokenAuthenticator
 from ephemera.apiserver.certs import ensure_pki, write_admin_kubeconfig
 from ephemera.apiserver.server import client_ssl_context, serve, server_ssl_context
+from ephemera.apiserver.serviceaccounttoken import (
+    DEFAULT_ISSUER,
+    ServiceAccountTokenAuthenticator,
+    TokenIssuer,
+    ensure_signing_key,
+    load_public_keys,
+)
 from ephemera.cli import flags
 from ephemera.store import open_store
 
@@ -40,6 +51,25 @@ def add_parser(subparsers: Any) -> None:
     flags.add_feature_gates(parser)
     parser.add_argument("--token-auth-file", type=Path, default=None, metavar="FILE",
                         help="static bearer tokens: CSV lines token,user,uid,\"group1,group2\"")
+    parser.add_argument("--enable-bootstrap-token-auth", action="store_true",
+                        help="accept bootstrap tokens (Secrets bootstrap-token-ID in "
+                             "kube-system) as bearer tokens")
+    parser.add_argument("--service-account-issuer", default=DEFAULT_ISSUER, metavar="URL",
+                        help=f"the iss of service account tokens (default {DEFAULT_ISSUER})")
+    parser.add_argument("--service-account-signing-key-file", type=Path, default=None,
+                        metavar="FILE",
+                        help="the private key that signs service account tokens (default "
+                             "<data-dir>/pki/sa.key, created if missing)")
+    parser.add_argument("--service-account-key-file", type=Path, action="append",
+                        default=None, metavar="FILE",
+                        help="public keys that verify service account tokens (repeatable; "
+                             "default the signing key's)")
+    parser.add_argument("--api-audiences", type=lambda s: [a for a in s.split(",") if a],
+                        default=None, metavar="AUD,...",
+                        help="the audiences of this apiserver (default the issuer)")
+    parser.add_argument("--mount-service-account-token", action="store_true",
+                        help="mount a kube-api-access-* volume (token, ca.crt, namespace) "
+                             "into pods, as upstream always does")
     parser.add_argument("--write-kubeconfig", type=Path, default=None, metavar="PATH",
                         help="write an admin kubeconfig there once serving")
     parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
@@ -69,11 +99,34 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
-                kubelet_client_ssl: Any = None) -> Any:
+                kubelet_client_ssl: Any = None, token_issuer: TokenIssuer | None = None,
+                api_audiences: Sequence[str] = (DEFAULT_ISSUER,),
+                mount_service_account_token: bool = False) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
 
     return create_app(store, ApiserverConfig(authenticator=authenticator, feature_gates=gates,
-                                             kubelet_client_ssl=kubelet_client_ssl))
+                                             kubelet_client_ssl=kubelet_client_ssl,
+                                             token_issuer=token_issuer,
+                                             api_audiences=tuple(api_audiences),
+                                             mount_service_account_token=(
+                                                 mount_service_account_token)))
+
+
+def _token_authentication(args: argparse.Namespace, data_dir: Path, store: Any,
+                          authenticator: Authenticator) -> tuple[TokenIssuer, list[str]]:
+    """Add the bootstrap-token and service-account authenticators; the token issuer and
+    the API audiences."""
+    signing_key = args.service_account_signing_key_file or ensure_signing_key(data_dir)
+    issuer = TokenIssuer.from_file(signing_key, args.service_account_issuer)
+    public_keys = ([k for path in args.service_account_key_file for k in load_public_keys(path)]
+                   if args.service_account_key_file else [issuer.private_key.public_key()])
+    audiences = args.api_audiences or [args.service_account_issuer]
+    objects = StoreObjectReader(store)
+    if args.enable_bootstrap_token_auth:
+        authenticator.token_authenticators.append(BootstrapTokenAuthenticator(objects))
+    authenticator.token_authenticators.append(ServiceAccountTokenAuthenticator(
+        public_keys, objects, issuers=[args.service_account_issuer], audiences=audiences))
+    return issuer, audiences
 
 
 async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
@@ -82,8 +135,15 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
     pki = ensure_pki(data_dir, [args.bind_address])
     store = open_store(args.store, data_dir=data_dir, endpoints=args.etcd_endpoints)
     try:
+        try:
+            issuer, audiences = _token_authentication(args, data_dir, store, authenticator)
+        except (OSError, ValueError) as err:
+            print(f"ephemera apiserver: service account keys: {err}", file=sys.stderr,
+                  flush=True)
+            return 1
         # To kubelets: trust the cluster CA, present a cluster-admin client certificate.
-        app = _create_app(store, authenticator, args.feature_gates, client_ssl_context(pki))
+        app = _create_app(store, authenticator, args.feature_gates, client_ssl_context(pki),
+                          issuer, audiences, args.mount_service_account_token)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

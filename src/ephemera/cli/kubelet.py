@@ -13,6 +13,11 @@ must present a certificate signed by that CA. SIGTERM or SIGINT stops it; the co
 running and are adopted by the next kubelet on the same root dir, unless
 `--stop-pods-on-exit` (which `ephemera up` passes: stopping the cluster stops its pods; a
 kubelet that crashes still leaves them running, to be adopted).
+
+With `--bootstrap-kubeconfig` (a bootstrap token), a missing `--kubeconfig` (or one whose
+certificate expired) is first made by TLS bootstrapping (`ephemera.kubelet.bootstrap`): a
+CertificateSigningRequest for `system:node:NAME` in `system:nodes`, approved and signed by
+the controller-manager.
 """
 
 from __future__ import annotations
@@ -41,6 +46,17 @@ def add_parser(subparsers: Any) -> None:
         description="Register a node and run the pods bound to it until SIGINT or SIGTERM.")
     parser.add_argument("--kubeconfig", required=True, type=Path, metavar="FILE",
                         help="how to reach the apiserver (server, CA, credentials)")
+    parser.add_argument("--bootstrap-kubeconfig", type=Path, default=None, metavar="FILE",
+                        help="when --kubeconfig is missing or its certificate expired: get a "
+                             "client certificate with these (bootstrap token) credentials "
+                             "through a CertificateSigningRequest and write --kubeconfig")
+    add_node_arguments(parser)
+    parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of a node's kubelet other than its kubeconfigs (`ephemera join` has them
+    too)."""
     parser.add_argument("--node-name", default=None, metavar="NAME",
                         help="the node's name (default: the host name)")
     parser.add_argument("--root-dir", required=True, type=Path, metavar="DIR",
@@ -84,7 +100,16 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
                         help="hard eviction thresholds, e.g. 'nodefs.available<10%%,"
                              "nodefs.inodesFree<5%%' (default upstream's)")
-    parser.set_defaults(func=lambda args: run(parser, args))
+    parser.add_argument("--storage-accounting", choices=("auto", "walk", "loopimage"),
+                        default="auto",
+                        help="how pods' local ephemeral storage is measured: walk (a bounded "
+                             "du-style walk), loopimage (a loop-mounted ext4 image per pod, "
+                             "read in O(1) with statvfs; needs root, loop devices and "
+                             "mkfs.ext4) or auto (loopimage when it works here, else walk)")
+    parser.add_argument("--storage-limit-enforcement", action="store_true",
+                        help="with loop images, size a pod's image to its ephemeral-storage "
+                             "limit: a write past it fails with ENOSPC (beyond upstream; "
+                             "eviction still applies)")
 
 
 def positive_seconds(text: str) -> float:
@@ -131,7 +156,32 @@ def ensure_self_signed(root_dir: Path, node_name: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+def bootstrap(args: argparse.Namespace) -> int:
+    """TLS bootstrapping (`ephemera.kubelet.bootstrap`) when --kubeconfig needs it."""
+    from ephemera.kubelet.bootstrap import (
+        BootstrapError,
+        bootstrap_client_certificate,
+        needs_bootstrap,
+    )
+
+    if not needs_bootstrap(args.kubeconfig):
+        return 0
+    try:
+        config = load_kubeconfig(args.bootstrap_kubeconfig)
+        node_name = (args.node_name or socket.gethostname()).lower()
+        asyncio.run(bootstrap_client_certificate(config, node_name, args.kubeconfig,
+                                                 user_agent=USER_AGENT))
+    except (KubeconfigError, OSError, BootstrapError) as err:
+        log.error("kubelet: bootstrapping the client certificate failed: %s", err)
+        return 1
+    return 0
+
+
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.bootstrap_kubeconfig is not None:
+        code = bootstrap(args)
+        if code:
+            return code
     try:
         config = load_kubeconfig(args.kubeconfig)
     except (KubeconfigError, OSError) as err:
@@ -177,7 +227,9 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         tls_key_file=key, client_ca_file=args.client_ca_file, port_file=args.port_file,
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
         node_status_interval=args.node_status_update_frequency,
-        eviction_interval=args.eviction_interval, eviction_hard=args.eviction_hard)
+        eviction_interval=args.eviction_interval, eviction_hard=args.eviction_hard,
+        storage_accounting=args.storage_accounting,
+        storage_limit_enforcement=args.storage_limit_enforcement)
     runtime = make_runtime(args.runtime, root_dir, node_name)
     images = ImageStore(root_dir)
     async with ApiClient(client_config, user_agent=USER_AGENT) as api:

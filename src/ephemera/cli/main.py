@@ -19,6 +19,8 @@ COMMANDS = (
     "ephemera.cli.controllers",
     "ephemera.cli.images",
     "ephemera.cli.kubelet",
+    "ephemera.cli.join",
+    "ephemera.cli.tokens",
     "ephemera.cli.dynamic",
 )
 

@@ -1,6 +1,7 @@
 """`ephemera scheduler`: the scheduler as its own process, talking to the apiserver named in a
 kubeconfig (`--kubeconfig`, else `$KUBECONFIG` or `~/.kube/config`). It stops on SIGTERM or
-SIGINT; `ephemera up` runs it as a supervised child with the cluster's admin kubeconfig."""
+SIGINT; `ephemera up` runs it as a supervised child with a kubeconfig of its own
+(`system:kube-scheduler`)."""
 
 from __future__ import annotations
 

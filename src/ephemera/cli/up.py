@@ -9,6 +9,13 @@ dies is restarted and adopts them; `--no-kubelet` leaves it out), picks a
 free port unless `--port` is given (reusing the data dir's last port when it is free, and
 keeping it across child restarts), writes the ports to `<data-dir>/ports.json`, and writes
 `<data-dir>/kubeconfig` only once the API answers (removed and written fresh at every start).
+The scheduler and the controller-manager get kubeconfigs of their own
+(`scheduler.kubeconfig`, `controller-manager.kubeconfig`: `system:kube-scheduler`,
+`system:kube-controller-manager`, which the default RBAC policy binds to their roles).
+Once the API answers it also creates kubeadm's node bootstrap RBAC objects
+(`ephemera.cli.nodebootstrap`), so that `ephemera join` works against it; the apiserver
+accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt` and
+approves and signs kubelet client CSRs with the data dir's CA.
 SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
 restart on the same data dir carries on with every object.
 """
@@ -27,12 +34,16 @@ from typing import Any
 
 import aiohttp
 
+from ephemera.api.errors import StatusError
 from ephemera.apiserver.certs import (
+    CONTROLLER_MANAGER_USER,
+    SCHEDULER_USER,
     Pki,
     ensure_pki,
     issue_client_cert,
     issue_serving_cert,
     write_admin_kubeconfig,
+    write_client_kubeconfig,
     write_kubeconfig,
 )
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
@@ -40,9 +51,13 @@ from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.demo import run_demo
 from ephemera.cli.kubelet import positive_seconds
+from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
+from ephemera.client import ApiClient, ApiUnavailable, KubeconfigError, load_kubeconfig
 
 KUBECONFIG = "kubeconfig"
+SCHEDULER_KUBECONFIG = "scheduler.kubeconfig"
+CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.kubeconfig"
 KUBELET_DIR = "kubelet"  # the kubelet's root dir (pods, volumes, logs, images, runtime)
 LOG_DIR = "logs"
 RUN_DIR = "run"
@@ -64,6 +79,8 @@ def add_parser(subparsers: Any) -> None:
     flags.add_feature_gates(parser)
     parser.add_argument("--token-auth-file", type=Path, default=None, metavar="FILE",
                         help="passed to the apiserver")
+    parser.add_argument("--mount-service-account-token", action="store_true",
+                        help="passed to the apiserver: pods get a kube-api-access-* volume")
     parser.add_argument("--startup-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="give up when the API does not answer in this time (default 60)")
     parser.add_argument("--demo", action="store_true",
@@ -78,6 +95,13 @@ def add_parser(subparsers: Any) -> None:
                         help="the kubelet's eviction manager interval (default 10)")
     parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
                         help="the kubelet's hard eviction thresholds (default upstream's)")
+    parser.add_argument("--storage-accounting", choices=("auto", "walk", "loopimage"),
+                        default=None,
+                        help="the kubelet's local storage accounting (default auto: a loop "
+                             "image per pod when that works here, else a directory walk)")
+    parser.add_argument("--storage-limit-enforcement", action="store_true",
+                        help="the kubelet sizes loop images to pods' ephemeral-storage limits "
+                             "(writes past them fail with ENOSPC)")
     parser.add_argument("--no-kubelet", action="store_true",
                         help="run no kubelet: a control plane without a node")
     parser.set_defaults(func=lambda args: run(parser, args))
@@ -128,15 +152,23 @@ class Cluster:
             argv += ["--etcd-endpoints", ",".join(a.etcd_endpoints)]
         if a.token_auth_file is not None:
             argv += ["--token-auth-file", str(a.token_auth_file.resolve())]
+        argv += ["--enable-bootstrap-token-auth"]
+        if a.mount_service_account_token:
+            argv += ["--mount-service-account-token"]
         return argv + self._common_flags()
 
     def scheduler_argv(self) -> list[str]:
         return [sys.executable, "-m", "ephemera.cli", "scheduler",
-                "--kubeconfig", str(self.kubeconfig), *self._common_flags()]
+                "--kubeconfig", str(self.data_dir / SCHEDULER_KUBECONFIG),
+                *self._common_flags()]
 
     def controller_manager_argv(self) -> list[str]:
+        pki = self.data_dir / "pki"
         return [sys.executable, "-m", "ephemera.cli", "controller-manager",
-                "--kubeconfig", str(self.kubeconfig), *self._common_flags()]
+                "--kubeconfig", str(self.data_dir / CONTROLLER_MANAGER_KUBECONFIG),
+                "--root-ca-file", str(pki / "ca.crt"),
+                "--cluster-signing-cert-file", str(pki / "ca.crt"),
+                "--cluster-signing-key-file", str(pki / "ca.key"), *self._common_flags()]
 
     @property
     def node_name(self) -> str:
@@ -163,6 +195,10 @@ class Cluster:
             extra += ["--eviction-interval", str(self.args.eviction_interval)]
         if self.args.eviction_hard is not None:
             extra += ["--eviction-hard", self.args.eviction_hard]
+        if self.args.storage_accounting is not None:
+            extra += ["--storage-accounting", self.args.storage_accounting]
+        if self.args.storage_limit_enforcement:
+            extra += ["--storage-limit-enforcement"]
         return extra
 
     def prepare_kubelet(self, url: str, pki: Pki) -> None:
@@ -213,6 +249,12 @@ class Cluster:
             if url is None:
                 return 0 if self.stop.is_set() else 1
             write_admin_kubeconfig(self.kubeconfig, url, pki)
+            # The scheduler and the controller-manager act as themselves (their RBAC roles).
+            write_client_kubeconfig(self.data_dir / SCHEDULER_KUBECONFIG, url, pki,
+                                    SCHEDULER_USER)
+            write_client_kubeconfig(self.data_dir / CONTROLLER_MANAGER_KUBECONFIG, url, pki,
+                                    CONTROLLER_MANAGER_USER)
+            await self._node_bootstrap_rbac()
             await self.supervisor.start(Component("scheduler", self.scheduler_argv))
             await self.supervisor.start(Component("controller-manager",
                                                   self.controller_manager_argv))
@@ -233,6 +275,16 @@ class Cluster:
         finally:
             await self.supervisor.stop()
             say("ephemera: stopped")
+
+    async def _node_bootstrap_rbac(self) -> None:
+        """What `ephemera join` needs (`ephemera.cli.nodebootstrap`); a failure is reported,
+        not fatal."""
+        try:
+            async with ApiClient(load_kubeconfig(self.kubeconfig),
+                                 user_agent="ephemera-up") as api:
+                await ensure_node_bootstrap_rbac(api)
+        except (StatusError, ApiUnavailable, KubeconfigError, OSError) as err:
+            say(f"ephemera: creating the node bootstrap RBAC objects failed: {err}")
 
     async def _until_stopped(self, work: Any) -> None:
         task = asyncio.ensure_future(work)

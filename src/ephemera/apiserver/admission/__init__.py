@@ -54,7 +54,7 @@ plugin's changes are validated like the client's own.
 
 The configured plugins (`ApiserverConfig.admission_plugins`) run in the order given; the
 default is `default_plugins()`: every known plugin that is installed, in upstream's order
-(`PLUGIN_ORDER`: NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
+(`PLUGIN_ORDER`: NamespaceLifecycle, LimitRanger, ServiceAccount, NodeRestriction, Priority,
 DefaultTolerationSeconds, NodeDeclaredFeatureValidator, ResourceQuota). A plugin named there
 is the class `_PLUGIN_CLASSES[name]` of its module; LimitRanger and ResourceQuota are found
 when their modules exist (`ephemera.apiserver.admission.limitranger:LimitRanger`,
@@ -99,6 +99,7 @@ PLUGIN_ORDER: tuple[str, ...] = (
     "NamespaceLifecycle",
     "LimitRanger",
     "ServiceAccount",
+    "NodeRestriction",
     "Priority",
     "DefaultTolerationSeconds",
     "NodeDeclaredFeatureValidator",
@@ -110,6 +111,7 @@ _PLUGIN_CLASSES: dict[str, tuple[str, str]] = {
                            "NamespaceLifecycle"),
     "LimitRanger": ("ephemera.apiserver.admission.limitranger", "LimitRanger"),
     "ServiceAccount": ("ephemera.apiserver.admission.serviceaccount", "ServiceAccount"),
+    "NodeRestriction": ("ephemera.apiserver.admission.noderestriction", "NodeRestriction"),
     "Priority": ("ephemera.apiserver.admission.priority", "Priority"),
     "DefaultTolerationSeconds": ("ephemera.apiserver.admission.defaulttolerationseconds",
                                  "DefaultTolerationSeconds"),
@@ -124,6 +126,9 @@ class AdmissionSettings:
     """What a plugin is built with."""
 
     gates: FeatureGates = field(default_factory=FeatureGates)
+    # ServiceAccount: mount the `kube-api-access-*` token volume into pods (upstream always
+    # does; ephemera only when the apiserver is asked to, see the plugin).
+    mount_service_account_token: bool = False
 
 
 @dataclass

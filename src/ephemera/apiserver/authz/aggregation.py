@@ -1,0 +1,146 @@
+"""ClusterRole aggregation (upstream's `clusterrole-aggregation` controller), run inside the
+apiserver: whenever ClusterRoles change, each ClusterRole with an `aggregationRule` gets as
+its `rules` the rules of the ClusterRoles its selectors match (in name order, without
+duplicates, never its own), written through the registry when they differ from the stored
+ones. Several apiservers compute the same rules, so their writes agree.
+
+Upstream runs this in kube-controller-manager; ephemera runs it where the RBAC cache already
+is, so `admin`, `edit` and `view` have their rules as soon as the apiserver serves. Chains
+(`view` into `edit` into `admin`) are resolved in one pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ephemera.api.errors import StatusError
+from ephemera.api.selectors import DOES_NOT_EXIST, EXISTS, IN, NOT_IN, Requirement
+from ephemera.apiserver.authz.rbac import CLUSTER_ROLES, PolicyCache
+from ephemera.apiserver.registry import Registry
+from ephemera.apiserver.resources import Resource
+
+log = logging.getLogger("ephemera.apiserver.rbac")
+
+_OPERATORS = {"In": IN, "NotIn": NOT_IN, "Exists": EXISTS, "DoesNotExist": DOES_NOT_EXIST}
+
+
+def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
+    """A `metav1.LabelSelector` (matchLabels and matchExpressions) against labels; an empty
+    selector matches everything, a malformed one nothing (upstream skips it)."""
+    if not isinstance(selector, Mapping):
+        return False
+    requirements: list[Requirement] = []
+    for key, value in (selector.get("matchLabels") or {}).items():
+        requirements.append(Requirement(str(key), IN, (str(value),)))
+    for expression in selector.get("matchExpressions") or []:
+        if not isinstance(expression, Mapping):
+            return False
+        operator = _OPERATORS.get(str(expression.get("operator")))
+        if operator is None:
+            return False
+        values = tuple(str(v) for v in expression.get("values") or [])
+        requirements.append(Requirement(str(expression.get("key") or ""), operator, values))
+    return all(r.matches(labels) for r in requirements)
+
+
+def _labels(role: Mapping[str, Any]) -> dict[str, str]:
+    labels = (role.get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def _name(role: Mapping[str, Any]) -> str:
+    return str((role.get("metadata") or {}).get("name") or "")
+
+
+def aggregated_rules(roles: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The rules each aggregated role should have, by name, with chains resolved: the roles'
+    rules are recomputed until nothing changes."""
+    by_name = {_name(r): copy.deepcopy(r) for r in roles}
+    aggregated = {n: r for n, r in by_name.items() if isinstance(r.get("aggregationRule"), dict)}
+    for _ in range(len(aggregated) + 1):
+        changed = False
+        for name, role in aggregated.items():
+            selectors = role["aggregationRule"].get("clusterRoleSelectors") or []
+            matched = sorted(n for n, other in by_name.items() if n != name
+                             and any(selector_matches(s, _labels(other)) for s in selectors))
+            rules: list[Any] = []
+            for other in matched:
+                for rule in by_name[other].get("rules") or []:
+                    if rule not in rules:
+                        rules.append(rule)
+            if rules != (role.get("rules") or []):
+                role["rules"] = rules
+                changed = True
+        if not changed:
+            break
+    return {name: role.get("rules") or [] for name, role in aggregated.items()}
+
+
+class Aggregator:
+    """Keeps the aggregated ClusterRoles' rules written (see the module docstring)."""
+
+    def __init__(self, registry: Registry, cache: PolicyCache) -> None:
+        self.registry = registry
+        self.cache = cache
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        cache.listeners.append(self._changed)
+
+    def _changed(self, resource: Resource) -> None:
+        if resource is CLUSTER_ROLES:
+            self._wake.set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._wake.set()
+            self._task = asyncio.get_running_loop().create_task(self._run(),
+                                                                name="rbac-aggregation")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.sync()
+            except Exception:
+                log.exception("clusterrole aggregation failed; retrying")
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    async def sync(self) -> int:
+        """Write every aggregated role whose stored rules differ; how many were written."""
+        written = 0
+        for name, rules in aggregated_rules(self.cache.cluster_roles()).items():
+            current = self.cache.cluster_role(name)
+            if current is None or (current.get("rules") or []) == rules:
+                continue
+            await self._write(name, rules)
+            written += 1
+        return written
+
+    async def _write(self, name: str, rules: list[Any]) -> None:
+        async def update(current: dict[str, Any] | None) -> dict[str, Any]:
+            if current is None:
+                raise StatusError(404, "NotFound", f"clusterrole {name} is gone")
+            old = copy.deepcopy(current)
+            current["rules"] = copy.deepcopy(rules)
+            return await self.registry.prepare_update(CLUSTER_ROLES, current, old)
+
+        try:
+            await self.registry.update(CLUSTER_ROLES, "", name, update)
+            log.info("aggregated the rules of clusterrole %s", name)
+        except StatusError as err:
+            if err.code != 404:
+                raise
