@@ -36,6 +36,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ephemera.apiserver.certs import CertKey, issue_client_cert, write_kubeconfig
+
 KUBECTL = os.environ.get("EPHEMERA_TEST_KUBECTL", "kubectl")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
@@ -279,6 +281,33 @@ class Kubectl:
         return KubectlStream(process)
 
 
+@dataclass
+class IdentityCluster(Cluster):
+    """The cluster as seen through another identity's kubeconfig."""
+
+    identity_kubeconfig: Path = Path()
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.identity_kubeconfig
+
+
+def as_identity(k: Kubectl, user: str, tmp_path: Path, groups: Sequence[str] = ()
+                ) -> Kubectl:
+    """kubectl in `k`'s namespace as `user` in `groups`, with a client certificate issued
+    from the cluster's CA."""
+    pki = k.cluster.data_dir / "pki"
+    ca = CertKey((pki / "ca.crt").read_bytes(), (pki / "ca.key").read_bytes())
+    cert = issue_client_cert(ca, user, tuple(groups))
+    home = tmp_path / f"home-{user.replace(':', '-')}"
+    home.mkdir()
+    kubeconfig = write_kubeconfig(home / "kubeconfig", k.cluster.server, ca.cert_pem,
+                                  cert.cert_pem, cert.key_pem, user=user)
+    cluster = IdentityCluster(k.cluster.data_dir, home, k.cluster.process,
+                              k.cluster.output_path, identity_kubeconfig=kubeconfig)
+    return Kubectl(cluster, home, k.namespace)
+
+
 @pytest.fixture
 def kubectl(shared_cluster: Cluster, tmp_path: Path,
             request: pytest.FixtureRequest) -> Iterator[Kubectl]:
@@ -403,3 +432,69 @@ def container(p: dict[str, Any], name: str = "c") -> dict[str, Any]:
         if s["name"] == name:
             return dict(s)
     return {}
+
+
+# --- KEP-6395 dynamic volumes on a real kubelet ---------------------------------------------
+
+
+def volume_phases(p: dict[str, Any]) -> dict[str, str]:
+    """`status.volumeStatuses` of Pod `p` as volume name -> hostPhase."""
+    return {e["name"]: e["hostPhase"] for e in p.get("status", {}).get("volumeStatuses") or []}
+
+
+def running(p: dict[str, Any], name: str = "c") -> bool:
+    """Container `name` of Pod `p` is running."""
+    return "running" in container(p, name).get("state", {})
+
+
+def mounted_names(p: dict[str, Any], name: str = "c") -> set[str]:
+    """The volumes container `name` reports mounted (`containerStatuses[*].volumeMounts`)."""
+    return {m["name"] for m in container(p, name).get("volumeMounts") or []}
+
+
+def patch_dynamic(k: Kubectl, pod: str, ops: list[dict[str, Any]],
+                  check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`kubectl patch pod POD --subresource=dynamic --type=json -p OPS`."""
+    return k("patch", "pod", pod, "--subresource=dynamic", "--type=json",
+             "-p", json.dumps(ops), check=check)
+
+
+def allocated_spec(k: Kubectl, pod: str) -> dict[str, Any]:
+    """The spec the node has allocated for Pod `pod` (`pods/POD/allocated`)."""
+    raw = k("get", "--raw", f"/api/v1/namespaces/{k.namespace}/pods/{pod}/allocated").stdout
+    return dict(json.loads(raw)["spec"])
+
+
+def exec_in(k: Kubectl, pod: str, container_name: str, script: str) -> str:
+    """Run `sh -c SCRIPT` in a container with the real `kubectl exec`; its stdout."""
+    return k("exec", pod, "-c", container_name, "--", "sh", "-c", script).stdout
+
+
+def volume_dir(cluster: Cluster, uid: str, plugin: str, name: str) -> Path:
+    """The host directory of volume `name` of pod `uid` (`plugin` as in `empty-dir`)."""
+    return (cluster.data_dir / "kubelet" / "pods" / uid / "volumes" / f"kubernetes.io~{plugin}"
+            / name)
+
+
+def kill_kubelet(cluster: Cluster) -> None:
+    """SIGKILL the kubelet child of `ephemera up` and wait until `up` has started another."""
+    old = cluster.pid_of("kubelet")
+    os.kill(old, signal.SIGKILL)
+
+    def replaced() -> bool:
+        try:
+            return cluster.pid_of("kubelet") != old
+        except (OSError, ValueError):
+            return False
+
+    wait(replaced, "a new kubelet", cluster)
+
+
+def create_running(k: Kubectl, *objects: dict[str, Any]) -> dict[str, Any]:
+    """Create `objects` (the last one a Pod) and wait until every container of the pod
+    runs; the pod then."""
+    k("create", "-f", "-", input=yaml.safe_dump_all(objects))
+    pod = objects[-1]
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    return wait_pod(k, pod["metadata"]["name"], lambda p: all(running(p, n) for n in names),
+                    "all containers running")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import yaml
 from cluster import (
     Cluster,
     Kubectl,
+    as_identity,
     container,
     namespaced_kubectl,
     run_kubelet_cluster,
@@ -26,7 +26,6 @@ from cluster import (
 )
 
 from ephemera.api.errors import StatusError
-from ephemera.apiserver.certs import CertKey, issue_client_cert, write_kubeconfig
 from ephemera.client import ApiClient, load_kubeconfig, resource_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("node-authorizer")]
@@ -47,30 +46,9 @@ def k(authz_cluster: Cluster, tmp_path: Path,
     yield from namespaced_kubectl(authz_cluster, tmp_path, request)
 
 
-@dataclass
-class NodeCluster(Cluster):
-    """The cluster as seen through a kubeconfig of a node user."""
-
-    node_kubeconfig: Path = Path()
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.node_kubeconfig
-
-
 def as_node(k: Kubectl, node: str, tmp_path: Path) -> Kubectl:
-    """kubectl in `k`'s namespace as `system:node:<node>` (group `system:nodes`), with a client
-    certificate issued from the cluster's CA."""
-    pki = k.cluster.data_dir / "pki"
-    ca = CertKey((pki / "ca.crt").read_bytes(), (pki / "ca.key").read_bytes())
-    cert = issue_client_cert(ca, f"system:node:{node}", ("system:nodes",))
-    home = tmp_path / f"home-{node}"
-    home.mkdir()
-    kubeconfig = write_kubeconfig(home / "kubeconfig", k.cluster.server, ca.cert_pem,
-                                  cert.cert_pem, cert.key_pem, user=f"system:node:{node}")
-    cluster = NodeCluster(k.cluster.data_dir, home, k.cluster.process, k.cluster.output_path,
-                          node_kubeconfig=kubeconfig)
-    return Kubectl(cluster, home, k.namespace)
+    """kubectl in `k`'s namespace as `system:node:<node>` (group `system:nodes`)."""
+    return as_identity(k, f"system:node:{node}", tmp_path, ("system:nodes",))
 
 
 async def patch_status(k: Kubectl, pod: str) -> tuple[int, str]:

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from cluster import (
     Cluster,
     Kubectl,
+    as_identity,
     container,
     namespaced_kubectl,
     pod_json,
     run_kubelet_cluster,
     wait_pod,
 )
-
-from ephemera.apiserver.certs import CertKey, issue_client_cert, write_kubeconfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("rbac")]
 
@@ -44,30 +42,9 @@ def k(rbac_cluster: Cluster, tmp_path: Path,
     yield from namespaced_kubectl(rbac_cluster, tmp_path, request)
 
 
-@dataclass
-class UserCluster(Cluster):
-    """The cluster as seen through a user's own kubeconfig."""
-
-    user_kubeconfig: Path = Path()
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.user_kubeconfig
-
-
 def as_user(k: Kubectl, user: str, tmp_path: Path) -> Kubectl:
-    """kubectl in `k`'s namespace as `user` (no groups), with a client certificate issued
-    from the cluster's CA."""
-    pki = k.cluster.data_dir / "pki"
-    ca = CertKey((pki / "ca.crt").read_bytes(), (pki / "ca.key").read_bytes())
-    cert = issue_client_cert(ca, user)
-    home = tmp_path / f"home-{user}"
-    home.mkdir()
-    kubeconfig = write_kubeconfig(home / "kubeconfig", k.cluster.server, ca.cert_pem,
-                                  cert.cert_pem, cert.key_pem, user=user)
-    cluster = UserCluster(k.cluster.data_dir, home, k.cluster.process, k.cluster.output_path,
-                          user_kubeconfig=kubeconfig)
-    return Kubectl(cluster, home, k.namespace)
+    """kubectl in `k`'s namespace as `user` (no groups)."""
+    return as_identity(k, user, tmp_path)
 
 
 def forbidden_dynamic(user: str, namespace: str, pod: str) -> str:

@@ -28,6 +28,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
 from ephemera.apiserver import authnreviews, discovery, nodeproxy, openapi, tokenrequest
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
+from ephemera.apiserver.audit import AuditFilter, annotate_authorization
 from ephemera.apiserver.authz import Attributes, Decision, forbidden_message
 from ephemera.apiserver.authz.modes import (
     DEFAULT_WITH_AUTHENTICATION,
@@ -106,6 +107,8 @@ class ApiserverConfig:
     api_audiences: Sequence[str] = (DEFAULT_ISSUER,)
     # The ServiceAccount admission plugin mounts `kube-api-access-*` into pods.
     mount_service_account_token: bool = False
+    # The audit log (`--audit-log-path`, `--audit-policy-file`); None: no auditing.
+    audit: AuditFilter | None = None
 
 
 REGISTRY = web.AppKey("registry", Registry)
@@ -137,8 +140,10 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     if escalation_check is not None:
         admission.plugins.append(escalation_check)
     router = Router(registry, lifecycle, config, authorization)
-    app = web.Application(middlewares=[status_middleware, router.authentication,
-                                       router.authorization],
+    middlewares = [status_middleware, router.authentication, router.authorization]
+    if config.audit is not None:  # after authentication, before authorization: upstream's
+        middlewares.insert(2, config.audit.middleware)
+    app = web.Application(middlewares=middlewares,
                           client_max_size=config.max_body_bytes)
     app[REGISTRY] = registry
     app[AUTHORIZATION] = authorization
@@ -259,15 +264,16 @@ class Router:
         if not self.authz.only_allows:
             user = requester(request.get(USER))
             attributes = request_attributes(user, request.method, request.path, request.query)
-            await self._authorize(attributes)
+            await self._authorize(request, attributes)
             if attributes.subresource in WEBSOCKET_SUBRESOURCES and attributes.verb == "get":
                 # upstream's AuthorizePodWebsocketUpgradeCreatePermission
-                await self._authorize(dataclasses.replace(attributes, verb="create"))
+                await self._authorize(request, dataclasses.replace(attributes, verb="create"))
         response: web.StreamResponse = await handler(request)
         return response
 
-    async def _authorize(self, attributes: Attributes) -> None:
+    async def _authorize(self, request: web.Request, attributes: Attributes) -> None:
         decision, reason = await self.authz.authorize(attributes)
+        annotate_authorization(request, decision is Decision.ALLOW, reason)
         if decision is not Decision.ALLOW:
             raise errors.forbidden(attributes.resource, attributes.name,
                                    forbidden_message(attributes, reason), attributes.api_group)

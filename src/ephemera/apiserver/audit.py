@@ -18,6 +18,7 @@ ephemera does not). The default policy (`data/audit-policy.yaml`) records every
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -31,9 +32,15 @@ from typing import Any
 
 import orjson
 import yaml
+from aiohttp import web
 
+from ephemera.api.errors import StatusError
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes
+from ephemera.apiserver.authz.requestinfo import request_attributes
+from ephemera.apiserver.authz.reviews import requester
+from ephemera.apiserver.body import RAW_BODY, DecodeError, decode_document
+from ephemera.apiserver.rest import USER
 
 LEVELS = ("None", "Metadata", "Request", "RequestResponse")
 STAGES = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
@@ -354,3 +361,98 @@ def read_events(path: Path) -> Iterable[dict[str, Any]]:
         for line in f:
             if line.strip():
                 yield orjson.loads(line)
+
+
+# --- the request filter --------------------------------------------------------------------
+
+RECORD: web.RequestKey[AuditRecord] = web.RequestKey("audit-record", AuditRecord)
+DECISION_ANNOTATION = "authorization.k8s.io/decision"
+REASON_ANNOTATION = "authorization.k8s.io/reason"
+
+
+def annotate_authorization(request: web.Request, allowed: bool, reason: str) -> None:
+    """Record the authorizers' verdict on the request's audit event, as upstream does."""
+    record = request.get(RECORD)
+    if record is not None:
+        record.annotations[DECISION_ANNOTATION] = "allow" if allowed else "forbid"
+        record.annotations[REASON_ANNOTATION] = reason
+
+
+def _decoded(data: bytes | None) -> Any:
+    if not data:
+        return None
+    try:
+        return decode_document(data)
+    except DecodeError:
+        return None
+
+
+def _response_object(response: web.StreamResponse) -> Any:
+    if not isinstance(response, web.Response) or not isinstance(response.body, bytes):
+        return None
+    if not (response.content_type or "").endswith("json"):
+        return None
+    try:
+        return orjson.loads(response.body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+class AuditFilter:
+    """An aiohttp middleware, placed after authentication and before authorization as
+    upstream's `WithAudit`: it decides the request's level from its attributes, writes
+    `RequestReceived` at once, and `ResponseComplete` with the status (and, by level, the
+    request and response objects) when the handler is done or failed."""
+
+    def __init__(self, policy: Policy, log: AuditLog) -> None:
+        self.policy = policy
+        self.log = log
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        attributes = request_attributes(requester(request.get(USER)), request.method,
+                                        request.path, request.query)
+        decision = self.policy.decide(attributes)
+        if decision.level == "None":
+            response: web.StreamResponse = await handler(request)
+            return response
+        forwarded = request.headers.get("X-Forwarded-For", "")
+        sources = [s.strip() for s in forwarded.split(",") if s.strip()]
+        if request.remote:
+            sources.append(request.remote)
+        record = AuditRecord(attributes, decision, request.path_qs, source_ips=tuple(sources),
+                             user_agent=request.headers.get("User-Agent", ""))
+        request[RECORD] = record
+        if decision.records("RequestReceived"):
+            self.log.write(record.event("RequestReceived"))
+        try:
+            response = await handler(request)
+        except StatusError as err:
+            self._complete(request, record, err.code, err.status(), None)
+            raise
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception:
+            if decision.records("Panic"):
+                self.log.write(record.event("Panic", code=500))
+            raise
+        self._complete(request, record, response.status, None, response)
+        return response
+
+    def _complete(self, request: web.Request, record: AuditRecord, code: int,
+                  status: Mapping[str, Any] | None, response: web.StreamResponse | None
+                  ) -> None:
+        if not record.decision.records("ResponseComplete"):
+            return
+        level = LEVELS.index(record.decision.level)
+        request_object = (_decoded(request.get(RAW_BODY))
+                          if level >= LEVELS.index("Request") else None)
+        response_object = None
+        if response is not None and level >= LEVELS.index("RequestResponse"):
+            response_object = _response_object(response)
+        if status is None and code >= 300 and response is not None:
+            answer = _response_object(response)
+            status = answer if isinstance(answer, Mapping) else None
+        self.log.write(record.event("ResponseComplete", code=code, status=status,
+                                    request_object=request_object,
+                                    response_object=response_object))

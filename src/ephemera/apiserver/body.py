@@ -14,10 +14,19 @@ from aiohttp import web
 from ephemera.api import errors, fieldvalidation, protobuf
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+# The body `read_body` read, kept on the request for the audit log's `requestObject`.
+RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw-body", bytes)
 
 
 async def read_body(request: web.Request, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
-    """The whole body, de-chunked; 413 RequestEntityTooLarge above `limit` bytes."""
+    """The whole body, de-chunked (and kept as `request[RAW_BODY]`); 413
+    RequestEntityTooLarge above `limit` bytes."""
+    data = await _read(request, limit)
+    request[RAW_BODY] = data
+    return data
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
     length = request.content_length
     if length is not None and length > limit:
         raise errors.request_entity_too_large(limit)

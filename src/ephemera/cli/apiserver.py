@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ephemera.api.featuregates import FeatureGates
+from ephemera.apiserver.audit import AuditFilter, AuditLog, PolicyError, load_policy
 from ephemera.apiserver.authn import Authenticator, StoreObjectReader, TokenFileError
 from ephemera.apiserver.bootstraptoken import BootstrapTokenAuthenticator
 from ephemera.apiserver.certs import ensure_pki, write_admin_kubeconfig
@@ -70,6 +71,16 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--mount-service-account-token", action="store_true",
                         help="mount a kube-api-access-* volume (token, ca.crt, namespace) "
                              "into pods, as upstream always does")
+    parser.add_argument("--audit-log-path", type=Path, default=None, metavar="FILE",
+                        help="write audit.k8s.io/v1 events there, one JSON line each "
+                             "(default: no audit log)")
+    parser.add_argument("--audit-policy-file", type=Path, default=None, metavar="FILE",
+                        help="the audit Policy (default: ephemera's, which records every "
+                             "pods/dynamic request in full and Secrets at Metadata)")
+    parser.add_argument("--audit-log-maxsize", type=int, default=100, metavar="MB",
+                        help="rotate the audit log past this size (default 100)")
+    parser.add_argument("--audit-log-maxbackup", type=int, default=10, metavar="N",
+                        help="rotated audit logs to keep, 0 for all (default 10)")
     parser.add_argument("--write-kubeconfig", type=Path, default=None, metavar="PATH",
                         help="write an admin kubeconfig there once serving")
     parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
@@ -98,13 +109,26 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
 
 
+def _audit(args: argparse.Namespace) -> AuditFilter | None:
+    """The audit filter the flags ask for; PolicyError or OSError for a bad policy file."""
+    if args.audit_log_path is None:
+        return None
+    policy = load_policy(args.audit_policy_file)
+    log_file = AuditLog(args.audit_log_path.resolve(),
+                        max_size_bytes=args.audit_log_maxsize * 1024 * 1024,
+                        max_backups=args.audit_log_maxbackup)
+    return AuditFilter(policy, log_file)
+
+
 def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                 kubelet_client_ssl: Any = None, token_issuer: TokenIssuer | None = None,
                 api_audiences: Sequence[str] = (DEFAULT_ISSUER,),
-                mount_service_account_token: bool = False) -> Any:
+                mount_service_account_token: bool = False,
+                audit: AuditFilter | None = None) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
 
-    return create_app(store, ApiserverConfig(authenticator=authenticator, feature_gates=gates,
+    return create_app(store, ApiserverConfig(audit=audit, authenticator=authenticator,
+                                             feature_gates=gates,
                                              kubelet_client_ssl=kubelet_client_ssl,
                                              token_issuer=token_issuer,
                                              api_audiences=tuple(api_audiences),
@@ -134,6 +158,7 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     pki = ensure_pki(data_dir, [args.bind_address])
     store = open_store(args.store, data_dir=data_dir, endpoints=args.etcd_endpoints)
+    audit: AuditFilter | None = None
     try:
         try:
             issuer, audiences = _token_authentication(args, data_dir, store, authenticator)
@@ -141,9 +166,14 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
             print(f"ephemera apiserver: service account keys: {err}", file=sys.stderr,
                   flush=True)
             return 1
+        try:
+            audit = _audit(args)
+        except (OSError, PolicyError) as err:
+            print(f"ephemera apiserver: audit: {err}", file=sys.stderr, flush=True)
+            return 1
         # To kubelets: trust the cluster CA, present a cluster-admin client certificate.
         app = _create_app(store, authenticator, args.feature_gates, client_ssl_context(pki),
-                          issuer, audiences, args.mount_service_account_token)
+                          issuer, audiences, args.mount_service_account_token, audit)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -166,5 +196,7 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
             return 1
     finally:
         await store.close()
+        if audit is not None:
+            audit.log.close()
     log.info("stopped")
     return 0

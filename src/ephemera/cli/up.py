@@ -60,6 +60,7 @@ SCHEDULER_KUBECONFIG = "scheduler.kubeconfig"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.kubeconfig"
 KUBELET_DIR = "kubelet"  # the kubelet's root dir (pods, volumes, logs, images, runtime)
 LOG_DIR = "logs"
+AUDIT_LOG = "audit/audit.log"  # every pods/dynamic request, by the default policy
 RUN_DIR = "run"
 # What "the API answers" means: an authenticated read of a namespace that always exists.
 READY_PATH = "/api/v1/namespaces/default"
@@ -81,6 +82,9 @@ def add_parser(subparsers: Any) -> None:
                         help="passed to the apiserver")
     parser.add_argument("--mount-service-account-token", action="store_true",
                         help="passed to the apiserver: pods get a kube-api-access-* volume")
+    parser.add_argument("--audit-policy-file", type=Path, default=None, metavar="FILE",
+                        help="passed to the apiserver (the audit log is "
+                             f"<data-dir>/{AUDIT_LOG}; default policy: ephemera's)")
     parser.add_argument("--startup-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="give up when the API does not answer in this time (default 60)")
     parser.add_argument("--demo", action="store_true",
@@ -155,6 +159,9 @@ class Cluster:
         argv += ["--enable-bootstrap-token-auth"]
         if a.mount_service_account_token:
             argv += ["--mount-service-account-token"]
+        argv += ["--audit-log-path", str(self.data_dir / AUDIT_LOG)]
+        if a.audit_policy_file is not None:
+            argv += ["--audit-policy-file", str(a.audit_policy_file.resolve())]
         return argv + self._common_flags()
 
     def scheduler_argv(self) -> list[str]:
