@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= run-data
 # Debian packages the project needs, as "command:package" pairs.
-DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo
+DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo mkfs.ext4:e2fsprogs
 PYTEST_ARGS ?=
 
 .PHONY: run test setup debs lint unit bench clean
@@ -44,6 +44,9 @@ $(VENV)/.installed: pyproject.toml
 bench: setup
 	$(BIN)/python -m bench.api
 	$(BIN)/python -m bench.pod_start
+	$(BIN)/python -m bench.eviction
+	$(BIN)/python -m bench.dynamic_swap
+	$(BIN)/python -m bench.accounting
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -110,6 +110,7 @@ from ephemera.kubelet.gc import (
 from ephemera.kubelet.images import BASE_IMAGE_REF
 from ephemera.kubelet.metrics import KubeletMetrics
 from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure, allocatable, probe_pressure
+from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.podworkers import (
     PodWorkers,
     Relister,
@@ -255,6 +256,9 @@ class Kubelet:
         self.volumes = volumes
         # Service account tokens of projected volumes (TokenRequest, cached and rotated).
         self.tokens = TokenManager(api)
+        # The Secrets and ConfigMaps of the pods, watched one by one (upstream's Watch
+        # change-detection strategy); a change refreshes the volumes that read it.
+        self.objects = PodObjects(api, on_change=self._object_changed)
         self.pods_informer = Informer(api, resource_path("pods"),
                                       field_selector=f"spec.nodeName={config.node_name}",
                                       name=f"pods on {config.node_name}")
@@ -295,24 +299,14 @@ class Kubelet:
     # -- VolumeHost ----------------------------------------------------------------------
 
     async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return await self.api.get(resource_path("configmaps", namespace, name))
-        except StatusError as err:
-            if err.code == 404:
-                return None
-            raise
+        return await self.objects.get_configmap(namespace, name)
 
     async def get_service_account_token(self, namespace: str, name: str,
                                         request: dict[str, Any]) -> dict[str, Any]:
         return await self.tokens.get_service_account_token(namespace, name, request)
 
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return await self.api.get(resource_path("secrets", namespace, name))
-        except StatusError as err:
-            if err.code == 404:
-                return None
-            raise
+        return await self.objects.get_secret(namespace, name)
 
     @property
     def node_allocatable_cpu_millis(self) -> int:
@@ -375,9 +369,25 @@ class Kubelet:
         if self.workers is not None:
             self.workers.wake(uid)
 
+    def _object_changed(self, kind: str, namespace: str, name: str,
+                        pod_uids: frozenset[str]) -> None:
+        """A watched Secret or ConfigMap changed: the volumes of the pods referencing it
+        are set up again (their files refreshed) at the volume manager's next pass."""
+        resync = getattr(self.volumes, "resync_pod", None)
+        if resync is None:
+            return
+        for uid in pod_uids:
+            resync(uid)
+
     async def _in_use(self, uid: str, volume_name: str) -> bool:
+        """KEP-6395's `IsVolumeInUseByPod`: from the pod worker's runtime view when it is
+        current, else from the runtime (one relist shared by the checks asking at once)."""
+        if self.workers is not None:
+            known = self.workers.volume_in_use(uid, volume_name)
+            if known is not None:
+                return known
         with contextlib.suppress(RuntimeError_):
-            await self.relister.relist()
+            await self.relister.relist_shared()
         for c in self.relister.snapshot.pod_containers(uid):
             if c.state in (ContainerState.RUNNING, ContainerState.CREATED) and any(
                     m.volume_name == volume_name for m in c.mounts):
@@ -401,6 +411,10 @@ class Kubelet:
         uid = str(md.get("uid") or "")
         if not uid or uid in self.rejected:
             return
+        if _terminal(pod):
+            self.objects.unregister_pod(uid)
+        else:  # what the API's and the allocated spec reference stays watched
+            self.objects.register_pod(uid, pod, self.allocation.get(uid))
         if uid not in self.admitted:
             if uid in self._admitting:  # its allocation is being checkpointed
                 self._api_pods[uid] = pod
@@ -521,6 +535,7 @@ class Kubelet:
     def _reject(self, pod: Obj, result: AdmitResult) -> None:
         uid = str((pod.get("metadata") or {}).get("uid"))
         self.rejected.add(uid)
+        self.objects.unregister_pod(uid)
         self.metrics.admission_rejections.labels(reason=result.reason).inc()
         log.info("rejected pod %s/%s: %s", (pod.get("metadata") or {}).get("namespace"),
                  (pod.get("metadata") or {}).get("name"), result.message)
@@ -542,6 +557,7 @@ class Kubelet:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         self.rejected.discard(uid)
         self._api_pods.pop(uid, None)
+        self.objects.unregister_pod(uid)
         self.allocation.retry()  # room may have appeared for pending changes
         if self.workers is None:
             return
@@ -1058,6 +1074,7 @@ class Kubelet:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self.objects.close()
         self.accounting.close()
         with contextlib.suppress(Exception):
             await self.runtime.close()

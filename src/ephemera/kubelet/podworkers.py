@@ -4,6 +4,10 @@ relister that wakes them (upstream's PLEG).
 
 A pod's sync:
 
+0. **Storage** (first sync only, with `WorkerDeps.pod_storage`): the accounting backend
+   sets up the pod's storage (e.g. a loop-mounted image on its directory) before anything
+   is written for it; the volume manager sees the pod only then. It is released after the
+   volumes are torn down, before the pod's directories are removed.
 1. **Volumes** (first start only): `VolumeManager.wait_for_pod_volumes`, in short slices so
    that a deletion is seen at once. Until they are mounted the containers wait in
    `ContainerCreating`; after `mount_timeout` (upstream's 2m3s) the `FailedMount` event
@@ -44,7 +48,10 @@ mounts differ from its spec and whose `dynamicVolumePolicy.restartPolicy` is
 `RestartContainer` is stopped with the pod's grace period (a `Killing` event `Container c
 definition changed, will be restarted`, upstream's text) and recreated with the new mounts
 (no crash back-off); an added container starts; a removed one is stopped and its status kept
-(at most `MAX_REMOVED_CONTAINER_STATUSES`, the oldest dropped with its runtime containers).
+(at most `MAX_REMOVED_CONTAINER_STATUSES`, the oldest dropped with its runtime containers;
+without `volumeMounts` once stopped, so the names of the volumes it mounted can be reused).
+Before a container is stopped for a change, the status is published, so a removed volume
+shows `Unmounting` while it stops.
 Containers the API has but the node has not allocated show `waiting` `Unallocated`
 (`Container addition pending node allocation`); `status.volumeStatuses` comes from the volume
 manager, plus `Pending` for volumes not allocated yet.
@@ -341,6 +348,60 @@ class WorkerDeps:
     pod_storage: PodStorage | None = None
 
 
+# --- a pod worker's runtime view (KEP-6395's IsVolumeInUseByPod) -----------------------------
+
+
+class PodRuntimeCache:
+    """A pod worker's in-memory view of its pod's containers, so that KEP-6395's
+    `IsVolumeInUseByPod` needs no runtime call: the worker's last listing of its sandbox's
+    containers, less the containers it has stopped since, plus the volumes of the containers
+    it is starting (counted from before the create until a listing begun after the start
+    shows the container). Unknown (None) until the worker has listed once."""
+
+    def __init__(self) -> None:
+        self._listings = 0  # listings begun
+        self._containers: list[ContainerStatus] | None = None
+        self._listed = 0  # the listing `_containers` came from
+        self._next_token = 0
+        # start token -> (volume names, listings begun when the start ended; inf: running)
+        self._starting: dict[int, tuple[frozenset[str], float]] = {}
+        self._stopped: dict[str, int] = {}  # container id -> listings begun when stopped
+
+    def listing_begins(self) -> int:
+        self._listings += 1
+        return self._listings
+
+    def listed(self, number: int, containers: Sequence[ContainerStatus]) -> None:
+        """The listing `number` (from `listing_begins`) found these containers."""
+        if number > self._listed:
+            self._containers, self._listed = list(containers), number
+        self._starting = {t: e for t, e in self._starting.items() if number <= e[1]}
+        self._stopped = {c: n for c, n in self._stopped.items() if number <= n}
+
+    def starting(self, volume_names: frozenset[str]) -> int:
+        self._next_token += 1
+        self._starting[self._next_token] = (volume_names, math.inf)
+        return self._next_token
+
+    def started(self, token: int) -> None:
+        """The start `token` ended (the container created and started, or not)."""
+        if token in self._starting:
+            self._starting[token] = (self._starting[token][0], self._listings)
+
+    def stopped(self, container_id: str) -> None:
+        self._stopped[container_id] = self._listings
+
+    def volume_in_use(self, volume_name: str) -> bool | None:
+        if self._containers is None:
+            return None
+        if any(volume_name in names for names, _ in self._starting.values()):
+            return True
+        return any(c.state in (ContainerState.RUNNING, ContainerState.CREATED)
+                   and c.id not in self._stopped
+                   and any(m.volume_name == volume_name for m in c.mounts)
+                   for c in self._containers)
+
+
 # --- the relister (PLEG) ---------------------------------------------------------------------
 
 
@@ -373,9 +434,18 @@ class Relister:
         self.snapshot = RuntimeSnapshot()
         self.healthy = True
         self._synced = asyncio.Event()
+        self._shared: asyncio.Future[None] | None = None
 
     async def wait_synced(self) -> None:
         await self._synced.wait()
+
+    async def relist_shared(self) -> None:
+        """A relist, shared by the callers that ask while it runs (so that the in-use checks
+        of one volume reconciler pass list the runtime once)."""
+        if self._shared is None or self._shared.done():
+            self._shared = asyncio.ensure_future(self.relist())
+            self._shared.add_done_callback(lambda f: f.cancelled() or f.exception())
+        await asyncio.shield(self._shared)
 
     async def relist(self) -> None:
         started = time.monotonic()
@@ -457,6 +527,7 @@ class PodWorker:
         # Set by `PodWorkers.evict`: (grace seconds, reason, message, condition or None).
         self.eviction: tuple[float, str, str, Mapping[str, str] | None] | None = None
         self.evicted = False
+        self.runtime_cache = PodRuntimeCache()
 
     # -- loop --
 
@@ -651,9 +722,15 @@ class PodWorker:
                     with contextlib.suppress(RuntimeError_):
                         await self.deps.runtime.remove_container(c.id)
         kept = removed[len(dropped):]
-        return [container_status({"name": name, "image": mine[-1].image}, mine, None,
-                                 "ContainerCreating", self.deps.runtime.name)
-                for name, mine in kept]
+        statuses = [container_status({"name": name, "image": mine[-1].image}, mine, None,
+                                     "ContainerCreating", self.deps.runtime.name)
+                    for name, mine in kept]
+        for status, (_, mine) in zip(statuses, kept, strict=True):
+            if mine[-1].state != ContainerState.RUNNING:
+                # KEP-6395: a stopped container holds no mount; its kept status must not
+                # keep the volume names from being reused (the API's anti-race rule).
+                status.pop("volumeMounts", None)
+        return statuses
 
     @staticmethod
     def _should_restart(latest: ContainerStatus, restart_policy: str) -> bool:
@@ -786,7 +863,9 @@ class PodWorker:
     async def _instances(self) -> dict[str, list[ContainerStatus]]:
         if self.sandbox_id is None:
             return {}
+        listing = self.runtime_cache.listing_begins()
         containers = await self.deps.runtime.list_containers(self.sandbox_id)
+        self.runtime_cache.listed(listing, containers)
         grouped: dict[str, list[ContainerStatus]] = {}
         for c in containers:
             grouped.setdefault(c.name, []).append(c)
@@ -829,7 +908,18 @@ class PodWorker:
     async def _start(self, container: Mapping[str, Any], latest: ContainerStatus | None,
                      init: bool, *, actuation: bool = False) -> float:
         """Start (or restart) a container; the delay until the worker should look again
-        (`IDLE` when the runtime's events will tell)."""
+        (`IDLE` when the runtime's events will tell). The volumes it mounts count as in use
+        (`runtime_cache`) from now on."""
+        names = frozenset(str(m.get("name")) for m in container.get("volumeMounts") or [])
+        token = self.runtime_cache.starting(names)
+        try:
+            return await self._create_and_start(container, latest, init, actuation=actuation)
+        finally:
+            self.runtime_cache.started(token)
+
+    async def _create_and_start(self, container: Mapping[str, Any],
+                                latest: ContainerStatus | None, init: bool, *,
+                                actuation: bool = False) -> float:
         deps = self.deps
         pod = self.pod
         name = str(container.get("name"))
@@ -1017,6 +1107,9 @@ class PodWorker:
         self.evicted = True
         self.terminal_cleaned = True
         self.needs_volumes = False
+        # The killed containers' states first: no await between the phase and the container
+        # states below, so no status write shows `Failed` with a container still running.
+        instances = await self._instances()
         old = dict(self.deps.status.get(self.uid) or self.pod.get("status") or {})
         old.update({"phase": "Failed", "reason": reason, "message": message})
         if condition is not None:
@@ -1024,7 +1117,7 @@ class PodWorker:
                                  if c.get("type") != condition.get("type")]
             old["conditions"].append({**condition, "lastTransitionTime": rfc3339(time.time())})
         self.deps.status.set_pod_status(self.pod, old)
-        self._publish_status(await self._instances(), None, terminal=True)
+        self._publish_status(instances, None, terminal=True)
         self.deps.on_volumes_changed()
 
     # -- termination --
@@ -1048,6 +1141,8 @@ class PodWorker:
         except RuntimeError_ as err:
             log.warning("stopping container %s of pod %s: %s", container.name,
                         format_pod(self.pod), err)
+        else:
+            self.runtime_cache.stopped(container.id)
 
     async def _remove_runtime_state(self, grace: float) -> None:
         runtime = self.deps.runtime
@@ -1175,6 +1270,12 @@ class PodWorkers:
 
     def pods_needing_volumes(self) -> list[Obj]:
         return [w.pod for w in self._workers.values() if w.needs_volumes and w.storage_ready]
+
+    def volume_in_use(self, uid: str, volume_name: str) -> bool | None:
+        """Whether a running (or starting) container of the pod mounts the volume, from its
+        worker's runtime view; None when the pod has no worker or it has not listed yet."""
+        worker = self._workers.get(uid)
+        return worker.runtime_cache.volume_in_use(volume_name) if worker is not None else None
 
     def update(self, pod: Obj, *, unallocated: Sequence[Obj] = (),
                unallocated_volumes: Sequence[str] = ()) -> None:

@@ -20,9 +20,11 @@ What is measured (reference k8s-semantics.md 4.3, upstream `calcEphemeralStorage
   store's usage (`dedicated_image_fs` tells whether it is another filesystem).
 
 Usage comes from a `UsageBackend`: `DuBackend` (du.py, a bounded directory walk run in a
-thread) or any other implementation (the O(1) loop-image backend of a later change). A
-backend answers the last complete measurement of a directory; a directory not measured yet
-has no stat (its `FsStats` is None), as upstream's cached metrics do.
+thread) or any other implementation. A backend answers the last complete measurement of a
+directory; a directory not measured yet has no stat (its `FsStats` is None), as upstream's
+cached metrics do. `pod_totals(uid)`, when given (the loop-image backend of
+`accounting.py`), answers a pod's whole usage in O(1); it then replaces the sum as the
+pod's `ephemeral-storage` usedBytes/inodesUsed.
 
 Seam for the kubelet (wired by the agent, not here): build one `PodPaths` per admitted,
 non-terminal pod with `pod_paths(root_dir, pod, mounted_volumes, pod_log_dir)`, where
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -324,6 +326,8 @@ class StatsProvider:
     backend: UsageBackend
     image_dir: Path | None = None  # the image store's root (imageFs); None: no imageFs stats
     start_time: float = field(default_factory=time.time)
+    # A pod's whole usage in O(1) (accounting.py's loop images), None: sum the directories.
+    pod_totals: Callable[[str], DiskUsage | None] | None = None
 
     @property
     def dedicated_image_fs(self) -> bool:
@@ -443,6 +447,9 @@ class StatsProvider:
             used = _add(used, hosts.used_bytes)
             inodes_used = _add(inodes_used, hosts.inodes_used)
             latest = max(latest, hosts.time)
+        total = self.pod_totals(pod.uid) if self.pod_totals is not None else None
+        if total is not None:
+            used, inodes_used, latest = total.bytes, total.inodes, total.time
         return FsStats(
             time=latest or now,
             available_bytes=None if node_fs is None else node_fs.available_bytes,

@@ -34,6 +34,7 @@ __all__ = [
     "MountInfo",
     "bind_mount",
     "is_mountpoint",
+    "mount_device",
     "mount_overlay_readonly",
     "mount_tmpfs",
     "mountinfo",
@@ -112,6 +113,12 @@ def mount_tmpfs(target: Path, size_bytes: int | None = None, mode: int = 0o777) 
         if exc.errno != errno.EINVAL:
             raise
         _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, ",".join(options))
+
+
+def mount_device(device: str, target: Path, fs_type: str, options: str = "") -> None:
+    """Mount the block device `device` (e.g. a loop device) with filesystem `fs_type` at
+    `target` (which must exist), with the filesystem options `options`."""
+    _mount(device, target, fs_type, 0, options or None)
 
 
 def bind_mount(source: Path, target: Path, read_only: bool = False) -> None:
