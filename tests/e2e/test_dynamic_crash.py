@@ -1,0 +1,152 @@
+"""`kill -9` of the kubelet in the middle of a KEP-6395 volume swap, on a real `ephemera up`
+with the real OCI runtime: a running container's Memory emptyDir and Secret volume (both
+tmpfs mounts on the host) are swapped for new ones through `kubectl patch
+--subresource=dynamic`, and the kubelet is killed with SIGKILL at one of four points: as soon
+as the API acknowledged the change; once the allocation checkpoint holds it; once the new
+volume's host directory appears (set up in progress or done); once the runtime creates the
+container's next instance (the old one stopped, the old volumes about to be torn down).
+`ephemera up` restarts the kubelet, which must end in the right state: the new volumes
+HostMounted and the old ones pruned from `volumeStatuses`, the container recreated with exactly
+the new mounts (seen from inside it with `kubectl exec`), `/allocated` showing the new spec,
+the old host directories gone, and under the data dir no leaked mount and nothing mounted twice.
+
+One cluster for the module (one xdist group), a namespace per test; after the module every
+pod is deleted and nothing may be left mounted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import (
+    Cluster,
+    Kubectl,
+    allocated_spec,
+    assert_kubelet_clean,
+    container,
+    create_running,
+    exec_in,
+    kill_kubelet,
+    mounted_names,
+    mounts_under,
+    namespaced_kubectl,
+    patch_dynamic,
+    run_kubelet_cluster,
+    running,
+    volume_dir,
+    volume_phases,
+    wait,
+    wait_pod,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("dynamic-crash")]
+
+LOOP = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
+
+
+@pytest.fixture(scope="module")
+def crash_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    yield from run_kubelet_cluster(tmp_path_factory, "dynamic-crash", "dynamic-crash-node",
+                                   after_delete=assert_kubelet_clean)
+
+
+@pytest.fixture
+def k(crash_cluster: Cluster, tmp_path: Path,
+      request: pytest.FixtureRequest) -> Iterator[Kubectl]:
+    yield from namespaced_kubectl(crash_cluster, tmp_path, request)
+
+
+def task_volumes(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Task `n`'s volumes (a plain emptyDir kept across tasks, a Memory emptyDir and a
+    Secret) and the container's mounts of them."""
+    volumes: list[dict[str, Any]] = [{"name": "keep", "emptyDir": {}},
+                                     {"name": f"scratch-{n}",
+                                      "emptyDir": {"medium": "Memory"}},
+                                     {"name": f"creds-{n}",
+                                      "secret": {"secretName": f"creds-{n}"}}]
+    mounts: list[dict[str, Any]] = [{"name": "keep", "mountPath": "/keep"},
+                                    {"name": f"scratch-{n}", "mountPath": "/scratch"},
+                                    {"name": f"creds-{n}", "mountPath": "/creds",
+                                     "readOnly": True}]
+    return volumes, mounts
+
+
+def secret(n: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"creds-{n}"},
+            "stringData": {"key": f"secret {n}"}}
+
+
+def poll(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """A tight poll (the kubelet moves fast): fail the test if `check` never holds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def _checkpoint_has(cluster: Cluster, text: str) -> bool:
+    path = cluster.data_dir / "kubelet" / "checkpoints" / "allocated_pods_state"
+    try:
+        return text in path.read_text()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("kill_point", ["acknowledged", "allocated", "mounting", "restarting"])
+def test_kubelet_killed_mid_swap_ends_in_the_right_state(k: Kubectl, kill_point: str) -> None:
+    cluster = k.cluster
+    volumes, mounts = task_volumes(1)
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+            "spec": {"terminationGracePeriodSeconds": 1, "volumes": volumes,
+                     "containers": [{"name": "c", "image": "busybox",
+                                     "command": ["sh", "-c", LOOP],
+                                     "dynamicVolumePolicy": {
+                                         "restartPolicy": "RestartContainer"},
+                                     "volumeMounts": mounts}]}}
+    p = create_running(k, secret(1), secret(2), body)
+    uid, first = p["metadata"]["uid"], container(p)["containerID"]
+    exec_in(k, "w", "c", "echo task-1 > /scratch/out")
+    old_dirs = [volume_dir(cluster, uid, "empty-dir", "scratch-1"),
+                volume_dir(cluster, uid, "secret", "creds-1")]
+    new_dirs = [volume_dir(cluster, uid, "empty-dir", "scratch-2"),
+                volume_dir(cluster, uid, "secret", "creds-2")]
+
+    volumes, mounts = task_volumes(2)
+    patch_dynamic(k, "w", [{"op": "add", "path": "/spec/volumes", "value": volumes},
+                           {"op": "add", "path": "/spec/containers/0/volumeMounts",
+                            "value": mounts}])
+    if kill_point == "allocated":
+        poll(lambda: _checkpoint_has(cluster, "scratch-2"), "the change checkpointed")
+    elif kill_point == "mounting":
+        poll(lambda: new_dirs[0].exists(), "scratch-2's host directory")
+    elif kill_point == "restarting":  # the runtime's directory of c's second instance
+        poll(lambda: (cluster.data_dir / "kubelet" / "pods" / uid / "containers" / "c" /
+                      "1").exists(), "c being recreated")
+    old_pid = cluster.pid_of("kubelet")
+    kill_kubelet(cluster)
+    assert f"kubelet (pid {old_pid}) exited: killed by SIGKILL" in cluster.output
+
+    want = {"keep", "scratch-2", "creds-2"}
+    after = wait_pod(k, "w", lambda p: container(p).get("containerID") != first and
+                     running(p) and mounted_names(p) == want and
+                     volume_phases(p) == dict.fromkeys(want, "HostMounted"),
+                     "the swap finished by the new kubelet")
+    assert [v["name"] for v in allocated_spec(k, "w")["volumes"]] == [
+        "keep", "scratch-2", "creds-2"]
+    seen = exec_in(k, "w", "c", "grep -E ' /(scratch|creds) ' /proc/mounts | "
+                                "cut -d' ' -f2,3 | sort; grep -c ' /keep ' /proc/mounts; "
+                                "ls -A /scratch | wc -l; cat /creds/key")
+    assert seen.splitlines() == ["/creds tmpfs", "/scratch tmpfs", "1", "0", "secret 2"]
+    wait(lambda: not any(d.exists() for d in old_dirs), "the old volumes torn down", cluster)
+    assert sorted(mounts_under(cluster.data_dir / "kubelet" / "pods" / uid / "volumes")) == \
+        sorted(str(d) for d in new_dirs)
+    twice = [m for m, n in Counter(mounts_under(cluster.data_dir)).items() if n > 1]
+    assert twice == []
+    # the adopted pod is still the same pod, its container restarted once for the swap
+    assert after["metadata"]["uid"] == uid
