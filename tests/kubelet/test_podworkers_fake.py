@@ -96,10 +96,11 @@ async def test_a_pod_runs_and_its_status_is_written_back(tmp_path: Path) -> None
         assert p["status"]["hostIP"] == "127.0.0.1"
         assert p["status"]["hostIPs"] == [{"ip": "127.0.0.1"}]
         assert p["status"]["startTime"]
+        # Events are posted in the background: wait for the last one, then read them all.
+        started = await h.wait_event("p1", lambda e: e["reason"] == "Started")
         reasons = {(e["reason"], e["message"]) for e in await h.events("p1")}
         assert ("Created", "Created container: c") in reasons
         assert ("Started", "Started container c") in reasons
-        started = await h.wait_event("p1", lambda e: e["reason"] == "Started")
         assert started["involvedObject"]["fieldPath"] == "spec.containers{c}"
         assert started["source"] == {"component": "kubelet", "host": NODE}
 
