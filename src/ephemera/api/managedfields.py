@@ -105,9 +105,23 @@ def _same_type(a: _Type, b: _Type) -> bool:
             and a.is_set == b.is_set)
 
 
+# Schema node (by identity; the node is kept so that its id stays its own) -> its type: the
+# schema is loaded once and never changed, and every write walks the same nodes.
+_SCHEMA_TYPES: dict[int, tuple[Node, _Type | None]] = {}
+
+
 def _schema_type(prop: Node | None) -> _Type | None:
     if prop is None:
         return None
+    known = _SCHEMA_TYPES.get(id(prop))
+    if known is not None and known[0] is prop:
+        return known[1]
+    t = _schema_type_of(prop)
+    _SCHEMA_TYPES[id(prop)] = (prop, t)
+    return t
+
+
+def _schema_type_of(prop: Node) -> _Type | None:
     resolved = resolve_node(prop)
     typ = prop.get("type") or resolved.get("type")
     if typ == "array" or "items" in prop or "items" in resolved:

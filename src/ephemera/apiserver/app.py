@@ -38,9 +38,10 @@ from ephemera.apiserver.authz.modes import (
 from ephemera.apiserver.authz.requestinfo import request_attributes
 from ephemera.apiserver.authz.reviews import Reviews, is_review, requester
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
+from ephemera.apiserver.informers import ObjectCache
 from ephemera.apiserver.namespaces import NamespaceLifecycle
 from ephemera.apiserver.registry import Registry
-from ephemera.apiserver.resources import GROUP_VERSIONS, Resource, lookup
+from ephemera.apiserver.resources import GROUP_VERSIONS, Resource, core_resource, lookup
 from ephemera.apiserver.rest import (
     USER,
     RestHandlers,
@@ -57,6 +58,10 @@ log = logging.getLogger("ephemera.apiserver")
 
 # Paths anyone may read, as upstream's system:public-info-viewer allows.
 PUBLIC_PATHS = frozenset({"version", "healthz", "livez", "readyz"})
+# What the admission plugins read from the watch-fed object cache (ServiceAccount,
+# LimitRanger, ResourceQuota), as upstream's read their informers.
+CACHED_FOR_ADMISSION = tuple(core_resource(plural) for plural in
+                             ("serviceaccounts", "limitranges", "resourcequotas"))
 # Subresources whose websocket GET also needs `create` (upstream's
 # AuthorizePodWebsocketUpgradeCreatePermission).
 WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
@@ -131,6 +136,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     registry = Registry(store, gates=config.feature_gates, admission=admission)
     lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
     registry.add_create_hook(lifecycle.object_created)
+    objects = registry.object_cache = ObjectCache(
+        registry, CACHED_FOR_ADMISSION, retry_interval=config.namespace_retry_interval)
     modes = config.authorization_modes
     if modes is None:
         modes = (DEFAULT_WITH_AUTHENTICATION if config.authenticator is not None
@@ -158,6 +165,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         if config.create_default_namespaces:
             await lifecycle.ensure_defaults()
         await lifecycle.resume()
+        await objects.start()
         await authorization.start()
         if config.compaction_interval:
             background.append(asyncio.get_running_loop().create_task(
@@ -169,6 +177,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     async def cleanup(app: web.Application) -> None:
         await router.kubelets.close()
         await authorization.stop()
+        await objects.close()
         for task in background:
             task.cancel()
         for task in background:

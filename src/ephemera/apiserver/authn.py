@@ -1,7 +1,8 @@
 """Authentication: who sent a request. The methods of upstream's kube-apiserver, in its order:
 
 - the TLS client certificate (verified against the cluster CA by the TLS layer, see
-  `ephemera.apiserver.server`): user = CN, groups = O;
+  `ephemera.apiserver.server`): user = CN, groups = O; parsed once per certificate (the user
+  is remembered by the certificate's DER bytes), not on every request;
 - a bearer token from a static token file (`--token-auth-file`): CSV lines
   `token,user,uid,"group1,group2"`;
 - further bearer-token authenticators (`TokenAuthenticator`), asked in turn: bootstrap
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,8 @@ from ephemera.apiserver.resources import Resource
 from ephemera.store import Store
 
 AUTHENTICATED_GROUP = "system:authenticated"
+# How many client certificates' users `Authenticator` remembers.
+CERTIFICATE_USERS_CACHED = 1024
 
 
 @dataclass(frozen=True)
@@ -129,18 +133,23 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     return token or None
 
 
-def peer_certificate(request: _Request) -> x509.Certificate | None:
-    """The client certificate the TLS layer verified, or None (plain HTTP, or no cert)."""
+def peer_certificate_der(request: _Request) -> bytes | None:
+    """The DER bytes of the client certificate the TLS layer verified, or None (plain HTTP,
+    or no cert)."""
     transport = request.transport
     if transport is None:
         return None
     ssl_object = transport.get_extra_info("ssl_object")
     if ssl_object is None:
         return None
-    der = ssl_object.getpeercert(binary_form=True)
-    if not der:
-        return None
-    return x509.load_der_x509_certificate(der)
+    der: bytes | None = ssl_object.getpeercert(binary_form=True)
+    return der or None
+
+
+def peer_certificate(request: _Request) -> x509.Certificate | None:
+    """The client certificate the TLS layer verified, or None (plain HTTP, or no cert)."""
+    der = peer_certificate_der(request)
+    return x509.load_der_x509_certificate(der) if der is not None else None
 
 
 class Authenticator:
@@ -151,6 +160,9 @@ class Authenticator:
                  token_authenticators: Sequence[TokenAuthenticator] = ()) -> None:
         self.tokens: dict[str, UserInfo] = dict(tokens or {})
         self.token_authenticators = list(token_authenticators)
+        # DER bytes -> the user of that certificate (or None): a certificate is parsed once,
+        # not on every request of a connection (the TLS layer verified it at the handshake).
+        self._certificate_users: OrderedDict[bytes, UserInfo | None] = OrderedDict()
 
     @classmethod
     def from_token_file(cls, path: str | os.PathLike[str] | None) -> Authenticator:
@@ -165,13 +177,28 @@ class Authenticator:
             return None
         return UserInfo(name=name, groups=_with_authenticated(groups))
 
+    def certificate_user(self, der: bytes) -> UserInfo | None:
+        """`authenticate_certificate` of a DER certificate, remembered by its bytes (the
+        last `CERTIFICATE_USERS_CACHED` certificates)."""
+        cache = self._certificate_users
+        try:
+            user = cache[der]
+        except KeyError:
+            user = cache[der] = self.authenticate_certificate(
+                x509.load_der_x509_certificate(der))
+            if len(cache) > CERTIFICATE_USERS_CACHED:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(der)
+        return user
+
     def authenticate_token(self, token: str) -> UserInfo | None:
         return self.tokens.get(token)
 
     async def authenticate(self, request: _Request) -> UserInfo | None:
-        cert = peer_certificate(request)
-        if cert is not None:
-            user = self.authenticate_certificate(cert)
+        der = peer_certificate_der(request)
+        if der is not None:
+            user = self.certificate_user(der)
             if user is not None:
                 return user
         token = bearer_token(request.headers)

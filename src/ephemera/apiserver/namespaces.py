@@ -32,16 +32,17 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.admission.serviceaccount import ensure_default_service_account
+from ephemera.apiserver.informers import Reflector
 from ephemera.apiserver.registry import Codec, DeleteOptions, Registry
 from ephemera.apiserver.resources import RESOURCES, Resource, core_resource
 from ephemera.apiserver.strategy import NAMESPACE_FINALIZER
-from ephemera.store import Event, Store, StoreError
+from ephemera.store import Event, KeyValue, Store
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -62,33 +63,32 @@ def is_terminating(namespace: Mapping[str, Any]) -> bool:
 
 class NamespaceCache:
     """The namespaces as a watch on the store shows them: name -> Terminating or not (see the
-    module docstring for what it may decide). `start` lists and then watches in a background
-    task that re-lists after a dropped or compacted watch; `close` stops it."""
+    module docstring for what it may decide). `start` lists and then watches in the
+    background (an `ephemera.apiserver.informers.Reflector` with this cache as its sink),
+    re-listing after a dropped or compacted watch; `close` stops it."""
 
     def __init__(self, store: Store, codec: Codec, *,
                  force_live_ttl: float = FORCE_LIVE_LOOKUP_TTL,
                  clock: Callable[[], float] = time.monotonic,
                  retry_interval: float = 1.0) -> None:
-        self._store = store
         self._codec = codec
         self._force_live_ttl = force_live_ttl
         self._clock = clock
-        self._retry_interval = retry_interval
         self._prefix = NAMESPACES.key_prefix()
         self._terminating: dict[str, bool] = {}
         self._force_live_until: dict[str, float] = {}
-        self._ready = False
-        self._task: asyncio.Task[None] | None = None
+        self._reflector = Reflector(store, self._prefix, self, name="namespace cache",
+                                    retry_interval=retry_interval)
 
     @property
     def ready(self) -> bool:
         """Listed and watching (False before `start`, after `close` and while re-listing)."""
-        return self._ready
+        return self._reflector.ready
 
     def admits(self, name: str, operation: str) -> bool:
         """Whether the cache alone admits a `CREATE` (the namespace exists and is active) or
         an `UPDATE` (it exists) in namespace `name`; False means: read it live."""
-        if not self._ready or name not in self._terminating:
+        if not self.ready or name not in self._terminating:
             return False
         until = self._force_live_until.get(name)
         if until is not None:
@@ -104,51 +104,18 @@ class NamespaceCache:
 
     async def start(self) -> None:
         """List the namespaces, then keep them up to date from a watch in the background."""
-        if self._task is not None:
-            return
-        revision = await self._relist()
-        self._task = asyncio.get_running_loop().create_task(self._run(revision),
-                                                            name="namespace-cache")
+        await self._reflector.start()
 
     async def close(self) -> None:
-        self._ready = False
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._reflector.close()
 
-    async def _relist(self) -> int:
-        page = await self._store.list(self._prefix)
+    # -- the reflector's sink
+
+    def replace(self, kvs: Sequence[KeyValue], revision: int) -> None:
         self._terminating = {kv.key[len(self._prefix):]: is_terminating(self._codec.decode(kv))
-                             for kv in page.kvs}
-        self._ready = True
-        return page.revision
+                             for kv in kvs}
 
-    async def _run(self, revision: int | None) -> None:
-        delay = self._retry_interval / 4
-        while True:
-            try:
-                if revision is None:
-                    revision = await self._relist()
-                watcher = await self._store.watch(self._prefix, revision)
-                try:
-                    async for item in watcher:
-                        if isinstance(item, Event):
-                            self._apply(item)
-                        delay = self._retry_interval / 4
-                finally:
-                    await watcher.close()
-            except StoreError as err:
-                log.info("namespace cache: watch ended (%s); listing again", err)
-            except Exception:
-                log.exception("namespace cache: watch failed; listing again")
-            self._ready = False
-            revision = None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._retry_interval * 5)
-
-    def _apply(self, event: Event) -> None:
+    def apply(self, event: Event) -> None:
         name = event.kv.key[len(self._prefix):]
         if event.type == "DELETE":
             self._terminating.pop(name, None)

@@ -53,6 +53,7 @@ from ephemera.store import (
 )
 
 if TYPE_CHECKING:
+    from ephemera.apiserver.informers import ObjectCache
     from ephemera.apiserver.namespaces import NamespaceCache
 
 log = logging.getLogger("ephemera.apiserver")
@@ -249,6 +250,20 @@ class Registry:
         # (`ephemera.apiserver.namespaces`); the NamespaceLifecycle admission plugin reads
         # the store without it.
         self.namespace_cache: NamespaceCache | None = None
+        # The watch-fed objects the admission plugins read (`ephemera.apiserver.informers`,
+        # set by the app); None: they read the store.
+        self.object_cache: ObjectCache | None = None
+        # The revision of this registry's last write of each resource: what a watch-fed
+        # cache must have seen to reflect this apiserver's own writes.
+        self._write_revisions: dict[Resource, int] = {}
+
+    def write_revision(self, resource: Resource) -> int:
+        """The store revision of this registry's last write of `resource` (0: none yet)."""
+        return self._write_revisions.get(resource, 0)
+
+    def _wrote(self, resource: Resource, revision: int) -> None:
+        if revision > self._write_revisions.get(resource, 0):
+            self._write_revisions[resource] = revision
 
     def codec(self, resource: Resource) -> Codec:
         codec = self._codecs.get(resource)
@@ -475,6 +490,7 @@ class Registry:
                 if generated and attempt + 1 < attempts:
                     continue
                 raise self._exists(resource, name, generated) from None
+            self._wrote(resource, kv.mod_revision)
             md["resourceVersion"] = str(kv.mod_revision)
             log.info("created %s %s rv=%d", resource.plural, _ref(namespace, name),
                      kv.mod_revision)
@@ -526,6 +542,7 @@ class Registry:
                 stored = await self.store.update(key, data, kv.mod_revision)
             except (RevisionMismatch, KeyNotFound):
                 continue
+            self._wrote(resource, stored.mod_revision)
             md = meta.ensure_metadata(new)
             md["resourceVersion"] = str(stored.mod_revision)
             if self._should_delete_during_update(new, current):
@@ -553,6 +570,7 @@ class Registry:
             deleted = await self.store.delete(kv.key, kv.mod_revision)
         except (RevisionMismatch, KeyNotFound):
             return None
+        self._wrote(resource, deleted.mod_revision)
         meta.ensure_metadata(obj)["resourceVersion"] = str(deleted.mod_revision)
         log.info("deleted %s %s rv=%d", resource.plural, _ref(namespace, name),
                  deleted.mod_revision)
@@ -597,6 +615,7 @@ class Registry:
                     stored = await self.store.update(key, codec.encode(obj), kv.mod_revision)
                 except (RevisionMismatch, KeyNotFound):
                     continue
+                self._wrote(resource, stored.mod_revision)
                 md["resourceVersion"] = str(stored.mod_revision)
                 log.info("deleting %s %s: deletionTimestamp set rv=%d grace=%s",
                          resource.plural, _ref(namespace, name), stored.mod_revision,
@@ -608,6 +627,7 @@ class Registry:
                 deleted = await self.store.delete(key, kv.mod_revision)
             except (RevisionMismatch, KeyNotFound):
                 continue
+            self._wrote(resource, deleted.mod_revision)
             md["resourceVersion"] = str(deleted.mod_revision)
             log.info("deleted %s %s rv=%d", resource.plural, _ref(namespace, name),
                      deleted.mod_revision)

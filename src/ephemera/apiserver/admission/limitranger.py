@@ -2,7 +2,8 @@
 (reference/k8s-semantics.md section 7.2; the rules are `ephemera.pods.limitrange`):
 
 - handles a pod CREATE, and an UPDATE of the `dynamic` (KEP-5972) or `resize` subresource;
-  a pod being deleted is left alone; a namespace without LimitRanges costs one empty list;
+  a pod being deleted is left alone; the LimitRanges are read from the apiserver's object
+  cache (`ephemera.apiserver.informers`), as upstream's plugin reads its informer;
 - mutating: the namespace's LimitRanges (in name order, the first to set a value wins) fill
   the missing requests and limits of the containers (`Container` items' `defaultRequest` and
   `default`) and, with `PodLevelResourcesEphemeralStorage`, the pod-level
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
+from ephemera.apiserver.informers import cached_list
 from ephemera.apiserver.resources import core_resource
 from ephemera.pods import limitrange
 from ephemera.pods.dynamic import DYNAMIC_CONTAINER_RESOURCES
@@ -28,11 +30,10 @@ LIMIT_RANGES = core_resource("limitranges")
 
 
 async def namespace_limit_ranges(req: AdmissionRequest) -> list[dict[str, Any]]:
-    """The LimitRanges of the request's namespace, in name order."""
-    page = await req.registry.list(LIMIT_RANGES, req.namespace)
-    codec = req.registry.codec(LIMIT_RANGES)
-    return [obj if obj is not None else codec.decode(kv)
-            for kv, obj in zip(page.kvs, page.objects, strict=True)]
+    """The LimitRanges of the request's namespace, in name order (shared: read only), from
+    the apiserver's object cache as upstream's lister with its live lookup (`ephemera.
+    apiserver.informers.ObjectCache.list`)."""
+    return await cached_list(req.registry, LIMIT_RANGES, req.namespace)
 
 
 def _container_names(pod: dict[str, Any] | None) -> set[str]:

@@ -5,8 +5,9 @@ messages are `ephemera.pods.quota`, reference/k8s-semantics.md section 7.1):
 - handles CREATE and UPDATE of namespaced objects (pods: create, `/dynamic` and `/resize`
   updates, and a main-resource update that changes the Terminating scope; any other kind:
   `count/<resource>` on create);
-- judges the object against the namespace's quotas as stored (`status.hard` and
-  `status.used`, which the quota controller keeps current): `failed quota: ...`,
+- judges the object against the namespace's quotas (`status.hard` and `status.used`, which
+  the quota controller keeps current; read from the apiserver's object cache, which reflects
+  every write this apiserver made): `failed quota: ...`,
   `status unknown for quota: ...`, `exceeded quota: q1, requested: ..., used: ..., limited:
   ...`, each a 403 `pods "p1" is forbidden: <message>`;
 - charges each matching quota by a compare-and-swap update of its `status.used` through the
@@ -28,6 +29,7 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
+from ephemera.apiserver.informers import cached_list
 from ephemera.apiserver.resources import core_resource
 from ephemera.pods import quota
 
@@ -43,11 +45,11 @@ class _QuotaGone(Exception):
 
 
 async def namespace_quotas(req: AdmissionRequest) -> list[dict[str, Any]]:
-    """The ResourceQuotas of the request's namespace, in name order."""
-    page = await req.registry.list(RESOURCE_QUOTAS, req.namespace)
-    codec = req.registry.codec(RESOURCE_QUOTAS)
-    return [obj if obj is not None else codec.decode(kv)
-            for kv, obj in zip(page.kvs, page.objects, strict=True)]
+    """The ResourceQuotas of the request's namespace, in name order (shared: read only), from
+    the apiserver's object cache as upstream's quota accessor reads its lister with a live
+    lookup (`ephemera.apiserver.informers.ObjectCache.list`). The charge itself reads and
+    writes the store."""
+    return await cached_list(req.registry, RESOURCE_QUOTAS, req.namespace)
 
 
 class ResourceQuota(AdmissionPluginBase):

@@ -3,7 +3,9 @@ on pod creates (the main resource):
 
 - a pod that names no `serviceAccountName` gets `default` (and the deprecated
   `serviceAccount` in step, as the v1 conversion keeps it);
-- the named ServiceAccount must exist in the pod's namespace, else 403 `pods "p" is
+- the named ServiceAccount is read from the apiserver's object cache, else live (upstream's
+  lister with its live GET on a miss; `ephemera.apiserver.informers.ObjectCache.get`);
+  it must exist in the pod's namespace, else 403 `pods "p" is
   forbidden: error looking up service account ns/sa: serviceaccount "sa" not found`;
 - a pod without `imagePullSecrets` gets the ServiceAccount's;
 - a mirror pod (annotation `kubernetes.io/config.mirror`) is left alone but may not name a
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import generate_name
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
+from ephemera.apiserver.informers import cached_get
 from ephemera.apiserver.resources import core_resource
 
 if TYPE_CHECKING:
@@ -161,7 +164,7 @@ class ServiceAccount(AdmissionPluginBase):
         name = str(spec["serviceAccountName"])
         spec["serviceAccount"] = name
         try:
-            account = await req.registry.get(SERVICE_ACCOUNTS, req.namespace, name)
+            account = await cached_get(req.registry, SERVICE_ACCOUNTS, req.namespace, name)
         except StatusError as err:
             cause = (f'serviceaccount "{name}" not found' if err.code == 404
                      else err.message)

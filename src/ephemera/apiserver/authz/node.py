@@ -29,14 +29,13 @@ once the status update reporting the volume's teardown is stored.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ephemera.apiserver.authz import Attributes, Decision
 from ephemera.apiserver.authz.nodegraph import NodeGraph, pod_key
+from ephemera.apiserver.informers import Reflector
 from ephemera.apiserver.nodeidentity import node_identity
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import core_resource
@@ -49,7 +48,7 @@ from ephemera.pods.references import (
     pod_level_references,
     pod_volume_references,
 )
-from ephemera.store import Event, StoreError
+from ephemera.store import Event, KeyValue
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -102,54 +101,22 @@ class NodeAuthorizer:
         self.registry = registry
         self.graph = NodeGraph()
         self._codec = registry.codec(PODS)
-        self._retry_interval = retry_interval
-        self._task: asyncio.Task[None] | None = None
+        self._reflector = Reflector(registry.store, PODS.key_prefix(), self,
+                                    name="node authorizer",
+                                    retry_interval=retry_interval)
 
-    # -- the graph from the store -----------------------------------------------------------
+    # -- the graph from the store (this authorizer is its reflector's sink) -----------------
 
     async def start(self) -> None:
-        if self._task is not None:
-            return
-        revision = await self._relist()
-        self._task = asyncio.get_running_loop().create_task(self._run(revision),
-                                                            name="node-authorizer-graph")
+        await self._reflector.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._reflector.close()
 
-    async def _relist(self) -> int:
-        page = await self.registry.store.list(PODS.key_prefix())
-        self.graph.replace(self._codec.decode(kv) for kv in page.kvs)
-        return page.revision
+    def replace(self, kvs: Sequence[KeyValue], revision: int) -> None:
+        self.graph.replace(self._codec.decode(kv) for kv in kvs)
 
-    async def _run(self, revision: int | None) -> None:
-        delay = self._retry_interval / 4
-        while True:
-            try:
-                if revision is None:
-                    revision = await self._relist()
-                watcher = await self.registry.store.watch(PODS.key_prefix(), revision)
-                try:
-                    async for item in watcher:
-                        if isinstance(item, Event):
-                            self._apply(item)
-                            revision = item.revision
-                        delay = self._retry_interval / 4
-                finally:
-                    await watcher.close()
-            except StoreError as err:
-                log.info("node authorizer: pod watch ended (%s); listing again", err)
-            except Exception:
-                log.exception("node authorizer: pod watch failed; listing again")
-            revision = None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._retry_interval * 5)
-
-    def _apply(self, event: Event) -> None:
+    def apply(self, event: Event) -> None:
         pod = self._codec.decode(event.kv)
         if event.type == "DELETE":
             self.graph.delete_pod(*pod_key(pod))

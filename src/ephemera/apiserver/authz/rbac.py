@@ -5,7 +5,7 @@
   resource names, non-resource URLs with a trailing `*`) and subjects (`applies_to`: users,
   groups, service accounts as `system:serviceaccount:NS:NAME`);
 - `PolicyCache`: the Roles, RoleBindings, ClusterRoles and ClusterRoleBindings as watches on
-  the store show them (a list, then one watch per kind, re-listed when a watch ends), with
+  the store show them (one `ephemera.apiserver.informers.Informer` per kind), with
   `refresh()` for a read of the store's current state (coalesced between callers);
 - `RuleResolver`: the rules a user holds in a namespace (ClusterRoleBindings, then the
   namespace's RoleBindings), each with upstream's description of where it comes from;
@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision
+from ephemera.apiserver.informers import Informer, Mirror
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import Resource, lookup
-from ephemera.store import Event, StoreError
 
 log = logging.getLogger("ephemera.apiserver.rbac")
 
@@ -148,86 +149,22 @@ def _name(obj: Mapping[str, Any]) -> str:
 # --- the cache --------------------------------------------------------------------------------
 
 
-class _Mirror:
-    """One kind's objects by (namespace, name) with the revision each was seen at, and the
-    revisions of deletions, so that a list and a watch merge in any order."""
-
-    def __init__(self, resource: Resource) -> None:
-        self.resource = resource
-        self.prefix = resource.key_prefix()
-        self.objects: dict[str, dict[str, tuple[int, dict[str, Any]]]] = {}
-        self.deleted: dict[tuple[str, str], int] = {}
-
-    def split(self, key: str) -> tuple[str, str]:
-        rest = key[len(self.prefix):]
-        if self.resource.namespaced:
-            namespace, _, name = rest.partition("/")
-            return namespace, name
-        return "", rest
-
-    def put(self, namespace: str, name: str, revision: int, obj: dict[str, Any]) -> bool:
-        if revision <= self.deleted.get((namespace, name), 0):
-            return False
-        bucket = self.objects.setdefault(namespace, {})
-        current = bucket.get(name)
-        if current is not None and current[0] >= revision:
-            return False
-        bucket[name] = (revision, obj)
-        return True
-
-    def delete(self, namespace: str, name: str, revision: int) -> bool:
-        key = (namespace, name)
-        self.deleted[key] = max(revision, self.deleted.get(key, 0))
-        bucket = self.objects.get(namespace, {})
-        current = bucket.get(name)
-        if current is None or current[0] >= revision:
-            return False
-        del bucket[name]
-        if not bucket:
-            self.objects.pop(namespace, None)
-        return True
-
-    def merge_list(self, listed: Iterable[tuple[str, str, int, dict[str, Any]]],
-                   revision: int) -> bool:
-        """Merge a list read at `revision`: what it lacks and was last seen before it is gone."""
-        changed = False
-        seen: set[tuple[str, str]] = set()
-        for namespace, name, rev, obj in listed:
-            seen.add((namespace, name))
-            changed = self.put(namespace, name, rev, obj) or changed
-        for namespace, bucket in list(self.objects.items()):
-            for name, (rev, _) in list(bucket.items()):
-                if (namespace, name) not in seen and rev <= revision:
-                    del bucket[name]
-                    changed = True
-            if not bucket:
-                del self.objects[namespace]
-        self.deleted = {k: d for k, d in self.deleted.items() if d > revision}
-        return changed
-
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        entry = self.objects.get(namespace, {}).get(name)
-        return entry[1] if entry is not None else None
-
-    def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
-        bucket = self.objects.get(namespace, {})
-        return [bucket[name][1] for name in sorted(bucket)]
-
-    def all(self) -> list[dict[str, Any]]:
-        return [obj for namespace in sorted(self.objects)
-                for obj in self.in_namespace(namespace)]
-
-
 class PolicyCache:
-    """The RBAC objects as the store's watches show them (see the module docstring).
-    `listeners` are called (synchronously) with the resource whenever its objects change."""
+    """The RBAC objects as the store's watches show them (see the module docstring): one
+    `ephemera.apiserver.informers.Informer` per kind. `listeners` are called (synchronously)
+    with the resource whenever its objects change."""
 
     def __init__(self, registry: Registry, *, retry_interval: float = 1.0) -> None:
         self.registry = registry
         self.retry_interval = retry_interval
-        self.mirrors = {r.plural: _Mirror(r) for r in POLICY_RESOURCES}
+        self.informers = {r.plural: Informer(registry.store, registry.codec(r),
+                                             retry_interval=retry_interval)
+                          for r in POLICY_RESOURCES}
+        for resource in POLICY_RESOURCES:
+            self.informers[resource.plural].mirror.listeners.append(
+                functools.partial(self._mirror_changed, resource))
         self.listeners: list[Callable[[Resource], None]] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
         self._ticks = itertools.count(1)
         self._refresh_task: asyncio.Task[None] | None = None
         self._refresh_tick = 0
@@ -235,39 +172,41 @@ class PolicyCache:
 
     # -- reads
 
+    def _mirror(self, resource: Resource) -> Mirror:
+        return self.informers[resource.plural].mirror
+
     def role(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.mirrors["roles"].get(namespace, name)
+        return self._mirror(ROLES).get(namespace, name)
 
     def cluster_role(self, name: str) -> dict[str, Any] | None:
-        return self.mirrors["clusterroles"].get("", name)
+        return self._mirror(CLUSTER_ROLES).get("", name)
 
     def cluster_roles(self) -> list[dict[str, Any]]:
-        return self.mirrors["clusterroles"].all()
+        return self._mirror(CLUSTER_ROLES).all()
 
     def role_bindings(self, namespace: str) -> list[dict[str, Any]]:
-        return self.mirrors["rolebindings"].in_namespace(namespace)
+        return self._mirror(ROLE_BINDINGS).in_namespace(namespace)
 
     def cluster_role_bindings(self) -> list[dict[str, Any]]:
-        return self.mirrors["clusterrolebindings"].all()
+        return self._mirror(CLUSTER_ROLE_BINDINGS).all()
 
     # -- lifecycle
 
     async def start(self) -> None:
         """List every kind, then follow each with a watch in the background."""
-        if self._tasks:
+        if self._started:
             return
-        revisions = [await self._relist(r) for r in POLICY_RESOURCES]
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._follow(r, rev), name=f"rbac-{r.plural}")
-                       for r, rev in zip(POLICY_RESOURCES, revisions, strict=True)]
+        self._started = True
+        for informer in self.informers.values():
+            await informer.start()
 
     async def close(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        if self._refresh_task is not None:
-            tasks.append(self._refresh_task)
-        for task in tasks:
+        self._started = False
+        for informer in self.informers.values():
+            await informer.close()
+        task, self._refresh_task = self._refresh_task, None
+        if task is not None:
             task.cancel()
-        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
@@ -285,51 +224,14 @@ class PolicyCache:
 
     async def _refresh_all(self, tick: int) -> None:
         try:
-            for resource in POLICY_RESOURCES:
-                await self._relist(resource)
+            for informer in self.informers.values():
+                await informer.relist()
             self._refreshed_tick = max(self._refreshed_tick, tick)
         finally:
             self._refresh_task = None
 
-    async def _relist(self, resource: Resource) -> int:
-        mirror = self.mirrors[resource.plural]
-        codec = self.registry.codec(resource)
-        page = await self.registry.store.list(mirror.prefix)
-        listed = [(*mirror.split(kv.key), kv.mod_revision, codec.decode(kv)) for kv in page.kvs]
-        if mirror.merge_list(listed, page.revision):
-            self._changed(resource)
-        return page.revision
-
-    async def _follow(self, resource: Resource, revision: int | None) -> None:
-        mirror = self.mirrors[resource.plural]
-        codec = self.registry.codec(resource)
-        delay = self.retry_interval / 4
-        while True:
-            try:
-                if revision is None:
-                    revision = await self._relist(resource)
-                watcher = await self.registry.store.watch(mirror.prefix, revision)
-                try:
-                    async for item in watcher:
-                        if isinstance(item, Event):
-                            namespace, name = mirror.split(item.kv.key)
-                            if item.type == "DELETE":
-                                changed = mirror.delete(namespace, name, item.revision)
-                            else:
-                                changed = mirror.put(namespace, name, item.revision,
-                                                     codec.decode(item.kv))
-                            if changed:
-                                self._changed(resource)
-                        delay = self.retry_interval / 4
-                finally:
-                    await watcher.close()
-            except StoreError as err:
-                log.info("rbac cache: %s watch ended (%s); listing again", resource.plural, err)
-            except Exception:
-                log.exception("rbac cache: %s watch failed; listing again", resource.plural)
-            revision = None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.retry_interval * 5)
+    def _mirror_changed(self, resource: Resource, namespace: str) -> None:
+        self._changed(resource)
 
     def _changed(self, resource: Resource) -> None:
         for listener in self.listeners:

@@ -1,0 +1,408 @@
+"""Watch-fed caches of stored objects inside the apiserver: upstream's reflectors, informers
+and listers, for the apiserver's own readers (the admission plugins, the RBAC cache, the
+namespace cache, the Node authorizer's graph).
+
+- `Reflector`: lists a key prefix into a `Sink`, then follows it with a watch from the
+  list's revision, and lists again (after a short, growing pause) when the watch fails, is
+  dropped or its history was compacted. It knows the store revision it has caught up with
+  (`revision`: the list's, then every event's and progress notification's) and lets a reader
+  wait for a revision (`wait_for`). This is the one list-and-watch loop of the apiserver.
+- `Mirror`: a `Sink` holding one resource's decoded objects by namespace and name, with the
+  revision each was seen at and the revisions of deletions, so that a list (a `relist` from
+  another task) and the watch merge in any order. It calls its `listeners` with the namespace
+  of every change.
+- `Informer`: a `Reflector` feeding a `Mirror`, for one resource.
+- `ObjectCache`: the informers of the kinds the admission plugins read (ServiceAccounts,
+  LimitRanges, ResourceQuotas), published as `Registry.object_cache`, with the read rules
+  (`cached_get`, `cached_list`; see those). It reads its own writes: the registry records
+  the revision of its last write of each resource (`Registry.write_revision`), and a read
+  first waits until the informer has seen that revision (upstream's consistent reads from
+  the watch cache; at most `SYNC_TIMEOUT` seconds, then the read goes to the store), so an
+  object written through this apiserver before a request started is always seen by it.
+  Writes by another apiserver sharing the store reach the cache when its watch delivers
+  them, as upstream's informers do.
+
+Objects handed out by a `Mirror` are shared: readers must not change them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ephemera.apiserver.resources import Resource
+from ephemera.store import Event, KeyValue, Store, StoreError
+
+if TYPE_CHECKING:
+    from ephemera.apiserver.registry import Codec, Registry
+
+log = logging.getLogger("ephemera.apiserver")
+
+# How long a read waits for an informer to see this apiserver's own last write of the kind
+# before it reads the store instead (upstream's watch cache waits up to 3 s).
+SYNC_TIMEOUT = 3.0
+# upstream's LimitRanger and ResourceQuota live lookups: a namespace the informer holds no
+# objects of is listed live, and that answer kept this long, for at most this many namespaces.
+LIVE_LOOKUP_TTL = 30.0
+LIVE_LOOKUP_ENTRIES = 10000
+
+
+class Sink(Protocol):
+    """Where a `Reflector` puts what it reads."""
+
+    def replace(self, kvs: Sequence[KeyValue], revision: int) -> None:
+        """Everything under the prefix, as listed at `revision`."""
+
+    def apply(self, event: Event) -> None:
+        """One watch event, in revision order."""
+
+
+class Reflector:
+    """Lists `prefix` into `sink`, then follows it with a watch (see the module docstring).
+    `start` lists once and starts the background task; `close` stops it."""
+
+    def __init__(self, store: Store, prefix: str, sink: Sink, *, name: str,
+                 retry_interval: float = 1.0) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.sink = sink
+        self.name = name
+        self.retry_interval = retry_interval
+        self.revision = 0
+        self._ready = False
+        self._task: asyncio.Task[None] | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    @property
+    def ready(self) -> bool:
+        """Listed and watching (False before `start`, after `close` and after a failed watch
+        until the next list)."""
+        return self._ready
+
+    async def start(self) -> None:
+        """List, then keep following the prefix in the background."""
+        if self._task is not None:
+            return
+        revision = await self.relist()
+        self._ready = True
+        self._task = asyncio.get_running_loop().create_task(self._run(revision),
+                                                            name=self.name)
+
+    async def close(self) -> None:
+        self._ready = False
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def relist(self) -> int:
+        """List the prefix into the sink now (also while the watch runs: the sink must then
+        merge by revision, as `Mirror` does); the list's revision."""
+        page = await self.store.list(self.prefix)
+        self.sink.replace(page.kvs, page.revision)
+        self._advance(page.revision)
+        return page.revision
+
+    async def wait_for(self, revision: int, timeout: float) -> bool:
+        """Wait until the sink reflects every write up to `revision` (at most `timeout`
+        seconds); whether it does and the reflector is ready."""
+        if self.revision < revision:
+            waiter = asyncio.get_running_loop().create_future()
+            entry = (revision, waiter)
+            self._waiters.append(entry)
+            try:
+                await asyncio.wait_for(waiter, timeout)
+            except TimeoutError:
+                pass
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
+        return self._ready and self.revision >= revision
+
+    def _advance(self, revision: int) -> None:
+        if revision <= self.revision:
+            return
+        self.revision = revision
+        if self._waiters:
+            for wanted, waiter in self._waiters:
+                if wanted <= revision and not waiter.done():
+                    waiter.set_result(None)
+
+    async def _run(self, revision: int | None) -> None:
+        delay = self.retry_interval / 4
+        while True:
+            try:
+                if revision is None:
+                    revision = await self.relist()
+                    self._ready = True
+                watcher = await self.store.watch(self.prefix, revision)
+                try:
+                    async for item in watcher:
+                        if isinstance(item, Event):
+                            self.sink.apply(item)
+                        self._advance(item.revision)
+                        delay = self.retry_interval / 4
+                finally:
+                    await watcher.close()
+            except StoreError as err:
+                log.info("%s: watch ended (%s); listing again", self.name, err)
+            except Exception:
+                log.exception("%s: watch failed; listing again", self.name)
+            self._ready = False
+            revision = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.retry_interval * 5)
+
+
+class Mirror:
+    """One resource's objects by namespace and name (see the module docstring)."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+        self.resource: Resource = codec.resource
+        self.prefix = self.resource.key_prefix()
+        self.objects: dict[str, dict[str, tuple[int, dict[str, Any]]]] = {}
+        self.deleted: dict[tuple[str, str], int] = {}
+        self.listeners: list[Callable[[str], None]] = []
+        # The sorted answers of `in_namespace` and `all`, until the next change.
+        self._in_namespace: dict[str, list[dict[str, Any]]] = {}
+        self._all: list[dict[str, Any]] | None = None
+
+    # -- reads (the lists are shared too: read only)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        entry = self.objects.get(namespace, {}).get(name)
+        return entry[1] if entry is not None else None
+
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
+        """The objects of `namespace` in name order."""
+        listed = self._in_namespace.get(namespace)
+        if listed is None:
+            bucket = self.objects.get(namespace)
+            if not bucket:
+                return []
+            listed = self._in_namespace[namespace] = [bucket[name][1] for name in sorted(bucket)]
+        return listed
+
+    def all(self) -> list[dict[str, Any]]:
+        """Every object, by namespace and name."""
+        if self._all is None:
+            self._all = [obj for namespace in sorted(self.objects)
+                         for obj in self.in_namespace(namespace)]
+        return self._all
+
+    # -- the sink
+
+    def split(self, key: str) -> tuple[str, str]:
+        rest = key[len(self.prefix):]
+        if self.resource.namespaced:
+            namespace, _, name = rest.partition("/")
+            return namespace, name
+        return "", rest
+
+    def replace(self, kvs: Sequence[KeyValue], revision: int) -> None:
+        self.merge_list(((*self.split(kv.key), kv.mod_revision, self.codec.decode(kv))
+                         for kv in kvs), revision)
+
+    def apply(self, event: Event) -> None:
+        namespace, name = self.split(event.kv.key)
+        if event.type == "DELETE":
+            self.delete(namespace, name, event.revision)
+        else:
+            self.put(namespace, name, event.revision, self.codec.decode(event.kv))
+
+    def put(self, namespace: str, name: str, revision: int, obj: dict[str, Any]) -> bool:
+        if revision <= self.deleted.get((namespace, name), 0):
+            return False
+        bucket = self.objects.setdefault(namespace, {})
+        current = bucket.get(name)
+        if current is not None and current[0] >= revision:
+            return False
+        bucket[name] = (revision, obj)
+        self._changed(namespace)
+        return True
+
+    def delete(self, namespace: str, name: str, revision: int) -> bool:
+        key = (namespace, name)
+        self.deleted[key] = max(revision, self.deleted.get(key, 0))
+        bucket = self.objects.get(namespace, {})
+        current = bucket.get(name)
+        if current is None or current[0] >= revision:
+            return False
+        del bucket[name]
+        if not bucket:
+            self.objects.pop(namespace, None)
+        self._changed(namespace)
+        return True
+
+    def merge_list(self, listed: Iterable[tuple[str, str, int, dict[str, Any]]],
+                   revision: int) -> bool:
+        """Merge a list read at `revision`: what it lacks and was last seen before it is gone."""
+        changed = False
+        seen: set[tuple[str, str]] = set()
+        for namespace, name, rev, obj in listed:
+            seen.add((namespace, name))
+            changed = self.put(namespace, name, rev, obj) or changed
+        for namespace, bucket in list(self.objects.items()):
+            for name, (rev, _) in list(bucket.items()):
+                if (namespace, name) not in seen and rev <= revision:
+                    del bucket[name]
+                    self._changed(namespace)
+                    changed = True
+            if not bucket:
+                del self.objects[namespace]
+        self.deleted = {k: d for k, d in self.deleted.items() if d > revision}
+        return changed
+
+    def _changed(self, namespace: str) -> None:
+        self._in_namespace.pop(namespace, None)
+        self._all = None
+        for listener in self.listeners:
+            try:
+                listener(namespace)
+            except Exception:
+                log.exception("%s cache: listener failed", self.resource.plural)
+
+
+class Informer:
+    """A `Reflector` feeding a `Mirror` of one resource."""
+
+    def __init__(self, store: Store, codec: Codec, *, retry_interval: float = 1.0) -> None:
+        self.mirror = Mirror(codec)
+        self.resource = codec.resource
+        self.reflector = Reflector(store, self.mirror.prefix, self.mirror,
+                                   name=f"{self.resource.plural} informer",
+                                   retry_interval=retry_interval)
+
+    @property
+    def ready(self) -> bool:
+        return self.reflector.ready
+
+    async def start(self) -> None:
+        await self.reflector.start()
+
+    async def close(self) -> None:
+        await self.reflector.close()
+
+    async def relist(self) -> int:
+        return await self.reflector.relist()
+
+
+class ObjectCache:
+    """The informers of `resources` over the registry's store, read with the rules of
+    `get` and `list` (see the module docstring)."""
+
+    def __init__(self, registry: Registry, resources: Iterable[Resource], *,
+                 sync_timeout: float = SYNC_TIMEOUT, live_ttl: float = LIVE_LOOKUP_TTL,
+                 clock: Callable[[], float] = time.monotonic,
+                 retry_interval: float = 1.0) -> None:
+        self.registry = registry
+        self.sync_timeout = sync_timeout
+        self.live_ttl = live_ttl
+        self.clock = clock
+        self.informers = {r: Informer(registry.store, registry.codec(r),
+                                      retry_interval=retry_interval) for r in resources}
+        # (resource, namespace) -> (expiry, the live list), oldest first
+        self._live: OrderedDict[tuple[Resource, str], tuple[float, list[dict[str, Any]]]] = (
+            OrderedDict())
+        for resource, informer in self.informers.items():
+            informer.mirror.listeners.append(functools.partial(self._forget_live, resource))
+
+    def _forget_live(self, resource: Resource, namespace: str) -> None:
+        self._live.pop((resource, namespace), None)
+
+    async def start(self) -> None:
+        for informer in self.informers.values():
+            await informer.start()
+
+    async def close(self) -> None:
+        for informer in self.informers.values():
+            await informer.close()
+        self._live.clear()
+
+    async def synced(self, resource: Resource) -> Mirror | None:
+        """The mirror of `resource` once it reflects this apiserver's own last write of it;
+        None when there is none to read (not cached, not ready, or not caught up in time)."""
+        informer = self.informers.get(resource)
+        if informer is None or not informer.ready:
+            return None
+        wanted = self.registry.write_revision(resource)
+        if informer.reflector.revision >= wanted:
+            return informer.mirror
+        if await informer.reflector.wait_for(wanted, self.sync_timeout):
+            return informer.mirror
+        return None
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
+        """upstream's ServiceAccount plugin: the cached object, else a live GET (404 as the
+        registry's StatusError)."""
+        mirror = await self.synced(resource)
+        if mirror is not None:
+            obj = mirror.get(namespace, name)
+            if obj is not None:
+                return obj
+        return await self.registry.get(resource, namespace, name)
+
+    async def list(self, resource: Resource, namespace: str) -> list[dict[str, Any]]:
+        """upstream's LimitRanger and ResourceQuota: the cached objects of `namespace` in name
+        order; when the cache holds none, a live list, kept `live_ttl` seconds (dropped as
+        soon as the informer sees a change in that namespace)."""
+        mirror = await self.synced(resource)
+        if mirror is None:
+            return await live_list(self.registry, resource, namespace)
+        objects = mirror.in_namespace(namespace)
+        if objects:
+            return objects
+        key = (resource, namespace)
+        entry = self._live.get(key)
+        now = self.clock()
+        if entry is not None and entry[0] > now:
+            return entry[1]
+        objects = await live_list(self.registry, resource, namespace)
+        self._live[key] = (now + self.live_ttl, objects)
+        self._live.move_to_end(key)
+        while len(self._live) > LIVE_LOOKUP_ENTRIES:
+            self._live.popitem(last=False)
+        return objects
+
+
+async def live_list(registry: Registry, resource: Resource, namespace: str
+                    ) -> list[dict[str, Any]]:
+    """The objects of `resource` in `namespace`, in name order, read from the store."""
+    page = await registry.list(resource, namespace)
+    codec = registry.codec(resource)
+    return [obj if obj is not None else codec.decode(kv)
+            for kv, obj in zip(page.kvs, page.objects, strict=True)]
+
+
+async def cached_get(registry: Registry, resource: Resource, namespace: str, name: str
+                     ) -> dict[str, Any]:
+    """`ObjectCache.get` when the registry has an object cache, else a live GET."""
+    cache = registry.object_cache
+    if cache is not None:
+        return await cache.get(resource, namespace, name)
+    return await registry.get(resource, namespace, name)
+
+
+async def cached_list(registry: Registry, resource: Resource, namespace: str
+                      ) -> list[dict[str, Any]]:
+    """`ObjectCache.list` when the registry has an object cache, else a live list."""
+    cache = registry.object_cache
+    if cache is not None:
+        return await cache.list(resource, namespace)
+    return await live_list(registry, resource, namespace)
+
+
+__all__ = ["LIVE_LOOKUP_TTL", "SYNC_TIMEOUT", "Informer", "Mirror", "ObjectCache", "Reflector",
+           "Sink", "cached_get", "cached_list", "live_list"]
