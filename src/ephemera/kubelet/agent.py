@@ -10,7 +10,9 @@
 4. watches the pods bound to it (`fieldSelector=spec.nodeName=NAME`) with an informer; once
    the first list is in, admits them in creation order and hands each admitted pod to the
    pod workers (`podworkers.py`), the volume manager (its desired state) and the status
-   manager (`status.py`);
+   manager (`status.py`), and registers the Secrets and ConfigMaps it references with the
+   object cache (`objectcache.py`: one watch each; the allocation check, the volumes and env
+   read them from there, and a change refreshes the pod's volumes);
 5. relists the runtime every second (waking the workers of pods whose containers changed),
    and every `housekeeping_interval` cleans up what belongs to no pod it knows: sandboxes and
    containers (killed and removed), volumes and pod directories (a pod deleted while the

@@ -68,7 +68,8 @@ class VolumeHost(Protocol):
     """What the volume manager and its plugins need from the kubelet.
 
     `get_configmap`/`get_secret` return the object as a dict, or None when it does not exist
-    (any other failure raises; its message becomes the volume's error). The attributes are
+    (any other failure raises; its message becomes the volume's error); the kubelet serves
+    them from its watch-based cache (`ephemera.kubelet.objectcache`). The attributes are
     read-only here, so plain attributes and properties both satisfy the protocol.
     Optional attributes read with defaults: `node_allocatable_cpu_millis: int` (default: CPU
     count x 1000) and `node_allocatable_ephemeral_storage: int | None`, used by downwardAPI

@@ -448,6 +448,14 @@ class VolumeManager:
         self._dsw[uid] = desired
         self._wake()
 
+    def resync_pod(self, pod_uid: str) -> None:
+        """Set up the pod's resyncing volumes (configMap, secret, projected, downwardAPI)
+        again at the next pass: a Secret or ConfigMap they read has changed."""
+        desired = self._dsw.get(pod_uid)
+        if desired is not None and pod_uid not in self._terminated:
+            desired.version += 1
+            self._wake()
+
     def _desired_volume(self, key: Key) -> DesiredVolume | None:
         pod = self._dsw.get(key[0])
         return None if pod is None else pod.volumes.get(key[1])
