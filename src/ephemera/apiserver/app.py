@@ -147,9 +147,10 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     if escalation_check is not None:
         admission.plugins.append(escalation_check)
     router = Router(registry, lifecycle, config, authorization)
-    middlewares = [status_middleware, router.authentication, router.authorization]
+    middlewares = [status_middleware, clean_path_middleware, router.authentication,
+                   router.authorization]
     if config.audit is not None:  # after authentication, before authorization: upstream's
-        middlewares.insert(2, config.audit.middleware)
+        middlewares.insert(3, config.audit.middleware)
     app = web.Application(middlewares=middlewares,
                           client_max_size=config.max_body_bytes)
     app[REGISTRY] = registry
@@ -236,6 +237,18 @@ async def status_middleware(request: web.Request, handler: Any) -> web.StreamRes
 
 def not_found_path() -> StatusError:
     return StatusError(404, "NotFound", "the server could not find the requested resource")
+
+
+@web.middleware
+async def clean_path_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A path with an empty, `.` or `..` segment inside it is not found, before anything
+    reads it: authorization, audit and routing must all see the same segments
+    (`pods/p//exec` would otherwise be authorized as one thing and served as another)."""
+    inner = request.path.strip("/")
+    if inner and any(segment in ("", ".", "..") for segment in inner.split("/")):
+        raise not_found_path()
+    response: web.StreamResponse = await handler(request)
+    return response
 
 
 class Router:
