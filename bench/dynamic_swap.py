@@ -100,6 +100,7 @@ from bench.pod_start import (
     mounts_under,
     read_kv,
     unmount,
+    wait_until_trapping,
 )
 from ephemera.kubelet.allocation.checkpoint import CHECKPOINT_NAME
 from ephemera.kubelet.runtime import crun_works
@@ -401,21 +402,6 @@ async def wait_until_ready(api: Api) -> str:
         if time.monotonic() > deadline:
             raise BenchError(f"no default ServiceAccount in {NAMESPACE} in time")
         await asyncio.sleep(0.1)
-
-
-def wait_until_trapping(pid: int) -> None:
-    """Until the container's shell has started its `sleep` (so its SIGTERM trap is set: a
-    pid-namespace init without a handler ignores SIGTERM), at most `EXIT_TIMEOUT`; untimed."""
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    deadline = time.monotonic() + EXIT_TIMEOUT
-    while time.monotonic() < deadline:
-        try:
-            if children.read_text().strip():
-                return
-        except OSError:
-            return  # gone: nothing to wait for
-        time.sleep(0.001)
-    raise BenchError(f"the container's shell (pid {pid}) started no child")
 
 
 def instance_trapping(kubelet_dir: Path, uid: str, attempt: int) -> None:

@@ -44,12 +44,14 @@ from typing import Any
 
 from bench.common import (
     EphemeraUp,
+    format_number,
     log,
     machine_description,
     markdown_table,
     percentile,
     process_cpu_seconds,
     progress,
+    ratio,
 )
 from ephemera.client import ApiClient, resource_path
 from ephemera.client.kubeconfig import load_kubeconfig
@@ -223,18 +225,22 @@ def pods_for(paths: Sequence[PodPaths]) -> list[dict[str, Any]]:
 
 async def time_passes(root: Path, paths: Sequence[PodPaths], cost: PassCost,
                       passes: int) -> None:
-    provider = StatsProvider(NODE, root, DuBackend(), image_dir=root / "images")
+    backend = DuBackend()
+    provider = StatsProvider(NODE, root, backend, image_dir=root / "images")
     thresholds = parse_eviction_hard(None)
     pods = pods_for(paths)
-    await provider.get(paths)  # the first pass builds the walkers
-    for _ in range(passes):
-        wall, cpu = time.perf_counter(), time.process_time()
-        summary = await provider.get(paths)
-        decision = decide(pods, summary, thresholds)
-        cost.wall.append(time.perf_counter() - wall)
-        cost.cpu.append(time.process_time() - cpu)
-        if decision.local_evictions:
-            raise BenchError("a synthetic pod was over its limit")
+    try:
+        await provider.get(paths)  # the first pass builds the walkers
+        for _ in range(passes):
+            wall, cpu = time.perf_counter(), time.process_time()
+            summary = await provider.get(paths)
+            decision = decide(pods, summary, thresholds)
+            cost.wall.append(time.perf_counter() - wall)
+            cost.cpu.append(time.process_time() - cpu)
+            if decision.local_evictions:
+                raise BenchError("a synthetic pod was over its limit")
+    finally:
+        backend.close()  # the walks' open directories
 
 
 def bench_pass_cost(work_dir: Path, sizes: Sequence[int], files: int,
@@ -271,6 +277,14 @@ def lowest_sound_interval(costs: Sequence[PassCost]) -> float:
                RELIST_PERIOD)
 
 
+def interval_ratio(runs: Sequence[LatencyRun]) -> float:
+    """How many times longer an eviction takes at the first (default) interval than at the
+    last (low) one: the ratio of their p50s (NaN without two runs with evictions)."""
+    if len(runs) < 2:
+        return float("nan")
+    return ratio(percentile(runs[0].seconds, 50), percentile(runs[-1].seconds, 50))
+
+
 def report(runs: Sequence[LatencyRun], costs: Sequence[PassCost], command: str,
            machine: dict[str, str]) -> str:
     lines = [f"### bench.eviction: `{command}`", "",
@@ -284,6 +298,9 @@ def report(runs: Sequence[LatencyRun], costs: Sequence[PassCost], command: str,
         [[f"{r.interval:g} s", str(len(r.seconds)), ms(percentile(r.seconds, 50)),
           ms(percentile(r.seconds, 95)), ms(max(r.seconds, default=float("nan"))),
           f"{r.kubelet_cpu_share * 100:.1f}"] for r in runs]))
+    if len(runs) >= 2:
+        lines += ["", f"p50 at {runs[0].interval:g} s ÷ p50 at {runs[-1].interval:g} s: "
+                      f"{format_number(interval_ratio(runs), 1)}"]
     lines += ["", "#### Cost of one pass", "",
               "`StatsProvider.get` (du walk of every pod's writable layer, logs and emptyDir, "
               "and the image store) + `decide`, in process; CPU share = CPU p50 / interval.",
@@ -340,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command": command, "machine": machine,
             "latency": [{"interval": r.interval, "seconds": r.seconds,
                          "kubelet_cpu_share": r.kubelet_cpu_share} for r in runs],
+            "interval_p50_ratio": interval_ratio(runs),
             "pass_cost": [{"pods": c.pods, "files": c.files, "wall": c.wall, "cpu": c.cpu}
                           for c in costs],
             "lowest_sound_interval": lowest_sound_interval(costs)}, indent=2))

@@ -150,6 +150,21 @@ def floor_delete_steps(kind: str) -> list[tuple[str, str]]:
             ("deleted", f"`{kind} delete`, umount, rm -r")]
 
 
+
+def wait_until_trapping(pid: int) -> None:
+    """Until the container's shell has started its `sleep` (so its SIGTERM trap is set: a
+    pid-namespace init without a handler ignores SIGTERM), at most `EXIT_TIMEOUT`; untimed."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    deadline = time.monotonic() + EXIT_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            if children.read_text().strip():
+                return
+        except OSError:
+            return  # gone: nothing to wait for
+        time.sleep(0.001)
+    raise BenchError(f"the container's shell (pid {pid}) started no child")
+
 class BenchError(RuntimeError):
     """Something did not happen as it should: the benchmark stops rather than time it."""
 
@@ -703,7 +718,9 @@ class Floor:
             if result.returncode != 0:
                 raise BenchError(f"{self.kind} run -d exited {result.returncode}: "
                                  f"{(bundle / 'runtime.log').read_text(errors='replace')[-500:]}")
-            pidfd = os.pidfd_open(int((bundle / "pid").read_text()))
+            pid = int((bundle / "pid").read_text())
+            wait_until_trapping(pid)
+            pidfd = os.pidfd_open(pid)
             try:
                 marks["delete_sent"] = now()
                 self._run("kill", container_id, "TERM", log_path=log_path)

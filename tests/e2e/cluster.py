@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,19 +38,22 @@ import pytest
 import yaml
 
 from ephemera.apiserver.certs import CertKey, issue_client_cert, write_kubeconfig
+from ephemera.kubelet.stats import loopdev
+from ephemera.kubelet.volumes import mounts
 
 KUBECTL = os.environ.get("EPHEMERA_TEST_KUBECTL", "kubectl")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class Cluster:
+class ClusterAccess:
+    """What a client needs of a running cluster: its data dir (CA, pid files, logs), a
+    kubeconfig and a HOME; kubectl runs with them. It cannot stop anything."""
+
     data_dir: Path
     home: Path
-    process: subprocess.Popen[bytes]
-    output_path: Path
-    extra_args: Sequence[str] = field(default_factory=tuple)
 
     @property
     def kubeconfig(self) -> Path:
@@ -63,10 +67,6 @@ class Cluster:
     @property
     def ca_path(self) -> Path:
         return self.data_dir / "pki" / "ca.crt"
-
-    @property
-    def output(self) -> str:
-        return self.output_path.read_text(errors="replace")
 
     def pid_of(self, component: str) -> int:
         return int((self.data_dir / "run" / f"{component}.pid").read_text())
@@ -93,6 +93,19 @@ class Cluster:
             pytest.fail(f"kubectl {' '.join(args)} exited {result.returncode}\n"
                         f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
         return result
+
+
+@dataclass
+class Cluster(ClusterAccess):
+    """A running `ephemera up` (its process and output), which `stop()` ends."""
+
+    process: subprocess.Popen[bytes]
+    output_path: Path
+    extra_args: Sequence[str] = field(default_factory=tuple)
+
+    @property
+    def output(self) -> str:
+        return self.output_path.read_text(errors="replace")
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         """Signal `ephemera up` and wait for it; the exit code."""
@@ -257,7 +270,7 @@ class Kubectl:
     """kubectl as one test's user: its own HOME and cache dir, and `-n namespace` on every
     command (None: no namespace flag)."""
 
-    cluster: Cluster
+    cluster: ClusterAccess
     home: Path
     namespace: str | None
 
@@ -282,10 +295,11 @@ class Kubectl:
 
 
 @dataclass
-class IdentityCluster(Cluster):
-    """The cluster as seen through another identity's kubeconfig."""
+class IdentityView(ClusterAccess):
+    """A cluster as seen through another identity's kubeconfig: kubectl and the cluster's
+    files, but no process to stop."""
 
-    identity_kubeconfig: Path = Path()
+    identity_kubeconfig: Path
 
     @property
     def kubeconfig(self) -> Path:
@@ -303,9 +317,7 @@ def as_identity(k: Kubectl, user: str, tmp_path: Path, groups: Sequence[str] = (
     home.mkdir()
     kubeconfig = write_kubeconfig(home / "kubeconfig", k.cluster.server, ca.cert_pem,
                                   cert.cert_pem, cert.key_pem, user=user)
-    cluster = IdentityCluster(k.cluster.data_dir, home, k.cluster.process,
-                              k.cluster.output_path, identity_kubeconfig=kubeconfig)
-    return Kubectl(cluster, home, k.namespace)
+    return Kubectl(IdentityView(k.cluster.data_dir, home, kubeconfig), home, k.namespace)
 
 
 @pytest.fixture
@@ -324,7 +336,7 @@ def kubectl(shared_cluster: Cluster, tmp_path: Path,
 KUBELET_WAIT = 60.0
 
 
-def wait(check: Callable[[], Any], what: str, cluster: Cluster | None = None,
+def wait(check: Callable[[], Any], what: str, cluster: ClusterAccess | None = None,
          timeout: float = KUBELET_WAIT) -> Any:
     """Poll `check` until it returns something truthy (returned); on timeout fail the test
     with the tail of the cluster's kubelet log."""
@@ -342,7 +354,7 @@ def wait(check: Callable[[], Any], what: str, cluster: Cluster | None = None,
         time.sleep(0.2)
 
 
-def node_ready(cluster: Cluster, node: str) -> bool:
+def node_ready(cluster: ClusterAccess, node: str) -> bool:
     """Whether the Node `node` has condition Ready=True."""
     result = cluster.kubectl("get", "node", node, "-o", "json", check=False)
     if result.returncode != 0:
@@ -352,10 +364,23 @@ def node_ready(cluster: Cluster, node: str) -> bool:
 
 
 def mounts_under(path: Path) -> list[str]:
-    """Mount points (from /proc/self/mountinfo) under `path`."""
-    prefix = str(path)
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+    """Mount points (from /proc/self/mountinfo, in mount order, a point stacked twice listed
+    twice) at or under `path`."""
+    real = os.path.realpath(path)
+    return [m.mount_point for m in mounts.mountinfo()
+            if m.mount_point == real or m.mount_point.startswith(real.rstrip("/") + "/")]
+
+
+def loop_devices_under(path: Path) -> list[str]:
+    """Loop devices (`/dev/loopN`) bound to a file at or under `path`."""
+    real = os.path.realpath(path)
+    found = []
+    for name in sorted(os.listdir("/sys/block")):
+        backing = loopdev.backing_file(name) if name.startswith("loop") else None
+        if backing is not None and (backing == real
+                                    or backing.startswith(real.rstrip("/") + "/")):
+            found.append(f"/dev/{name}")
+    return found
 
 
 def entries(path: Path) -> list[str]:
@@ -366,7 +391,7 @@ def entries(path: Path) -> list[str]:
         return []
 
 
-def assert_kubelet_clean(cluster: Cluster, *, logs_and_runtime: bool = False) -> None:
+def assert_kubelet_clean(cluster: ClusterAccess, *, logs_and_runtime: bool = False) -> None:
     """Wait until the kubelet has left no mounts and no pod directories behind (and, with
     `logs_and_runtime`, no pod logs nor runtime state)."""
     kubelet_dir = cluster.data_dir / "kubelet"
@@ -380,13 +405,91 @@ def assert_kubelet_clean(cluster: Cluster, *, logs_and_runtime: bool = False) ->
             assert not entries(state), f"runtime state left in {state}: {entries(state)}"
 
 
+# --- what a run left behind under a directory ----------------------------------------------
+
+RUNTIMES = ("runc", "crun")
+
+
+def _under(target: str, real: str) -> bool:
+    return target == real or target.startswith(real.rstrip("/") + "/")
+
+
+def _runtime_state_dirs(real: str) -> list[Path]:
+    """The OCI runtimes' state dirs (`runc-state`, `crun-probe-state`, ...) under `real`, not
+    looking inside mount points (container root filesystems, pod images)."""
+    mounted = set(mounts_under(Path(real)))
+    found = []
+    for top, dirs, _ in os.walk(real):
+        dirs[:] = [d for d in dirs if os.path.join(top, d) not in mounted]
+        found += [Path(top, d) for d in dirs
+                  if d.endswith("-state") and d.split("-", 1)[0] in RUNTIMES]
+    return found
+
+
+def _processes_using(real: str) -> list[tuple[int, str]]:
+    """(pid, command name) of the processes, other than this one, whose command line names
+    `real`, or whose working directory or an open file is under it."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        proc = Path("/proc", entry)
+        try:
+            cmdline = os.fsdecode(proc.joinpath("cmdline").read_bytes())
+            targets = [os.readlink(proc / "cwd")] + [
+                os.readlink(proc / "fd" / fd) for fd in os.listdir(proc / "fd")]
+            name = proc.joinpath("comm").read_text().strip()
+        except OSError:
+            continue  # gone meanwhile, or a kernel thread
+        if real in cmdline or any(_under(t, real) for t in targets):
+            found.append((int(entry), name))
+    return found
+
+
+def release_leftovers(path: Path) -> list[str]:
+    """Stop, unmount and detach what is left under `path`: the containers of runtime state
+    dirs there (`runc --root DIR delete --force`), the processes using it (SIGKILL), its mounts
+    and the loop devices bound to files there. What was found, one line each ([] when nothing
+    was)."""
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        return []
+    found: list[str] = []
+    for state in _runtime_state_dirs(real):
+        kind = state.name.split("-", 1)[0]
+        for container_id in entries(state):
+            found.append(f"{kind} container {container_id} ({state})")
+            subprocess.run([kind, "--root", str(state), "delete", "--force", container_id],
+                           capture_output=True, timeout=60, check=False)
+    for pid, name in _processes_using(real):
+        found.append(f"process {pid} ({name})")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    found += [f"mount {point}" for point in mounts_under(path)]
+    try:
+        mounts.unmount_all_under(path)
+    except OSError as err:
+        found.append(f"could not unmount: {err}")
+    for device in loop_devices_under(path):  # autoclear ones went with their mounts
+        found.append(f"loop device {device} ({loopdev.backing_file(device)})")
+        try:
+            loopdev.detach(device)
+        except OSError as err:
+            found.append(f"could not detach {device}: {err}")
+    return found
+
+
 def run_kubelet_cluster(tmp_path_factory: pytest.TempPathFactory, basename: str, node: str,
                         extra_args: Sequence[str] = (),
                         after_delete: Callable[[Cluster], None] | None = None,
                         ) -> Iterator[Cluster]:
     """Body of a module fixture: `ephemera up --node-name NODE EXTRA_ARGS`, yielded once the
     node is Ready; afterwards every pod is deleted, `after_delete(cluster)` runs (leftover
-    checks) and the cluster must exit 0."""
+    checks) and the cluster must exit 0. Whatever is still left under its directory then
+    (containers, mounts such as the pods' loop-mounted images, loop devices: a failed test's,
+    or a leak) is released and reported as a warning (in pytest's warnings summary)."""
     base = tmp_path_factory.mktemp(basename)
     running = start_cluster(base / "data", base / "home", ["--node-name", node, *extra_args])
     try:
@@ -398,6 +501,10 @@ def run_kubelet_cluster(tmp_path_factory: pytest.TempPathFactory, basename: str,
             after_delete(running)
     finally:
         code = running.stop()
+        left = release_leftovers(base)
+        if left:
+            warnings.warn(f"{basename}: left behind after ephemera up stopped (released "
+                          f"now): {'; '.join(left)}", stacklevel=1)
         assert code == 0, f"ephemera up exited {code}\n{running.output}"
 
 
@@ -470,16 +577,44 @@ def exec_in(k: Kubectl, pod: str, container_name: str, script: str) -> str:
     return k("exec", pod, "-c", container_name, "--", "sh", "-c", script).stdout
 
 
-def volume_dir(cluster: Cluster, uid: str, plugin: str, name: str) -> Path:
+HOLD_GRACE = 600  # terminationGracePeriodSeconds of a pod whose container holds on
+
+
+def holds_on_after_term(sentinel: str) -> str:
+    """A container script that runs until SIGTERM, then holds on (within the pod's grace
+    period: HOLD_GRACE) until the file `sentinel` exists, and exits 0. The test creates the
+    file once it has seen what happens while the container stops."""
+    return (f"trap 'until [ -e {sentinel} ]; do sleep 0.2; done; exit 0' TERM; "
+            "while true; do sleep 0.2; done")
+
+
+def volume_dir(cluster: ClusterAccess, uid: str, plugin: str, name: str) -> Path:
     """The host directory of volume `name` of pod `uid` (`plugin` as in `empty-dir`)."""
     return (cluster.data_dir / "kubelet" / "pods" / uid / "volumes" / f"kubernetes.io~{plugin}"
             / name)
 
 
-def kill_kubelet(cluster: Cluster) -> None:
-    """SIGKILL the kubelet child of `ephemera up` and wait until `up` has started another."""
+def _dead(pid: int) -> bool:
+    """Process `pid` is gone, or a zombie: it does nothing any more."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+def kill_kubelet(cluster: ClusterAccess, while_down: Callable[[], Any] | None = None) -> Any:
+    """SIGKILL the kubelet child of `ephemera up`; once it is dead, run `while_down` (a look
+    at what the killed kubelet left: `up` starts the next one after a back-off of at least
+    0.5 s); then wait until `up` has started another. What `while_down` returned."""
     old = cluster.pid_of("kubelet")
     os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while not _dead(old):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the kubelet (pid {old}) outlived SIGKILL for {STOP_TIMEOUT}s")
+        time.sleep(0.001)
+    seen = while_down() if while_down is not None else None
 
     def replaced() -> bool:
         try:
@@ -488,6 +623,7 @@ def kill_kubelet(cluster: Cluster) -> None:
             return False
 
     wait(replaced, "a new kubelet", cluster)
+    return seen
 
 
 def create_running(k: Kubectl, *objects: dict[str, Any]) -> dict[str, Any]:
@@ -498,3 +634,74 @@ def create_running(k: Kubectl, *objects: dict[str, Any]) -> dict[str, Any]:
     names = [c["name"] for c in pod["spec"]["containers"]]
     return wait_pod(k, pod["metadata"]["name"], lambda p: all(running(p, n) for n in names),
                     "all containers running")
+
+
+# --- benchmarks, run as a user runs them ---------------------------------------------------
+
+BENCH_STOP_TIMEOUT = 30.0
+
+
+@dataclass
+class BenchRun:
+    """A finished benchmark run: its exit code and output, and what it left under its work
+    dir (released since; [] when nothing)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    left_behind: list[str]
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to process group `pgid`; False when the group has no process left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _end_process_group(pgid: int) -> None:
+    """SIGTERM what is left of process group `pgid`, give it BENCH_STOP_TIMEOUT seconds to
+    go, then SIGKILL it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        deadline = time.monotonic() + BENCH_STOP_TIMEOUT
+        if not _signal_group(pgid, sig):
+            return
+        while time.monotonic() < deadline:
+            if not _signal_group(pgid, 0):
+                return
+            time.sleep(0.1)
+
+
+def run_bench(module: str, args: Sequence[str], work_dir: Path, timeout: float) -> BenchRun:
+    """Run `python -m MODULE ARGS` from the repository root in a session of its own. On
+    `timeout` its process group (the benchmark, its `ephemera up`, etcd, ...) gets SIGTERM,
+    then SIGKILL, and the test fails. Whatever the end, what remains of the group is ended and
+    what is left under `work_dir` (containers, processes, mounts, loop devices) is released
+    and listed in `left_behind`."""
+    process = subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO_ROOT,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    timed_out = False
+    try:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                stdout, stderr = process.communicate(timeout=BENCH_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                _signal_group(process.pid, signal.SIGKILL)
+                stdout, stderr = process.communicate()
+    finally:
+        if process.poll() is None:  # interrupted: no output to keep
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+        _end_process_group(process.pid)
+        left = release_leftovers(work_dir)
+    if timed_out:
+        pytest.fail(f"{module} did not finish within {timeout}s; left behind (released): "
+                    f"{left}\nstdout:\n{stdout}\nstderr:\n{stderr}")
+    return BenchRun(process.returncode, stdout, stderr, left)

@@ -1,24 +1,21 @@
 """The dynamic volume swap benchmark (`python -m bench.dynamic_swap`) still runs end to end:
 with 2 swaps through a real `ephemera up`, 2 recreations and the bare runtimes' swaps (runc,
 and crun where it works here) it prints every backend, numeric ratios, the targets, every
-step of where the time goes, and leaves no mount behind. It never checks a time."""
+step of where the time goes, and leaves nothing behind. It never checks a time."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cluster import run_bench
 
 from ephemera.kubelet.runtime import crun_works
 
 pytestmark = pytest.mark.e2e
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SWAPS = 2
 SWAP_STEPS = [
     "apiserver: PUT /dynamic (→ 200)",
@@ -67,24 +64,17 @@ def table_rows(section: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
-def mounts_under(path: Path) -> list[str]:
-    prefix = str(path.resolve())
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs containers: needs root")
 def test_two_swaps_report_every_row_ratio_and_target(tmp_path: Path) -> None:
     floors = ["runc"] + (["crun"] if crun_works(tmp_path / "probe") else [])
     backends = ["ephemera", "recreate", *floors]
     work_dir = tmp_path / "work"
     json_path = tmp_path / "bench.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.dynamic_swap", "--swaps", str(SWAPS), "--warmup", "1",
-         "--work-dir", str(work_dir), "--json", str(json_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    run = run_bench("bench.dynamic_swap",
+                    ["--swaps", str(SWAPS), "--warmup", "1", "--work-dir", str(work_dir),
+                     "--json", str(json_path)], work_dir, timeout=300)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
-    assert not mounts_under(work_dir)
+    assert run.left_behind == []
     report = sections(run.stdout)
     assert "Left behind: nothing" in run.stdout, run.stdout
 

@@ -1,24 +1,21 @@
 """The pod start benchmark (`python -m bench.pod_start`) still runs end to end: with 2 pods
 through a real `ephemera up` and the bare runtimes (runc, and crun where it works here) it
 prints every phase for every backend, every step of where the time goes, numeric ratios and
-the CPU per pod, and leaves no mount behind. It never checks a time."""
+the CPU per pod, and leaves nothing behind. It never checks a time."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cluster import run_bench
 
 from ephemera.kubelet.runtime import crun_works
 
 pytestmark = pytest.mark.e2e
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PODS = 2
 PHASES = ["create → Running", "delete → gone"]
 EPHEMERA_CREATE_STEPS = [
@@ -66,24 +63,17 @@ def table_rows(section: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
-def mounts_under(path: Path) -> list[str]:
-    prefix = str(path.resolve())
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs containers: needs root")
 def test_two_pods_report_every_row_and_ratio(tmp_path: Path) -> None:
     floors = ["runc"] + (["crun"] if crun_works(tmp_path / "probe") else [])
     backends = ["ephemera", *floors]
     work_dir = tmp_path / "work"
     json_path = tmp_path / "bench.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.pod_start", "--pods", str(PODS), "--warmup", "1",
-         "--work-dir", str(work_dir), "--json", str(json_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False)
+    run = run_bench("bench.pod_start",
+                    ["--pods", str(PODS), "--warmup", "1", "--work-dir", str(work_dir),
+                     "--json", str(json_path)], work_dir, timeout=240)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
-    assert not mounts_under(work_dir)
+    assert run.left_behind == []
     report = sections(run.stdout)
     assert "Left behind: nothing" in run.stdout, run.stdout
 

@@ -9,6 +9,8 @@ container's next instance (the old one stopped, the old volumes about to be torn
 HostMounted and the old ones pruned from `volumeStatuses`, the container recreated with exactly
 the new mounts (seen from inside it with `kubectl exec`), `/allocated` showing the new spec,
 the old host directories gone, and under the data dir no leaked mount and nothing mounted twice.
+Each kill is checked to have landed before the swap finished: once the killed kubelet is dead,
+an old volume's host directory is still there, or the API does not show the swap done yet.
 
 One cluster for the module (one xdist group), a namespace per test; after the module every
 pod is deleted and nothing may be left mounted.
@@ -43,6 +45,7 @@ from cluster import (
     wait,
     wait_pod,
 )
+from kep_e2e import RawApi, pod_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("dynamic-crash")]
 
@@ -99,8 +102,9 @@ def _checkpoint_has(cluster: Cluster, text: str) -> bool:
 
 
 @pytest.mark.parametrize("kill_point", ["acknowledged", "allocated", "mounting", "restarting"])
-def test_kubelet_killed_mid_swap_ends_in_the_right_state(k: Kubectl, kill_point: str) -> None:
-    cluster = k.cluster
+def test_kubelet_killed_mid_swap_ends_in_the_right_state(k: Kubectl, crash_cluster: Cluster,
+                                                         kill_point: str) -> None:
+    cluster = crash_cluster
     volumes, mounts = task_volumes(1)
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
             "spec": {"terminationGracePeriodSeconds": 1, "volumes": volumes,
@@ -128,15 +132,32 @@ def test_kubelet_killed_mid_swap_ends_in_the_right_state(k: Kubectl, kill_point:
     elif kill_point == "restarting":  # the runtime's directory of c's second instance
         poll(lambda: (cluster.data_dir / "kubelet" / "pods" / uid / "containers" / "c" /
                       "1").exists(), "c being recreated")
-    old_pid = cluster.pid_of("kubelet")
-    kill_kubelet(cluster)
-    assert f"kubelet (pid {old_pid}) exited: killed by SIGKILL" in cluster.output
-
     want = {"keep", "scratch-2", "creds-2"}
-    after = wait_pod(k, "w", lambda p: container(p).get("containerID") != first and
-                     running(p) and mounted_names(p) == want and
-                     volume_phases(p) == dict.fromkeys(want, "HostMounted"),
-                     "the swap finished by the new kubelet")
+
+    def swap_done(p: dict[str, Any]) -> bool:
+        return (container(p).get("containerID") != first and running(p)
+                and mounted_names(p) == want
+                and volume_phases(p) == dict.fromkeys(want, "HostMounted"))
+
+    api = RawApi(cluster)
+    try:
+        api.request("GET", pod_path(str(k.namespace), "w"))  # connected before the kill
+
+        def left_by_the_kill() -> tuple[list[Path], dict[str, Any]]:
+            """Read once the killed kubelet is dead: only a kubelet tears the old volumes
+            down and reports the swap, so what shows unfinished now was so at the kill."""
+            old_left = [d for d in old_dirs if d.exists()]
+            return old_left, api.request("GET", pod_path(str(k.namespace), "w"))[1]
+
+        old_pid = cluster.pid_of("kubelet")
+        old_left, reported = kill_kubelet(cluster, left_by_the_kill)
+    finally:
+        api.close()
+    assert f"kubelet (pid {old_pid}) exited: killed by SIGKILL" in cluster.output
+    assert old_left or not swap_done(reported), \
+        f"the kill ({kill_point}) landed after the swap finished: {reported.get('status')}"
+
+    after = wait_pod(k, "w", swap_done, "the swap finished by the new kubelet")
     assert [v["name"] for v in allocated_spec(k, "w")["volumes"]] == [
         "keep", "scratch-2", "creds-2"]
     seen = exec_in(k, "w", "c", "grep -E ' /(scratch|creds) ' /proc/mounts | "
@@ -150,3 +171,4 @@ def test_kubelet_killed_mid_swap_ends_in_the_right_state(k: Kubectl, kill_point:
     assert twice == []
     # the adopted pod is still the same pod, its container restarted once for the swap
     assert after["metadata"]["uid"] == uid
+    assert container(after)["restartCount"] == 1

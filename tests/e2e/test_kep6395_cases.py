@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from cluster import (
+    HOLD_GRACE,
     Cluster,
     Kubectl,
     allocated_spec,
@@ -27,6 +28,7 @@ from cluster import (
     container,
     create_running,
     exec_in,
+    holds_on_after_term,
     mounted_names,
     mounts_under,
     namespaced_kubectl,
@@ -230,20 +232,24 @@ REUSE_REFUSED = ('The Pod "w" is invalid: spec.volumes[1].name: Duplicate value:
 
 
 def test_volume_name_reused_only_after_teardown(k: Kubectl) -> None:
-    # `c` ignores SIGTERM: each restart takes the grace period, which holds the teardown.
+    # on SIGTERM `c` holds on until /keep/release exists: the old container, and so the
+    # teardown of `scratch`, waits for the test
     p = create_running(k, worker("w", {"name": "scratch", "emptyDir": {}},
-                                 script="trap '' TERM; while true; do sleep 0.2; done",
-                                 grace=4))
+                                 script=holds_on_after_term("/keep/release"),
+                                 grace=HOLD_GRACE))
     first = container(p)["containerID"]
     exec_in(k, "w", "c", "echo old > /scratch/old")
     scratch = {"name": "scratch", "emptyDir": {}}
     patch_dynamic(k, "w", [{"op": "remove", "path": "/spec/containers/0/volumeMounts/1"},
                            {"op": "remove", "path": "/spec/volumes/1"}])
-    wait_pod(k, "w", lambda p: volume_phases(p).get("scratch") == "Unmounting",
-             "scratch Unmounting")
+    held = wait_pod(k, "w", lambda p: volume_phases(p).get("scratch") == "Unmounting",
+                    "scratch Unmounting")
     refused = patch_dynamic(k, "w", add_volume(scratch, "/scratch"), check=False)
     assert (refused.returncode, refused.stdout, refused.stderr.strip()) == \
         (1, "", REUSE_REFUSED)
+    assert volume_phases(pod_json(k, "w")).get("scratch") == "Unmounting"  # still held
+    assert container(pod_json(k, "w"))["containerID"] == first
+    (volume_dir(k.cluster, held["metadata"]["uid"], "empty-dir", "keep") / "release").touch()
 
     second = restarted(k, first, {"keep": "HostMounted"}, {"keep"})
     assert pod_json(k, "w")["spec"]["volumes"] == [{"name": "keep", "emptyDir": {}}]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from cluster import (
+    HOLD_GRACE,
     Cluster,
     Kubectl,
     allocated_spec,
@@ -26,6 +27,7 @@ from cluster import (
     container,
     create_running,
     exec_in,
+    holds_on_after_term,
     mounted_names,
     mounts_under,
     namespaced_kubectl,
@@ -41,7 +43,6 @@ from cluster import (
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kep6395-stories")]
 
 LOOP = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
-IGNORES_TERM = "trap '' TERM; while true; do sleep 0.2; done"
 POLICY = {"restartPolicy": "RestartContainer"}
 
 
@@ -122,7 +123,8 @@ def test_story_2_prewarmed_pod_gets_credentials_and_a_sidecar(k: Kubectl) -> Non
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tool-config"},
          "data": {"tool.yaml": "mode: agent"}}]
     # the runner has no dynamicVolumePolicy: mounts may only come with a new container
-    p = create_running(k, *objects, pod("sandbox", busybox("runner", policy=False), grace=3))
+    p = create_running(k, *objects, pod("sandbox", busybox("runner", policy=False),
+                                        grace=HOLD_GRACE))
     runner = container(p, "runner")["containerID"]
     creds = {"name": "creds", "projected": {"sources": [
         {"secret": {"name": "tenant-creds"}},
@@ -133,7 +135,8 @@ def test_story_2_prewarmed_pod_gets_credentials_and_a_sidecar(k: Kubectl) -> Non
         {"op": "add", "path": "/spec/volumes", "value": [creds,
                                                          {"name": "scratch", "emptyDir": {}}]},
         {"op": "add", "path": "/spec/containers/-", "value": busybox(
-            "tool", policy=False, command=["sh", "-c", IGNORES_TERM],
+            "tool", policy=False,
+            command=["sh", "-c", holds_on_after_term("/scratch/release")],
             volumeMounts=[{"name": "creds", "mountPath": "/creds", "readOnly": True},
                           {"name": "scratch", "mountPath": "/scratch"}])}])
     after = wait_pod(k, "sandbox", lambda p: running(p, "tool") and volume_phases(p) == {
@@ -151,16 +154,17 @@ def test_story_2_prewarmed_pod_gets_credentials_and_a_sidecar(k: Kubectl) -> Non
     assert [c["name"] for c in allocated_spec(k, "sandbox")["containers"]] == ["runner", "tool"]
 
     # the tool and its volumes leave together; the volumes show Unmounting while the tool
-    # (which ignores SIGTERM) stops within the grace period, then are pruned
+    # stops (it holds on after SIGTERM until /scratch/release exists), then are pruned
+    uid = p["metadata"]["uid"]
     patch_dynamic(k, "sandbox", [{"op": "remove", "path": "/spec/containers/1"},
                                  {"op": "remove", "path": "/spec/volumes"}])
     wait_pod(k, "sandbox", lambda p: volume_phases(p) == {
         "creds": "Unmounting", "scratch": "Unmounting"} and running(p, "tool"),
         "the volumes Unmounting while the tool stops")
+    (volume_dir(k.cluster, uid, "empty-dir", "scratch") / "release").touch()
     gone = wait_pod(k, "sandbox", lambda p: volume_phases(p) == {} and
                     "terminated" in container(p, "tool").get("state", {}), "the tool stopped")
     assert container(gone, "runner")["containerID"] == runner
-    uid = p["metadata"]["uid"]
     assert not volume_dir(k.cluster, uid, "projected", "creds").exists()
     assert mounts_under(k.cluster.data_dir / "kubelet" / "pods" / uid / "volumes") == []
 

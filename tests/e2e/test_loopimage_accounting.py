@@ -25,6 +25,7 @@ from cluster import (
     Kubectl,
     assert_kubelet_clean,
     kill_kubelet,
+    loop_devices_under,
     mounts_under,
     namespaced_kubectl,
     run_kubelet_cluster,
@@ -34,22 +35,9 @@ from cluster import (
 
 from ephemera.kubelet.stats.accounting import ENFORCE_SLACK
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("loopimage")]
 
 NODE = "loopimage-node"
-
-
-def loop_devices_under(path: Path) -> list[str]:
-    """Loop devices whose backing file is under `path`."""
-    found = []
-    for name in os.listdir("/sys/block"):
-        try:
-            backing = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
-        except OSError:
-            continue
-        if backing.startswith(str(path)):
-            found.append(name)
-    return found
 
 
 def leaves_nothing(cluster: Cluster) -> None:
@@ -123,7 +111,7 @@ def test_the_summary_reads_the_pods_image_and_survives_a_kubelet_crash(k: Kubect
     mount = mount_of(pod_dir)
     assert mount is not None and mount[0] == "ext4" and mount[1].startswith("/dev/loop")
     image = k.cluster.data_dir / "kubelet" / "pod-storage" / f"{uid}.img"
-    assert loop_devices_under(image) == [mount[1].removeprefix("/dev/")]
+    assert loop_devices_under(image) == [mount[1]]
     assert (pod_dir / "volumes" / "kubernetes.io~empty-dir" / "scratch").exists()
     wait(lambda: du_of_pod(pod_dir) >= 5 << 20, "the writes to land", k.cluster)
 
@@ -155,7 +143,7 @@ def test_the_summary_reads_the_pods_image_and_survives_a_kubelet_crash(k: Kubect
     wait(lambda: (lambda s: s is not None and s.get("ephemeral-storage", {}).get("usedBytes")
                   == du_of_pod(pod_dir) >= 6 << 20)(summary_pod(k, uid)),
          "the new kubelet to report the pod's usage", k.cluster)
-    assert loop_devices_under(image) == [mount[1].removeprefix("/dev/")]
+    assert loop_devices_under(image) == [mount[1]]
 
     k("delete", "pod", "writer", "--grace-period=1", "--wait=true", timeout=120)
     wait(lambda: not mounts_under(pod_dir) and not loop_devices_under(image),

@@ -11,7 +11,6 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -22,6 +21,7 @@ from cluster import (
     container,
     namespaced_kubectl,
     run_kubelet_cluster,
+    volume_phases,
     wait_pod,
 )
 
@@ -71,13 +71,6 @@ def forbidden_secret(node: str, namespace: str, name: str) -> str:
             "this object")
 
 
-def _phase(p: dict[str, Any], name: str) -> str | None:
-    for entry in p.get("status", {}).get("volumeStatuses") or []:
-        if entry["name"] == name:
-            return str(entry["hostPhase"])
-    return None
-
-
 def test_node_reads_secrets_of_its_pods_following_dynamic_volumes(
         k: Kubectl, tmp_path: Path) -> None:
     ns = k.namespace
@@ -125,14 +118,14 @@ def test_node_reads_secrets_of_its_pods_following_dynamic_volumes(
              "value": [{"name": "creds", "mountPath": "/creds"}]}]))
         assert node_b("get", "secret", "top", "-o", "name").stdout.strip() == "secret/top"
         # ... and so did the kubelet, which mounted it.
-        wait_pod(k, "on-b", lambda p: _phase(p, "creds") == "HostMounted",
+        wait_pod(k, "on-b", lambda p: volume_phases(p).get("creds") == "HostMounted",
                  "creds HostMounted")
 
         # Removed, torn down and pruned from volumeStatuses: B may not read it any more.
         k("patch", "pod", "on-b", "--subresource=dynamic", "--type=json", "-p", json.dumps([
             {"op": "remove", "path": "/spec/containers/0/volumeMounts"},
             {"op": "remove", "path": "/spec/volumes/0"}]))
-        wait_pod(k, "on-b", lambda p: _phase(p, "creds") is None, "creds pruned")
+        wait_pod(k, "on-b", lambda p: "creds" not in volume_phases(p), "creds pruned")
         denied = node_b("get", "secret", "top", check=False)
         assert denied.stderr.strip() == forbidden_secret(NODE_B, ns, "top")
     finally:

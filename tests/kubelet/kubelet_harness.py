@@ -44,6 +44,13 @@ def pod(name: str, *, argv: list[str] | None = None, node: str = NODE,
     return body
 
 
+def container_status(p: dict[str, Any], name: str = "c") -> dict[str, Any]:
+    """The status of container `name` in Pod `p` (it must be reported)."""
+    found: dict[str, Any] = next(
+        s for s in p["status"].get("containerStatuses") or [] if s["name"] == name)
+    return found
+
+
 @dataclass
 class Harness:
     root: Path
@@ -133,6 +140,21 @@ async def wait_until(check: Callable[[], bool | Awaitable[bool]], timeout: float
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition never became true")
         await asyncio.sleep(0.05)
+
+
+async def running_worker(h: Harness, *, sidecar: bool = False) -> dict[str, Any]:
+    """Create Pod `w` (container `c` with `dynamicVolumePolicy: RestartContainer` and an
+    emptyDir `keep` at /keep; with `sidecar`, a container `side` too) and wait until all its
+    containers run; the pod then."""
+    body = pod("w", volumes=[{"name": "keep", "emptyDir": {}}])
+    main = body["spec"]["containers"][0]
+    main["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
+    main["volumeMounts"] = [{"name": "keep", "mountPath": "/keep"}]
+    if sidecar:
+        body["spec"]["containers"].append({"name": "side", "image": "busybox"})
+    await h.create(body)
+    return await h.wait_pod("w", lambda p: p["status"].get("phase") == "Running" and all(
+        "running" in s["state"] for s in p["status"]["containerStatuses"]))
 
 
 def _kubelet(root: Path, api: ApiClient, runtime: FakeRuntime,

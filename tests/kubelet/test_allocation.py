@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubelet_harness import Harness, pod, running_kubelet, wait_until
+from kubelet_harness import (
+    Harness,
+    container_status,
+    running_kubelet,
+    running_worker,
+    wait_until,
+)
 
 from ephemera.client import resource_path
 from ephemera.kubelet.allocation import (
@@ -159,10 +165,6 @@ async def test_pending_changes_are_retried_and_restored(tmp_path: Path) -> None:
 # --- on the fake runtime -----------------------------------------------------------------------
 
 
-def _cstatus(p: Obj, name: str = "c") -> Obj:
-    return next(s for s in p["status"].get("containerStatuses") or [] if s["name"] == name)
-
-
 def _volume_phase(p: Obj, name: str) -> str | None:
     for entry in p["status"].get("volumeStatuses") or []:
         if entry["name"] == name:
@@ -175,34 +177,23 @@ async def _dynamic(h: Harness, name: str, body: Obj) -> Obj:
                              patch_type="strategic")
 
 
-async def _running_worker(h: Harness) -> Obj:
-    body = pod("w", volumes=[{"name": "keep", "emptyDir": {}}])
-    main = body["spec"]["containers"][0]
-    main["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
-    main["volumeMounts"] = [{"name": "keep", "mountPath": "/keep"}]
-    body["spec"]["containers"].append({"name": "side", "image": "busybox"})
-    await h.create(body)
-    return await h.wait_pod("w", lambda p: p["status"].get("phase") == "Running" and all(
-        "running" in s["state"] for s in p["status"]["containerStatuses"]))
-
-
 async def test_a_dynamic_volume_restarts_only_its_container(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
-        before = await _running_worker(h)
+        before = await running_worker(h, sidecar=True)
         uid = before["metadata"]["uid"]
         assert _volume_phase(before, "keep") == "HostMounted"
-        side_id = _cstatus(before, "side")["containerID"]
-        main_id = _cstatus(before)["containerID"]
+        side_id = container_status(before, "side")["containerID"]
+        main_id = container_status(before)["containerID"]
         await _dynamic(h, "w", {"spec": {
             "volumes": [{"name": "keep", "emptyDir": {}}, {"name": "extra", "emptyDir": {}}],
             "containers": [{"name": "c", "volumeMounts": [
                 {"name": "keep", "mountPath": "/keep"},
                 {"name": "extra", "mountPath": "/extra"}]}]}})
         after = await h.wait_pod("w", lambda p: any(
-            m["name"] == "extra" for m in _cstatus(p).get("volumeMounts") or [])
-            and "running" in _cstatus(p)["state"])
-        assert _cstatus(after)["containerID"] != main_id
-        assert _cstatus(after, "side")["containerID"] == side_id  # untouched
+            m["name"] == "extra" for m in container_status(p).get("volumeMounts") or [])
+            and "running" in container_status(p)["state"])
+        assert container_status(after)["containerID"] != main_id
+        assert container_status(after, "side")["containerID"] == side_id  # untouched
         assert _volume_phase(after, "extra") == "HostMounted"
         allocated = await h.api.get(resource_path("pods", "default", "w") + "/allocated")
         assert allocated["status"] == {}
@@ -218,16 +209,16 @@ async def test_a_dynamic_volume_restarts_only_its_container(tmp_path: Path) -> N
             {"name": "keep", "mountPath": "/keep"}]
         await h.api.update(path, current)
         gone = await h.wait_pod("w", lambda p: _volume_phase(p, "extra") is None and all(
-            m["name"] != "extra" for m in _cstatus(p).get("volumeMounts") or [])
-            and "running" in _cstatus(p)["state"])
-        assert _cstatus(gone, "side")["containerID"] == side_id
+            m["name"] != "extra" for m in container_status(p).get("volumeMounts") or [])
+            and "running" in container_status(p)["state"])
+        assert container_status(gone, "side")["containerID"] == side_id
         await wait_until(lambda: not extra_dir.exists())
 
 
 async def test_an_unallocatable_change_stays_pending(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
-        before = await _running_worker(h)
-        main_id = _cstatus(before)["containerID"]
+        before = await running_worker(h, sidecar=True)
+        main_id = container_status(before)["containerID"]
         await _dynamic(h, "w", {"spec": {
             "volumes": [{"name": "keep", "emptyDir": {}},
                         {"name": "huge", "emptyDir": {"medium": "Memory",
@@ -236,7 +227,7 @@ async def test_an_unallocatable_change_stays_pending(tmp_path: Path) -> None:
                 {"name": "huge", "mountPath": "/huge"}]}]}})
         p = await h.wait_pod("w", lambda p: _volume_phase(p, "huge") == "Pending" and any(
             s["name"] == "late" for s in p["status"]["containerStatuses"]))
-        assert _cstatus(p, "late")["state"] == {"waiting": {
+        assert container_status(p, "late")["state"] == {"waiting": {
             "reason": "Unallocated", "message": UNALLOCATED_MESSAGE}}
         event = await h.wait_event("w", lambda e: e["reason"] == "FailedAllocation")
         assert event["type"] == "Warning"
@@ -247,18 +238,18 @@ async def test_an_unallocatable_change_stays_pending(tmp_path: Path) -> None:
         huge = h.root / "pods" / p["metadata"]["uid"] / "volumes" / \
             "kubernetes.io~empty-dir" / "huge"
         assert not huge.exists()  # nothing is prepared for what is not allocated
-        assert _cstatus(p)["containerID"] == main_id
+        assert container_status(p)["containerID"] == main_id
         # the restarted kubelet keeps what it allocated and the change stays pending
         await h.restart()
         p = await h.wait_pod("w", lambda p: _volume_phase(p, "huge") == "Pending")
-        assert _cstatus(p)["containerID"] == main_id
+        assert container_status(p)["containerID"] == main_id
         assert not huge.exists()
 
 
 async def test_a_container_added_with_a_configmap_then_removed(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
-        before = await _running_worker(h)
-        main_id = _cstatus(before)["containerID"]
+        before = await running_worker(h, sidecar=True)
+        main_id = container_status(before)["containerID"]
         await h.api.create(resource_path("configmaps", "default"), {
             "metadata": {"name": "task"}, "data": {"job": "42"}})
         path = resource_path("pods", "default", "w") + "/dynamic"
@@ -271,13 +262,14 @@ async def test_a_container_added_with_a_configmap_then_removed(tmp_path: Path) -
         p = await h.wait_pod("w", lambda p: any(
             s["name"] == "helper" and "running" in s["state"]
             for s in p["status"]["containerStatuses"]))
-        assert _cstatus(p, "helper")["volumeMounts"] == [{"name": "task", "mountPath": "/task"}]
-        assert _cstatus(p)["containerID"] == main_id  # the others keep running
+        assert container_status(p, "helper")["volumeMounts"] == [
+            {"name": "task", "mountPath": "/task"}]
+        assert container_status(p)["containerID"] == main_id  # the others keep running
         assert _volume_phase(p, "task") == "HostMounted"
         uid = p["metadata"]["uid"]
         task_file = h.root / "pods" / uid / "volumes" / "kubernetes.io~configmap" / "task" / "job"
         assert task_file.read_text() == "42"
-        helper_id = _cstatus(p, "helper")["containerID"]
+        helper_id = container_status(p, "helper")["containerID"]
         # remove the container and its volume together
         current = await h.api.get(path)
         current["spec"]["containers"] = [c for c in current["spec"]["containers"]
@@ -285,11 +277,11 @@ async def test_a_container_added_with_a_configmap_then_removed(tmp_path: Path) -
         current["spec"]["volumes"] = [v for v in current["spec"]["volumes"]
                                       if v["name"] != "task"]
         await h.api.update(path, current)
-        p = await h.wait_pod("w", lambda p: "terminated" in _cstatus(p, "helper")["state"]
+        p = await h.wait_pod("w", lambda p: "terminated" in container_status(p, "helper")["state"]
                              and _volume_phase(p, "task") is None)
         # the removed container's status is kept, with its last instance
-        assert _cstatus(p, "helper")["containerID"] == helper_id
-        assert _cstatus(p)["containerID"] == main_id
+        assert container_status(p, "helper")["containerID"] == helper_id
+        assert container_status(p)["containerID"] == main_id
         await wait_until(lambda: not task_file.exists())
         allocated = await h.api.get(resource_path("pods", "default", "w") + "/allocated")
         assert [c["name"] for c in allocated["spec"]["containers"]] == ["c", "side"]
@@ -297,16 +289,16 @@ async def test_a_container_added_with_a_configmap_then_removed(tmp_path: Path) -
 
 async def test_a_restarted_kubelet_readmits_from_the_checkpoint(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
-        await _running_worker(h)
+        await running_worker(h, sidecar=True)
         await _dynamic(h, "w", {"spec": {
             "volumes": [{"name": "keep", "emptyDir": {}}, {"name": "extra", "emptyDir": {}}],
             "containers": [{"name": "c", "volumeMounts": [
                 {"name": "keep", "mountPath": "/keep"},
                 {"name": "extra", "mountPath": "/extra"}]}]}})
         p = await h.wait_pod("w", lambda p: any(
-            m["name"] == "extra" for m in _cstatus(p).get("volumeMounts") or [])
-            and "running" in _cstatus(p)["state"])
-        actuated_id = _cstatus(p)["containerID"]
+            m["name"] == "extra" for m in container_status(p).get("volumeMounts") or [])
+            and "running" in container_status(p)["state"])
+        actuated_id = container_status(p)["containerID"]
         checkpointed = AllocationCheckpoint(h.root).load()[p["metadata"]["uid"]]
         assert [v["name"] for v in checkpointed["spec"]["volumes"]] == ["keep", "extra"]
         await h.restart()
@@ -321,10 +313,11 @@ async def test_a_restarted_kubelet_readmits_from_the_checkpoint(tmp_path: Path) 
             {"name": "third", "mountPath": "/third"})
         await h.api.update(path, current)
         while_down = await h.get("w")
-        assert while_down is not None and _cstatus(while_down)["containerID"] == actuated_id
+        assert while_down is not None and container_status(while_down)["containerID"] == actuated_id
         await h.restart()
         p = await h.wait_pod("w", lambda p: _volume_phase(p, "third") == "HostMounted" and any(
-            m["name"] == "third" for m in _cstatus(p).get("volumeMounts") or [])
-            and "running" in _cstatus(p)["state"])
-        assert _cstatus(p)["containerID"] != actuated_id
-        assert [m["name"] for m in _cstatus(p)["volumeMounts"]] == ["keep", "extra", "third"]
+            m["name"] == "third" for m in container_status(p).get("volumeMounts") or [])
+            and "running" in container_status(p)["state"])
+        assert container_status(p)["containerID"] != actuated_id
+        assert [m["name"] for m in container_status(p)["volumeMounts"]] == [
+            "keep", "extra", "third"]

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubelet_harness import Harness, pod, running_kubelet, wait_until
+from kubelet_harness import (
+    Harness,
+    container_status,
+    pod,
+    running_kubelet,
+    running_worker,
+    wait_until,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from ephemera.client import resource_path
@@ -38,22 +45,8 @@ def _sample(h: Harness, name: str, **labels: str) -> float | None:
     return None
 
 
-def _cstatus(p: Obj, name: str = "c") -> Obj:
-    return next(s for s in p["status"].get("containerStatuses") or [] if s["name"] == name)
-
-
 def _mounts(p: Obj, name: str = "c") -> list[str]:
-    return [m["name"] for m in _cstatus(p, name).get("volumeMounts") or []]
-
-
-async def _running_worker(h: Harness) -> Obj:
-    body = pod("w", volumes=[{"name": "keep", "emptyDir": {}}])
-    main = body["spec"]["containers"][0]
-    main["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
-    main["volumeMounts"] = [{"name": "keep", "mountPath": "/keep"}]
-    await h.create(body)
-    return await h.wait_pod("w", lambda p: p["status"].get("phase") == "Running" and all(
-        "running" in s["state"] for s in p["status"]["containerStatuses"]))
+    return [m["name"] for m in container_status(p, name).get("volumeMounts") or []]
 
 
 async def _edit_dynamic(h: Harness, volumes: list[Obj], mounts: list[Obj]) -> None:
@@ -74,7 +67,7 @@ async def _event(h: Harness, reason: str, message: str) -> Obj:
 
 async def test_a_dynamic_add_and_remove_are_measured_and_reported(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
-        await _running_worker(h)
+        await running_worker(h)
         # the volume the pod started with is not a dynamic one
         assert _sample(h, "kubelet_dynamic_volume_mount_duration_seconds_count",
                        volume_plugin=EMPTY_DIR) is None
@@ -83,7 +76,7 @@ async def test_a_dynamic_add_and_remove_are_measured_and_reported(tmp_path: Path
         await _edit_dynamic(h, [keep, {"name": "extra", "emptyDir": {}}],
                             [keep_mount, {"name": "extra", "mountPath": "/extra"}])
         await h.wait_pod("w", lambda p: "extra" in _mounts(p)
-                         and "running" in _cstatus(p)["state"])
+                         and "running" in container_status(p)["state"])
         assert _sample(h, "kubelet_dynamic_volume_mount_duration_seconds_count",
                        volume_plugin=EMPTY_DIR) == 1.0
         assert _sample(h, "kubelet_dynamic_volume_mount_duration_seconds_bucket",
@@ -127,7 +120,7 @@ async def test_a_dynamic_add_and_remove_are_measured_and_reported(tmp_path: Path
 
 async def test_a_failing_dynamic_mount_counts_errors(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
-        await _running_worker(h)
+        await running_worker(h)
         await h.api.create(resource_path("configmaps", "default"), {
             "metadata": {"name": "cfg"}, "data": {"present": "1"}})
         bad = {"name": "cfg", "configMap": {"name": "cfg",
@@ -142,7 +135,7 @@ async def test_a_failing_dynamic_mount_counts_errors(tmp_path: Path) -> None:
         p = await h.wait_pod("w", lambda p: any(
             v["name"] == "cfg" and v["hostPhase"] == "ErrorMounting"
             for v in p["status"].get("volumeStatuses") or []))
-        assert "running" in _cstatus(p)["state"]  # still the old instance, without /cfg
+        assert "running" in container_status(p)["state"]  # still the old instance, without /cfg
         errors = _sample(h, "kubelet_dynamic_volume_errors_total", operation="mount",
                          volume_plugin="kubernetes.io/configmap")
         assert errors is not None and errors >= 1.0
@@ -153,7 +146,7 @@ async def test_a_failing_dynamic_mount_counts_errors(tmp_path: Path) -> None:
 
 async def test_a_deferred_change_is_counted_and_pending(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
-        await _running_worker(h)
+        await running_worker(h)
         keep = {"name": "keep", "emptyDir": {}}
         keep_mount = {"name": "keep", "mountPath": "/keep"}
         await _edit_dynamic(h, [keep, {"name": "huge", "emptyDir": {"medium": "Memory",

@@ -11,7 +11,7 @@ from typing import Any
 
 from kubelet_harness import Harness, pod, running_kubelet
 
-from ephemera.api.quantity import Quantity, QuantityFormat
+from ephemera.api.quantity import Quantity, QuantityFormat, quantity_from_json
 from ephemera.client import resource_path
 from ephemera.kubelet.eviction import parse_eviction_hard
 from ephemera.kubelet.stats import disk_usage
@@ -106,6 +106,34 @@ async def test_pod_arriving_under_disk_pressure_is_rejected(tmp_path: Path) -> N
         assert rejected["status"]["reason"] == "Evicted"
         assert rejected["status"]["message"] == (
             "Pod was rejected: The node had condition: [DiskPressure]. ")
+
+
+async def test_disk_pressure_is_checked_before_the_resource_fit(tmp_path: Path) -> None:
+    """The eviction manager's admit handler runs before the resource fit (upstream's order,
+    `Kubelet.admit`): a pod too big for the node is rejected as `Evicted` while the node has
+    DiskPressure, and as `OutOfephemeral-storage` once it has not."""
+    def oversized(name: str) -> dict[str, Any]:
+        body = pod(name, argv=["sleep", "3600"])
+        body["spec"]["containers"][0]["resources"] = {
+            "requests": {"ephemeral-storage": "100Pi"}}
+        return body
+
+    async with running_kubelet(tmp_path) as h:
+        h.kubelet.node_conditions = ["DiskPressure"]
+        await h.create(oversized("under-pressure"))
+        rejected = await h.wait_pod("under-pressure", lambda p: _phase(p) == "Failed")
+        assert rejected["status"]["reason"] == "Evicted"
+        assert rejected["status"]["message"] == (
+            "Pod was rejected: The node had condition: [DiskPressure]. ")
+
+        h.kubelet.node_conditions = []
+        await h.create(oversized("no-pressure"))
+        rejected = await h.wait_pod("no-pressure", lambda p: _phase(p) == "Failed")
+        capacity = quantity_from_json(h.kubelet.node_allocatable["ephemeral-storage"]).value()
+        assert rejected["status"]["reason"] == "OutOfephemeral-storage"
+        assert rejected["status"]["message"] == (
+            "Pod was rejected: Node didn't have enough resource: ephemeral-storage, "
+            f"requested: {100 << 50}, used: 0, capacity: {capacity}")
 
 
 async def test_disk_pressure_sets_the_condition_and_evicts_one_pod_per_pass(

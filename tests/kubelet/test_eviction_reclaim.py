@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from images_testing import entry, tar_of, write_layout
 from kubelet_harness import Harness, pod, running_kubelet
-from test_images import entry, tar_of, write_layout
 
 from ephemera.client import resource_path
 from ephemera.kubelet.eviction import parse_eviction_hard

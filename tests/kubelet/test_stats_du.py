@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -15,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_testing import build_busybox_layer
 
+from ephemera.kubelet.runtime.oci import OciRuntime
 from ephemera.kubelet.stats import (
     DirectoryWalk,
     DuBackend,
@@ -240,42 +241,13 @@ async def test_summary_of_a_kubelet_layout(tmp_path: Path) -> None:
 # --- a real container's writes --------------------------------------------------------------
 
 
-@pytest.fixture
-async def oci_runtime(tmp_path: Path) -> Any:
-    from ephemera.kubelet.runtime.oci import OciRuntime, mounts_under
-
-    runtime = OciRuntime("runc", tmp_path / "root", f"node-{uuid.uuid4().hex[:6]}")
-    try:
-        yield runtime
-    finally:
-        try:
-            for sandbox in await runtime.list_pod_sandboxes():
-                await runtime.remove_pod_sandbox(sandbox.id)
-            for container in await runtime.list_containers():
-                await runtime.remove_container(container.id)
-        finally:
-            for point in mounts_under(runtime.root):
-                subprocess.run(["umount", "-l", point], check=False)
-            await runtime.close()
-
-
-def busybox_layer(layer: Path) -> Path:
-    (layer / "bin").mkdir(parents=True)
-    shutil.copy2("/bin/busybox", layer / "bin" / "busybox")
-    for applet in ("sh", "dd", "echo", "sync"):
-        (layer / "bin" / applet).symlink_to("busybox")
-    for name in ("etc", "tmp", "proc", "sys", "dev"):
-        (layer / name).mkdir()
-    (layer / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    return layer
-
-
-async def test_a_real_containers_writable_layer_and_logs(tmp_path: Path, oci_runtime: Any) -> None:
+async def test_a_real_containers_writable_layer_and_logs(tmp_path: Path,
+                                                        oci_runtime: OciRuntime) -> None:
     from ephemera.kubelet.eviction import local_storage_eviction
     from ephemera.kubelet.runtime.base import ContainerConfig, ContainerState, SandboxConfig
 
     runtime = oci_runtime
-    layer = busybox_layer(tmp_path / "layer")
+    layer = build_busybox_layer(tmp_path / "layer")
     uid = str(uuid.uuid4())
     pod: dict[str, Any] = {"metadata": {"name": "writer", "namespace": "default", "uid": uid},
            "spec": {"containers": [{"name": "app", "resources": {

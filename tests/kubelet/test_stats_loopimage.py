@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_testing import build_busybox_layer
 
 from ephemera.kubelet.eviction import local_storage_eviction
+from ephemera.kubelet.runtime.oci import OciRuntime
 from ephemera.kubelet.stats import (
     DuBackend,
     LoopImageAccounting,
@@ -70,12 +72,18 @@ def root(tmp_path: Path) -> Iterator[Path]:
     root.mkdir()
     try:
         yield root
-    finally:  # never leave a mount or a loop device behind, whatever the test did
-        images = PodImages(root)
-        images.adopt()
-        for uid in images.image_uids():
-            mounts.unmount_all_under(images.mount_point(uid))
-        images.release_orphans(set())
+    finally:
+        release_images(root)
+
+
+def release_images(root: Path) -> None:
+    """Never leave a pod image mounted (nor what is mounted inside it) or its loop device
+    attached, whatever the test did."""
+    images = PodImages(root)
+    images.adopt()
+    for uid in images.image_uids():
+        mounts.unmount_all_under(images.mount_point(uid))
+    images.release_orphans(set())
 
 
 def test_the_probe_works_here(tmp_path: Path) -> None:
@@ -270,56 +278,47 @@ async def test_enforcement_fails_writes_past_the_limit_and_eviction_still_applie
     assert mounts.mountpoints_under(root) == []
 
 
-def busybox_layer(layer: Path) -> Path:
-    (layer / "bin").mkdir(parents=True)
-    subprocess.run(["cp", "/bin/busybox", str(layer / "bin" / "busybox")], check=True)
-    for applet in ("sh", "dd", "sync"):
-        (layer / "bin" / applet).symlink_to("busybox")
-    for name in ("etc", "tmp", "proc", "sys", "dev"):
-        (layer / name).mkdir()
-    return layer
+@pytest.fixture
+def runtime_images(oci_runtime: OciRuntime) -> Iterator[OciRuntime]:
+    """`oci_runtime` whose pod images are released afterwards (before the runtime's own
+    teardown removes its containers and unmounts what is left)."""
+    try:
+        yield oci_runtime
+    finally:
+        release_images(oci_runtime.root)
 
 
-async def test_a_real_containers_writable_layer_lands_on_the_image(tmp_path: Path) -> None:
+async def test_a_real_containers_writable_layer_lands_on_the_image(
+        tmp_path: Path, runtime_images: OciRuntime) -> None:
     from ephemera.kubelet.runtime.base import ContainerConfig, ContainerState, SandboxConfig
-    from ephemera.kubelet.runtime.oci import OciRuntime
 
-    runtime = OciRuntime("runc", tmp_path / "root", f"node-{uuid.uuid4().hex[:6]}")
+    runtime = runtime_images
     accounting = LoopImageAccounting(runtime.root)
     p = pod("writer")
     uid = p["metadata"]["uid"]
-    try:
-        await accounting.prepare_pod(p, log_dir(runtime.root, p))
-        layer = busybox_layer(tmp_path / "layer")
-        sandbox_config = SandboxConfig(uid, "default", "writer", "writer")
-        sandbox = await runtime.run_pod_sandbox(sandbox_config)
-        (log_dir(runtime.root, p) / "app").mkdir(parents=True)
-        config = ContainerConfig(
-            name="app", attempt=0, image="busybox", image_id="sha256:" + "0" * 64,
-            rootfs_layers=(layer,),
-            argv=("/bin/sh", "-c", "dd if=/dev/zero of=/data bs=1M count=3 2>/dev/null; sync"),
-            log_path=log_dir(runtime.root, p) / "app" / "0.log")
-        container = await runtime.create_container(sandbox, config, sandbox_config)
-        await runtime.start_container(container)
-        for _ in range(1000):
-            if (await runtime.container_status(container)).state == ContainerState.EXITED:
-                break
-            await asyncio.sleep(0.02)
-        assert (await runtime.container_status(container)).exit_code == 0
-        upper = runtime.root / "pods" / uid / "containers" / "app" / "0" / "upper"
-        assert os.stat(upper).st_dev == os.stat(runtime.root / "pods" / uid).st_dev
-        usage = accounting.pod_usage(uid)
-        assert usage is not None and usage.bytes >= du(upper, "-B1") >= 3 << 20
-        await runtime.remove_container(container)
-        await runtime.remove_pod_sandbox(sandbox)
-        await accounting.release_pod(uid)
-        assert devices_backed_by(runtime.root / "pod-storage" / f"{uid}.img") == []
-    finally:
-        try:
-            for s in await runtime.list_pod_sandboxes():
-                await runtime.remove_pod_sandbox(s.id)
-        finally:
-            images = PodImages(runtime.root)
-            images.adopt()
-            images.release_orphans(set())
-            await runtime.close()
+    await accounting.prepare_pod(p, log_dir(runtime.root, p))
+    layer = build_busybox_layer(tmp_path / "layer")
+    sandbox_config = SandboxConfig(uid, "default", "writer", "writer")
+    sandbox = await runtime.run_pod_sandbox(sandbox_config)
+    (log_dir(runtime.root, p) / "app").mkdir(parents=True)
+    config = ContainerConfig(
+        name="app", attempt=0, image="busybox", image_id="sha256:" + "0" * 64,
+        rootfs_layers=(layer,),
+        argv=("/bin/sh", "-c", "dd if=/dev/zero of=/data bs=1M count=3 2>/dev/null; sync"),
+        log_path=log_dir(runtime.root, p) / "app" / "0.log")
+    container = await runtime.create_container(sandbox, config, sandbox_config)
+    await runtime.start_container(container)
+    for _ in range(1000):
+        if (await runtime.container_status(container)).state == ContainerState.EXITED:
+            break
+        await asyncio.sleep(0.02)
+    assert (await runtime.container_status(container)).exit_code == 0
+    upper = runtime.root / "pods" / uid / "containers" / "app" / "0" / "upper"
+    assert os.stat(upper).st_dev == os.stat(runtime.root / "pods" / uid).st_dev
+    usage = accounting.pod_usage(uid)
+    assert usage is not None and usage.bytes >= du(upper, "-B1") >= 3 << 20
+    await runtime.remove_container(container)
+    await runtime.remove_pod_sandbox(sandbox)
+    await accounting.release_pod(uid)
+    assert devices_backed_by(runtime.root / "pod-storage" / f"{uid}.img") == []
+    assert mounts.mountpoints_under(runtime.root) == []

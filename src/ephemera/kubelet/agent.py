@@ -19,12 +19,15 @@
    kubelet was down).
 
 **Admission** (`admit`): a pod bound to this node is admitted unless the node lacks room for it:
-what the admitted, non-terminal pods plus this pod need (`allocation.fit.node_need`: requests
-plus emptyDir sizeLimits, the rule a `/dynamic` change is admitted by too) against the node's
-current allocatable cpu, memory and ephemeral-storage (re-read at every node status write), and
-the pod count against `pods`. A rejected pod gets `phase: Failed`, `reason: OutOf<resource>` and
-`message: Pod was rejected: Node didn't have enough resource: cpu, requested: 1500, used: 1450,
-capacity: 1930` (milli-CPU, bytes), with a Warning event, as upstream's.
+what the other pods plus this pod need (`allocation.fit.node_need`: requests plus emptyDir
+sizeLimits, the rule a `/dynamic` change is admitted by too; the other pods are
+`AllocationManager.others`, the list a change is checked against: the allocated pods with the
+allocations and changes being checkpointed, less those terminal in their worker's view)
+against the node's current allocatable cpu, memory and ephemeral-storage (re-read at every node
+status write), and the pod count against `pods`. A rejected pod gets `phase: Failed`,
+`reason: OutOf<resource>` and `message: Pod was rejected: Node didn't have enough resource:
+cpu, requested: 1500, used: 1450, capacity: 1930` (milli-CPU, bytes), with a Warning event, as
+upstream's.
 
 **Allocation** (KEP-6395 / KEP-5972, `ephemera.kubelet.allocation`): an admitted pod is
 checkpointed as allocated (in a thread) before it is handed to its worker; later spec changes
@@ -79,9 +82,9 @@ from ephemera.kubelet.allocation import (
     AllocationCheckpoint,
     AllocationManager,
     allocated_view,
+    describe_change,
     insufficient,
 )
-from ephemera.kubelet.allocation.manager import describe_change
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction import (
     Eviction,
@@ -272,6 +275,7 @@ class Kubelet:
             image_present=self._image_present, gates=config.gates,
             retry_period=config.allocation_retry_period)
         self.allocation.on_allocated = self._allocated
+        self.allocation.is_inactive = self._inactive
         self.allocation.on_failed = self._allocation_failed
         self.allocation.on_change_allocated = self._change_allocated
         self.allocation.on_outcome = lambda result: self.metrics.dynamic_allocations.labels(
@@ -398,14 +402,15 @@ class Kubelet:
 
     # -- pods ----------------------------------------------------------------------------
 
-    def _other_admitted(self, uid: str) -> list[Obj]:
-        assert self.workers is not None
-        admitted = [p for p in self.workers.pods()
-                    if p["metadata"]["uid"] != uid and not _terminal(p)
-                    and p["metadata"]["uid"] in self.admitted]
-        # Admitted pods whose allocation is still being checkpointed count too.
-        return admitted + [self._api_pods[u] for u in self._admitting
-                           if u != uid and u in self._api_pods]
+    def _inactive(self, uid: str) -> bool:
+        """Admission no longer counts the pod (`AllocationManager.others`): terminal in its
+        worker's view, or, before it has a worker, in the API's."""
+        if self.workers is not None:
+            terminal = self.workers.is_terminal(uid)
+            if terminal is not None:
+                return terminal
+        pod = self._api_pods.get(uid)
+        return pod is not None and _terminal(pod)
 
     def _handle_pod(self, pod: Obj) -> None:
         assert self.workers is not None
@@ -431,7 +436,8 @@ class Kubelet:
                     return
                 self._api_pods[uid] = pod
                 self._admitting.add(uid)
-                self.workers.spawn(self._allocate_new(pod))
+                view = self.allocation.stage_new(pod)  # admission counts it from now on
+                self.workers.spawn(self._allocate_new(uid, view), pod=pod)
                 return
             self.admitted.add(uid)
         self._api_pods[uid] = pod
@@ -449,13 +455,12 @@ class Kubelet:
         except Exception:
             return False
 
-    async def _allocate_new(self, pod: Obj) -> None:
-        """Checkpoint a newly admitted pod's allocation (in a thread), then hand its newest
-        version to its worker: nothing of it is set up before the checkpoint is on disk. A
-        pod deleted meanwhile is forgotten."""
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
+    async def _allocate_new(self, uid: str, view: Obj) -> None:
+        """Checkpoint a newly admitted pod's staged allocation `view` (in a thread), then
+        hand its newest version to its worker: nothing of it is set up before the checkpoint
+        is on disk. A pod deleted meanwhile is forgotten."""
         try:
-            await self.allocation.allocate_new(pod)
+            await self.allocation.write_new(uid, view)
         finally:
             self._admitting.discard(uid)
         latest = self._api_pods.get(uid)
@@ -482,7 +487,7 @@ class Kubelet:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         if self.workers is not None:
             self.workers.spawn(self.events.pod(pod, events.WARNING, FAILED_ALLOCATION,
-                                               message))
+                                               message), pod=pod)
             self.workers.wake(uid)
 
     def _change_allocated(self, previous: Obj, current: Obj) -> None:
@@ -494,7 +499,7 @@ class Kubelet:
         log.info("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
         if self.workers is not None:
             self.workers.spawn(self.events.pod(pod, events.NORMAL,
-                                               events.SUCCESSFUL_ALLOCATION, message))
+                                               events.SUCCESSFUL_ALLOCATION, message), pod=pod)
 
     def _volume_operation(self, operation: VolumeOperation) -> None:
         """Metrics and Normal events of dynamic volumes (KEP-6395); their failures are
@@ -514,7 +519,7 @@ class Kubelet:
             message = f'UnmountVolume.TearDown succeeded for volume "{operation.volume_name}"'
         md = pod.get("metadata") or {}
         log.info("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
-        self.workers.spawn(self.events.pod(pod, events.NORMAL, reason, message))
+        self.workers.spawn(self.events.pod(pod, events.NORMAL, reason, message), pod=pod)
 
     def allocated_pods(self) -> list[Obj]:
         """The allocated pods, status blank (`/allocatedPods`)."""
@@ -532,7 +537,8 @@ class Kubelet:
         pressure = admit_under_pressure(pod, self.node_conditions, self.config.gates)
         if not pressure.admit:
             return AdmitResult(False, pressure.reason, pressure.message)
-        return admit(pod, self._other_admitted(uid), self.node_allocatable, self.config.gates)
+        return admit(pod, self.allocation.others(uid), self.node_allocatable,
+                     self.config.gates)
 
     def _reject(self, pod: Obj, result: AdmitResult) -> None:
         uid = str((pod.get("metadata") or {}).get("uid"))
@@ -545,7 +551,7 @@ class Kubelet:
                                                         result.message))
         assert self.workers is not None
         self.workers.spawn(self.events.pod(pod, events.WARNING, result.reason,
-                                           result.message))
+                                           result.message), pod=pod)
 
     def _on_pod(self, pod: Obj) -> None:
         self.status.observe(pod)
@@ -560,6 +566,7 @@ class Kubelet:
         self.rejected.discard(uid)
         self._api_pods.pop(uid, None)
         self.objects.unregister_pod(uid)
+        self.allocation.withdraw(uid)  # nothing more of a deleted pod is allocated
         self.allocation.retry()  # room may have appeared for pending changes
         if self.workers is None:
             return
@@ -619,9 +626,20 @@ class Kubelet:
         return pod_paths(self.root_dir, pod, self.volumes.mounted_volumes(uid),
                          pod_log_dir(self.root_dir, pod))
 
+    def _measured_paths(self, known: Sequence[Obj]) -> list[PodPaths]:
+        """The directories of the pods measured: not those whose worker is terminating
+        them (a walk's open directories would keep their storage busy while it is
+        released)."""
+        assert self.workers is not None
+        workers = self.workers
+        return [self._pod_paths(p) for p in known
+                if not workers.is_terminating(str(p["metadata"].get("uid")))]
+
     async def stats_summary(self) -> dict[str, Any]:
         """The Summary API document (`/stats/summary`), from the last measurements."""
-        paths = [self._pod_paths(p) for p in self._known_pods()]
+        if self.workers is None:
+            return summary_json(await self.stats.get([], update=False))
+        paths = self._measured_paths(self._known_pods())
         return summary_json(await self.stats.get(paths, update=False))
 
     def _pressure(self) -> Pressure:
@@ -639,8 +657,7 @@ class Kubelet:
             return []
         known = self._known_pods()
         active = self._active_pods(known)
-        paths = [self._pod_paths(p) for p in known]
-        summary = await self.stats.get(paths)
+        summary = await self.stats.get(self._measured_paths(known))
         decision = decide(active, summary, self.thresholds, self.config.gates)
         conditions = self.pressure.update(decision.conditions, time.monotonic())
         if conditions != self.node_conditions:
@@ -662,8 +679,7 @@ class Kubelet:
                 await self.reclaim_node_level_resources(reclaims, known)
                 known = self._known_pods()
                 active = self._active_pods(known)
-                paths = [self._pod_paths(p) for p in known]
-                summary = await self.stats.get(paths)
+                summary = await self.stats.get(self._measured_paths(known))
             observations = observe(summary)
             met = sorted(thresholds_met(self.thresholds, observations),
                          key=lambda t: 0 if t.resource == "memory" else 1)
@@ -696,10 +712,9 @@ class Kubelet:
                              len(removed))
                 elif reclaim == UNUSED_IMAGES:
                     used = {c.image_id for c in await self.runtime.list_containers()}
-                    needed = [ref for p in self.pods_informer.list() if not _terminal(p)
-                              for ref in pod_image_refs(p)]
                     images = await asyncio.to_thread(delete_unused_images, self.image_store,
-                                                     used, needed, [BASE_IMAGE_REF])
+                                                     used, self._needed_images(),
+                                                     [BASE_IMAGE_REF])
                     log.info("Eviction manager: image GC removed %d unused image(s)",
                              len(images))
             except Exception as err:
@@ -707,6 +722,21 @@ class Kubelet:
                             "resource pressure (%s): %s", reclaim, err)
         with contextlib.suppress(RuntimeError_):
             await self.relister.relist()
+
+    def _needed_images(self) -> set[str]:
+        """The image references image GC keeps besides the runtime's containers' images:
+        what the non-terminal pods bound to the node name, what the allocated specs name
+        (staged changes included), and the images of the image volumes still in the volume
+        manager's actual state (mounted, their teardown deferred while in use or not done
+        yet: their layers are the mounts' lower dirs)."""
+        needed = {ref for p in self.pods_informer.list() if not _terminal(p)
+                  for ref in pod_image_refs(p)}
+        needed.update(ref for p in self.allocation.effective_pods()
+                      for ref in pod_image_refs(p))
+        mounted = getattr(self.volumes, "mounted_image_refs", None)
+        if mounted is not None:
+            needed.update(mounted())
+        return needed
 
     def _evict(self, eviction: Eviction) -> bool:
         assert self.workers is not None
@@ -719,7 +749,8 @@ class Kubelet:
                  (pod.get("metadata") or {}).get("name"), eviction.signal, eviction.message)
         self.metrics.evictions.inc(eviction.signal)
         self.workers.spawn(self.events.pod(pod, events.WARNING, eviction.reason,
-                                           eviction.message, annotations=eviction.annotations))
+                                           eviction.message, annotations=eviction.annotations),
+                           pod=pod)
         return True
 
     # -- logs ----------------------------------------------------------------------------
@@ -1076,6 +1107,7 @@ class Kubelet:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self.allocation.close()  # its callbacks and checkpoint writes finish
         await self.objects.close()
         self.accounting.close()
         with contextlib.suppress(Exception):

@@ -2,14 +2,18 @@
 bootstrap kubeconfig (a bootstrap token) the kubelet asks for its client certificate.
 
 `needs_bootstrap(kubeconfig)`: the kubeconfig is missing, unreadable, or its client
-certificate is missing or expired. `bootstrap_client_certificate` makes an ECDSA P-256 key,
-posts a CertificateSigningRequest (`certificates.k8s.io/v1`, signer
-`kubernetes.io/kube-apiserver-client-kubelet`, subject `O=system:nodes,
-CN=system:node:NAME`, usages `digital signature` and `client auth`, named
+certificate is missing or expired. `bootstrap_client_certificate` loads the private key a
+previous attempt left (`kubelet-client.key.tmp` next to the kubeconfig) or makes an ECDSA
+P-256 key and writes it there (mode 0600, fsynced) before anything is posted, as upstream
+does, so a kubelet restarted while its request waits for approval posts the same request
+again (same key, same name: the existing CSR is reused). It posts a CertificateSigningRequest
+(`certificates.k8s.io/v1`, signer `kubernetes.io/kube-apiserver-client-kubelet`, subject
+`O=system:nodes, CN=system:node:NAME`, usages `digital signature` and `client auth`, named
 `node-csr-<digest of key, subject and usages>` as upstream's `digestedName`), waits until the
 controller-manager has approved and signed it (a Denied or Failed CSR is an error), and
-writes the kubeconfig (mode 0600) with the bootstrap kubeconfig's server and CA and the new
-certificate and key embedded.
+writes the kubeconfig (mode 0600; a temporary file fsynced, renamed over it, the directory
+fsynced) with the bootstrap kubeconfig's server and CA and the new certificate and key
+embedded; the key file is then deleted.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 USAGES = ("digital signature", "client auth")
 NODES_GROUP = "system:nodes"
 POLL_INTERVAL = 0.5
+PENDING_KEY_NAME = "kubelet-client.key.tmp"  # upstream's name for the key awaiting its cert
 
 
 class BootstrapError(RuntimeError):
@@ -110,26 +115,63 @@ def write_kubeconfig(path: Path, server: str, ca_pem: bytes | None, cert_pem: by
                       "context": {"cluster": "default-cluster", "user": user}}],
         "current-context": "default-context",
     }
+    _write_private(path, yaml.safe_dump(doc, sort_keys=False).encode())
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write `data` to `path` (mode 0600) atomically and durably: a temporary file in the
+    same directory, fsynced, renamed over `path`, then the directory fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(doc, f, sort_keys=False)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_or_create_key(path: Path) -> ec.EllipticCurvePrivateKey:
+    """The ECDSA P-256 key at `path` (PEM, PKCS#8), or a new one written there first."""
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except FileNotFoundError:
+        key = None
+    except (ValueError, TypeError) as err:
+        log.warning("ignoring the unreadable private key %s: %s", path, err)
+        key = None
+    if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1):
+        return key
+    key = ec.generate_private_key(ec.SECP256R1())
+    _write_private(path, _key_pem(key))
+    return key
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
 
 
 async def bootstrap_client_certificate(bootstrap: ClientConfig, node_name: str,
                                        kubeconfig: Path, *, timeout: float = 300.0,
-                                       user_agent: str = "ephemera-kubelet") -> None:
+                                       user_agent: str = "ephemera-kubelet",
+                                       key_path: Path | None = None) -> None:
     """Get a client certificate for `node_name` with the `bootstrap` credentials and write
-    `kubeconfig` with it; BootstrapError when it is denied, fails or takes over `timeout`."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    `kubeconfig` with it; BootstrapError when it is denied, fails or takes over `timeout`.
+    `key_path` (default `kubelet-client.key.tmp` next to `kubeconfig`): where the key waits
+    for its certificate across restarts."""
+    key_path = key_path if key_path is not None else kubeconfig.with_name(PENDING_KEY_NAME)
+    key = load_or_create_key(key_path)
+    key_pem = _key_pem(key)
     name = csr_name(key, node_name)
     body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
             "metadata": {"name": name},
@@ -174,4 +216,5 @@ async def bootstrap_client_certificate(bootstrap: ClientConfig, node_name: str,
             await asyncio.sleep(POLL_INTERVAL)
     write_kubeconfig(kubeconfig, bootstrap.server, bootstrap.ca_pem, cert_pem, key_pem,
                      f"system:node:{node_name}")
+    key_path.unlink(missing_ok=True)  # the key lives in the kubeconfig now
     log.info("wrote %s with the client certificate of system:node:%s", kubeconfig, node_name)

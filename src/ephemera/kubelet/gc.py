@@ -13,7 +13,9 @@ kept (upstream's `MaxPerPodContainer` = 1: it backs `lastState` and `kubectl log
 runtime lists (any state) was created from, that no non-terminal pod bound to the node
 names (containers, init and ephemeral containers, image volumes: ephemera pulls from no
 registry, so an image a pending pod needs would be lost for good; upstream simply pulls it
-again), and that are not pinned (the base image, as upstream pins the sandbox image).
+again), that the node's allocated pods do not name and no image volume still mounted uses
+(the caller's `needed_refs`: the agent's `_needed_images`), and that are not pinned (the
+base image, as upstream pins the sandbox image).
 
 Each removal is logged; both return what they removed.
 """

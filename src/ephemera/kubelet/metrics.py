@@ -21,9 +21,10 @@ starts or stops with are not counted. `volume_plugin` is upstream's plugin name
 - `kubelet_dynamic_volume_errors_total{operation=mount|unmount, volume_plugin}`: failed
   SetUps and TearDowns of dynamic volumes (every failed attempt, retries included).
 - `kubelet_dynamic_allocations_total{result=admitted|deferred|error}`: outcomes of the
-  allocation of pod changes (`/dynamic`): `admitted` per change allocated, `deferred` per
-  change left pending for a new reason (one per `FailedAllocation` event, not per retry),
-  `error` when the check or the checkpoint write failed.
+  allocation of pod changes (`/dynamic`): `admitted` per change allocated; `deferred` per
+  change left pending for a new reason and `error` per change whose check or checkpoint write
+  failed for a new reason (each one `FailedAllocation` event: a retry failing with the same
+  message counts nothing).
 - `kubelet_dynamic_pending_allocations` (gauge): pods with a change the node has not
   allocated yet.
 

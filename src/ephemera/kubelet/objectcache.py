@@ -28,7 +28,8 @@ registration).
 
 `max_watched` (default 48, shared by both kinds) bounds the watches: each holds one HTTP/1.1
 connection of the kubelet's `ApiClient` (aiohttp's pool has 100), where upstream multiplexes
-its watches over HTTP/2.
+its watches over HTTP/2. A watch freed (its object no longer referenced) goes to the object
+that has waited longest for one, Secret or ConfigMap.
 """
 
 from __future__ import annotations
@@ -72,20 +73,38 @@ def pod_object_references(pod: Mapping[str, Any]) -> frozenset[Ref]:
 
 @dataclass
 class _WatchBudget:
-    """How many informers may run at once, across the kinds."""
+    """How many informers may run at once, across the kinds: a freed watch goes to the
+    object waiting longest for one, whatever its kind."""
 
     limit: int
     used: int = 0
+    caches: list[ObjectCache] = field(default_factory=list)
+    _tickets: int = 0
+
+    def ticket(self) -> int:
+        """The place in line of an object that starts waiting for a watch."""
+        self._tickets += 1
+        return self._tickets
+
+    def free(self) -> None:
+        """A watch stopped: start the one of the longest waiter, of either kind."""
+        self.used -= 1
+        waiters = [(item.waiting_since, cache, key) for cache in self.caches
+                   for key, item in cache.waiting()]
+        if waiters:
+            _, cache, key = min(waiters, key=lambda waiter: waiter[0])
+            cache.start_watch(key)
 
 
 @dataclass
 class _Item:
     """One referenced object: the pods referencing it and its informer (None: read by
-    GET)."""
+    GET, waiting for a watch since `waiting_since`)."""
 
     pods: set[str] = field(default_factory=set)
     informer: Informer | None = None
     task: asyncio.Task[None] | None = None
+    waiting_since: int = 0
 
 
 class ObjectCache:
@@ -105,6 +124,7 @@ class ObjectCache:
         self.cache_reads = 0  # answered from a synced informer
         self.api_reads = 0  # answered by a GET
         self._items: dict[tuple[str, str], _Item] = {}
+        self.budget.caches.append(self)
 
     # -- references -------------------------------------------------------------------------
 
@@ -127,11 +147,17 @@ class ObjectCache:
         del self._items[key]
         if item.informer is not None:
             self._stop(item)
-            self.budget.used -= 1
-            for other_key, other in self._items.items():  # a freed watch goes to a waiter
-                if other.informer is None:
-                    self._watch(other_key, other)
-                    break
+            self.budget.free()  # a freed watch goes to a waiter, of either kind
+
+    def waiting(self) -> list[tuple[tuple[str, str], _Item]]:
+        """The referenced objects without a watch (over the budget)."""
+        return [(key, item) for key, item in self._items.items() if item.informer is None]
+
+    def start_watch(self, key: tuple[str, str]) -> None:
+        """Watch a waiting object (the budget freed a watch for it)."""
+        item = self._items.get(key)
+        if item is not None and item.informer is None:
+            self._watch(key, item)
 
     def watched(self) -> list[tuple[str, str]]:
         """(namespace, name) of the objects with a running informer."""
@@ -143,6 +169,7 @@ class ObjectCache:
 
     def _watch(self, key: tuple[str, str], item: _Item) -> None:
         if self.budget.used >= self.budget.limit:
+            item.waiting_since = self.budget.ticket()
             return
         namespace, name = key
         informer = Informer(self.api, resource_path(self.plural, namespace),

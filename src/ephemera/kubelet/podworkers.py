@@ -531,6 +531,10 @@ class PodWorker:
 
     # -- loop --
 
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        """Run `work` in the background; its failure is logged with the pod named."""
+        self.workers.spawn(work, pod=self.pod)
+
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(),
                                                            name=f"pod-worker-{self.uid}")
@@ -791,7 +795,7 @@ class PodWorker:
             if message.startswith("MountVolume.") or "failed" in message.lower():
                 reason = events.FAILED_UNMOUNT if message.startswith("UnmountVolume.") else \
                     events.FAILED_MOUNT
-                self.workers.spawn(self.deps.events.pod(self.pod, events.WARNING, reason,
+                self._spawn(self.deps.events.pod(self.pod, events.WARNING, reason,
                                                         message))
 
     async def _wait_volumes(self) -> bool:
@@ -933,7 +937,7 @@ class PodWorker:
                     "CrashLoopBackOff",
                     f"back-off {go_duration(delay)} restarting failed container={name} "
                     f"pod={format_pod(pod)}")
-                self.workers.spawn(deps.events.container(
+                self._spawn(deps.events.container(
                     pod, name, events.WARNING, events.BACK_OFF,
                     f"Back-off restarting failed container {name} in pod {format_pod(pod)}",
                     init=init))
@@ -987,7 +991,7 @@ class PodWorker:
             return await self._start_failed(name, init, "CreateContainerError", str(err))
         # Events are posted in the background (upstream's recorder is asynchronous too): the
         # start does not wait for the apiserver.
-        self.workers.spawn(deps.events.container(pod, name, events.NORMAL, events.CREATED,
+        self._spawn(deps.events.container(pod, name, events.NORMAL, events.CREATED,
                                                  f"Created container: {name}", init=init))
         try:
             await deps.runtime.start_container(cid)
@@ -995,10 +999,10 @@ class PodWorker:
             return await self._start_failed(name, init, "RunContainerError", str(err))
         self.waiting.pop(name, None)
         deps.on_container_started(self._container_kind(init), "")
-        self.workers.spawn(deps.events.container(pod, name, events.NORMAL, events.STARTED,
+        self._spawn(deps.events.container(pod, name, events.NORMAL, events.STARTED,
                                                  f"Started container {name}", init=init))
         # Older instances go in the background, so the new one's status is not held up.
-        self.workers.spawn(self._prune_instances(name, attempt))
+        self._spawn(self._prune_instances(name, attempt))
         return IDLE
 
     async def _start_failed(self, name: str, init: bool, reason: str, message: str) -> float:
@@ -1023,7 +1027,7 @@ class PodWorker:
         else:
             resolve_error = ""
         if image is not None:
-            self.workers.spawn(deps.events.container(
+            self._spawn(deps.events.container(
                 pod, name, events.NORMAL, events.PULLED,
                 f'Container image "{ref}" already present on machine', init=init))
             return image
@@ -1133,7 +1137,7 @@ class PodWorker:
 
     async def _kill(self, container: ContainerStatus, grace: float, message: str = "") -> None:
         init = container.labels.get(LABEL_CONTAINER_TYPE) == "init"
-        self.workers.spawn(self.deps.events.container(
+        self._spawn(self.deps.events.container(
             self.pod, container.name, events.NORMAL, events.KILLING,
             message or f"Stopping container {container.name}", init=init))
         try:
@@ -1253,11 +1257,34 @@ class PodWorkers:
         self._background: set[asyncio.Task[Any]] = set()
         self.on_worker_done: Callable[[str], None] = lambda uid: None
 
-    def spawn(self, work: Awaitable[Any]) -> None:
-        """Run `work` (an event post, the pruning of old instances) in the background."""
+    def spawn(self, work: Awaitable[Any], *, pod: Mapping[str, Any] | None = None) -> None:
+        """Run `work` (an event post, the pruning of old instances) in the background; an
+        exception it ends with is logged, naming `pod`."""
         task = asyncio.ensure_future(work)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        about = f" for pod {format_pod(pod)}" if pod is not None else ""
+
+        def done(finished: asyncio.Future[Any]) -> None:
+            self._background.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("background work%s failed", about, exc_info=finished.exception())
+
+        task.add_done_callback(done)
+
+    def is_terminal(self, uid: str) -> bool | None:
+        """Whether the pod is terminal in its worker's view (a terminal phase, or its
+        containers stopped for good: terminated, evicted); None when it has no worker."""
+        worker = self._workers.get(uid)
+        if worker is None:
+            return None
+        phases = ((worker.pod.get("status") or {}).get("phase"),
+                  (self.deps.status.get(uid) or {}).get("phase"))
+        return worker.terminal_cleaned or any(p in ("Succeeded", "Failed") for p in phases)
+
+    def is_terminating(self, uid: str) -> bool:
+        """The pod's worker is terminating it (deleted or being deleted)."""
+        worker = self._workers.get(uid)
+        return worker is not None and worker._deleting()
 
     def get(self, uid: str) -> PodWorker | None:
         return self._workers.get(uid)

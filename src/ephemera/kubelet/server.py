@@ -36,7 +36,6 @@ from ephemera.kubelet.metrics import KubeletMetrics
 from ephemera.kubelet.streaming import StreamHost, serve_attach, serve_exec
 
 __all__ = [
-    "KubeletMetrics",
     "LogLookupError",
     "LogSource",
     "ServerHost",

@@ -56,6 +56,10 @@ def requires_refresh(request: TokenRequest, now: dt.datetime, jitter: float = 0.
 
 
 class TokenManager:
+    """The service account tokens of one kubelet's pods (see the module docstring): one
+    cached TokenRequest per service account, audience, lifetime and bound pod, refreshed by
+    `requires_refresh`; `clock` and `jitter` are there for tests."""
+
     def __init__(self, api: ApiClient, *,
                  clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
                  jitter: Callable[[], float] = lambda: random.random() * MAX_JITTER_SECONDS

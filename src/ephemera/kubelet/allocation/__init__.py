@@ -17,6 +17,7 @@ from ephemera.kubelet.allocation.manager import (
     AllocationManager,
     AllocationResult,
     allocated_view,
+    describe_change,
 )
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "CheckpointCorruptedError",
     "Shortage",
     "allocated_view",
+    "describe_change",
     "insufficient",
     "node_need",
 ]

@@ -52,7 +52,7 @@ class AllocationCheckpoint:
         body = json.dumps({"version": CHECKPOINT_VERSION, "data": data,
                            "checksum": _checksum(data)})
         self.dir.mkdir(parents=True, exist_ok=True)
-        with self._lock:  # one writer at a time (the event loop and worker threads)
+        with self._lock:  # one writer at a time (writes run in worker threads)
             fd, tmp = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.", suffix=".tmp",
                                        dir=self.dir)
             try:

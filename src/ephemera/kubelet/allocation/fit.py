@@ -4,8 +4,10 @@
 
 - `node_need(pod, resource, gates)`: the pod's effective request (`pod_requests`, pod-level
   aware; milli-CPU for `cpu`, bytes otherwise) plus, for `memory`, the `sizeLimit`s of its
-  memory-backed emptyDirs and, for `ephemeral-storage`, those of its disk emptyDirs (an
-  emptyDir without a `sizeLimit` adds nothing).
+  `medium: Memory` emptyDirs and, for `ephemeral-storage`, those of its disk emptyDirs
+  (`medium` "" or absent: upstream's local ephemeral volumes, reference section 4.3).
+  HugePages emptyDirs (`medium: HugePages`, `HugePages-<size>`) add to neither: they use the
+  pod's hugepages. An emptyDir without a `sizeLimit` adds nothing.
 - `insufficient(pod, others, allocatable, gates, baseline=None)`: the first of cpu, memory,
   ephemeral-storage the pod needs more of than the node's `allocatable` has left next to
   `others` (their needs by the same rule), as `Shortage(resource, message)` with upstream's
@@ -24,9 +26,9 @@ from typing import Any
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.pods import resources as podresources
 
-__all__ = ["CHECKED_RESOURCES", "Shortage", "insufficient", "node_need"]
+__all__ = ["Shortage", "insufficient", "node_need"]
 
-CHECKED_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_CHECKED_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 
 
 @dataclass(frozen=True)
@@ -47,13 +49,14 @@ def _bytes(value: Any) -> int:
         return 0
 
 
-def _emptydir_bytes(pod: Mapping[str, Any], memory: bool) -> int:
+def _emptydir_bytes(pod: Mapping[str, Any], medium: str) -> int:
+    """The `sizeLimit`s of the pod's emptyDirs of `medium` ("" for disk, "Memory")."""
     total = 0
     for volume in _spec(pod).get("volumes") or []:
         empty = volume.get("emptyDir")
         if not isinstance(empty, Mapping):
             continue
-        if (empty.get("medium") == "Memory") == memory and empty.get("sizeLimit") is not None:
+        if str(empty.get("medium") or "") == medium and empty.get("sizeLimit") is not None:
             total += _bytes(empty["sizeLimit"])
     return total
 
@@ -65,9 +68,9 @@ def node_need(pod: Mapping[str, Any], resource: str, gates: Mapping[str, bool]) 
     if request is not None:
         amount = int(request.milli_value()) if resource == "cpu" else int(request.value())
     if resource == "memory":
-        amount += _emptydir_bytes(pod, memory=True)
+        amount += _emptydir_bytes(pod, "Memory")
     elif resource == "ephemeral-storage":
-        amount += _emptydir_bytes(pod, memory=False)
+        amount += _emptydir_bytes(pod, "")
     return amount
 
 
@@ -85,7 +88,7 @@ def insufficient(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
                  allocatable: Mapping[str, Any], gates: Mapping[str, bool], *,
                  baseline: Mapping[str, Any] | None = None) -> Shortage | None:
     """See the module docstring."""
-    for resource in CHECKED_RESOURCES:
+    for resource in _CHECKED_RESOURCES:
         capacity = _capacity(allocatable, resource)
         if capacity is None:
             continue

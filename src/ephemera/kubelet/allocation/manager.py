@@ -5,8 +5,10 @@ reference/k8s-semantics.md sections 1.3-1.5 and 2.5-2.6).
 the node has admitted. Pod workers, the volume manager and `/allocatedPods` see only it, so
 nothing is mounted or started for a change the node has not admitted.
 
-- A new pod is allocated as it is admitted (`await allocate_new(pod)`; the resource-fit
-  admission stays in `agent.admit`, by the same rule: `fit.insufficient`).
+- A new pod is allocated as it is admitted: `stage_new(pod)` at once (admission counts it
+  from then on), `await write_new(uid, view)` to make it durable (`allocate_new(pod)`: both);
+  the resource-fit admission stays in `agent.admit`, by the same rule (`fit.insufficient`)
+  against the same pods (`others(uid)`).
 - A changed spec of an allocated pod (`request(pod)`, from `/dynamic` or any spec update) is
   checked as a whole (`check`) and allocated all or nothing: what the pod needs of cpu, memory
   and ephemeral-storage (`fit.node_need`: requests plus the `sizeLimit`s of its memory or disk
@@ -18,20 +20,26 @@ nothing is mounted or started for a change the node has not admitted.
   `FailedAllocation` Warning event, once per distinct message) and it is retried when
   `retry()` is called (pods added, updated or removed, the node changed) and every
   `retry_period` seconds.
-- Allocation stops once the pod is terminating (its deletion needs no admission).
+- Allocation stops once the pod is terminating or deleted (`withdraw(uid)`; its deletion
+  needs no admission), and a pod forgotten (`forget`) is never allocated again: a change
+  whose check or write was under way when the pod was forgotten is dropped without an event.
 - Every allocation is checkpointed (`checkpoint.AllocationCheckpoint`) before it takes
   effect: the change is *staged*, written (in a thread, so the fsync never blocks the event
   loop; one write at a time, each carrying every staged change, so changes made together
   share a write) and only then becomes the allocated pod that `get`, `worker_pod` and the
-  pod worker see. Admission counts staged changes too (`_effective`), so two admissions never
-  both take the same room. `restore()` at start-up reloads the allocated pods, so a restarted
-  kubelet re-admits what it had admitted (nothing lost, nothing set up twice). A corrupted
-  checkpoint is logged and ignored (the pods are then admitted again as new pods).
+  pod worker see. Admission counts staged changes too (`others`: the allocated pods with the
+  staged changes applied, less the pods `is_inactive(uid)` says are terminal), so two
+  admissions never both take the same room. `restore()` at start-up reloads the allocated
+  pods, so a restarted kubelet re-admits what it had admitted (nothing lost, nothing set up
+  twice). A corrupted checkpoint is logged and ignored (the pods are then admitted again as
+  new pods).
 - `on_allocated(uid)` is called after each successful allocation of a change (the agent
   hands the new allocated pod to the pod worker and the volume manager, which actuate it);
   `on_change_allocated(previous, current)` just before it (for the agent's event), and
-  `on_outcome(result)` with `admitted`, `deferred` or `error` for each allocated change, each
-  change deferred for a new reason, each failure (metrics).
+  `on_outcome(result)` with `admitted` for each allocated change, `deferred` or `error` for
+  each change not allocated for a new reason (metrics). Callbacks returning awaitables run as
+  tasks whose failures are logged; `await close()` waits for them (a forget's checkpoint
+  write among them).
 
 `allocated_view(pod)`: the allocated pod as `/allocatedPods` serves it (status left blank).
 """
@@ -177,6 +185,8 @@ class AllocationManager:
         self.on_change_allocated: Callable[[Obj, Obj], Any] = lambda previous, current: None
         self.on_failed: Callable[[Obj, str], Any] = lambda pod, message: None
         self.on_outcome: Callable[[str], Any] = lambda result: None
+        # Pods admission no longer counts (terminal: their containers are done).
+        self.is_inactive: Callable[[str], bool] = lambda uid: False
         self._reported: dict[str, str] = {}
         self._wake: asyncio.Event | None = None
         self._lock = asyncio.Lock()
@@ -210,21 +220,44 @@ class AllocationManager:
                 pods[uid] = view
         return pods
 
-    async def _commit(self, uid: str, view: Obj | None) -> None:
-        """Make `view` (None: no pod) the allocated pod of `uid` once the checkpoint holding
-        it is on disk. Raises `OSError` when the write fails (the change is then dropped)."""
-        self._staged[uid] = view
-        await self._write_staged(uid, view)
+    def effective_pods(self) -> list[Obj]:
+        """Every allocated pod, the staged changes applied (terminal ones too)."""
+        return list(self._effective().values())
 
-    async def _write_staged(self, uid: str, view: Obj | None) -> None:
+    def others(self, uid: str) -> list[Obj]:
+        """The pods admission counts next to pod `uid` (a new pod's and a change's alike):
+        the allocated pods with the staged changes applied (`_effective`: a change being
+        written holds its room already), but `uid` and the pods `is_inactive` says are
+        terminal."""
+        return [pod for other, pod in self._effective().items()
+                if other != uid and not self.is_inactive(other)]
+
+    def _forgotten(self, uid: str) -> bool:
+        """`forget(uid)` was called (its write may still be under way)."""
+        return uid in self._staged and self._staged[uid] is None
+
+    async def _commit(self, uid: str, view: Obj | None) -> bool:
+        """Make `view` (None: no pod) the allocated pod of `uid` once the checkpoint holding
+        it is on disk; False when another change (a forget) replaced it before it was
+        written. Raises when the write fails (the change is then dropped)."""
+        self._staged[uid] = view
+        return await self._write_staged(uid, view)
+
+    async def _write_staged(self, uid: str, view: Obj | None) -> bool:
+        """Write the checkpoint with every staged change once `view` is staged for `uid`.
+        True when `view` is on disk (this write or an earlier one carried it), False when a
+        later change replaced it first."""
         async with self._io_lock:
             if self._staged.get(uid, _UNSTAGED) is not view:
-                return  # an earlier write carried it (or a later change replaced it)
+                if uid in self._staged:
+                    return False  # a later change replaced it
+                return (uid not in self.allocated) if view is None else \
+                    self.allocated.get(uid) is view  # an earlier write carried it
             staged = dict(self._staged)
             pods = self._effective()
             try:
                 await asyncio.to_thread(self.checkpoint.store, pods)
-            except OSError:
+            except Exception:
                 if self._staged.get(uid, _UNSTAGED) is view:
                     del self._staged[uid]
                 raise
@@ -235,6 +268,7 @@ class AllocationManager:
                     self.allocated.pop(staged_uid, None)
                 else:
                     self.allocated[staged_uid] = staged_view
+            return True
 
     def is_allocated(self, uid: str) -> bool:
         return uid in self.allocated
@@ -242,19 +276,34 @@ class AllocationManager:
     def get(self, uid: str) -> Obj | None:
         return self.allocated.get(uid)
 
-    async def allocate_new(self, pod: Mapping[str, Any]) -> None:
-        """Record a newly admitted pod as allocated, returning once it is checkpointed (so
-        nothing of it is set up before). When the write fails the pod is allocated anyway
-        (it runs; a restarted kubelet admits it again as a new pod)."""
+    def stage_new(self, pod: Mapping[str, Any]) -> Obj:
+        """Stage a newly admitted pod's allocation: admission counts it from now on (before
+        `write_new` has made it durable). Its allocated view."""
         uid = _uid(pod)
         view = allocated_view(pod)
         self.desired.pop(uid, None)
         self.pending.pop(uid, None)
+        self._staged[uid] = view
+        return view
+
+    async def write_new(self, uid: str, view: Obj) -> None:
+        """Checkpoint the staged new pod `view` of `uid`, returning once it is allocated (so
+        nothing of it is set up before). When the write fails the pod is allocated anyway
+        (it runs; a restarted kubelet admits it again as a new pod), unless it was forgotten
+        meanwhile."""
         try:
-            await self._commit(uid, view)
-        except OSError as err:
-            log.error("writing the allocation checkpoint: %s", err)
-            self.allocated[uid] = view
+            await self._write_staged(uid, view)
+        except Exception as err:
+            if isinstance(err, OSError):
+                log.error("writing the allocation checkpoint: %s", err)
+            else:
+                log.exception("writing the allocation checkpoint failed")
+            if not self._forgotten(uid):
+                self.allocated[uid] = view
+
+    async def allocate_new(self, pod: Mapping[str, Any]) -> None:
+        """Record a newly admitted pod as allocated: `stage_new`, then `write_new`."""
+        await self.write_new(_uid(pod), self.stage_new(pod))
 
     def differs(self, pod: Mapping[str, Any]) -> bool:
         """The pod's spec is not the allocated one."""
@@ -269,23 +318,27 @@ class AllocationManager:
         return {**pod, "spec": current["spec"]}
 
     def request(self, pod: Mapping[str, Any]) -> None:
-        """The API has this spec for an allocated pod: allocate it when it differs."""
+        """The API has this spec for an allocated pod: allocate it when it differs (not
+        once the pod is terminating)."""
         uid = _uid(pod)
-        if uid not in self.allocated:
+        if uid not in self.allocated or self._forgotten(uid):
             return
-        if not self.differs(pod):
-            self.desired.pop(uid, None)
-            self.pending.pop(uid, None)
-            self._reported.pop(uid, None)
+        if not self.differs(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self.withdraw(uid)
             return
         self.desired[uid] = dict(pod)
         self.retry()
 
-    def forget(self, uid: str) -> None:
-        """The pod is gone."""
+    def withdraw(self, uid: str) -> None:
+        """Drop the pod's pending change, if any (the pod is terminating or deleted: nothing
+        more of it is allocated; what is allocated stays until `forget`)."""
         self.desired.pop(uid, None)
         self.pending.pop(uid, None)
         self._reported.pop(uid, None)
+
+    def forget(self, uid: str) -> None:
+        """The pod is gone: never allocated again."""
+        self.withdraw(uid)
         if uid in self.allocated or self._staged.get(uid) is not None:
             # Staged now (admission no longer counts it), written in the background: a pod
             # left in the checkpoint is dropped at the next start-up (`keep_only`).
@@ -295,7 +348,7 @@ class AllocationManager:
     async def _forget_durably(self, uid: str) -> None:
         try:
             await self._write_staged(uid, None)
-        except OSError as err:
+        except Exception as err:
             log.error("writing the allocation checkpoint: %s", err)
             self.allocated.pop(uid, None)
 
@@ -315,8 +368,8 @@ class AllocationManager:
         """Why the change to `pod` cannot be allocated now ("" when it can)."""
         uid = _uid(pod)
         old = self.allocated.get(uid) or {}
-        others = [p for u, p in self._effective().items() if u != uid]
-        shortage = insufficient(pod, others, self.node_allocatable(), self.gates, baseline=old)
+        shortage = insufficient(pod, self.others(uid), self.node_allocatable(), self.gates,
+                                baseline=old)
         if shortage is not None:
             return shortage.message
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
@@ -354,6 +407,8 @@ class AllocationManager:
         async with self._lock:
             if uid not in self.allocated:
                 return AllocationResult(False, "pod is not admitted")
+            if self._forgotten(uid):
+                return AllocationResult(False, "pod is gone")
             if (pod.get("metadata") or {}).get("deletionTimestamp"):
                 return AllocationResult(False, "pod is terminating")
             if not self.differs(pod):
@@ -366,15 +421,20 @@ class AllocationManager:
             except Exception as err:  # the API could not be asked: try again later
                 message = f"checking the change: {err}"
                 outcome = ERROR
+            if self._forgotten(uid) or uid not in self.allocated:
+                return AllocationResult(False, "pod is gone")  # forgotten while checking
             if message:
                 return self._not_allocated(pod, message, outcome)
             previous = self.allocated[uid]
             current = allocated_view(pod)
             try:
-                await self._commit(uid, current)  # durable before anything actuates it
-            except OSError as err:
+                # durable before anything actuates it
+                written = await self._commit(uid, current)
+            except Exception as err:
                 return self._not_allocated(pod, f"writing the allocation checkpoint: {err}",
                                            ERROR)
+            if not written:  # forgotten while being written: no event, no metric
+                return AllocationResult(False, "pod is gone")
             if self.desired.get(uid) is not None and not self.differs(self.desired[uid]):
                 self.desired.pop(uid, None)
             self.pending.pop(uid, None)
@@ -404,9 +464,25 @@ class AllocationManager:
             if inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
                 self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                task.add_done_callback(self._task_done)
         except Exception:
             log.exception("allocation callback failed")
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("allocation callback failed", exc_info=task.exception())
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Wait for the callbacks still running (a forget's checkpoint write among them),
+        at most `timeout` seconds; cancel what is left."""
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=timeout)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     async def allocate_pending(self) -> None:
         """One pass over every pending change (none blocks the others)."""

@@ -750,26 +750,32 @@ class OciRuntime(RuntimeService):
             os.close(pidfd)
 
     def _init_pidfd(self, container_id: str) -> int | None:
-        """A pidfd of the container's running init (its start time verified), else None."""
-        with contextlib.suppress(NotFoundError):
+        """A pidfd of the container's running init (its start time verified), else None:
+        also when pidfds are unavailable (ENOSYS, EMFILE, ...; the caller then polls)."""
+        pidfd: int | None = None
+        try:
             directory, _ = self._container_meta(container_id)
             started = read_kv(directory / "started")
             if not started or (directory / "exit").exists():
                 return None
             pid = int(started["pid"])
-            try:
-                pidfd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                return None
+            pidfd = os.pidfd_open(pid)
             if _proc_start_time(pid) == started["start_time"]:
-                return pidfd
-            os.close(pidfd)
-        return None
+                found, pidfd = pidfd, None
+                return found
+            return None
+        except (NotFoundError, OSError, KeyError, ValueError):
+            return None
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
 
     async def _init_exited(self, container_id: str, timeout: float) -> None:
         """Until the container's init has exited (its pidfd becomes readable: no polling),
-        at most `timeout` seconds."""
-        pidfd = await self._blocking(self._init_pidfd, container_id)
+        at most `timeout` seconds. The pidfd is opened on the event loop (a readlink and a
+        few small reads of the instance dir and /proc), so a cancelled wait never leaves one
+        open in an executor thread."""
+        pidfd = self._init_pidfd(container_id)
         if pidfd is None:
             return
         loop = asyncio.get_running_loop()

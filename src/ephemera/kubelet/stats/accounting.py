@@ -117,10 +117,16 @@ class _ImageCleanup:
 
     async def release_pod(self, uid: str) -> None:
         if uid in self.images.image_uids():
-            await asyncio.to_thread(self.images.release, uid)
+            # The walks' open directories on the image would make the unmount fail.
+            point = self.images.mount_point(uid)
+            await asyncio.to_thread(self._walk.pause_under, point)
+            try:
+                await asyncio.to_thread(self.images.release, uid)
+            finally:
+                self._walk.resume_under(point)
 
     async def release_orphans(self, known: set[str]) -> None:
-        if self.images.image_uids() - set(known):
+        if (self.images.image_uids() | self.images.partial_uids()) - set(known):
             await asyncio.to_thread(self.images.release_orphans, set(known))
 
     def close(self) -> None:
@@ -177,8 +183,9 @@ class LoopImageAccounting(_ImageCleanup):
 
     async def prepare_pod(self, pod: Mapping[str, Any], log_dir: Path) -> None:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        if not uid or self.images.get(uid) is not None:
+        if not uid:
             return
+        # An adopted image goes through `ensure` too: it repairs a missing log symlink.
         capacity = self.image_capacity(pod)
         size = self.node_capacity()
         image = await asyncio.to_thread(self.images.ensure, uid, log_dir, size, capacity)

@@ -20,7 +20,9 @@ one pass in a worker thread (never on the event loop). A pass examines at most
 finished over several passes, and until then `usage(path)` keeps answering the last complete
 result (None before the first one, and None for a path that does not exist). Each path is
 measured at most once per pass; a path not asked for any more is forgotten (and its walk
-closed).
+closed). `pause_under(dir)` closes the walks at or below `dir` at once and measures nothing
+there until `resume_under(dir)`: an unfinished walk's open directories would keep a pod's
+storage image busy while it is unmounted.
 """
 
 from __future__ import annotations
@@ -173,6 +175,7 @@ class DuBackend:
         self._next = 0  # where the next pass starts in _order (round-robin fairness)
         self._lock = asyncio.Lock()
         self._thread_lock = threading.Lock()
+        self._paused: set[str] = set()  # real paths of directories not to measure
         self.passes = 0
         self.last_pass_entries = 0
 
@@ -190,7 +193,24 @@ class DuBackend:
         with self._thread_lock:
             self._pass([Path(p) for p in paths])
 
+    def _is_paused(self, path: Path) -> bool:
+        real = os.path.realpath(path)
+        return any(real == paused or real.startswith(paused + "/") for paused in self._paused)
+
+    def pause_under(self, directory: Path) -> None:
+        """Close the walks at or below `directory` and measure nothing there until
+        `resume_under` (blocking: waits for a pass in progress)."""
+        with self._thread_lock:
+            self._paused.add(os.path.realpath(directory).rstrip("/") or "/")
+            for path in [p for p in self._walks if self._is_paused(p)]:
+                self._walks.pop(path).close()
+
+    def resume_under(self, directory: Path) -> None:
+        self._paused.discard(os.path.realpath(directory).rstrip("/") or "/")
+
     def _pass(self, paths: list[Path]) -> None:
+        if self._paused:
+            paths = [p for p in paths if not self._is_paused(p)]
         wanted = dict.fromkeys(paths)
         for gone in [p for p in self._walks if p not in wanted]:
             self._walks.pop(gone).close()

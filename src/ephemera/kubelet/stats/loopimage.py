@@ -30,7 +30,9 @@ directories, extent blocks), for everything the pod wrote on the image.
 **Crash safety**: `adopt()` finds the images mounted by an earlier kubelet in
 /proc/self/mountinfo (the mount point `<root>/pods/<uid>` on `/dev/loopN` whose backing file
 is `<root>/pod-storage/<uid>.img`); `ensure` mounts an image file that exists but is not
-mounted (after a reboot) instead of making a new one; `release` unmounts (never lazily: a
+mounted (after a reboot) instead of making a new one, and makes the log symlink again when a
+crash came between the mount and the link; `release_orphans` also deletes the partial
+images (`.<uid>.img.tmp`) of a crash during `mkfs`; `release` unmounts (never lazily: a
 mount left below, e.g. a volume, makes it fail and it is retried), checks that no loop device
 is still bound to the image (autoclear detaches it on unmount) and deletes the file. A pod
 directory that already holds files (a pod started without an image) never gets one.
@@ -181,14 +183,16 @@ class PodImages:
         `capacity` available) when there is none. None when the pod directory or its log
         directory already holds files written without an image."""
         with self._lock:
+            log_dir = Path(log_dir)
+            point = self.mount_point(uid)
             image = self._mounted.get(uid)
             if image is not None:
+                _link_logs(point, log_dir)  # adopted: a crash may have come before the link
                 return image
-            point = self.mount_point(uid)
             device = self._find_mount(uid)
             if device is not None:
+                _link_logs(point, log_dir)
                 return self._record(uid, device)
-            log_dir = Path(log_dir)
             if not _is_empty_dir(point) or (not log_dir.is_symlink()
                                             and not _is_empty_dir(log_dir)):
                 return None
@@ -199,13 +203,7 @@ class PodImages:
             else:
                 device = self._create(path, point, size_bytes, capacity)
             try:
-                (point / "logs").mkdir(exist_ok=True)
-                if log_dir.is_symlink():
-                    log_dir.unlink()
-                elif log_dir.exists():
-                    log_dir.rmdir()
-                log_dir.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(point / "logs", log_dir)
+                _link_logs(point, log_dir)
                 return self._record(uid, device)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -302,8 +300,21 @@ class PodImages:
                         if n.endswith(".img"))
         return uids
 
+    def partial_uids(self) -> set[str]:
+        """The pods with a partial image (`.<uid>.img.tmp`: being made, or left by a crash
+        during `mkfs`)."""
+        with contextlib.suppress(FileNotFoundError):
+            return {n[1:].removesuffix(".img.tmp") for n in os.listdir(self.images_dir)
+                    if n.startswith(".") and n.endswith(".img.tmp")}
+        return set()
+
     def release_orphans(self, known: set[str]) -> list[str]:
-        """Release the images of pods not in `known`; the UIDs released."""
+        """Release the images of pods not in `known`, and delete their partial images; the
+        UIDs released."""
+        for uid in sorted(self.partial_uids() - set(known)):
+            log.info("deleting the partial storage image of orphaned pod %s", uid)
+            with contextlib.suppress(FileNotFoundError):
+                (self.images_dir / f".{uid}.img.tmp").unlink()
         released = []
         for uid in sorted(self.image_uids() - set(known)):
             try:
@@ -312,6 +323,25 @@ class PodImages:
             except OSError as err:
                 log.warning("releasing the storage image of orphaned pod %s: %s", uid, err)
         return released
+
+
+def _link_logs(point: Path, log_dir: Path) -> None:
+    """Make `log_dir` (the CRI log directory) a symlink to the image's `logs/`, unless it
+    is one already. An empty directory or a wrong link there is replaced; a directory
+    holding files is left alone (logged)."""
+    target = point / "logs"
+    target.mkdir(exist_ok=True)
+    if log_dir.is_symlink():
+        if os.readlink(log_dir) == str(target):
+            return
+        log_dir.unlink()
+    elif log_dir.exists():
+        if not _is_empty_dir(log_dir):
+            log.warning("log directory %s holds files: not linked to %s", log_dir, target)
+            return
+        log_dir.rmdir()
+    log_dir.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, log_dir)
 
 
 def _fill_ballast(point: Path, capacity: int) -> None:

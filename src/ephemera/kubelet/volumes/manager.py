@@ -486,6 +486,26 @@ class VolumeManager:
     def is_volume_mounted(self, pod_uid: str, volume_name: str) -> bool:
         return self._is_mounted((pod_uid, volume_name))
 
+    def mounted_image_refs(self) -> set[str]:
+        """The references of the image volumes in the actual state (mounted, uncertain or
+        waiting for their teardown, wanted or not): image GC keeps their images, whose
+        layers are the mounts' lower dirs. A volume found on disk at start-up names the
+        reference its pod's desired volume has (its own source is unknown)."""
+        refs: set[str] = set()
+        for key, mounted in self._asw.items():
+            if not isinstance(self._plugins_by_dir.get(mounted.plugin_dir), ImagePlugin):
+                continue
+            source: Any = None
+            if mounted.fingerprint is not None:
+                with contextlib.suppress(ValueError):
+                    source = json.loads(mounted.fingerprint).get("image")
+            else:
+                desired = self._desired_volume(key)
+                source = desired.volume.get("image") if desired is not None else None
+            if isinstance(source, dict) and source.get("reference"):
+                refs.add(str(source["reference"]))
+        return refs
+
     def has_volumes_on_disk(self, pod_uid: str) -> bool:
         """Some volume of the pod is still in the actual state (mounted, uncertain or being
         torn down)."""
