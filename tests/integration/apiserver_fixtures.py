@@ -1,12 +1,14 @@
 """Fixtures for the in-process apiserver tests: the aiohttp app on a SqliteStore in a tmp dir
-(or on the session's etcd, under a unique prefix), driven through aiohttp's test client."""
+(or on the session's etcd, under a unique prefix), driven through aiohttp's test client; and
+`eventually`, the tests' wait for a condition."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,22 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from ephemera.apiserver.app import LIFECYCLE, ApiserverConfig, create_app
 from ephemera.store import Store, open_store
+
+
+async def eventually(check: Callable[[], Awaitable[object] | object],
+                     timeout: float = 10) -> None:
+    """Wait until `check()` (a plain or an async predicate) is truthy; fail the test when it is
+    not within `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
 
 TABLE_ACCEPT = ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;"
                 "v=v1beta1;g=meta.k8s.io,application/json")

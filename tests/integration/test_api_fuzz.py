@@ -5,7 +5,9 @@ the answer is never a 5xx, and every error is a `Status` whose code is the HTTP 
 Bodies are drawn from each kind's schema (`ephemera.api.schema`): every field either of its
 declared type or of a wrong one (null, numbers past int64, deep nesting, bad quantities,
 odd unicode), plus bodies that are not objects at all, bodies past the size cap (413) and
-deep nesting. The budget is `EPHEMERA_FUZZ_EXAMPLES` examples per test (default 25)."""
+deep nesting. The budget is `EPHEMERA_FUZZ_EXAMPLES` examples per test (default 25). What
+the fuzzing found is pinned down by deterministic tests at the end (bodies nested too deep,
+an unknown field named with a control character)."""
 
 from __future__ import annotations
 
@@ -170,6 +172,7 @@ def for_node(node: dict[str, Any], depth: int) -> st.SearchStrategy[Any]:
 
 
 WRITABLE = [r for r in RESOURCES if "create" in r.verbs]
+RESOURCES_BY_PLURAL = {r.plural: r for r in RESOURCES}
 UPDATABLE = [r for r in WRITABLE if "update" in r.verbs]
 NAMES = st.one_of(st.just("x"), st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
                   st.text(max_size=300))
@@ -312,3 +315,45 @@ def test_over_size_body_is_413_whatever_the_framing(server: Server) -> None:
     assert chunked.status == 413
     # The server still answers normally afterwards.
     assert server.request("GET", "/api/v1/namespaces/fuzz")[0] == 200
+
+
+# --- regressions: what the fuzzing found, pinned down -------------------------------------
+
+DEEP = 5000  # far past the decoder's nesting limit, and past Python's recursion limit
+
+
+def configmaps() -> str:
+    return f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+
+
+def test_a_body_nested_too_deep_is_a_400_with_the_decoders_message(server: Server) -> None:
+    unrecognized = ("the object provided is unrecognized (must be of type ConfigMap): couldn't "
+                    "get version/kind; json parse error: exceeded max depth")
+    status, answer = server.request("POST", configmaps(), b"[" * DEEP + b"]" * DEEP)
+    assert (status, json.loads(answer)["message"]) == (
+        400, f"{unrecognized} ({'5b' * 30} ...)")
+    status, answer = server.request("POST", configmaps(),
+                                    b'{"a":' * DEEP + b"1" + b"}" * DEEP)
+    assert (status, json.loads(answer)["message"]) == (
+        400, f'{unrecognized} ({{"a":{{"a":{{"a":{{"a":{{"a":{{"a": ...)')
+
+    server.request("POST", configmaps(), encoded(seed_object(RESOURCES_BY_PLURAL["configmaps"],
+                                                             "deep")))
+    for patch in (b"[" * DEEP + b"]" * DEEP, b'{"a":' * DEEP + b"1" + b"}" * DEEP):
+        status, answer = server.request("PATCH", f"{configmaps()}/deep", patch,
+                                        content_type="application/merge-patch+json")
+        assert (status, json.loads(answer)["message"]) == (
+            400, "error decoding patch: exceeded max depth")
+
+
+def test_an_unknown_control_character_field_is_warned_about_go_quoted(server: Server) -> None:
+    server.request("POST", configmaps(), encoded(seed_object(RESOURCES_BY_PLURAL["configmaps"],
+                                                             "ctl")))
+    response = server.http.request(
+        "PATCH", f"http://127.0.0.1:{server.port}{configmaps()}/ctl",
+        body=json.dumps({"\x1f": 1}).encode(),
+        headers={"Content-Type": "application/merge-patch+json"})
+    assert response.status == 200, response.data
+    # the field's name quoted as Go's %q does, then the header text's quotes and
+    # backslashes escaped: 299 - "unknown field \"\\x1f\""
+    assert response.headers.getlist("Warning") == ['299 - "unknown field \\"\\\\x1f\\""']

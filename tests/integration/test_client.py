@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from apiserver_fixtures import Api
+from apiserver_fixtures import Api, eventually
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.app import ApiserverConfig, create_app
@@ -33,18 +33,6 @@ async def client(api: Api) -> AsyncIterator[ApiClient]:
     url = str(api.client.server.make_url("")).rstrip("/")
     async with ApiClient(ClientConfig(server=url), user_agent="client-test") as c:
         yield c
-
-
-async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 # --- verbs and errors ------------------------------------------------------------------------

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from apiserver_fixtures import Api, configmap, serve
+from apiserver_fixtures import Api, configmap, eventually, serve
 
 from ephemera.apiserver.app import LIFECYCLE, REGISTRY
 from ephemera.apiserver.namespaces import NAMESPACES, NamespaceCache
@@ -42,14 +42,6 @@ async def counted(tmp_path: Path) -> AsyncIterator[tuple[Api, CountingStore]]:
             yield api, store
     finally:
         await store.close()
-
-
-async def eventually(condition: Callable[[], bool]) -> None:
-    async def wait() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(wait(), 10)
 
 
 def _cache(api: Api) -> NamespaceCache:

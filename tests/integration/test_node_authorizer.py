@@ -5,13 +5,13 @@ dynamic volumes without waiting for its watch) and writes only its own objects."
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from apiserver_fixtures import eventually
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.admission import build_chain
@@ -61,14 +61,6 @@ def pod(name: str, node: str, volumes: list[dict[str, Any]]) -> dict[str, Any]:
 def get_secret(user: UserInfo, name: str, verb: str = "get") -> Attributes:
     return Attributes(user=user, verb=verb, api_version="v1", resource="secrets",
                       namespace="default", name=name)
-
-
-async def eventually(condition: Callable[[], bool]) -> None:
-    async def wait() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(wait(), 10)
 
 
 async def change(registry: Registry, name: str, fn: Callable[[dict[str, Any]], None]) -> None:
@@ -190,6 +182,21 @@ async def test_graph_relists_after_a_restart(registry: Registry) -> None:
      "can only read namespaced object of this type"),
     (Attributes(NODE_A, "get", path="/api", resource_request=False),
      Decision.NO_OPINION, ""),
+    # upstream subdivides these too, rather than leaving them to the static node rules
+    (Attributes(NODE_A, "get", resource="persistentvolumes", name="pv"), Decision.NO_OPINION,
+     "no relationship found between node 'a' and this object"),
+    (Attributes(NODE_A, "get", api_group="storage.k8s.io", resource="volumeattachments",
+                name="va"), Decision.NO_OPINION,
+     "no relationship found between node 'a' and this object"),
+    (Attributes(NODE_A, "update", resource="persistentvolumeclaims", subresource="status",
+                namespace="default", name="claim"), Decision.NO_OPINION,
+     "no relationship found between node 'a' and this object"),
+    (Attributes(NODE_A, "update", api_group="storage.k8s.io", resource="csinodes", name="a"),
+     Decision.ALLOW, ""),
+    (Attributes(NODE_A, "update", api_group="storage.k8s.io", resource="csinodes", name="b"),
+     Decision.NO_OPINION, "can only access CSINode with the same name as the requesting node"),
+    (Attributes(NODE_A, "list", api_group="node.k8s.io", resource="runtimeclasses"),
+     Decision.ALLOW, ""),
 ])
 async def test_decisions_for_other_requests(authorizer: NodeAuthorizer, attrs: Attributes,
                                             decision: Decision, reason: str) -> None:

@@ -9,12 +9,12 @@ import asyncio
 import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from apiserver_fixtures import Api, serve
+from apiserver_fixtures import Api, eventually, serve
 
 from ephemera.api.featuregates import POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE, FeatureGates
 from ephemera.client import ApiClient, ClientConfig
@@ -78,13 +78,6 @@ async def used(api: Api, name: str) -> dict[str, str]:
 def forbidden(body: dict[str, Any]) -> str:
     assert body["kind"] == "Status" and body["reason"] == "Forbidden" and body["code"] == 403
     return str(body["message"])
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

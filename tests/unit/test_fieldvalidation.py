@@ -5,12 +5,15 @@ them."""
 from __future__ import annotations
 
 import copy
+import json
+import sys
 from typing import Any
 
 import pytest
 
 from ephemera.api import fieldvalidation as fv
 from ephemera.api.errors import StatusError
+from ephemera.api.patch import apply_patch
 
 POD = "io.k8s.api.core.v1.Pod"
 
@@ -281,3 +284,30 @@ def test_apply_unknown_fields_use_structured_merge_diff_paths() -> None:
 ])
 def test_base64_checks(text: str, ok: bool) -> None:
     assert (fv.base64_error(text) is None) is ok
+
+
+def _alternating(levels: int) -> Any:
+    """Objects and arrays nested `levels` deep (the shape that costs Python the most stack)."""
+    value: Any = 1
+    for i in range(levels - 1):
+        value = {"a": value} if i % 2 else [value]
+    return {"x": value}
+
+
+def test_the_nesting_limit_holds_within_pythons_recursion_limit() -> None:
+    """A body at the limit goes through decoding, field validation, patches and deep copies
+    with the default recursion limit; one level more is Go's decoder's refusal."""
+    assert sys.getrecursionlimit() == 1000
+    body = json.dumps(_alternating(fv.MAX_NESTING_DEPTH))
+    value, duplicates = fv.loads_json(body)
+    assert duplicates == []
+    copy.deepcopy(value)
+    live = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    for content_type in ("application/merge-patch+json",
+                         "application/strategic-merge-patch+json"):
+        patched = apply_patch(content_type, copy.deepcopy(live), body.encode(),
+                              "io.k8s.api.core.v1.ConfigMap")
+        assert not fv.too_deep(patched)
+        fv.check(patched, "io.k8s.api.core.v1.ConfigMap", "Warn", "ConfigMap", "v1")
+    with pytest.raises(ValueError, match=fv.EXCEEDED_MAX_DEPTH):
+        fv.loads_json(json.dumps(_alternating(fv.MAX_NESTING_DEPTH + 1)))

@@ -35,8 +35,8 @@ from ephemera.apiserver.authz.modes import (
     DEFAULT_WITHOUT_AUTHENTICATION,
     Authorization,
 )
-from ephemera.apiserver.authz.requestinfo import request_attributes
-from ephemera.apiserver.authz.reviews import Reviews, is_review, requester
+from ephemera.apiserver.authz.requestinfo import attributes_of
+from ephemera.apiserver.authz.reviews import Reviews, is_review
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
 from ephemera.apiserver.informers import ObjectCache
 from ephemera.apiserver.namespaces import NamespaceLifecycle
@@ -143,6 +143,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         modes = (DEFAULT_WITH_AUTHENTICATION if config.authenticator is not None
                  else DEFAULT_WITHOUT_AUTHENTICATION)
     authorization = Authorization(registry, modes)
+    admission.set_authorizer(authorization.authorizer)
     escalation_check = authorization.escalation_check()
     if escalation_check is not None:
         admission.plugins.append(escalation_check)
@@ -284,8 +285,7 @@ class Router:
         A request without a user (no authentication, or a public path) is
         `system:anonymous`."""
         if not self.authz.only_allows:
-            user = requester(request.get(USER))
-            attributes = request_attributes(user, request.method, request.path, request.query)
+            attributes = attributes_of(request)
             await self._authorize(request, attributes)
             if attributes.subresource in WEBSOCKET_SUBRESOURCES and attributes.verb == "get":
                 # upstream's AuthorizePodWebsocketUpgradeCreatePermission
@@ -301,9 +301,9 @@ class Router:
                                    forbidden_message(attributes, reason), attributes.api_group)
 
     def _token_authenticator(self) -> Any:
-        """The authenticator TokenReviews ask (one with `authenticate_bearer`), or None."""
+        """The authenticator TokenReviews ask (one with `review_token`), or None."""
         authenticator = self.config.authenticator
-        return authenticator if hasattr(authenticator, "authenticate_bearer") else None
+        return authenticator if hasattr(authenticator, "review_token") else None
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         segments = [s for s in request.path.split("/") if s]
@@ -458,23 +458,31 @@ class Router:
             elif method == "PATCH":
                 return await handlers.patch(request, target)
             raise method_not_allowed()
+        verbs = target.resource.verbs  # upstream installs no handler for any other verb
         if method == "GET":
             if watch_prefix or query_bool(request, "watch"):
+                if "watch" not in verbs:
+                    raise method_not_allowed()
                 return await serve_watch(request, self.registry, target, self.watch_settings,
                                          request.app[STOP])
             if target.name:
+                if "get" not in verbs:
+                    raise method_not_allowed()
                 return await handlers.get(request, target)
+            if "list" not in verbs:
+                raise method_not_allowed()
             return await handlers.list_(request, target)
         if watch_prefix:
             raise method_not_allowed()
         if target.name:
+            verb = {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+            if verb is None or verb not in verbs:
+                raise method_not_allowed()
             if method == "PUT":
                 return await handlers.update(request, target)
             if method == "PATCH":
                 return await handlers.patch(request, target)
-            if method == "DELETE":
-                return await handlers.delete(request, target)
-            raise method_not_allowed()
+            return await handlers.delete(request, target)
         if method == "POST":
             if target.resource.group == authnreviews.GROUP:
                 return await authnreviews.create_review(

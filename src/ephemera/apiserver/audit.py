@@ -37,10 +37,8 @@ from aiohttp import web
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes
-from ephemera.apiserver.authz.requestinfo import request_attributes
-from ephemera.apiserver.authz.reviews import requester
+from ephemera.apiserver.authz.requestinfo import attributes_of
 from ephemera.apiserver.body import RAW_BODY, DecodeError, decode_document
-from ephemera.apiserver.rest import USER
 
 LEVELS = ("None", "Metadata", "Request", "RequestResponse")
 STAGES = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
@@ -410,8 +408,7 @@ class AuditFilter:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        attributes = request_attributes(requester(request.get(USER)), request.method,
-                                        request.path, request.query)
+        attributes = attributes_of(request)
         decision = self.policy.decide(attributes)
         if decision.level == "None":
             response: web.StreamResponse = await handler(request)

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 from cryptography import x509
@@ -92,6 +92,20 @@ class TokenAuthenticator(Protocol):
     async def authenticate_token(self, token: str) -> UserInfo | None: ...
 
 
+# A token's user and the audiences it is valid for (upstream's `authenticator.Response`).
+TokenResponse = tuple[UserInfo, tuple[str, ...]]
+
+
+@runtime_checkable
+class AudienceAwareTokenAuthenticator(Protocol):
+    """A token authenticator that checks the token's own audiences (service account JWTs):
+    the user and the audiences among `audiences` (None: the apiserver's) the token is valid
+    for, or None."""
+
+    async def authenticate_token_for(self, token: str, audiences: Sequence[str] | None
+                                     ) -> TokenResponse | None: ...
+
+
 def _with_authenticated(groups: list[str]) -> tuple[str, ...]:
     if AUTHENTICATED_GROUP not in groups:
         groups = [*groups, AUTHENTICATED_GROUP]
@@ -146,12 +160,6 @@ def peer_certificate_der(request: _Request) -> bytes | None:
     return der or None
 
 
-def peer_certificate(request: _Request) -> x509.Certificate | None:
-    """The client certificate the TLS layer verified, or None (plain HTTP, or no cert)."""
-    der = peer_certificate_der(request)
-    return x509.load_der_x509_certificate(der) if der is not None else None
-
-
 class Authenticator:
     """Authenticates requests by client certificate, then by bearer token: the static
     tokens, then each of `token_authenticators` in turn."""
@@ -192,7 +200,8 @@ class Authenticator:
             cache.move_to_end(der)
         return user
 
-    def authenticate_token(self, token: str) -> UserInfo | None:
+    def static_token_user(self, token: str) -> UserInfo | None:
+        """The user of a token of the static token file, or None."""
         return self.tokens.get(token)
 
     async def authenticate(self, request: _Request) -> UserInfo | None:
@@ -208,13 +217,37 @@ class Authenticator:
 
     async def authenticate_bearer(self, token: str) -> UserInfo | None:
         """A bearer token: the static tokens first, then the other authenticators."""
-        user = self.authenticate_token(token)
+        user = self.static_token_user(token)
         if user is not None:
             return user
         for authenticator in self.token_authenticators:
             user = await authenticator.authenticate_token(token)
             if user is not None:
                 return user
+        return None
+
+    async def review_token(self, token: str, audiences: Sequence[str],
+                           api_audiences: Sequence[str]) -> TokenResponse | None:
+        """A TokenReview's authentication of `token` for `audiences`, as upstream's
+        authenticators answer it with audiences in the context: the static and bootstrap
+        tokens know no audiences (upstream's `WrapAudienceAgnosticToken`), so they count only
+        for the requested audiences that are the apiserver's (`api_audiences`), and those
+        are the audiences reported; a service account token is checked against its own
+        `aud` claim (`AudienceAwareTokenAuthenticator`)."""
+        agnostic = tuple(a for a in api_audiences if a in audiences)
+        if agnostic:
+            user = self.static_token_user(token)
+            if user is not None:
+                return user, agnostic
+        for authenticator in self.token_authenticators:
+            if isinstance(authenticator, AudienceAwareTokenAuthenticator):
+                answer = await authenticator.authenticate_token_for(token, audiences)
+                if answer is not None:
+                    return answer
+            elif agnostic:
+                user = await authenticator.authenticate_token(token)
+                if user is not None:
+                    return user, agnostic
         return None
 
 

@@ -2,10 +2,11 @@
 `pkg/registry/authentication`:
 
 - `tokenreviews` (`POST /apis/authentication.k8s.io/v1/tokenreviews`): is `spec.token` a
-  valid bearer token, and whose? `status.authenticated`, `status.user`, `status.audiences`
-  (the apiserver's audiences). An empty token is 400 `token is required for TokenReview in
-  authentication`. Audiences other than the apiserver's are not supported: a review asking
-  only for others is answered unauthenticated.
+  valid bearer token for `spec.audiences` (the apiserver's `--api-audiences` when empty),
+  and whose? `status.authenticated`, `status.user`, `status.audiences`: the requested
+  audiences the token is valid for (`Authenticator.review_token`: a service account token's
+  `aud` claim among them; for a static or bootstrap token, those that are the apiserver's).
+  An empty token is 400 `token is required for TokenReview in authentication`.
 - `selfsubjectreviews` (what `kubectl auth whoami` posts): `status.userInfo` of the caller.
 """
 
@@ -66,13 +67,14 @@ async def create_review(request: web.Request, resource: Resource,
     if not token:
         raise errors.bad_request("token is required for TokenReview in authentication")
     status: dict[str, Any] = {"user": {}}
-    wanted = list(spec.get("audiences") or audiences)
-    user = None
-    if authenticator is not None and set(wanted) & set(audiences):
-        user = await authenticator.authenticate_bearer(token)
-    status["authenticated"] = user is not None
-    if user is not None:
+    wanted = [str(a) for a in spec.get("audiences") or []] or list(audiences)
+    answer = None
+    if authenticator is not None:
+        answer = await authenticator.review_token(token, wanted, audiences)
+    status["authenticated"] = answer is not None
+    if answer is not None:
+        user, valid_for = answer
         status["user"] = user_info_json(user)
-        status["audiences"] = [a for a in wanted if a in audiences]
+        status["audiences"] = list(valid_for)
     obj["status"] = status
     return respond(obj, 201, warnings)

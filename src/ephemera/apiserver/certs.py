@@ -30,8 +30,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ephemera.api.wellknown import MASTERS_GROUP
+
 ADMIN_USER = "kubernetes-admin"
-ADMIN_GROUPS = ("system:masters",)
+ADMIN_GROUPS = (MASTERS_GROUP,)
 # The control plane components' own identities, bound to their roles by the default RBAC
 # policy (`ephemera.apiserver.authz.bootstrappolicy`).
 SCHEDULER_USER = "system:kube-scheduler"

@@ -24,10 +24,7 @@ from cryptography import x509
 from ephemera.api import field, meta
 from ephemera.api.field import FieldError
 
-KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
-APISERVER_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client"
-KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
-APPROVED, DENIED, FAILED = "Approved", "Denied", "Failed"
+APPROVED, DENIED = "Approved", "Denied"
 
 KNOWN_USAGES = [
     "signing", "digital signature", "content commitment", "key encipherment",
@@ -59,7 +56,11 @@ def parse_request(data: bytes) -> x509.CertificateSigningRequest:
 
 def record_requestor(csr: dict[str, Any], user: Any) -> None:
     """PrepareForCreate's requestor fields from the authenticated `user` (a UserInfo)."""
-    spec = csr.setdefault("spec", {})
+    spec = csr.get("spec")
+    if spec is None:
+        spec = csr["spec"] = {}
+    if not isinstance(spec, dict):
+        return  # validation refuses it
     for key in ("username", "uid", "groups", "extra"):
         spec.pop(key, None)
     if user is None:
@@ -165,12 +166,3 @@ def validate_status(csr: dict[str, Any]) -> list[FieldError]:
                                   "is present"))
     return errs
 
-
-def is_approved(csr: dict[str, Any]) -> bool:
-    types = {c.get("type") for c in _decisions(csr.get("status") or {})
-             if c.get("status", "True") == "True"}
-    return APPROVED in types and DENIED not in types
-
-
-def is_decided(csr: dict[str, Any]) -> bool:
-    return bool(_decisions(csr.get("status") or {}))

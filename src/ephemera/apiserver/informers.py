@@ -8,9 +8,12 @@ namespace cache, the Node authorizer's graph).
   (`revision`: the list's, then every event's and progress notification's) and lets a reader
   wait for a revision (`wait_for`). This is the one list-and-watch loop of the apiserver.
 - `Mirror`: a `Sink` holding one resource's decoded objects by namespace and name, with the
-  revision each was seen at and the revisions of deletions, so that a list (a `relist` from
-  another task) and the watch merge in any order. It calls its `listeners` with the namespace
-  of every change.
+  revision each was seen at, the revisions of deletions and the revision of its latest list,
+  so that a list (a `relist` from another task) and the watch merge in any order: a watch
+  event at or below the latest list's revision for an object the mirror does not hold is
+  history that list already settled (the object was gone by then), so a watch running behind
+  a relist never brings a deleted object back. It calls its `listeners` with the namespace of
+  every change.
 - `Informer`: a `Reflector` feeding a `Mirror`, for one resource.
 - `ObjectCache`: the informers of the kinds the admission plugins read (ServiceAccounts,
   LimitRanges, ResourceQuotas), published as `Registry.object_cache`, with the read rules
@@ -174,6 +177,8 @@ class Mirror:
         self.prefix = self.resource.key_prefix()
         self.objects: dict[str, dict[str, tuple[int, dict[str, Any]]]] = {}
         self.deleted: dict[tuple[str, str], int] = {}
+        # The revision of the latest list merged: what it lacked was gone by then.
+        self.listed_revision = 0
         self.listeners: list[Callable[[str], None]] = []
         # The sorted answers of `in_namespace` and `all`, until the next change.
         self._in_namespace: dict[str, list[dict[str, Any]]] = {}
@@ -223,13 +228,17 @@ class Mirror:
             self.put(namespace, name, event.revision, self.codec.decode(event.kv))
 
     def put(self, namespace: str, name: str, revision: int, obj: dict[str, Any]) -> bool:
+        """The object as written at `revision`, unless the mirror knows better: a newer
+        version, a later deletion, or a list at or after `revision` that did not have it."""
         if revision <= self.deleted.get((namespace, name), 0):
             return False
-        bucket = self.objects.setdefault(namespace, {})
+        bucket = self.objects.get(namespace, {})
         current = bucket.get(name)
+        if current is None and revision <= self.listed_revision:
+            return False
         if current is not None and current[0] >= revision:
             return False
-        bucket[name] = (revision, obj)
+        self.objects.setdefault(namespace, bucket)[name] = (revision, obj)
         self._changed(namespace)
         return True
 
@@ -263,6 +272,7 @@ class Mirror:
             if not bucket:
                 del self.objects[namespace]
         self.deleted = {k: d for k, d in self.deleted.items() if d > revision}
+        self.listed_revision = max(self.listed_revision, revision)
         return changed
 
     def _changed(self, namespace: str) -> None:

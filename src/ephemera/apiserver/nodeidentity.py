@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ephemera.api.wellknown import NODE_USER_PREFIX, NODES_GROUP
+
 if TYPE_CHECKING:
     from ephemera.apiserver.authn import UserInfo
-
-NODE_USER_PREFIX = "system:node:"
-NODES_GROUP = "system:nodes"
 
 
 def node_identity(user: UserInfo | None) -> tuple[str, bool]:

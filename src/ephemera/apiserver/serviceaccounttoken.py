@@ -10,9 +10,11 @@ as bearer tokens, as upstream's `pkg/serviceaccount` does them.
   to (a pod-bound token also names the pod's node when known).
 - Validation (`ServiceAccountTokenAuthenticator`): the issuer, the signature (any of the
   public keys), `exp`/`nbf`/`iat` with upstream's one-minute leeway, an audience shared with
-  the apiserver's `--api-audiences`, and that the ServiceAccount (and the bound pod, secret
-  or node) still exists with the uid in the claims and was not deleted more than a minute
-  ago. The user is `system:serviceaccount:NS:NAME` in `system:serviceaccounts`,
+  the apiserver's `--api-audiences` (with a TokenReview's `spec.audiences` when it names
+  some; a token without `aud` has the apiserver's), and that the ServiceAccount (and the
+  bound pod, secret or node) still exists with the uid in the claims and was not deleted
+  more than a minute ago. The user is `system:serviceaccount:NS:NAME` in
+  `system:serviceaccounts`,
   `system:serviceaccounts:NS` and `system:authenticated`, with upstream's extra keys.
 """
 
@@ -22,6 +24,7 @@ import base64
 import datetime as dt
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import uuid
@@ -34,6 +37,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from ephemera.api.wellknown import service_account_username
 from ephemera.apiserver.authn import AUTHENTICATED_GROUP, ObjectReader, UserInfo
 from ephemera.apiserver.certs import _write_private
 from ephemera.apiserver.resources import core_resource
@@ -44,7 +48,6 @@ log = logging.getLogger("ephemera.apiserver.authn")
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SIGNING_KEY_FILE = "sa.key"
 PUBLIC_KEY_FILE = "sa.pub"
-SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 # jwt.DefaultLeeway in go-jose, which upstream's validator uses.
 LEEWAY = dt.timedelta(minutes=1)
@@ -54,23 +57,10 @@ EXTRA_POD_UID = "authentication.kubernetes.io/pod-uid"
 EXTRA_NODE_NAME = "authentication.kubernetes.io/node-name"
 EXTRA_NODE_UID = "authentication.kubernetes.io/node-uid"
 EXTRA_CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
+_EXTRA_KEYS = {"pod": (EXTRA_POD_NAME, EXTRA_POD_UID), "node": (EXTRA_NODE_NAME, EXTRA_NODE_UID)}
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
-
-
-def make_username(namespace: str, name: str) -> str:
-    return f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"
-
-
-def split_username(username: str) -> tuple[str, str] | None:
-    """(namespace, name) of a `system:serviceaccount:NS:NAME` user name, else None."""
-    if not username.startswith(SERVICE_ACCOUNT_PREFIX):
-        return None
-    parts = username[len(SERVICE_ACCOUNT_PREFIX):].split(":")
-    if len(parts) != 2 or not all(parts):
-        return None
-    return parts[0], parts[1]
 
 
 def service_account_groups(namespace: str) -> tuple[str, ...]:
@@ -189,7 +179,7 @@ def bound_claims(
         "iat": issued,
         "nbf": issued,
         "jti": str(uuid.uuid4()),
-        "sub": make_username(namespace, str(md.get("name") or "")),
+        "sub": service_account_username(namespace, str(md.get("name") or "")),
         "kubernetes.io": private,
     }
 
@@ -255,9 +245,9 @@ class ServiceAccountTokenAuthenticator:
         for key in self.public_keys:
             try:
                 claims: dict[str, Any] = jwt.decode(
-                    token, key, algorithms=[_algorithm(key)], audience=self.audiences,
-                    issuer=self.issuers, leeway=LEEWAY,
-                    options={"require": ["exp", "iat", "sub"]})
+                    token, key, algorithms=[_algorithm(key)], issuer=self.issuers,
+                    leeway=LEEWAY, options={"require": ["exp", "iat", "sub"],
+                                            "verify_aud": False})
                 return claims
             except jwt.InvalidSignatureError as err:
                 last = err
@@ -265,13 +255,27 @@ class ServiceAccountTokenAuthenticator:
                 raise InvalidToken("service account token has expired") from None
             except jwt.ImmatureSignatureError:
                 raise InvalidToken("service account token is not valid yet") from None
-            except jwt.InvalidAudienceError:
-                raise InvalidToken(
-                    f"token audiences {unverified.get('aud')!r} is invalid for the target "
-                    f"audiences {self.audiences!r}") from None
             except jwt.PyJWTError as err:
                 raise InvalidToken(str(err)) from None
         raise InvalidToken(f"invalid signature: {last}")
+
+    def _audiences(self, claims: Mapping[str, Any], requested: Sequence[str] | None
+                   ) -> tuple[str, ...]:
+        """upstream's JWT authenticator: the token's audiences (the apiserver's for a token
+        without any) that are also requested (the apiserver's when nothing is requested),
+        in the token's order; InvalidToken when there are none."""
+        aud = claims.get("aud")
+        token_audiences = ([aud] if isinstance(aud, str) else
+                           [a for a in aud if isinstance(a, str)] if isinstance(aud, list)
+                           else [])
+        if not token_audiences:
+            token_audiences = list(self.audiences)
+        wanted = list(requested) if requested is not None else self.audiences
+        shared = tuple(a for a in token_audiences if a in wanted)
+        if not shared and self.audiences:
+            raise InvalidToken(f"token audiences {_go_quoted(token_audiences)} is invalid for "
+                               f"the target audiences {_go_quoted(wanted)}")
+        return shared
 
     async def _check_bound(self, kind: str, namespace: str, ref: Mapping[str, Any],
                            now: dt.datetime) -> None:
@@ -284,15 +288,19 @@ class ServiceAccountTokenAuthenticator:
         if uid != str(ref.get("uid") or ""):
             raise InvalidToken(f"{kind} UID ({uid}) does not match claim ({ref.get('uid')})")
 
-    async def validate(self, token: str) -> UserInfo:
+    async def validate(self, token: str, audiences: Sequence[str] | None = None
+                       ) -> tuple[UserInfo, tuple[str, ...]]:
+        """The user of a valid token and the audiences it is valid for among `audiences`
+        (None: the apiserver's); InvalidToken otherwise."""
         claims = self._decode(token)
+        shared = self._audiences(claims, audiences)
         private = claims.get("kubernetes.io")
         if not isinstance(private, dict):
             raise InvalidToken("token has no kubernetes.io claim")
         namespace = str(private.get("namespace") or "")
         account_ref = private.get("serviceaccount") or {}
         name = str(account_ref.get("name") or "")
-        if claims.get("sub") != make_username(namespace, name):
+        if claims.get("sub") != service_account_username(namespace, name):
             raise InvalidToken("sub does not match the kubernetes.io claim")
         now = dt.datetime.now(dt.UTC)
         account = await self.objects.get(SERVICE_ACCOUNTS, namespace, name)
@@ -309,19 +317,34 @@ class ServiceAccountTokenAuthenticator:
                 continue
             if not (kind == "node" and "pod" in private):  # a pod's node is informational
                 await self._check_bound(kind, namespace, ref, now)
-            if kind in ("pod", "node"):
-                extra[f"authentication.kubernetes.io/{kind}-name"] = (str(ref.get("name")),)
-                extra[f"authentication.kubernetes.io/{kind}-uid"] = (str(ref.get("uid")),)
+            if kind in _EXTRA_KEYS:
+                name_key, uid_key = _EXTRA_KEYS[kind]
+                extra[name_key] = (str(ref.get("name")),)
+                extra[uid_key] = (str(ref.get("uid")),)
         if claims.get("jti"):
             extra[EXTRA_CREDENTIAL_ID] = (f"JTI={claims['jti']}",)
-        return UserInfo(name=make_username(namespace, name), uid=account_uid,
+        user = UserInfo(name=service_account_username(namespace, name), uid=account_uid,
                         groups=service_account_groups(namespace), extra=extra)
+        return user, shared
 
     async def authenticate_token(self, token: str) -> UserInfo | None:
+        """A bearer token of a request to this apiserver (valid for its audiences)."""
+        answer = await self.authenticate_token_for(token, None)
+        return answer[0] if answer is not None else None
+
+    async def authenticate_token_for(self, token: str, audiences: Sequence[str] | None
+                                     ) -> tuple[UserInfo, tuple[str, ...]] | None:
+        """A token for `audiences` (a TokenReview's): the user and the audiences among them
+        the token is valid for."""
         if token.count(".") != 2:
             return None
         try:
-            return await self.validate(token)
+            return await self.validate(token, audiences)
         except InvalidToken as err:
             log.info("service account token rejected: %s", err)
             return None
+
+
+def _go_quoted(values: Sequence[str]) -> str:
+    """Go's `%q` of a []string: `["a" "b"]`."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"

@@ -35,6 +35,7 @@ from typing import Any
 import aiohttp
 
 from ephemera.api.errors import StatusError
+from ephemera.api.wellknown import NODES_GROUP, node_username
 from ephemera.apiserver.certs import (
     CONTROLLER_MANAGER_USER,
     SCHEDULER_USER,
@@ -214,9 +215,9 @@ class Cluster:
         for its API (the node name, localhost, 127.0.0.1); and its port (the data dir's last
         one when free, so the Node's advertised port stays right across restarts)."""
         name = self.node_name
-        client = issue_client_cert(pki.ca, f"system:node:{name}", ("system:nodes",))
+        client = issue_client_cert(pki.ca, node_username(name), (NODES_GROUP,))
         write_kubeconfig(self.kubelet_dir / KUBECONFIG, url, pki.ca.cert_pem, client.cert_pem,
-                         client.key_pem, user=f"system:node:{name}")
+                         client.key_pem, user=node_username(name))
         serving = issue_serving_cert(pki.ca, [name, "127.0.0.1", "localhost"])
         kubelet_pki = self.kubelet_dir / "pki"
         kubelet_pki.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,13 @@
   or `kubernetes.io/kube-apiserver-client` without a certificate is signed with the cluster
   CA (`--cluster-signing-cert-file`/`--cluster-signing-key-file`), valid from five minutes
   ago for `spec.expirationSeconds` (default `--cluster-signing-duration`, one year) and never
-  beyond the CA; the certificate goes to `status.certificate` through `/status`. A kubelet
-  CSR that breaks the signer's rules gets a `Failed` condition (`SignerValidationFailure`).
+  beyond the CA; the certificate goes to `status.certificate` through `/status`. Each signer
+  checks its requests as upstream's does (`SIGNER_CHECKS`): a kubelet client request must be
+  `O=system:nodes, CN=system:node:...` without subject alternative names, for digital
+  signature and client auth (and key encipherment); a kube-apiserver-client request for
+  client auth and at most digital signature and key encipherment besides. A request that
+  breaks its signer's rules gets a `Failed` condition (`SignerValidationFailure`, with
+  upstream's message); a certificate from here is only ever for client auth.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import now_rfc3339
+from ephemera.api.wellknown import (
+    KUBE_APISERVER_CLIENT_KUBELET_SIGNER,
+    KUBE_APISERVER_CLIENT_SIGNER,
+    NODE_USER_PREFIX,
+    NODES_GROUP,
+)
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
 
 __all__ = ["DEFAULT_SIGNING_DURATION", "CertificateApprover", "CertificateSigner"]
@@ -39,14 +50,14 @@ __all__ = ["DEFAULT_SIGNING_DURATION", "CertificateApprover", "CertificateSigner
 log = logging.getLogger("ephemera.controllers.certificates")
 
 GROUP = "certificates.k8s.io"
-KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
-APISERVER_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client"
-NODES_GROUP = "system:nodes"
-NODE_USER_PREFIX = "system:node:"
 DEFAULT_SIGNING_DURATION = dt.timedelta(days=365)
 BACKDATE = dt.timedelta(minutes=5)
-KUBELET_CLIENT_USAGES = ({"key encipherment", "digital signature", "client auth"},
-                         {"digital signature", "client auth"})
+# upstream's kubeletClientRequiredUsages and kubeletClientRequiredUsagesNoRSA.
+KUBELET_CLIENT_USAGES = (frozenset({"digital signature", "key encipherment", "client auth"}),
+                         frozenset({"digital signature", "client auth"}))
+# What a client certificate may be for besides `client auth` (upstream's
+# validAPIServerClientUsages).
+OPTIONAL_CLIENT_USAGES = frozenset({"digital signature", "key encipherment"})
 
 Obj = dict[str, Any]
 
@@ -60,6 +71,10 @@ def _conditions(csr: Obj) -> dict[str, Obj]:
             if isinstance(c, dict) and c.get("status", "True") == "True"}
 
 
+def _usages(csr: Obj) -> list[str]:
+    return [str(u) for u in (csr.get("spec") or {}).get("usages") or []]
+
+
 def parsed_request(csr: Obj) -> x509.CertificateSigningRequest | None:
     try:
         data = base64.b64decode((csr.get("spec") or {}).get("request") or "")
@@ -68,26 +83,52 @@ def parsed_request(csr: Obj) -> x509.CertificateSigningRequest | None:
         return None
 
 
-def kubelet_client_problem(csr: Obj, request: x509.CertificateSigningRequest) -> str:
-    """Why `csr` is not a valid kubelet client certificate request ("" when it is), as
-    upstream's `ValidateKubeletClientCSR` words it."""
+def _go_list(values: set[str] | frozenset[str]) -> str:
+    """Go's `%v` of a sorted []string: `[a b c]`."""
+    return "[" + " ".join(sorted(values)) + "]"
+
+
+def kubelet_client_problem(request: x509.CertificateSigningRequest, usages: list[str]) -> str:
+    """Why a request is not a kubelet client certificate request ("" when it is), as
+    upstream's `ValidateKubeletClientCSR` words it: the subject is exactly
+    `O=system:nodes` with a common name `system:node:...`, no subject alternative names, and
+    the usages digital signature and client auth, with or without key encipherment."""
     orgs = [str(a.value) for a in
             request.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
     if orgs != [NODES_GROUP]:
-        return f'subject organization is not system:nodes: {orgs}'
-    cns = request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    if not cns or not str(cns[0].value).startswith(NODE_USER_PREFIX):
-        return 'subject common name does not begin with "system:node:"'
+        return "subject organization is not system:nodes"
     try:
-        request.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-        return "DNS, email, IP or URI subjectAltNames are not allowed"
+        names = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
-        pass
-    usages = set((csr.get("spec") or {}).get("usages") or [])
-    if usages not in KUBELET_CLIENT_USAGES:
-        return (f"usages did not match {sorted(KUBELET_CLIENT_USAGES[0])} or "
-                f"{sorted(KUBELET_CLIENT_USAGES[1])}")
+        names = x509.SubjectAlternativeName([])
+    for kind, label in ((x509.DNSName, "DNS"), (x509.RFC822Name, "Email"),
+                        (x509.IPAddress, "IP"), (x509.UniformResourceIdentifier, "URI")):
+        if names.get_values_for_type(kind):
+            return f"{label} subjectAltNames are not allowed"
+    cns = request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    common_name = str(cns[-1].value) if cns else ""  # Go keeps the last CN
+    if not common_name.startswith(NODE_USER_PREFIX):
+        return f"subject common name does not begin with {NODE_USER_PREFIX}"
+    if frozenset(usages) not in KUBELET_CLIENT_USAGES:
+        return f"usages did not match {_go_list(KUBELET_CLIENT_USAGES[0])}"
     return ""
+
+
+def apiserver_client_problem(request: x509.CertificateSigningRequest, usages: list[str]
+                             ) -> str:
+    """upstream's `validAPIServerClientUsages`: client auth, and besides it only digital
+    signature and key encipherment."""
+    for usage in usages:
+        if usage not in OPTIONAL_CLIENT_USAGES and usage != "client auth":
+            return f"invalid usage for client certificate: {usage}"
+    if "client auth" not in usages:
+        return "missing required usage for client certificate: client auth"
+    return ""
+
+
+# The signers this controller signs for, with upstream's check of each one's requests.
+SIGNER_CHECKS = {KUBE_APISERVER_CLIENT_KUBELET_SIGNER: kubelet_client_problem,
+                 KUBE_APISERVER_CLIENT_SIGNER: apiserver_client_problem}
 
 
 class _CsrController:
@@ -137,10 +178,10 @@ class CertificateApprover(_CsrController):
         if "Approved" in conditions or "Denied" in conditions:
             return
         spec = csr.get("spec") or {}
-        if spec.get("signerName") != KUBELET_CLIENT_SIGNER:
+        if spec.get("signerName") != KUBE_APISERVER_CLIENT_KUBELET_SIGNER:
             return
         request = parsed_request(csr)
-        if request is None or kubelet_client_problem(csr, request):
+        if request is None or kubelet_client_problem(request, _usages(csr)):
             return
         cn = str(request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
         self_node = spec.get("username") == cn
@@ -194,17 +235,15 @@ class CertificateSigner(_CsrController):
         self.duration = duration
 
     def sign(self, csr: Obj, request: x509.CertificateSigningRequest) -> bytes:
+        """A client certificate for a request its signer's check passed: key usages as
+        requested (digital signature, key encipherment), extended usage client auth only,
+        whatever else the request might name."""
         spec = csr.get("spec") or {}
-        usages = set(spec.get("usages") or [])
+        usages = set(_usages(csr))
         now = dt.datetime.now(dt.UTC)
         seconds = spec.get("expirationSeconds")
         lifetime = dt.timedelta(seconds=int(seconds)) if seconds else self.duration
         not_after = min(now + lifetime, self.ca_cert.not_valid_after_utc)
-        extended = []
-        if "client auth" in usages:
-            extended.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-        if "server auth" in usages:
-            extended.append(ExtendedKeyUsageOID.SERVER_AUTH)
         builder = (
             x509.CertificateBuilder()
             .subject_name(request.subject)
@@ -222,8 +261,8 @@ class CertificateSigner(_CsrController):
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
                 self.ca_key.public_key()), critical=False)
         )
-        if extended:
-            builder = builder.add_extension(x509.ExtendedKeyUsage(extended), critical=False)
+        builder = builder.add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         cert = builder.sign(self.ca_key, hashes.SHA256())
         return cert.public_bytes(serialization.Encoding.PEM)
 
@@ -236,13 +275,12 @@ class CertificateSigner(_CsrController):
             return
         if (csr.get("status") or {}).get("certificate"):
             return
-        signer = (csr.get("spec") or {}).get("signerName")
-        if signer not in (KUBELET_CLIENT_SIGNER, APISERVER_CLIENT_SIGNER):
+        check = SIGNER_CHECKS.get(str((csr.get("spec") or {}).get("signerName") or ""))
+        if check is None:
             return
         request = parsed_request(csr)
-        problem = "the request is not a valid PEM certificate request" if request is None \
-            else kubelet_client_problem(csr, request) if signer == KUBELET_CLIENT_SIGNER \
-            else ""
+        problem = ("the request is not a valid PEM certificate request" if request is None
+                   else check(request, _usages(csr)))
         status = dict(csr.get("status") or {})
         if problem or request is None:
             now = now_rfc3339()
@@ -252,5 +290,6 @@ class CertificateSigner(_CsrController):
             log.info("certificatesigningrequest %s failed validation: %s", name, problem)
         else:
             status["certificate"] = base64.b64encode(self.sign(csr, request)).decode()
-            log.info("signed certificatesigningrequest %s (%s)", name, signer)
+            log.info("signed certificatesigningrequest %s (%s)", name,
+                     csr["spec"]["signerName"])
         await self.api.update(csr_path(name, "status"), {**csr, "status": status})

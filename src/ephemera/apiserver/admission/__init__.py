@@ -55,7 +55,10 @@ plugin's changes are validated like the client's own.
 The configured plugins (`ApiserverConfig.admission_plugins`) run in the order given; the
 default is `default_plugins()`: every known plugin that is installed, in upstream's order
 (`PLUGIN_ORDER`: NamespaceLifecycle, LimitRanger, ServiceAccount, NodeRestriction, Priority,
-DefaultTolerationSeconds, NodeDeclaredFeatureValidator, ResourceQuota). A plugin named there
+DefaultTolerationSeconds, CertificateApproval, CertificateSigning,
+CertificateSubjectRestriction, NodeDeclaredFeatureValidator, ResourceQuota). A plugin that
+asks the authorizer (the certificate plugins) implements `WantsAuthorizer`; the app gives it
+the apiserver's with `AdmissionChain.set_authorizer`. A plugin named there
 is the class `_PLUGIN_CLASSES[name]` of its module; LimitRanger and ResourceQuota are found
 when their modules exist (`ephemera.apiserver.admission.limitranger:LimitRanger`,
 `ephemera.apiserver.admission.resourcequota:ResourceQuota`).
@@ -76,6 +79,7 @@ from ephemera.apiserver.resources import Resource
 
 if TYPE_CHECKING:
     from ephemera.apiserver.authn import UserInfo
+    from ephemera.apiserver.authz import Authorizer
     from ephemera.apiserver.registry import Registry
 
 __all__ = [
@@ -86,6 +90,7 @@ __all__ = [
     "AdmissionRequest",
     "AdmissionSettings",
     "Operation",
+    "WantsAuthorizer",
     "build_chain",
     "default_plugins",
     "is_pod_request",
@@ -102,6 +107,9 @@ PLUGIN_ORDER: tuple[str, ...] = (
     "NodeRestriction",
     "Priority",
     "DefaultTolerationSeconds",
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
     "NodeDeclaredFeatureValidator",
     "ResourceQuota",
 )
@@ -115,6 +123,11 @@ _PLUGIN_CLASSES: dict[str, tuple[str, str]] = {
     "Priority": ("ephemera.apiserver.admission.priority", "Priority"),
     "DefaultTolerationSeconds": ("ephemera.apiserver.admission.defaulttolerationseconds",
                                  "DefaultTolerationSeconds"),
+    "CertificateApproval": ("ephemera.apiserver.admission.certificates",
+                            "CertificateApproval"),
+    "CertificateSigning": ("ephemera.apiserver.admission.certificates", "CertificateSigning"),
+    "CertificateSubjectRestriction": ("ephemera.apiserver.admission.certificates",
+                                      "CertificateSubjectRestriction"),
     "NodeDeclaredFeatureValidator": ("ephemera.apiserver.admission.nodefeatures",
                                      "NodeDeclaredFeatureValidator"),
     "ResourceQuota": ("ephemera.apiserver.admission.resourcequota", "ResourceQuota"),
@@ -183,6 +196,14 @@ class AdmissionPlugin(Protocol):
     async def validate(self, req: AdmissionRequest) -> None: ...
 
 
+@runtime_checkable
+class WantsAuthorizer(Protocol):
+    """A plugin that asks the apiserver's authorizer (upstream's `WantsAuthorizer`); the app
+    hands it over with `AdmissionChain.set_authorizer` before serving."""
+
+    def set_authorizer(self, authorizer: Authorizer) -> None: ...
+
+
 class AdmissionPluginBase:
     """A plugin that handles nothing and does nothing; subclasses override what they need."""
 
@@ -215,6 +236,12 @@ class AdmissionChain:
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.plugins]
+
+    def set_authorizer(self, authorizer: Authorizer) -> None:
+        """Give the plugins that ask the authorizer (`WantsAuthorizer`) the apiserver's."""
+        for plugin in self.plugins:
+            if isinstance(plugin, WantsAuthorizer):
+                plugin.set_authorizer(authorizer)
 
     async def admit(self, req: AdmissionRequest) -> None:
         for plugin in self.plugins:

@@ -49,7 +49,8 @@ class Authorizer(Protocol):
 
 
 class UnionAuthorizer:
-    """The first authorizer with an opinion decides; none, and the request is denied."""
+    """The first authorizer with an opinion decides; none, and the request is denied with
+    the reasons of those that gave one, one per line (upstream's `union.go`)."""
 
     def __init__(self, authorizers: Sequence[Authorizer]) -> None:
         self.authorizers = tuple(authorizers)
@@ -62,7 +63,7 @@ class UnionAuthorizer:
                 return decision, reason
             if reason:
                 reasons.append(reason)
-        return Decision.NO_OPINION, ", ".join(reasons)
+        return Decision.NO_OPINION, "\n".join(reasons)
 
 
 def forbidden_message(attributes: Attributes, reason: str = "") -> str:

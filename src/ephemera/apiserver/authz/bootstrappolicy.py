@@ -33,6 +33,13 @@ from typing import Any
 
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
+from ephemera.api.wellknown import (
+    KUBE_APISERVER_CLIENT_KUBELET_SIGNER,
+    KUBE_APISERVER_CLIENT_SIGNER,
+    KUBELET_SERVING_SIGNER,
+    LEGACY_UNKNOWN_SIGNER,
+    MASTERS_GROUP,
+)
 from ephemera.apiserver.authz.rbac import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
@@ -211,34 +218,8 @@ def cluster_roles() -> list[dict[str, Any]]:
             rule(["list", "watch"], ["*"], ["*"]),
             rule(["create"], [""], ["serviceaccounts/token"]),
         ]),
-        cluster_role("system:node", [
-            rule(["create"], ["authentication.k8s.io"], ["tokenreviews"]),
-            rule(["create"], ["authorization.k8s.io"],
-                 ["localsubjectaccessreviews", "subjectaccessreviews"]),
-            rule(READ, [""], ["services"]),
-            rule(["create", *READ], [""], ["nodes"]),
-            rule(["patch", "update"], [""], ["nodes/status"]),
-            rule(["patch", "update"], [""], ["nodes"]),
-            rule(EVENT_WRITE, [""], ["events"]),
-            rule(READ, [""], ["pods"]),
-            rule(["create", "delete"], [""], ["pods"]),
-            rule(["patch", "update"], [""], ["pods/status"]),
-            rule(["create"], [""], ["pods/eviction"]),
-            rule(READ, [""], ["configmaps", "secrets"]),
-            rule(["get"], [""], ["persistentvolumeclaims", "persistentvolumes"]),
-            rule(["get"], [""], ["endpoints"]),
-            rule(["create", *READ], ["certificates.k8s.io"], ["certificatesigningrequests"]),
-            rule(["create", "delete", "get", "patch", "update"], ["coordination.k8s.io"],
-                 ["leases"]),
-            rule(["get"], ["storage.k8s.io"], ["volumeattachments"]),
-            rule(["create"], [""], ["serviceaccounts/token"]),
-            rule(["get", "patch", "update"], [""], ["persistentvolumeclaims/status"]),
-            rule(READ, ["storage.k8s.io"], ["csidrivers"]),
-            rule(["create", "delete", "get", "patch", "update"], ["storage.k8s.io"],
-                 ["csinodes"]),
-            rule(READ, ["node.k8s.io"], ["runtimeclasses"]),
-        ]),
-        cluster_role("system:node-bootstrapper", [
+        cluster_role("system:node", node_rules()),
+        cluster_role(NODE_BOOTSTRAPPER_ROLE, [
             rule(["create", *READ], ["certificates.k8s.io"], ["certificatesigningrequests"])]),
         cluster_role(NODE_CLIENT_ROLE, [
             rule(["create"], ["certificates.k8s.io"],
@@ -250,6 +231,40 @@ def cluster_roles() -> list[dict[str, Any]]:
     ]
 
 
+def node_rules() -> list[Rule]:
+    """upstream's `NodeRules()`: the `system:node` ClusterRole, and what the Node authorizer
+    allows a kubelet beyond the objects it subdivides by the graph
+    (`ephemera.apiserver.authz.node`)."""
+    return [
+        rule(["create"], ["authentication.k8s.io"], ["tokenreviews"]),
+        rule(["create"], ["authorization.k8s.io"],
+             ["localsubjectaccessreviews", "subjectaccessreviews"]),
+        rule(READ, [""], ["services"]),
+        rule(["create", *READ], [""], ["nodes"]),
+        rule(["patch", "update"], [""], ["nodes/status"]),
+        rule(["patch", "update"], [""], ["nodes"]),
+        rule(EVENT_WRITE, [""], ["events"]),
+        rule(READ, [""], ["pods"]),
+        rule(["create", "delete"], [""], ["pods"]),
+        rule(["patch", "update"], [""], ["pods/status"]),
+        rule(["create"], [""], ["pods/eviction"]),
+        rule(READ, [""], ["configmaps", "secrets"]),
+        rule(["get"], [""], ["persistentvolumeclaims", "persistentvolumes"]),
+        rule(["get"], [""], ["endpoints"]),
+        rule(["create", *READ], ["certificates.k8s.io"], ["certificatesigningrequests"]),
+        rule(["create", "delete", "get", "patch", "update"], ["coordination.k8s.io"],
+             ["leases"]),
+        rule(["get"], ["storage.k8s.io"], ["volumeattachments"]),
+        rule(["create"], [""], ["serviceaccounts/token"]),
+        rule(["get", "patch", "update"], [""], ["persistentvolumeclaims/status"]),
+        rule(READ, ["storage.k8s.io"], ["csidrivers"]),
+        rule(["create", "delete", "get", "patch", "update"], ["storage.k8s.io"],
+             ["csinodes"]),
+        rule(READ, ["node.k8s.io"], ["runtimeclasses"]),
+    ]
+
+
+NODE_BOOTSTRAPPER_ROLE = "system:node-bootstrapper"
 NODE_CLIENT_ROLE = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
 SELF_NODE_CLIENT_ROLE = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"
 
@@ -282,10 +297,10 @@ def controller_roles() -> list[dict[str, Any]]:
             rule(["update"], ["certificates.k8s.io"], ["certificatesigningrequests/approval",
                                                        "certificatesigningrequests/status"]),
             rule(["approve"], ["certificates.k8s.io"], ["signers"],
-                 [APISERVER_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER]),
+                 [KUBE_APISERVER_CLIENT_SIGNER, KUBE_APISERVER_CLIENT_KUBELET_SIGNER]),
             rule(["sign"], ["certificates.k8s.io"], ["signers"],
-                 [APISERVER_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, "kubernetes.io/kubelet-serving",
-                  "kubernetes.io/legacy-unknown"]),
+                 [KUBE_APISERVER_CLIENT_SIGNER, KUBE_APISERVER_CLIENT_KUBELET_SIGNER,
+                  KUBELET_SERVING_SIGNER, LEGACY_UNKNOWN_SIGNER]),
             rule(["create"], ["authorization.k8s.io"], ["subjectaccessreviews"]),
             _events(),
         ]),
@@ -296,15 +311,11 @@ def controller_roles() -> list[dict[str, Any]]:
     ]
 
 
-APISERVER_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client"
-KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
-
-
 def cluster_role_bindings() -> list[dict[str, Any]]:
     """The default ClusterRoleBindings."""
     authenticated = subject("Group", "system:authenticated")
     bindings = [
-        cluster_role_binding("cluster-admin", [subject("Group", "system:masters")]),
+        cluster_role_binding("cluster-admin", [subject("Group", MASTERS_GROUP)]),
         cluster_role_binding("system:basic-user", [authenticated]),
         cluster_role_binding("system:discovery", [authenticated]),
         cluster_role_binding("system:public-info-viewer",

@@ -9,7 +9,12 @@ the chain by `ephemera.apiserver.app` when RBAC is on), where upstream's storage
 after the object is decoded, defaulted and mutated, before validation. The 403 is upstream's
 `<resource> "<name>" is forbidden: user "u" (groups=[...]) is attempting to grant RBAC
 permissions not currently held:\\n{APIGroups:[...], Resources:[...], Verbs:[...]}`; a binding
-to a role that does not exist is a 400 with the lookup error, as upstream answers.
+to a role that does not exist (and no `bind` on it) is the registry's 404
+`clusterroles.rbac.authorization.k8s.io "x" not found`, as upstream's rule resolver reads the
+role from storage. The `escalate` check asks about the request's name as upstream's
+`RoleEscalationAuthorized` does (RequestInfo): none on a create (POST, or a create through
+PUT or apply, which is stricter than upstream there), the object's on an update; the `bind`
+check asks about the role's name.
 """
 
 from __future__ import annotations
@@ -19,12 +24,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ephemera.api import errors
+from ephemera.api.wellknown import MASTERS_GROUP
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Authorizer, Decision
 from ephemera.apiserver.authz.rbac import (
     CLUSTER_ROLES,
-    MASTERS_GROUP,
     RBAC_GROUP,
     ResolutionError,
     Rule,
@@ -73,13 +78,14 @@ class EscalationCheck(AdmissionPluginBase):
         assert user is not None
         if req.operation == "UPDATE" and _only_gc_fields_changed(obj, req.old or {}):
             return
-        md = obj.get("metadata") or {}
-        name = str(req.name or md.get("name") or "")
+        # upstream's RoleEscalationAuthorized asks about the request's name (RequestInfo):
+        # none on a create, the URL's on an update.
+        name = "" if req.operation == "CREATE" else req.name
         namespace = req.namespace if req.resource.namespaced else ""
         if req.resource.plural in ("roles", "clusterroles"):
             await self._check_role(req, user, obj, name, namespace)
         else:
-            await self._check_binding(req, user, obj, name, namespace)
+            await self._check_binding(req, user, obj, namespace)
 
     async def _allowed(self, user: UserInfo, verb: str, resource: str, name: str,
                        namespace: str) -> bool:
@@ -113,7 +119,7 @@ class EscalationCheck(AdmissionPluginBase):
                 await self._confirm(req, user, FULL_AUTHORITY, "", AGGREGATION_FORBIDDEN)
 
     async def _check_binding(self, req: AdmissionRequest, user: UserInfo,
-                             obj: dict[str, Any], name: str, namespace: str) -> None:
+                             obj: dict[str, Any], namespace: str) -> None:
         role_ref = obj.get("roleRef") or {}
         kind = role_ref.get("kind")
         resource = {"Role": "roles", "ClusterRole": "clusterroles"}.get(str(kind))
@@ -127,5 +133,7 @@ class EscalationCheck(AdmissionPluginBase):
             try:
                 rules = self.resolver.role_reference_rules(role_ref, namespace)
             except ResolutionError as err:
+                if err.resource:  # the registry's lookup upstream: its 404
+                    raise errors.not_found(err.resource, err.name, RBAC_GROUP) from None
                 raise errors.bad_request(str(err)) from None
         await self._confirm(req, user, rules, namespace)

@@ -2,7 +2,8 @@
 by name, in order, behind one `UnionAuthorizer`, with what they need started and stopped.
 
 - `AlwaysAllow`, `AlwaysDeny`: as upstream;
-- `Node`: `ephemera.apiserver.authz.node.NodeAuthorizer` (kubelets);
+- `Node`: `ephemera.apiserver.authz.node.NodeAuthorizer` (kubelets; a node's
+  SelfSubjectRulesReview is `incomplete`, as upstream's Node authorizer cannot list rules);
 - `RBAC`: `ephemera.apiserver.authz.rbac` over a `PolicyCache`; starting it writes the
   default roles and bindings (`bootstrappolicy.reconcile`) and starts ClusterRole
   aggregation; RBAC also brings the escalation check (`escalation.EscalationCheck`), which
@@ -74,6 +75,7 @@ class Authorization:
             elif mode == "Node":
                 self.node = NodeAuthorizer(registry)
                 authorizers.append(self.node)
+                self.rules_sources.append(self.node.rules_for)
             elif mode == "RBAC":
                 self.policy = PolicyCache(registry)
                 self.rbac = RbacAuthorizer(self.policy)

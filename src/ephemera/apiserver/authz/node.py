@@ -8,13 +8,16 @@ Only requests of node users (`system:node:<name>` in `system:nodes`, see
   to the node references it (`ephemera.apiserver.authz.nodegraph`); otherwise NO_OPINION with
   upstream's reason `no relationship found between node '<n>' and this object` (the 403 reads
   `... cannot get resource "secrets" ...: no relationship found ...`);
-- `persistentvolumeclaims`: get of a referenced claim;
+- `persistentvolumeclaims`: get of a referenced claim, update and patch of its status;
+  `persistentvolumes`, `volumeattachments`: get of a related one (ephemera serves neither,
+  so none is); `csinodes` (storage.k8s.io): its own;
 - `serviceaccounts/token`: create, for the ServiceAccounts of pods bound to the node;
 - `leases` (coordination.k8s.io): get, create, update, patch, delete of its own Lease in
   `kube-node-lease` (create is left to NodeRestriction, which sees the name);
-- everything else: upstream's static node rules (`bootstrappolicy.NodeRules()`: read pods,
-  nodes, services, endpoints; create and delete pods; update pods/status, nodes and
-  nodes/status; create, update, patch events; ...), with the `AuthorizeNodeWithSelectors`
+- everything else: upstream's static node rules (`bootstrappolicy.node_rules()`, the
+  `system:node` ClusterRole's, matched as RBAC matches rules: read pods, nodes, services,
+  endpoints; create and delete pods; update pods/status, nodes and nodes/status; create,
+  update, patch events; ...), with the `AuthorizeNodeWithSelectors`
   refinements off (ephemera's authorization attributes carry no field selectors). Which pods,
   nodes and leases a node may write is NodeRestriction's job
   (`ephemera.apiserver.admission.noderestriction`), as upstream.
@@ -33,8 +36,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision
+from ephemera.apiserver.authz.bootstrappolicy import node_rules
 from ephemera.apiserver.authz.nodegraph import NodeGraph, pod_key
+from ephemera.apiserver.authz.rbac import rule_allows
 from ephemera.apiserver.informers import Reflector
 from ephemera.apiserver.nodeidentity import node_identity
 from ephemera.apiserver.registry import Registry
@@ -56,37 +62,18 @@ PODS = core_resource("pods")
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 _READ = frozenset({"get", "list", "watch"})
+_CSINODE_VERBS = ("get", "create", "update", "patch", "delete")
 
-# upstream's NodeRules() for what the graph and the special cases above do not decide:
-# (verbs, API group, resources with their subresource as "resource/subresource").
-NODE_RULES: tuple[tuple[frozenset[str], str, frozenset[str]], ...] = (
-    (frozenset({"create"}), "authentication.k8s.io", frozenset({"tokenreviews"})),
-    (frozenset({"create"}), "authorization.k8s.io",
-     frozenset({"subjectaccessreviews", "localsubjectaccessreviews"})),
-    (_READ, "", frozenset({"services"})),
-    (frozenset({"create", "get", "list", "watch"}), "", frozenset({"nodes"})),
-    (frozenset({"update", "patch"}), "", frozenset({"nodes/status", "nodes"})),
-    (frozenset({"create", "update", "patch"}), "", frozenset({"events"})),
-    (_READ, "", frozenset({"pods"})),
-    (frozenset({"create", "delete"}), "", frozenset({"pods"})),
-    (frozenset({"update", "patch"}), "", frozenset({"pods/status"})),
-    (frozenset({"create"}), "", frozenset({"pods/eviction"})),
-    (frozenset({"get"}), "", frozenset({"endpoints"})),
-    (frozenset({"create", "get", "list", "watch"}), "certificates.k8s.io",
-     frozenset({"certificatesigningrequests"})),
-    (_READ, "storage.k8s.io", frozenset({"csidrivers"})),
-    (_READ, "node.k8s.io", frozenset({"runtimeclasses"})),
-)
+# upstream's NodeRules() (the `system:node` ClusterRole), for what the graph and the special
+# cases above do not decide.
+NODE_RULES = tuple(node_rules())
 
 
 def node_rules_allow(attributes: Attributes) -> bool:
-    if not attributes.resource_request:
-        return False
-    resource = attributes.resource
-    if attributes.subresource:
-        resource = f"{resource}/{attributes.subresource}"
-    return any(attributes.verb in verbs and attributes.api_group == group
-               and resource in resources for verbs, group, resources in NODE_RULES)
+    return any(rule_allows(attributes, rule) for rule in NODE_RULES)
+
+
+NO_RULE_RESOLUTION = "node authorizer does not support user rule resolution"
 
 
 def no_relationship(node: str) -> str:
@@ -125,6 +112,16 @@ class NodeAuthorizer:
 
     # -- decisions --------------------------------------------------------------------------
 
+    async def rules_for(self, user: UserInfo, namespace: str
+                        ) -> tuple[list[Any], list[str], bool]:
+        """upstream's `RulesFor`: a node's permissions cannot be listed (a
+        SelfSubjectRulesReview says `incomplete` with this error); nobody else's come from
+        here."""
+        _, is_node = node_identity(user)
+        if is_node:
+            return [], [NO_RULE_RESOLUTION], True
+        return [], [], False
+
     async def authorize(self, attributes: Attributes) -> tuple[Decision, str]:
         node, is_node = node_identity(attributes.user)
         if not is_node:
@@ -138,7 +135,14 @@ class NodeAuthorizer:
             if group == "" and resource == "configmaps":
                 return await self._read_namespaced(node, CONFIGMAP, attributes)
             if group == "" and resource == "persistentvolumeclaims":
+                if attributes.subresource == "status":
+                    return await self._status_update(node, PVC, attributes)
                 return await self._get(node, PVC, attributes)
+            if ((group, resource) == ("", "persistentvolumes")
+                    or (group, resource) == ("storage.k8s.io", "volumeattachments")):
+                return self._get_unrelated(node, attributes)
+            if group == "storage.k8s.io" and resource == "csinodes":
+                return self._csinode(node, attributes)
             if group == "" and resource == "serviceaccounts":
                 return await self._create_token(node, attributes)
             if group == "coordination.k8s.io" and resource == "leases":
@@ -163,6 +167,38 @@ class NodeAuthorizer:
         if attributes.subresource:
             return Decision.NO_OPINION, "cannot get subresource"
         return await self._related(node, kind, attributes)
+
+    async def _status_update(self, node: str, kind: str, attributes: Attributes
+                             ) -> tuple[Decision, str]:
+        if attributes.verb not in ("update", "patch"):
+            return Decision.NO_OPINION, "can only get/update/patch this type"
+        if attributes.subresource != "status":
+            return Decision.NO_OPINION, "can only update status subresource"
+        return await self._related(node, kind, attributes)
+
+    @staticmethod
+    def _get_unrelated(node: str, attributes: Attributes) -> tuple[Decision, str]:
+        """PersistentVolumes and VolumeAttachments: ephemera serves neither, so the graph
+        has no edge to one (upstream's `authorizeGet` over an empty graph)."""
+        if attributes.verb != "get":
+            return Decision.NO_OPINION, "can only get individual resources of this type"
+        if attributes.subresource:
+            return Decision.NO_OPINION, "cannot get subresource"
+        if not attributes.name:
+            return Decision.NO_OPINION, "No Object name found"
+        return Decision.NO_OPINION, no_relationship(node)
+
+    @staticmethod
+    def _csinode(node: str, attributes: Attributes) -> tuple[Decision, str]:
+        if attributes.verb not in _CSINODE_VERBS:
+            return (Decision.NO_OPINION,
+                    "can only get, create, update, patch, or delete a CSINode")
+        if attributes.subresource:
+            return Decision.NO_OPINION, "cannot authorize CSINode subresources"
+        if attributes.verb != "create" and attributes.name != node:
+            return (Decision.NO_OPINION,
+                    "can only access CSINode with the same name as the requesting node")
+        return Decision.ALLOW, ""
 
     async def _create_token(self, node: str, attributes: Attributes) -> tuple[Decision, str]:
         if attributes.verb != "create" or not attributes.name:

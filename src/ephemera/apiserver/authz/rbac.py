@@ -6,39 +6,37 @@
   groups, service accounts as `system:serviceaccount:NS:NAME`);
 - `PolicyCache`: the Roles, RoleBindings, ClusterRoles and ClusterRoleBindings as watches on
   the store show them (one `ephemera.apiserver.informers.Informer` per kind), with
-  `refresh()` for a read of the store's current state (coalesced between callers);
+  `refresh()` to wait until they show every RBAC write this apiserver has made;
 - `RuleResolver`: the rules a user holds in a namespace (ClusterRoleBindings, then the
   namespace's RoleBindings), each with upstream's description of where it comes from;
 - `RbacAuthorizer`: allows what a rule allows, else has no opinion (with upstream's
   `RBAC: <resolution errors>` reason). A denial is decided again after `refresh()`, so a
-  binding written before a request started always counts (upstream's informers may lag);
+  binding written through this apiserver before a request started always counts
+  (upstream's informers may lag); one written through another apiserver on the same etcd
+  counts once the watch delivers it, as upstream;
 - `covers` / `escalation_error`: upstream's `ConfirmNoEscalation` rule comparison and its
   message, for `ephemera.apiserver.authz.escalation`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import itertools
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ephemera.api.wellknown import service_account_username
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision
-from ephemera.apiserver.informers import Informer, Mirror
+from ephemera.apiserver.informers import SYNC_TIMEOUT, Informer, Mirror
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import Resource, lookup
 
 log = logging.getLogger("ephemera.apiserver.rbac")
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
-SERVICE_ACCOUNT_USER_PREFIX = "system:serviceaccount:"
-MASTERS_GROUP = "system:masters"
 
 
 def _rbac_resource(plural: str) -> Resource:
@@ -125,7 +123,7 @@ def applies_to(user: UserInfo, subject: Mapping[str, Any], namespace: str) -> bo
         sa_namespace = subject.get("namespace") or namespace
         if not sa_namespace:
             return False
-        return user.name == f"{SERVICE_ACCOUNT_USER_PREFIX}{sa_namespace}:{name}"
+        return user.name == service_account_username(sa_namespace, name)
     return False
 
 
@@ -154,9 +152,11 @@ class PolicyCache:
     `ephemera.apiserver.informers.Informer` per kind. `listeners` are called (synchronously)
     with the resource whenever its objects change."""
 
-    def __init__(self, registry: Registry, *, retry_interval: float = 1.0) -> None:
+    def __init__(self, registry: Registry, *, retry_interval: float = 1.0,
+                 sync_timeout: float = SYNC_TIMEOUT) -> None:
         self.registry = registry
         self.retry_interval = retry_interval
+        self.sync_timeout = sync_timeout
         self.informers = {r.plural: Informer(registry.store, registry.codec(r),
                                              retry_interval=retry_interval)
                           for r in POLICY_RESOURCES}
@@ -165,10 +165,6 @@ class PolicyCache:
                 functools.partial(self._mirror_changed, resource))
         self.listeners: list[Callable[[Resource], None]] = []
         self._started = False
-        self._ticks = itertools.count(1)
-        self._refresh_task: asyncio.Task[None] | None = None
-        self._refresh_tick = 0
-        self._refreshed_tick = 0
 
     # -- reads
 
@@ -204,31 +200,20 @@ class PolicyCache:
         self._started = False
         for informer in self.informers.values():
             await informer.close()
-        task, self._refresh_task = self._refresh_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def refresh(self) -> None:
-        """Bring the cache up to what the store holds now: waits for a re-list that started
-        after this call (joining one another caller started, if any)."""
-        arrival = next(self._ticks)
-        while self._refreshed_tick < arrival:
-            task = self._refresh_task
-            if task is None:
-                self._refresh_tick = next(self._ticks)
-                task = self._refresh_task = asyncio.get_running_loop().create_task(
-                    self._refresh_all(self._refresh_tick), name="rbac-refresh")
-            await asyncio.shield(task)
-
-    async def _refresh_all(self, tick: int) -> None:
-        try:
-            for informer in self.informers.values():
+        """Bring the cache up to every write of an RBAC object this apiserver has made
+        before the call (the registry records the revision of its last write of each kind):
+        wait for each informer's watch to reach it (at most `sync_timeout` seconds, as
+        upstream's consistent reads from the watch cache); an informer that is not watching,
+        or not there in time, is listed again. No store read when the watches are current."""
+        for resource in POLICY_RESOURCES:
+            informer = self.informers[resource.plural]
+            wanted = self.registry.write_revision(resource)
+            if informer.ready and informer.reflector.revision >= wanted:
+                continue
+            if not await informer.reflector.wait_for(wanted, self.sync_timeout):
                 await informer.relist()
-            self._refreshed_tick = max(self._refreshed_tick, tick)
-        finally:
-            self._refresh_task = None
 
     def _mirror_changed(self, resource: Resource, namespace: str) -> None:
         self._changed(resource)
@@ -245,7 +230,13 @@ class PolicyCache:
 
 
 class ResolutionError(Exception):
-    """A binding whose role cannot be found (upstream's lister NotFound text)."""
+    """A binding whose role cannot be found (upstream's lister NotFound text), with the
+    plural and name of the missing role ("" for an unsupported kind)."""
+
+    def __init__(self, message: str, resource: str = "", name: str = "") -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.name = name
 
 
 @dataclass(frozen=True)
@@ -282,11 +273,12 @@ class RuleResolver:
         if kind == "Role":
             role = self.cache.role(namespace, name)
             if role is None:
-                raise ResolutionError(f'role.{RBAC_GROUP} "{name}" not found')
+                raise ResolutionError(f'role.{RBAC_GROUP} "{name}" not found', "roles", name)
         elif kind == "ClusterRole":
             role = self.cache.cluster_role(name)
             if role is None:
-                raise ResolutionError(f'clusterrole.{RBAC_GROUP} "{name}" not found')
+                raise ResolutionError(f'clusterrole.{RBAC_GROUP} "{name}" not found',
+                                      "clusterroles", name)
         else:
             raise ResolutionError(f'unsupported role reference kind: "{kind}"')
         return _items(role, "rules")

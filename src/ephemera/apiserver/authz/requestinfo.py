@@ -10,20 +10,29 @@ before it is found missing, as upstream does).
   object), PUT update, PATCH patch, DELETE delete (deletecollection without a name);
 - `namespaces/NS/...` gives the namespace; a namespace object's own name is its namespace;
 - `resource/name/subresource[/more]` gives the subresource (`nodes/N/proxy/...`: proxy).
+
+`attributes_of(request)` is what audit and authorization read: the attributes of an aiohttp
+request (its user as authentication left it, `system:anonymous` without one), computed once
+and kept on the request under `ATTRIBUTES`, whichever middleware asks first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from aiohttp import web
+
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes
+from ephemera.apiserver.authz.reviews import requester
+from ephemera.apiserver.rest import USER
 
 API_PREFIXES = ("api", "apis")
 GROUPLESS_PREFIX = "api"
 NAMESPACE_SUBRESOURCES = ("status", "finalize")
 METHOD_VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update",
                 "PATCH": "patch", "DELETE": "delete"}
+ATTRIBUTES: web.RequestKey[Attributes] = web.RequestKey("attributes", Attributes)
 
 
 def _is_path_segment(name: str) -> bool:
@@ -84,3 +93,13 @@ def request_attributes(user: UserInfo, method: str, path: str,
     return Attributes(user=user, verb=verb, api_group=group, api_version=version,
                       resource=resource, subresource=subresource, namespace=namespace,
                       name=name, path=path)
+
+
+def attributes_of(request: web.Request) -> Attributes:
+    """The attributes of `request` (see the module docstring); authentication must have run."""
+    attributes = request.get(ATTRIBUTES)
+    if attributes is None:
+        attributes = request_attributes(requester(request.get(USER)), request.method,
+                                        request.path, request.query)
+        request[ATTRIBUTES] = attributes
+    return attributes

@@ -25,6 +25,7 @@ from ephemera.api import errors, field, fieldvalidation
 from ephemera.api.field import FieldError, Path
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Authorizer, Decision
+from ephemera.apiserver.authz.rbac import aggregate_errors
 from ephemera.apiserver.body import decode_object, read_body
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import Target, check_kind, method_not_allowed, respond
@@ -117,7 +118,7 @@ def rules_review_status(rules: list[Any], errs: list[str], incomplete: bool
                               "nonResourceRules": non_resource_rules,
                               "incomplete": incomplete}
     if errs:
-        status["evaluationError"] = ", ".join(errs)
+        status["evaluationError"] = aggregate_errors(errs)
     return status
 
 
