@@ -36,6 +36,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ephemera.api.errors import StatusError
+from ephemera.api.wellknown import (
+    KUBE_APISERVER_CLIENT_KUBELET_SIGNER,
+    NODES_GROUP,
+    node_username,
+)
 from ephemera.client import (
     ApiClient,
     ApiUnavailable,
@@ -47,9 +52,8 @@ from ephemera.client import (
 
 log = logging.getLogger("ephemera.kubelet.bootstrap")
 
-SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+SIGNER = KUBE_APISERVER_CLIENT_KUBELET_SIGNER
 USAGES = ("digital signature", "client auth")
-NODES_GROUP = "system:nodes"
 POLL_INTERVAL = 0.5
 PENDING_KEY_NAME = "kubelet-client.key.tmp"  # upstream's name for the key awaiting its cert
 
@@ -77,7 +81,7 @@ def csr_name(key: ec.EllipticCurvePrivateKey, node_name: str) -> str:
     digest = hashlib.sha512()
     der = key.public_key().public_bytes(serialization.Encoding.DER,
                                         serialization.PublicFormat.SubjectPublicKeyInfo)
-    for part in (der, f"system:node:{node_name}".encode(), NODES_GROUP.encode(),
+    for part in (der, node_username(node_name).encode(), NODES_GROUP.encode(),
                  *(u.encode() for u in USAGES)):
         digest.update(part + b"|")
     # hex rather than upstream's base64url: ephemera validates CSR names as DNS subdomains
@@ -86,7 +90,7 @@ def csr_name(key: ec.EllipticCurvePrivateKey, node_name: str) -> str:
 
 def certificate_request(key: ec.EllipticCurvePrivateKey, node_name: str) -> bytes:
     subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP),
-                         x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}")])
+                         x509.NameAttribute(NameOID.COMMON_NAME, node_username(node_name))])
     request = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(
         key, hashes.SHA256())
     return request.public_bytes(serialization.Encoding.PEM)
@@ -215,6 +219,6 @@ async def bootstrap_client_certificate(bootstrap: ClientConfig, node_name: str,
                                      f"within {timeout:g}s")
             await asyncio.sleep(POLL_INTERVAL)
     write_kubeconfig(kubeconfig, bootstrap.server, bootstrap.ca_pem, cert_pem, key_pem,
-                     f"system:node:{node_name}")
+                     node_username(node_name))
     key_path.unlink(missing_ok=True)  # the key lives in the kubeconfig now
     log.info("wrote %s with the client certificate of system:node:%s", kubeconfig, node_name)
