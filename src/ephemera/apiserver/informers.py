@@ -125,7 +125,8 @@ class Reflector:
             entry = (revision, waiter)
             self._waiters.append(entry)
             try:
-                await asyncio.wait_for(waiter, timeout)
+                async with asyncio.timeout(timeout):
+                    await waiter
             except TimeoutError:
                 pass
             finally:

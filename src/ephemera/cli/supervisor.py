@@ -136,7 +136,8 @@ class Supervisor:
             self.say(f"{name} (pid {child.process.pid}) exited: {describe_exit(code)}; "
                      f"restarting in {child.backoff:g}s (log: {child.log_path})")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), child.backoff)
+                async with asyncio.timeout(child.backoff):
+                    await self._stopping.wait()
             if self.stopping:
                 return
             child.backoff = min(child.backoff * 2, MAX_BACKOFF)
@@ -151,7 +152,8 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGTERM)
                 try:
-                    await asyncio.wait_for(proc.wait(), grace)
+                    async with asyncio.timeout(grace):
+                        await proc.wait()
                 except TimeoutError:
                     self.say(f"{child.component.name} did not stop in {grace:g}s; killing it")
                     with contextlib.suppress(ProcessLookupError):

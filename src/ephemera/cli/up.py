@@ -333,7 +333,8 @@ class Cluster:
                     self._report_startup_failure()
                     return None
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stop.wait(), 0.1)
+                    async with asyncio.timeout(0.1):
+                        await self.stop.wait()
         return None
 
     def _report_startup_failure(self) -> None:

@@ -891,7 +891,8 @@ class Kubelet:
                 log.warning("registering node %s: %s; retrying", self.node_name,
                             getattr(err, "message", err))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await stop.wait()
             delay = min(delay * 2, 10.0)
         return False
 

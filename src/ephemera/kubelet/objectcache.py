@@ -203,7 +203,8 @@ class ObjectCache:
         if informer is not None:
             if not informer.has_synced:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(informer.wait_synced(), self.sync_timeout)
+                    async with asyncio.timeout(self.sync_timeout):
+                        await informer.wait_synced()
             if informer.has_synced:
                 self.cache_reads += 1
                 return informer.get(f"{namespace}/{name}")

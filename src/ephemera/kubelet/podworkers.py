@@ -561,7 +561,8 @@ class PodWorker:
                 await self.wake.wait()
             elif wait > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self.wake.wait()
         self.workers._worker_done(self)
 
     # -- sync --

@@ -375,7 +375,8 @@ async def bridge_session(ws: web.WebSocketResponse, protocol: ChannelProtocol,
             await session.close()
         if not output.done():
             try:
-                await asyncio.wait_for(asyncio.shield(output), 10)
+                async with asyncio.timeout(10):
+                    await asyncio.shield(output)
             except Exception:  # the output no one will read any more
                 output.cancel()
         if output.done() and not output.cancelled():

@@ -171,7 +171,8 @@ class SchedulingQueue:
             if self._active_keys:
                 continue
             try:
-                await asyncio.wait_for(self._wakeup.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._wakeup.wait()
             except TimeoutError:
                 pass
 

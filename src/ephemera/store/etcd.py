@@ -363,7 +363,8 @@ class EtcdStore(Store):
                     )
                 )
             )
-            created = await asyncio.wait_for(call.read(), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                created = await call.read()
         except (grpc.aio.AioRpcError, TimeoutError) as error:
             call.cancel()
             raise StoreError(f"etcd watch failed: {error}") from error

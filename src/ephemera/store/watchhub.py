@@ -125,7 +125,8 @@ class BufferedWatcher(Watcher):
             timeout = self._last_sent + self.progress_interval - time.monotonic()
             if timeout > 0:
                 try:
-                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self._wakeup.wait()
                     continue
                 except TimeoutError:
                     pass

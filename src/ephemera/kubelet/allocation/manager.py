@@ -499,7 +499,8 @@ class AllocationManager:
             except Exception:
                 log.exception("allocating pending pod changes failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.retry_period)
+                async with asyncio.timeout(self.retry_period):
+                    await self._wake.wait()
 
     def pending_changes(self, uid: str) -> tuple[list[Obj], list[str]]:
         """(containers, volume names) the API has for the pod that are not allocated."""

@@ -889,7 +889,8 @@ class OciRuntime(RuntimeService):
                 process = await asyncio.create_subprocess_exec(
                     *command, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
                 try:
-                    code = await asyncio.wait_for(process.wait(), timeout or None)
+                    async with asyncio.timeout(timeout or None):
+                        code = await process.wait()
                 except TimeoutError:
                     await _kill_exec(process, pid_file)
                     raise ExecTimeoutError(
@@ -992,7 +993,8 @@ async def _read_until_exit(stream: asyncio.StreamReader,
     while True:
         try:
             timeout = 0.2 if process.returncode is not None else 1.0
-            data = await asyncio.wait_for(stream.read(65536), timeout)
+            async with asyncio.timeout(timeout):
+                data = await stream.read(65536)
         except TimeoutError:
             if process.returncode is not None:
                 return
@@ -1036,7 +1038,8 @@ async def _kill_exec(process: asyncio.subprocess.Process, pid_file: Path) -> Non
         finally:
             os.close(pidfd)
     try:
-        await asyncio.wait_for(process.wait(), 5)
+        async with asyncio.timeout(5):
+            await process.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
@@ -1089,8 +1092,8 @@ def _pty_session(master: int, process: asyncio.subprocess.Process, pid_file: Pat
     async def output() -> AsyncIterator[bytes]:
         while True:
             try:
-                data = await asyncio.wait_for(queue.get(), 0.2 if process.returncode is not None
-                                              else 1.0)
+                async with asyncio.timeout(0.2 if process.returncode is not None else 1.0):
+                    data = await queue.get()
             except TimeoutError:
                 if process.returncode is not None:
                     break
