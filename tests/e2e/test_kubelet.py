@@ -196,7 +196,8 @@ def test_a_volume_that_cannot_be_mounted_says_why(k: Kubectl) -> None:
                    for e in events)
 
     wait(failed_mount, "the FailedMount event", k.cluster)
-    p = pod_json(k, "bad")
+    # The status is written on its own schedule, not ordered with the event.
+    p = wait_pod(k, "bad", lambda p: "state" in container(p), "a container status")
     assert p["status"]["phase"] == "Pending"
     assert container(p)["state"]["waiting"]["reason"] == "ContainerCreating"
     logs = k("logs", "bad", check=False)

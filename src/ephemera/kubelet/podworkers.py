@@ -817,6 +817,7 @@ class PodWorker:
                                            str(err))
                 self.mount_wait_started = None
                 if processing:
+                    self._publish_status()  # the containers wait: ContainerCreating
                     raise _Restart(settings.retry_delay) from None
             return False
         self.volumes_ready = True
