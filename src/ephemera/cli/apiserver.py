@@ -21,6 +21,7 @@ from typing import Any
 from ephemera.api.featuregates import FeatureGates
 from ephemera.apiserver.audit import AuditFilter, AuditLog, PolicyError, load_policy
 from ephemera.apiserver.authn import Authenticator, StoreObjectReader, TokenFileError
+from ephemera.apiserver.authz.modes import DEFAULT_WITH_AUTHENTICATION, MODES
 from ephemera.apiserver.bootstraptoken import BootstrapTokenAuthenticator
 from ephemera.apiserver.certs import ensure_pki, write_admin_kubeconfig
 from ephemera.apiserver.server import client_ssl_context, serve, server_ssl_context
@@ -71,6 +72,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--mount-service-account-token", action="store_true",
                         help="mount a kube-api-access-* volume (token, ca.crt, namespace) "
                              "into pods, as upstream always does")
+    parser.add_argument("--authorization-mode", type=_authorization_modes, default=None,
+                        metavar="MODE,...",
+                        help=f"authorizers in order, of {', '.join(MODES)} (default "
+                             f"{','.join(DEFAULT_WITH_AUTHENTICATION)})")
     parser.add_argument("--audit-log-path", type=Path, default=None, metavar="FILE",
                         help="write audit.k8s.io/v1 events there, one JSON line each "
                              "(default: no audit log)")
@@ -86,6 +91,15 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
                         help="write the bound port there once serving (for --port 0)")
     parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def _authorization_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if not modes or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a comma-separated list of {', '.join(MODES)}")
+    return modes
 
 
 def server_url(host: str, port: int) -> str:
@@ -124,10 +138,12 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                 kubelet_client_ssl: Any = None, token_issuer: TokenIssuer | None = None,
                 api_audiences: Sequence[str] = (DEFAULT_ISSUER,),
                 mount_service_account_token: bool = False,
-                audit: AuditFilter | None = None) -> Any:
+                audit: AuditFilter | None = None,
+                authorization_modes: Sequence[str] | None = None) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
 
     return create_app(store, ApiserverConfig(audit=audit, authenticator=authenticator,
+                                             authorization_modes=authorization_modes,
                                              feature_gates=gates,
                                              kubelet_client_ssl=kubelet_client_ssl,
                                              token_issuer=token_issuer,
@@ -173,7 +189,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
             return 1
         # To kubelets: trust the cluster CA, present a cluster-admin client certificate.
         app = _create_app(store, authenticator, args.feature_gates, client_ssl_context(pki),
-                          issuer, audiences, args.mount_service_account_token, audit)
+                          issuer, audiences, args.mount_service_account_token, audit,
+                          args.authorization_mode)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
