@@ -63,7 +63,6 @@ import select
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -86,7 +85,6 @@ from bench.common import (
     ratio,
 )
 from bench.pod_start import (
-    FLOOR_KINDS,
     NODE_NAME,
     Api,
     BenchError,
@@ -95,15 +93,16 @@ from bench.pod_start import (
     birth_time,
     capture_template,
     clean_leftovers,
+    floor_kinds,
     hide_cgroup2,
     mount_overlay,
     mounts_under,
     read_kv,
+    run_bench,
     unmount,
     wait_until_trapping,
 )
 from ephemera.kubelet.allocation.checkpoint import CHECKPOINT_NAME
-from ephemera.kubelet.runtime import crun_works
 
 DEFAULT_SWAPS = 50
 QUICK_SWAPS = 10
@@ -304,10 +303,10 @@ class Watch:
 
     async def open(self) -> None:
         listed = await self.api.call("GET", pods_path())
+        version = listed["metadata"]["resourceVersion"]
         self.response = await self.api.watch_session.get(
             self.api.base + pods_path(),
-            params={"watch": "true", "resourceVersion": listed["metadata"]["resourceVersion"],
-                    "timeoutSeconds": "3600"})
+            params={"watch": "true", "resourceVersion": version, "timeoutSeconds": "3600"})
         if self.response.status != 200:
             raise BenchError(f"watch: {self.response.status} {await self.response.text()}")
         self.reader = asyncio.get_running_loop().create_task(self._read())
@@ -692,19 +691,6 @@ def bench_floor(kind: str, cfg: Config, template: Template) -> BackendRun:
     return run
 
 
-def floor_kinds(cfg: Config) -> tuple[list[str], list[str]]:
-    """(the floors that run here, notes on those that do not)."""
-    kinds, notes = [], []
-    for kind in FLOOR_KINDS:
-        if shutil.which(kind) is None:
-            notes.append(f"{kind}: not installed")
-        elif kind == "crun" and not crun_works(cfg.work_dir / "crun-probe"):
-            notes.append("crun: its probe container fails on this host")
-        else:
-            kinds.append(kind)
-    return kinds, notes
-
-
 # --- report --------------------------------------------------------------------------------
 
 STEP_HEADERS = ["step", "n", "p50 ms", "p95 ms", "p99 ms", "of the total's p50"]
@@ -885,7 +871,7 @@ def run_all(cfg: Config) -> tuple[list[BackendRun], list[str], list[str]]:
             with progress("stopping ephemera up"):
                 up.stop()
         runs += [swaps, recreations]
-        kinds, notes = floor_kinds(cfg)
+        kinds, notes = floor_kinds(cfg.work_dir)
         for kind in kinds:
             runs.append(bench_floor(kind, cfg, template))
     finally:
@@ -926,31 +912,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    command = "python -m bench.dynamic_swap " + " ".join(sys.argv[1:] if argv is None else argv)
-    if os.geteuid() != 0:
-        log("bench.dynamic_swap: needs root (it runs containers and mounts)")
-        return 1
-    temporary = args.work_dir is None
-    work_dir = Path(tempfile.mkdtemp(prefix="ephemera-bench-swap-")) if temporary \
-        else args.work_dir
-    work_dir.mkdir(parents=True, exist_ok=True)
-    cfg = Config(swaps=args.swaps, warmup=args.warmup, runtime=args.runtime,
-                 work_dir=work_dir.resolve())
-    started = datetime.datetime.now(datetime.UTC)
-    machine = machine_description(cfg.work_dir)
-    try:
+
+    def run(work_dir: Path, command: str) -> tuple[str, dict[str, Any]]:
+        cfg = Config(swaps=args.swaps, warmup=args.warmup, runtime=args.runtime,
+                     work_dir=work_dir)
+        started = datetime.datetime.now(datetime.UTC)
+        machine = machine_description(cfg.work_dir)
         runs, notes, left = run_all(cfg)
-    except RuntimeError as error:  # a BenchError, or `ephemera up` that did not start
-        log(f"bench.dynamic_swap: {error}")
-        return 1
-    finally:
-        if temporary and not mounts_under(work_dir):
-            shutil.rmtree(work_dir, ignore_errors=True)
-    print(report(runs, cfg, machine, command.strip(), started, notes, left), end="")
-    if args.json is not None:
-        args.json.write_text(json.dumps(
-            as_json(runs, cfg, machine, command.strip(), started, left), indent=2) + "\n")
-    return 0
+        return (report(runs, cfg, machine, command, started, notes, left),
+                as_json(runs, cfg, machine, command, started, left))
+
+    return run_bench("bench.dynamic_swap", argv, args,
+                     "it runs containers and mounts", "ephemera-bench-swap-", run)
 
 
 if __name__ == "__main__":

@@ -774,13 +774,13 @@ def bench_floor(kind: str, cfg: Config, template: Template) -> BackendRun:
     return run
 
 
-def floor_kinds(cfg: Config) -> tuple[list[str], list[str]]:
+def floor_kinds(work_dir: Path) -> tuple[list[str], list[str]]:
     """(the floors that run here, notes on those that do not)."""
     kinds, notes = [], []
     for kind in FLOOR_KINDS:
         if shutil.which(kind) is None:
             notes.append(f"{kind}: not installed")
-        elif kind == "crun" and not crun_works(cfg.work_dir / "crun-probe"):
+        elif kind == "crun" and not crun_works(work_dir / "crun-probe"):
             notes.append("crun: its probe container fails on this host")
         else:
             kinds.append(kind)
@@ -1028,7 +1028,7 @@ def run_all(cfg: Config) -> tuple[list[BackendRun], list[str], list[str]]:
         ours.writes = api_writes(up.data_dir / "logs" / "apiserver.log",
                                  [r.name for r in ours.records])
         runs.append(ours)
-        kinds, notes = floor_kinds(cfg)
+        kinds, notes = floor_kinds(cfg.work_dir)
         for kind in kinds:
             runs.append(bench_floor(kind, cfg, template))
     finally:
@@ -1067,33 +1067,47 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    command = "python -m bench.pod_start " + " ".join(sys.argv[1:] if argv is None else argv)
+def run_bench(module: str, argv: Sequence[str] | None, args: argparse.Namespace,
+              needs_root_because: str, temp_prefix: str,
+              run: Callable[[Path, str], tuple[str, dict[str, Any]]]) -> int:
+    """A benchmark's `main`: check root, make (or use) the work dir, `run(work_dir,
+    command)` for (the markdown report, the JSON results), print the report, write the JSON
+    to `--json` if given, remove a temporary work dir; the exit status."""
+    command = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
     if os.geteuid() != 0:
-        log("bench.pod_start: needs root (it runs containers and mounts overlays)")
+        log(f"{module}: needs root ({needs_root_because})")
         return 1
     temporary = args.work_dir is None
-    work_dir = Path(tempfile.mkdtemp(prefix="ephemera-bench-pods-")) if temporary \
-        else args.work_dir
+    work_dir = Path(tempfile.mkdtemp(prefix=temp_prefix)) if temporary else args.work_dir
     work_dir.mkdir(parents=True, exist_ok=True)
-    cfg = Config(pods=args.pods, warmup=args.warmup, runtime=args.runtime,
-                 work_dir=work_dir.resolve())
-    started = datetime.datetime.now(datetime.UTC)
-    machine = machine_description(cfg.work_dir)
     try:
-        runs, notes, left = run_all(cfg)
+        text, results = run(work_dir.resolve(), command.strip())
     except RuntimeError as error:  # a BenchError, or `ephemera up` that did not start
-        log(f"bench.pod_start: {error}")
+        log(f"{module}: {error}")
         return 1
     finally:
         if temporary and not mounts_under(work_dir):
             shutil.rmtree(work_dir, ignore_errors=True)
-    print(report(runs, cfg, machine, command.strip(), started, notes, left), end="")
+    print(text, end="")
     if args.json is not None:
-        args.json.write_text(json.dumps(
-            as_json(runs, cfg, machine, command.strip(), started, left), indent=2) + "\n")
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def run(work_dir: Path, command: str) -> tuple[str, dict[str, Any]]:
+        cfg = Config(pods=args.pods, warmup=args.warmup, runtime=args.runtime,
+                     work_dir=work_dir)
+        started = datetime.datetime.now(datetime.UTC)
+        machine = machine_description(cfg.work_dir)
+        runs, notes, left = run_all(cfg)
+        return (report(runs, cfg, machine, command, started, notes, left),
+                as_json(runs, cfg, machine, command, started, left))
+
+    return run_bench("bench.pod_start", argv, args,
+                     "it runs containers and mounts overlays", "ephemera-bench-pods-", run)
 
 
 if __name__ == "__main__":

@@ -520,6 +520,27 @@ def namespaced_kubectl(cluster: Cluster, tmp_path: Path,
     runner("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
 
 
+def kubelet_cluster_fixtures(name: str, basename: str, node: str,
+                             extra_args: Sequence[str] = (),
+                             after_delete: Callable[[Cluster], None] | None = None,
+                             ) -> tuple[Any, Any]:
+    """The two fixtures of an e2e module on one cluster: `name` (module scope,
+    `run_kubelet_cluster(basename, node, ...)`) and `k` (kubectl in a namespace of the test's
+    own on it, `namespaced_kubectl`). Bind both at module level:
+    `my_cluster, k = kubelet_cluster_fixtures("my_cluster", ...)`."""
+
+    @pytest.fixture(scope="module", name=name)
+    def cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+        yield from run_kubelet_cluster(tmp_path_factory, basename, node, extra_args,
+                                       after_delete)
+
+    @pytest.fixture(name="k")
+    def kubectl_fixture(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kubectl]:
+        yield from namespaced_kubectl(request.getfixturevalue(name), tmp_path, request)
+
+    return cluster_fixture, kubectl_fixture
+
+
 def pod_json(k: Kubectl, name: str) -> dict[str, Any]:
     """The Pod `name` in `k`'s namespace."""
     return dict(k.json("get", "pod", name))
@@ -577,6 +598,8 @@ def exec_in(k: Kubectl, pod: str, container_name: str, script: str) -> str:
     return k("exec", pod, "-c", container_name, "--", "sh", "-c", script).stdout
 
 
+LOOP = "trap 'exit 0' TERM; while true; do sleep 0.2; done"  # runs until SIGTERM, exits 0
+RESTART_CONTAINER = {"restartPolicy": "RestartContainer"}  # a container's dynamicVolumePolicy
 HOLD_GRACE = 600  # terminationGracePeriodSeconds of a pod whose container holds on
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,7 @@ from cluster import (
     Cluster,
     Kubectl,
     as_identity,
-    namespaced_kubectl,
-    run_kubelet_cluster,
+    kubelet_cluster_fixtures,
     running,
     wait_pod,
 )
@@ -29,15 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("audit")]
 SECRET_VALUE = "s3cret-Value-9f2c"
 
 
-@pytest.fixture(scope="module")
-def audit_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from run_kubelet_cluster(tmp_path_factory, "audit-cluster", "audit-node")
-
-
-@pytest.fixture
-def k(audit_cluster: Cluster, tmp_path: Path,
-      request: pytest.FixtureRequest) -> Iterator[Kubectl]:
-    yield from namespaced_kubectl(audit_cluster, tmp_path, request)
+audit_cluster, k = kubelet_cluster_fixtures("audit_cluster", "audit-cluster", "audit-node")
 
 
 def audit_events(cluster: Cluster) -> list[dict[str, Any]]:

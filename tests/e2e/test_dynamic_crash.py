@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import (
+    LOOP,
     Cluster,
     Kubectl,
     allocated_spec,
@@ -34,11 +35,10 @@ from cluster import (
     create_running,
     exec_in,
     kill_kubelet,
+    kubelet_cluster_fixtures,
     mounted_names,
     mounts_under,
-    namespaced_kubectl,
     patch_dynamic,
-    run_kubelet_cluster,
     running,
     volume_dir,
     volume_phases,
@@ -49,19 +49,9 @@ from kep_e2e import RawApi, pod_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("dynamic-crash")]
 
-LOOP = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
 
-
-@pytest.fixture(scope="module")
-def crash_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from run_kubelet_cluster(tmp_path_factory, "dynamic-crash", "dynamic-crash-node",
-                                   after_delete=assert_kubelet_clean)
-
-
-@pytest.fixture
-def k(crash_cluster: Cluster, tmp_path: Path,
-      request: pytest.FixtureRequest) -> Iterator[Kubectl]:
-    yield from namespaced_kubectl(crash_cluster, tmp_path, request)
+crash_cluster, k = kubelet_cluster_fixtures("crash_cluster", "dynamic-crash", "dynamic-crash-node",
+                                            after_delete=assert_kubelet_clean)
 
 
 def task_volumes(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -14,14 +14,13 @@ One cluster for the module (one xdist group), a namespace per test.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import (
     HOLD_GRACE,
-    Cluster,
+    LOOP,
+    RESTART_CONTAINER,
     Kubectl,
     allocated_spec,
     assert_kubelet_clean,
@@ -29,12 +28,11 @@ from cluster import (
     create_running,
     exec_in,
     holds_on_after_term,
+    kubelet_cluster_fixtures,
     mounted_names,
     mounts_under,
-    namespaced_kubectl,
     patch_dynamic,
     pod_json,
-    run_kubelet_cluster,
     running,
     volume_dir,
     volume_phases,
@@ -47,20 +45,10 @@ from ephemera.api.quantity import quantity_from_json
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kep6395-cases")]
 
 NODE = "kep6395-cases-node"
-LOOP = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
-POLICY = {"restartPolicy": "RestartContainer"}
 
 
-@pytest.fixture(scope="module")
-def cases_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from run_kubelet_cluster(tmp_path_factory, "kep6395-cases", NODE,
-                                   after_delete=assert_kubelet_clean)
-
-
-@pytest.fixture
-def k(cases_cluster: Cluster, tmp_path: Path,
-      request: pytest.FixtureRequest) -> Iterator[Kubectl]:
-    yield from namespaced_kubectl(cases_cluster, tmp_path, request)
+cases_cluster, k = kubelet_cluster_fixtures("cases_cluster", "kep6395-cases", NODE,
+                                            after_delete=assert_kubelet_clean)
 
 
 def worker(name: str = "w", *volumes: dict[str, Any], script: str = LOOP,
@@ -72,7 +60,7 @@ def worker(name: str = "w", *volumes: dict[str, Any], script: str = LOOP,
             "spec": {"terminationGracePeriodSeconds": grace, "volumes": all_volumes,
                      "containers": [{"name": "c", "image": "busybox",
                                      "command": ["sh", "-c", script],
-                                     "dynamicVolumePolicy": POLICY,
+                                     "dynamicVolumePolicy": RESTART_CONTAINER,
                                      "volumeMounts": [{"name": v["name"],
                                                        "mountPath": f"/{v['name']}"}
                                                       for v in all_volumes]}]}}

@@ -13,14 +13,15 @@ One cluster for the module (one xdist group), a namespace per test.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import (
     HOLD_GRACE,
-    Cluster,
+    LOOP,
+    RESTART_CONTAINER,
     Kubectl,
     allocated_spec,
     assert_kubelet_clean,
@@ -28,11 +29,10 @@ from cluster import (
     create_running,
     exec_in,
     holds_on_after_term,
+    kubelet_cluster_fixtures,
     mounted_names,
     mounts_under,
-    namespaced_kubectl,
     patch_dynamic,
-    run_kubelet_cluster,
     running,
     volume_dir,
     volume_phases,
@@ -42,27 +42,17 @@ from cluster import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kep6395-stories")]
 
-LOOP = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
-POLICY = {"restartPolicy": "RestartContainer"}
 
-
-@pytest.fixture(scope="module")
-def stories_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from run_kubelet_cluster(tmp_path_factory, "kep6395-stories", "kep6395-stories-node",
-                                   after_delete=assert_kubelet_clean)
-
-
-@pytest.fixture
-def k(stories_cluster: Cluster, tmp_path: Path,
-      request: pytest.FixtureRequest) -> Iterator[Kubectl]:
-    yield from namespaced_kubectl(stories_cluster, tmp_path, request)
+stories_cluster, k = kubelet_cluster_fixtures("stories_cluster", "kep6395-stories",
+                                              "kep6395-stories-node",
+                                              after_delete=assert_kubelet_clean)
 
 
 def busybox(name: str, policy: bool = True, **fields: Any) -> dict[str, Any]:
     c: dict[str, Any] = {"name": name, "image": "busybox", "command": ["sh", "-c", LOOP],
                          **fields}
     if policy:
-        c["dynamicVolumePolicy"] = POLICY
+        c["dynamicVolumePolicy"] = RESTART_CONTAINER
     return c
 
 

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from cluster import (
-    Cluster,
+    LOOP,
     Kubectl,
     as_identity,
     container,
-    namespaced_kubectl,
-    run_kubelet_cluster,
+    kubelet_cluster_fixtures,
     volume_phases,
     wait_pod,
 )
@@ -32,18 +30,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("node-authorizer")]
 
 NODE_B = "nauthz-b"  # the kubelet of the cluster
 NODE_A = "nauthz-a"  # a node identity without a kubelet
-SCRIPT = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
 
 
-@pytest.fixture(scope="module")
-def authz_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from run_kubelet_cluster(tmp_path_factory, "node-authorizer-cluster", NODE_B)
-
-
-@pytest.fixture
-def k(authz_cluster: Cluster, tmp_path: Path,
-      request: pytest.FixtureRequest) -> Iterator[Kubectl]:
-    yield from namespaced_kubectl(authz_cluster, tmp_path, request)
+authz_cluster, k = kubelet_cluster_fixtures("authz_cluster", "node-authorizer-cluster", NODE_B)
 
 
 def as_node(k: Kubectl, node: str, tmp_path: Path) -> Kubectl:
@@ -83,7 +72,7 @@ def test_node_reads_secrets_of_its_pods_following_dynamic_volumes(
     on_b = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-b"},
             "spec": {"terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "c", "image": "busybox",
-                                     "command": ["sh", "-c", SCRIPT],
+                                     "command": ["sh", "-c", LOOP],
                                      "dynamicVolumePolicy": {
                                          "restartPolicy": "RestartContainer"}}]}}
     k("create", "-f", "-", input=yaml.safe_dump_all([on_a, on_b]))

@@ -10,36 +10,25 @@ controller-manager (their own identities and roles) keep the pod running meanwhi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cluster import (
-    Cluster,
+    LOOP,
     Kubectl,
     as_identity,
     container,
-    namespaced_kubectl,
+    kubelet_cluster_fixtures,
     pod_json,
-    run_kubelet_cluster,
     wait_pod,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("rbac")]
 
 NODE = "rbac-node"
-SCRIPT = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
 
 
-@pytest.fixture(scope="module")
-def rbac_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from run_kubelet_cluster(tmp_path_factory, "rbac-cluster", NODE)
-
-
-@pytest.fixture
-def k(rbac_cluster: Cluster, tmp_path: Path,
-      request: pytest.FixtureRequest) -> Iterator[Kubectl]:
-    yield from namespaced_kubectl(rbac_cluster, tmp_path, request)
+rbac_cluster, k = kubelet_cluster_fixtures("rbac_cluster", "rbac-cluster", NODE)
 
 
 def as_user(k: Kubectl, user: str, tmp_path: Path) -> Kubectl:
@@ -64,7 +53,7 @@ def test_dynamic_needs_a_grant_beyond_edit(k: Kubectl, tmp_path: Path) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "worker"},
            "spec": {"terminationGracePeriodSeconds": 1,
                     "containers": [{"name": "c", "image": "busybox",
-                                    "command": ["sh", "-c", SCRIPT],
+                                    "command": ["sh", "-c", LOOP],
                                     "dynamicVolumePolicy": {
                                         "restartPolicy": "RestartContainer"}}]}}
     k("create", "-f", "-", input=json.dumps(pod))

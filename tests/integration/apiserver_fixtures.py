@@ -11,13 +11,14 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ephemera.apiserver.app import LIFECYCLE, ApiserverConfig, create_app
+from ephemera.apiserver.authn import Authenticator, UserInfo
 from ephemera.store import Store, open_store
 
 
@@ -119,6 +120,33 @@ async def serve(store: Store, **config: Any) -> AsyncIterator[Api]:
     app = create_app(store, ApiserverConfig(**settings))
     async with TestClient(TestServer(app)) as client:
         yield Api(client, store, app)
+
+
+StoreT = TypeVar("StoreT", bound=Store)
+
+
+class Users(Generic[StoreT]):
+    """An apiserver authenticating bearer tokens: `call` sends a request as a token's user."""
+
+    def __init__(self, api: Api, store: StoreT) -> None:
+        self.api = api
+        self.store = store
+
+    async def call(self, token: str, method: str, path: str, body: Any = None,
+                   **kw: Any) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token}", **kw.pop("headers", {})}
+        status, data, _ = await self.api.request(method, path, body, headers=headers, **kw)
+        return status, data
+
+
+async def serve_users(store: StoreT, tokens: dict[str, UserInfo]) -> AsyncIterator[Users[StoreT]]:
+    """Body of a fixture: `serve(store)` with the static bearer `tokens`; `store` is closed
+    afterwards."""
+    try:
+        async for served in serve(store, authenticator=Authenticator(tokens)):
+            yield Users(served, store)
+    finally:
+        await store.close()
 
 
 @pytest.fixture

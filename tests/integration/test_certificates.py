@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apiserver_fixtures import Api, eventually, serve
+from apiserver_fixtures import Users, eventually, serve_users
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ephemera.apiserver.authn import Authenticator, UserInfo
+from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.certs import CONTROLLER_MANAGER_USER, create_ca
 from ephemera.client import ApiClient, ClientConfig
 from ephemera.controllers.certificates import CertificateSigner
@@ -38,25 +38,10 @@ CLIENT = "kubernetes.io/kube-apiserver-client"
 KUBELET_CLIENT = "kubernetes.io/kube-apiserver-client-kubelet"
 
 
-class Users:
-    def __init__(self, api: Api) -> None:
-        self.api = api
-
-    async def call(self, token: str, method: str, path: str, body: Any = None
-                   ) -> tuple[int, Any]:
-        status, data, _ = await self.api.request(method, path, body,
-                                                 headers={"Authorization": f"Bearer {token}"})
-        return status, data
-
-
 @pytest.fixture
 async def users(tmp_path: Path) -> AsyncIterator[Users]:
-    store = open_store("sqlite", data_dir=tmp_path / "data")
-    try:
-        async for served in serve(store, authenticator=Authenticator(TOKENS)):
-            yield Users(served)
-    finally:
-        await store.close()
+    async for served in serve_users(open_store("sqlite", data_dir=tmp_path / "data"), TOKENS):
+        yield served
 
 
 def pem_request(organizations: Sequence[str], common_name: str,

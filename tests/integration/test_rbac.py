@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apiserver_fixtures import Api, eventually, pod, serve
+from apiserver_fixtures import Users, eventually, pod, serve_users
 
-from ephemera.apiserver.authn import Authenticator, UserInfo
+from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes
 from ephemera.apiserver.authz.rbac import rule_allows
 from ephemera.store import open_store
@@ -30,25 +30,10 @@ DYNAMIC_MESSAGE = ('pods "p" is forbidden: User "jane" cannot update resource "p
                    'in API group "" in the namespace "default"')
 
 
-class Users:
-    def __init__(self, api: Api) -> None:
-        self.api = api
-
-    async def call(self, token: str, method: str, path: str, body: Any = None,
-                   **kw: Any) -> tuple[int, Any]:
-        headers = {"Authorization": f"Bearer {token}", **kw.pop("headers", {})}
-        status, data, _ = await self.api.request(method, path, body, headers=headers, **kw)
-        return status, data
-
-
 @pytest.fixture
 async def users(tmp_path: Path) -> AsyncIterator[Users]:
-    store = open_store("sqlite", data_dir=tmp_path / "data")
-    try:
-        async for served in serve(store, authenticator=Authenticator(TOKENS)):
-            yield Users(served)
-    finally:
-        await store.close()
+    async for served in serve_users(open_store("sqlite", data_dir=tmp_path / "data"), TOKENS):
+        yield served
 
 
 def role(name: str, rules: list[dict[str, Any]], namespace: str = "default") -> dict[str, Any]:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apiserver_fixtures import Api, serve
+from apiserver_fixtures import Users, serve_users
 
-from ephemera.apiserver.authn import Authenticator, UserInfo
+from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz.rbac import POLICY_RESOURCES, ROLE_BINDINGS
 from ephemera.apiserver.informers import Informer
 from ephemera.apiserver.registry import DeleteOptions, Registry
@@ -90,27 +90,11 @@ async def test_a_watch_behind_a_relist_never_brings_a_deleted_binding_back(
         await store.close()
 
 
-class Users:
-    def __init__(self, api: Api, store: CountingStore) -> None:
-        self.api = api
-        self.store = store
-
-    async def call(self, token: str, method: str, path: str, body: Any = None
-                   ) -> tuple[int, Any]:
-        status, data, _ = await self.api.request(method, path, body,
-                                                 headers={"Authorization": f"Bearer {token}"})
-        return status, data
-
-
 @pytest.fixture
-async def users(tmp_path: Path) -> AsyncIterator[Users]:
-    store = CountingStore(tmp_path / "data")
-    try:
-        async for api in serve(store, authenticator=Authenticator({"admin": ADMIN,
-                                                                   "jane": JANE})):
-            yield Users(api, store)
-    finally:
-        await store.close()
+async def users(tmp_path: Path) -> AsyncIterator[Users[CountingStore]]:
+    async for served in serve_users(CountingStore(tmp_path / "data"),
+                                    {"admin": ADMIN, "jane": JANE}):
+        yield served
 
 
 async def test_denials_wait_for_the_watch_not_for_a_relist(users: Users) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "runtime"))
 
+from kubelet_harness import release_images
 from runtime_testing import teardown_runtime
 
 from ephemera.kubelet.runtime.oci import OciRuntime
@@ -27,3 +28,15 @@ async def oci_runtime(tmp_path: Path) -> AsyncIterator[OciRuntime]:
         yield runtime
     finally:
         await teardown_runtime(runtime)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    """A kubelet root directory (`tmp_path/kubelet`); afterwards no pod image is left mounted
+    or attached to a loop device (`release_images`)."""
+    root = tmp_path / "kubelet"
+    root.mkdir()
+    try:
+        yield root
+    finally:
+        release_images(root)

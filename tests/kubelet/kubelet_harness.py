@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,8 @@ from ephemera.kubelet.agent import Kubelet, KubeletConfig
 from ephemera.kubelet.images import ImageStore
 from ephemera.kubelet.podworkers import BackOffPolicy, WorkerSettings
 from ephemera.kubelet.runtime.fake import FakeRuntime
+from ephemera.kubelet.stats.loopimage import PodImages
+from ephemera.kubelet.volumes import mounts
 from ephemera.store import open_store
 
 NODE = "fake-node"
@@ -190,3 +194,35 @@ async def running_kubelet(tmp_path: Path, settings: WorkerSettings = FAST
     finally:
         await server.close()
         await store.close()
+
+
+def du(path: Path, *args: str) -> int:
+    """`du -s -x ARGS PATH`'s first number (blocks, bytes with `-B1`, inodes with `--inodes`)."""
+    out = subprocess.run(["du", "-s", "-x", *args, str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    return int(out.split()[0])
+
+
+def write(path: Path, size: int) -> None:
+    """A file of `size` bytes at `path` (parents made), synced to disk."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"x" * size)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def log_dir(root: Path, p: dict[str, Any]) -> Path:
+    """Pod `p`'s log directory under the kubelet root `root`."""
+    md = p["metadata"]
+    return root / "logs" / "pods" / f"{md['namespace']}_{md['name']}_{md['uid']}"
+
+
+def release_images(root: Path) -> None:
+    """Never leave a pod image mounted (nor what is mounted inside it) or its loop device
+    attached, whatever the test did."""
+    images = PodImages(root)
+    images.adopt()
+    for uid in images.image_uids():
+        mounts.unmount_all_under(images.mount_point(uid))
+    images.release_orphans(set())

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubelet_harness import log_dir
 
 from ephemera.kubelet.stats import LoopImageAccounting
 from ephemera.kubelet.stats.loopdev import devices_backed_by
-from ephemera.kubelet.stats.loopimage import PodImages
 from ephemera.kubelet.volumes import mounts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices need root")
@@ -32,23 +31,8 @@ def pod(name: str) -> dict[str, Any]:
             "spec": {"containers": [{"name": "app"}]}}
 
 
-def log_dir(root: Path, p: dict[str, Any]) -> Path:
-    md = p["metadata"]
-    return root / "logs" / "pods" / f"{md['namespace']}_{md['name']}_{md['uid']}"
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "kubelet"
-    root.mkdir()
-    try:
-        yield root
-    finally:
-        images = PodImages(root)
-        images.adopt()
-        for uid in images.image_uids():
-            mounts.unmount_all_under(images.mount_point(uid))
-        images.release_orphans(set())
 
 
 async def test_partial_images_of_unknown_pods_are_swept(root: Path) -> None:

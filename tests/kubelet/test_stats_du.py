@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubelet_harness import du, write
 from runtime_testing import build_busybox_layer
 
 from ephemera.kubelet.runtime.oci import OciRuntime
@@ -27,26 +28,6 @@ from ephemera.kubelet.stats import (
 )
 
 
-def du_bytes(path: Path) -> int:
-    out = subprocess.run(["du", "-s", "-x", "-B1", str(path)], check=True,
-                         capture_output=True, text=True).stdout
-    return int(out.split()[0])
-
-
-def du_inodes(path: Path) -> int:
-    out = subprocess.run(["du", "-s", "-x", "--inodes", str(path)], check=True,
-                         capture_output=True, text=True).stdout
-    return int(out.split()[0])
-
-
-def write(path: Path, size: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(b"x" * size)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def test_sparse_file_counts_allocated_blocks_only(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -56,8 +37,8 @@ def test_sparse_file_counts_allocated_blocks_only(tmp_path: Path) -> None:
     usage = disk_usage(tree)
     assert (tree / "sparse").stat().st_size == 1 << 30
     assert usage.bytes < 2 << 20  # not 1 GiB
-    assert usage.bytes == du_bytes(tree)
-    assert usage.inodes == 3 == du_inodes(tree)
+    assert usage.bytes == du(tree, "-B1")
+    assert usage.inodes == 3 == du(tree, "--inodes")
 
 
 def test_hard_links_are_counted_once(tmp_path: Path) -> None:
@@ -69,8 +50,8 @@ def test_hard_links_are_counted_once(tmp_path: Path) -> None:
     usage = disk_usage(tree)
     single = (tree / "a").stat().st_blocks * 512
     directories = sum(p.stat().st_blocks * 512 for p in (tree, tree / "sub"))
-    assert usage.bytes == single + directories == du_bytes(tree)
-    assert usage.inodes == 3 == du_inodes(tree)  # tree, sub, one file
+    assert usage.bytes == single + directories == du(tree, "-B1")
+    assert usage.inodes == 3 == du(tree, "--inodes")  # tree, sub, one file
 
 
 def test_symlinks_are_not_followed(tmp_path: Path) -> None:
@@ -81,7 +62,7 @@ def test_symlinks_are_not_followed(tmp_path: Path) -> None:
     (tree / "link").symlink_to(outside)
     usage = disk_usage(tree)
     assert usage.bytes < 1 << 20
-    assert usage.bytes == du_bytes(tree)
+    assert usage.bytes == du(tree, "-B1")
 
 
 def test_missing_path_measures_zero(tmp_path: Path) -> None:
@@ -107,8 +88,8 @@ def test_another_filesystem_below_the_root_is_skipped(tmpfs_below: Path) -> None
     write(tmpfs_below / "local", 8192)
     usage = disk_usage(tmpfs_below)
     assert usage.bytes < 1 << 20
-    assert usage.bytes == du_bytes(tmpfs_below)
-    assert usage.inodes == du_inodes(tmpfs_below)
+    assert usage.bytes == du(tmpfs_below, "-B1")
+    assert usage.inodes == du(tmpfs_below, "--inodes")
     # measured from its own root, the tmpfs counts what it holds
     assert disk_usage(tmpfs_below / "mnt").bytes >= 4 << 20
 
@@ -125,8 +106,8 @@ def test_large_tree_is_measured_over_bounded_passes(tmp_path: Path) -> None:
     tree = tmp_path / "big"
     make_tree(tree, 5000)
     expected = disk_usage(tree)
-    assert expected.bytes == du_bytes(tree)
-    assert expected.inodes == 5000 + 10 + 1 == du_inodes(tree)
+    assert expected.bytes == du(tree, "-B1")
+    assert expected.inodes == 5000 + 10 + 1 == du(tree, "--inodes")
 
     walk = DirectoryWalk(tree)
     steps = []
@@ -150,7 +131,7 @@ def test_large_tree_is_measured_over_bounded_passes(tmp_path: Path) -> None:
     assert result is not None and (result.bytes, result.inodes) == (expected.bytes,
                                                                     expected.inodes)
     small_usage = backend.usage(small)
-    assert small_usage is not None and small_usage.bytes == du_bytes(small)
+    assert small_usage is not None and small_usage.bytes == du(small, "-B1")
 
 
 async def test_backend_keeps_last_result_until_a_new_walk_finishes(tmp_path: Path) -> None:
@@ -167,7 +148,7 @@ async def test_backend_keeps_last_result_until_a_new_walk_finishes(tmp_path: Pat
     for _ in range(10):
         await backend.measure([tree])
     latest = backend.usage(tree)
-    assert latest is not None and latest.bytes == du_bytes(tree) > first.bytes
+    assert latest is not None and latest.bytes == du(tree, "-B1") > first.bytes
     await backend.measure([])  # no longer asked for: forgotten
     assert backend.usage(tree) is None
 
@@ -221,18 +202,18 @@ async def test_summary_of_a_kubelet_layout(tmp_path: Path) -> None:
     assert pod_doc["startTime"] == "2026-11-29T10:00:00Z"
     by_name = {c["name"]: c for c in pod_doc["containers"]}
     app_upper = pod_dir / "containers" / "app" / "1" / "upper"
-    assert by_name["app"]["rootfs"]["usedBytes"] == du_bytes(app_upper)
-    assert by_name["app"]["logs"]["usedBytes"] == du_bytes(log_dir / "app")
+    assert by_name["app"]["rootfs"]["usedBytes"] == du(app_upper, "-B1")
+    assert by_name["app"]["logs"]["usedBytes"] == du(log_dir / "app", "-B1")
     assert by_name["app"]["logs"]["inodesUsed"] == 3
     assert "logs" not in by_name["sidecar"]  # no log dir yet
     volume_doc = {v["name"]: v for v in pod_doc["volume"]}
     assert set(volume_doc) == {"scratch", "ram", "conf"}  # hostPath has no metrics
-    assert volume_doc["scratch"]["usedBytes"] == du_bytes(mounted["scratch"])
-    assert volume_doc["ram"]["usedBytes"] == du_bytes(mounted["ram"])
+    assert volume_doc["scratch"]["usedBytes"] == du(mounted["scratch"], "-B1")
+    assert volume_doc["ram"]["usedBytes"] == du(mounted["ram"], "-B1")
 
-    expected = (du_bytes(app_upper) + du_bytes(log_dir / "app")
-                + du_bytes(pod_dir / "containers" / "sidecar" / "0" / "upper")
-                + du_bytes(mounted["scratch"]) + du_bytes(mounted["conf"]))
+    expected = (du(app_upper, "-B1") + du(log_dir / "app", "-B1")
+                + du(pod_dir / "containers" / "sidecar" / "0" / "upper", "-B1")
+                + du(mounted["scratch"], "-B1") + du(mounted["conf"], "-B1"))
     assert pod_doc["ephemeral-storage"]["usedBytes"] == expected
     assert pod_doc["ephemeral-storage"]["capacityBytes"] == doc["node"]["fs"]["capacityBytes"]
     assert summary.pods[0].ephemeral_storage is not None
@@ -276,8 +257,8 @@ async def test_a_real_containers_writable_layer_and_logs(tmp_path: Path,
     summary = await StatsProvider("n", runtime.root, DuBackend()).get([paths])
     (container_stats,) = summary.pods[0].containers
     assert container_stats.rootfs is not None and container_stats.logs is not None
-    assert container_stats.rootfs.used_bytes == du_bytes(upper) >= 3 << 20
-    assert container_stats.logs.used_bytes == du_bytes(log_dir / "app") > 0
+    assert container_stats.rootfs.used_bytes == du(upper, "-B1") >= 3 << 20
+    assert container_stats.logs.used_bytes == du(log_dir / "app", "-B1") > 0
     # the one limited container sets the pod's aggregate limit, checked first
     (eviction,) = local_storage_eviction([pod], summary)
     assert eviction.message == (

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubelet_harness import du, log_dir, release_images, write
 from runtime_testing import build_busybox_layer
 
 from ephemera.kubelet.eviction import local_storage_eviction
@@ -32,7 +32,7 @@ from ephemera.kubelet.stats import (
 )
 from ephemera.kubelet.stats.accounting import ENFORCE_SLACK
 from ephemera.kubelet.stats.loopdev import devices_backed_by
-from ephemera.kubelet.stats.loopimage import BLOCK_SIZE, PodImages, probe
+from ephemera.kubelet.stats.loopimage import BLOCK_SIZE, probe
 from ephemera.kubelet.volumes import mounts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices need root")
@@ -40,16 +40,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices need roo
 EMPTY_DIR = "volumes/kubernetes.io~empty-dir"
 
 
-def du(path: Path, *args: str) -> int:
-    out = subprocess.run(["du", "-s", "-x", *args, str(path)], check=True,
-                         capture_output=True, text=True).stdout
-    return int(out.split()[0])
 
 
-def write(path: Path, size: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(b"x" * size)
 
 
 def pod(name: str, limit: str | None = None) -> dict[str, Any]:
@@ -61,29 +53,10 @@ def pod(name: str, limit: str | None = None) -> dict[str, Any]:
                      "volumes": [{"name": "cache", "emptyDir": {}}]}}
 
 
-def log_dir(root: Path, p: dict[str, Any]) -> Path:
-    md = p["metadata"]
-    return root / "logs" / "pods" / f"{md['namespace']}_{md['name']}_{md['uid']}"
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "kubelet"
-    root.mkdir()
-    try:
-        yield root
-    finally:
-        release_images(root)
 
 
-def release_images(root: Path) -> None:
-    """Never leave a pod image mounted (nor what is mounted inside it) or its loop device
-    attached, whatever the test did."""
-    images = PodImages(root)
-    images.adopt()
-    for uid in images.image_uids():
-        mounts.unmount_all_under(images.mount_point(uid))
-    images.release_orphans(set())
 
 
 def test_the_probe_works_here(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ephemera.api import errors, field, schema
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.api.managedfields import typed_patch_error
 
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
@@ -250,25 +251,25 @@ def time_error(text: str, micro: bool = False) -> str | None:
     """Why `text` does not parse as metav1.Time (RFC 3339) or MicroTime (six fractional
     digits), worded like Go's time.Parse, or None. Best effort on the wording."""
     layout = _RFC3339_MICRO if micro else _RFC3339
-    prefix = f"parsing time {_go_quote(text)} as {_go_quote(layout)}: "
+    prefix = f"parsing time {go_quote(text)} as {go_quote(layout)}: "
     rest = text
     fields: list[int] = []
     for element, width in (("2006", 4), ("-", 0), ("01", 2), ("-", 0), ("02", 2),
                            ("T", 0), ("15", 2), (":", 0), ("04", 2), (":", 0), ("05", 2)):
         if width == 0:
             if not rest.startswith(element):
-                return prefix + f"cannot parse {_go_quote(rest)} as {_go_quote(element)}"
+                return prefix + f"cannot parse {go_quote(rest)} as {go_quote(element)}"
             rest = rest[1:]
             continue
         digits = rest[:width]
         if len(digits) < width or not digits.isdigit():
-            return prefix + f"cannot parse {_go_quote(rest)} as {_go_quote(element)}"
+            return prefix + f"cannot parse {go_quote(rest)} as {go_quote(element)}"
         fields.append(int(digits))
         rest = rest[width:]
     if micro:
         frac = rest[:7]
         if len(frac) < 7 or frac[0] != "." or not frac[1:].isdigit():
-            return prefix + f"cannot parse {_go_quote(rest)} as \".000000\""
+            return prefix + f"cannot parse {go_quote(rest)} as \".000000\""
         rest = rest[7:]
     elif rest.startswith((".", ",")) and rest[1:2].isdigit():
         i = 1
@@ -280,39 +281,17 @@ def time_error(text: str, micro: bool = False) -> str | None:
     elif re.match(r"^[+-][0-9]{2}:[0-9]{2}", rest):
         rest = rest[6:]
     else:
-        return prefix + f"cannot parse {_go_quote(rest)} as \"Z07:00\""
+        return prefix + f"cannot parse {go_quote(rest)} as \"Z07:00\""
     if rest:
-        return f"parsing time {_go_quote(text)}: extra text: {_go_quote(rest)}"
+        return f"parsing time {go_quote(text)}: extra text: {go_quote(rest)}"
     _, month, day, hour, minute, second = fields
     for label, val, top in (("month", month, 12), ("day", day, 31), ("hour", hour, 23),
                             ("minute", minute, 59), ("second", second, 59)):
         if (label in ("month", "day") and val < 1) or val > top:
-            return f"parsing time {_go_quote(text)}: {label} out of range"
+            return f"parsing time {go_quote(text)}: {label} out of range"
     return None
 
 
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-               "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
-
-
-def _go_quote(text: str) -> str:
-    """Go's `strconv.Quote`: control and unprintable characters escaped, so the result is
-    safe in a message and in an HTTP header."""
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
 
 
 _B64 = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
@@ -443,8 +422,8 @@ def type_errors(obj: Any, definition: str) -> str | None:
 
 
 def _strict_errors(paths: list[str], duplicates: Sequence[str] = ()) -> list[str]:
-    return ([f"unknown field {_go_quote(p)}" for p in paths]
-            + [f"duplicate field {_go_quote(p)}" for p in duplicates])
+    return ([f"unknown field {go_quote(p)}" for p in paths]
+            + [f"duplicate field {go_quote(p)}" for p in duplicates])
 
 
 def strict_decoding_message(paths: list[str], duplicates: Sequence[str] = ()) -> str:
@@ -460,14 +439,14 @@ def warning_texts(paths: list[str], duplicates: Sequence[str] = ()) -> list[str]
 
 def warning_header(text: str) -> str:
     """A `Warning` header value as the apiserver sends it: `299 - "<escaped text>"`."""
-    return f"299 - {_go_quote(text)}"
+    return f"299 - {go_quote(text)}"
 
 
 def decode_error(kind: str, version: str, message: str) -> StatusError:
     """400 `<Kind> in version "<version>" cannot be handled as a <Kind>: <message>` (the
     body of a create or update did not decode)."""
     return StatusError(400, "BadRequest",
-                       f"{kind} in version {_go_quote(version)} cannot be handled as a "
+                       f"{kind} in version {go_quote(version)} cannot be handled as a "
                        f"{kind}: {message}")
 
 
@@ -486,7 +465,7 @@ def patch_strict_error(paths: list[str], patched: str,
     is the patched object (the JSON text for JSON and merge patches; Go's `%+v` of the map
     for strategic merge patches, see `go_map_text`)."""
     detail = strict_decoding_message(paths, duplicates)
-    value = _go_quote(patched)
+    value = go_quote(patched)
     message = f"Invalid value: {value}: {detail}"
     return StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
                        {"causes": [{"reason": "FieldValueInvalid", "message": message,

@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ephemera.api.errors import StatusError, bad_request
+from ephemera.api.goformat import go_quote
 from ephemera.api.strategicpatch import (
     Node,
     canonical_json,
@@ -221,10 +222,6 @@ def _index_items(t: _Type, items: Any, path: FieldPath,
     return out
 
 
-def _go_quote(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
 def _value_string(value: Any) -> str:
     """structured-merge-diff's value.ToString."""
     if value is None:
@@ -232,7 +229,7 @@ def _value_string(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return _go_quote(value)
+        return go_quote(value)
     if isinstance(value, list):
         return "[" + ",".join(_value_string(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -651,9 +648,9 @@ class _Manager:
 
     def describe(self) -> str:
         """upstream's printManager."""
-        text = _go_quote(self.manager)
+        text = go_quote(self.manager)
         if self.subresource:
-            text += f" with subresource {_go_quote(self.subresource)}"
+            text += f" with subresource {go_quote(self.subresource)}"
         if self.operation == "Update":
             text += f" using {self.api_version}"
         return text

@@ -35,7 +35,7 @@ import yaml
 from aiohttp import web
 
 from ephemera.api.errors import StatusError
-from ephemera.apiserver.authn import UserInfo
+from ephemera.apiserver.authnreviews import user_info_json
 from ephemera.apiserver.authz import Attributes
 from ephemera.apiserver.authz.requestinfo import attributes_of
 from ephemera.apiserver.body import RAW_BODY, DecodeError, decode_document
@@ -220,17 +220,6 @@ def timestamp(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _user(user: UserInfo) -> dict[str, Any]:
-    out: dict[str, Any] = {"username": user.name}
-    if user.uid:
-        out["uid"] = user.uid
-    if user.groups:
-        out["groups"] = list(user.groups)
-    if user.extra:
-        out["extra"] = {k: list(v) for k, v in user.extra.items()}
-    return out
-
-
 def _without_managed_fields(obj: Any) -> Any:
     if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) \
             and "managedFields" in obj["metadata"]:
@@ -261,7 +250,7 @@ class AuditRecord:
         event: dict[str, Any] = {
             "kind": "Event", "apiVersion": "audit.k8s.io/v1",
             "level": self.decision.level, "auditID": self.audit_id, "stage": stage,
-            "requestURI": self.request_uri, "verb": attrs.verb, "user": _user(attrs.user),
+            "requestURI": self.request_uri, "verb": attrs.verb, "user": user_info_json(attrs.user),
             "sourceIPs": list(self.source_ips),
         }
         if self.user_agent:

@@ -24,7 +24,6 @@ import base64
 import datetime as dt
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import uuid
@@ -37,6 +36,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from ephemera.api.goformat import go_quote_list
 from ephemera.api.wellknown import service_account_username
 from ephemera.apiserver.authn import AUTHENTICATED_GROUP, ObjectReader, UserInfo
 from ephemera.apiserver.certs import _write_private
@@ -273,8 +273,8 @@ class ServiceAccountTokenAuthenticator:
         wanted = list(requested) if requested is not None else self.audiences
         shared = tuple(a for a in token_audiences if a in wanted)
         if not shared and self.audiences:
-            raise InvalidToken(f"token audiences {_go_quoted(token_audiences)} is invalid for "
-                               f"the target audiences {_go_quoted(wanted)}")
+            raise InvalidToken(f"token audiences {go_quote_list(token_audiences)} is invalid for "
+                               f"the target audiences {go_quote_list(wanted)}")
         return shared
 
     async def _check_bound(self, kind: str, namespace: str, ref: Mapping[str, Any],
@@ -345,6 +345,3 @@ class ServiceAccountTokenAuthenticator:
             return None
 
 
-def _go_quoted(values: Sequence[str]) -> str:
-    """Go's `%q` of a []string: `["a" "b"]`."""
-    return "[" + " ".join(json.dumps(v) for v in values) + "]"

@@ -8,12 +8,11 @@ ConfigMap changes or goes, and every `resync_period`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
 
 from ephemera.api.errors import StatusError
-from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
+from ephemera.client import ApiClient, Informer, resource_path
+from ephemera.controllers.pernamespace import PerNamespaceController
 
 __all__ = ["ROOT_CA_CONFIGMAP", "RootCACertPublisher"]
 
@@ -28,33 +27,21 @@ DESCRIPTION = (
 DEFAULT_RESYNC_PERIOD = 60.0
 
 
-class RootCACertPublisher:
+class RootCACertPublisher(PerNamespaceController):
+    """Keeps `kube-root-ca.crt` right in every Active namespace; `run()` until cancelled."""
+
     def __init__(self, api: ApiClient, root_ca: str, *,
                  resync_period: float = DEFAULT_RESYNC_PERIOD) -> None:
-        self.api = api
         self.root_ca = root_ca
-        self.resync_period = resync_period
-        self.namespaces = Informer(api, resource_path("namespaces"), name="namespaces")
         self.configmaps = Informer(api, resource_path("configmaps"),
                                    field_selector=f"metadata.name={ROOT_CA_CONFIGMAP}",
                                    name="root CA configmaps")
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self.namespaces.add_handler(on_add=self._namespace,
-                                    on_update=lambda old, new: self._namespace(new))
-        self.configmaps.add_handler(on_update=lambda old, new: self._configmap(new),
-                                    on_delete=self._configmap)
+        super().__init__(api, self.configmaps, resync_period=resync_period,
+                         task_prefix="rootca", log=log)
+        self.configmaps.add_handler(on_update=lambda old, new: self._object_changed(new),
+                                    on_delete=self._object_changed)
 
-    def _namespace(self, namespace: dict[str, Any]) -> None:
-        self._queue.put_nowait(str((namespace.get("metadata") or {}).get("name") or ""))
-
-    def _configmap(self, configmap: dict[str, Any]) -> None:
-        self._queue.put_nowait(str((configmap.get("metadata") or {}).get("namespace") or ""))
-
-    async def sync(self, namespace: str) -> None:
-        ns = self.namespaces.get(namespace)
-        if ns is None or (ns.get("status") or {}).get("phase") == "Terminating" or \
-                (ns.get("metadata") or {}).get("deletionTimestamp"):
-            return
+    async def ensure(self, namespace: str) -> None:
         current = self.configmaps.get(f"{namespace}/{ROOT_CA_CONFIGMAP}")
         data = {"ca.crt": self.root_ca}
         if current is None:
@@ -77,30 +64,3 @@ class RootCACertPublisher:
                                               DESCRIPTION_ANNOTATION: DESCRIPTION}
         await self.api.update(resource_path("configmaps", namespace, ROOT_CA_CONFIGMAP),
                               updated)
-
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(self.resync_period)
-            for name in list(self.namespaces.keys()):
-                self._queue.put_nowait(name)
-
-    async def run(self) -> None:
-        tasks = [asyncio.create_task(self.namespaces.run(), name="rootca-namespaces"),
-                 asyncio.create_task(self.configmaps.run(), name="rootca-configmaps"),
-                 asyncio.create_task(self._resync(), name="rootca-resync")]
-        try:
-            await self.namespaces.wait_synced()
-            await self.configmaps.wait_synced()
-            while True:
-                namespace = await self._queue.get()
-                try:
-                    await self.sync(namespace)
-                except (StatusError, ApiUnavailable) as err:
-                    log.warning("namespace %s: %s; retrying", namespace,
-                                getattr(err, "message", err))
-                    await asyncio.sleep(1.0)
-                    self._queue.put_nowait(namespace)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)

@@ -10,12 +10,11 @@ being deleted is skipped, as upstream's controller does).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
 
 from ephemera.api.errors import StatusError
-from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
+from ephemera.client import ApiClient, Informer, resource_path
+from ephemera.controllers.pernamespace import PerNamespaceController
 
 __all__ = ["DEFAULT_SERVICE_ACCOUNT", "ServiceAccountsController"]
 
@@ -25,32 +24,18 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 DEFAULT_RESYNC_PERIOD = 60.0
 
 
-class ServiceAccountsController:
+class ServiceAccountsController(PerNamespaceController):
     """Keeps a `default` ServiceAccount in every Active namespace; `run()` until cancelled."""
 
     def __init__(self, api: ApiClient, *, resync_period: float = DEFAULT_RESYNC_PERIOD) -> None:
-        self.api = api
-        self.resync_period = resync_period
-        self.namespaces = Informer(api, resource_path("namespaces"), name="namespaces")
         self.accounts = Informer(api, resource_path("serviceaccounts"),
                                  field_selector=f"metadata.name={DEFAULT_SERVICE_ACCOUNT}",
                                  name="default serviceaccounts")
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self.namespaces.add_handler(on_add=self._namespace_changed,
-                                    on_update=lambda old, new: self._namespace_changed(new))
-        self.accounts.add_handler(on_delete=self._account_deleted)
+        super().__init__(api, self.accounts, resync_period=resync_period,
+                         task_prefix="serviceaccounts", log=log)
+        self.accounts.add_handler(on_delete=self._object_changed)
 
-    def _namespace_changed(self, namespace: dict[str, Any]) -> None:
-        self._queue.put_nowait(str((namespace.get("metadata") or {}).get("name") or ""))
-
-    def _account_deleted(self, account: dict[str, Any]) -> None:
-        self._queue.put_nowait(str((account.get("metadata") or {}).get("namespace") or ""))
-
-    async def sync(self, namespace: str) -> None:
-        ns = self.namespaces.get(namespace)
-        if ns is None or (ns.get("status") or {}).get("phase") == "Terminating" or \
-                (ns.get("metadata") or {}).get("deletionTimestamp"):
-            return
+    async def ensure(self, namespace: str) -> None:
         if self.accounts.get(f"{namespace}/{DEFAULT_SERVICE_ACCOUNT}") is not None:
             return
         try:
@@ -61,30 +46,3 @@ class ServiceAccountsController:
         except StatusError as err:
             if err.code not in (409, 403, 404):  # exists, or the namespace is going away
                 raise
-
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(self.resync_period)
-            for name in list(self.namespaces.keys()):
-                self._queue.put_nowait(name)
-
-    async def run(self) -> None:
-        tasks = [asyncio.create_task(self.namespaces.run(), name="namespaces-informer"),
-                 asyncio.create_task(self.accounts.run(), name="serviceaccounts-informer"),
-                 asyncio.create_task(self._resync(), name="serviceaccounts-resync")]
-        try:
-            await self.namespaces.wait_synced()
-            await self.accounts.wait_synced()
-            while True:
-                namespace = await self._queue.get()
-                try:
-                    await self.sync(namespace)
-                except (StatusError, ApiUnavailable) as err:
-                    log.warning("namespace %s: %s; retrying", namespace,
-                                getattr(err, "message", err))
-                    await asyncio.sleep(1.0)
-                    self._queue.put_nowait(namespace)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)

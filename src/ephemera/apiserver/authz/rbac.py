@@ -21,12 +21,12 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ephemera.api.goformat import go_quote_list
 from ephemera.api.wellknown import service_account_username
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision
@@ -442,14 +442,9 @@ def compact_rules(rules: Sequence[dict[str, list[str]]]) -> list[dict[str, list[
     return compacted + list(simple.values())
 
 
-def _go_quoted_list(values: Sequence[str]) -> str:
-    """Go's `%q` of a []string: `["a" "b"]`."""
-    return "[" + " ".join(json.dumps(v) for v in values) + "]"
-
-
 def compact_string(rule: Mapping[str, Sequence[str]]) -> str:
     """upstream's `rbacv1helpers.CompactString`."""
-    parts = [f"{label}:{_go_quoted_list(rule[key])}"
+    parts = [f"{label}:{go_quote_list(rule[key])}"
              for label, key in (("APIGroups", "apiGroups"), ("Resources", "resources"),
                                 ("NonResourceURLs", "nonResourceURLs"),
                                 ("ResourceNames", "resourceNames"), ("Verbs", "verbs"))
@@ -465,7 +460,7 @@ def escalation_error(user: UserInfo, owner_rules: Sequence[Rule], rules: Sequenc
     if ok:
         return None
     descriptions = sorted({compact_string(r) for r in compact_rules(missing)})
-    message = (f'user "{user.name}" (groups={_go_quoted_list(user.groups)}) is attempting to '
+    message = (f'user "{user.name}" (groups={go_quote_list(user.groups)}) is attempting to '
                "grant RBAC permissions not currently held:\n" + "\n".join(descriptions))
     if resolution_errors:
         message += f"; resolution errors: [{' '.join(resolution_errors)}]"

@@ -26,11 +26,11 @@ Critical pods are never evicted. Grace period 1 s, no condition, no annotations.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ephemera.api.featuregates import POD_LEVEL_RESOURCES, gate_enabled
+from ephemera.api.goformat import go_quote
 from ephemera.api.quantity import Quantity, QuantityError, QuantityFormat, quantity_from_json
 from ephemera.kubelet.eviction.api import (
     CONTAINER_EPHEMERAL_STORAGE_MESSAGE,
@@ -57,16 +57,10 @@ __all__ = [
     "container_limit_eviction",
     "disk_usage_quantity",
     "empty_dir_limit_eviction",
-    "go_quote",
     "local_storage_eviction",
     "pod_limit_eviction",
     "pod_limit_is_pod_level",
 ]
-
-
-def go_quote(text: str) -> str:
-    """Go's `%q` for the plain strings used here (volume names, quantities)."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 def disk_usage_quantity(fs: FsStats | None) -> Quantity:

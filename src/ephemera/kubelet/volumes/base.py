@@ -40,7 +40,6 @@ __all__ = [
     "aggregate_errors",
     "ensure_dir",
     "escape_plugin_name",
-    "go_quote",
     "pod_namespace",
     "pod_uid",
     "setup_tmpfs_dir",
@@ -117,6 +116,10 @@ class VolumePlugin(abc.ABC):
     def can_support(self, volume: Mapping[str, Any]) -> bool:
         return volume.get(self.source_key) is not None
 
+    def source_of(self, volume: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The `spec.volumes[]` entry's source for this plugin (`{}` when it is null)."""
+        return volume.get(self.source_key) or {}
+
     @abc.abstractmethod
     async def setup(
         self,
@@ -172,35 +175,3 @@ def aggregate_errors(messages: Sequence[str]) -> str:
     return "[" + ", ".join(unique) + "]"
 
 
-_GO_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    "\\": "\\\\",
-    '"': '\\"',
-}
-
-
-def go_quote(text: str) -> str:
-    """Go's `strconv.Quote` (what `%q` prints): printable runes as they are, the usual
-    backslash escapes, `\\xNN` below 0x80, `\\uNNNN`/`\\UNNNNNNNN` above."""
-    out = ['"']
-    for ch in text:
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        else:
-            code = ord(ch)
-            if code < 0x80:
-                out.append(f"\\x{code:02x}")
-            elif code < 0x10000:
-                out.append(f"\\u{code:04x}")
-            else:
-                out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)

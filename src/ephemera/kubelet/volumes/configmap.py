@@ -36,8 +36,10 @@ __all__ = [
     "DEFAULT_MODE",
     "ConfigMapPlugin",
     "fetch_configmap",
+    "fetch_object_payload",
     "fetch_optional_object",
     "make_configmap_payload",
+    "setup_object_volume",
     "setup_payload_volume",
 ]
 
@@ -130,6 +132,43 @@ async def setup_payload_volume(
     await asyncio.to_thread(write_volume, host_dir, payload, size)
 
 
+ObjectFetcher = Callable[[VolumeHost, str, str, bool], Awaitable[dict[str, Any]]]
+PayloadMaker = Callable[[Any, Mapping[str, Any], int, bool], dict[str, FileProjection]]
+
+
+async def fetch_object_payload(
+    host: VolumeHost,
+    namespace: str,
+    name: str,
+    ref: Mapping[str, Any],
+    fetch: ObjectFetcher,
+    make_payload: PayloadMaker,
+    default_mode: int,
+) -> dict[str, FileProjection]:
+    """Fetch the ConfigMap/Secret `name` that `ref` (its `items`, `optional`) projects and
+    build its payload with `default_mode` (a projected volume's configMap/secret source)."""
+    optional = bool(ref.get("optional"))
+    obj = await fetch(host, namespace, name, optional)
+    return make_payload(ref.get("items"), obj, default_mode, optional)
+
+
+async def setup_object_volume(
+    pod: Mapping[str, Any],
+    source: Mapping[str, Any],
+    name: str,
+    fetch: ObjectFetcher,
+    make_payload: PayloadMaker,
+    host: VolumeHost,
+    host_dir: Path,
+    size: int | None,
+) -> None:
+    """Fetch the ConfigMap/Secret `name` of the volume `source` in the pod's namespace and
+    write its payload into `host_dir` (a configMap or secret volume)."""
+    optional = bool(source.get("optional"))
+    obj = await fetch(host, pod_namespace(pod), name, optional)
+    await setup_payload_volume(source, obj, make_payload, host_dir, size)
+
+
 class ConfigMapPlugin(VolumePlugin):
     name = "kubernetes.io/configmap"
     source_key = "configMap"
@@ -142,8 +181,8 @@ class ConfigMapPlugin(VolumePlugin):
         host_dir: Path,
         host: VolumeHost,
     ) -> None:
-        source = volume.get("configMap") or {}
+        source = self.source_of(volume)
         name = str(source.get("name") or "")
-        optional = bool(source.get("optional"))
-        configmap = await fetch_configmap(host, pod_namespace(pod), name, optional)
-        await setup_payload_volume(source, configmap, make_configmap_payload, host_dir, None)
+        await setup_object_volume(
+            pod, source, name, fetch_configmap, make_configmap_payload, host, host_dir, None
+        )

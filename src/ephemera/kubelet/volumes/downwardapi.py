@@ -22,7 +22,6 @@ files.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import re
@@ -31,16 +30,16 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from ephemera.api.goformat import go_quote
 from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
-from ephemera.kubelet.volumes.atomicwriter import FileProjection, write_volume
+from ephemera.kubelet.volumes.atomicwriter import FileProjection
 from ephemera.kubelet.volumes.base import (
     VolumeHost,
     VolumePlugin,
     VolumeSetupError,
     aggregate_errors,
-    go_quote,
 )
-from ephemera.kubelet.volumes.emptydir import memory_backed_size
+from ephemera.kubelet.volumes.emptydir import write_memory_backed_volume
 
 __all__ = [
     "DEFAULT_MODE",
@@ -184,11 +183,10 @@ class DownwardAPIPlugin(VolumePlugin):
         host_dir: Path,
         host: VolumeHost,
     ) -> None:
-        source = volume.get("downwardAPI") or {}
+        source = self.source_of(volume)
         payload, errors = collect_downward_api(
             pod, source.get("items"), _mode(source.get("defaultMode"), DEFAULT_MODE), host
         )
         if errors:
             raise VolumeSetupError(aggregate_errors(errors))
-        size = memory_backed_size(pod, host.node_allocatable_memory)
-        await asyncio.to_thread(write_volume, host_dir, payload, size)
+        await write_memory_backed_volume(pod, host, host_dir, payload)

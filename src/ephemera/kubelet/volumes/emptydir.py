@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ephemera.api.quantity import QuantityError, quantity_from_json
+from ephemera.kubelet.volumes.atomicwriter import FileProjection, write_volume
 from ephemera.kubelet.volumes.base import (
     VolumeHost,
     VolumePlugin,
@@ -35,7 +36,12 @@ from ephemera.pods.resources import (
     pod_limits,
 )
 
-__all__ = ["EmptyDirPlugin", "memory_backed_size", "pod_memory_limit"]
+__all__ = [
+    "EmptyDirPlugin",
+    "memory_backed_size",
+    "pod_memory_limit",
+    "write_memory_backed_volume",
+]
 
 
 def pod_memory_limit(pod: Mapping[str, Any]) -> int | None:
@@ -67,6 +73,18 @@ def memory_backed_size(
     return size
 
 
+async def write_memory_backed_volume(
+    pod: Mapping[str, Any],
+    host: VolumeHost,
+    host_dir: Path,
+    payload: Mapping[str, FileProjection],
+) -> None:
+    """Write `payload` atomically into `host_dir`, a tmpfs sized by `memory_backed_size`
+    (secret, downwardAPI and projected volumes)."""
+    size = memory_backed_size(pod, host.node_allocatable_memory)
+    await asyncio.to_thread(write_volume, host_dir, payload, size)
+
+
 class EmptyDirPlugin(VolumePlugin):
     name = "kubernetes.io/empty-dir"
     source_key = "emptyDir"
@@ -78,7 +96,7 @@ class EmptyDirPlugin(VolumePlugin):
         host_dir: Path,
         host: VolumeHost,
     ) -> None:
-        source = volume.get("emptyDir") or {}
+        source = self.source_of(volume)
         medium = str(source.get("medium") or "")
         if medium == "":
             await asyncio.to_thread(ensure_dir, host_dir, 0o777)

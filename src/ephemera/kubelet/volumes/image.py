@@ -57,7 +57,7 @@ class ImagePlugin(VolumePlugin):
         host_dir: Path,
         host: VolumeHost,
     ) -> None:
-        source = volume.get("image") or {}
+        source = self.source_of(volume)
         ref = str(source.get("reference") or "")
         if not ref:
             raise VolumeSetupError("image volume has no reference")

@@ -272,6 +272,22 @@ class MountedVolume:
     last_sync: float = 0.0
 
 
+def _mounted_from(
+    desired: DesiredVolume, *, uncertain: bool, synced_version: int = 0, last_sync: float = 0.0
+) -> MountedVolume:
+    """The actual-state entry for the desired volume `desired` once its setup ran."""
+    return MountedVolume(
+        pod_uid=desired.pod_uid,
+        name=desired.name,
+        plugin_dir=desired.plugin.dir_name,
+        host_dir=desired.host_dir,
+        fingerprint=desired.fingerprint,
+        uncertain=uncertain,
+        synced_version=synced_version,
+        last_sync=last_sync,
+    )
+
+
 @dataclass
 class _OpState:
     failures: int = 0
@@ -779,25 +795,11 @@ class VolumeManager:
             if key not in self._asw and await asyncio.to_thread(
                 os.path.lexists, desired.host_dir
             ):
-                self._asw[key] = MountedVolume(
-                    pod_uid=desired.pod_uid,
-                    name=desired.name,
-                    plugin_dir=desired.plugin.dir_name,
-                    host_dir=desired.host_dir,
-                    fingerprint=desired.fingerprint,
-                    uncertain=True,
-                )
+                self._asw[key] = _mounted_from(desired, uncertain=True)
             self._notify(desired.pod_uid)
             return
-        self._asw[key] = MountedVolume(
-            pod_uid=desired.pod_uid,
-            name=desired.name,
-            plugin_dir=desired.plugin.dir_name,
-            host_dir=desired.host_dir,
-            fingerprint=desired.fingerprint,
-            uncertain=False,
-            synced_version=version,
-            last_sync=self._now(),
+        self._asw[key] = _mounted_from(
+            desired, uncertain=False, synced_version=version, last_sync=self._now()
         )
         self._op_states.pop(key, None)
         if not was_mounted:

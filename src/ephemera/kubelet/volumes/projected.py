@@ -18,12 +18,11 @@ are not supported yet`. `clusterTrustBundle` and `podCertificate` sources are no
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ephemera.kubelet.volumes.atomicwriter import FileProjection, write_volume
+from ephemera.kubelet.volumes.atomicwriter import FileProjection
 from ephemera.kubelet.volumes.base import (
     VolumeHost,
     VolumePlugin,
@@ -31,9 +30,13 @@ from ephemera.kubelet.volumes.base import (
     aggregate_errors,
     pod_namespace,
 )
-from ephemera.kubelet.volumes.configmap import fetch_configmap, make_configmap_payload
+from ephemera.kubelet.volumes.configmap import (
+    fetch_configmap,
+    fetch_object_payload,
+    make_configmap_payload,
+)
 from ephemera.kubelet.volumes.downwardapi import collect_downward_api
-from ephemera.kubelet.volumes.emptydir import memory_backed_size
+from ephemera.kubelet.volumes.emptydir import write_memory_backed_volume
 from ephemera.kubelet.volumes.secret import fetch_secret, make_secret_payload
 
 __all__ = ["DEFAULT_MODE", "SERVICE_ACCOUNT_TOKEN_UNSUPPORTED", "ProjectedPlugin"]
@@ -74,7 +77,7 @@ class ProjectedPlugin(VolumePlugin):
     async def collect(
         self, pod: Mapping[str, Any], volume: Mapping[str, Any], host: VolumeHost
     ) -> dict[str, FileProjection]:
-        projected = volume.get("projected") or {}
+        projected = self.source_of(volume)
         default_mode = _mode(projected.get("defaultMode"), DEFAULT_MODE)
         namespace = pod_namespace(pod)
         payload: dict[str, FileProjection] = {}
@@ -83,20 +86,14 @@ class ProjectedPlugin(VolumePlugin):
             try:
                 if source.get("configMap") is not None:
                     ref = source["configMap"]
-                    name = str(ref.get("name") or "")
-                    optional = bool(ref.get("optional"))
-                    obj = await fetch_configmap(host, namespace, name, optional)
-                    payload.update(
-                        make_configmap_payload(ref.get("items"), obj, default_mode, optional)
-                    )
+                    payload.update(await fetch_object_payload(
+                        host, namespace, str(ref.get("name") or ""), ref,
+                        fetch_configmap, make_configmap_payload, default_mode))
                 elif source.get("secret") is not None:
                     ref = source["secret"]
-                    name = str(ref.get("name") or "")
-                    optional = bool(ref.get("optional"))
-                    obj = await fetch_secret(host, namespace, name, optional)
-                    payload.update(
-                        make_secret_payload(ref.get("items"), obj, default_mode, optional)
-                    )
+                    payload.update(await fetch_object_payload(
+                        host, namespace, str(ref.get("name") or ""), ref,
+                        fetch_secret, make_secret_payload, default_mode))
                 elif source.get("downwardAPI") is not None:
                     items, item_errors = collect_downward_api(
                         pod, source["downwardAPI"].get("items"), default_mode, host
@@ -126,5 +123,4 @@ class ProjectedPlugin(VolumePlugin):
         host: VolumeHost,
     ) -> None:
         payload = await self.collect(pod, volume, host)
-        size = memory_backed_size(pod, host.node_allocatable_memory)
-        await asyncio.to_thread(write_volume, host_dir, payload, size)
+        await write_memory_backed_volume(pod, host, host_dir, payload)

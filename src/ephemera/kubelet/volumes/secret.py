@@ -20,9 +20,8 @@ from ephemera.kubelet.volumes.base import (
     VolumeHost,
     VolumePlugin,
     VolumeSetupError,
-    pod_namespace,
 )
-from ephemera.kubelet.volumes.configmap import fetch_optional_object, setup_payload_volume
+from ephemera.kubelet.volumes.configmap import fetch_optional_object, setup_object_volume
 from ephemera.kubelet.volumes.emptydir import memory_backed_size
 
 __all__ = ["DEFAULT_MODE", "SecretPlugin", "fetch_secret", "make_secret_payload"]
@@ -83,9 +82,9 @@ class SecretPlugin(VolumePlugin):
         host_dir: Path,
         host: VolumeHost,
     ) -> None:
-        source = volume.get("secret") or {}
+        source = self.source_of(volume)
         name = str(source.get("secretName") or "")
-        optional = bool(source.get("optional"))
-        secret = await fetch_secret(host, pod_namespace(pod), name, optional)
         size = memory_backed_size(pod, host.node_allocatable_memory)
-        await setup_payload_volume(source, secret, make_secret_payload, host_dir, size)
+        await setup_object_volume(
+            pod, source, name, fetch_secret, make_secret_payload, host, host_dir, size
+        )
