@@ -23,11 +23,12 @@ from ephemera.api.errors import StatusError
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.client import ApiClient, ClientConfig, resource_path
 from ephemera.kubelet.agent import Kubelet, KubeletConfig
+from ephemera.kubelet.backoff import BackOffPolicy
 from ephemera.kubelet.images import ImageStore
-from ephemera.kubelet.podworkers import BackOffPolicy, WorkerSettings
 from ephemera.kubelet.runtime.fake import FakeRuntime
 from ephemera.kubelet.stats.loopimage import PodImages
 from ephemera.kubelet.volumes import mounts
+from ephemera.kubelet.workerdeps import WorkerSettings
 from ephemera.store import open_store
 
 NODE = "fake-node"

@@ -26,6 +26,7 @@ from kubelet_harness import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from ephemera.api.errors import StatusError
 from ephemera.client import resource_path
 from ephemera.kubelet import node as node_module
 from ephemera.kubelet.agent import admit
@@ -50,11 +51,20 @@ def _mounts(p: Obj, name: str = "c") -> list[str]:
 
 
 async def _edit_dynamic(h: Harness, volumes: list[Obj], mounts: list[Obj]) -> None:
+    """Read, change and write `/dynamic`, again on a conflict (the kubelet writes the
+    status meanwhile), as `kubectl edit` would."""
     path = resource_path("pods", "default", "w") + "/dynamic"
-    current = await h.api.get(path)
-    current["spec"]["volumes"] = volumes
-    current["spec"]["containers"][0]["volumeMounts"] = mounts
-    await h.api.update(path, current)
+    for _ in range(5):
+        current = await h.api.get(path)
+        current["spec"]["volumes"] = volumes
+        current["spec"]["containers"][0]["volumeMounts"] = mounts
+        try:
+            await h.api.update(path, current)
+            return
+        except StatusError as err:
+            if err.code != 409:
+                raise
+    raise AssertionError("the /dynamic update conflicted five times")
 
 
 async def _equals(value: Awaitable[int], expected: int) -> bool:

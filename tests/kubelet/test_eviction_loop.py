@@ -1,5 +1,5 @@
 """The kubelet's eviction manager wired into the agent (issue 6): a kubelet on the fake
-runtime, real files written into a pod's emptyDir, one `Kubelet.eviction_pass()` (what the
+runtime, real files written into a pod's emptyDir, one `EvictionManager.synchronize()` (what the
 `--eviction-interval` loop runs), and the pod `Failed` / `Evicted` with upstream's or
 KEP-6386's exact message, the `Evicted` event, the `kubelet_evictions` metric, the
 `/stats/summary` document, and admission under DiskPressure."""
@@ -46,7 +46,7 @@ async def test_empty_dir_over_its_size_limit_is_evicted(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
         _, scratch = await _running_with_scratch(h, "over", {"sizeLimit": "1Mi"})
         _write(scratch / "data", 2 * MiB)
-        started = await h.kubelet.eviction_pass()
+        started = await h.kubelet.eviction_manager.synchronize()
         assert [e.signal for e in started] == ["emptydirfs.limit"]
         message = 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '
         evicted = await h.wait_pod("over", lambda p: _phase(p) == "Failed")
@@ -59,14 +59,14 @@ async def test_empty_dir_over_its_size_limit_is_evicted(tmp_path: Path) -> None:
         metrics = h.kubelet.metrics.render().decode()
         assert 'kubelet_evictions{eviction_signal="emptydirfs.limit"} 1.0' in metrics
         # Evicted once: the next pass leaves it alone.
-        assert await h.kubelet.eviction_pass() == []
+        assert await h.kubelet.eviction_manager.synchronize() == []
 
 
 async def test_empty_dir_within_its_size_limit_stays(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
         _, scratch = await _running_with_scratch(h, "within", {"sizeLimit": "4Mi"})
         _write(scratch / "data", 1 * MiB)
-        assert await h.kubelet.eviction_pass() == []
+        assert await h.kubelet.eviction_manager.synchronize() == []
         summary = await h.kubelet.stats_summary()
         [stats] = [p for p in summary["pods"] if p["podRef"]["name"] == "within"]
         [volume] = stats["volume"]
@@ -89,7 +89,7 @@ async def test_pod_level_limit_exceeded_gives_the_kep_6386_message(tmp_path: Pat
             h, "podlevel", {}, resources={"limits": {"ephemeral-storage": "1Mi"}})
         _write(scratch / "data", 2 * MiB)
         used = disk_usage(scratch).bytes
-        started = await h.kubelet.eviction_pass()
+        started = await h.kubelet.eviction_manager.synchronize()
         assert [e.signal for e in started] == ["ephemeralpodfs.limit"]
         evicted = await h.wait_pod("podlevel", lambda p: _phase(p) == "Failed")
         quantity = Quantity.from_int(used, QuantityFormat.BINARY_SI)
@@ -100,7 +100,7 @@ async def test_pod_level_limit_exceeded_gives_the_kep_6386_message(tmp_path: Pat
 
 async def test_pod_arriving_under_disk_pressure_is_rejected(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
-        h.kubelet.node_conditions = ["DiskPressure"]
+        h.kubelet.eviction_manager.node_conditions = ["DiskPressure"]
         await h.create(pod("late", argv=["sleep", "3600"]))
         rejected = await h.wait_pod("late", lambda p: _phase(p) == "Failed")
         assert rejected["status"]["reason"] == "Evicted"
@@ -119,14 +119,14 @@ async def test_disk_pressure_is_checked_before_the_resource_fit(tmp_path: Path) 
         return body
 
     async with running_kubelet(tmp_path) as h:
-        h.kubelet.node_conditions = ["DiskPressure"]
+        h.kubelet.eviction_manager.node_conditions = ["DiskPressure"]
         await h.create(oversized("under-pressure"))
         rejected = await h.wait_pod("under-pressure", lambda p: _phase(p) == "Failed")
         assert rejected["status"]["reason"] == "Evicted"
         assert rejected["status"]["message"] == (
             "Pod was rejected: The node had condition: [DiskPressure]. ")
 
-        h.kubelet.node_conditions = []
+        h.kubelet.eviction_manager.node_conditions = []
         await h.create(oversized("no-pressure"))
         rejected = await h.wait_pod("no-pressure", lambda p: _phase(p) == "Failed")
         capacity = quantity_from_json(h.kubelet.node_allocatable["ephemeral-storage"]).value()
@@ -144,10 +144,10 @@ async def test_disk_pressure_sets_the_condition_and_evicts_one_pod_per_pass(
         for name in ("a", "b"):
             await h.wait_pod(name, lambda p: _phase(p) == "Running")
         # Met on any host whose filesystem is more than 1% used.
-        h.kubelet.thresholds = parse_eviction_hard("nodefs.available<99%")
-        started = await h.kubelet.eviction_pass()
+        h.kubelet.eviction_manager.thresholds = parse_eviction_hard("nodefs.available<99%")
+        started = await h.kubelet.eviction_manager.synchronize()
         assert [e.signal for e in started] == ["nodefs.available"]
-        assert h.kubelet.node_conditions == ["DiskPressure"]
+        assert h.kubelet.eviction_manager.node_conditions == ["DiskPressure"]
         node = await h.api.get(resource_path("nodes", name="fake-node"))
         disk = [c for c in node["status"]["conditions"] if c["type"] == "DiskPressure"]
         assert disk[0]["status"] == "True" and disk[0]["reason"] == "KubeletHasDiskPressure"

@@ -106,10 +106,10 @@ async def test_reclaiming_dead_containers_and_unused_images_avoids_an_eviction(
             import_filler(h, tmp_path, 4 * MiB)
             assert image_names(h) == ["docker.io/library/busybox:latest", FILLER]
             # Met now; no longer met once the 8Mi log and the 8Mi of image are gone.
-            h.kubelet.thresholds = parse_eviction_hard(
+            h.kubelet.eviction_manager.thresholds = parse_eviction_hard(
                 f"nodefs.available<{available(root) + 4 * MiB}")
-            assert await h.kubelet.eviction_pass() == []
-            assert h.kubelet.node_conditions == ["DiskPressure"]
+            assert await h.kubelet.eviction_manager.synchronize() == []
+            assert h.kubelet.eviction_manager.node_conditions == ["DiskPressure"]
             assert dead.id not in await runtime_ids(h)
             assert dead.log_path is not None and not dead.log_path.exists()
             # the base image is pinned; the running pod's image is in use anyway
@@ -128,9 +128,9 @@ async def test_when_reclaim_is_not_enough_one_pod_is_evicted_with_annotations(
             await h.wait_pod("victim", lambda p: _phase(p) == "Running")
             dead = await dead_container(h, "done", 1 * MiB)
             # More than the filesystem holds: still met after the reclaim.
-            h.kubelet.thresholds = parse_eviction_hard(
+            h.kubelet.eviction_manager.thresholds = parse_eviction_hard(
                 f"nodefs.available<{available(root) + 128 * MiB}")
-            started = await h.kubelet.eviction_pass()
+            started = await h.kubelet.eviction_manager.synchronize()
             assert dead.id not in await runtime_ids(h)
             assert [(e.pod["metadata"]["name"], e.signal) for e in started] == [
                 ("victim", "nodefs.available")]
@@ -156,23 +156,23 @@ async def test_image_store_on_its_own_filesystem_is_the_imagefs(tmp_path: Path) 
             await h.wait_pod("keeper", lambda p: _phase(p) == "Running")
             dead = await dead_container(h, "done", 1 * MiB)
             import_filler(h, tmp_path, 8 * MiB)
-            await h.kubelet.eviction_pass()
+            await h.kubelet.eviction_manager.synchronize()
             summary = await h.kubelet.stats_summary()
             image_fs = summary["node"]["runtime"]["imageFs"]
             assert image_fs["capacityBytes"] == 48 * MiB
             assert image_fs["availableBytes"] == available(images)
             assert summary["node"]["fs"]["capacityBytes"] == 64 * MiB
             # nodefs pressure (split layout): dead containers only, the images stay
-            h.kubelet.thresholds = parse_eviction_hard(
+            h.kubelet.eviction_manager.thresholds = parse_eviction_hard(
                 f"nodefs.available<{available(root) + 512 * 1024}")
-            assert await h.kubelet.eviction_pass() == []
+            assert await h.kubelet.eviction_manager.synchronize() == []
             assert dead.id not in await runtime_ids(h)
             assert FILLER in image_names(h)
             # imagefs pressure: unused images only; DiskPressure; no pod evicted
-            h.kubelet.thresholds = parse_eviction_hard(
+            h.kubelet.eviction_manager.thresholds = parse_eviction_hard(
                 f"imagefs.available<{available(images) + 4 * MiB}")
-            assert await h.kubelet.eviction_pass() == []
-            assert h.kubelet.node_conditions == ["DiskPressure"]
+            assert await h.kubelet.eviction_manager.synchronize() == []
+            assert h.kubelet.eviction_manager.node_conditions == ["DiskPressure"]
             assert image_names(h) == ["docker.io/library/busybox:latest"]
             keeper = await h.get("keeper")
             assert keeper is not None and _phase(keeper) == "Running"

@@ -56,16 +56,16 @@ async def test_image_gc_keeps_the_image_of_a_volume_whose_teardown_waits(
                              .get("volumes") in (None, []))
             assert mounts.is_mountpoint(host_dir)
 
-            await h.kubelet.reclaim_node_level_resources([UNUSED_IMAGES],
-                                                         h.kubelet._known_pods())
+            await h.kubelet.eviction_manager.reclaim_node_level_resources([UNUSED_IMAGES],
+                                                         h.kubelet.known_pods() or [])
             assert REF in _tags(h.kubelet.image_store)
             assert (host_dir / "lower").read_bytes() == b"first"
             assert (host_dir / "upper").read_bytes() == b"second"
 
             in_use = False  # torn down now; the next GC removes the image
             await wait_until(lambda: not host_dir.exists())
-            await h.kubelet.reclaim_node_level_resources([UNUSED_IMAGES],
-                                                         h.kubelet._known_pods())
+            await h.kubelet.eviction_manager.reclaim_node_level_resources([UNUSED_IMAGES],
+                                                         h.kubelet.known_pods() or [])
             assert REF not in _tags(h.kubelet.image_store)
     finally:
         mounts.unmount_all_under(tmp_path)

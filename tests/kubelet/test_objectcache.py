@@ -23,7 +23,7 @@ from kubelet_harness import FAST, pod, running_kubelet, wait_until
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.client import ApiClient, ClientConfig, resource_path
 from ephemera.kubelet.objectcache import PodObjects, pod_object_references
-from ephemera.kubelet.podworkers import PodRuntimeCache
+from ephemera.kubelet.podactions import PodRuntimeCache
 from ephemera.kubelet.runtime.base import ContainerState, ContainerStatus, Mount
 from ephemera.pods.references import CONFIGMAP, SECRET
 from ephemera.store import open_store

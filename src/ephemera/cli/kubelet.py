@@ -203,9 +203,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 async def _serve(client_config: Any, args: argparse.Namespace) -> int:
     from ephemera.kubelet.agent import Kubelet, KubeletConfig
+    from ephemera.kubelet.backoff import BackOffPolicy
     from ephemera.kubelet.images import ImageStore
-    from ephemera.kubelet.podworkers import BackOffPolicy, WorkerSettings
     from ephemera.kubelet.runtime import make_runtime
+    from ephemera.kubelet.workerdeps import WorkerSettings
 
     node_name = (args.node_name or socket.gethostname()).lower()
     root_dir: Path = args.root_dir.resolve()

@@ -39,20 +39,18 @@ new admission. Allocated changes get a `SuccessfulAllocation` event; dynamic vol
 unmounts (the volume manager's `VolumeOperation`s) feed `kubelet_dynamic_*` metrics
 (`ephemera.kubelet.metrics`) and the `SuccessfulMountVolume` / `SuccessfulUnMountVolume` events.
 
-**Eviction manager** (issue 6; `ephemera.kubelet.stats`, `ephemera.kubelet.eviction`): every
-`eviction_interval` (`--eviction-interval`, default 10 s) `eviction_pass()` measures the
-admitted pods' writable layers, logs and volumes (`StatsProvider` over the accounting backend
-`--storage-accounting` chooses, `stats/accounting.py`: the directory walk, or a loop-mounted
-ext4 image per pod read with `statvfs`, prepared and released with the pod), decides
-(`decide`: local-storage limits first, then the `--eviction-hard` thresholds), keeps the
-DiskPressure condition (`PressureConditions`; the Node status reads it through
-`NodeAgent.pressure_probe`), and evicts through the pod workers (`PodWorkers.evict`: containers
-killed with the eviction's grace period, `phase: Failed`, `reason: Evicted`, the message), with
-a Warning `Evicted` event and `kubelet_evictions{eviction_signal}`; under node pressure one pod
-per pass, after node-level reclaim (`ephemera.kubelet.gc`: dead containers, unused images; a
-Warning `EvictionThresholdMet` node event) left a threshold met. Admission
-rejects a non-critical pod under DiskPressure first (`admit_under_pressure`). The server's
-`/stats/summary` answers `stats_summary()` (the last measurements).
+**Eviction manager** (`ephemera.kubelet.eviction.manager.EvictionManager`, run every
+`eviction_interval`): the kubelet wires it to the stats provider (`StatsProvider` over the
+accounting backend `--storage-accounting` chooses, `stats/accounting.py`: the directory walk,
+or a loop-mounted ext4 image per pod read with `statvfs`, prepared and released with the pod)
+and is its `EvictionHost`: the pods it may evict, the pod workers that kill them
+(`PodWorkers.evict`), the images image GC keeps, the Node status it refreshes when a pressure
+condition changes (the Node reads `node_conditions` through `NodeAgent.pressure_probe`).
+Admission rejects a non-critical pod under DiskPressure first (`admit_under_pressure`). The
+server's `/stats/summary` answers `stats_summary()` (the last measurements).
+
+**Logs** (`ephemera.kubelet.logs`): `log_source` finds the pod and its computed status and
+lets `logs.log_source` pick the file; the server's `/containerLogs` streams it.
 
 The kubelet never stops containers when it stops: a restarted kubelet adopts them.
 """
@@ -64,7 +62,6 @@ import contextlib
 import inspect
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +73,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
-from ephemera.kubelet import events
+from ephemera.kubelet import events, logs
 from ephemera.kubelet.allocation import (
     FAILED_ALLOCATION,
     AllocationCheckpoint,
@@ -86,63 +83,24 @@ from ephemera.kubelet.allocation import (
     insufficient,
 )
 from ephemera.kubelet.events import KubeletEvents
-from ephemera.kubelet.eviction import (
-    Eviction,
-    PressureConditions,
-    admit_under_pressure,
-    decide,
-    node_pressure_eviction,
-    observe,
-    parse_eviction_hard,
-    thresholds_met,
-)
+from ephemera.kubelet.eviction import admit_under_pressure
 from ephemera.kubelet.eviction.decision import DEFAULT_PRESSURE_TRANSITION_PERIOD
-from ephemera.kubelet.eviction.reclaim import (
-    ABLE_TO_RECLAIM_LOG,
-    ATTEMPTING_TO_RECLAIM_LOG,
-    DEAD_CONTAINERS,
-    EVICTION_THRESHOLD_MET,
-    MUST_EVICT_LOG,
-    RECLAIM_EVENT_MESSAGE,
-    UNUSED_IMAGES,
-    node_reclaim_funcs,
-)
-from ephemera.kubelet.gc import (
-    delete_all_unused_containers,
-    delete_unused_images,
-    pod_image_refs,
-)
-from ephemera.kubelet.images import BASE_IMAGE_REF
+from ephemera.kubelet.eviction.manager import EvictionManager
+from ephemera.kubelet.gc import pod_image_refs
+from ephemera.kubelet.logs import LogSource
 from ephemera.kubelet.metrics import KubeletMetrics
 from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure, allocatable, probe_pressure
 from ephemera.kubelet.objectcache import PodObjects
-from ephemera.kubelet.podworkers import (
-    PodWorkers,
-    Relister,
-    WorkerDeps,
-    WorkerSettings,
-    container_log_path,
-    pod_log_dir,
-    remove_orphan_dirs,
-)
+from ephemera.kubelet.pleg import Relister
+from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
 from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
-from ephemera.kubelet.server import (
-    LogLookupError,
-    LogSource,
-    create_kubelet_app,
-    kubelet_ssl_context,
-)
-from ephemera.kubelet.stats import (
-    PodPaths,
-    StatsProvider,
-    make_accounting,
-    pod_paths,
-    summary_json,
-)
+from ephemera.kubelet.server import create_kubelet_app, kubelet_ssl_context
+from ephemera.kubelet.stats import StatsProvider, make_accounting
 from ephemera.kubelet.status import StatusManager, rejected_status
 from ephemera.kubelet.streaming import running_container_id
 from ephemera.kubelet.tokens import TokenManager
 from ephemera.kubelet.volumes.manager import MOUNT, VolumeOperation
+from ephemera.kubelet.workerdeps import WorkerDeps, WorkerSettings
 
 __all__ = ["AdmitResult", "Kubelet", "KubeletConfig", "admit"]
 
@@ -298,9 +256,12 @@ class Kubelet:
         self.stats = StatsProvider(config.node_name, config.root_dir, self.accounting.walk,
                                    image_dir=Path(image_dir) if image_dir is not None else None,
                                    pod_totals=self.accounting.pod_usage)
-        self.thresholds = parse_eviction_hard(config.eviction_hard)
-        self.pressure = PressureConditions(config.eviction_pressure_transition_period)
-        self.node_conditions: list[str] = []
+        self.eviction_manager = EvictionManager(
+            self, node_name=config.node_name, root_dir=config.root_dir, stats=self.stats,
+            events=self.events, runtime=runtime, image_store=images, gates=config.gates,
+            eviction_hard=config.eviction_hard,
+            pressure_transition_period=config.eviction_pressure_transition_period,
+            count_eviction=self.metrics.evictions.inc)
 
     # -- VolumeHost ----------------------------------------------------------------------
 
@@ -534,7 +495,8 @@ class Kubelet:
         """The admission decision: the eviction manager's (no pod under DiskPressure but a
         critical one), then the resource fit."""
         uid = str((pod.get("metadata") or {}).get("uid"))
-        pressure = admit_under_pressure(pod, self.node_conditions, self.config.gates)
+        pressure = admit_under_pressure(pod, self.eviction_manager.node_conditions,
+                                        self.config.gates)
         if not pressure.admit:
             return AdmitResult(False, pressure.reason, pressure.message)
         return admit(pod, self.allocation.others(uid), self.node_allocatable,
@@ -600,130 +562,59 @@ class Kubelet:
                            pod.get("status") or {}})
         return result
 
-    # -- the eviction manager (issue 6; ephemera.kubelet.eviction, ephemera.kubelet.stats) --
+    # -- the eviction manager's host (ephemera.kubelet.eviction.manager) ------------------
 
     def _pod_with_status(self, pod: Obj) -> Obj:
         status = self.status.get(str(pod["metadata"].get("uid")))
         return {**pod, "status": status} if status is not None else pod
 
-    def _known_pods(self) -> list[Obj]:
-        """The admitted pods the workers run (terminal ones too), with their statuses."""
-        if self.workers is None:
-            return []
+    def known_pods(self) -> list[Obj] | None:
+        """The admitted pods the workers run (terminal ones too), with their statuses; None
+        before the workers run and the first pods are handed to them."""
+        if self.workers is None or not self._initial_done:
+            return None
         return [self._pod_with_status(p) for p in self.workers.pods()
                 if str(p["metadata"].get("uid")) in self.admitted]
 
-    def _active_pods(self, known: Sequence[Obj]) -> list[Obj]:
-        """The pods the eviction manager may evict: not terminal, not being deleted, not
-        evicted already."""
-        assert self.workers is not None
-        return [p for p in known if not _terminal(p)
-                and not (p.get("metadata") or {}).get("deletionTimestamp")
-                and not self.workers.is_evicted(str(p["metadata"].get("uid")))]
+    def is_evicted(self, uid: str) -> bool:
+        return self.workers is not None and self.workers.is_evicted(uid)
 
-    def _pod_paths(self, pod: Obj) -> PodPaths:
-        uid = str(pod["metadata"].get("uid"))
-        return pod_paths(self.root_dir, pod, self.volumes.mounted_volumes(uid),
-                         pod_log_dir(self.root_dir, pod))
+    def is_terminating(self, uid: str) -> bool:
+        return self.workers is not None and self.workers.is_terminating(uid)
 
-    def _measured_paths(self, known: Sequence[Obj]) -> list[PodPaths]:
-        """The directories of the pods measured: not those whose worker is terminating
-        them (a walk's open directories would keep their storage busy while it is
-        released)."""
+    def kill_pod(self, uid: str, grace_period_seconds: float, reason: str, message: str,
+                 condition: Mapping[str, str] | None) -> bool:
+        return self.workers is not None and self.workers.evict(
+            uid, grace_period_seconds, reason, message, condition)
+
+    def spawn(self, work: Any, *, pod: Mapping[str, Any] | None = None) -> None:
         assert self.workers is not None
-        workers = self.workers
-        return [self._pod_paths(p) for p in known
-                if not workers.is_terminating(str(p["metadata"].get("uid")))]
+        self.workers.spawn(work, pod=pod)
+
+    def mounted_volumes(self, uid: str) -> Mapping[str, Path]:
+        mounted: Mapping[str, Path] = self.volumes.mounted_volumes(uid)
+        return mounted
+
+    async def relist(self) -> None:
+        await self.relister.relist()
+
+    async def update_node_status(self) -> None:
+        if self.node_agent is not None:
+            await self._update_node_status()
 
     async def stats_summary(self) -> dict[str, Any]:
         """The Summary API document (`/stats/summary`), from the last measurements."""
-        if self.workers is None:
-            return summary_json(await self.stats.get([], update=False))
-        paths = self._measured_paths(self._known_pods())
-        return summary_json(await self.stats.get(paths, update=False))
+        return await self.eviction_manager.summary()
 
     def _pressure(self) -> Pressure:
         """The node's pressure: DiskPressure from the eviction manager, memory and PIDs
         probed."""
         probed = probe_pressure(self.root_dir)
-        return Pressure(memory=probed.memory, disk="DiskPressure" in self.node_conditions,
+        return Pressure(memory=probed.memory,
+                        disk="DiskPressure" in self.eviction_manager.node_conditions,
                         pid=probed.pid)
 
-    async def eviction_pass(self) -> list[Eviction]:
-        """One pass of the eviction manager (upstream `synchronize`): measure, update the
-        node conditions, evict the pods over their local-storage limits, or under node
-        pressure (after node-level reclaim) one pod. The evictions started."""
-        if self.workers is None or not self._initial_done:
-            return []
-        known = self._known_pods()
-        active = self._active_pods(known)
-        summary = await self.stats.get(self._measured_paths(known))
-        decision = decide(active, summary, self.thresholds, self.config.gates)
-        conditions = self.pressure.update(decision.conditions, time.monotonic())
-        if conditions != self.node_conditions:
-            log.info("node %s: pressure conditions now %s", self.node_name, conditions)
-            self.node_conditions = conditions
-            if self.node_agent is not None:
-                await self._update_node_status()
-        evictions = list(decision.local_evictions)
-        if decision.to_reclaim is not None:
-            resource = decision.to_reclaim.resource
-            log.warning(ATTEMPTING_TO_RECLAIM_LOG, resource)
-            assert self.workers is not None
-            self.workers.spawn(self.events.node(
-                {"metadata": {"name": self.node_name}}, events.WARNING,
-                EVICTION_THRESHOLD_MET, RECLAIM_EVENT_MESSAGE.format(resource=resource)))
-            reclaims = node_reclaim_funcs(decision.to_reclaim.signal,
-                                          summary.dedicated_image_fs)
-            if reclaims:
-                await self.reclaim_node_level_resources(reclaims, known)
-                known = self._known_pods()
-                active = self._active_pods(known)
-                summary = await self.stats.get(self._measured_paths(known))
-            observations = observe(summary)
-            met = sorted(thresholds_met(self.thresholds, observations),
-                         key=lambda t: 0 if t.resource == "memory" else 1)
-            if reclaims and not met:
-                log.info(ABLE_TO_RECLAIM_LOG, resource)
-            else:
-                log.info(MUST_EVICT_LOG, resource)
-                chosen = node_pressure_eviction(active, summary, met, observations,
-                                                self.config.gates)
-                if chosen is not None:
-                    evictions.append(chosen)
-        started = [e for e in evictions if self._evict(e)]
-        return started
-
-    async def reclaim_node_level_resources(self, reclaims: Sequence[str],
-                                           known: Sequence[Obj]) -> None:
-        """Run the node-level garbage collections `reclaims` (`ephemera.kubelet.eviction.
-        reclaim`) in order; an error is logged, never raised (upstream's
-        `reclaimNodeLevelResources`)."""
-        assert self.workers is not None
-        workers = self.workers
-        done = {str(p["metadata"].get("uid")) for p in known
-                if _terminal(p) or workers.is_evicted(str(p["metadata"].get("uid")))}
-        for reclaim in reclaims:
-            try:
-                if reclaim == DEAD_CONTAINERS:
-                    removed = await delete_all_unused_containers(
-                        self.runtime, done.__contains__, lambda c: c.log_path)
-                    log.info("Eviction manager: container GC removed %d dead container(s)",
-                             len(removed))
-                elif reclaim == UNUSED_IMAGES:
-                    used = {c.image_id for c in await self.runtime.list_containers()}
-                    images = await asyncio.to_thread(delete_unused_images, self.image_store,
-                                                     used, self._needed_images(),
-                                                     [BASE_IMAGE_REF])
-                    log.info("Eviction manager: image GC removed %d unused image(s)",
-                             len(images))
-            except Exception as err:
-                log.warning("Eviction manager: unexpected error when attempting to reduce "
-                            "resource pressure (%s): %s", reclaim, err)
-        with contextlib.suppress(RuntimeError_):
-            await self.relister.relist()
-
-    def _needed_images(self) -> set[str]:
+    def needed_images(self) -> set[str]:
         """The image references image GC keeps besides the runtime's containers' images:
         what the non-terminal pods bound to the node name, what the allocated specs name
         (staged changes included), and the images of the image volumes still in the volume
@@ -737,21 +628,6 @@ class Kubelet:
         if mounted is not None:
             needed.update(mounted())
         return needed
-
-    def _evict(self, eviction: Eviction) -> bool:
-        assert self.workers is not None
-        pod = eviction.pod
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
-        if not self.workers.evict(uid, eviction.grace_period_seconds, eviction.reason,
-                                  eviction.message, eviction.condition):
-            return False
-        log.info("evicting pod %s/%s (%s): %s", (pod.get("metadata") or {}).get("namespace"),
-                 (pod.get("metadata") or {}).get("name"), eviction.signal, eviction.message)
-        self.metrics.evictions.inc(eviction.signal)
-        self.workers.spawn(self.events.pod(pod, events.WARNING, eviction.reason,
-                                           eviction.message, annotations=eviction.annotations),
-                           pod=pod)
-        return True
 
     # -- logs ----------------------------------------------------------------------------
 
@@ -768,79 +644,14 @@ class Kubelet:
 
     async def log_source(self, namespace: str, pod_name: str, container: str,
                          previous: bool) -> LogSource:
+        """The log `kubectl logs` reads (`ephemera.kubelet.logs.log_source`)."""
         pod = self._find_pod(namespace, pod_name)
-        if pod is None:
-            raise LogLookupError(f'pod "{pod_name}" does not exist', 404)
-        spec = pod.get("spec") or {}
-        names = [str(c.get("name")) for c in [*(spec.get("initContainers") or []),
-                                              *(spec.get("containers") or [])]]
-        if container not in names:
-            raise LogLookupError(f'container "{container}" not found in pod "{pod_name}"', 404)
-        uid = str(pod["metadata"].get("uid"))
-        status = self.status.get(uid) or pod.get("status") or {}
-        cstatus = None
-        for s in [*(status.get("containerStatuses") or []),
-                  *(status.get("initContainerStatuses") or [])]:
-            if s.get("name") == container:
-                cstatus = s
-        if cstatus is None:
-            raise LogLookupError(f'container "{container}" in pod "{pod_name}" is not '
-                                 f'available')
-        state = cstatus.get("state") or {}
-        last = (cstatus.get("lastState") or {}).get("terminated")
-        restarts = int(cstatus.get("restartCount") or 0)
-        container_id = ""
-        attempt = restarts
-        if previous:
-            if not last or not last.get("containerID"):
-                raise LogLookupError(f'previous terminated container "{container}" in pod '
-                                     f'"{pod_name}" not found')
-            container_id = str(last["containerID"])
-            attempt = restarts if state.get("waiting") else restarts - 1
-        elif state.get("running"):
-            container_id = str(cstatus.get("containerID") or "")
-        elif state.get("terminated"):
-            container_id = str(state["terminated"].get("containerID") or "") or \
-                str((last or {}).get("containerID") or "")
-            if not container_id:
-                raise LogLookupError(f'container "{container}" in pod "{pod_name}" is '
-                                     f'terminated')
-        elif last:
-            container_id = str(last.get("containerID") or "")
-            if not container_id:
-                raise LogLookupError(f'container "{container}" in pod "{pod_name}" is '
-                                     f'terminated')
-        elif state.get("waiting"):
-            reason = state["waiting"].get("reason")
-            if reason == "ErrImagePull":
-                detail = "image can't be pulled"
-            elif reason == "ImagePullBackOff":
-                detail = "trying and failing to pull image"
-            else:
-                detail = str(reason)
-            raise LogLookupError(f'container "{container}" in pod "{pod_name}" is waiting to '
-                                 f'start: {detail}')
-        else:
-            raise LogLookupError(f'container "{container}" in pod "{pod_name}" is waiting to '
-                                 f'start - no logs yet')
-        runtime_id = container_id.split("://", 1)[-1]
-        path: Path | None = None
-        try:
-            found = await self.runtime.container_status(runtime_id)
-            path = found.log_path
-        except (RuntimeError_, KeyError, LookupError):
-            path = None
-        if path is None:
-            path = container_log_path(self.root_dir, pod, container, max(attempt, 0))
-
-        async def still_running() -> bool:
-            try:
-                current = await self.runtime.container_status(runtime_id)
-            except (RuntimeError_, KeyError, LookupError):
-                return False
-            return current.state in (ContainerState.RUNNING, ContainerState.CREATED)
-
-        return LogSource(Path(path), still_running)
+        status: Mapping[str, Any] = {}
+        if pod is not None:
+            status = self.status.get(str(pod["metadata"].get("uid"))) or \
+                pod.get("status") or {}
+        return await logs.log_source(pod, status, pod_name, container, previous,
+                                     self.runtime, self.root_dir)
 
     # -- exec and attach (ephemera.kubelet.streaming) -------------------------------------
 
@@ -1038,7 +849,8 @@ class Kubelet:
             self._start(self.allocation.run(), "allocation")
             self._start(self._periodic(cfg.housekeeping_interval, self._housekeeping,
                                        "housekeeping"), "housekeeping")
-            self._start(self._periodic(cfg.eviction_interval, self.eviction_pass,
+            self._start(self._periodic(cfg.eviction_interval,
+                                       self.eviction_manager.synchronize,
                                        "the eviction manager's pass"), "eviction-manager")
             await stop.wait()
         finally:

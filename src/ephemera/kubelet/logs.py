@@ -1,5 +1,13 @@
-"""Container logs: reading the CRI log files the runtime writes, as upstream's
-`pkg/kubelet/kuberuntime/logs` does for `kubectl logs`.
+"""Container logs, served: which CRI log file a `kubectl logs` request reads (upstream's
+`kubelet.GetContainerLogs`: `log_source`), the `/containerLogs` handler of the kubelet's
+server (`serve_container_logs`, with its query options), and reading the CRI log files the
+runtime writes, as upstream's `pkg/kubelet/kuberuntime/logs` does.
+
+`GET /containerLogs/NS/POD/CONTAINER?follow=&tailLines=&previous=&timestamps=&sinceSeconds=
+&sinceTime=&limitBytes=`: the container's log as plain text, streamed while `follow` lasts. A
+container with no log to show is a 400 whose text is upstream's (`container "c" in pod "p" is
+waiting to start: ContainerCreating`, `previous terminated container "c" in pod "p" not
+found`, ...); an unknown pod or container a 404.
 
 A CRI log line is `<RFC3339Nano time> <stream> <tags> <content>\\n`, stream `stdout` or
 `stderr`, tags `F` (a full line) or `P` (part of a longer line, continued in the next record).
@@ -14,12 +22,31 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Protocol
 
-__all__ = ["LogLine", "LogOptions", "parse_cri_line", "parse_time", "stream_log"]
+from aiohttp import web
+
+from ephemera.kubelet.podutil import container_log_path
+from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
+
+__all__ = [
+    "LogHost",
+    "LogLine",
+    "LogLookupError",
+    "LogOptions",
+    "LogSource",
+    "log_options",
+    "log_source",
+    "parse_cri_line",
+    "parse_time",
+    "serve_container_logs",
+    "stream_log",
+]
 
 FOLLOW_POLL_INTERVAL = 0.1
 _CHUNK = 64 * 1024
@@ -183,3 +210,170 @@ def _read_from(path: Path, offset: int) -> bytes:
             return f.read(_CHUNK)
     except FileNotFoundError:
         return b""
+
+
+# --- which file: upstream's GetContainerLogs --------------------------------------------------
+
+
+class LogLookupError(Exception):
+    """No log to show: `code` 400 (the container's state says why) or 404 (no such pod)."""
+
+    def __init__(self, message: str, code: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """Where a container instance's log is, and whether it may still grow."""
+
+    path: Path
+    still_running: Callable[[], Awaitable[bool]]
+
+
+async def log_source(pod: Mapping[str, Any] | None, status: Mapping[str, Any],
+                     pod_name: str, container: str, previous: bool,
+                     runtime: RuntimeService, root_dir: Path) -> LogSource:
+    """The log a `kubectl logs` of `container` in `pod` (None: not found) reads, from the
+    pod's `status` as the kubelet computed it: the running or last terminated instance, or
+    with `previous` the one before."""
+    if pod is None:
+        raise LogLookupError(f'pod "{pod_name}" does not exist', 404)
+    spec = pod.get("spec") or {}
+    names = [str(c.get("name")) for c in [*(spec.get("initContainers") or []),
+                                          *(spec.get("containers") or [])]]
+    if container not in names:
+        raise LogLookupError(f'container "{container}" not found in pod "{pod_name}"', 404)
+    cstatus = None
+    for s in [*(status.get("containerStatuses") or []),
+              *(status.get("initContainerStatuses") or [])]:
+        if s.get("name") == container:
+            cstatus = s
+    if cstatus is None:
+        raise LogLookupError(f'container "{container}" in pod "{pod_name}" is not '
+                             f'available')
+    state = cstatus.get("state") or {}
+    last = (cstatus.get("lastState") or {}).get("terminated")
+    restarts = int(cstatus.get("restartCount") or 0)
+    container_id = ""
+    attempt = restarts
+    if previous:
+        if not last or not last.get("containerID"):
+            raise LogLookupError(f'previous terminated container "{container}" in pod '
+                                 f'"{pod_name}" not found')
+        container_id = str(last["containerID"])
+        attempt = restarts if state.get("waiting") else restarts - 1
+    elif state.get("running"):
+        container_id = str(cstatus.get("containerID") or "")
+    elif state.get("terminated"):
+        container_id = str(state["terminated"].get("containerID") or "") or \
+            str((last or {}).get("containerID") or "")
+        if not container_id:
+            raise LogLookupError(f'container "{container}" in pod "{pod_name}" is '
+                                 f'terminated')
+    elif last:
+        container_id = str(last.get("containerID") or "")
+        if not container_id:
+            raise LogLookupError(f'container "{container}" in pod "{pod_name}" is '
+                                 f'terminated')
+    elif state.get("waiting"):
+        reason = state["waiting"].get("reason")
+        if reason == "ErrImagePull":
+            detail = "image can't be pulled"
+        elif reason == "ImagePullBackOff":
+            detail = "trying and failing to pull image"
+        else:
+            detail = str(reason)
+        raise LogLookupError(f'container "{container}" in pod "{pod_name}" is waiting to '
+                             f'start: {detail}')
+    else:
+        raise LogLookupError(f'container "{container}" in pod "{pod_name}" is waiting to '
+                             f'start - no logs yet')
+    runtime_id = container_id.split("://", 1)[-1]
+    path: Path | None = None
+    try:
+        found = await runtime.container_status(runtime_id)
+        path = found.log_path
+    except (RuntimeError_, KeyError, LookupError):
+        path = None
+    if path is None:
+        path = container_log_path(root_dir, pod, container, max(attempt, 0))
+
+    async def still_running() -> bool:
+        try:
+            current = await runtime.container_status(runtime_id)
+        except (RuntimeError_, KeyError, LookupError):
+            return False
+        return current.state in (ContainerState.RUNNING, ContainerState.CREATED)
+
+    return LogSource(Path(path), still_running)
+
+
+# --- the /containerLogs handler ---------------------------------------------------------------
+
+
+class LogHost(Protocol):
+    """What the log handler asks of the kubelet."""
+
+    async def log_source(self, namespace: str, pod: str, container: str,
+                         previous: bool) -> LogSource: ...
+
+
+def _bool(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "t", "true")
+
+
+def _int(request: web.Request, name: str) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f'invalid {name} "{raw}"') from None
+
+
+def log_options(request: web.Request) -> LogOptions:
+    """The request's `follow`, `tailLines`, `timestamps`, `sinceSeconds`/`sinceTime` and
+    `limitBytes`."""
+    since_ns = None
+    since_seconds = _int(request, "sinceSeconds")
+    if since_seconds is not None:
+        since_ns = time.time_ns() - since_seconds * 1_000_000_000
+    since_time = request.query.get("sinceTime")
+    if since_time:
+        since_ns = parse_time(since_time)
+        if since_ns is None:
+            raise web.HTTPBadRequest(text=f'invalid sinceTime "{since_time}"')
+    tail = _int(request, "tailLines")
+    limit = _int(request, "limitBytes")
+    return LogOptions(follow=_bool(request, "follow"),
+                      tail_lines=tail if tail is not None and tail >= 0 else None,
+                      timestamps=_bool(request, "timestamps"), since_ns=since_ns,
+                      limit_bytes=limit if limit is not None and limit > 0 else None)
+
+
+async def serve_container_logs(request: web.Request, host: LogHost) -> web.StreamResponse:
+    """`GET /containerLogs/{namespace}/{pod}/{container}`."""
+    ns = request.match_info["namespace"]
+    pod = request.match_info["pod"]
+    container = request.match_info["container"]
+    options = log_options(request)
+    try:
+        source = await host.log_source(ns, pod, container, _bool(request, "previous"))
+    except LogLookupError as err:
+        return web.Response(status=err.code, text=err.message)
+    response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+    await response.prepare(request)
+
+    async def write(data: bytes) -> None:
+        await response.write(data)
+
+    try:
+        await stream_log(source.path, options, write,
+                         source.still_running if options.follow else None)
+    except (ConnectionResetError, ConnectionError):
+        return response
+    await response.write_eof()
+    return response

@@ -3,11 +3,8 @@
 - `GET /healthz`: `ok`.
 - `GET /pods`: a `PodList` of the pods admitted to this node, with the statuses the kubelet
   computed.
-- `GET /containerLogs/NS/POD/CONTAINER?follow=&tailLines=&previous=&timestamps=&sinceSeconds=
-  &sinceTime=&limitBytes=`: the container's log as plain text (see `ephemera.kubelet.logs`),
-  streamed while `follow` lasts. A container with no log to show is a 400 whose text is
-  upstream's (`container "c" in pod "p" is waiting to start: ContainerCreating`, `previous
-  terminated container "c" in pod "p" not found`, ...); an unknown pod a 404.
+- `GET /containerLogs/NS/POD/CONTAINER?...`: the container's log as plain text, served by
+  `ephemera.kubelet.logs` (which file, the options, upstream's texts when there is none).
 - `GET /metrics`: Prometheus text (`ephemera.kubelet.metrics.KubeletMetrics`).
 - `GET|POST /exec/NS/POD/CONTAINER`, `GET|POST /attach/NS/POD/CONTAINER`: WebSocket with the
   Kubernetes channel protocols (see `ephemera.kubelet.streaming`).
@@ -21,9 +18,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,13 +25,11 @@ import orjson
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from ephemera.kubelet.logs import LogOptions, parse_time, stream_log
+from ephemera.kubelet.logs import LogHost, serve_container_logs
 from ephemera.kubelet.metrics import KubeletMetrics
 from ephemera.kubelet.streaming import StreamHost, serve_attach, serve_exec
 
 __all__ = [
-    "LogLookupError",
-    "LogSource",
     "ServerHost",
     "create_kubelet_app",
     "kubelet_ssl_context",
@@ -46,30 +38,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class LogLookupError(Exception):
-    """No log to show: `code` 400 (the container's state says why) or 404 (no such pod)."""
-
-    def __init__(self, message: str, code: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-
-@dataclass(frozen=True)
-class LogSource:
-    """Where a container instance's log is, and whether it may still grow."""
-
-    path: Path
-    still_running: Callable[[], Awaitable[bool]]
-
-
-class ServerHost(StreamHost, Protocol):
+class ServerHost(StreamHost, LogHost, Protocol):
     """What the server asks the kubelet."""
 
     def admitted_pods(self) -> list[dict[str, Any]]: ...
-
-    async def log_source(self, namespace: str, pod: str, container: str,
-                         previous: bool) -> LogSource: ...
 
 
 def kubelet_ssl_context(cert_file: Path, key_file: Path,
@@ -81,38 +53,6 @@ def kubelet_ssl_context(cert_file: Path, key_file: Path,
         ctx.load_verify_locations(cafile=str(client_ca_file))
         ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
-
-
-def _bool(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "").lower() in ("1", "t", "true")
-
-
-def _int(request: web.Request, name: str) -> int | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise web.HTTPBadRequest(text=f'invalid {name} "{raw}"') from None
-
-
-def log_options(request: web.Request) -> LogOptions:
-    since_ns = None
-    since_seconds = _int(request, "sinceSeconds")
-    if since_seconds is not None:
-        since_ns = time.time_ns() - since_seconds * 1_000_000_000
-    since_time = request.query.get("sinceTime")
-    if since_time:
-        since_ns = parse_time(since_time)
-        if since_ns is None:
-            raise web.HTTPBadRequest(text=f'invalid sinceTime "{since_time}"')
-    tail = _int(request, "tailLines")
-    limit = _int(request, "limitBytes")
-    return LogOptions(follow=_bool(request, "follow"),
-                      tail_lines=tail if tail is not None and tail >= 0 else None,
-                      timestamps=_bool(request, "timestamps"), since_ns=since_ns,
-                      limit_bytes=limit if limit is not None and limit > 0 else None)
 
 
 def create_kubelet_app(host: ServerHost, metrics: KubeletMetrics, *,
@@ -138,27 +78,7 @@ def create_kubelet_app(host: ServerHost, metrics: KubeletMetrics, *,
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def container_logs(request: web.Request) -> web.StreamResponse:
-        ns = request.match_info["namespace"]
-        pod = request.match_info["pod"]
-        container = request.match_info["container"]
-        options = log_options(request)
-        try:
-            source = await host.log_source(ns, pod, container, _bool(request, "previous"))
-        except LogLookupError as err:
-            return web.Response(status=err.code, text=err.message)
-        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-        await response.prepare(request)
-
-        async def write(data: bytes) -> None:
-            await response.write(data)
-
-        try:
-            await stream_log(source.path, options, write,
-                             source.still_running if options.follow else None)
-        except (ConnectionResetError, ConnectionError):
-            return response
-        await response.write_eof()
-        return response
+        return await serve_container_logs(request, host)
 
     async def allocated_pods(request: web.Request) -> web.Response:
         """KEP-5972 `/allocatedPods`: the pods as the node allocated them, status blank."""

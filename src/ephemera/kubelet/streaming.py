@@ -51,7 +51,7 @@ from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
-from ephemera.kubelet.podworkers import LABEL_CONTAINER_NAME, LABEL_POD_UID
+from ephemera.kubelet.podutil import LABEL_CONTAINER_NAME, LABEL_POD_UID
 from ephemera.kubelet.runtime.base import (
     ContainerState,
     ExecSession,

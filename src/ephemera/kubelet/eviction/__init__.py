@@ -2,8 +2,9 @@
 limit eviction (`localstorage.py`), node-pressure thresholds and signals (`thresholds.py`),
 disk-pressure ranking and message (`ranking.py`), admission (`admission.py`), the shared
 `Eviction` record and strings (`api.py`). The stateful loop (interval, node conditions kept
-for the transition period, node-level reclaim, killing pods, events, metrics) belongs to the
-agent: see `decide` for one pass."""
+for the transition period, node-level reclaim, killing pods, events, metrics) is
+`manager.py` (`EvictionManager`, imported from there: this package's top level stays pure);
+see `decide` for one pass."""
 
 from ephemera.kubelet.eviction.admission import AdmitDecision, admit_under_pressure
 from ephemera.kubelet.eviction.api import REASON, Eviction, is_critical_pod

@@ -1,5 +1,5 @@
 """One eviction-manager pass as a pure decision (upstream `synchronize`, reference 4.1),
-for the agent's loop to act on.
+for the eviction manager's loop (`manager.py`) to act on.
 
 `decide(active_pods, summary, thresholds, gates)`:
 

@@ -29,7 +29,7 @@ pod's `ephemeral-storage` usedBytes/inodesUsed.
 Seam for the kubelet (wired by the agent, not here): build one `PodPaths` per admitted,
 non-terminal pod with `pod_paths(root_dir, pod, mounted_volumes, pod_log_dir)`, where
 `mounted_volumes` is `VolumeManager.mounted_volumes(uid)` and `pod_log_dir` is
-`podworkers.pod_log_dir(root_dir, pod)`; then `summary = await provider.get(pods)`.
+`podutil.pod_log_dir(root_dir, pod)`; then `summary = await provider.get(pods)`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,733 @@
+"""A pod's container actions, upstream's kuberuntime `computePodActions` and `SyncPod`:
+what to start, restart and stop for one pod given its allocated spec and its containers in
+the runtime (`compute_pod_actions`, pure), and their execution through the runtime seam
+(`PodRuntime`: the pod's sandbox, its containers' instances, starting and killing them).
+The pod worker (`podworkers`) decides when to sync and what else a sync does (storage,
+volumes, status, termination).
+
+**Sandbox**: `run_pod_sandbox` (idempotent per pod UID, so a restarted kubelet adopts the
+sandbox it finds); a sandbox that died under its containers is removed with them and created
+again (`SandboxChanged`).
+
+**Init containers** in order (each must exit 0 before the next starts; a failed one is
+restarted unless `restartPolicy: Never`, which fails the pod; sidecars (`restartPolicy:
+Always` init containers) are started and kept running), then the **main containers**: a
+container with no instance is started; an exited one is restarted as the restart policy says
+(`Always`; `OnFailure` when it failed; never for `Never`), subject to the CrashLoopBackOff
+back-off (`ephemera.kubelet.backoff`: the first restart is immediate, then 10 s doubling up to
+300 s, reset when the container ran for twice the maximum, i.e. 10 minutes; `BackOffPolicy`
+shrinks it for tests). Waiting containers show `CrashLoopBackOff` with `back-off 10s
+restarting failed container=c pod=p_ns(uid)`, and a `BackOff` event. Running containers are
+never touched, so a restarted kubelet adopts them.
+
+**Images** from the local store (`ImageStore.resolve`): `imagePullPolicy: Never` with a
+missing image gives `ErrImageNeverPull`; `Always`/`IfNotPresent` with a missing image "pulls"
+(ephemera pulls from no registry), fails with `ErrImagePull`, and is retried with the same
+back-off, showing `ImagePullBackOff` meanwhile; events `Pulling`, `Failed`, `BackOff`,
+`Pulled` (`Container image "x" already present on machine`) as upstream's.
+
+**Container config** (`containerconfig`): env (ConfigMaps, Secrets, downward API), argv,
+working dir, mounts (host dirs of the volume manager, subPath), the CRI log file
+`<root>/logs/pods/<ns>_<name>_<uid>/<container>/<attempt>.log`; a config error is
+`CreateContainerConfigError`, a runtime create error `CreateContainerError`, a start error
+`RunContainerError`, each with a `Failed` event (`Error: <message>`). Events `Created`
+(`Created container: c`) and `Started` (`Started container c`). The two newest instances of
+each container are kept (the latest and the one `lastState` and `--previous` show).
+
+**Dynamic changes** (KEP-6395 actuation; the pod carries the *allocated* spec, see
+`ephemera.kubelet.allocation`): after the first start, a container whose volumes are not all
+set up yet waits alone (`ContainerCreating`) while the others keep running; a running
+container whose pod-volume mounts differ from its spec and whose
+`dynamicVolumePolicy.restartPolicy` is `RestartContainer` is stopped with the pod's grace
+period (a `Killing` event `Container c definition changed, will be restarted`, upstream's
+text) and recreated with the new mounts (no crash back-off); an added container starts; a
+removed one is stopped and its status kept (at most `MAX_REMOVED_CONTAINER_STATUSES`, the
+oldest dropped with its runtime containers; without `volumeMounts` once stopped, so the names
+of the volumes it mounted can be reused). Before a container is stopped for a change, the
+status is published, so a removed volume shows `Unmounting` while it stops.
+
+`PodRuntimeCache` is the pod's runtime view KEP-6395's `IsVolumeInUseByPod` reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ephemera.api.errors import StatusError
+from ephemera.client import ApiUnavailable
+from ephemera.kubelet import containerconfig, events
+from ephemera.kubelet.backoff import BackOff
+from ephemera.kubelet.podutil import (
+    LABEL_CONTAINER_NAME,
+    LABEL_CONTAINER_TYPE,
+    LABEL_POD_NAME,
+    LABEL_POD_NAMESPACE,
+    LABEL_POD_UID,
+    container_log_path,
+    format_pod,
+    go_duration,
+    metadata,
+    pod_spec,
+    pod_uid,
+)
+from ephemera.kubelet.runtime.base import (
+    ContainerConfig,
+    ContainerState,
+    ContainerStatus,
+    RuntimeError_,
+    SandboxConfig,
+    SandboxStatus,
+)
+from ephemera.kubelet.status import container_status
+from ephemera.kubelet.workerdeps import WorkerDeps
+
+__all__ = [
+    "DEFAULT_GRACE_PERIOD",
+    "IDLE",
+    "MAX_REMOVED_CONTAINER_STATUSES",
+    "Action",
+    "ClearWaiting",
+    "PodActions",
+    "PodRuntime",
+    "PodRuntimeCache",
+    "RestartForChange",
+    "StartContainer",
+    "SyncRetry",
+    "WaitForVolumes",
+    "all_done",
+    "compute_pod_actions",
+    "container_names",
+    "mounts_differ",
+    "should_restart",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_PERIOD = 30
+# KEP-5972: statuses of removed containers kept in the pod status (upstream keeps about 10).
+MAX_REMOVED_CONTAINER_STATUSES = 10
+RESTART_CONTAINER = "RestartContainer"
+IDLE: float = math.inf  # resync only when woken
+
+Obj = dict[str, Any]
+Instances = Mapping[str, Sequence[ContainerStatus]]
+
+
+class SyncRetry(Exception):
+    """Raised inside a sync to end it early and resync after `delay` seconds (None: only
+    when woken)."""
+
+    def __init__(self, delay: float | None) -> None:
+        self.delay = delay
+
+
+# --- computePodActions (pure) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartContainer:
+    """Start a container with no instance, or restart its `latest` instance (back-off
+    applies to an exited one)."""
+
+    container: Mapping[str, Any]
+    latest: ContainerStatus | None
+    init: bool
+
+
+@dataclass(frozen=True)
+class RestartForChange:
+    """KEP-6395 actuation: stop the running instance (its mounts are not the spec's) and
+    start it again with the allocated mounts, no crash back-off."""
+
+    container: Mapping[str, Any]
+    running: ContainerStatus
+
+
+@dataclass(frozen=True)
+class WaitForVolumes:
+    """A dynamic volume the container needs is still being set up: only it waits
+    (`ContainerCreating`)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ClearWaiting:
+    """The container runs or is done for good: no waiting reason is shown for it."""
+
+    name: str
+
+
+Action = StartContainer | RestartForChange | WaitForVolumes | ClearWaiting
+
+
+@dataclass
+class PodActions:
+    """What one sync does to a pod's containers, in order."""
+
+    actions: list[Action] = field(default_factory=list)
+    # Every init container is done, so the main containers were considered (and removed
+    # containers are to be stopped).
+    init_done: bool = True
+    # An init container failed under `restartPolicy: Never`: the pod is terminal.
+    init_failed: bool = False
+
+
+def container_names(pod: Mapping[str, Any]) -> set[str]:
+    return {str(c.get("name")) for kind in ("initContainers", "containers", "ephemeralContainers")
+            for c in pod_spec(pod).get(kind) or []}
+
+
+def mounts_differ(container: Mapping[str, Any], instance: ContainerStatus) -> bool:
+    """The running instance's pod-volume mounts are not the ones the spec asks for."""
+    wanted = {(str(m.get("name")), str(m.get("mountPath")))
+              for m in container.get("volumeMounts") or []}
+    have = {(m.volume_name, m.container_path) for m in instance.mounts if m.volume_name}
+    return wanted != have
+
+
+def should_restart(latest: ContainerStatus, restart_policy: str) -> bool:
+    if restart_policy == "Always":
+        return True
+    return restart_policy == "OnFailure" and latest.exit_code != 0
+
+
+def restart_policy_of(pod: Mapping[str, Any]) -> str:
+    return str(pod_spec(pod).get("restartPolicy") or "Always")
+
+
+def all_done(pod: Mapping[str, Any], instances: Instances) -> bool:
+    """Every main container exited for good under the pod's restart policy."""
+    restart_policy = restart_policy_of(pod)
+    if restart_policy == "Always":
+        return False
+    for c in pod_spec(pod).get("containers") or []:
+        mine = instances.get(str(c.get("name")), [])
+        if not mine:
+            return False
+        latest = mine[-1]
+        if latest.state != ContainerState.EXITED:
+            return False
+        if should_restart(latest, restart_policy):
+            return False
+    return True
+
+
+def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
+                        volumes_ready_for: Callable[[Mapping[str, Any]], bool]) -> PodActions:
+    """The actions of one sync (see the module docstring): the next init container to
+    start, else what each main container needs. `volumes_ready_for(container)`: every pod
+    volume it mounts is set up on the host."""
+    result = PodActions()
+    restart_policy = restart_policy_of(pod)
+    for c in pod_spec(pod).get("initContainers") or []:
+        name = str(c.get("name"))
+        mine = instances.get(name, [])
+        latest = mine[-1] if mine else None
+        if c.get("restartPolicy") == "Always":  # a sidecar: keep it running
+            if latest is not None and latest.state == ContainerState.RUNNING:
+                continue
+            result.actions.append(StartContainer(c, latest, True))
+            result.init_done = False
+            return result
+        if latest is None:
+            result.actions.append(StartContainer(c, None, True))
+            result.init_done = False
+            return result
+        if latest.state == ContainerState.RUNNING:
+            result.init_done = False
+            return result
+        if latest.state == ContainerState.EXITED and latest.exit_code == 0:
+            continue
+        if latest.state == ContainerState.EXITED and restart_policy == "Never":
+            result.init_done = False
+            result.init_failed = True
+            return result
+        result.actions.append(StartContainer(c, latest, True))
+        result.init_done = False
+        return result
+    for c in pod_spec(pod).get("containers") or []:
+        name = str(c.get("name"))
+        mine = instances.get(name, [])
+        latest = mine[-1] if mine else None
+        if latest is None:
+            if volumes_ready_for(c):  # an added container waits for its dynamic volumes
+                result.actions.append(StartContainer(c, None, False))
+            continue
+        if latest.state == ContainerState.RUNNING:
+            if mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
+                    "restartPolicy") == RESTART_CONTAINER and volumes_ready_for(c):
+                result.actions.append(RestartForChange(c, latest))
+            else:
+                result.actions.append(ClearWaiting(name))
+            continue
+        if not volumes_ready_for(c):
+            result.actions.append(WaitForVolumes(name))
+            continue
+        if latest.state == ContainerState.EXITED:
+            if should_restart(latest, restart_policy):
+                result.actions.append(StartContainer(c, latest, False))
+            else:
+                result.actions.append(ClearWaiting(name))
+            continue
+        # Created but never started (a start that failed): try again.
+        result.actions.append(StartContainer(c, latest, False))
+    return result
+
+
+# --- the pod's runtime view (KEP-6395's IsVolumeInUseByPod) ----------------------------------
+
+
+class PodRuntimeCache:
+    """A pod worker's in-memory view of its pod's containers, so that KEP-6395's
+    `IsVolumeInUseByPod` needs no runtime call: the worker's last listing of its sandbox's
+    containers, less the containers it has stopped since, plus the volumes of the containers
+    it is starting (counted from before the create until a listing begun after the start
+    shows the container). Unknown (None) until the worker has listed once."""
+
+    def __init__(self) -> None:
+        self._listings = 0  # listings begun
+        self._containers: list[ContainerStatus] | None = None
+        self._listed = 0  # the listing `_containers` came from
+        self._next_token = 0
+        # start token -> (volume names, listings begun when the start ended; inf: running)
+        self._starting: dict[int, tuple[frozenset[str], float]] = {}
+        self._stopped: dict[str, int] = {}  # container id -> listings begun when stopped
+
+    def listing_begins(self) -> int:
+        self._listings += 1
+        return self._listings
+
+    def listed(self, number: int, containers: Sequence[ContainerStatus]) -> None:
+        """The listing `number` (from `listing_begins`) found these containers."""
+        if number > self._listed:
+            self._containers, self._listed = list(containers), number
+        self._starting = {t: e for t, e in self._starting.items() if number <= e[1]}
+        self._stopped = {c: n for c, n in self._stopped.items() if number <= n}
+
+    def starting(self, volume_names: frozenset[str]) -> int:
+        self._next_token += 1
+        self._starting[self._next_token] = (volume_names, math.inf)
+        return self._next_token
+
+    def started(self, token: int) -> None:
+        """The start `token` ended (the container created and started, or not)."""
+        if token in self._starting:
+            self._starting[token] = (self._starting[token][0], self._listings)
+
+    def stopped(self, container_id: str) -> None:
+        self._stopped[container_id] = self._listings
+
+    def volume_in_use(self, volume_name: str) -> bool | None:
+        if self._containers is None:
+            return None
+        if any(volume_name in names for names, _ in self._starting.values()):
+            return True
+        return any(c.state in (ContainerState.RUNNING, ContainerState.CREATED)
+                   and c.id not in self._stopped
+                   and any(m.volume_name == volume_name for m in c.mounts)
+                   for c in self._containers)
+
+
+# --- SyncPod: the actions through the runtime seam -------------------------------------------
+
+
+class PodHost(Protocol):
+    """What `PodRuntime` asks of the pod's worker."""
+
+    @property
+    def pod(self) -> Obj: ...
+
+    def spawn(self, work: Awaitable[Any]) -> None: ...
+
+    def publish_status(self, instances: Instances | None = None,
+                       sandbox: SandboxStatus | None = None) -> None: ...
+
+
+class PodRuntime:
+    """One pod's side of the runtime seam: its sandbox, its containers' instances, the
+    waiting reasons its status shows, the statuses of its removed containers, and the
+    execution of its `PodActions`."""
+
+    def __init__(self, host: PodHost, deps: WorkerDeps, crash_backoff: BackOff,
+                 image_backoff: BackOff) -> None:
+        self.host = host
+        self.deps = deps
+        self.crash_backoff = crash_backoff
+        self.image_backoff = image_backoff
+        self.uid = pod_uid(host.pod)
+        self.sandbox_id: str | None = None
+        # Container name -> (reason, message) of its `waiting` state.
+        self.waiting: dict[str, tuple[str, str]] = {}
+        self.removed_statuses: list[Obj] = []  # statuses of removed containers
+        self.cache = PodRuntimeCache()
+
+    @property
+    def pod(self) -> Obj:
+        return self.host.pod
+
+    # -- sandbox and instances --
+
+    def sandbox_config(self) -> SandboxConfig:
+        md = metadata(self.pod)
+        spec = pod_spec(self.pod)
+        hostname = str(spec.get("hostname") or md.get("name") or "")[:63]
+        return SandboxConfig(pod_uid=self.uid, namespace=str(md.get("namespace") or ""),
+                             name=str(md.get("name") or ""), hostname=hostname,
+                             host_network=bool(spec.get("hostNetwork")),
+                             labels={LABEL_POD_UID: self.uid,
+                                     LABEL_POD_NAME: str(md.get("name") or ""),
+                                     LABEL_POD_NAMESPACE: str(md.get("namespace") or "")})
+
+    async def sandbox_status(self) -> SandboxStatus | None:
+        if self.sandbox_id is None:
+            return None
+        for s in await self.deps.runtime.list_pod_sandboxes():
+            if s.id == self.sandbox_id:
+                return s
+        return None
+
+    async def ensure_sandbox(self) -> SandboxStatus | None:
+        runtime = self.deps.runtime
+        if self.sandbox_id is not None:
+            current = await self.sandbox_status()
+            if current is not None and current.ready:
+                return current
+            if current is not None:
+                # The sandbox died under its containers: start over, as upstream does.
+                await self.deps.events.pod(self.pod, events.NORMAL, events.SANDBOX_CHANGED,
+                                           "Pod sandbox changed, it will be killed and "
+                                           "re-created.")
+                await self.remove_runtime_state(grace=0)
+            self.sandbox_id = None
+        try:
+            self.sandbox_id = await runtime.run_pod_sandbox(self.sandbox_config())
+        except RuntimeError_ as err:
+            await self.deps.events.pod(self.pod, events.WARNING,
+                                       events.FAILED_CREATE_POD_SANDBOX,
+                                       f"Failed to create pod sandbox: {err}")
+            self.host.publish_status()
+            raise SyncRetry(self.deps.settings.retry_delay) from err
+        return await self.sandbox_status()
+
+    async def instances(self) -> dict[str, list[ContainerStatus]]:
+        """The instances of each container in the pod's sandbox, oldest first."""
+        if self.sandbox_id is None:
+            return {}
+        listing = self.cache.listing_begins()
+        containers = await self.deps.runtime.list_containers(self.sandbox_id)
+        self.cache.listed(listing, containers)
+        grouped: dict[str, list[ContainerStatus]] = {}
+        for c in containers:
+            grouped.setdefault(c.name, []).append(c)
+        for mine in grouped.values():
+            mine.sort(key=lambda c: (c.attempt, c.created_at))
+        return grouped
+
+    def volumes_ready_for(self, container: Mapping[str, Any]) -> bool:
+        """Every pod volume the container mounts is set up on the host."""
+        wanted = {str(m.get("name")) for m in container.get("volumeMounts") or []}
+        if not wanted:
+            return True
+        mounted = self.deps.volumes.mounted_volumes(self.uid)
+        return wanted.issubset(mounted)
+
+    def container_grace_period(self) -> float:
+        grace = pod_spec(self.pod).get("terminationGracePeriodSeconds")
+        if grace is None:
+            grace = DEFAULT_GRACE_PERIOD
+        return max(float(grace), self.deps.settings.minimum_grace_period)
+
+    # -- executing the actions --
+
+    async def execute(self, actions: Sequence[Action], instances: Instances,
+                      sandbox: SandboxStatus | None) -> float:
+        """Run `actions` in order; the delay until the pod should be synced again (`IDLE`
+        when the runtime's events will tell)."""
+        next_delay = IDLE
+        for action in actions:
+            if isinstance(action, StartContainer):
+                next_delay = min(next_delay, await self.start(action.container,
+                                                              action.latest, action.init))
+            elif isinstance(action, RestartForChange):
+                name = str(action.container.get("name"))
+                self.waiting.pop(name, None)
+                # The status first, so that a removed volume shows `Unmounting` while the
+                # container stops (within its grace period).
+                self.host.publish_status(instances, sandbox)
+                await self.kill(action.running, self.container_grace_period(),
+                                events.definition_changed_message(name))
+                next_delay = min(next_delay, await self.start(action.container,
+                                                              action.running, False,
+                                                              actuation=True))
+            elif isinstance(action, WaitForVolumes):
+                self.waiting.setdefault(action.name, ("ContainerCreating", ""))
+            else:
+                self.waiting.pop(action.name, None)
+        return next_delay
+
+    async def stop_removed_containers(self, instances: Instances,
+                                      sandbox: SandboxStatus | None = None) -> None:
+        """KEP-5972: a container removed from the allocated spec is stopped (with its grace
+        period); its status is kept until garbage-collected (`removed_container_statuses`).
+        The status is published before the stop, so volumes that leave with it show
+        `Unmounting` while it stops (KEP-6395)."""
+        names = container_names(self.pod)
+        for name, mine in instances.items():
+            if name in names:
+                continue
+            running = [c for c in mine if c.state in (ContainerState.RUNNING,
+                                                       ContainerState.CREATED)]
+            if running:
+                self.removed_statuses = await self.removed_container_statuses(instances)
+                self.host.publish_status(instances, sandbox)
+                await asyncio.gather(*(self.kill(c, self.container_grace_period())
+                                       for c in running))
+            self.waiting.pop(name, None)
+
+    async def removed_container_statuses(self, instances: Instances) -> list[Obj]:
+        """Statuses of removed containers, newest last, at most
+        `MAX_REMOVED_CONTAINER_STATUSES`; the runtime containers of older ones are removed."""
+        names = container_names(self.pod)
+        removed = [(name, mine) for name, mine in instances.items()
+                   if name not in names and mine and mine[-1].labels.get(
+                       LABEL_CONTAINER_TYPE) != "init"]
+        removed.sort(key=lambda pair: (pair[1][-1].finished_at or math.inf,
+                                       pair[1][-1].created_at))
+        dropped = removed[:-MAX_REMOVED_CONTAINER_STATUSES] if \
+            len(removed) > MAX_REMOVED_CONTAINER_STATUSES else []
+        for _, mine in dropped:
+            for c in mine:
+                if c.state == ContainerState.EXITED:
+                    with contextlib.suppress(RuntimeError_):
+                        await self.deps.runtime.remove_container(c.id)
+        kept = removed[len(dropped):]
+        statuses = [container_status({"name": name, "image": mine[-1].image}, mine, None,
+                                     "ContainerCreating", self.deps.runtime.name)
+                    for name, mine in kept]
+        for status, (_, mine) in zip(statuses, kept, strict=True):
+            if mine[-1].state != ContainerState.RUNNING:
+                # KEP-6395: a stopped container holds no mount; its kept status must not
+                # keep the volume names from being reused (the API's anti-race rule).
+                status.pop("volumeMounts", None)
+        return statuses
+
+    # -- starting a container --
+
+    @staticmethod
+    def _container_kind(init: bool) -> str:
+        return "init_container" if init else "container"
+
+    async def start(self, container: Mapping[str, Any], latest: ContainerStatus | None,
+                    init: bool, *, actuation: bool = False) -> float:
+        """Start (or restart) a container; the delay until the worker should look again
+        (`IDLE` when the runtime's events will tell). The volumes it mounts count as in use
+        (`cache`) from now on."""
+        names = frozenset(str(m.get("name")) for m in container.get("volumeMounts") or [])
+        token = self.cache.starting(names)
+        try:
+            return await self._create_and_start(container, latest, init, actuation=actuation)
+        finally:
+            self.cache.started(token)
+
+    async def _create_and_start(self, container: Mapping[str, Any],
+                                latest: ContainerStatus | None, init: bool, *,
+                                actuation: bool = False) -> float:
+        deps = self.deps
+        pod = self.pod
+        name = str(container.get("name"))
+        key = f"{self.uid}/{name}"
+        if latest is not None and latest.state == ContainerState.EXITED and not actuation:
+            finished = latest.finished_at or time.time()
+            left = self.crash_backoff.remaining(key, finished)
+            if left > 0:
+                delay = self.crash_backoff.get(key)
+                self.waiting[name] = (
+                    "CrashLoopBackOff",
+                    f"back-off {go_duration(delay)} restarting failed container={name} "
+                    f"pod={format_pod(pod)}")
+                self.host.spawn(deps.events.container(
+                    pod, name, events.WARNING, events.BACK_OFF,
+                    f"Back-off restarting failed container {name} in pod {format_pod(pod)}",
+                    init=init))
+                return left
+            self.crash_backoff.next(key, finished)
+        image = await self._ensure_image(container, init)
+        if image is None:
+            left = self.image_backoff.remaining(
+                f"{key}/{container.get('image')}", time.time())
+            if self.waiting.get(name, ("",))[0] == "ErrImagePull":
+                # Look again within the back-off, to show ImagePullBackOff meanwhile.
+                return min(left, deps.settings.retry_delay) or deps.settings.retry_delay
+            return left if left > 0 else deps.settings.retry_delay
+        sandbox = await self.sandbox_status()
+        pod_ip = sandbox.ip if sandbox is not None else ""
+        attempt = latest.attempt + 1 if latest is not None else 0
+        try:
+            env = await containerconfig.build_env(
+                pod, container, image.env, get_configmap=deps.get_configmap,
+                get_secret=deps.get_secret, host_ip=deps.host_ip, pod_ip=pod_ip,
+                node_allocatable=deps.node_allocatable)
+            env_map = dict(env)
+            volume_dirs = deps.volumes.mounted_volumes(self.uid)
+            mounts = await asyncio.to_thread(containerconfig.build_mounts, pod, container,
+                                             volume_dirs, env_map)
+            argv = containerconfig.build_argv(container, image.entrypoint, image.cmd, env_map)
+        except containerconfig.ContainerConfigError as err:
+            return await self._start_failed(name, init, "CreateContainerConfigError", str(err))
+        except (StatusError, ApiUnavailable) as err:
+            return await self._start_failed(name, init, "CreateContainerConfigError",
+                                            getattr(err, "message", str(err)))
+        if not argv:
+            return await self._start_failed(name, init, "CreateContainerError",
+                                            "no command specified")
+        log_path = container_log_path(deps.root_dir, pod, name, attempt)
+        await asyncio.to_thread(log_path.parent.mkdir, parents=True, exist_ok=True)
+        config = ContainerConfig(
+            name=name, attempt=attempt, image=str(container.get("image") or ""),
+            image_id=image.id, rootfs_layers=tuple(image.layers), argv=tuple(argv),
+            env=tuple(env), working_dir=str(container.get("workingDir") or image.working_dir
+                                            or "/"),
+            mounts=tuple(mounts), log_path=log_path, tty=bool(container.get("tty")),
+            stdin=bool(container.get("stdin")),
+            labels={LABEL_POD_UID: self.uid, LABEL_CONTAINER_NAME: name,
+                    LABEL_CONTAINER_TYPE: "init" if init else "regular"})
+        assert self.sandbox_id is not None
+        try:
+            cid = await deps.runtime.create_container(self.sandbox_id, config,
+                                                      self.sandbox_config())
+        except RuntimeError_ as err:
+            return await self._start_failed(name, init, "CreateContainerError", str(err))
+        # Events are posted in the background (upstream's recorder is asynchronous too): the
+        # start does not wait for the apiserver.
+        self.host.spawn(deps.events.container(pod, name, events.NORMAL, events.CREATED,
+                                              f"Created container: {name}", init=init))
+        try:
+            await deps.runtime.start_container(cid)
+        except RuntimeError_ as err:
+            return await self._start_failed(name, init, "RunContainerError", str(err))
+        self.waiting.pop(name, None)
+        deps.on_container_started(self._container_kind(init), "")
+        self.host.spawn(deps.events.container(pod, name, events.NORMAL, events.STARTED,
+                                              f"Started container {name}", init=init))
+        # Older instances go in the background, so the new one's status is not held up.
+        self.host.spawn(self._prune_instances(name, attempt))
+        return IDLE
+
+    async def _start_failed(self, name: str, init: bool, reason: str, message: str) -> float:
+        self.waiting[name] = (reason, message)
+        self.deps.on_container_started(self._container_kind(init), reason)
+        await self.deps.events.container(self.pod, name, events.WARNING, events.FAILED,
+                                         f"Error: {message}", init=init)
+        return self.deps.settings.retry_delay
+
+    async def _ensure_image(self, container: Mapping[str, Any], init: bool) -> Any:
+        """The image of the container from the store, or None (waiting reason set)."""
+        deps = self.deps
+        pod = self.pod
+        name = str(container.get("name"))
+        ref = str(container.get("image") or "")
+        policy = str(container.get("imagePullPolicy") or "IfNotPresent")
+        try:
+            image = await asyncio.to_thread(deps.images.resolve, ref)
+        except Exception as err:  # an unparsable reference
+            image = None
+            resolve_error = str(err)
+        else:
+            resolve_error = ""
+        if image is not None:
+            self.host.spawn(deps.events.container(
+                pod, name, events.NORMAL, events.PULLED,
+                f'Container image "{ref}" already present on machine', init=init))
+            return image
+        if policy == "Never":
+            message = f'Container image "{ref}" is not present with pull policy of Never'
+            self.waiting[name] = ("ErrImageNeverPull", message)
+            await deps.events.container(pod, name, events.WARNING, events.ERR_IMAGE_NEVER_PULL,
+                                        message, init=init)
+            await deps.events.container(pod, name, events.WARNING, events.FAILED,
+                                        "Error: ErrImageNeverPull", init=init)
+            return None
+        key = f"{self.uid}/{name}/{ref}"
+        backoff = self.image_backoff
+        if backoff.remaining(key, time.time()) > 0:
+            message = f'Back-off pulling image "{ref}"'
+            self.waiting[name] = ("ImagePullBackOff", message)
+            await deps.events.container(pod, name, events.NORMAL, events.BACK_OFF, message,
+                                        init=init)
+            return None
+        await deps.events.container(pod, name, events.NORMAL, events.PULLING,
+                                    f'Pulling image "{ref}"', init=init)
+        error = resolve_error or (
+            f'image "{ref}" is not in the node\'s image store and ephemera pulls from no '
+            f'registry (add it with "ephemera images import")')
+        self.waiting[name] = ("ErrImagePull", error)
+        backoff.next(key, time.time())
+        await deps.events.container(pod, name, events.WARNING, events.FAILED,
+                                    f'Failed to pull image "{ref}": {error}', init=init)
+        await deps.events.container(pod, name, events.WARNING, events.FAILED,
+                                    "Error: ErrImagePull", init=init)
+        return None
+
+    async def _prune_instances(self, name: str, newest_attempt: int) -> None:
+        """Remove instances older than the ones kept, and their logs."""
+        keep = self.deps.settings.keep_instances
+        instances = (await self.instances()).get(name, [])
+        for old in instances:
+            if old.attempt <= newest_attempt - keep and old.state != ContainerState.RUNNING:
+                with contextlib.suppress(RuntimeError_):
+                    await self.deps.runtime.remove_container(old.id)
+                path = old.log_path or container_log_path(self.deps.root_dir, self.pod, name,
+                                                          old.attempt)
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(Path(path).unlink, True)
+
+    # -- stopping --
+
+    async def kill(self, container: ContainerStatus, grace: float, message: str = "") -> None:
+        """Stop one container (SIGTERM, SIGKILL after `grace`), with a `Killing` event."""
+        init = container.labels.get(LABEL_CONTAINER_TYPE) == "init"
+        self.host.spawn(self.deps.events.container(
+            self.pod, container.name, events.NORMAL, events.KILLING,
+            message or f"Stopping container {container.name}", init=init))
+        try:
+            await self.deps.runtime.stop_container(container.id, grace)
+        except RuntimeError_ as err:
+            log.warning("stopping container %s of pod %s: %s", container.name,
+                        format_pod(self.pod), err)
+        else:
+            self.cache.stopped(container.id)
+
+    async def kill_pod(self, grace: float) -> list[SandboxStatus]:
+        """Stop every running container of the pod's sandboxes (with `grace`) and the ready
+        sandboxes (upstream's `KillPod`); the sandboxes."""
+        runtime = self.deps.runtime
+        sandboxes = [s for s in await runtime.list_pod_sandboxes() if s.pod_uid == self.uid]
+        for s in sandboxes:
+            running = [c for c in await runtime.list_containers(s.id)
+                       if c.state == ContainerState.RUNNING]
+            await asyncio.gather(*(self.kill(c, grace) for c in running))
+            if s.ready:
+                await runtime.stop_pod_sandbox(s.id)
+        return sandboxes
+
+    async def remove_runtime_state(self, grace: float) -> None:
+        """Stop and remove every container and sandbox of the pod."""
+        runtime = self.deps.runtime
+        sandboxes = [s for s in await runtime.list_pod_sandboxes() if s.pod_uid == self.uid]
+        for s in sandboxes:
+            containers = await runtime.list_containers(s.id)
+            running = [c for c in containers if c.state == ContainerState.RUNNING]
+            await asyncio.gather(*(self.kill(c, grace) for c in running))
+            await runtime.stop_pod_sandbox(s.id)
+            for c in containers:
+                await runtime.remove_container(c.id)
+            await runtime.remove_pod_sandbox(s.id)

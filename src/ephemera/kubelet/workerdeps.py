@@ -1,0 +1,93 @@
+"""What a pod's sync needs from the rest of the kubelet: its settings (`WorkerSettings`:
+back-off policies, mount timeout, resync and relist periods...) and its collaborators
+(`WorkerDeps`: the API client, the runtime seam, the image store, the volume manager, the
+status manager, events, callbacks for metrics), shared by the pod workers (`podworkers`) and
+the per-pod container actions (`podactions`). The agent builds them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ephemera.client import ApiClient
+from ephemera.kubelet.backoff import BackOffPolicy
+from ephemera.kubelet.events import KubeletEvents
+from ephemera.kubelet.runtime.base import RuntimeService
+from ephemera.kubelet.status import StatusManager
+
+__all__ = [
+    "MINIMUM_GRACE_PERIOD",
+    "ImageLookup",
+    "PodStorage",
+    "VolumesLike",
+    "WorkerDeps",
+    "WorkerSettings",
+]
+
+MINIMUM_GRACE_PERIOD = 2.0
+
+
+class ImageLookup(Protocol):
+    def resolve(self, ref: str) -> Any: ...
+
+
+class VolumesLike(Protocol):
+    async def wait_for_pod_volumes(self, pod: Mapping[str, Any], timeout: float) -> None: ...
+
+    def mounted_volumes(self, pod_uid: str) -> dict[str, Path]: ...
+
+    def volume_errors(self, pod_uid: str) -> dict[str, str]: ...
+
+    async def teardown_pod(self, pod_uid: str) -> None: ...
+
+
+class PodStorage(Protocol):
+    """The pod's storage set-up (`ephemera.kubelet.stats.accounting`: e.g. a loop-mounted
+    image on the pod directory): prepared before anything is written for the pod, released
+    once its containers and volumes are gone."""
+
+    async def prepare_pod(self, pod: Mapping[str, Any], log_dir: Path) -> None: ...
+
+    async def release_pod(self, uid: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    backoff: BackOffPolicy = field(default_factory=BackOffPolicy)
+    image_backoff: BackOffPolicy = field(default_factory=BackOffPolicy)
+    mount_timeout: float = 123.0  # upstream's 2m3s
+    mount_wait_slice: float = 0.5
+    resync_period: float = 10.0
+    relist_period: float = 1.0
+    retry_delay: float = 1.0
+    minimum_grace_period: float = MINIMUM_GRACE_PERIOD
+    # Instances kept per container (the latest and the previous one).
+    keep_instances: int = 2
+
+
+@dataclass
+class WorkerDeps:
+    api: ApiClient
+    runtime: RuntimeService
+    images: ImageLookup
+    volumes: VolumesLike
+    status: StatusManager
+    events: KubeletEvents
+    root_dir: Path
+    node_name: str
+    host_ip: str
+    get_configmap: Callable[[str, str], Awaitable[dict[str, Any] | None]]
+    get_secret: Callable[[str, str], Awaitable[dict[str, Any] | None]]
+    node_allocatable: Mapping[str, Any] = field(default_factory=dict)
+    settings: WorkerSettings = field(default_factory=WorkerSettings)
+    # Called when the set of pods whose volumes are needed changes.
+    on_volumes_changed: Callable[[], None] = lambda: None
+    # Called with (container type, error code or "") on every container start attempt.
+    on_container_started: Callable[[str, str], None] = lambda kind, code: None
+    # Called with seconds from first seeing the pod to its containers running.
+    on_pod_started: Callable[[float], None] = lambda seconds: None
+    on_sync_done: Callable[[str, float], None] = lambda operation, seconds: None
+    # Prepares and releases the pod's storage (None: plain directories).
+    pod_storage: PodStorage | None = None
