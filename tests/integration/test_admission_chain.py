@@ -66,8 +66,12 @@ class Recorder(AdmissionPluginBase):
     async def _record(self, phase: str, req: AdmissionRequest) -> None:
         stored = False
         if req.name:
-            key = req.resource.key(req.namespace, req.name)
-            stored = await req.registry.store.get(key) is not None
+            try:
+                await self.context.get(req.resource, req.namespace, req.name)
+                stored = True
+            except StatusError as err:
+                assert err.code == 404
+
         self.log.append(Seen(self.name, phase, req.operation, req.subresource, req.name,
                              req.dry_run, _copy(req.obj), _copy(req.old), stored))
         self.journal.append(f"{self.name}.{phase}")
