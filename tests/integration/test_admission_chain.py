@@ -306,3 +306,23 @@ async def test_forbidden_names_the_object(api: Api) -> None:
     chain = AdmissionChain([Recorder(name="R")])
     await chain.admit(req)
     assert chain.names == ["R"]
+
+
+async def test_every_plugin_gets_the_apiserver_s_context(api: Api) -> None:
+    """The app hands every plugin the same context (the caches and the quota writer); a plugin
+    used without one is a wiring error, not a silent store read."""
+    chain = api.app[REGISTRY].admission
+    assert isinstance(chain, AdmissionChain)
+    contexts = {id(p.context) for p in chain.plugins if isinstance(p, AdmissionPluginBase)}
+    assert len(contexts) == 1
+    context = next(p.context for p in chain.plugins if isinstance(p, AdmissionPluginBase))
+    assert context.namespaces is not None  # the namespace lifecycle's cache
+    accounts = lookup("", "v1", "serviceaccounts")
+    assert accounts is not None
+    account = await context.cached_get(accounts, "default", "default")
+    assert account["metadata"]["name"] == "default"
+    with pytest.raises(StatusError) as err:
+        await context.get(accounts, "default", "nobody")
+    assert err.value.code == 404
+    with pytest.raises(RuntimeError, match="admission plugin R has no context"):
+        _ = Recorder(name="R").context
