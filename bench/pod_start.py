@@ -90,7 +90,7 @@ from bench.common import (
     ratio,
 )
 from ephemera.kubelet.images import ImageStore
-from ephemera.kubelet.runtime import cgroups, crun_works
+from ephemera.kubelet.runtime import cgroups, crun_probe
 
 DEFAULT_PODS = 25
 QUICK_PODS = 5
@@ -780,8 +780,8 @@ def floor_kinds(work_dir: Path) -> tuple[list[str], list[str]]:
     for kind in FLOOR_KINDS:
         if shutil.which(kind) is None:
             notes.append(f"{kind}: not installed")
-        elif kind == "crun" and not crun_works(work_dir / "crun-probe"):
-            notes.append("crun: its probe container fails on this host")
+        elif kind == "crun" and (error := crun_probe(work_dir / "crun-probe")) is not None:
+            notes.append(f"crun: its probe container fails on this host: {error}")
         else:
             kinds.append(kind)
     return kinds, notes

@@ -1,25 +1,39 @@
-"""Derive the schema ephemera serves from the upstream Kubernetes OpenAPI v2 document.
+"""Derive the schema ephemera serves from the upstream Kubernetes OpenAPI v2 document, in two
+steps, so that a clone of the repository can re-derive and check everything without the
+upstream document:
 
-Reads ../shared/data/kubernetes-openapi-v2.json (reference data; see its README), keeps the
-definitions reachable from the kinds ephemera serves, drops the upstream prose, adds the API
-fields of KEP-6395 (`Container.dynamicVolumePolicy`, `PodStatus.volumeStatuses`), writes the
-descriptions ephemera serves (our own words, `DESCRIPTIONS` below) and writes
-src/ephemera/api/data/definitions.json atomically.
+1. `--from-upstream SOURCE` (the upstream document, e.g. the reference data
+   ../shared/data/kubernetes-openapi-v2.json; see its README) writes what the repository keeps
+   of it, under scripts/data/:
+   - `openapi-v2-closure.json`: the definitions reachable from the kinds ephemera serves,
+     without the upstream prose (types, list-map keys, patch strategies, GVKs);
+   - `upstream-prose-fingerprints.json.gz`: hashes of the upstream descriptions' word runs
+     (`prose_fingerprints`), against which the tests check that ephemera's descriptions are
+     its own words; no upstream prose is kept.
+2. Always: from the closure, add the API fields of KEP-6395 (`Container.dynamicVolumePolicy`,
+   `PodStatus.volumeStatuses`) and the descriptions ephemera serves (our own words,
+   `DESCRIPTIONS` below), and write src/ephemera/api/data/definitions.json atomically.
 
-Run: `python scripts/gen_schema.py [SOURCE]`.
+Run: `python scripts/gen_schema.py [--from-upstream SOURCE]`.
 """
 
 from __future__ import annotations
 
+import argparse
+import gzip
+import hashlib
 import json
 import os
-import sys
+import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE = ROOT.parent / "shared" / "data" / "kubernetes-openapi-v2.json"
+DATA = ROOT / "scripts" / "data"
+CLOSURE = DATA / "openapi-v2-closure.json"
+FINGERPRINTS = DATA / "upstream-prose-fingerprints.json.gz"
 TARGET = ROOT / "src" / "ephemera" / "api" / "data" / "definitions.json"
 
 CORE = "io.k8s.api.core.v1."
@@ -536,12 +550,13 @@ def add_descriptions(defs: dict[str, Any], roots: list[str]) -> None:
         node["description"] = text
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, content: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = content.encode() if isinstance(content, str) else content
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -551,18 +566,102 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def build(source: Path) -> dict[str, Any]:
-    defs = json.loads(source.read_text())["definitions"]
+def prune(upstream: dict[str, Any]) -> dict[str, Any]:
+    """What the repository keeps of the upstream definitions: those reachable from the served
+    kinds, without their prose."""
+    defs = upstream["definitions"]
     roots = ROOTS + [r + "List" for r in ROOTS if r + "List" in defs]
-    kept = {k: _strip_prose(v) for k, v in closure(defs, roots + EXTRA).items()}
+    return dict(sorted((k, _strip_prose(v)) for k, v in closure(defs, roots + EXTRA).items()))
+
+
+def build(pruned: dict[str, Any]) -> dict[str, Any]:
+    """The served definitions, from the pruned upstream ones (`prune`)."""
+    kept = json.loads(json.dumps(pruned))
+    roots = ROOTS + [r + "List" for r in ROOTS if r + "List" in kept]
     add_kep_fields(kept)
     add_descriptions(kept, roots)
     return dict(sorted(kept.items()))
 
 
+# --- fingerprints of the upstream prose ----------------------------------------------------
+# A word run is `n` consecutive words (lower case); its fingerprint the first 5 bytes of its
+# BLAKE2b hash, in hex (with ~10^5 fingerprints, a chance match of one run is ~10^-7).
+
+FINGERPRINT_BYTES = 5
+
+
+def descriptions(node: Any, path: str = "") -> dict[str, str]:
+    """Every `description` under `node`, by its JSON path (`/Type/properties/field`)."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("description"), str):
+                out[path] = node["description"]
+            for key, value in node.items():
+                walk(value, f"{path}/{key}")
+
+    walk(node, path)
+    return out
+
+
+def word_runs(text: str, n: int) -> set[str]:
+    words = re.findall(r"[\w'-]+", text.lower())
+    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def fingerprint(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=FINGERPRINT_BYTES).hexdigest()
+
+
+def fingerprints(runs: Iterable[str]) -> set[str]:
+    return {fingerprint(run) for run in runs}
+
+
+def prose_fingerprints(upstream: dict[str, Any], kept: Iterable[str]) -> dict[str, Any]:
+    """What the description tests check against: the fingerprints of every 7-word run of the
+    definitions' prose, of every 5-word run of each description of a kept definition prefixed
+    by its path (`path + "\\n" + run`), and of every 6-word run of the parameters' prose."""
+    kept = set(kept)
+    texts = descriptions(upstream["definitions"])
+    by_path = {path: text for path, text in texts.items()
+               if path.split("/", 2)[1] in kept}
+    return {
+        "fingerprint": f"blake2b, first {FINGERPRINT_BYTES} bytes, hex",
+        "definitions_runs7": sorted(fingerprints(
+            run for text in texts.values() for run in word_runs(text, 7))),
+        "paths_runs5": sorted(fingerprints(
+            f"{path}\n{run}" for path, text in by_path.items() for run in word_runs(text, 5))),
+        "parameters_runs6": sorted(fingerprints(
+            run for p in upstream["parameters"].values()
+            for run in word_runs(json.dumps(p.get("description", "")), 6))),
+    }
+
+
+def load_closure() -> dict[str, Any]:
+    closure_: dict[str, Any] = json.loads(CLOSURE.read_text())
+    return closure_
+
+
+def load_fingerprints() -> dict[str, set[str]]:
+    data = json.loads(gzip.decompress(FINGERPRINTS.read_bytes()))
+    return {key: set(value) for key, value in data.items() if isinstance(value, list)}
+
+
 def main() -> None:
-    source = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_SOURCE
-    kept = build(source)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from-upstream", type=Path, metavar="SOURCE",
+                        help="refresh scripts/data/ from this upstream OpenAPI v2 document")
+    args = parser.parse_args()
+    if args.from_upstream is not None:
+        upstream = json.loads(args.from_upstream.read_text())
+        pruned = prune(upstream)
+        write_atomically(CLOSURE, json.dumps(pruned, indent=1, sort_keys=True) + "\n")
+        packed = json.dumps(prose_fingerprints(upstream, pruned), indent=0, sort_keys=True)
+        write_atomically(FINGERPRINTS, gzip.compress(packed.encode(), mtime=0))
+        print(f"wrote {len(pruned)} pruned definitions and the prose fingerprints to "
+              f"{DATA.relative_to(ROOT)}")
+    kept = build(load_closure())
     write_atomically(TARGET, json.dumps(kept, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(kept)} definitions to {TARGET.relative_to(ROOT)}")
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from cluster import Cluster, Kubectl, start_cluster
 
-from ephemera.kubelet.runtime import crun_works, select_kind
+from ephemera.kubelet.runtime import crun_probe
 
 pytestmark = pytest.mark.e2e
 
@@ -54,13 +54,14 @@ def _mounts_under(path: Path) -> list[str]:
 @pytest.fixture(scope="module", params=["runc", "crun"])
 def exec_cluster(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """The module's cluster, on runc and on crun (where crun cannot run here, the crun
-    variant checks that "auto" falls back to runc and runs on runc)."""
+    """The module's cluster, on runc and on crun (the crun variant fails, with crun's error,
+    where crun fails its probe)."""
     runtime: str = request.param
     base = tmp_path_factory.mktemp(f"exec-cluster-{runtime}")
-    if runtime == "crun" and not crun_works(base):
-        assert select_kind("auto", base) == "runc"
-        runtime = "runc"
+    if runtime == "crun":
+        error = crun_probe(base)
+        if error is not None:
+            pytest.fail(f"crun failed its probe: {error}")
     running = start_cluster(base / "data", base / "home",
                             ["--node-name", NODE, "--runtime", runtime])
     try:

@@ -66,8 +66,12 @@ class Recorder(AdmissionPluginBase):
     async def _record(self, phase: str, req: AdmissionRequest) -> None:
         stored = False
         if req.name:
-            key = req.resource.key(req.namespace, req.name)
-            stored = await req.registry.store.get(key) is not None
+            try:
+                await self.context.get(req.resource, req.namespace, req.name)
+                stored = True
+            except StatusError as err:
+                assert err.code == 404
+
         self.log.append(Seen(self.name, phase, req.operation, req.subresource, req.name,
                              req.dry_run, _copy(req.obj), _copy(req.old), stored))
         self.journal.append(f"{self.name}.{phase}")
@@ -302,3 +306,23 @@ async def test_forbidden_names_the_object(api: Api) -> None:
     chain = AdmissionChain([Recorder(name="R")])
     await chain.admit(req)
     assert chain.names == ["R"]
+
+
+async def test_every_plugin_gets_the_apiserver_s_context(api: Api) -> None:
+    """The app hands every plugin the same context (the caches and the quota writer); a plugin
+    used without one is a wiring error, not a silent store read."""
+    chain = api.app[REGISTRY].admission
+    assert isinstance(chain, AdmissionChain)
+    contexts = {id(p.context) for p in chain.plugins if isinstance(p, AdmissionPluginBase)}
+    assert len(contexts) == 1
+    context = next(p.context for p in chain.plugins if isinstance(p, AdmissionPluginBase))
+    assert context.namespaces is not None  # the namespace lifecycle's cache
+    accounts = lookup("", "v1", "serviceaccounts")
+    assert accounts is not None
+    account = await context.cached_get(accounts, "default", "default")
+    assert account["metadata"]["name"] == "default"
+    with pytest.raises(StatusError) as err:
+        await context.get(accounts, "default", "nobody")
+    assert err.value.code == 404
+    with pytest.raises(RuntimeError, match="admission plugin R has no context"):
+        _ = Recorder(name="R").context

@@ -178,6 +178,32 @@ async def test_informer_cache_and_handlers(client: ApiClient) -> None:
         assert late.seen == [("add", "new", "2")]
 
 
+async def test_informer_lists_in_pages(client: ApiClient,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lists read `page_size` items at a time (client-go's pager), all at the first page's
+    resourceVersion, and the cache holds every page."""
+    for i in range(5):
+        await client.create(CONFIGMAPS, configmap(f"paged-{i}", {"app": "paged"}))
+    await client.create(CONFIGMAPS, configmap("not-paged", {"app": "other"}))
+    asked: list[dict[str, Any]] = []
+    get = client.get
+
+    async def recording_get(path: str, **params: Any) -> dict[str, Any]:
+        page = await get(path, **params)
+        asked.append({**params, "rv": page["metadata"]["resourceVersion"]})
+        return page
+
+    monkeypatch.setattr(client, "get", recording_get)
+    informer = Informer(client, CONFIGMAPS, label_selector="app=paged", page_size=2)
+    async with running(informer):
+        assert sorted(o["metadata"]["name"] for o in informer.list()) == [
+            f"paged-{i}" for i in range(5)]
+    assert [(a["limit"], bool(a["continue"])) for a in asked] == [
+        (2, False), (2, True), (2, True)]
+    assert len({a["rv"] for a in asked}) == 1
+    assert int(informer.resource_version) >= int(asked[0]["rv"])
+
+
 async def test_informer_lists_again_after_its_revision_is_compacted(client: ApiClient,
                                                                     api: Api) -> None:
     await client.create(CONFIGMAPS, configmap("kept", {"app": "x"}))

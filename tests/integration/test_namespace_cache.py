@@ -45,9 +45,7 @@ async def counted(tmp_path: Path) -> AsyncIterator[tuple[Api, CountingStore]]:
 
 
 def _cache(api: Api) -> NamespaceCache:
-    cache = api.app[REGISTRY].namespace_cache
-    assert cache is not None and cache is api.app[LIFECYCLE].cache
-    return cache
+    return api.app[LIFECYCLE].cache
 
 
 async def test_creates_and_updates_in_a_cached_namespace_read_no_namespace(

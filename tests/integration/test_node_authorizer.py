@@ -15,6 +15,7 @@ from apiserver_fixtures import eventually
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.admission import build_chain
+from ephemera.apiserver.admissioncontext import RegistryAdmissionContext
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision, forbidden_message
 from ephemera.apiserver.authz.node import NodeAuthorizer
@@ -36,7 +37,10 @@ ADMIN = UserInfo("admin", ("system:masters", "system:authenticated"))
 async def registry(tmp_path: Path) -> AsyncIterator[Registry]:
     store = SqliteStore(tmp_path / "data")
     try:
-        yield Registry(store, admission=build_chain(["NodeRestriction"]))
+        chain = build_chain(["NodeRestriction"])
+        registry = Registry(store, admission=chain)
+        chain.set_context(RegistryAdmissionContext(registry))
+        yield registry
     finally:
         await store.close()
 

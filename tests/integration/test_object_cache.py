@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from apiserver_fixtures import Api, serve
 
-from ephemera.apiserver.app import REGISTRY
+from ephemera.apiserver.app import OBJECT_CACHE, REGISTRY
 from ephemera.apiserver.informers import ObjectCache, Reflector
 from ephemera.apiserver.resources import core_resource
 from ephemera.store import Event, KeyValue, Store, open_store
@@ -151,8 +151,7 @@ async def test_a_service_account_created_or_deleted_just_before_a_pod(slow_api: 
         "imagePullSecrets": [{"name": "pull"}]})
     first = await created(slow_api, f"{NS}/pods", pod("p1", serviceAccountName="robot"))
     assert first["spec"]["imagePullSecrets"] == [{"name": "pull"}]
-    cache = slow_api.app[REGISTRY].object_cache
-    assert cache is not None
+    cache = slow_api.app[OBJECT_CACHE]
     mirror = cache.informers[core_resource("serviceaccounts")].mirror
 
     async def robot_cached() -> None:  # a stale cache would then admit p2

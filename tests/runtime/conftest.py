@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from runtime_testing import BUSYBOX, build_busybox_layer, teardown_runtime
 
-from ephemera.kubelet.runtime import crun_works, select_kind
+from ephemera.kubelet.runtime import crun_probe
 from ephemera.kubelet.runtime.oci import OciRuntime
 
 
@@ -28,18 +28,23 @@ def probe_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def crun_available(probe_root: Path) -> bool:
-    return crun_works(probe_root)
+def crun_error(probe_root: Path) -> str | None:
+    """Why crun cannot run a container here (its own error), or None."""
+    return crun_probe(probe_root)
+
+
+@pytest.fixture(scope="session")
+def crun_available(crun_error: str | None) -> bool:
+    return crun_error is None
 
 
 @pytest.fixture(params=["runc", "crun"])
-def runtime_kind(request: pytest.FixtureRequest, crun_available: bool, probe_root: Path) -> str:
-    """runc, and crun when it works on this host. Where crun cannot run, the crun variant
-    checks that "auto" falls back to runc and then runs the test with runc: no skips."""
+def runtime_kind(request: pytest.FixtureRequest, crun_error: str | None) -> str:
+    """runc, then crun. The crun variant fails, showing crun's error, where crun fails its
+    probe: it never runs on runc instead."""
     kind: str = request.param
-    if kind == "crun" and not crun_available:
-        assert select_kind("auto", probe_root) == "runc"
-        return "runc"
+    if kind == "crun" and crun_error is not None:
+        pytest.fail(f"crun failed its probe: {crun_error}")
     return kind
 
 

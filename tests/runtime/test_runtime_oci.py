@@ -21,7 +21,7 @@ from runtime_testing import (
     wait_for_file_text,
 )
 
-from ephemera.kubelet.runtime import cgroups, crun_works, make_runtime, select_kind
+from ephemera.kubelet.runtime import cgroups, crun_probe, crun_works, make_runtime, select_kind
 from ephemera.kubelet.runtime.base import (
     ContainerState,
     ExecTimeoutError,
@@ -478,3 +478,30 @@ async def test_starts_survive_a_dead_fork_server(runtime: OciRuntime,
     await runtime.close()
     assert server is not runtime._shim_server.process and runtime._shim_server.process is None
     assert (await runtime.container_status(first)).state == ContainerState.RUNNING
+
+
+def test_a_failing_crun_probe_shows_crun_s_error(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crun that cannot run the probe container: the probe answers with crun's own words
+    and exit code, `auto` falls back to runc, and `crun_works` says no."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "crun"
+    fake.write_text("#!/bin/sh\n"
+                    "case \"$*\" in *' run '*) echo 'crun: cannot set up the probe: "
+                    "Operation not permitted' >&2; exit 3;; esac\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    root = tmp_path / "root"
+    error = crun_probe(root)
+    assert error is not None
+    assert "crun: cannot set up the probe: Operation not permitted" in error
+    assert "exited with code 3" in error
+    assert not crun_works(root)
+    assert select_kind("auto", root) == "runc"
+
+
+def test_no_crun_on_path_is_a_probe_failure(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert crun_probe(tmp_path) == "crun is not installed (no crun on PATH)"

@@ -95,7 +95,7 @@ def update(subresource: str, old_status: dict[str, object], new_status: dict[str
     return AdmissionRequest("UPDATE", resource, subresource, "", "c",
                             {"metadata": {"name": "c"}, "spec": spec, "status": new_status},
                             {"metadata": {"name": "c"}, "spec": spec, "status": old_status},
-                            user, False, registry=None)  # type: ignore[arg-type]
+                            user, False)
 
 
 async def test_the_signer_then_its_domain_is_asked() -> None:

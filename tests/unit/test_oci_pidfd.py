@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +60,37 @@ def test_no_pidfd_is_none(instance: Instance, monkeypatch: pytest.MonkeyPatch,
     assert OciRuntime._init_pidfd(instance, "c") is None  # type: ignore[arg-type]
 
 
+def _finishes_without_suspending(coro: Coroutine[Any, Any, None]) -> bool:
+    """Whether `coro` finishes on its first step, never waiting for anything (a coroutine
+    that suspends is closed, running its cleanup)."""
+    try:
+        coro.send(None)
+    except StopIteration:
+        return True
+    coro.close()
+    return False
+
+
 async def test_waiting_without_a_pidfd_returns_at_once(instance: Instance,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+
     def refuse(pid: int, flags: int = 0) -> int:
+        asked.append(pid)
         raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 
     monkeypatch.setattr(oci.os, "pidfd_open", refuse)
-    await OciRuntime._init_exited(instance, "c", 30.0)  # type: ignore[arg-type]
+    before = _open_fds()
+    assert _finishes_without_suspending(
+        OciRuntime._init_exited(instance, "c", 30.0))  # type: ignore[arg-type]
+    assert asked == [os.getpid()]  # it did try, and gave up at once
+    assert _open_fds() == before
+
+
+async def test_waiting_with_a_pidfd_waits_for_the_exit(instance: Instance) -> None:
+    """The init (this test's own process) is alive: the wait suspends on its pidfd, and a
+    wait given up closes the pidfd."""
+    before = _open_fds()
+    assert not _finishes_without_suspending(
+        OciRuntime._init_exited(instance, "c", 30.0))  # type: ignore[arg-type]
+    assert _open_fds() == before

@@ -8,15 +8,13 @@ import re
 import subprocess
 import sys
 from importlib import resources
-from pathlib import Path
 
 import pytest
+from scripts_testing import REPO, gen_schema
 
 from ephemera.api import schema
 
 CORE = "io.k8s.api.core.v1."
-REPO = Path(__file__).resolve().parents[2]
-UPSTREAM = REPO.parent / "shared" / "data" / "kubernetes-openapi-v2.json"
 DATA_TEXT = resources.files("ephemera.api").joinpath("data/definitions.json").read_text()
 
 
@@ -129,47 +127,38 @@ def test_upstream_prose_is_not_copied(sentence: str) -> None:
     assert sentence not in DATA_TEXT
 
 
-def _descriptions(node: object, path: str, out: dict[str, str]) -> None:
-    if isinstance(node, dict):
-        if isinstance(node.get("description"), str):
-            out[path] = node["description"]
-        for key, value in node.items():
-            _descriptions(value, f"{path}/{key}", out)
-
-
-@pytest.mark.skipif(not UPSTREAM.exists(), reason="the upstream reference data is not here")
 def test_no_description_shares_a_long_run_of_words_with_upstream() -> None:
-    upstream_defs = json.loads(UPSTREAM.read_text())["definitions"]
-    ours: dict[str, str] = {}
-    theirs: dict[str, str] = {}
-    _descriptions(schema.definitions(), "", ours)
-    _descriptions(upstream_defs, "", theirs)
+    """Checked against the fingerprints of the upstream prose the repository keeps (written
+    by `gen_schema.py --from-upstream`): no 5-word run of a description is in the upstream
+    description of the same field, no 7-word run anywhere in the upstream definitions."""
+    upstream = gen_schema.load_fingerprints()
+    ours = gen_schema.descriptions(schema.definitions())
     assert len(ours) > 150
-
-    def runs(text: str, n: int = 5) -> set[tuple[str, ...]]:
-        words = re.findall(r"[\w'-]+", text.lower())
-        return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
-
+    assert len(upstream["definitions_runs7"]) > 10000
+    assert len(upstream["paths_runs5"]) > 10000
     for path, text in ours.items():
-        if path in theirs:
-            assert text != theirs[path], path
-            assert not runs(text) & runs(theirs[path]), path
-    # Nor a run of 7 words from anywhere in the upstream prose.
-    everywhere: set[tuple[str, ...]] = set()
-    for text in theirs.values():
-        everywhere |= runs(text, 7)
-    for path, text in ours.items():
-        assert not runs(text, 7) & everywhere, path
+        same_field = gen_schema.fingerprints(f"{path}\n{run}"
+                                             for run in gen_schema.word_runs(text, 5))
+        assert not same_field & upstream["paths_runs5"], path
+        anywhere = gen_schema.fingerprints(gen_schema.word_runs(text, 7))
+        assert not anywhere & upstream["definitions_runs7"], path
 
 
-@pytest.mark.skipif(not UPSTREAM.exists(), reason="the upstream reference data is not here")
-def test_generator_reproduces_the_data_file(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import gen_schema
-    finally:
-        sys.path.pop(0)
-    built = gen_schema.build(UPSTREAM)
+def test_the_prose_check_catches_upstream_words() -> None:
+    """The fingerprints hold upstream's runs: a description that copies upstream's words for
+    `Pod.spec` (which the closure keeps) is caught by both checks."""
+    upstream = gen_schema.load_fingerprints()
+    copied = "specification of the desired behavior of the pod"
+    path = f"/{CORE}Pod/properties/spec"
+    assert gen_schema.fingerprints(f"{path}\n{run}" for run in
+                                   gen_schema.word_runs(copied, 5)) & upstream["paths_runs5"]
+    assert gen_schema.fingerprints(gen_schema.word_runs(copied, 7)) & upstream[
+        "definitions_runs7"]
+
+
+def test_generator_reproduces_the_data_file() -> None:
+    """The served schema is what the generator makes of the closure the repository keeps."""
+    built = gen_schema.build(gen_schema.load_closure())
     assert json.dumps(built, indent=1, sort_keys=True) + "\n" == DATA_TEXT
 
 

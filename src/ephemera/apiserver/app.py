@@ -28,6 +28,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
 from ephemera.apiserver import authnreviews, discovery, nodeproxy, openapi, tokenrequest
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
+from ephemera.apiserver.admissioncontext import RegistryAdmissionContext
 from ephemera.apiserver.audit import AuditFilter, annotate_authorization
 from ephemera.apiserver.authz import Attributes, Decision, forbidden_message
 from ephemera.apiserver.authz.modes import (
@@ -117,6 +118,8 @@ class ApiserverConfig:
 
 
 REGISTRY = web.AppKey("registry", Registry)
+# The watch-fed objects the admission plugins read (through their context).
+OBJECT_CACHE = web.AppKey("object_cache", ObjectCache)
 AUTHORIZATION = web.AppKey("authorization", Authorization)
 LIFECYCLE = web.AppKey("lifecycle", NamespaceLifecycle)
 CONFIG = web.AppKey("config", ApiserverConfig)
@@ -136,8 +139,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     registry = Registry(store, gates=config.feature_gates, admission=admission)
     lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
     registry.add_create_hook(lifecycle.object_created)
-    objects = registry.object_cache = ObjectCache(
-        registry, CACHED_FOR_ADMISSION, retry_interval=config.namespace_retry_interval)
+    objects = ObjectCache(registry, CACHED_FOR_ADMISSION,
+                          retry_interval=config.namespace_retry_interval)
     modes = config.authorization_modes
     if modes is None:
         modes = (DEFAULT_WITH_AUTHENTICATION if config.authenticator is not None
@@ -147,6 +150,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     escalation_check = authorization.escalation_check()
     if escalation_check is not None:
         admission.plugins.append(escalation_check)
+    admission.set_context(RegistryAdmissionContext(registry, objects=objects,
+                                                   namespaces=lifecycle.cache))
     router = Router(registry, lifecycle, config, authorization)
     middlewares = [status_middleware, clean_path_middleware, router.authentication,
                    router.authorization]
@@ -155,6 +160,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     app = web.Application(middlewares=middlewares,
                           client_max_size=config.max_body_bytes)
     app[REGISTRY] = registry
+    app[OBJECT_CACHE] = objects
     app[AUTHORIZATION] = authorization
     app[LIFECYCLE] = lifecycle
     app[CONFIG] = config

@@ -2,11 +2,13 @@
 and listers, for the apiserver's own readers (the admission plugins, the RBAC cache, the
 namespace cache, the Node authorizer's graph).
 
-- `Reflector`: lists a key prefix into a `Sink`, then follows it with a watch from the
-  list's revision, and lists again (after a short, growing pause) when the watch fails, is
-  dropped or its history was compacted. It knows the store revision it has caught up with
-  (`revision`: the list's, then every event's and progress notification's) and lets a reader
-  wait for a revision (`wait_for`). This is the one list-and-watch loop of the apiserver.
+- `Reflector`: the shared list-then-watch loop (`ephemera.client.reflector.Reflector`, the
+  same one the HTTP informers run) over a key prefix of the store (`StoreListerWatcher`:
+  pages of 500 keys read at one revision, then a watch from it; a compacted revision is
+  `Expired`, other store errors a `ListWatchError`), feeding a `Sink` that takes integer
+  revisions. It knows the store revision it has caught up with (`revision`: the list's,
+  then every event's and progress notification's) and lets a reader wait for a revision
+  (`wait_for`).
 - `Mirror`: a `Sink` holding one resource's decoded objects by namespace and name, with the
   revision each was seen at, the revisions of deletions and the revision of its latest list,
   so that a list (a `relist` from another task) and the watch merge in any order: a watch
@@ -16,8 +18,9 @@ namespace cache, the Node authorizer's graph).
   every change.
 - `Informer`: a `Reflector` feeding a `Mirror`, for one resource.
 - `ObjectCache`: the informers of the kinds the admission plugins read (ServiceAccounts,
-  LimitRanges, ResourceQuotas), published as `Registry.object_cache`, with the read rules
-  (`cached_get`, `cached_list`; see those). It reads its own writes: the registry records
+  LimitRanges, ResourceQuotas), read through the plugins' context
+  (`ephemera.apiserver.admissioncontext`) with the rules of `get` and `list` (see those). It
+  reads its own writes: the registry records
   the revision of its last write of each resource (`Registry.write_revision`), and a read
   first waits until the informer has seen that revision (upstream's consistent reads from
   the watch cache; at most `SYNC_TIMEOUT` seconds, then the read goes to the store), so an
@@ -36,11 +39,13 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ephemera.apiserver.resources import Resource
-from ephemera.store import Event, KeyValue, Store, StoreError
+from ephemera.client import reflector as shared
+from ephemera.client.reflector import Expired, ListChunk, ListWatchError
+from ephemera.store import Compacted, Event, KeyValue, Store, StoreError
 
 if TYPE_CHECKING:
     from ephemera.apiserver.registry import Codec, Registry
@@ -66,56 +71,76 @@ class Sink(Protocol):
         """One watch event, in revision order."""
 
 
-class Reflector:
+class StoreListerWatcher:
+    """The shared reflector's source over a key prefix of the store. A continue token is
+    `<revision>/<last key read>` (the revision pins the later pages to the first one's)."""
+
+    def __init__(self, store: Store, prefix: str) -> None:
+        self.store = store
+        self.prefix = prefix
+
+    async def list(self, limit: int, continue_token: str) -> ListChunk[KeyValue]:
+        revision, start_after = 0, ""
+        if continue_token:
+            pinned, _, start_after = continue_token.partition("/")
+            revision = int(pinned)
+        try:
+            page = await self.store.list(self.prefix, limit=limit, start_after=start_after,
+                                         revision=revision)
+        except Compacted as err:
+            raise Expired(str(err)) from None
+        except StoreError as err:
+            raise ListWatchError(str(err)) from None
+        token = f"{page.revision}/{page.kvs[-1].key}" if page.more and page.kvs else ""
+        return ListChunk(page.kvs, str(page.revision), token)
+
+    async def watch(self, resource_version: str
+                    ) -> AsyncGenerator[tuple[str, Event | None], None]:
+        try:
+            watcher = await self.store.watch(self.prefix, int(resource_version or 0))
+            try:
+                async for item in watcher:
+                    yield str(item.revision), item if isinstance(item, Event) else None
+            finally:
+                await watcher.close()
+        except Compacted as err:
+            raise Expired(str(err)) from None
+        except StoreError as err:
+            raise ListWatchError(f"watch ended ({err})") from None
+
+
+class _RevisionSink:
+    """A `Sink` of integer revisions as the shared reflector's sink (string versions)."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def replace(self, items: Sequence[KeyValue], resource_version: str) -> None:
+        self.sink.replace(items, int(resource_version))
+
+    def apply(self, event: Event) -> None:
+        self.sink.apply(event)
+
+
+class Reflector(shared.Reflector[KeyValue, Event]):
     """Lists `prefix` into `sink`, then follows it with a watch (see the module docstring).
     `start` lists once and starts the background task; `close` stops it."""
 
     def __init__(self, store: Store, prefix: str, sink: Sink, *, name: str,
                  retry_interval: float = 1.0) -> None:
+        super().__init__(StoreListerWatcher(store, prefix), _RevisionSink(sink), name=name,
+                         initial_backoff=retry_interval / 4, max_backoff=retry_interval * 5)
         self.store = store
         self.prefix = prefix
-        self.sink = sink
-        self.name = name
-        self.retry_interval = retry_interval
         self.revision = 0
-        self._ready = False
-        self._task: asyncio.Task[None] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
-    @property
-    def ready(self) -> bool:
-        """Listed and watching (False before `start`, after `close` and after a failed watch
-        until the next list)."""
-        return self._ready
-
-    async def start(self) -> None:
-        """List, then keep following the prefix in the background."""
-        if self._task is not None:
-            return
-        revision = await self.relist()
-        self._ready = True
-        self._task = asyncio.get_running_loop().create_task(self._run(revision),
-                                                            name=self.name)
-
     async def close(self) -> None:
-        self._ready = False
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await super().close()
         for _, waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self._waiters.clear()
-
-    async def relist(self) -> int:
-        """List the prefix into the sink now (also while the watch runs: the sink must then
-        merge by revision, as `Mirror` does); the list's revision."""
-        page = await self.store.list(self.prefix)
-        self.sink.replace(page.kvs, page.revision)
-        self._advance(page.revision)
-        return page.revision
 
     async def wait_for(self, revision: int, timeout: float) -> bool:
         """Wait until the sink reflects every write up to `revision` (at most `timeout`
@@ -132,9 +157,10 @@ class Reflector:
             finally:
                 with contextlib.suppress(ValueError):
                     self._waiters.remove(entry)
-        return self._ready and self.revision >= revision
+        return self.ready and self.revision >= revision
 
-    def _advance(self, revision: int) -> None:
+    def progressed(self, resource_version: str) -> None:
+        revision = int(resource_version)
         if revision <= self.revision:
             return
         self.revision = revision
@@ -142,31 +168,6 @@ class Reflector:
             for wanted, waiter in self._waiters:
                 if wanted <= revision and not waiter.done():
                     waiter.set_result(None)
-
-    async def _run(self, revision: int | None) -> None:
-        delay = self.retry_interval / 4
-        while True:
-            try:
-                if revision is None:
-                    revision = await self.relist()
-                    self._ready = True
-                watcher = await self.store.watch(self.prefix, revision)
-                try:
-                    async for item in watcher:
-                        if isinstance(item, Event):
-                            self.sink.apply(item)
-                        self._advance(item.revision)
-                        delay = self.retry_interval / 4
-                finally:
-                    await watcher.close()
-            except StoreError as err:
-                log.info("%s: watch ended (%s); listing again", self.name, err)
-            except Exception:
-                log.exception("%s: watch failed; listing again", self.name)
-            self._ready = False
-            revision = None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.retry_interval * 5)
 
 
 class Mirror:
@@ -307,7 +308,9 @@ class Informer:
         await self.reflector.close()
 
     async def relist(self) -> int:
-        return await self.reflector.relist()
+        """List into the mirror now (it merges with the watch by revision); the list's
+        revision."""
+        return int(await self.reflector.relist())
 
 
 class ObjectCache:
@@ -397,23 +400,5 @@ async def live_list(registry: Registry, resource: Resource, namespace: str
             for kv, obj in zip(page.kvs, page.objects, strict=True)]
 
 
-async def cached_get(registry: Registry, resource: Resource, namespace: str, name: str
-                     ) -> dict[str, Any]:
-    """`ObjectCache.get` when the registry has an object cache, else a live GET."""
-    cache = registry.object_cache
-    if cache is not None:
-        return await cache.get(resource, namespace, name)
-    return await registry.get(resource, namespace, name)
-
-
-async def cached_list(registry: Registry, resource: Resource, namespace: str
-                      ) -> list[dict[str, Any]]:
-    """`ObjectCache.list` when the registry has an object cache, else a live list."""
-    cache = registry.object_cache
-    if cache is not None:
-        return await cache.list(resource, namespace)
-    return await live_list(registry, resource, namespace)
-
-
 __all__ = ["LIVE_LOOKUP_TTL", "SYNC_TIMEOUT", "Informer", "Mirror", "ObjectCache", "Reflector",
-           "Sink", "cached_get", "cached_list", "live_list"]
+           "Sink", "live_list"]

@@ -6,14 +6,16 @@ plugin, `ephemera.apiserver.admission.namespacelifecycle`):
 - the namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease` exist from the
   start (created when missing);
 - every namespace gets its `default` ServiceAccount when it is created (a create hook of the
-  registry), and at startup when it lacks one; ephemera has no controllers yet;
+  registry; `ensure_default_service_account`), and at startup when it lacks one, so that a pod
+  created right after its namespace finds it (upstream leaves this to the serviceaccounts
+  controller, which ephemera's controller-manager runs too);
 - deleting a namespace marks it Terminating; a background task then deletes everything in
   it (pods gracefully, so a bound pod waits for its node), removes the `kubernetes`
   finalizer and deletes the namespace. Terminating namespaces found at startup are resumed;
 - `NamespaceCache` (upstream's namespace informer for the admission plugin): the namespaces
   as a watch on the store shows them, so that the plugin need not read the store on every
-  create and update. Started by `resume`, stopped by `close`, published as
-  `Registry.namespace_cache`.
+  create and update. Started by `resume`, stopped by `close`, handed to the admission plugins
+  as their context's `namespaces` (`ephemera.apiserver.admissioncontext`).
 
 The cache only ever *admits*: a request whose namespace it holds (active, for a create) with
 no live lookup forced passes without a store read; every refusal (404, 403 Terminating) and
@@ -32,33 +34,49 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
-from ephemera.apiserver.admission.serviceaccount import ensure_default_service_account
+from ephemera.apiserver.admission.namespacelifecycle import (
+    IMMORTAL_NAMESPACES,
+    NAMESPACES,
+    is_terminating,
+)
+from ephemera.apiserver.admission.serviceaccount import DEFAULT_SERVICE_ACCOUNT, SERVICE_ACCOUNTS
 from ephemera.apiserver.informers import Reflector
 from ephemera.apiserver.registry import Codec, DeleteOptions, Registry
-from ephemera.apiserver.resources import RESOURCES, Resource, core_resource
+from ephemera.apiserver.resources import RESOURCES, Resource
 from ephemera.apiserver.strategy import NAMESPACE_FINALIZER
 from ephemera.store import Event, KeyValue, Store
 
 log = logging.getLogger("ephemera.apiserver")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
-
-
-NAMESPACES = core_resource("namespaces")
 # upstream's forceLiveLookupTTL: how long a namespace deleted here is read live.
 FORCE_LIVE_LOOKUP_TTL = 30.0
 
+__all__ = ["DEFAULT_NAMESPACES", "FORCE_LIVE_LOOKUP_TTL", "IMMORTAL_NAMESPACES", "NAMESPACES",
+           "NamespaceCache", "NamespaceLifecycle", "ensure_default_service_account",
+           "is_terminating"]
 
-def is_terminating(namespace: Mapping[str, Any]) -> bool:
-    """Phase Terminating, or a deletionTimestamp set: no new content may be created in it."""
-    return ((namespace.get("status") or {}).get("phase") == "Terminating"
-            or bool((namespace.get("metadata") or {}).get("deletionTimestamp")))
+
+async def ensure_default_service_account(registry: Registry, namespace: str) -> None:
+    """Create the `default` ServiceAccount of `namespace` unless it exists (what upstream's
+    serviceaccounts controller does). Failures are logged, not raised."""
+    if await registry.store.get(SERVICE_ACCOUNTS.key(namespace, DEFAULT_SERVICE_ACCOUNT)):
+        return
+    account: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount",
+                               "metadata": {"name": DEFAULT_SERVICE_ACCOUNT,
+                                            "namespace": namespace}}
+    try:
+        await registry.create(SERVICE_ACCOUNTS, account)
+        log.info("created serviceaccounts %s/%s", namespace, DEFAULT_SERVICE_ACCOUNT)
+    except StatusError as err:
+        if err.code not in (404, 403, 409):  # namespace gone or terminating; raced
+            log.warning("namespace %s: creating the default service account failed: %s",
+                        namespace, err.message)
 
 
 class NamespaceCache:
@@ -130,7 +148,6 @@ class NamespaceLifecycle:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.cache = NamespaceCache(registry.store, registry.codec(NAMESPACES),
                                     retry_interval=retry_interval)
-        registry.namespace_cache = self.cache
 
     async def ensure_defaults(self) -> None:
         for name in DEFAULT_NAMESPACES:

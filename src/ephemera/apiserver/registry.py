@@ -13,7 +13,9 @@
 - the write pipeline around the store in upstream's order (`create`, `prepare_create`,
   `prepare_update`, `delete`): the kind's defaults, mutating admission, the strategy's
   BeforeCreate / BeforeUpdate with validation, validating admission, then the write (see
-  `ephemera.apiserver.admission` for the seam and the exact sequence);
+  `ephemera.apiserver.admission` for the seam and the exact sequence). The registry knows
+  admission only through that seam (`Admission`: `admit`, `validate`); what the plugins read
+  and write is their own context (`ephemera.apiserver.admissioncontext`), not the registry;
 - hooks run after a create is stored (`add_create_hook`; the namespace lifecycle creates a
   new namespace's `default` ServiceAccount with one).
 
@@ -29,7 +31,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -37,7 +39,7 @@ from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.selectors import Selection
-from ephemera.apiserver.admission import AdmissionChain, AdmissionRequest, Operation
+from ephemera.apiserver.admission import Admission, AdmissionChain, AdmissionRequest, Operation
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.strategy import Strategy, strategy_for
@@ -51,10 +53,6 @@ from ephemera.store import (
     Store,
     Watcher,
 )
-
-if TYPE_CHECKING:
-    from ephemera.apiserver.informers import ObjectCache
-    from ephemera.apiserver.namespaces import NamespaceCache
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -239,20 +237,13 @@ class Registry:
     default) with the strategies of `gates` (ephemera's defaults by default)."""
 
     def __init__(self, store: Store, *, gates: FeatureGates | None = None,
-                 admission: AdmissionChain | None = None) -> None:
+                 admission: Admission | None = None) -> None:
         self.store = store
         self.gates = gates if gates is not None else FeatureGates()
-        self.admission = admission if admission is not None else AdmissionChain()
+        self.admission: Admission = admission if admission is not None else AdmissionChain()
         self._codecs: dict[Resource, Codec] = {}
         self._strategies: dict[Resource, Strategy] = {}
         self._create_hooks: list[CreateHook] = []
-        # The namespaces as a watch shows them, when the namespace lifecycle keeps them
-        # (`ephemera.apiserver.namespaces`); the NamespaceLifecycle admission plugin reads
-        # the store without it.
-        self.namespace_cache: NamespaceCache | None = None
-        # The watch-fed objects the admission plugins read (`ephemera.apiserver.informers`,
-        # set by the app); None: they read the store.
-        self.object_cache: ObjectCache | None = None
         # The revision of this registry's last write of each resource: what a watch-fed
         # cache must have seen to reflect this apiserver's own writes.
         self._write_revisions: dict[Resource, int] = {}
@@ -305,7 +296,7 @@ class Registry:
         dry_run: bool = False,
     ) -> AdmissionRequest:
         return AdmissionRequest(operation, resource, subresource, namespace, name, obj, old,
-                                user, dry_run, self, self.gates)
+                                user, dry_run, self.gates)
 
     async def admit(self, req: AdmissionRequest) -> None:
         """Both admission phases for a request the registry does not store itself

@@ -1,13 +1,15 @@
 """`Informer`: a local, always-current copy of one collection, as client-go's reflector and
 informer keep it.
 
-`run()` lists the collection, then watches from the list's `resourceVersion`; each event
-updates the in-memory cache (keyed `namespace/name`, or `name` for cluster objects) and then
-calls the registered handlers. When the watch ends cleanly (the server's timeout) it watches
-again from the last resourceVersion seen (bookmarks included). It lists again, replacing the
-cache, when the watch answers `410 Gone/Expired` (the revision was compacted) or the stream
-breaks; a re-list reports what changed meanwhile to the handlers as adds, updates and deletes.
-Failures are retried with exponential back-off (0.2 s doubling up to 5 s).
+`run()` runs the shared list-then-watch loop (`ephemera.client.reflector.Reflector`) over the
+HTTP API: it lists the collection in pages of 500 (`limit` and `continue`), then watches from
+the list's `resourceVersion`; each event updates the in-memory cache (keyed `namespace/name`,
+or `name` for cluster objects) and then calls the registered handlers. When the watch ends
+cleanly (the server's timeout) it watches again from the last resourceVersion seen
+(bookmarks included). It lists again, replacing the cache, when the watch answers
+`410 Gone/Expired` (the revision was compacted) or the stream breaks; a re-list reports what
+changed meanwhile to the handlers as adds, updates and deletes. Failures are retried with
+exponential back-off (0.2 s doubling up to 5 s).
 
 Handlers are plain (synchronous) callables run on the event loop, in event order:
 `on_add(obj)`, `on_update(old, new)`, `on_delete(obj)` (the last state known). A handler that
@@ -19,12 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ephemera.api.errors import StatusError
-from ephemera.client.api import ApiClient, ApiUnavailable
+from ephemera.client.api import ApiClient, ApiUnavailable, WatchEvent
+from ephemera.client.reflector import (
+    DEFAULT_PAGE_SIZE,
+    Expired,
+    ListChunk,
+    ListWatchError,
+    Reflector,
+)
 
 __all__ = ["Informer", "object_key"]
 
@@ -51,6 +60,53 @@ def _rv(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
+def _failure(err: StatusError | ApiUnavailable) -> Exception:
+    """A list or watch failure as the reflector takes it: 410 is `Expired`."""
+    if isinstance(err, StatusError):
+        if err.code == 410:
+            return Expired(err.message)
+        return ListWatchError(f"{err.message} ({err.code})")
+    return ListWatchError(str(err))
+
+
+class ApiListerWatcher:
+    """The reflector's source over the HTTP API: pages of `GET path` and `GET path?watch`."""
+
+    def __init__(self, api: ApiClient, path: str, *, label_selector: str | None,
+                 field_selector: str | None, watch_timeout: int | None,
+                 allow_bookmarks: bool) -> None:
+        self.api = api
+        self.path = path
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.watch_timeout = watch_timeout
+        self.allow_bookmarks = allow_bookmarks
+
+    async def list(self, limit: int, continue_token: str) -> ListChunk[Obj]:
+        params: dict[str, Any] = {"labelSelector": self.label_selector,
+                                  "fieldSelector": self.field_selector,
+                                  "limit": limit or None, "continue": continue_token or None}
+        try:
+            page = await self.api.get(self.path, **params)
+        except (StatusError, ApiUnavailable) as err:
+            raise _failure(err) from None
+        md = page.get("metadata") or {}
+        return ListChunk(page.get("items") or [], str(md.get("resourceVersion") or ""),
+                         str(md.get("continue") or ""))
+
+    async def watch(self, resource_version: str
+                    ) -> AsyncGenerator[tuple[str, WatchEvent | None], None]:
+        timeout = self.watch_timeout or int(MIN_WATCH_TIMEOUT * (1 + random.random()))
+        try:
+            async for event in self.api.watch(
+                    self.path, resource_version=resource_version,
+                    label_selector=self.label_selector, field_selector=self.field_selector,
+                    timeout_seconds=timeout, allow_bookmarks=self.allow_bookmarks):
+                yield event.resource_version, None if event.type == "BOOKMARK" else event
+        except (StatusError, ApiUnavailable) as err:
+            raise _failure(err) from None
+
+
 @dataclass
 class _Handler:
     on_add: Callable[[Obj], None] | None
@@ -64,21 +120,29 @@ class Informer:
 
     def __init__(self, api: ApiClient, path: str, *, label_selector: str | None = None,
                  field_selector: str | None = None, name: str = "",
-                 watch_timeout: int | None = None, allow_bookmarks: bool = True) -> None:
+                 watch_timeout: int | None = None, allow_bookmarks: bool = True,
+                 page_size: int = DEFAULT_PAGE_SIZE) -> None:
         """`watch_timeout`: seconds each watch asks the server for (default: random in
         [300, 600)); `allow_bookmarks`: ask for BOOKMARK events (they keep the
-        resourceVersion fresh, so that a re-watch rarely finds it compacted)."""
+        resourceVersion fresh, so that a re-watch rarely finds it compacted); `page_size`:
+        items per list request (0: the whole list in one)."""
         self.api = api
         self.path = path
-        self.label_selector = label_selector
-        self.field_selector = field_selector
         self.name = name or path
-        self.watch_timeout = watch_timeout
-        self.allow_bookmarks = allow_bookmarks
-        self.resource_version = ""
         self._cache: dict[str, Obj] = {}
         self._handlers: list[_Handler] = []
         self._synced = asyncio.Event()
+        self.reflector: Reflector[Obj, WatchEvent] = Reflector(
+            ApiListerWatcher(api, path, label_selector=label_selector,
+                             field_selector=field_selector, watch_timeout=watch_timeout,
+                             allow_bookmarks=allow_bookmarks),
+            self, name=self.name, page_size=page_size, initial_backoff=INITIAL_BACKOFF,
+            max_backoff=MAX_BACKOFF)
+
+    @property
+    def resource_version(self) -> str:
+        """The last resourceVersion seen (the list's, then every watch event's)."""
+        return self.reflector.resource_version
 
     # -- reading --------------------------------------------------------------------------
 
@@ -137,41 +201,17 @@ class Informer:
         for h in self._handlers:
             self._call(h.on_delete, obj)
 
-    # -- list and watch -------------------------------------------------------------------
+    # -- list and watch: the reflector feeds the cache ----------------------------------
 
     async def run(self) -> None:
         """List and watch until cancelled."""
-        backoff = INITIAL_BACKOFF
-        while True:
-            try:
-                await self._list()
-                backoff = INITIAL_BACKOFF
-                while await self._watch():
-                    pass
-                await asyncio.sleep(INITIAL_BACKOFF)  # the stream broke: list again
-            except StatusError as err:
-                if err.code == 410:
-                    log.info("%s: %s; listing again", self.name, err.message)
-                    continue
-                log.warning("%s: %s (%s); retrying in %.1fs", self.name, err.message,
-                            err.code, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-            except ApiUnavailable as err:
-                log.warning("%s: %s; retrying in %.1fs", self.name, err, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+        await self.reflector.run()
 
-    async def _list(self) -> None:
-        """List and replace the cache, telling the handlers what changed."""
-        result = await self.api.list(self.path, label_selector=self.label_selector,
-                                     field_selector=self.field_selector)
-        fresh: dict[str, Obj] = {}
-        for item in result.get("items") or []:
-            fresh[object_key(item)] = item
+    def replace(self, items: Sequence[Obj], resource_version: str) -> None:
+        """A list: replace the cache, telling the handlers what changed."""
+        fresh: dict[str, Obj] = {object_key(item): item for item in items}
         old = self._cache
         self._cache = fresh
-        self.resource_version = str((result.get("metadata") or {}).get("resourceVersion") or "")
         for key, obj in old.items():
             if key not in fresh:
                 self._deleted(obj)
@@ -183,29 +223,11 @@ class Informer:
                 self._updated(before, obj)
         self._synced.set()
 
-    async def _watch(self) -> bool:
-        """Watch from `resource_version`; True when the stream ended cleanly (watch again),
-        False when it broke (list again)."""
-        timeout = self.watch_timeout or int(MIN_WATCH_TIMEOUT * (1 + random.random()))
-        try:
-            async for event in self.api.watch(
-                    self.path, resource_version=self.resource_version,
-                    label_selector=self.label_selector, field_selector=self.field_selector,
-                    timeout_seconds=timeout, allow_bookmarks=self.allow_bookmarks):
-                self._apply(event.type, event.object)
-        except ApiUnavailable as err:
-            log.info("%s: watch ended: %s", self.name, err)
-            return False
-        return True
-
-    def _apply(self, kind: str, obj: Obj) -> None:
-        rv = _rv(obj)
-        if rv:
-            self.resource_version = rv
-        if kind == "BOOKMARK":
-            return
+    def apply(self, event: WatchEvent) -> None:
+        """A watch event: update the cache, then tell the handlers."""
+        obj = event.object
         key = object_key(obj)
-        if kind == "DELETED":
+        if event.type == "DELETED":
             gone = self._cache.pop(key, None)
             self._deleted(gone if gone is not None else obj)
             return

@@ -18,9 +18,6 @@ The shape
   authentication.
 - `dry_run`: the request has `dryRun=All`: admission runs, nothing is stored, so a plugin
   with side effects (ResourceQuota charging `status.used`) must not make them.
-- `registry`: the apiserver's `Registry`, to read other objects (`await
-  req.registry.get(resource, namespace, name)`, `await req.registry.list(resource, namespace)`)
-  and, for a plugin that must, to write them (`registry.update`).
 - `gates`: the apiserver's feature gates (a `Mapping[str, bool]`).
 - `forbidden(message)`: upstream's `admission.NewForbidden`: a 403 `<resource> "<name>" is
   forbidden: <message>` StatusError, the name taken from the URL, else the object's name or
@@ -34,6 +31,27 @@ The shape
 - `async validate(req)`: the validating phase; may not change `req.obj`; raise to reject.
 
 A plugin class is built as `cls(settings)` with an `AdmissionSettings` (the feature gates).
+
+What a plugin reads and writes besides the request: its `AdmissionContext`
+--------------------------------------------------------------------------
+Upstream's plugins get informers and a client from plugin initializers; here each plugin gets
+one `AdmissionContext` (`AdmissionChain.set_context`, done by the app before serving;
+`AdmissionPluginBase.context`):
+
+- `cached_get(resource, namespace, name)`: the object from the apiserver's watch-fed cache,
+  else a live read (404 as a `StatusError`); upstream's lister with a live GET on a miss.
+- `cached_list(resource, namespace)`: the namespace's objects from the cache in name order,
+  else a live list kept for a while (upstream's live-lookup cache).
+- `get(resource, namespace, name)`: a live read from the store (404 as a `StatusError`).
+- `namespaces`: the namespace cache (`NamespaceReader`: `admits`, `force_live_lookup`), or
+  None when there is none.
+- `update_quota(namespace, name, update)`: the quota writer, a compare-and-swap update of a
+  ResourceQuota (the only write a plugin makes; `update` gets the current quota, None when
+  it is gone, and returns the new one).
+
+The concrete context is `ephemera.apiserver.admissioncontext` (over the registry and the
+caches). This package imports none of those: the registry depends on this seam alone
+(`Admission`: `admit` and `validate`), and an import-linter contract keeps it so.
 
 Where the apiserver runs it (`ephemera.apiserver.registry`), in upstream's order
 --------------------------------------------------------------------------------
@@ -68,7 +86,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -80,17 +98,21 @@ from ephemera.apiserver.resources import Resource
 if TYPE_CHECKING:
     from ephemera.apiserver.authn import UserInfo
     from ephemera.apiserver.authz import Authorizer
-    from ephemera.apiserver.registry import Registry
 
 __all__ = [
     "PLUGIN_ORDER",
+    "Admission",
     "AdmissionChain",
+    "AdmissionContext",
     "AdmissionPlugin",
     "AdmissionPluginBase",
     "AdmissionRequest",
     "AdmissionSettings",
+    "NamespaceReader",
     "Operation",
+    "QuotaUpdate",
     "WantsAuthorizer",
+    "WantsContext",
     "build_chain",
     "default_plugins",
     "is_pod_request",
@@ -157,7 +179,6 @@ class AdmissionRequest:
     old: dict[str, Any] | None
     user: UserInfo | None
     dry_run: bool
-    registry: Registry
     gates: Mapping[str, bool] = field(default_factory=FeatureGates)
 
     def is_resource(self, group: str, plural: str) -> bool:
@@ -185,6 +206,49 @@ def is_pod_request(req: AdmissionRequest, *subresources: str) -> bool:
     return req.is_resource("", "pods") and req.subresource in (subresources or ("",))
 
 
+Obj = dict[str, Any]
+# The quota writer's update: the current quota (None: it is gone) to the quota to write.
+QuotaUpdate = Callable[[Obj | None], Awaitable[Obj]]
+
+
+class NamespaceReader(Protocol):
+    """The namespaces as a watch shows them (`ephemera.apiserver.namespaces.NamespaceCache`)."""
+
+    def admits(self, name: str, operation: str) -> bool:
+        """Whether the cache alone admits a CREATE or UPDATE in namespace `name`; False
+        means: read the namespace live."""
+        ...
+
+    def force_live_lookup(self, name: str) -> None:
+        """Read namespace `name` live for a while (it is being deleted here)."""
+        ...
+
+
+class AdmissionContext(Protocol):
+    """What admission plugins read and write besides the request (see the module
+    docstring)."""
+
+    @property
+    def namespaces(self) -> NamespaceReader | None: ...
+
+    async def cached_get(self, resource: Resource, namespace: str, name: str) -> Obj: ...
+
+    async def cached_list(self, resource: Resource, namespace: str) -> list[Obj]: ...
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Obj: ...
+
+    async def update_quota(self, namespace: str, name: str, update: QuotaUpdate) -> None: ...
+
+
+class Admission(Protocol):
+    """What the registry runs a write through: the mutating phase, then (after validation)
+    the validating phase."""
+
+    async def admit(self, req: AdmissionRequest) -> None: ...
+
+    async def validate(self, req: AdmissionRequest) -> None: ...
+
+
 @runtime_checkable
 class AdmissionPlugin(Protocol):
     name: str
@@ -204,6 +268,14 @@ class WantsAuthorizer(Protocol):
     def set_authorizer(self, authorizer: Authorizer) -> None: ...
 
 
+@runtime_checkable
+class WantsContext(Protocol):
+    """A plugin that reads or writes other objects; the app hands it the apiserver's
+    `AdmissionContext` with `AdmissionChain.set_context` before serving."""
+
+    def set_context(self, context: AdmissionContext) -> None: ...
+
+
 class AdmissionPluginBase:
     """A plugin that handles nothing and does nothing; subclasses override what they need."""
 
@@ -211,10 +283,23 @@ class AdmissionPluginBase:
 
     def __init__(self, settings: AdmissionSettings | None = None) -> None:
         self.settings = settings or AdmissionSettings()
+        self._context: AdmissionContext | None = None
 
     @property
     def gates(self) -> FeatureGates:
         return self.settings.gates
+
+    def set_context(self, context: AdmissionContext) -> None:
+        self._context = context
+
+    @property
+    def context(self) -> AdmissionContext:
+        """The context given with `AdmissionChain.set_context` (a plugin used without one is
+        a wiring error)."""
+        if self._context is None:
+            raise RuntimeError(f"admission plugin {self.name} has no context: "
+                               "AdmissionChain.set_context was not called")
+        return self._context
 
     def handles(self, req: AdmissionRequest) -> bool:
         return False
@@ -242,6 +327,13 @@ class AdmissionChain:
         for plugin in self.plugins:
             if isinstance(plugin, WantsAuthorizer):
                 plugin.set_authorizer(authorizer)
+
+    def set_context(self, context: AdmissionContext) -> None:
+        """Give the plugins that read or write other objects (`WantsContext`) the
+        apiserver's context."""
+        for plugin in self.plugins:
+            if isinstance(plugin, WantsContext):
+                plugin.set_context(context)
 
     async def admit(self, req: AdmissionRequest) -> None:
         for plugin in self.plugins:

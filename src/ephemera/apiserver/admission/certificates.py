@@ -26,8 +26,7 @@ from cryptography.x509.oid import NameOID
 from ephemera.api.wellknown import KUBE_APISERVER_CLIENT_SIGNER, MASTERS_GROUP
 from ephemera.apiserver import csr
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
-from ephemera.apiserver.authz import Attributes, Authorizer, Decision
-from ephemera.apiserver.authz.reviews import requester
+from ephemera.apiserver.authz import Attributes, Authorizer, Decision, requester
 
 GROUP = "certificates.k8s.io"
 CSRS = "certificatesigningrequests"

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
-from ephemera.apiserver.informers import cached_list
+from ephemera.apiserver.admission import (
+    AdmissionContext,
+    AdmissionPluginBase,
+    AdmissionRequest,
+    is_pod_request,
+)
 from ephemera.apiserver.resources import core_resource
 from ephemera.pods import limitrange
 from ephemera.pods.dynamic import DYNAMIC_CONTAINER_RESOURCES
@@ -29,11 +33,12 @@ from ephemera.pods.dynamic import DYNAMIC_CONTAINER_RESOURCES
 LIMIT_RANGES = core_resource("limitranges")
 
 
-async def namespace_limit_ranges(req: AdmissionRequest) -> list[dict[str, Any]]:
+async def namespace_limit_ranges(context: AdmissionContext, req: AdmissionRequest
+                                 ) -> list[dict[str, Any]]:
     """The LimitRanges of the request's namespace, in name order (shared: read only), from
-    the apiserver's object cache as upstream's lister with its live lookup (`ephemera.
-    apiserver.informers.ObjectCache.list`)."""
-    return await cached_list(req.registry, LIMIT_RANGES, req.namespace)
+    the apiserver's object cache as upstream's lister with its live lookup
+    (`AdmissionContext.cached_list`)."""
+    return await context.cached_list(LIMIT_RANGES, req.namespace)
 
 
 def _container_names(pod: dict[str, Any] | None) -> set[str]:
@@ -58,7 +63,7 @@ class LimitRanger(AdmissionPluginBase):
 
     async def admit(self, req: AdmissionRequest) -> None:
         assert req.obj is not None
-        ranges = await namespace_limit_ranges(req)
+        ranges = await namespace_limit_ranges(self.context, req)
         if not ranges:
             return
         if req.operation == "CREATE":
@@ -71,7 +76,7 @@ class LimitRanger(AdmissionPluginBase):
 
     async def validate(self, req: AdmissionRequest) -> None:
         assert req.obj is not None
-        ranges = await namespace_limit_ranges(req)
+        ranges = await namespace_limit_ranges(self.context, req)
         if not ranges:
             return
         old = req.old if req.operation == "UPDATE" else None

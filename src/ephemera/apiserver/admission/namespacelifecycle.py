@@ -10,18 +10,33 @@ answers before validation does:
   `<resource> "<name>" is forbidden: unable to create new content in namespace x because it
   is being terminated`, with upstream's `NamespaceTerminating` cause on `metadata.namespace`.
 
-The namespace is read from `Registry.namespace_cache` (`ephemera.apiserver.namespaces.
-NamespaceCache`, upstream's informer) when that admits the request, else live from the store;
-a namespace DELETE makes the cache read that namespace live for a while (upstream's
-forceLiveLookupCache). The background work of the namespace lifecycle (emptying a Terminating
-namespace, its default ServiceAccount) is `ephemera.apiserver.namespaces`.
+The namespace is read from the context's namespace cache (`AdmissionContext.namespaces`,
+`ephemera.apiserver.namespaces.NamespaceCache`, upstream's informer) when that admits the
+request, else live from the store; a namespace DELETE makes the cache read that namespace live
+for a while (upstream's forceLiveLookupCache). The background work of the namespace lifecycle
+(emptying a Terminating namespace, its default ServiceAccount) is
+`ephemera.apiserver.namespaces`, which reads what a Terminating and an immortal namespace are
+from here (`is_terminating`, `IMMORTAL_NAMESPACES`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ephemera.api import errors
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
-from ephemera.apiserver.namespaces import IMMORTAL_NAMESPACES, NAMESPACES, is_terminating
+from ephemera.apiserver.resources import core_resource
+
+NAMESPACES = core_resource("namespaces")
+# upstream's immortalNamespaces: never deleted.
+IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+
+
+def is_terminating(namespace: Mapping[str, Any]) -> bool:
+    """Phase Terminating, or a deletionTimestamp set: no new content may be created in it."""
+    return ((namespace.get("status") or {}).get("phase") == "Terminating"
+            or bool((namespace.get("metadata") or {}).get("deletionTimestamp")))
 
 
 class NamespaceLifecycle(AdmissionPluginBase):
@@ -32,7 +47,7 @@ class NamespaceLifecycle(AdmissionPluginBase):
 
     async def admit(self, req: AdmissionRequest) -> None:
         is_namespace = req.resource == NAMESPACES
-        cache = req.registry.namespace_cache
+        cache = self.context.namespaces
         if req.operation == "DELETE" and is_namespace:
             if req.name in IMMORTAL_NAMESPACES:
                 raise errors.forbidden("namespaces", req.name, "this namespace may not be deleted")
@@ -44,12 +59,10 @@ class NamespaceLifecycle(AdmissionPluginBase):
             return
         if cache is not None and cache.admits(req.namespace, req.operation):
             return
-        kv = await req.registry.store.get(NAMESPACES.key("", req.namespace))
-        if kv is None:
-            raise errors.not_found("namespaces", req.namespace)
+        namespace = await self.context.get(NAMESPACES, "", req.namespace)  # 404 when missing
         if req.operation != "CREATE":
             return
-        if is_terminating(req.registry.codec(NAMESPACES).decode(kv)):
+        if is_terminating(namespace):
             err = req.forbidden(f"unable to create new content in namespace {req.namespace} "
                                 "because it is being terminated")
             details = err.details if err.details is not None else {}

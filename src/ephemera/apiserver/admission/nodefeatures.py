@@ -27,7 +27,12 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import NODE_DECLARED_FEATURES
-from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
+from ephemera.apiserver.admission import (
+    AdmissionContext,
+    AdmissionPluginBase,
+    AdmissionRequest,
+    is_pod_request,
+)
 from ephemera.apiserver.resources import core_resource
 from ephemera.pods.dynamic import dynamic_change, required_node_features
 from ephemera.pods.resources import pod_placement_features
@@ -41,11 +46,12 @@ def _spec(pod: dict[str, Any] | None) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
-async def node_declared_features(req: AdmissionRequest, node: str) -> Collection[str]:
-    """The node's `status.declaredFeatures`; 403 `node "n" not found` when it does not
-    exist."""
+async def node_declared_features(context: AdmissionContext, req: AdmissionRequest,
+                                 node: str) -> Collection[str]:
+    """The node's `status.declaredFeatures` (read live); 403 `node "n" not found` when it
+    does not exist."""
     try:
-        obj = await req.registry.get(NODES, "", node)
+        obj = await context.get(NODES, "", node)
     except StatusError as err:
         if err.code == 404:
             raise req.forbidden(f'node "{node}" not found') from None
@@ -69,7 +75,7 @@ class NodeDeclaredFeatureValidator(AdmissionPluginBase):
             await self._validate_update(req)
         elif req.subresource == "binding":
             target = (req.obj or {}).get("target") or {}
-            pod = await req.registry.get(PODS, req.namespace, req.name)
+            pod = await self.context.get(PODS, req.namespace, req.name)
             await self._validate_placement(req, pod, str(target.get("name") or ""))
         elif req.obj is not None:
             await self._validate_placement(req, req.obj, str(_spec(req.obj).get("nodeName")
@@ -79,21 +85,21 @@ class NodeDeclaredFeatureValidator(AdmissionPluginBase):
         if req.obj is None or req.old is None:
             return
         node = str(_spec(req.obj).get("nodeName") or _spec(req.old).get("nodeName") or "")
-        await _require_features(req, node, required_node_features(
+        await _require_features(self.context, req, node, required_node_features(
             dynamic_change(req.obj, req.old)), "pod update")
 
     async def _validate_placement(self, req: AdmissionRequest, pod: dict[str, Any],
                                   node: str) -> None:
-        await _require_features(req, node, pod_placement_features(pod), "pod")
+        await _require_features(self.context, req, node, pod_placement_features(pod), "pod")
 
 
-async def _require_features(req: AdmissionRequest, node: str, needed: list[str],
-                            subject: str) -> None:
+async def _require_features(context: AdmissionContext, req: AdmissionRequest, node: str,
+                            needed: list[str], subject: str) -> None:
     """403 `<subject> requires features F1, F2 which are not available on node "n"` when
     `node` does not declare every feature in `needed` (nothing needed or no node: no check)."""
     if not needed or not node:
         return
-    declared = await node_declared_features(req, node)
+    declared = await node_declared_features(context, req, node)
     missing = [f for f in needed if f not in declared]
     if missing:
         raise req.forbidden(f"{subject} requires features {', '.join(missing)} which are not "

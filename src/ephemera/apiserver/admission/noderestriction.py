@@ -128,7 +128,7 @@ class NodeRestriction(AdmissionPluginBase):
         if req.operation == "CREATE":
             await self._pod_create(node, req)
         elif req.operation == "DELETE":
-            existing = await req.registry.get(PODS, req.namespace, req.name)
+            existing = await self.context.get(PODS, req.namespace, req.name)
             if _spec(existing).get("nodeName") != node:
                 raise req.forbidden(
                     f'node "{node}" can only delete pods with spec.nodeName set to itself')
@@ -164,7 +164,7 @@ class NodeRestriction(AdmissionPluginBase):
         if owner.get("blockOwnerDeletion") is True:
             raise req.forbidden(
                 f'node "{node}" must not set blockOwnerDeletion on an owner reference')
-        node_obj = await req.registry.get(NODES, "", node)
+        node_obj = await self.context.get(NODES, "", node)
         node_uid = _dict(node_obj.get("metadata")).get("uid", "")
         if owner.get("uid", "") != node_uid:
             raise req.forbidden(f"node {node} UID mismatch: expected {owner.get('uid', '')} "
@@ -234,15 +234,14 @@ class NodeRestriction(AdmissionPluginBase):
             raise req.forbidden(
                 "can only access node lease with the same name as the requesting node")
 
-    @staticmethod
-    async def _token_request(node: str, req: AdmissionRequest) -> None:
+    async def _token_request(self, node: str, req: AdmissionRequest) -> None:
         ref = _dict(_spec(req.obj).get("boundObjectRef"))
         if (ref.get("apiVersion") != "v1" or ref.get("kind") != "Pod"
                 or not ref.get("name")):
             raise req.forbidden("node requested token not bound to a pod")
         if not ref.get("uid"):
             raise req.forbidden("node requested token with a pod binding without a uid")
-        pod = await req.registry.get(PODS, req.namespace, str(ref["name"]))
+        pod = await self.context.get(PODS, req.namespace, str(ref["name"]))
         if ref["uid"] != _dict(pod.get("metadata")).get("uid"):
             raise req.forbidden(f"the UID in the bound object reference ({ref['uid']}) does "
                                 "not match the UID in record. The object might have been "

@@ -11,9 +11,10 @@ messages are `ephemera.pods.quota`, reference/k8s-semantics.md section 7.1):
   `status unknown for quota: ...`, `exceeded quota: q1, requested: ..., used: ..., limited:
   ...`, each a 403 `pods "p1" is forbidden: <message>`;
 - charges each matching quota by a compare-and-swap update of its `status.used` through the
-  registry, re-checking against the fresh quota when it lost a race (so two concurrent creates
-  cannot both pass a nearly full quota); when a later quota refuses, the charges already made
-  for this request are taken back. A `dryRun` request is checked but charges nothing.
+  context's quota writer (`AdmissionContext.update_quota`), re-checking against the fresh
+  quota when it lost a race (so two concurrent creates cannot both pass a nearly full quota);
+  when a later quota refuses, the charges already made for this request are taken back. A
+  `dryRun` request is checked but charges nothing.
 
 A charge is made before the object is stored; if the write then fails (or loses its own race
 and admission runs again), the quota is over-charged until the controller recomputes
@@ -28,8 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ephemera.api.errors import StatusError
-from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
-from ephemera.apiserver.informers import cached_list
+from ephemera.apiserver.admission import AdmissionContext, AdmissionPluginBase, AdmissionRequest
 from ephemera.apiserver.resources import core_resource
 from ephemera.pods import quota
 
@@ -44,12 +44,12 @@ class _QuotaGone(Exception):
     """The quota was deleted between the read and the charge."""
 
 
-async def namespace_quotas(req: AdmissionRequest) -> list[dict[str, Any]]:
+async def namespace_quotas(context: AdmissionContext, req: AdmissionRequest
+                           ) -> list[dict[str, Any]]:
     """The ResourceQuotas of the request's namespace, in name order (shared: read only), from
     the apiserver's object cache as upstream's quota accessor reads its lister with a live
-    lookup (`ephemera.apiserver.informers.ObjectCache.list`). The charge itself reads and
-    writes the store."""
-    return await cached_list(req.registry, RESOURCE_QUOTAS, req.namespace)
+    lookup (`AdmissionContext.cached_list`). The charge itself reads and writes the store."""
+    return await context.cached_list(RESOURCE_QUOTAS, req.namespace)
 
 
 class ResourceQuota(AdmissionPluginBase):
@@ -65,7 +65,7 @@ class ResourceQuota(AdmissionPluginBase):
         evaluator = quota.evaluator_for(req.resource.plural, req.resource.group, req.gates)
         if not evaluator.handles(req.operation, req.subresource, req.obj, req.old):
             return
-        quotas = await namespace_quotas(req)
+        quotas = await namespace_quotas(self.context, req)
         if not quotas:
             return
         try:
@@ -90,7 +90,7 @@ class ResourceQuota(AdmissionPluginBase):
     async def _charge(self, req: AdmissionRequest, item: quota.Charge) -> bool:
         """Add `item` to its quota's `status.used`; False when the quota is gone."""
         try:
-            await _write_used(req, item, quota.charge)
+            await _write_used(self.context, req, item, quota.charge)
         except _QuotaGone:
             return False
         except StatusError as err:
@@ -103,13 +103,13 @@ class ResourceQuota(AdmissionPluginBase):
         """Take back the charges of a request that another quota refused (best effort)."""
         for item in made:
             try:
-                await _write_used(req, item, quota.release)
+                await _write_used(self.context, req, item, quota.release)
             except (_QuotaGone, StatusError) as err:
                 log.info("quota %s/%s: taking back a charge failed: %s", req.namespace,
                          item.quota, err)
 
 
-async def _write_used(req: AdmissionRequest, item: quota.Charge,
+async def _write_used(context: AdmissionContext, req: AdmissionRequest, item: quota.Charge,
                       used: Callable[[Mapping[str, Any], quota.Charge], dict[str, str]]
                       ) -> None:
     """Set the `status.used` of `item`'s quota to `used(quota, item)` by compare-and-swap (the
@@ -126,7 +126,7 @@ async def _write_used(req: AdmissionRequest, item: quota.Charge,
         status["used"] = used(current, item)
         return new
 
-    await req.registry.update(RESOURCE_QUOTAS, req.namespace, item.quota, write)
+    await context.update_quota(req.namespace, item.quota, write)
 
 
 __all__ = ["RESOURCE_QUOTAS", "ResourceQuota", "namespace_quotas"]

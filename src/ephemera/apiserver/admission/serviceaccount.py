@@ -4,7 +4,7 @@ on pod creates (the main resource):
 - a pod that names no `serviceAccountName` gets `default` (and the deprecated
   `serviceAccount` in step, as the v1 conversion keeps it);
 - the named ServiceAccount is read from the apiserver's object cache, else live (upstream's
-  lister with its live GET on a miss; `ephemera.apiserver.informers.ObjectCache.get`);
+  lister with its live GET on a miss; `AdmissionContext.cached_get`);
   it must exist in the pod's namespace, else 403 `pods "p" is
   forbidden: error looking up service account ns/sa: serviceaccount "sa" not found`;
 - a pod without `imagePullSecrets` gets the ServiceAccount's;
@@ -23,28 +23,19 @@ on pod creates (the main resource):
   were created with unless asked.
 
 Upstream's serviceaccounts controller creates the `default` ServiceAccount of every
-namespace. ephemera has no controllers yet, so the namespace lifecycle
-(`ephemera.apiserver.namespaces`) calls `ensure_default_service_account` when a namespace is
-created, and at startup for every namespace that lacks one; a `default` ServiceAccount deleted
-by a user stays deleted (pods in that namespace then get the error above) until the apiserver
-restarts.
+namespace; in ephemera the apiserver's namespace lifecycle does it too, when the namespace is
+created (`ephemera.apiserver.namespaces.ensure_default_service_account`), so that a pod
+created right after its namespace finds it.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import generate_name
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
-from ephemera.apiserver.informers import cached_get
 from ephemera.apiserver.resources import core_resource
-
-if TYPE_CHECKING:
-    from ephemera.apiserver.registry import Registry
-
-log = logging.getLogger("ephemera.apiserver")
 
 DEFAULT_SERVICE_ACCOUNT = "default"
 API_ACCESS_VOLUME_PREFIX = "kube-api-access-"
@@ -56,23 +47,6 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 SERVICE_ACCOUNTS = core_resource("serviceaccounts")
-
-
-async def ensure_default_service_account(registry: Registry, namespace: str) -> None:
-    """Create the `default` ServiceAccount of `namespace` unless it exists (what upstream's
-    serviceaccounts controller does). Failures are logged, not raised."""
-    if await registry.store.get(SERVICE_ACCOUNTS.key(namespace, DEFAULT_SERVICE_ACCOUNT)):
-        return
-    account: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount",
-                               "metadata": {"name": DEFAULT_SERVICE_ACCOUNT,
-                                            "namespace": namespace}}
-    try:
-        await registry.create(SERVICE_ACCOUNTS, account)
-        log.info("created serviceaccounts %s/%s", namespace, DEFAULT_SERVICE_ACCOUNT)
-    except StatusError as err:
-        if err.code not in (404, 403, 409):  # namespace gone or terminating; raced
-            log.warning("namespace %s: creating the default service account failed: %s",
-                        namespace, err.message)
 
 
 def token_volume_source() -> dict[str, Any]:
@@ -164,7 +138,7 @@ class ServiceAccount(AdmissionPluginBase):
         name = str(spec["serviceAccountName"])
         spec["serviceAccount"] = name
         try:
-            account = await cached_get(req.registry, SERVICE_ACCOUNTS, req.namespace, name)
+            account = await self.context.cached_get(SERVICE_ACCOUNTS, req.namespace, name)
         except StatusError as err:
             cause = (f'serviceaccount "{name}" not found' if err.code == 404
                      else err.message)
@@ -189,5 +163,4 @@ class ServiceAccount(AdmissionPluginBase):
             raise req.forbidden("a mirror pod may not reference secrets")
 
 
-__all__ = ["DEFAULT_SERVICE_ACCOUNT", "SERVICE_ACCOUNTS", "ServiceAccount",
-           "ensure_default_service_account"]
+__all__ = ["DEFAULT_SERVICE_ACCOUNT", "SERVICE_ACCOUNTS", "ServiceAccount"]

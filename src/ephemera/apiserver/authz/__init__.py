@@ -13,9 +13,17 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ephemera.apiserver.authn import UserInfo
+
+# Who a request without a user is.
+ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
+
+
+def requester(user: Any) -> UserInfo:
+    """The request's user; `system:anonymous` without one."""
+    return user if isinstance(user, UserInfo) else ANONYMOUS
 
 
 class Decision(enum.Enum):

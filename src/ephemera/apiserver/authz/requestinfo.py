@@ -23,8 +23,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from ephemera.apiserver.authn import UserInfo
-from ephemera.apiserver.authz import Attributes
-from ephemera.apiserver.authz.reviews import requester
+from ephemera.apiserver.authz import Attributes, requester
 from ephemera.apiserver.rest import USER
 
 API_PREFIXES = ("api", "apis")

@@ -24,14 +24,13 @@ from aiohttp import web
 from ephemera.api import errors, field, fieldvalidation
 from ephemera.api.field import FieldError, Path
 from ephemera.apiserver.authn import UserInfo
-from ephemera.apiserver.authz import Attributes, Authorizer, Decision
+from ephemera.apiserver.authz import Attributes, Authorizer, Decision, requester
 from ephemera.apiserver.authz.rbac import aggregate_errors
 from ephemera.apiserver.body import decode_object, read_body
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import Target, check_kind, method_not_allowed, respond
 
 AUTHORIZATION_GROUP = "authorization.k8s.io"
-ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
 
 # (rules, resolution errors, incomplete) a user holds in a namespace.
 RulesSource = Callable[[UserInfo, str], Awaitable[tuple[list[Any], list[str], bool]]]
@@ -207,6 +206,3 @@ def is_review(resource: Resource) -> bool:
     return resource.group == AUTHORIZATION_GROUP
 
 
-def requester(user: Any) -> UserInfo:
-    """The request's user; `system:anonymous` without one."""
-    return user if isinstance(user, UserInfo) else ANONYMOUS

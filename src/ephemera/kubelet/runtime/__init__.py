@@ -4,12 +4,14 @@ and many simulated nodes). Only this package runs runc or crun.
 
 `make_runtime(kind, root, node_name)`: kind "runc", "crun", "fake" or "auto". "auto" picks
 crun when a probe container runs with it on this host (with the hybrid-cgroup workaround the
-OCI backend uses; the probe runs once per process and root), else runc.
+OCI backend uses; the probe runs once per process and root), else runc, logging why crun was
+passed over (`crun_probe` returns crun's own error).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -18,9 +20,14 @@ from pathlib import Path
 
 from ephemera.kubelet.runtime.base import RuntimeError_, RuntimeService
 
-__all__ = ["RuntimeService", "crun_works", "make_runtime", "select_kind"]
+__all__ = ["RuntimeService", "crun_probe", "crun_works", "make_runtime", "select_kind"]
 
-_probe_results: dict[str, bool] = {}
+log = logging.getLogger("ephemera.kubelet")
+
+# The probe's answer per root: None (crun works) or why it does not.
+_probe_results: dict[str, str | None] = {}
+# The most of crun's output a probe failure quotes.
+_PROBE_OUTPUT_LIMIT = 2000
 
 
 def _probe_bundle(bundle: Path) -> None:
@@ -54,11 +61,12 @@ def _probe_bundle(bundle: Path) -> None:
     (bundle / "config.json").write_text(json.dumps(spec))
 
 
-def crun_works(root: Path) -> bool:
-    """Whether crun runs a probe container here, the way the OCI backend runs it."""
+def crun_probe(root: Path) -> str | None:
+    """Run a probe container with crun, the way the OCI backend runs it: None when it ran,
+    else why not (crun's own output and exit code, a timeout, or crun missing)."""
     binary = shutil.which("crun")
     if not binary:
-        return False
+        return "crun is not installed (no crun on PATH)"
     key = str(Path(root).resolve())
     if key in _probe_results:
         return _probe_results[key]
@@ -67,38 +75,60 @@ def crun_works(root: Path) -> bool:
 
     state = Path(root) / "runtime" / "crun-probe-state"
     state.mkdir(parents=True, exist_ok=True)
+    error: str | None
     with tempfile.TemporaryDirectory(prefix="crun-probe-", dir=Path(root) / "runtime") as tmp:
         bundle = Path(tmp)
         _probe_bundle(bundle)
         argv = [binary, "--root", str(state), "--cgroup-manager=disabled", "run", "--bundle",
                 str(bundle), f"probe-{os.getpid()}"]
-        options = [f"argv={a}" for a in argv] + [f"out={bundle / 'out.log'}"]
+        output = bundle / "out.log"
+        options = [f"argv={a}" for a in argv] + [f"out={output}"]
         if cgroups.is_hybrid():
             options.append("hide-cgroup2=1")
         try:
             result = subprocess.run(shim_command("probe", *options),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, timeout=30)
-            works = result.returncode == 0
+                                    stderr=subprocess.PIPE, timeout=30)
+            error = None
+            if result.returncode != 0:
+                said = _read_tail(output) or result.stderr.decode(errors="replace").strip()
+                error = (f"{' '.join(argv)} exited with code {result.returncode}: "
+                         f"{said or '(no output)'}")
         except subprocess.TimeoutExpired:
-            works = False
+            error = f"{' '.join(argv)} did not finish within 30 s"
         with contextlib.suppress(OSError):
             subprocess.run([binary, "--root", str(state), "delete", "--force",
                             f"probe-{os.getpid()}"], capture_output=True, timeout=30)
     shutil.rmtree(state, ignore_errors=True)
-    _probe_results[key] = works
-    return works
+    _probe_results[key] = error
+    return error
+
+
+def _read_tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return text[-_PROBE_OUTPUT_LIMIT:]
+
+
+def crun_works(root: Path) -> bool:
+    """Whether crun runs a probe container here (`crun_probe` says why not)."""
+    return crun_probe(root) is None
 
 
 def select_kind(kind: str, root: Path) -> str:
     """Resolve "auto" to "crun" or "runc"."""
     if kind != "auto":
         return kind
-    if crun_works(root):
+    error = crun_probe(root)
+    if error is None:
         return "crun"
     if shutil.which("runc"):
+        log.warning("runtime auto: using runc, crun failed its probe: %s", error)
         return "runc"
-    raise RuntimeError_("no working OCI runtime: crun failed its probe and runc is missing")
+    raise RuntimeError_(f"no working OCI runtime: runc is missing and crun failed its probe: "
+                        f"{error}")
 
 
 def make_runtime(kind: str, root: Path, node_name: str) -> RuntimeService:
