@@ -5,7 +5,9 @@ mount; `volumeStatuses` goes to HostMounted; `pods/NAME/allocated` shows it), th
 (Unmounting, pruned, host directory gone; the kubelet's mount and unmount histograms,
 read through `nodes/NODE/proxy/metrics`, count it), and a change that cannot be allocated (a memory
 emptyDir bigger than the node) staying pending with the Unallocated and FailedAllocation
-signals while the running container is untouched."""
+signals while the running container is untouched; and (KEP-5972) a sidecar container added
+then removed, whose status leaves the pod once it has stopped, so `kubectl get pods` shows the
+pod Running, not the sidecar's `Error`."""
 
 from __future__ import annotations
 
@@ -144,3 +146,26 @@ def test_a_change_that_cannot_be_allocated_stays_pending(k: Kubectl) -> None:
                              f"/api/v1/namespaces/{k.namespace}/pods/w/allocated").stdout)
     assert [c["name"] for c in allocated["spec"]["containers"]] == ["c"]
     assert container(k.json("get", "pod", "w"))["containerID"] == first_id
+
+
+def test_a_removed_container_leaves_the_status(k: Kubectl) -> None:
+    """A sidecar added and removed through `/dynamic`: it is killed (busybox's `sh` as PID 1
+    ignores SIGTERM: exit 137 after the grace period, `Error`), then its status is gone, so
+    `kubectl get pods` shows `1/1 Running`; its name can be added again, as a new container."""
+    _worker(k)
+    sidecar = {"name": "side", "image": "busybox",
+               "command": ["sh", "-c", "while true; do sleep 0.2; done"]}
+    _patch(k, [{"op": "add", "path": "/spec/containers/-", "value": sidecar}])
+    wait_pod(k, "w", lambda p: "running" in container(p, "side").get("state", {}),
+             "the sidecar running")
+    assert k("get", "pod", "w", "--no-headers").stdout.split()[1:3] == ["2/2", "Running"]
+    _patch(k, [{"op": "remove", "path": "/spec/containers/1"}])
+    gone = wait_pod(k, "w", lambda p: [s["name"] for s in p["status"]["containerStatuses"]]
+                    == ["c"], "the sidecar's status gone")
+    assert "running" in container(gone)["state"]
+    assert k("get", "pod", "w", "--no-headers").stdout.split()[1:4] == ["1/1", "Running", "0"]
+    _patch(k, [{"op": "add", "path": "/spec/containers/-", "value": sidecar}])
+    again = wait_pod(k, "w", lambda p: "running" in container(p, "side").get("state", {}),
+                     "the sidecar added again")
+    assert container(again, "side")["restartCount"] == 0
+    assert not container(again, "side").get("lastState")

@@ -165,6 +165,10 @@ async def test_pending_changes_are_retried_and_restored(tmp_path: Path) -> None:
 # --- on the fake runtime -----------------------------------------------------------------------
 
 
+def _status_names(p: Obj) -> list[str]:
+    return [s["name"] for s in p.get("status", {}).get("containerStatuses") or []]
+
+
 def _volume_phase(p: Obj, name: str) -> str | None:
     for entry in p["status"].get("volumeStatuses") or []:
         if entry["name"] == name:
@@ -277,14 +281,26 @@ async def test_a_container_added_with_a_configmap_then_removed(tmp_path: Path) -
         current["spec"]["volumes"] = [v for v in current["spec"]["volumes"]
                                       if v["name"] != "task"]
         await h.api.update(path, current)
-        p = await h.wait_pod("w", lambda p: "terminated" in container_status(p, "helper")["state"]
+        p = await h.wait_pod("w", lambda p: "helper" not in _status_names(p)
                              and _volume_phase(p, "task") is None)
-        # the removed container's status is kept, with its last instance
-        assert container_status(p, "helper")["containerID"] == helper_id
+        # the removed container left the status once stopped, with its runtime containers
         assert container_status(p)["containerID"] == main_id
+        helper_runtime_id = helper_id.split("://", 1)[-1]
+        assert ("stop_container", helper_runtime_id) in [c[:2] for c in h.runtime.calls]
+        assert ("remove_container", helper_runtime_id) in h.runtime.calls
+        assert "helper" not in {c.name for c in await h.runtime.list_containers()}
         await wait_until(lambda: not task_file.exists())
         allocated = await h.api.get(resource_path("pods", "default", "w") + "/allocated")
         assert [c["name"] for c in allocated["spec"]["containers"]] == ["c", "side"]
+        # the name is free: a container added under it starts afresh
+        current = await h.api.get(path)
+        current["spec"]["containers"].append({"name": "helper", "image": "busybox"})
+        await h.api.update(path, current)
+        p = await h.wait_pod("w", lambda p: "helper" in _status_names(p) and
+                             "running" in container_status(p, "helper")["state"])
+        assert container_status(p, "helper")["restartCount"] == 0
+        assert container_status(p, "helper")["containerID"] != helper_id
+        assert not container_status(p, "helper").get("lastState")
 
 
 async def test_a_restarted_kubelet_readmits_from_the_checkpoint(tmp_path: Path) -> None:

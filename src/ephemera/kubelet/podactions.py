@@ -41,10 +41,13 @@ container whose pod-volume mounts differ from its spec and whose
 `dynamicVolumePolicy.restartPolicy` is `RestartContainer` is stopped with the pod's grace
 period (a `Killing` event `Container c definition changed, will be restarted`, upstream's
 text) and recreated with the new mounts (no crash back-off); an added container starts; a
-removed one is stopped and its status kept (at most `MAX_REMOVED_CONTAINER_STATUSES`, the
-oldest dropped with its runtime containers; without `volumeMounts` once stopped, so the names
-of the volumes it mounted can be reused). Before a container is stopped for a change, the
-status is published, so a removed volume shows `Unmounting` while it stops.
+removed one is stopped (KEP-5972: it stays `Running`, with its `volumeMounts`, until it is
+killed) and, once stopped, leaves `containerStatuses` with its runtime containers and logs, so
+a healthy pod never shows the exit of a container it no longer has (`Error` in `kubectl get
+pods`) and the container's name and the volumes it mounted can be reused at once. (KEP-5972
+keeps up to 10 terminated statuses of removed containers; ephemera drops them, see
+docs/design.md.) Before a container is stopped for a change, the status is published, so a
+removed volume shows `Unmounting` while it stops.
 
 `PodRuntimeCache` is the pod's runtime view KEP-6395's `IsVolumeInUseByPod` reads.
 """
@@ -55,6 +58,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +79,7 @@ from ephemera.kubelet.podutil import (
     format_pod,
     go_duration,
     metadata,
+    pod_log_dir,
     pod_spec,
     pod_uid,
 )
@@ -92,7 +97,6 @@ from ephemera.kubelet.workerdeps import WorkerDeps
 __all__ = [
     "DEFAULT_GRACE_PERIOD",
     "IDLE",
-    "MAX_REMOVED_CONTAINER_STATUSES",
     "Action",
     "ClearWaiting",
     "PodActions",
@@ -112,8 +116,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_PERIOD = 30
-# KEP-5972: statuses of removed containers kept in the pod status (upstream keeps about 10).
-MAX_REMOVED_CONTAINER_STATUSES = 10
 RESTART_CONTAINER = "RestartContainer"
 IDLE: float = math.inf  # resync only when woken
 
@@ -477,7 +479,7 @@ class PodRuntime:
     async def stop_removed_containers(self, instances: Instances,
                                       sandbox: SandboxStatus | None = None) -> None:
         """KEP-5972: a container removed from the allocated spec is stopped (with its grace
-        period); its status is kept until garbage-collected (`removed_container_statuses`).
+        period); its status shows it until it has stopped (`removed_container_statuses`).
         The status is published before the stop, so volumes that leave with it show
         `Unmounting` while it stops (KEP-6395)."""
         names = container_names(self.pod)
@@ -494,31 +496,35 @@ class PodRuntime:
             self.waiting.pop(name, None)
 
     async def removed_container_statuses(self, instances: Instances) -> list[Obj]:
-        """Statuses of removed containers, newest last, at most
-        `MAX_REMOVED_CONTAINER_STATUSES`; the runtime containers of older ones are removed."""
+        """Statuses of the removed containers still running (being stopped), oldest first.
+        A removed container that has stopped leaves the status: its runtime containers and
+        their logs are removed (a container added later under its name starts afresh)."""
         names = container_names(self.pod)
-        removed = [(name, mine) for name, mine in instances.items()
-                   if name not in names and mine and mine[-1].labels.get(
-                       LABEL_CONTAINER_TYPE) != "init"]
-        removed.sort(key=lambda pair: (pair[1][-1].finished_at or math.inf,
-                                       pair[1][-1].created_at))
-        dropped = removed[:-MAX_REMOVED_CONTAINER_STATUSES] if \
-            len(removed) > MAX_REMOVED_CONTAINER_STATUSES else []
-        for _, mine in dropped:
-            for c in mine:
-                if c.state == ContainerState.EXITED:
-                    with contextlib.suppress(RuntimeError_):
-                        await self.deps.runtime.remove_container(c.id)
-        kept = removed[len(dropped):]
-        statuses = [container_status({"name": name, "image": mine[-1].image}, mine, None,
-                                     "ContainerCreating", self.deps.runtime.name)
-                    for name, mine in kept]
-        for status, (_, mine) in zip(statuses, kept, strict=True):
-            if mine[-1].state != ContainerState.RUNNING:
-                # KEP-6395: a stopped container holds no mount; its kept status must not
-                # keep the volume names from being reused (the API's anti-race rule).
-                status.pop("volumeMounts", None)
+        removed = sorted(((name, mine) for name, mine in instances.items()
+                          if name not in names and mine
+                          and mine[-1].labels.get(LABEL_CONTAINER_TYPE) != "init"),
+                         key=lambda pair: pair[1][-1].created_at)
+        statuses: list[Obj] = []
+        for name, mine in removed:
+            if any(c.state in (ContainerState.RUNNING, ContainerState.CREATED) for c in mine):
+                status = container_status({"name": name, "image": mine[-1].image}, mine,
+                                          None, "ContainerCreating", self.deps.runtime.name)
+                if mine[-1].state != ContainerState.RUNNING:
+                    # KEP-6395: a container not running holds no mount; its status must not
+                    # keep the volume names from being reused (the API's anti-race rule).
+                    status.pop("volumeMounts", None)
+                statuses.append(status)
+            else:
+                await self._remove_instances(name, mine)
         return statuses
+
+    async def _remove_instances(self, name: str, instances: Sequence[ContainerStatus]) -> None:
+        """Remove a stopped removed container's runtime containers and its logs."""
+        for c in instances:
+            with contextlib.suppress(RuntimeError_):
+                await self.deps.runtime.remove_container(c.id)
+        log_dir = pod_log_dir(self.deps.root_dir, self.pod) / name
+        await asyncio.to_thread(shutil.rmtree, log_dir, True)
 
     # -- starting a container --
 

@@ -21,8 +21,8 @@ A pod's sync:
 2. **Containers**: `compute_pod_actions` on the sandbox's instances, executed by the pod's
    `PodRuntime`; then removed containers are stopped (KEP-5972).
 3. **Status** (`status.generate_pod_status`) handed to the status manager, with the statuses
-   of removed containers, `waiting` `Unallocated` (`Container addition pending node
-   allocation`) for containers the API has but the node has not allocated, and
+   of removed containers still being stopped, `waiting` `Unallocated` (`Container addition
+   pending node allocation`) for containers the API has but the node has not allocated, and
    `status.volumeStatuses` from the volume manager (plus `Pending` for volumes not allocated
    yet).
 
