@@ -18,7 +18,12 @@ back-off (`ephemera.kubelet.backoff`: the first restart is immediate, then 10 s 
 300 s, reset when the container ran for twice the maximum, i.e. 10 minutes; `BackOffPolicy`
 shrinks it for tests). Waiting containers show `CrashLoopBackOff` with `back-off 10s
 restarting failed container=c pod=p_ns(uid)`, and a `BackOff` event. Running containers are
-never touched, so a restarted kubelet adopts them.
+never touched (a restarted kubelet adopts them), unless their liveness or startup probe
+failed (`ephemera.kubelet.prober`): such a container (a sidecar too) is killed with a
+`Killing` event `Container c failed liveness probe, will be restarted` (without `, will be
+restarted` under `restartPolicy: Never`), within the probe's `terminationGracePeriodSeconds`
+if it sets one, and started again at once (no crash back-off), as upstream's
+`computePodActions` does.
 
 **Images** from the local store (`ImageStore.resolve`): `imagePullPolicy: Never` with a
 missing image gives `ErrImageNeverPull`; `Always`/`IfNotPresent` with a missing image "pulls"
@@ -95,6 +100,7 @@ __all__ = [
     "MAX_REMOVED_CONTAINER_STATUSES",
     "Action",
     "ClearWaiting",
+    "KillForProbe",
     "PodActions",
     "PodRuntime",
     "PodRuntimeCache",
@@ -152,6 +158,20 @@ class RestartForChange:
 
 
 @dataclass(frozen=True)
+class KillForProbe:
+    """The running instance failed its liveness or startup probe: kill it (`message` is the
+    `Killing` event's; `grace` the probe's grace period, None for the pod's) and start it
+    again at once when `restart`."""
+
+    container: Mapping[str, Any]
+    running: ContainerStatus
+    init: bool
+    message: str
+    grace: float | None
+    restart: bool
+
+
+@dataclass(frozen=True)
 class WaitForVolumes:
     """A dynamic volume the container needs is still being set up: only it waits
     (`ContainerCreating`)."""
@@ -166,7 +186,15 @@ class ClearWaiting:
     name: str
 
 
-Action = StartContainer | RestartForChange | WaitForVolumes | ClearWaiting
+Action = StartContainer | RestartForChange | KillForProbe | WaitForVolumes | ClearWaiting
+
+# (container name, running instance id) -> why it must be killed for a failed probe and the
+# probe's grace period, or None (the prober manager's `failed_probe`, bound to the pod).
+FailedProbe = Callable[[str, str], tuple[str, float | None] | None]
+
+
+def _no_failed_probe(name: str, container_id: str) -> tuple[str, float | None] | None:
+    return None
 
 
 @dataclass
@@ -221,11 +249,24 @@ def all_done(pod: Mapping[str, Any], instances: Instances) -> bool:
     return True
 
 
+def _kill_for_probe(container: Mapping[str, Any], running: ContainerStatus, init: bool,
+                    restart: bool, failed_probe: FailedProbe) -> KillForProbe | None:
+    failed = failed_probe(str(container.get("name")), running.id)
+    if failed is None:
+        return None
+    message, grace = failed
+    if restart:
+        message += ", will be restarted"
+    return KillForProbe(container, running, init, message, grace, restart)
+
+
 def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
-                        volumes_ready_for: Callable[[Mapping[str, Any]], bool]) -> PodActions:
+                        volumes_ready_for: Callable[[Mapping[str, Any]], bool],
+                        failed_probe: FailedProbe = _no_failed_probe) -> PodActions:
     """The actions of one sync (see the module docstring): the next init container to
     start, else what each main container needs. `volumes_ready_for(container)`: every pod
-    volume it mounts is set up on the host."""
+    volume it mounts is set up on the host; `failed_probe(name, id)`: the running instance
+    failed its liveness or startup probe."""
     result = PodActions()
     restart_policy = restart_policy_of(pod)
     for c in pod_spec(pod).get("initContainers") or []:
@@ -234,7 +275,12 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
         latest = mine[-1] if mine else None
         if c.get("restartPolicy") == "Always":  # a sidecar: keep it running
             if latest is not None and latest.state == ContainerState.RUNNING:
-                continue
+                kill = _kill_for_probe(c, latest, True, True, failed_probe)
+                if kill is None:
+                    continue
+                result.actions.append(kill)
+                result.init_done = False
+                return result
             result.actions.append(StartContainer(c, latest, True))
             result.init_done = False
             return result
@@ -263,7 +309,10 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
                 result.actions.append(StartContainer(c, None, False))
             continue
         if latest.state == ContainerState.RUNNING:
-            if mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
+            kill = _kill_for_probe(c, latest, False, restart_policy != "Never", failed_probe)
+            if kill is not None:
+                result.actions.append(kill)
+            elif mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
                     "restartPolicy") == RESTART_CONTAINER and volumes_ready_for(c):
                 result.actions.append(RestartForChange(c, latest))
             else:
@@ -468,6 +517,14 @@ class PodRuntime:
                 next_delay = min(next_delay, await self.start(action.container,
                                                               action.running, False,
                                                               actuation=True))
+            elif isinstance(action, KillForProbe):
+                self.host.publish_status(instances, sandbox)
+                grace = self.container_grace_period() if action.grace is None else \
+                    max(action.grace, self.deps.settings.minimum_grace_period)
+                await self.kill(action.running, grace, action.message)
+                if action.restart:
+                    next_delay = min(next_delay, await self.start(
+                        action.container, action.running, action.init, actuation=True))
             elif isinstance(action, WaitForVolumes):
                 self.waiting.setdefault(action.name, ("ContainerCreating", ""))
             else:
