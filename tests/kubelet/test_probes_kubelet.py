@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kubelet_harness import container_status, pod, running_kubelet
+from kubelet_harness import container_status, pod, running_kubelet, wait_until
+
+from ephemera.client import resource_path
 
 
 def _condition(p: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -53,6 +55,17 @@ async def test_readiness_follows_the_probe(tmp_path: Path) -> None:
         assert container_status(p)["ready"] is True
         assert _condition(p, "ContainersReady")["status"] == "True"
         assert container_status(p)["restartCount"] == 0
+        registry = h.kubelet.metrics.registry
+        labels = {"probe_type": "Readiness", "container": "c", "pod": "r",
+                  "namespace": "default", "pod_uid": p["metadata"]["uid"]}
+        failed = registry.get_sample_value("prober_probe_total", labels | {"result": "failed"})
+        assert failed is not None and failed >= 1
+        assert registry.get_sample_value("prober_probe_total",
+                                         labels | {"result": "successful"}) is not None
+        await h.api.delete(resource_path("pods", "default", "r"))
+        await h.wait_gone("r")
+        await wait_until(lambda: registry.get_sample_value(
+            "prober_probe_total", labels | {"result": "failed"}) is None)
 
 
 async def test_startup_probe_gates_started_and_readiness(tmp_path: Path) -> None:

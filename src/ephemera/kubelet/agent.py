@@ -250,7 +250,9 @@ class Kubelet:
         self.workers: PodWorkers | None = None
         # Liveness, readiness and startup probes; a changed result wakes the pod's worker.
         self.probes = ProbeManager(runtime, self._probe_event, pod_status=self.status.get,
-                                   target=self._probe_target, on_update=self._runtime_changed)
+                                   target=self._probe_target, on_update=self._runtime_changed,
+                                   on_result=self._probe_counted,
+                                   on_worker_end=self._probe_series_gone)
         self.bound_port: int = config.port
         self._tasks: list[asyncio.Task[Any]] = []
         # The eviction manager (issue 6): usage accounting, thresholds, the node conditions.
@@ -878,6 +880,16 @@ class Kubelet:
         if sandbox_id is not None:
             netns = await self.runtime.pod_network_namespace(sandbox_id)
         return ProbeTarget(pod_ip=str(status.get("podIP") or ""), netns=netns)
+
+    def _probe_counted(self, labels: Mapping[str, str]) -> None:
+        self.metrics.prober_probe_total.labels(**labels).inc()
+
+    def _probe_series_gone(self, labels: Mapping[str, str]) -> None:
+        counter = self.metrics.prober_probe_total
+        for result in ("successful", "failed", "unknown"):
+            with contextlib.suppress(KeyError):  # a series that never counted
+                counter.remove(labels["probe_type"], result, labels["container"],
+                               labels["pod"], labels["namespace"], labels["pod_uid"])
 
     def _container_started(self, kind: str, code: str) -> None:
         if code:

@@ -71,12 +71,16 @@ class ProbeManager:
                  pod_status: Callable[[str], Mapping[str, Any] | None],
                  target: Callable[[str, Mapping[str, Any]], Awaitable[ProbeTarget]],
                  on_update: Callable[[str], None] = lambda uid: None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 on_result: Callable[[Mapping[str, str]], None] | None = None,
+                 on_worker_end: Callable[[Mapping[str, str]], None] | None = None) -> None:
         self.prober = Prober(runtime, post_event)
         self.pod_status = pod_status
         self.target = target
         self.clock = clock
         self.on_update = on_update
+        self.on_result = on_result  # prober_probe_total (see ProbeWorker)
+        self.on_worker_end = on_worker_end
         self.liveness = ResultsCache(self._updated)
         self.readiness = ResultsCache(self._updated)
         self.startup = ResultsCache(self._updated)
@@ -112,7 +116,8 @@ class ProbeManager:
                 worker = ProbeWorker(kind=kind, pod=pod, container=container, init=init,
                                      prober=self.prober, results=self._cache(kind),
                                      pod_status=self.pod_status, target=self.target,
-                                     clock=self.clock)
+                                     clock=self.clock, on_result=self.on_result,
+                                     on_end=self.on_worker_end)
                 self.workers[key] = worker
                 worker.start(self.started_at)
                 self._forget_when_done(key, worker)

@@ -73,7 +73,9 @@ class ProbeWorker:
                  results: ResultsCache,
                  pod_status: Callable[[str], Mapping[str, Any] | None],
                  target: Callable[[str, Mapping[str, Any]], Awaitable[ProbeTarget]],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 on_result: Callable[[Mapping[str, str]], None] | None = None,
+                 on_end: Callable[[Mapping[str, str]], None] | None = None) -> None:
         self.kind = kind
         self.pod = pod
         self.container = container
@@ -85,6 +87,10 @@ class ProbeWorker:
         self.target = target
         self.clock = clock
         self.initial_value = INITIAL_RESULTS[kind]
+        # prober_probe_total: called with its labels after each probe, and when the worker
+        # ends (to drop the container's series).
+        self.on_result = on_result or (lambda labels: None)
+        self.on_end = on_end or (lambda labels: None)
         self.container_id = ""
         self.last_result: Result | None = None
         self.result_run = 0
@@ -150,6 +156,8 @@ class ProbeWorker:
                                              init=self.init)
         except ProbeErrored:
             return True
+        self.on_result({**self.metric_labels(),
+                        "result": "successful" if result == Result.SUCCESS else "failed"})
         if self.last_result == result:
             self.result_run += 1
         else:
@@ -165,6 +173,13 @@ class ProbeWorker:
             self.on_hold = True
             self.result_run = 0
         return True
+
+    def metric_labels(self) -> dict[str, str]:
+        """The labels of this worker's `prober_probe_total` series, but `result`."""
+        md = self.pod.get("metadata") or {}
+        return {"probe_type": str(self.kind), "container": self.name,
+                "pod": str(md.get("name") or ""), "namespace": str(md.get("namespace") or ""),
+                "pod_uid": self.uid}
 
     # -- the loop --
 
@@ -209,6 +224,7 @@ class ProbeWorker:
         finally:
             if self.container_id:
                 self.results.remove(self.container_id)
+            self.on_end(self.metric_labels())
 
     async def close(self) -> None:
         self.stop()
