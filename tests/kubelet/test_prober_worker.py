@@ -264,3 +264,25 @@ async def test_manager_started_ready_and_status_conditions(tmp_path: Path) -> No
         assert not manager.workers
     finally:
         await manager.close()
+
+
+async def test_a_worker_that_ended_is_not_started_again(tmp_path: Path) -> None:
+    runtime = FakeRuntime(tmp_path, persist=False)
+    cid = await _container(runtime)
+    statuses = {UID: {"phase": "Failed", "containerStatuses": [
+        {"name": "c", "containerID": f"fake://{cid}", "state": {"running": {}}}]}}
+    manager = ProbeManager(runtime, Events(), pod_status=statuses.get, target=_target)
+    pod = _pod(ProbeKind.READINESS, {"exec": {"command": ["exit", "0"]}, "periodSeconds": 1})
+    try:
+        manager.update_pod(pod)
+        worker = manager.workers[(UID, "c", ProbeKind.READINESS)]
+        assert worker.task is not None
+        await worker.task  # a terminal pod: the worker ends by itself
+        assert not manager.workers
+        manager.update_pod(pod)
+        assert not manager.workers
+        manager.remove_pod(UID)
+        manager.update_pod(pod)  # a pod seen afresh gets its workers again
+        assert (UID, "c", ProbeKind.READINESS) in manager.workers
+    finally:
+        await manager.close()

@@ -108,3 +108,22 @@ async def test_liveness_failure_under_never_stops_it(tmp_path: Path) -> None:
         assert container_status(p)["state"]["terminated"]["exitCode"] == 143
         killing = await h.wait_event("n", lambda e: e["reason"] == "Killing")
         assert killing["message"] == "Container c failed liveness probe"
+
+
+async def test_a_sidecar_failing_liveness_is_restarted(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        body = pod("side", terminationGracePeriodSeconds=1)
+        body["spec"]["initContainers"] = [{"name": "s", "image": "busybox",
+                                           "restartPolicy": "Always",
+                                           "livenessProbe": _exec("fail", "gone",
+                                                                  failureThreshold=1)}]
+        await h.create(body)
+        p = await h.wait_pod("side", lambda p: any(
+            s["name"] == "s" and s["restartCount"] >= 1 and "running" in s["state"]
+            for s in p["status"].get("initContainerStatuses") or []))
+        killing = await h.wait_event("side", lambda e: e["reason"] == "Killing")
+        assert killing["message"] == "Container s failed liveness probe, will be restarted"
+        assert killing["involvedObject"]["fieldPath"] == "spec.initContainers{s}"
+        unhealthy = await h.wait_event("side", lambda e: e["reason"] == "Unhealthy")
+        assert unhealthy["involvedObject"]["fieldPath"] == "spec.initContainers{s}"
+        assert container_status(p)["restartCount"] == 0  # the main container is untouched

@@ -85,6 +85,9 @@ class ProbeManager:
         self.readiness = ResultsCache(self._updated)
         self.startup = ResultsCache(self._updated)
         self.workers: dict[Key, ProbeWorker] = {}
+        # Workers that ended by themselves (a terminal pod, a container that will not run
+        # again): not started again by later updates of the pod.
+        self.ended: set[Key] = set()
         self.started_at = time.monotonic()
 
     def _updated(self, uid: str, container_id: str, result: Result) -> None:
@@ -105,6 +108,8 @@ class ProbeManager:
                     continue
                 key = (uid, str(container.get("name")), kind)
                 wanted.add(key)
+                if key in self.ended:
+                    continue
                 worker = self.workers.get(key)
                 if worker is not None and worker.container.get(kind.field) == \
                         container.get(kind.field):
@@ -123,11 +128,13 @@ class ProbeManager:
                 self._forget_when_done(key, worker)
         for key in [k for k in self.workers if k[0] == uid and k not in wanted]:
             self.workers.pop(key).stop()
+        self.ended -= {k for k in self.ended if k[0] == uid and k not in wanted}
 
     def _forget_when_done(self, key: Key, worker: ProbeWorker) -> None:
         def done(_: object) -> None:
-            if self.workers.get(key) is worker:
+            if self.workers.get(key) is worker:  # ended by itself, not stopped
                 del self.workers[key]
+                self.ended.add(key)
 
         assert worker.task is not None
         worker.task.add_done_callback(done)
@@ -135,6 +142,7 @@ class ProbeManager:
     def remove_pod(self, uid: str) -> None:
         for key in [k for k in self.workers if k[0] == uid]:
             self.workers.pop(key).stop()
+        self.ended -= {k for k in self.ended if k[0] == uid}
 
     def probe_states(self, uid: str) -> PodProbeStates:
         return PodProbeStates(self, uid)
