@@ -153,3 +153,15 @@ async def test_grpc_without_the_health_service() -> None:
     assert outcome == Outcome.FAILURE
     assert output.startswith("this server does not implement the grpc health protocol "
                              "(grpc.health.v1.Health): ")
+
+
+async def test_http_get_timeout() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        port = silent.getsockname()[1]
+        outcome, output = await handlers.http_probe(
+            HOST, {"path": "/", "port": port, "scheme": "HTTP"}, {}, 1)
+    assert (outcome, output) == (
+        Outcome.FAILURE, f'Get "http://127.0.0.1:{port}/": context deadline exceeded '
+                         '(Client.Timeout exceeded while awaiting headers)')

@@ -8,7 +8,7 @@ thrown away and an `... probe errored and resulted in unknown state: ...` event 
   10 KiB) as the message; a timeout is a failure `command "<argv joined>" timed out`.
 - **httpGet**: a GET (`User-Agent: kube-probe/<major>.<minor>`, `Accept: */*`, the probe's
   `httpHeaders`) with `timeoutSeconds` as the deadline; a status in [200, 400) is success,
-  redirects to the same host are followed (at most 10), a redirect elsewhere is a warning
+  redirects to the same host name are followed (at most 10), a redirect elsewhere is a warning
   (success) `Probe terminated redirects, Response body: ...`, another status a failure
   `HTTP probe failed with statuscode: N`; a connection error is a failure with Go's
   `Get "<url>": dial tcp <addr>: connect: connection refused` wording. HTTPS is not verified,
@@ -218,7 +218,9 @@ def _http_get(url: str, headers: list[tuple[str, str]], timeout: float) -> tuple
         try:
             sock = _dial(host, port, timeout)
         except OSError as err:
-            return Outcome.FAILURE, f"Get {go_quote(current)}: {err}"
+            suffix = " (Client.Timeout exceeded while awaiting headers)" \
+                if str(err).endswith(": i/o timeout") else ""
+            return Outcome.FAILURE, f"Get {go_quote(current)}: {err}{suffix}"
         conn: http.client.HTTPConnection
         if parts.scheme == "https":
             context = ssl.create_default_context()
@@ -256,7 +258,7 @@ def _http_get(url: str, headers: list[tuple[str, str]], timeout: float) -> tuple
         status = response.status
         if 300 <= status < 400 and response.getheader("Location"):
             following = urllib.parse.urljoin(current, response.getheader("Location") or "")
-            if urllib.parse.urlsplit(following).netloc == parts.netloc:
+            if urllib.parse.urlsplit(following).hostname == urllib.parse.urlsplit(url).hostname:
                 current = following
                 continue
             return Outcome.WARNING, f"Probe terminated redirects, Response body: {body}"
