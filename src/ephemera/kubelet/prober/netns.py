@@ -10,6 +10,7 @@ pod's namespace. Sockets keep the namespace they were created in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import threading
@@ -57,13 +58,15 @@ async def run_in_netns(netns: str, fn: Callable[[], T]) -> T:
             future.set_result(value)  # type: ignore[arg-type]
 
     def body() -> None:
+        value: T | None = None
+        error: BaseException | None = None
         try:
             _setns(netns)
             value = fn()
         except BaseException as err:  # delivered to the awaiting coroutine
-            loop.call_soon_threadsafe(deliver, None, err)
-        else:
-            loop.call_soon_threadsafe(deliver, value, None)
+            error = err
+        with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+            loop.call_soon_threadsafe(deliver, value, error)
 
     threading.Thread(target=body, name="netns-probe", daemon=True).start()
     return await future
