@@ -257,8 +257,7 @@ async def test_manager_started_ready_and_status_conditions(tmp_path: Path) -> No
         assert updates == [UID, UID]
         assert manager.failed_probe(UID, "c", cid) is None
         manager.liveness.set(cid, Result.FAILURE, UID)
-        assert manager.failed_probe(UID, "c", cid) == ("Container c failed liveness probe",
-                                                       None)
+        assert manager.failed_probe(UID, "c", cid) == ("liveness", None)
         # A container removed from the spec loses its workers.
         manager.update_pod({**pod, "spec": {"containers": [{"name": "d", "image": "x"}]}})
         assert not manager.workers

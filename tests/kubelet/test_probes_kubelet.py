@@ -122,7 +122,7 @@ async def test_a_sidecar_failing_liveness_is_restarted(tmp_path: Path) -> None:
             s["name"] == "s" and s["restartCount"] >= 1 and "running" in s["state"]
             for s in p["status"].get("initContainerStatuses") or []))
         killing = await h.wait_event("side", lambda e: e["reason"] == "Killing")
-        assert killing["message"] == "Container s failed liveness probe, will be restarted"
+        assert killing["message"] == "Init container s failed liveness probe"
         assert killing["involvedObject"]["fieldPath"] == "spec.initContainers{s}"
         unhealthy = await h.wait_event("side", lambda e: e["reason"] == "Unhealthy")
         assert unhealthy["involvedObject"]["fieldPath"] == "spec.initContainers{s}"

@@ -107,8 +107,8 @@ def test_changed_mounts_restart_only_with_restart_container_policy() -> None:
 
 
 def test_a_container_that_failed_its_liveness_probe_is_killed_and_restarted() -> None:
-    failed = {"id-main": ("Container main failed liveness probe", None),
-              "id-side": ("Container side failed startup probe", 5.0)}
+    failed: dict[str, tuple[str, float | None]] = {"id-main": ("liveness", None),
+                                                   "id-side": ("startup", 5.0)}
 
     def failed_probe(name: str, container_id: str) -> tuple[str, float | None] | None:
         return failed.get(container_id)
@@ -120,8 +120,8 @@ def test_a_container_that_failed_its_liveness_probe_is_killed_and_restarted() ->
     # The sidecar first: killed and restarted, the main containers wait for the next sync.
     result = compute_pod_actions(pod, running, _ready, failed_probe)
     assert result.actions == [KillForProbe(side, running["side"][0], True,
-                                           "Container side failed startup probe, will be "
-                                           "restarted", 5.0, True)]
+                                           "Init container side failed startup probe", 5.0,
+                                           True)]
     assert not result.init_done
     del failed["id-side"]
     result = compute_pod_actions(pod, running, _ready, failed_probe)
@@ -135,3 +135,14 @@ def test_a_container_that_failed_its_liveness_probe_is_killed_and_restarted() ->
     assert result.actions == [KillForProbe(never["spec"]["containers"][0], running["main"][0],
                                            False, "Container main failed liveness probe",
                                            None, False)]
+
+
+def test_the_containers_after_a_sidecar_wait_for_its_startup_probe() -> None:
+    side = {"name": "side", "restartPolicy": "Always", "startupProbe": {}}
+    pod = _pod([{"name": "main"}], init=[side])
+    running = {"side": [_instance("side", ContainerState.RUNNING)]}
+    waiting = compute_pod_actions(pod, running, _ready, started=lambda name, cid: False)
+    assert waiting.actions == [] and not waiting.init_done
+    going = compute_pod_actions(pod, running, _ready, started=lambda name, cid: True)
+    assert going.init_done
+    assert going.actions == [StartContainer(pod["spec"]["containers"][0], None, False)]

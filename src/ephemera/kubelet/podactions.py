@@ -19,11 +19,12 @@ back-off (`ephemera.kubelet.backoff`: the first restart is immediate, then 10 s 
 shrinks it for tests). Waiting containers show `CrashLoopBackOff` with `back-off 10s
 restarting failed container=c pod=p_ns(uid)`, and a `BackOff` event. Running containers are
 never touched (a restarted kubelet adopts them), unless their liveness or startup probe
-failed (`ephemera.kubelet.prober`): such a container (a sidecar too) is killed with a
-`Killing` event `Container c failed liveness probe, will be restarted` (without `, will be
-restarted` under `restartPolicy: Never`), within the probe's `terminationGracePeriodSeconds`
-if it sets one, and started again at once (no crash back-off), as upstream's
-`computePodActions` does.
+failed (`ephemera.kubelet.prober`): such a container is killed with a `Killing` event
+`Container c failed liveness probe, will be restarted` (without `, will be restarted` under
+`restartPolicy: Never`; `Init container s failed liveness probe` for a sidecar), within the
+probe's `terminationGracePeriodSeconds` if it sets one, and started again at once (no crash
+back-off), as upstream's `computePodActions` does. The containers after a sidecar with a
+startup probe wait until it has succeeded.
 
 **Images** from the local store (`ImageStore.resolve`): `imagePullPolicy: Never` with a
 missing image gives `ErrImageNeverPull`; `Always`/`IfNotPresent` with a missing image "pulls"
@@ -188,13 +189,19 @@ class ClearWaiting:
 
 Action = StartContainer | RestartForChange | KillForProbe | WaitForVolumes | ClearWaiting
 
-# (container name, running instance id) -> why it must be killed for a failed probe and the
-# probe's grace period, or None (the prober manager's `failed_probe`, bound to the pod).
+# (container name, running instance id) -> the probe it failed (`liveness`, `startup`) and
+# the probe's grace period, or None (the prober manager's `failed_probe`, bound to the pod).
 FailedProbe = Callable[[str, str], tuple[str, float | None] | None]
+# (container name, running instance id) -> its startup probe has succeeded (or it has none).
+Started = Callable[[str, str], bool]
 
 
 def _no_failed_probe(name: str, container_id: str) -> tuple[str, float | None] | None:
     return None
+
+
+def _always_started(name: str, container_id: str) -> bool:
+    return True
 
 
 @dataclass
@@ -251,22 +258,32 @@ def all_done(pod: Mapping[str, Any], instances: Instances) -> bool:
 
 def _kill_for_probe(container: Mapping[str, Any], running: ContainerStatus, init: bool,
                     restart: bool, failed_probe: FailedProbe) -> KillForProbe | None:
-    failed = failed_probe(str(container.get("name")), running.id)
+    """Upstream's messages: `Container c failed liveness probe, will be restarted` (no
+    `, will be restarted` when it will not be), `Init container s failed startup probe` for
+    a sidecar."""
+    name = str(container.get("name"))
+    failed = failed_probe(name, running.id)
     if failed is None:
         return None
-    message, grace = failed
-    if restart:
-        message += ", will be restarted"
+    kind, grace = failed
+    if init:
+        message = f"Init container {name} failed {kind} probe"
+    else:
+        message = f"Container {name} failed {kind} probe"
+        if restart:
+            message += ", will be restarted"
     return KillForProbe(container, running, init, message, grace, restart)
 
 
 def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
                         volumes_ready_for: Callable[[Mapping[str, Any]], bool],
-                        failed_probe: FailedProbe = _no_failed_probe) -> PodActions:
+                        failed_probe: FailedProbe = _no_failed_probe,
+                        started: Started = _always_started) -> PodActions:
     """The actions of one sync (see the module docstring): the next init container to
     start, else what each main container needs. `volumes_ready_for(container)`: every pod
     volume it mounts is set up on the host; `failed_probe(name, id)`: the running instance
-    failed its liveness or startup probe."""
+    failed its liveness or startup probe; `started(name, id)`: its startup probe succeeded
+    (the containers after a sidecar wait for it)."""
     result = PodActions()
     restart_policy = restart_policy_of(pod)
     for c in pod_spec(pod).get("initContainers") or []:
@@ -276,10 +293,11 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
         if c.get("restartPolicy") == "Always":  # a sidecar: keep it running
             if latest is not None and latest.state == ContainerState.RUNNING:
                 kill = _kill_for_probe(c, latest, True, True, failed_probe)
-                if kill is None:
+                if kill is None and started(name, latest.id):
                     continue
-                result.actions.append(kill)
-                result.init_done = False
+                if kill is not None:
+                    result.actions.append(kill)
+                result.init_done = False  # killed, or not started yet: the rest wait
                 return result
             result.actions.append(StartContainer(c, latest, True))
             result.init_done = False

@@ -197,7 +197,7 @@ class PodWorker:
         sandbox = await pod_runtime.ensure_sandbox()
         instances: Instances = await pod_runtime.instances()
         actions = compute_pod_actions(pod, instances, pod_runtime.volumes_ready_for,
-                                      self._failed_probe)
+                                      self._failed_probe, self._started)
         next_delay = await pod_runtime.execute(actions.actions, instances, sandbox)
         if actions.init_failed:
             self.terminal = True
@@ -222,6 +222,10 @@ class PodWorker:
         probes = self.deps.probes
         return probes.failed_probe(self.uid, name, container_id) if probes is not None \
             else None
+
+    def _started(self, name: str, container_id: str) -> bool:
+        probes = self.deps.probes
+        return probes.started(self.uid, name, container_id) if probes is not None else True
 
     def _maybe_report_started(self, instances: Instances) -> None:
         if self.start_reported:

@@ -66,6 +66,8 @@ class ProbesLike(Protocol):
     def failed_probe(self, uid: str, name: str,
                      container_id: str) -> tuple[str, float | None] | None: ...
 
+    def started(self, uid: str, name: str, container_id: str) -> bool: ...
+
 
 @dataclass(frozen=True)
 class WorkerSettings:

@@ -7,9 +7,9 @@ not probed), the three results caches, and what the rest of the kubelet asks of 
 - `probe_states(uid)`: the `started` and `ready` of each running container for the status
   (upstream's `UpdatePodStatus`: not started while a startup probe has not succeeded; ready
   when started and the readiness probe's last result is Success, or it has none);
-- `failed_probe(uid, name, container_id)`: `Container c failed liveness probe` (or
-  `startup probe`) and the grace period when the pod sync must kill that instance
-  (upstream's `computePodActions`);
+- `failed_probe(uid, name, container_id)`: the probe (`liveness`, `startup`) a running
+  instance failed and its grace period, so that the pod sync kills it (upstream's
+  `computePodActions`);
 - `on_update(pod_uid)` is called whenever a result changes, so the pod's worker syncs.
 """
 
@@ -147,12 +147,15 @@ class ProbeManager:
     def probe_states(self, uid: str) -> PodProbeStates:
         return PodProbeStates(self, uid)
 
+    def started(self, uid: str, name: str, container_id: str) -> bool:
+        """The running instance has started (its startup probe succeeded, or it has none)."""
+        return PodProbeStates(self, uid).started(name, container_id)
+
     def failed_probe(self, uid: str, name: str,
                      container_id: str) -> tuple[str, float | None] | None:
-        """Why the pod sync must kill this running instance (upstream's
-        `computePodActions`): `Container c failed liveness probe` (or `startup probe`) and
-        the failed probe's `terminationGracePeriodSeconds` (None: the pod's); None when it
-        need not."""
+        """Which probe (`liveness` or `startup`) this running instance failed, so that the
+        pod sync kills it (upstream's `computePodActions`), and that probe's
+        `terminationGracePeriodSeconds` (None: the pod's); None when it failed neither."""
         for kind, cache in ((ProbeKind.LIVENESS, self.liveness),
                             (ProbeKind.STARTUP, self.startup)):
             if cache.get(container_id) != Result.FAILURE:
@@ -160,8 +163,7 @@ class ProbeManager:
             worker = self.workers.get((uid, name, kind))
             grace = (worker.container.get(kind.field) or {}).get(
                 "terminationGracePeriodSeconds") if worker is not None else None
-            return (f"Container {name} failed {kind.lower()} probe",
-                    float(grace) if isinstance(grace, int) else None)
+            return kind.lower(), float(grace) if isinstance(grace, int) else None
         return None
 
     async def close(self) -> None:
