@@ -250,6 +250,12 @@ async def test_manager_started_ready_and_status_conditions(tmp_path: Path) -> No
         assert conditions["Ready"]["status"] == "False"
         assert conditions["ContainersReady"]["message"] == \
             "containers with unready status: [c]"
+        readiness = manager.workers[(UID, "c", ProbeKind.READINESS)]
+        assert readiness._trigger.is_set()  # not probed yet: it runs at once
+        readiness._trigger.clear()
+        readiness.probed_id = cid
+        generate_pod_status(pod, view, host_ip="10.0.0.1")
+        assert not readiness._trigger.is_set()  # probed: its period decides
         manager.readiness.set(cid, Result.SUCCESS, UID)
         status = generate_pod_status(pod, view, host_ip="10.0.0.1")
         assert status["containerStatuses"][0]["ready"] is True

@@ -56,13 +56,17 @@ class PodProbeStates:
 
     def ready(self, name: str, container_id: str) -> bool:
         """Of a running, started container: ready when its readiness probe last succeeded
-        (at once without one); a probe that has not run yet is triggered."""
+        (at once without one). A readiness probe that has not run against this instance yet
+        is run at once (upstream's manual trigger; upstream triggers whenever the instance is
+        not ready, but ephemera generates the status far more often than upstream's pod
+        syncs, so a failing probe would run more often than its period)."""
         if self.manager.readiness.get(container_id) == Result.SUCCESS:
             return True
         worker = self.manager.workers.get((self.uid, name, ProbeKind.READINESS))
         if worker is None:
             return True
-        worker.trigger()
+        if worker.probed_id != container_id:
+            worker.trigger()
         return False
 
 

@@ -92,6 +92,7 @@ class ProbeWorker:
         self.on_result = on_result or (lambda labels: None)
         self.on_end = on_end or (lambda labels: None)
         self.container_id = ""
+        self.probed_id = ""  # the container instance the last probe ran against
         self.last_result: Result | None = None
         self.result_run = 0
         self.on_hold = False
@@ -156,6 +157,7 @@ class ProbeWorker:
                                              init=self.init)
         except ProbeErrored:
             return True
+        self.probed_id = container_id
         self.on_result({**self.metric_labels(),
                         "result": "successful" if result == Result.SUCCESS else "failed"})
         if self.last_result == result:
