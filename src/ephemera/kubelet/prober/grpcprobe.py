@@ -1,7 +1,8 @@
 """The gRPC health probe, run as a helper process: `python -m ephemera.kubelet.prober.grpcprobe
-'{"netns": ..., "host": ..., "port": ..., "service": ..., "timeout": ...}'` joins the network
-namespace (before grpcio starts any thread), calls `grpc.health.v1.Health/Check` and prints
-`{"outcome": ..., "output": ...}` with upstream's messages (`pkg/probe/grpc`).
+'{"netns": ..., "host": ..., "port": ..., "service": ..., "timeout": ..., "user_agent": ...}'`
+joins the network namespace (before grpcio starts any thread), calls
+`grpc.health.v1.Health/Check` and prints `{"outcome": ..., "output": ...}` with upstream's
+messages (`pkg/probe/grpc`). It imports nothing of ephemera but `netns`, so it starts fast.
 
 The two health messages are encoded by hand (one string field in the request, one enum field
 in the answer) so that no generated protobuf module is needed.
@@ -75,14 +76,13 @@ def _go_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def check(host: str, port: int, service: str, timeout: float) -> tuple[str, str]:
+def check(host: str, port: int, service: str, timeout: float,
+          user_agent: str) -> tuple[str, str]:
     import grpc  # after setns: grpcio's threads start in the pod's namespace
-
-    from ephemera.kubelet.prober.handlers import USER_AGENT
 
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     quoted = json.dumps(address)
-    channel = grpc.insecure_channel(address, options=[("grpc.primary_user_agent", USER_AGENT)])
+    channel = grpc.insecure_channel(address, options=[("grpc.primary_user_agent", user_agent)])
     try:
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout)
@@ -121,7 +121,8 @@ def main(argv: list[str]) -> int:
     if request.get("netns"):
         _setns(str(request["netns"]))
     outcome, output = check(str(request["host"]), int(request["port"]),
-                            str(request.get("service") or ""), float(request["timeout"]))
+                            str(request.get("service") or ""), float(request["timeout"]),
+                            str(request.get("user_agent") or ""))
     print(json.dumps({"outcome": outcome, "output": output}))
     return 0
 

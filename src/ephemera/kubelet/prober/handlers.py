@@ -287,7 +287,7 @@ async def grpc_probe(target: ProbeTarget, port: int, service: str,
     """The health check in a helper process inside the pod's network namespace (grpcio's own
     threads would not be in it otherwise)."""
     request = json.dumps({"netns": target.netns, "host": target.host(), "port": port,
-                          "service": service, "timeout": timeout})
+                          "service": service, "timeout": timeout, "user_agent": USER_AGENT})
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ephemera.kubelet.prober.grpcprobe", request,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
