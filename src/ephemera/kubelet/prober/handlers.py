@@ -94,7 +94,7 @@ def resolve_port(port: Any, container: Mapping[str, Any]) -> int:
     """Upstream's `probe.ResolveContainerPort`: a number, or a named port of the container
     (a name that is not declared is parsed as a number, with Go's error)."""
     if isinstance(port, bool) or port is None:
-        raise ProbeError(f"intOrString had no kind: {port!r}")
+        raise ProbeError(f"intOrString had no kind: {json.dumps(port)}")
     if isinstance(port, int):
         number = port
     else:
