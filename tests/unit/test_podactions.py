@@ -8,6 +8,7 @@ from typing import Any
 
 from ephemera.kubelet.podactions import (
     ClearWaiting,
+    KillForProbe,
     RestartForChange,
     StartContainer,
     WaitForVolumes,
@@ -103,3 +104,45 @@ def test_changed_mounts_restart_only_with_restart_container_policy() -> None:
     restart = {**spec, "dynamicVolumePolicy": {"restartPolicy": "RestartContainer"}}
     changed = compute_pod_actions(_pod([restart]), running, _ready)
     assert changed.actions == [RestartForChange(restart, running["c"][0])]
+
+
+def test_a_container_that_failed_its_liveness_probe_is_killed_and_restarted() -> None:
+    failed: dict[str, tuple[str, float | None]] = {"id-main": ("liveness", None),
+                                                   "id-side": ("startup", 5.0)}
+
+    def failed_probe(name: str, container_id: str) -> tuple[str, float | None] | None:
+        return failed.get(container_id)
+
+    side = {"name": "side", "restartPolicy": "Always"}
+    pod = _pod([{"name": "main"}, {"name": "other"}], init=[side])
+    running = {name: [_instance(name, ContainerState.RUNNING)]
+               for name in ("side", "main", "other")}
+    # The sidecar first: killed and restarted, the main containers wait for the next sync.
+    result = compute_pod_actions(pod, running, _ready, failed_probe)
+    assert result.actions == [KillForProbe(side, running["side"][0], True,
+                                           "Init container side failed startup probe", 5.0,
+                                           True)]
+    assert not result.init_done
+    del failed["id-side"]
+    result = compute_pod_actions(pod, running, _ready, failed_probe)
+    assert result.actions == [
+        KillForProbe(pod["spec"]["containers"][0], running["main"][0], False,
+                     "Container main failed liveness probe, will be restarted", None, True),
+        ClearWaiting("other")]
+    # Under `Never` the container is killed and stays down.
+    never = _pod([{"name": "main"}], restart_policy="Never")
+    result = compute_pod_actions(never, {"main": running["main"]}, _ready, failed_probe)
+    assert result.actions == [KillForProbe(never["spec"]["containers"][0], running["main"][0],
+                                           False, "Container main failed liveness probe",
+                                           None, False)]
+
+
+def test_the_containers_after_a_sidecar_wait_for_its_startup_probe() -> None:
+    side = {"name": "side", "restartPolicy": "Always", "startupProbe": {}}
+    pod = _pod([{"name": "main"}], init=[side])
+    running = {"side": [_instance("side", ContainerState.RUNNING)]}
+    waiting = compute_pod_actions(pod, running, _ready, started=lambda name, cid: False)
+    assert waiting.actions == [] and not waiting.init_done
+    going = compute_pod_actions(pod, running, _ready, started=lambda name, cid: True)
+    assert going.init_done
+    assert going.actions == [StartContainer(pod["spec"]["containers"][0], None, False)]

@@ -93,6 +93,8 @@ from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure, allocatable, 
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
+from ephemera.kubelet.prober.handlers import ProbeTarget
+from ephemera.kubelet.prober.manager import ProbeManager
 from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
 from ephemera.kubelet.server import create_kubelet_app, kubelet_ssl_context
 from ephemera.kubelet.stats import StatsProvider, make_accounting
@@ -246,6 +248,11 @@ class Kubelet:
                                  period=config.settings.relist_period,
                                  on_duration=self._relisted)
         self.workers: PodWorkers | None = None
+        # Liveness, readiness and startup probes; a changed result wakes the pod's worker.
+        self.probes = ProbeManager(runtime, self._probe_event, pod_status=self.status.get,
+                                   target=self._probe_target, on_update=self._runtime_changed,
+                                   on_result=self._probe_counted,
+                                   on_worker_end=self._probe_series_gone)
         self.bound_port: int = config.port
         self._tasks: list[asyncio.Task[Any]] = []
         # The eviction manager (issue 6): usage accounting, thresholds, the node conditions.
@@ -811,7 +818,7 @@ class Kubelet:
                 on_pod_started=self.metrics.pod_start_duration.observe,
                 on_sync_done=lambda op, s: self.metrics.pod_worker_duration.labels(
                     operation=op).observe(s),
-                pod_storage=self.accounting)
+                pod_storage=self.accounting, probes=self.probes)
             self.workers = PodWorkers(deps)
             self.workers.on_worker_done = self._worker_done
             self.volumes.set_in_use_checker(self._in_use)
@@ -857,6 +864,32 @@ class Kubelet:
             if cfg.stop_pods_on_exit:
                 await self.drain()
             await self.close()
+
+    async def _probe_event(self, pod: Mapping[str, Any], container: str, type_: str,
+                           reason: str, message: str, init: bool) -> None:
+        """A probe's event, posted in the background (the probe does not wait for it)."""
+        if self.workers is not None:
+            self.workers.spawn(self.events.container(pod, container, type_, reason, message,
+                                                     init=init), pod=pod)
+
+    async def _probe_target(self, uid: str, status: Mapping[str, Any]) -> ProbeTarget:
+        """Where the pod's network probes go: its IP and its sandbox's network namespace."""
+        worker = self.workers.get(uid) if self.workers is not None else None
+        netns = ""
+        sandbox_id = worker.pod_runtime.sandbox_id if worker is not None else None
+        if sandbox_id is not None:
+            netns = await self.runtime.pod_network_namespace(sandbox_id)
+        return ProbeTarget(pod_ip=str(status.get("podIP") or ""), netns=netns)
+
+    def _probe_counted(self, labels: Mapping[str, str]) -> None:
+        self.metrics.prober_probe_total.labels(**labels).inc()
+
+    def _probe_series_gone(self, labels: Mapping[str, str]) -> None:
+        counter = self.metrics.prober_probe_total
+        for result in ("successful", "failed", "unknown"):
+            with contextlib.suppress(KeyError):  # a series that never counted
+                counter.remove(labels["probe_type"], result, labels["container"],
+                               labels["pod"], labels["namespace"], labels["pod_uid"])
 
     def _container_started(self, kind: str, code: str) -> None:
         if code:
@@ -914,6 +947,7 @@ class Kubelet:
         """Stop the loops (the containers keep running)."""
         if self.workers is not None:
             await self.workers.close()
+        await self.probes.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -6,7 +6,9 @@ Upstream's names: `kubelet_node_name`, `kubelet_running_pods`, `kubelet_running_
 `kubelet_started_containers_total`, `kubelet_started_containers_errors_total`,
 `kubelet_started_pods_total`, `kubelet_pod_start_duration_seconds`,
 `kubelet_pod_worker_duration_seconds`, `kubelet_pleg_relist_duration_seconds`,
-`kubelet_evictions{eviction_signal}`, `kubelet_admission_rejections_total{reason}`.
+`kubelet_evictions{eviction_signal}`, `kubelet_admission_rejections_total{reason}`,
+`prober_probe_total{probe_type,result,container,pod,namespace,pod_uid}` (result `successful`,
+`failed` or `unknown`; a container's series go when its probe worker ends).
 
 KEP-6395 dynamic volumes (its beta criteria ask for mount/unmount latency and error rates;
 the KEP leaves the names open, these are ours). A volume is *dynamic* when it is added to, or
@@ -111,6 +113,11 @@ class KubeletMetrics:
         self.admission_rejections = Counter(
             "kubelet_admission_rejections", "Cumulative number pod admission rejections by "
             "the Kubelet.", ["reason"], registry=self.registry)
+        self.prober_probe_total = Counter(
+            "prober_probe", "Cumulative number of a liveness, readiness or startup probe for "
+            "a container by result.",
+            ["probe_type", "result", "container", "pod", "namespace", "pod_uid"],
+            registry=self.registry)
         # KEP-6395 dynamic volumes (see the module docstring).
         self.dynamic_volume_mount_duration = Histogram(
             "kubelet_dynamic_volume_mount_duration_seconds",

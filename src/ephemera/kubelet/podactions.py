@@ -18,7 +18,13 @@ back-off (`ephemera.kubelet.backoff`: the first restart is immediate, then 10 s 
 300 s, reset when the container ran for twice the maximum, i.e. 10 minutes; `BackOffPolicy`
 shrinks it for tests). Waiting containers show `CrashLoopBackOff` with `back-off 10s
 restarting failed container=c pod=p_ns(uid)`, and a `BackOff` event. Running containers are
-never touched, so a restarted kubelet adopts them.
+never touched (a restarted kubelet adopts them), unless their liveness or startup probe
+failed (`ephemera.kubelet.prober`): such a container is killed with a `Killing` event
+`Container c failed liveness probe, will be restarted` (without `, will be restarted` under
+`restartPolicy: Never`; `Init container s failed liveness probe` for a sidecar), within the
+probe's `terminationGracePeriodSeconds` if it sets one, and started again at once (no crash
+back-off), as upstream's `computePodActions` does. The containers after a sidecar with a
+startup probe wait until it has succeeded.
 
 **Images** from the local store (`ImageStore.resolve`): `imagePullPolicy: Never` with a
 missing image gives `ErrImageNeverPull`; `Always`/`IfNotPresent` with a missing image "pulls"
@@ -99,6 +105,7 @@ __all__ = [
     "IDLE",
     "Action",
     "ClearWaiting",
+    "KillForProbe",
     "PodActions",
     "PodRuntime",
     "PodRuntimeCache",
@@ -154,6 +161,20 @@ class RestartForChange:
 
 
 @dataclass(frozen=True)
+class KillForProbe:
+    """The running instance failed its liveness or startup probe: kill it (`message` is the
+    `Killing` event's; `grace` the probe's grace period, None for the pod's) and start it
+    again at once when `restart`."""
+
+    container: Mapping[str, Any]
+    running: ContainerStatus
+    init: bool
+    message: str
+    grace: float | None
+    restart: bool
+
+
+@dataclass(frozen=True)
 class WaitForVolumes:
     """A dynamic volume the container needs is still being set up: only it waits
     (`ContainerCreating`)."""
@@ -168,7 +189,21 @@ class ClearWaiting:
     name: str
 
 
-Action = StartContainer | RestartForChange | WaitForVolumes | ClearWaiting
+Action = StartContainer | RestartForChange | KillForProbe | WaitForVolumes | ClearWaiting
+
+# (container name, running instance id) -> the probe it failed (`liveness`, `startup`) and
+# the probe's grace period, or None (the prober manager's `failed_probe`, bound to the pod).
+FailedProbe = Callable[[str, str], tuple[str, float | None] | None]
+# (container name, running instance id) -> its startup probe has succeeded (or it has none).
+Started = Callable[[str, str], bool]
+
+
+def _no_failed_probe(name: str, container_id: str) -> tuple[str, float | None] | None:
+    return None
+
+
+def _always_started(name: str, container_id: str) -> bool:
+    return True
 
 
 @dataclass
@@ -223,11 +258,34 @@ def all_done(pod: Mapping[str, Any], instances: Instances) -> bool:
     return True
 
 
+def _kill_for_probe(container: Mapping[str, Any], running: ContainerStatus, init: bool,
+                    restart: bool, failed_probe: FailedProbe) -> KillForProbe | None:
+    """Upstream's messages: `Container c failed liveness probe, will be restarted` (no
+    `, will be restarted` when it will not be), `Init container s failed startup probe` for
+    a sidecar."""
+    name = str(container.get("name"))
+    failed = failed_probe(name, running.id)
+    if failed is None:
+        return None
+    kind, grace = failed
+    if init:
+        message = f"Init container {name} failed {kind} probe"
+    else:
+        message = f"Container {name} failed {kind} probe"
+        if restart:
+            message += ", will be restarted"
+    return KillForProbe(container, running, init, message, grace, restart)
+
+
 def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
-                        volumes_ready_for: Callable[[Mapping[str, Any]], bool]) -> PodActions:
+                        volumes_ready_for: Callable[[Mapping[str, Any]], bool],
+                        failed_probe: FailedProbe = _no_failed_probe,
+                        started: Started = _always_started) -> PodActions:
     """The actions of one sync (see the module docstring): the next init container to
     start, else what each main container needs. `volumes_ready_for(container)`: every pod
-    volume it mounts is set up on the host."""
+    volume it mounts is set up on the host; `failed_probe(name, id)`: the running instance
+    failed its liveness or startup probe; `started(name, id)`: its startup probe succeeded
+    (the containers after a sidecar wait for it)."""
     result = PodActions()
     restart_policy = restart_policy_of(pod)
     for c in pod_spec(pod).get("initContainers") or []:
@@ -236,7 +294,13 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
         latest = mine[-1] if mine else None
         if c.get("restartPolicy") == "Always":  # a sidecar: keep it running
             if latest is not None and latest.state == ContainerState.RUNNING:
-                continue
+                kill = _kill_for_probe(c, latest, True, True, failed_probe)
+                if kill is None and started(name, latest.id):
+                    continue
+                if kill is not None:
+                    result.actions.append(kill)
+                result.init_done = False  # killed, or not started yet: the rest wait
+                return result
             result.actions.append(StartContainer(c, latest, True))
             result.init_done = False
             return result
@@ -265,7 +329,10 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
                 result.actions.append(StartContainer(c, None, False))
             continue
         if latest.state == ContainerState.RUNNING:
-            if mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
+            kill = _kill_for_probe(c, latest, False, restart_policy != "Never", failed_probe)
+            if kill is not None:
+                result.actions.append(kill)
+            elif mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
                     "restartPolicy") == RESTART_CONTAINER and volumes_ready_for(c):
                 result.actions.append(RestartForChange(c, latest))
             else:
@@ -470,6 +537,14 @@ class PodRuntime:
                 next_delay = min(next_delay, await self.start(action.container,
                                                               action.running, False,
                                                               actuation=True))
+            elif isinstance(action, KillForProbe):
+                self.host.publish_status(instances, sandbox)
+                grace = self.container_grace_period() if action.grace is None else \
+                    max(action.grace, self.deps.settings.minimum_grace_period)
+                await self.kill(action.running, grace, action.message)
+                if action.restart:
+                    next_delay = min(next_delay, await self.start(
+                        action.container, action.running, action.init, actuation=True))
             elif isinstance(action, WaitForVolumes):
                 self.waiting.setdefault(action.name, ("ContainerCreating", ""))
             else:

@@ -196,7 +196,8 @@ class PodWorker:
             return 0.0
         sandbox = await pod_runtime.ensure_sandbox()
         instances: Instances = await pod_runtime.instances()
-        actions = compute_pod_actions(pod, instances, pod_runtime.volumes_ready_for)
+        actions = compute_pod_actions(pod, instances, pod_runtime.volumes_ready_for,
+                                      self._failed_probe, self._started)
         next_delay = await pod_runtime.execute(actions.actions, instances, sandbox)
         if actions.init_failed:
             self.terminal = True
@@ -216,6 +217,15 @@ class PodWorker:
             await self._finish_terminal()
             return IDLE
         return next_delay
+
+    def _failed_probe(self, name: str, container_id: str) -> tuple[str, float | None] | None:
+        probes = self.deps.probes
+        return probes.failed_probe(self.uid, name, container_id) if probes is not None \
+            else None
+
+    def _started(self, name: str, container_id: str) -> bool:
+        probes = self.deps.probes
+        return probes.started(self.uid, name, container_id) if probes is not None else True
 
     def _maybe_report_started(self, instances: Instances) -> None:
         if self.start_reported:
@@ -289,7 +299,9 @@ class PodWorker:
         terminal_now = self.terminal if terminal is None else terminal
         view = PodRuntimeView(sandbox=sandbox, containers=instances or {},
                               waiting=dict(self.pod_runtime.waiting),
-                              runtime_name=deps.runtime.name, terminal=terminal_now)
+                              runtime_name=deps.runtime.name, terminal=terminal_now,
+                              probes=deps.probes.probe_states(self.uid)
+                              if deps.probes is not None else None)
         old = deps.status.get(self.uid)
         if old is None:
             old = dict(self.pod.get("status") or {})
@@ -501,6 +513,8 @@ class PodWorkers:
         """The pod as the node has allocated it (the API's metadata, the allocated spec),
         and the containers and volumes the API has that are not allocated yet."""
         uid = pod_uid(pod)
+        if self.deps.probes is not None:
+            self.deps.probes.update_pod(pod)
         worker = self._workers.get(uid)
         if worker is None:
             worker = self._workers[uid] = PodWorker(self, pod)
@@ -524,6 +538,8 @@ class PodWorkers:
     def remove(self, pod: Obj) -> None:
         """The pod is gone from the API: stop it and clean up."""
         uid = pod_uid(pod)
+        if self.deps.probes is not None:
+            self.deps.probes.remove_pod(uid)
         worker = self._workers.get(uid)
         if worker is None:
             worker = self._workers[uid] = PodWorker(self, pod)
@@ -558,6 +574,8 @@ class PodWorkers:
         if self._workers.get(worker.uid) is worker:
             del self._workers[worker.uid]
         self.deps.status.forget(worker.uid)
+        if self.deps.probes is not None:
+            self.deps.probes.remove_pod(worker.uid)
         self.deps.on_volumes_changed()
         self.on_worker_done(worker.uid)
 

@@ -24,8 +24,10 @@ name, oldest first, and the waiting reasons the pod worker recorded at its last 
   `hostNetwork` pod), startTime (kept once set),
   qosClass kept.
 
-Readiness and startup probes are not run (a later issue): a running container is ready and
-started.
+`started` and `ready` of a running container come from the probes (`PodRuntimeView.probes`,
+the prober manager's view, upstream's `UpdatePodStatus`): started once its startup probe has
+succeeded (at once without one), ready once started and its readiness probe has succeeded (at
+once without one); a plain init container is ready once it has exited 0, as upstream's.
 
 `StatusManager` keeps, per pod UID, the status last known to be in the API (from the pod
 informer and its own writes) and the status the kubelet wants; a background writer PATCHes
@@ -40,7 +42,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, resource_path
@@ -51,6 +53,7 @@ __all__ = [
     "KUBELET_CONDITIONS",
     "POD_INITIALIZING",
     "PodRuntimeView",
+    "ProbeStates",
     "StatusManager",
     "generate_pod_status",
     "get_phase",
@@ -81,6 +84,14 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class ProbeStates(Protocol):
+    """What the probes say about a pod's running containers (the prober manager)."""
+
+    def started(self, name: str, container_id: str) -> bool: ...
+
+    def ready(self, name: str, container_id: str) -> bool: ...
+
+
 @dataclass
 class PodRuntimeView:
     """What the runtime and the pod worker know about one pod."""
@@ -94,6 +105,8 @@ class PodRuntimeView:
     runtime_name: str = "runc"
     # The pod is terminal (its containers will not run again): phase Succeeded or Failed.
     terminal: bool = False
+    # started/ready of running containers (None: no probes, started and ready at once).
+    probes: ProbeStates | None = None
 
 
 def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -154,8 +167,10 @@ def _volume_mounts(spec_container: Mapping[str, Any],
 
 def container_status(spec_container: Mapping[str, Any], instances: Sequence[ContainerStatus],
                      waiting: tuple[str, str] | None, default_reason: str,
-                     runtime_name: str) -> Obj:
-    """The API status of one container from its runtime instances (oldest first)."""
+                     runtime_name: str, probes: ProbeStates | None = None, *,
+                     plain_init: bool = False) -> Obj:
+    """The API status of one container from its runtime instances (oldest first);
+    `plain_init`: an init container that is not a sidecar (ready once it exited 0)."""
     name = str(spec_container.get("name"))
     status: Obj = {"name": name, "image": spec_container.get("image") or "", "imageID": "",
                    "ready": False, "restartCount": 0, "started": False}
@@ -172,10 +187,13 @@ def container_status(spec_container: Mapping[str, Any], instances: Sequence[Cont
     last_state: Obj = _terminated(previous, runtime_name) if previous is not None else {}
     if latest.state == ContainerState.RUNNING:
         state = {"running": {"startedAt": rfc3339(latest.started_at or latest.created_at)}}
-        status["ready"] = True
-        status["started"] = True
+        started = probes is None or probes.started(name, latest.id)
+        status["started"] = started
+        status["ready"] = started and not plain_init and (
+            probes is None or probes.ready(name, latest.id))
     elif latest.state == ContainerState.EXITED:
         state = _terminated(latest, runtime_name)
+        status["ready"] = plain_init and latest.exit_code == 0 and waiting is None
         if waiting is not None:  # to be restarted: waiting, with the termination as lastState
             last_state = state
             state = _waiting(*waiting)
@@ -406,13 +424,14 @@ def generate_pod_status(pod: Mapping[str, Any], view: PodRuntimeView, *, host_ip
         name = str(c.get("name"))
         init_statuses[name] = container_status(c, view.containers.get(name, ()),
                                                view.waiting.get(name), default_reason,
-                                               view.runtime_name)
+                                               view.runtime_name, view.probes,
+                                               plain_init=not _is_sidecar(c))
     statuses: dict[str, Obj] = {}
     for c in _containers(pod, "containers"):
         name = str(c.get("name"))
         statuses[name] = container_status(c, view.containers.get(name, ()),
                                           view.waiting.get(name), default_reason,
-                                          view.runtime_name)
+                                          view.runtime_name, view.probes)
     phase = get_phase(pod, init_statuses, statuses, view.terminal)
     if old.get("phase") in TERMINAL_PHASES:
         phase = str(old["phase"])

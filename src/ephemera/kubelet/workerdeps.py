@@ -15,12 +15,13 @@ from ephemera.client import ApiClient
 from ephemera.kubelet.backoff import BackOffPolicy
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.runtime.base import RuntimeService
-from ephemera.kubelet.status import StatusManager
+from ephemera.kubelet.status import ProbeStates, StatusManager
 
 __all__ = [
     "MINIMUM_GRACE_PERIOD",
     "ImageLookup",
     "PodStorage",
+    "ProbesLike",
     "VolumesLike",
     "WorkerDeps",
     "WorkerSettings",
@@ -51,6 +52,21 @@ class PodStorage(Protocol):
     async def prepare_pod(self, pod: Mapping[str, Any], log_dir: Path) -> None: ...
 
     async def release_pod(self, uid: str) -> None: ...
+
+
+class ProbesLike(Protocol):
+    """The prober manager (`ephemera.kubelet.prober.manager.ProbeManager`)."""
+
+    def update_pod(self, pod: Mapping[str, Any]) -> None: ...
+
+    def remove_pod(self, uid: str) -> None: ...
+
+    def probe_states(self, uid: str) -> ProbeStates: ...
+
+    def failed_probe(self, uid: str, name: str,
+                     container_id: str) -> tuple[str, float | None] | None: ...
+
+    def started(self, uid: str, name: str, container_id: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -91,3 +107,5 @@ class WorkerDeps:
     on_sync_done: Callable[[str, float], None] = lambda operation, seconds: None
     # Prepares and releases the pod's storage (None: plain directories).
     pod_storage: PodStorage | None = None
+    # Runs the containers' probes (None: none run; running containers are ready at once).
+    probes: ProbesLike | None = None

@@ -202,6 +202,11 @@ class RuntimeService(abc.ABC):
         self, container_id: str, argv: list[str], *, tty: bool, stdin: bool
     ) -> ExecSession: ...
 
+    async def pod_network_namespace(self, sandbox_id: str) -> str:
+        """The path of the sandbox's network namespace, for probes that reach the pod's
+        ports ("": the host's, as for a hostNetwork pod or a runtime without namespaces)."""
+        return ""
+
     async def attach(self, container_id: str) -> ExecSession:
         """Stream a running container's stdout/stderr (and write its stdin if it was created
         with `stdin`); `wait()` returns the container's exit code."""

@@ -12,8 +12,12 @@ Containers "run" from start until stopped. The argv chooses other behaviour:
 `behaviour` (a callable `argv -> tuple | None`) given to the constructor overrides this.
 
 exec_sync / exec: `["echo", ...]` prints its arguments, `["exit", "N"]` returns N, `["cat"]`
-(exec with stdin) echoes its input, `["env"]` prints the container's environment; anything
-else exits 0 silently. Every call is appended to `calls` for tests to inspect.
+(exec with stdin) echoes its input, `["env"]` prints the container's environment,
+`["fail", "message..."]` prints the message and returns 1, `["hang"]` never ends (exec_sync
+with a timeout raises ExecTimeoutError); anything else exits 0 silently. `exec_handler`
+(`(container name, argv) -> (exit code, output) | None`), when set, answers first, so tests
+can change what a probe command returns while the container runs. Every call is appended to
+`calls` for tests to inspect.
 
 State is kept in memory and, unless `persist=False`, in `<root>/runtime/fake-state.json`,
 so a new FakeRuntime on the same root "adopts" the containers of the previous one. Logs are
@@ -39,6 +43,7 @@ from ephemera.kubelet.runtime.base import (
     ContainerStatus,
     ExecResult,
     ExecSession,
+    ExecTimeoutError,
     Mount,
     NotFoundError,
     RuntimeError_,
@@ -99,6 +104,7 @@ class FakeRuntime(RuntimeService):
         self.node_name = node_name
         self.behaviour = behaviour
         self.calls: list[tuple[str, ...]] = []
+        self.exec_handler: Callable[[str, list[str]], tuple[int, bytes] | None] | None = None
         self.sandboxes: dict[str, _Sandbox] = {}
         self.containers: dict[str, _Container] = {}
         self.state_file = (Path(root) / "runtime" / "fake-state.json"
@@ -294,6 +300,12 @@ class FakeRuntime(RuntimeService):
     def _exec_output(self, container: _Container, argv: list[str]) -> tuple[int, bytes]:
         if container.state != ContainerState.RUNNING.value:
             raise RuntimeError_(f"container {container.id} is not running")
+        if self.exec_handler is not None:
+            answer = self.exec_handler(container.name, argv)
+            if answer is not None:
+                return answer
+        if argv[:1] == ["fail"]:
+            return 1, (" ".join(argv[1:]) + "\n").encode()
         if argv[:1] == ["echo"]:
             return 0, (" ".join(argv[1:]) + "\n").encode()
         if argv[:1] == ["exit"]:
@@ -306,7 +318,14 @@ class FakeRuntime(RuntimeService):
         self, container_id: str, argv: list[str], timeout: float = 0
     ) -> ExecResult:
         self.calls.append(("exec_sync", container_id, *argv))
-        code, out = self._exec_output(self._container(container_id), argv)
+        container = self._container(container_id)
+        if argv[:1] == ["hang"] and container.state == ContainerState.RUNNING.value:
+            if timeout:
+                await asyncio.sleep(timeout)
+                raise ExecTimeoutError(f"command {argv!r} in container {container_id} timed "
+                                       f"out after {timeout}s")
+            await asyncio.Event().wait()
+        code, out = self._exec_output(container, argv)
         return ExecResult(exit_code=code, stdout=out, stderr=b"")
 
     async def exec(

@@ -445,6 +445,15 @@ class OciRuntime(RuntimeService):
 
         await self._blocking(remove)
 
+    async def pod_network_namespace(self, sandbox_id: str) -> str:
+        try:
+            meta = await self._blocking(self._sandbox_meta, sandbox_id)
+        except NotFoundError:
+            return ""
+        if "net" not in meta["namespaces"]:
+            return ""
+        return str(self._sandbox_dir(sandbox_id) / "ns" / "net")
+
     async def list_pod_sandboxes(self) -> list[SandboxStatus]:
         metas = await self._blocking(self._sandbox_metas)
         result = []
