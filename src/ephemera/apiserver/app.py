@@ -29,6 +29,7 @@ from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
 from ephemera.apiserver import authnreviews, discovery, nodeproxy, openapi, tokenrequest
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
 from ephemera.apiserver.audit import AuditFilter, annotate_authorization
+from ephemera.apiserver.authn import ANONYMOUS, InvalidCredentials
 from ephemera.apiserver.authz import Attributes, Decision, forbidden_message
 from ephemera.apiserver.authz.modes import (
     DEFAULT_WITH_AUTHENTICATION,
@@ -56,8 +57,6 @@ from ephemera.store import Store, StoreError
 
 log = logging.getLogger("ephemera.apiserver")
 
-# Paths anyone may read, as upstream's system:public-info-viewer allows.
-PUBLIC_PATHS = frozenset({"version", "healthz", "livez", "readyz"})
 # What the admission plugins read from the watch-fed object cache (ServiceAccount,
 # LimitRanger, ResourceQuota), as upstream's read their informers.
 CACHED_FOR_ADMISSION = tuple(core_resource(plural) for plural in
@@ -68,8 +67,9 @@ WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 
 
 class Authenticator(Protocol):
-    """Who sent a request: a user object (`ephemera.apiserver.authn.UserInfo`) or None for
-    a request without valid credentials (answered 401)."""
+    """Who sent a request: a user object (`ephemera.apiserver.authn.UserInfo`), None for a
+    request without any credentials (anonymous, or 401 when anonymous requests are not
+    allowed); raises `InvalidCredentials` for credentials that do not authenticate (401)."""
 
     async def authenticate(self, request: Any) -> Any | None: ...
 
@@ -79,6 +79,10 @@ class ApiserverConfig:
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     # None: no authentication, every request acts as an administrator.
     authenticator: Authenticator | None = None
+    # `--anonymous-auth`: a request without credentials is `system:anonymous` (authorization
+    # decides; the default RBAC lets it read /version, /healthz, /livez and /readyz); off,
+    # or with the AlwaysAllow authorizer (as upstream turns it off then), it gets 401.
+    anonymous_auth: bool = True
     # Request bodies above this get 413.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # Seconds between BOOKMARK events of watches that allow them.
@@ -264,17 +268,27 @@ class Router:
                                             min_timeout=config.min_request_timeout)
         self.kubelets = nodeproxy.KubeletClient(config.kubelet_client_ssl,
                                                 config.kubelet_scheme)
+        self.anonymous = config.anonymous_auth and "AlwaysAllow" not in authz.modes
+        if config.authenticator is not None and config.anonymous_auth and not self.anonymous:
+            log.warning("AnonymousAuth is not allowed with the AlwaysAllow authorizer. "
+                        "Resetting AnonymousAuth to false. You should use a different "
+                        "authorizer")
 
     @web.middleware
     async def authentication(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Upstream's authentication filter on every path: credentials that fail are a 401
+        (never anonymous); no credentials at all are `system:anonymous` when allowed."""
         authenticator = self.config.authenticator
         if authenticator is not None:
-            first = request.path.strip("/").split("/", 1)[0]
-            if first not in PUBLIC_PATHS:
+            try:
                 user = await authenticator.authenticate(request)
-                if user is None:
+            except InvalidCredentials:
+                raise errors.unauthorized() from None
+            if user is None:
+                if not self.anonymous:
                     raise errors.unauthorized()
-                request[USER] = user
+                user = ANONYMOUS
+            request[USER] = user
         response: web.StreamResponse = await handler(request)
         return response
 

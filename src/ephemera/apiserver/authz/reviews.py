@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ephemera.api import errors, field, fieldvalidation
 from ephemera.api.field import FieldError, Path
-from ephemera.apiserver.authn import UserInfo
+from ephemera.apiserver.authn import ANONYMOUS, UserInfo
 from ephemera.apiserver.authz import Attributes, Authorizer, Decision
 from ephemera.apiserver.authz.rbac import aggregate_errors
 from ephemera.apiserver.body import decode_object, read_body
@@ -31,7 +31,6 @@ from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import Target, check_kind, method_not_allowed, respond
 
 AUTHORIZATION_GROUP = "authorization.k8s.io"
-ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
 
 # (rules, resolution errors, incomplete) a user holds in a namespace.
 RulesSource = Callable[[UserInfo, str], Awaitable[tuple[list[Any], list[str], bool]]]
