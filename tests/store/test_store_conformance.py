@@ -117,6 +117,28 @@ async def test_list_at_an_old_revision_sees_old_values(store: Store) -> None:
         await store.list("/h/", revision=now.revision + 100)
 
 
+async def test_pages_at_an_old_revision_see_that_revision_on_every_page(store: Store) -> None:
+    made = [await store.create(f"/op/{i}", f"v{i}".encode()) for i in range(5)]
+    at = await store.current_revision()
+    await store.delete("/op/0", made[0].mod_revision)
+    await store.update("/op/3", b"changed", made[3].mod_revision)
+    await store.create("/op/2a", b"late")
+    await store.delete("/op/4", made[4].mod_revision)
+    pages: list[list[KeyValue]] = []
+    start = ""
+    while True:
+        page = await store.list("/op/", limit=2, start_after=start, revision=at)
+        assert page.revision == at
+        pages.append(page.kvs)
+        if not page.more:
+            break
+        start = page.kvs[-1].key
+    assert pages == [made[0:2], made[2:4], made[4:5]]
+    now = await store.list("/op/", limit=2, start_after="/op/2")
+    assert [(kv.key, kv.value) for kv in now.kvs] == [("/op/2a", b"late"), ("/op/3", b"changed")]
+    assert not now.more
+
+
 async def test_update_compare_and_swap(store: Store) -> None:
     created = await store.create("/u/a", b"1")
     updated = await store.update("/u/a", b"2", created.mod_revision)

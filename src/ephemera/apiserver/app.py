@@ -26,6 +26,7 @@ from aiohttp import web
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
+from ephemera.api.listoptions import query_flag
 from ephemera.apiserver import authnreviews, discovery, nodeproxy, openapi, tokenrequest
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
 from ephemera.apiserver.audit import AuditFilter, annotate_authorization
@@ -48,7 +49,6 @@ from ephemera.apiserver.rest import (
     RestHandlers,
     Target,
     method_not_allowed,
-    query_bool,
     respond,
 )
 from ephemera.apiserver.serviceaccounttoken import DEFAULT_ISSUER, TokenIssuer
@@ -474,7 +474,7 @@ class Router:
             raise method_not_allowed()
         verbs = target.resource.verbs  # upstream installs no handler for any other verb
         if method == "GET":
-            if watch_prefix or query_bool(request, "watch"):
+            if watch_prefix or query_flag(request.query, "watch"):
                 if "watch" not in verbs:
                     raise method_not_allowed()
                 return await serve_watch(request, self.registry, target, self.watch_settings,
