@@ -54,11 +54,17 @@ async def test_a_paginated_list_at_a_resource_version_reads_exactly_there(
         assert names(first) == ["c0", "c1"]
         assert first["items"][1]["data"] == old
         assert first["metadata"]["resourceVersion"] == rv
+        assert first["metadata"]["remainingItemCount"] == 3
         status, rest = await api.get(f"{CMS}?limit=2&continue={first['metadata']['continue']}")
         assert status == 200
         assert (names(rest), rest["metadata"]["resourceVersion"]) == (["c2", "c3"], rv)
+        assert rest["metadata"]["remainingItemCount"] == 1
         _, last = await api.get(f"{CMS}?limit=2&continue={rest['metadata']['continue']}")
         assert names(last) == ["c4"] and "continue" not in last["metadata"]
+        assert "remainingItemCount" not in last["metadata"]
+    # a selector filters: no count, as upstream
+    _, selected = await api.get(f"{CMS}?limit=1&fieldSelector=metadata.namespace%3Ddefault")
+    assert selected["metadata"]["continue"] and "remainingItemCount" not in selected["metadata"]
     # without a limit, the legacy resourceVersion means "not older than": the newest list
     status, newest = await api.get(f"{CMS}?resourceVersion={rv}")
     assert names(newest) == ["c1", "c2", "c3", "c4", "c5"]

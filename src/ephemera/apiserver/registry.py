@@ -150,6 +150,9 @@ class ListPage:
     objects: list[dict[str, Any] | None]
     revision: int
     continue_token: str = ""
+    # With a continue token and no selector: the items after this page (upstream's
+    # `remainingItemCount`, which it leaves out when a selector filters).
+    remaining_item_count: int | None = None
 
 
 @dataclass
@@ -345,10 +348,11 @@ class Registry:
             if not filtering:
                 result = await self.store.list(prefix, limit=limit, start_after=start_after,
                                                revision=revision)
-                token = ""
                 if result.more and result.kvs:
                     token = encode_continue(result.kvs[-1].key[len(prefix):], result.revision)
-                return ListPage(result.kvs, [None] * len(result.kvs), result.revision, token)
+                    return ListPage(result.kvs, [None] * len(result.kvs), result.revision,
+                                    token, result.remaining)
+                return ListPage(result.kvs, [None] * len(result.kvs), result.revision)
             kvs: list[KeyValue] = []
             objects: list[dict[str, Any] | None] = []
             page = max(limit, LIST_PAGE) if limit else 0

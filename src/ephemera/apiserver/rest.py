@@ -241,6 +241,8 @@ class RestHandlers:
         list_meta: dict[str, Any] = {"resourceVersion": str(page.revision)}
         if page.continue_token:
             list_meta["continue"] = page.continue_token
+        if page.remaining_item_count is not None:
+            list_meta["remainingItemCount"] = page.remaining_item_count
         form = response_form(request)
         if form is None:
             return respond(list_bytes(self.registry, res, page, list_meta))
