@@ -1,6 +1,8 @@
 """`ephemera apiserver --authorization-mode`: a static-token user without any RBAC binding is
 refused with upstream's 403 under the default (Node,RBAC) and let through under
-`AlwaysAllow`; an unknown mode is a usage error."""
+`AlwaysAllow`; an unknown mode is a usage error. `--anonymous-auth`: a request without
+credentials reads `/version` as `system:anonymous` by default, and gets 401 with
+`--anonymous-auth=false`."""
 
 from __future__ import annotations
 
@@ -76,3 +78,26 @@ def test_an_unknown_mode_is_a_usage_error(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines()[-1] == (
         "ephemera apiserver: error: argument --authorization-mode: 'Node,Webhook': a "
         "comma-separated list of AlwaysAllow, AlwaysDeny, Node, RBAC")
+
+
+def get_version(url: str, ca: Path) -> int:
+    context = ssl.create_default_context(cafile=str(ca))
+    try:
+        with urllib.request.urlopen(url + "/version", context=context, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_anonymous_auth_flag(tmp_path: Path) -> None:
+    with apiserver(tmp_path / "default") as url:
+        assert get_version(url, tmp_path / "default" / "pki" / "ca.crt") == 200
+    with apiserver(tmp_path / "off", "--anonymous-auth=false") as url:
+        assert get_version(url, tmp_path / "off" / "pki" / "ca.crt") == 401
+    result = subprocess.run(
+        [sys.executable, "-m", "ephemera.cli", "apiserver", "--data-dir", str(tmp_path),
+         "--anonymous-auth=maybe"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ephemera apiserver: error: argument --anonymous-auth: strconv.ParseBool: parsing "
+        '"maybe": invalid syntax')

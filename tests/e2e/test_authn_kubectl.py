@@ -1,7 +1,7 @@
 """Authentication in a real `ephemera up` (`--mount-service-account-token`), met through the
 real kubectl and plain HTTPS:
 
-- a request without credentials is refused (401 Unauthorized);
+- a request with credentials that fail is refused (401 Unauthorized), on every path;
 - `kubectl create token` (TokenRequest) gives a service account token that `kubectl auth
   whoami` (SelfSubjectReview) shows as `system:serviceaccount:NS:NAME`, with upstream's
   validation message for a too short duration; deleting the ServiceAccount invalidates it;
@@ -87,11 +87,12 @@ def user_info(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return info
 
 
-def test_requests_without_credentials_are_refused(authn_cluster: Cluster) -> None:
+def test_requests_with_bad_credentials_are_refused(authn_cluster: Cluster) -> None:
     ctx = ssl.create_default_context(cafile=str(authn_cluster.ca_path))
+    bad = urllib.request.Request(authn_cluster.server + "/healthz",
+                                 headers={"Authorization": "Bearer not-a-token"})
     with pytest.raises(urllib.error.HTTPError) as info:
-        urllib.request.urlopen(authn_cluster.server + "/api/v1/namespaces", context=ctx,
-                               timeout=30)
+        urllib.request.urlopen(bad, context=ctx, timeout=30)
     assert info.value.code == 401
     assert json.loads(info.value.read()) == {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",

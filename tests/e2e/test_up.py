@@ -50,10 +50,21 @@ def test_kubectl_version_namespaces_and_api_resources(cluster: Cluster) -> None:
     assert "invalid subresource" not in missing.stderr
 
 
-def test_unauthenticated_https_gets_401_status(cluster: Cluster) -> None:  # noqa: F811
+def test_unauthenticated_https_is_anonymous_and_bad_credentials_401(
+        cluster: Cluster) -> None:  # noqa: F811
     ctx = ssl.create_default_context(cafile=str(cluster.ca_path))  # verifies the server
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(cluster.server + "/api/v1/namespaces", context=ctx, timeout=10)
+    assert err.value.code == 403
+    assert json.loads(err.value.read())["message"] == (
+        'namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" '
+        'in API group "" at the cluster scope')
+    with urllib.request.urlopen(cluster.server + "/version", context=ctx, timeout=10) as ok:
+        assert json.loads(ok.read())["major"] == "1"
+    bad = urllib.request.Request(cluster.server + "/version",
+                                 headers={"Authorization": "Bearer not-a-token"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(bad, context=ctx, timeout=10)
     assert err.value.code == 401
     assert json.loads(err.value.read()) == {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",

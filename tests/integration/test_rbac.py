@@ -146,7 +146,10 @@ async def test_forbidden_messages_and_public_paths(users: Users) -> None:
         assert status == 200, path
     status, _ = await users.api.get("/version")  # anonymous: system:public-info-viewer
     assert status == 200
-    status, _ = await users.api.get("/api")  # anonymous: no credentials at all
+    status, body = await users.api.get("/api")  # anonymous: no credentials at all
+    assert (status, body["message"]) == (
+        403, 'forbidden: User "system:anonymous" cannot get path "/api"')
+    status, _ = await users.call("no-such-token", "GET", "/version")
     assert status == 401
 
 

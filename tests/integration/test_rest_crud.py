@@ -8,6 +8,7 @@ import re
 from apiserver_fixtures import Api, configmap, pod
 
 from ephemera.api.meta import GENERATE_NAME_ALPHABET
+from ephemera.apiserver.app import REGISTRY
 
 PODS = "/api/v1/namespaces/default/pods"
 CMS = "/api/v1/namespaces/default/configmaps"
@@ -295,9 +296,10 @@ async def test_list_at_exact_compacted_revision_is_gone(api: Api) -> None:
     assert status == 410
     assert (body["reason"], body["message"]) == (
         "Expired", "The resourceVersion for the provided list is too old.")
+    api.app[REGISTRY].block_timeout = 0.1
     status, body = await api.get(f"{PODS}?resourceVersion=999999")
     assert status == 504
-    assert body["message"].startswith("Too large resource version: 999999, current: ")
+    assert body["message"].startswith("Timeout: Too large resource version: 999999, current: ")
 
 
 async def test_update_conflict_and_unconditional(api: Api) -> None:

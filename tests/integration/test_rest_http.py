@@ -201,13 +201,13 @@ async def test_authentication(tmp_path: Path) -> None:
     app = create_app(store, ApiserverConfig(authenticator=authenticator))
     try:
         async with TestClient(TestServer(app)) as client:
-            response = await client.get(PODS)
+            response = await client.get(PODS)  # anonymous: RBAC refuses
+            assert response.status == 403
+            response = await client.get(PODS, headers={"Authorization": "Bearer wrong"})
             assert response.status == 401
             assert json.loads(await response.text()) == {
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
-            response = await client.get(PODS, headers={"Authorization": "Bearer wrong"})
-            assert response.status == 401
             response = await client.get(PODS, headers={"Authorization": "Bearer s3cret"})
             assert response.status == 200
             response = await client.get("/version")

@@ -82,17 +82,19 @@ async def test_list_pagination_with_limit_and_start_after(store: Store) -> None:
     await store.create("/pg0", b"outside")
     first = await store.list("/pg/", limit=3)
     assert [kv.key for kv in first.kvs] == keys[:3] and first.more
+    assert first.remaining == 4
     # Later writes do not show in pages read at the first page's revision.
     await store.create("/pg/03a", b"late")
     second = await store.list(
         "/pg/", limit=3, start_after=first.kvs[-1].key, revision=first.revision
     )
     assert [kv.key for kv in second.kvs] == keys[3:6] and second.more
-    assert second.revision == first.revision
+    assert second.revision == first.revision and second.remaining == 1
     third = await store.list(
         "/pg/", limit=3, start_after=second.kvs[-1].key, revision=first.revision
     )
     assert [kv.key for kv in third.kvs] == keys[6:] and not third.more
+    assert third.remaining == 0
     exact = await store.list("/pg/", limit=7, revision=first.revision)
     assert len(exact.kvs) == 7 and not exact.more
     now = await store.list("/pg/", start_after="/pg/03")
@@ -115,6 +117,29 @@ async def test_list_at_an_old_revision_sees_old_values(store: Store) -> None:
     assert [(kv.key, kv.value) for kv in now.kvs] == [("/h/a", b"a2"), ("/h/c", b"c1")]
     with pytest.raises(FutureRevision):
         await store.list("/h/", revision=now.revision + 100)
+
+
+async def test_pages_at_an_old_revision_see_that_revision_on_every_page(store: Store) -> None:
+    made = [await store.create(f"/op/{i}", f"v{i}".encode()) for i in range(5)]
+    at = await store.current_revision()
+    await store.delete("/op/0", made[0].mod_revision)
+    await store.update("/op/3", b"changed", made[3].mod_revision)
+    await store.create("/op/2a", b"late")
+    await store.delete("/op/4", made[4].mod_revision)
+    pages: list[list[KeyValue]] = []
+    start = ""
+    while True:
+        page = await store.list("/op/", limit=2, start_after=start, revision=at)
+        assert page.revision == at
+        assert page.remaining == 5 - 2 * (len(pages) + 1) if page.more else page.remaining == 0
+        pages.append(page.kvs)
+        if not page.more:
+            break
+        start = page.kvs[-1].key
+    assert pages == [made[0:2], made[2:4], made[4:5]]
+    now = await store.list("/op/", limit=2, start_after="/op/2")
+    assert [(kv.key, kv.value) for kv in now.kvs] == [("/op/2a", b"late"), ("/op/3", b"changed")]
+    assert not now.more
 
 
 async def test_update_compare_and_swap(store: Store) -> None:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from ephemera.apiserver.authn import (
     Authenticator,
+    InvalidCredentials,
     TokenFileError,
     bearer_token,
     load_token_file,
@@ -61,9 +62,12 @@ async def whoami(tmp_path: Path) -> AsyncIterator[Served]:
     authenticator = Authenticator.from_token_file(tokens)
 
     async def handler(request: web.Request) -> web.Response:
-        user = await authenticator.authenticate(request)
-        if user is None:
+        try:
+            user = await authenticator.authenticate(request)
+        except InvalidCredentials:
             return web.json_response(unauthorized_status(), status=401)
+        if user is None:
+            return web.json_response({"anonymous": True})
         return web.json_response({"name": user.name, "groups": list(user.groups),
                                   "uid": user.uid})
 
@@ -115,8 +119,12 @@ async def test_bearer_token(whoami: Served) -> None:
     assert status == 401
 
 
-async def test_no_credentials_is_401_status(whoami: Served) -> None:
-    status, body = await _get(whoami.url, client_ssl_context(whoami.pki, with_admin_cert=False))
+async def test_no_credentials_is_no_user_and_bad_ones_are_refused(whoami: Served) -> None:
+    ctx = client_ssl_context(whoami.pki, with_admin_cert=False)
+    assert await _get(whoami.url, ctx) == (200, {"anonymous": True})
+    assert await _get(whoami.url, ctx, {"Authorization": "Basic Zm9vOmJhcg=="}) == (
+        200, {"anonymous": True})
+    status, body = await _get(whoami.url, ctx, {"Authorization": "Bearer nope"})
     assert status == 401
     assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": "Unauthorized", "reason": "Unauthorized", "code": 401}

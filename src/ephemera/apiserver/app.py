@@ -26,10 +26,12 @@ from aiohttp import web
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
+from ephemera.api.listoptions import query_flag
 from ephemera.apiserver import authnreviews, discovery, nodeproxy, openapi, tokenrequest
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
 from ephemera.apiserver.admissioncontext import RegistryAdmissionContext
 from ephemera.apiserver.audit import AuditFilter, annotate_authorization
+from ephemera.apiserver.authn import ANONYMOUS, InvalidCredentials
 from ephemera.apiserver.authz import Attributes, Decision, forbidden_message
 from ephemera.apiserver.authz.modes import (
     DEFAULT_WITH_AUTHENTICATION,
@@ -48,7 +50,6 @@ from ephemera.apiserver.rest import (
     RestHandlers,
     Target,
     method_not_allowed,
-    query_bool,
     respond,
 )
 from ephemera.apiserver.serviceaccounttoken import DEFAULT_ISSUER, TokenIssuer
@@ -57,8 +58,6 @@ from ephemera.store import Store, StoreError
 
 log = logging.getLogger("ephemera.apiserver")
 
-# Paths anyone may read, as upstream's system:public-info-viewer allows.
-PUBLIC_PATHS = frozenset({"version", "healthz", "livez", "readyz"})
 # What the admission plugins read from the watch-fed object cache (ServiceAccount,
 # LimitRanger, ResourceQuota), as upstream's read their informers.
 CACHED_FOR_ADMISSION = tuple(core_resource(plural) for plural in
@@ -69,8 +68,9 @@ WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 
 
 class Authenticator(Protocol):
-    """Who sent a request: a user object (`ephemera.apiserver.authn.UserInfo`) or None for
-    a request without valid credentials (answered 401)."""
+    """Who sent a request: a user object (`ephemera.apiserver.authn.UserInfo`), None for a
+    request without any credentials (anonymous, or 401 when anonymous requests are not
+    allowed); raises `InvalidCredentials` for credentials that do not authenticate (401)."""
 
     async def authenticate(self, request: Any) -> Any | None: ...
 
@@ -80,6 +80,10 @@ class ApiserverConfig:
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
     # None: no authentication, every request acts as an administrator.
     authenticator: Authenticator | None = None
+    # `--anonymous-auth`: a request without credentials is `system:anonymous` (authorization
+    # decides; the default RBAC lets it read /version, /healthz, /livez and /readyz); off,
+    # or with the AlwaysAllow authorizer (as upstream turns it off then), it gets 401.
+    anonymous_auth: bool = True
     # Request bodies above this get 413.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # Seconds between BOOKMARK events of watches that allow them.
@@ -270,17 +274,27 @@ class Router:
                                             min_timeout=config.min_request_timeout)
         self.kubelets = nodeproxy.KubeletClient(config.kubelet_client_ssl,
                                                 config.kubelet_scheme)
+        self.anonymous = config.anonymous_auth and "AlwaysAllow" not in authz.modes
+        if config.authenticator is not None and config.anonymous_auth and not self.anonymous:
+            log.warning("AnonymousAuth is not allowed with the AlwaysAllow authorizer. "
+                        "Resetting AnonymousAuth to false. You should use a different "
+                        "authorizer")
 
     @web.middleware
     async def authentication(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Upstream's authentication filter on every path: credentials that fail are a 401
+        (never anonymous); no credentials at all are `system:anonymous` when allowed."""
         authenticator = self.config.authenticator
         if authenticator is not None:
-            first = request.path.strip("/").split("/", 1)[0]
-            if first not in PUBLIC_PATHS:
+            try:
                 user = await authenticator.authenticate(request)
-                if user is None:
+            except InvalidCredentials:
+                raise errors.unauthorized() from None
+            if user is None:
+                if not self.anonymous:
                     raise errors.unauthorized()
-                request[USER] = user
+                user = ANONYMOUS
+            request[USER] = user
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -466,7 +480,7 @@ class Router:
             raise method_not_allowed()
         verbs = target.resource.verbs  # upstream installs no handler for any other verb
         if method == "GET":
-            if watch_prefix or query_bool(request, "watch"):
+            if watch_prefix or query_flag(request.query, "watch"):
                 if "watch" not in verbs:
                     raise method_not_allowed()
                 return await serve_watch(request, self.registry, target, self.watch_settings,

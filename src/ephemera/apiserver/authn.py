@@ -11,8 +11,15 @@
   (`StoreObjectReader`: straight from the store).
 
 Every authenticated user also gets the group `system:authenticated`, as upstream adds it.
-No credentials, or credentials that do not check out, give None; the app answers 401 with
-`unauthorized_status()`. Authorization is `ephemera.apiserver.authz`'s.
+As upstream's union authenticator with `FailOnError` around the anonymous one: a request with
+no credentials at all gives None (the app makes it `ANONYMOUS`, `system:anonymous` in
+`system:unauthenticated`, when anonymous requests are allowed); a request with credentials of
+which none check out (a bearer token nobody knows, a client certificate that is not a client
+certificate or names no user) raises `InvalidCredentials`, on every path: the app answers 401
+with `unauthorized_status()`, never anonymous. A client certificate that does not verify
+against the CA (another CA's, expired) is refused earlier, by the TLS handshake: Python's
+`ssl` cannot ask for a certificate without verifying it, as Go's `RequestClientCert` does.
+Authorization is `ephemera.apiserver.authz`'s.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from ephemera.apiserver.resources import Resource
 from ephemera.store import Store
 
 AUTHENTICATED_GROUP = "system:authenticated"
+UNAUTHENTICATED_GROUP = "system:unauthenticated"
 # How many client certificates' users `Authenticator` remembers.
 CERTIFICATE_USERS_CACHED = 1024
 
@@ -43,6 +51,14 @@ class UserInfo:
     groups: tuple[str, ...] = ()
     uid: str = ""
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+# Upstream's anonymous user (`anonymous.NewAuthenticator`).
+ANONYMOUS = UserInfo("system:anonymous", (UNAUTHENTICATED_GROUP,))
+
+
+class InvalidCredentials(Exception):
+    """The request carries credentials, and none of them authenticates it (401)."""
 
 
 class _Transport(Protocol):
@@ -205,6 +221,9 @@ class Authenticator:
         return self.tokens.get(token)
 
     async def authenticate(self, request: _Request) -> UserInfo | None:
+        """The request's user: by its client certificate, else by its bearer token; None
+        when it carries neither; `InvalidCredentials` when it carries one or both and
+        neither authenticates it."""
         der = peer_certificate_der(request)
         if der is not None:
             user = self.certificate_user(der)
@@ -212,7 +231,11 @@ class Authenticator:
                 return user
         token = bearer_token(request.headers)
         if token is not None:
-            return await self.authenticate_bearer(token)
+            user = await self.authenticate_bearer(token)
+            if user is not None:
+                return user
+        if der is not None or token is not None:
+            raise InvalidCredentials
         return None
 
     async def authenticate_bearer(self, token: str) -> UserInfo | None:

@@ -5,8 +5,9 @@
   without `metadata.resourceVersion`, which is the key's `mod_revision` and is spliced back
   into the bytes on the way out (no decode and re-encode for a plain get, list or watch);
 - create (system fields `uid`, `creationTimestamp`, `generateName` with upstream's retries),
-  get, list (selectors, `limit`/`continue` with an opaque token that pins the list revision,
-  410 with upstream's messages on compaction), guaranteed update (the compare-and-swap retry
+  get and list as `ephemera.api.listoptions` says (a revision not older than, or exactly
+  one; selectors; `limit`/`continue` with an opaque token that pins the list revision; 410
+  with upstream's messages on compaction), guaranteed update (the compare-and-swap retry
   loop; a no-op writes nothing and keeps the resourceVersion), and delete (preconditions,
   graceful deletion, finalizers) with `dryRun`;
 - store errors turned into Status errors (`AlreadyExists`, `Conflict`, `NotFound`);
@@ -25,7 +26,7 @@ with.
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import copy
 import json
 import logging
@@ -38,6 +39,16 @@ import orjson
 from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import FeatureGates
+from ephemera.api.listoptions import (
+    BLOCK_TIMEOUT,
+    CONTINUE_EXPIRED,
+    INCONSISTENT_CONTINUE,
+    LIST_EXPIRED,
+    ExpiredContinue,
+    ListRead,
+    encode_continue,
+    too_large_resource_version,
+)
 from ephemera.api.selectors import Selection
 from ephemera.apiserver.admission import Admission, AdmissionChain, AdmissionRequest, Operation
 from ephemera.apiserver.authn import UserInfo
@@ -62,44 +73,8 @@ MAX_UPDATE_ATTEMPTS = 32
 GENERATE_NAME_ATTEMPTS = 8
 # Keys read per store page while filtering a list with selectors.
 LIST_PAGE = 500
-
-CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can "
-    "start a new list without the continue parameter."
-)
-INCONSISTENT_CONTINUE = (
-    "The provided continue parameter is too old to display a consistent list result. You can "
-    "start a new list without the continue parameter, or use the continue token in this "
-    "response to retrieve the remainder of the results. Continuing with the provided token "
-    "results in an inconsistent list - objects that were created, modified, or deleted "
-    "between the time the first chunk was returned and now may show up in the list."
-)
-LIST_EXPIRED = "The resourceVersion for the provided list is too old."
-
-
-class ExpiredContinue(StatusError):
-    """410 Expired for a compacted continue token, carrying a fresh token (`metadata.continue`)
-    that continues at the latest revision, as upstream does."""
-
-    def __init__(self, message: str, continue_token: str = "") -> None:
-        super().__init__(410, "Expired", message)
-        self.continue_token = continue_token
-
-    def status(self) -> dict[str, Any]:
-        body = super().status()
-        if self.continue_token:
-            body["metadata"] = {"continue": self.continue_token}
-        return body
-
-
-def too_large_resource_version(requested: int, current: int) -> StatusError:
-    return StatusError(
-        504, "Timeout", f"Too large resource version: {requested}, current: {current}",
-        {"causes": [{"reason": "ResourceVersionTooLarge",
-                     "message": "Too large resource version"}],
-         "retryAfterSeconds": 1},
-        retry_after=1)
-
+# Seconds between looks at the store's revision while a read waits for a newer one.
+FRESHNESS_POLL = 0.05
 
 # --- encoding ------------------------------------------------------------------------------
 
@@ -161,43 +136,6 @@ class Codec:
         return dumps(self.decode(kv))
 
 
-# --- continue tokens -----------------------------------------------------------------------
-
-
-def encode_continue(start_after: str, revision: int) -> str:
-    """upstream's `storage.EncodeContinue`: base64url of `{"v","rv","start"}`, where start is
-    the key suffix to continue after, followed by a NUL."""
-    token = {"v": "meta.k8s.io/v1", "rv": revision, "start": start_after + "\x00"}
-    return base64.urlsafe_b64encode(dumps(token)).rstrip(b"=").decode()
-
-
-def decode_continue(token: str) -> tuple[str, int]:
-    """(key suffix to continue after, revision; -1 for latest). 400 on a bad token."""
-    try:
-        padded = token + "=" * (-len(token) % 4)
-        data = loads(base64.urlsafe_b64decode(padded.encode()))
-        if not isinstance(data, dict):
-            raise ValueError
-    except (ValueError, UnicodeDecodeError):
-        raise errors.bad_request(
-            "continue key is not valid: illegal base64 data at input byte 0") from None
-    if data.get("v") != "meta.k8s.io/v1":
-        raise errors.bad_request(
-            "continue key is not valid: server does not recognize this encoded key")
-    rv = data.get("rv")
-    start = data.get("start")
-    if not isinstance(rv, int) or rv == 0 or rv < -1:
-        raise errors.bad_request(
-            "continue key is not valid: incorrect encoded start resourceVersion "
-            "(version meta.k8s.io/v1)")
-    if not isinstance(start, str) or not start:
-        raise errors.bad_request(
-            "continue key is not valid: encoded start key empty (version meta.k8s.io/v1)")
-    if start.startswith("/") or ".." in start.split("/"):
-        raise errors.bad_request("continue key is not valid: path traversal attempt detected")
-    return start.rstrip("\x00"), rv
-
-
 # --- results -------------------------------------------------------------------------------
 
 
@@ -210,6 +148,9 @@ class ListPage:
     objects: list[dict[str, Any] | None]
     revision: int
     continue_token: str = ""
+    # With a continue token and no selector: the items after this page (upstream's
+    # `remainingItemCount`, which it leaves out when a selector filters).
+    remaining_item_count: int | None = None
 
 
 @dataclass
@@ -247,6 +188,8 @@ class Registry:
         # The revision of this registry's last write of each resource: what a watch-fed
         # cache must have seen to reflect this apiserver's own writes.
         self._write_revisions: dict[Resource, int] = {}
+        # How long a read of a revision newer than the store's waits for it.
+        self.block_timeout = BLOCK_TIMEOUT
 
     def write_revision(self, resource: Resource) -> int:
         """The store revision of this registry's last write of `resource` (0: none yet)."""
@@ -346,7 +289,11 @@ class Registry:
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def get_kv(self, resource: Resource, namespace: str, name: str) -> KeyValue:
+    async def get_kv(self, resource: Resource, namespace: str, name: str,
+                     min_revision: int = 0) -> KeyValue:
+        """The stored object, read at a revision not older than `min_revision` (0: any)."""
+        if min_revision:
+            await self.ensure_fresh(min_revision)
         kv = await self.store.get(resource.key(namespace, name))
         if kv is None:
             raise errors.not_found(resource.plural, name, resource.group)
@@ -355,34 +302,48 @@ class Registry:
     async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
         return self.codec(resource).decode(await self.get_kv(resource, namespace, name))
 
+    async def ensure_fresh(self, revision: int) -> int:
+        """Wait until the store has reached `revision` (as upstream's watch cache waits for
+        itself), at most `block_timeout` seconds; the current revision, or 504 Too large
+        resource version."""
+        current = await self.store.current_revision()
+        if revision <= current:
+            return current
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.block_timeout
+        while loop.time() < deadline:
+            await asyncio.sleep(min(FRESHNESS_POLL, max(deadline - loop.time(), 0)))
+            current = await self.store.current_revision()
+            if revision <= current:
+                return current
+        raise too_large_resource_version(revision, current)
+
     async def list(
         self,
         resource: Resource,
         namespace: str,
         selection: Selection | None = None,
-        *,
-        limit: int = 0,
-        continue_token: str = "",
-        revision: int = 0,
+        read: ListRead | None = None,
     ) -> ListPage:
-        """A list of `resource` (in `namespace`, or everywhere when empty) read at `revision`
-        (0: now), filtered by `selection`, at most `limit` items, after `continue_token`."""
+        """A list of `resource` (in `namespace`, or everywhere when empty) filtered by
+        `selection`, read as `read` says (`ephemera.api.listoptions`; None: all, now)."""
+        read = read or ListRead()
+        if read.revision or read.min_revision:
+            await self.ensure_fresh(read.revision or read.min_revision)
         prefix = self._narrow(resource, namespace, selection) or resource.key_prefix(namespace)
-        start_after = ""
-        if continue_token:
-            suffix, token_revision = decode_continue(continue_token)
-            start_after = prefix + suffix
-            revision = 0 if token_revision == -1 else token_revision
+        start_after = prefix + read.start_after if read.continued else ""
+        revision, limit = read.revision, read.limit
         codec = self.codec(resource)
         filtering = selection is not None and not selection.empty
         try:
             if not filtering:
                 result = await self.store.list(prefix, limit=limit, start_after=start_after,
                                                revision=revision)
-                token = ""
                 if result.more and result.kvs:
                     token = encode_continue(result.kvs[-1].key[len(prefix):], result.revision)
-                return ListPage(result.kvs, [None] * len(result.kvs), result.revision, token)
+                    return ListPage(result.kvs, [None] * len(result.kvs), result.revision,
+                                    token, result.remaining)
+                return ListPage(result.kvs, [None] * len(result.kvs), result.revision)
             kvs: list[KeyValue] = []
             objects: list[dict[str, Any] | None] = []
             page = max(limit, LIST_PAGE) if limit else 0
@@ -406,8 +367,10 @@ class Registry:
                     return ListPage(kvs, objects, revision)
                 start_after = result.kvs[-1].key
         except Compacted:
-            if continue_token:
-                fresh = encode_continue(start_after[len(prefix):], -1) if start_after else ""
+            if read.continued:
+                if not read.start_after:
+                    raise errors.expired(CONTINUE_EXPIRED) from None
+                fresh = encode_continue(read.start_after, -1)
                 raise ExpiredContinue(INCONSISTENT_CONTINUE, fresh) from None
             raise errors.expired(LIST_EXPIRED) from None
         except FutureRevision as err:

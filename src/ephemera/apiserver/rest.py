@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ephemera.api import errors, field, fieldvalidation, managedfields, meta, patch
+from ephemera.api import errors, field, fieldvalidation, listoptions, managedfields, meta, patch
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import parse_go_bool
 from ephemera.api.selectors import Selection, SelectorError
@@ -38,7 +38,6 @@ from ephemera.apiserver.registry import (
     ListPage,
     Registry,
     dumps,
-    too_large_resource_version,
 )
 from ephemera.apiserver.resources import RESOURCES, Resource
 
@@ -103,14 +102,8 @@ def query_bool(request: web.Request, name: str) -> bool | None:
 
 
 def query_int(request: web.Request, name: str) -> int | None:
-    value = request.query.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise errors.bad_request(
-            f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
+    """An integer query parameter (None when absent or empty); 400 when it does not parse."""
+    return listoptions.query_int(request.query, name)
 
 
 def dry_run(values: Sequence[str], options_kind: str) -> bool:
@@ -229,7 +222,8 @@ class RestHandlers:
 
     async def get(self, request: web.Request, target: Target) -> web.Response:
         res = target.resource
-        kv = await self.registry.get_kv(res, target.namespace, target.name)
+        min_revision = listoptions.get_min_revision(request.query.get("resourceVersion", ""))
+        kv = await self.registry.get_kv(res, target.namespace, target.name, min_revision)
         codec = self.registry.codec(res)
         form = response_form(request)
         if form is None:
@@ -241,23 +235,14 @@ class RestHandlers:
     async def list_(self, request: web.Request, target: Target) -> web.Response:
         res = target.resource
         sel = selection(request, res)
-        limit = query_int(request, "limit") or 0
-        if limit < 0:
-            limit = 0
-        cont = request.query.get("continue", "")
-        rv_text = request.query.get("resourceVersion", "")
-        match = request.query.get("resourceVersionMatch", "")
-        revision = list_revision(rv_text, match, cont)
-        if revision < 0:  # NotOlderThan: now, unless that is older
-            current = await self.registry.store.current_revision()
-            if -revision > current:
-                raise too_large_resource_version(-revision, current)
-            revision = 0
-        page = await self.registry.list(res, target.namespace, sel, limit=limit,
-                                        continue_token=cont, revision=revision)
+        options = listoptions.list_options(request.query, watch=False)
+        page = await self.registry.list(res, target.namespace, sel,
+                                        listoptions.list_read(options))
         list_meta: dict[str, Any] = {"resourceVersion": str(page.revision)}
         if page.continue_token:
             list_meta["continue"] = page.continue_token
+        if page.remaining_item_count is not None:
+            list_meta["remainingItemCount"] = page.remaining_item_count
         form = response_form(request)
         if form is None:
             return respond(list_bytes(self.registry, res, page, list_meta))
@@ -532,8 +517,9 @@ class RestHandlers:
                 res.namespaced and not target.namespace):
             raise method_not_allowed()
         sel = selection(request, res)
+        read = listoptions.list_read(listoptions.list_options(request.query, watch=False))
         options = await self.delete_options(request)
-        page = await self.registry.list(res, target.namespace, sel)
+        page = await self.registry.list(res, target.namespace, sel, read)
         items: list[dict[str, Any]] = []
         for kv in page.kvs:
             name = kv.key.rsplit("/", 1)[-1]
@@ -623,47 +609,6 @@ class RestHandlers:
 
 
 # --- lists and response forms --------------------------------------------------------------
-
-
-def list_revision(rv_text: str, match: str, continue_token: str) -> int:
-    """The revision a list reads at: 0 (now) unless `resourceVersionMatch=Exact`; with
-    upstream's ListOptions validation."""
-    errs: list[field.FieldError] = []
-    if continue_token and rv_text and rv_text != "0":
-        errs.append(field.forbidden("resourceVersion", "specifying resource version is not "
-                                                       "allowed when using continue"))
-    if match:
-        if match not in ("Exact", "NotOlderThan"):
-            errs.append(field.not_supported("resourceVersionMatch", match,
-                                            ["Exact", "NotOlderThan", ""]))
-        elif not rv_text:
-            errs.append(field.forbidden("resourceVersionMatch",
-                                        "resourceVersionMatch is forbidden unless "
-                                        "resourceVersion is provided"))
-        elif continue_token:
-            errs.append(field.forbidden("resourceVersionMatch",
-                                        "resourceVersionMatch is forbidden when continue is "
-                                        "provided"))
-        elif match == "Exact" and rv_text == "0":
-            errs.append(field.forbidden("resourceVersionMatch",
-                                        'resourceVersionMatch "exact" is forbidden for '
-                                        'resourceVersion "0"'))
-    if errs:
-        raise errors.invalid("ListOptions", "", errs, group="meta.k8s.io")
-    if not rv_text or rv_text == "0":
-        return 0
-    revision = parse_resource_version(rv_text)
-    return revision if match == "Exact" else -revision
-
-
-def parse_resource_version(text: str) -> int:
-    try:
-        value = int(text)
-        if value < 0:
-            raise ValueError
-    except ValueError:
-        raise errors.bad_request(f'invalid resource version "{text}"') from None
-    return value
 
 
 def list_bytes(registry: Registry, res: Resource, page: ListPage,

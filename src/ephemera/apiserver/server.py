@@ -24,7 +24,9 @@ DEFAULT_SHUTDOWN_TIMEOUT = 3.0
 def server_ssl_context(pki: Pki) -> ssl.SSLContext:
     """TLS for the apiserver: the serving certificate, and client certificates requested
     (`CERT_OPTIONAL`) and verified against the cluster CA, so that a request may authenticate
-    with a certificate or a token, or send nothing and get 401."""
+    with a certificate or a token, or send nothing (anonymous). A certificate that does not
+    verify fails the handshake (upstream's TLS layer takes it and its authenticator answers
+    401: Python's `ssl` cannot request a certificate without verifying it)."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(pki.serving_cert_path, pki.serving_key_path)

@@ -1,9 +1,13 @@
 """Watch streams: `GET ...?watch=true` as upstream's apiserver serves it.
 
-- resourceVersion unset or `0` (or `sendInitialEvents=true`): synthetic `ADDED` events for
-  the current state, then changes; `N`: the changes after N; a compacted N: a 200 stream with
-  one `ERROR` event carrying the 410 Expired Status `too old resource version: N (M)`.
-- `sendInitialEvents=true`: after the initial events, a `BOOKMARK` annotated
+- the options and where the stream starts are `ephemera.api.listoptions`' (upstream's
+  validation, the WatchList defaults, the watch cache's rules): initial events (synthetic
+  `ADDED` events for the current state, not older than the resourceVersion asked for, then
+  the changes), or the changes after a resourceVersion; a compacted one, or one newer than
+  the store's after the wait, is a 200 stream with one `ERROR` event carrying the Status (410
+  Expired `too old resource version: N (M)`, 504 Too large resource version).
+- `sendInitialEvents=true` with `allowWatchBookmarks=true` (as a watch from unset or `0` is
+  defaulted to): after the initial events, a `BOOKMARK` annotated
   `k8s.io/initial-events-end: "true"`; `allowWatchBookmarks=true`: periodic `BOOKMARK`s (and
   one just before the stream ends on its timeout).
 - selectors with upstream's transitions: an object that stops matching is sent as `DELETED`
@@ -26,19 +30,13 @@ from typing import Any
 
 from aiohttp import web
 
-from ephemera.api import errors
+from ephemera.api import errors, listoptions
+from ephemera.api.errors import StatusError
 from ephemera.api.selectors import EQUALS, FieldSelector, FieldTerm, Selection
 from ephemera.apiserver import tables
 from ephemera.apiserver.registry import Codec, Registry, dumps
 from ephemera.apiserver.resources import Resource
-from ephemera.apiserver.rest import (
-    Target,
-    parse_resource_version,
-    query_bool,
-    query_int,
-    response_form,
-    selection,
-)
+from ephemera.apiserver.rest import Target, response_form, selection
 from ephemera.store import Compacted, Event, KeyValue, Progress, WatcherDropped
 
 log = logging.getLogger("ephemera.apiserver")
@@ -110,15 +108,16 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
     if target.name:
         term = FieldTerm("metadata.name", EQUALS, target.name)
         sel = Selection(sel.kind, sel.labels, FieldSelector((*sel.fields.terms, term)))
-    rv_text = request.query.get("resourceVersion", "")
-    allow_bookmarks = bool(query_bool(request, "allowWatchBookmarks"))
-    send_initial = query_bool(request, "sendInitialEvents")
-    timeout_seconds = query_int(request, "timeoutSeconds")
+    # As upstream: the options are validated by the query's `watch` (a `/watch/` path
+    # without it is validated as a list), then the read is the watch cache's.
+    options = listoptions.list_options(request.query)
+    read = listoptions.watch_read(options)
+    allow_bookmarks = options.allow_watch_bookmarks
+    timeout_seconds = options.timeout_seconds
     if timeout_seconds is not None and timeout_seconds > 0:
         timeout = float(timeout_seconds)
     else:
         timeout = settings.min_timeout * (1 + random.random())
-    initial = send_initial is True or (send_initial is None and rv_text in ("", "0"))
     codec = registry.codec(res)
     stream = _Stream(res, codec, response_form(request),
                      tables.parse_include_object(request.query.get("includeObject")))
@@ -130,21 +129,26 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
     response.enable_chunked_encoding()
 
     initial_chunks: list[bytes] = []
-    if initial:
-        page = await registry.list(res, target.namespace, sel)
-        start = page.revision
-        for kv, obj in zip(page.kvs, page.objects, strict=True):
-            initial_chunks.append(stream.event("ADDED", kv, obj))
-    elif rv_text in ("", "0"):
-        start = await registry.store.current_revision()
-    else:
-        start = parse_resource_version(rv_text)
+    start = 0
     try:
+        if read.initial_events:
+            if read.min_revision:
+                await registry.ensure_fresh(read.min_revision)
+            page = await registry.list(res, target.namespace, sel)
+            start = page.revision
+            for kv, obj in zip(page.kvs, page.objects, strict=True):
+                initial_chunks.append(stream.event("ADDED", kv, obj))
+        elif read.after is None:
+            start = await registry.store.current_revision()
+        else:
+            start = read.after
         watcher = await registry.watch(res, target.namespace, start, sel)
-    except Compacted as err:
+    except (StatusError, Compacted) as err:
+        # upstream: once the options are valid, a failure to start is an ERROR event
+        if isinstance(err, Compacted):
+            err = errors.resource_expired(start, err.compacted)
         await response.prepare(request)
-        status = errors.resource_expired(start, err.compacted).status()
-        await response.write(_error_event(status))
+        await response.write(_error_event(err.status()))
         await response.write_eof()
         return response
 
@@ -162,7 +166,7 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
             if size >= WRITE_BATCH:
                 await response.write(b"".join(batch))
                 batch, size = [], 0
-        if send_initial is True and allow_bookmarks:
+        if read.end_bookmark:
             batch.append(stream.bookmark(start, initial_events_end=True))
         if batch:
             await response.write(b"".join(batch))

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ephemera.api.featuregates import FeatureGates
+from ephemera.api.featuregates import FeatureGates, parse_go_bool
 from ephemera.apiserver.audit import AuditFilter, AuditLog, PolicyError, load_policy
 from ephemera.apiserver.authn import Authenticator, StoreObjectReader, TokenFileError
 from ephemera.apiserver.authz.modes import DEFAULT_WITH_AUTHENTICATION, MODES
@@ -76,6 +76,11 @@ def add_parser(subparsers: Any) -> None:
                         metavar="MODE,...",
                         help=f"authorizers in order, of {', '.join(MODES)} (default "
                              f"{','.join(DEFAULT_WITH_AUTHENTICATION)})")
+    parser.add_argument("--anonymous-auth", type=_go_bool, nargs="?", const=True, default=True,
+                        metavar="BOOL",
+                        help="requests without credentials are system:anonymous, for "
+                             "authorization to decide (default true; off with AlwaysAllow); "
+                             "false: they get 401")
     parser.add_argument("--audit-log-path", type=Path, default=None, metavar="FILE",
                         help="write audit.k8s.io/v1 events there, one JSON line each "
                              "(default: no audit log)")
@@ -91,6 +96,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
                         help="write the bound port there once serving (for --port 0)")
     parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def _go_bool(text: str) -> bool:
+    try:
+        return parse_go_bool(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _authorization_modes(text: str) -> list[str]:
@@ -139,11 +151,13 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                 api_audiences: Sequence[str] = (DEFAULT_ISSUER,),
                 mount_service_account_token: bool = False,
                 audit: AuditFilter | None = None,
-                authorization_modes: Sequence[str] | None = None) -> Any:
+                authorization_modes: Sequence[str] | None = None,
+                anonymous_auth: bool = True) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
 
     return create_app(store, ApiserverConfig(audit=audit, authenticator=authenticator,
                                              authorization_modes=authorization_modes,
+                                             anonymous_auth=anonymous_auth,
                                              feature_gates=gates,
                                              kubelet_client_ssl=kubelet_client_ssl,
                                              token_issuer=token_issuer,
@@ -190,7 +204,7 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
         # To kubelets: trust the cluster CA, present a cluster-admin client certificate.
         app = _create_app(store, authenticator, args.feature_gates, client_ssl_context(pki),
                           issuer, audiences, args.mount_service_account_token, audit,
-                          args.authorization_mode)
+                          args.authorization_mode, args.anonymous_auth)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

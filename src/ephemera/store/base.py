@@ -105,6 +105,7 @@ class ListResult:
     kvs: list[KeyValue]
     revision: int  # the revision the list was read at
     more: bool  # True when `limit` cut the list; continue after kvs[-1].key
+    remaining: int = 0  # when `more`: how many keys of the range come after kvs[-1].key
 
 
 class Watcher(abc.ABC):
@@ -132,8 +133,9 @@ class Store(abc.ABC):
         self, prefix: str, *, limit: int = 0, start_after: str = "", revision: int = 0
     ) -> ListResult:
         """Keys under `prefix` in key order, those > `start_after`, at most `limit` (0: all),
-        read at `revision` (0: now). Raises Compacted for a revision older than the oldest
-        kept, FutureRevision for one newer than the current revision."""
+        read at `revision` (0: now); when `limit` cut the list, how many keys remain.
+        Raises Compacted for a revision older than the oldest kept, FutureRevision for one
+        newer than the current revision."""
 
     @abc.abstractmethod
     async def update(self, key: str, value: bytes, expected_mod_revision: int) -> KeyValue:

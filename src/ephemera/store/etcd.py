@@ -300,7 +300,9 @@ class EtcdStore(Store):
             rpc.RangeRequest(key=start, range_end=end, limit=limit, revision=revision)
         )
         kvs = [self._kv_from(kv) for kv in response.kvs]
-        return ListResult(kvs, revision or response.header.revision, bool(response.more))
+        more = bool(response.more)
+        remaining = int(response.count) - len(kvs) if more else 0
+        return ListResult(kvs, revision or response.header.revision, more, remaining)
 
     async def current_revision(self) -> int:
         response = await self._get_range(rpc.RangeRequest(key=ALL_KEYS, count_only=True))

@@ -457,33 +457,31 @@ class SqliteStore(Store):
         }
         upper_clause = "AND key < :upper" if upper is not None else ""
         if revision == 0 or revision == current:
-            rows = conn.execute(
-                f"""SELECT key, value, create_revision, mod_revision FROM current
-                    WHERE key >= :lower {upper_clause} AND key > :after
-                    ORDER BY key LIMIT :limit""",
-                params,
-            ).fetchall()
+            source = f"""FROM current WHERE key >= :lower {upper_clause} AND key > :after"""
+            columns = "key, value, create_revision, mod_revision"
             read_at = current
         elif revision > current:
             raise FutureRevision(revision, current)
         elif revision < compacted:
             raise Compacted(revision, compacted)
         else:
-            rows = conn.execute(
-                f"""SELECT key, value, create_revision, revision FROM history
+            source = f"""FROM history
                     WHERE key >= :lower {upper_clause} AND key > :after
                     AND revision <= :revision AND deleted = 0
                     AND revision = (SELECT MAX(newest.revision) FROM history AS newest
                                     WHERE newest.key = history.key
-                                    AND newest.revision <= :revision)
-                    ORDER BY key LIMIT :limit""",
-                params,
-            ).fetchall()
+                                    AND newest.revision <= :revision)"""
+            columns = "key, value, create_revision, revision"
             read_at = revision
+        rows = conn.execute(
+            f"SELECT {columns} {source} ORDER BY key LIMIT :limit", params
+        ).fetchall()
         more = 0 < limit < len(rows)
+        remaining = 0
         if more:
             rows = rows[:limit]
-        return ListResult([KeyValue(*row) for row in rows], read_at, more)
+            remaining = conn.execute(f"SELECT COUNT(*) {source}", params).fetchone()[0] - limit
+        return ListResult([KeyValue(*row) for row in rows], read_at, more, remaining)
 
     async def watch(self, prefix: str, after_revision: int) -> Watcher:
         if self._closed:

@@ -15,10 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ephemera.apiserver.authn import UserInfo
-
-# Who a request without a user is.
-ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
+from ephemera.apiserver.authn import ANONYMOUS, UserInfo
 
 
 def requester(user: Any) -> UserInfo:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
+from ephemera.api.listoptions import query_flag
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, requester
 from ephemera.apiserver.rest import USER
@@ -39,8 +40,7 @@ def _is_path_segment(name: str) -> bool:
 
 
 def _watch_requested(query: Mapping[str, str]) -> bool:
-    value = query.get("watch")
-    return value is not None and value.lower() not in ("false", "0", "")
+    return bool(query_flag(query, "watch"))
 
 
 def _field_selector_name(query: Mapping[str, str]) -> str:
