@@ -4,8 +4,9 @@ It supervises one child process per component (the apiserver; once the API answe
 scheduler, the controller-manager and a kubelet: node `--node-name` (default the host
 name), runtime `--runtime`, root dir `<data-dir>/kubelet`, with a client certificate
 `system:node:NAME` (group `system:nodes`) and a serving certificate issued from the data
-dir's CA, and a port kept in `ports.json`; stopping `up` stops its pods, a kubelet that
-dies is restarted and adopts them; `--no-kubelet` leaves it out), picks a
+dir's CA, and a port kept in `ports.json`; stopping `up` shuts the node down as a reboot
+does and the next `up` brings its pods back (`ephemera.kubelet.nodeshutdown`), a kubelet
+that dies is restarted and adopts them; `--no-kubelet` leaves it out), picks a
 free port unless `--port` is given (reusing the data dir's last port when it is free, and
 keeping it across child restarts), writes the ports to `<data-dir>/ports.json`, and writes
 `<data-dir>/kubeconfig` only once the API answers (removed and written fresh at every start).
@@ -17,7 +18,9 @@ Once the API answers it also creates kubeadm's node bootstrap RBAC objects
 accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt` and
 approves and signs kubelet client CSRs with the data dir's CA.
 SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
-restart on the same data dir carries on with every object.
+restart on the same data dir carries on with every object. One `up` per data dir: it holds
+`<data-dir>/up.lock` while it runs, and a second one exits 1 before starting anything,
+naming the holder's PID (`ephemera.cli.dirlock`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from ephemera.apiserver.server import client_ssl_context, free_port, port_is_fre
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.demo import run_demo
+from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
 from ephemera.cli.kubelet import positive_seconds
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
@@ -120,10 +124,17 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
+    try:  # before anything starts: one `up` per data dir
+        lock = lock_dir(args.data_dir.resolve(), UP_LOCK)
+    except (DirLockedError, OSError) as err:
+        print(f"ephemera up: data dir {err}", file=sys.stderr, flush=True)
+        return 1
     try:
         return asyncio.run(Cluster(args).run())
     except KeyboardInterrupt:
         return 0
+    finally:
+        lock.release()
 
 
 class Cluster:
