@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import signal
 import socket
 import sys
@@ -53,12 +54,18 @@ from ephemera.apiserver.certs import (
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
-from ephemera.cli.demo import run_demo
+from ephemera.cli.demo import plugin_path_hint, run_demo
 from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
 from ephemera.cli.kubelet import positive_seconds
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
-from ephemera.client import ApiClient, ApiUnavailable, KubeconfigError, load_kubeconfig
+from ephemera.client import (
+    ApiClient,
+    ApiUnavailable,
+    KubeconfigError,
+    load_kubeconfig,
+    resource_path,
+)
 
 KUBECONFIG = "kubeconfig"
 SCHEDULER_KUBECONFIG = "scheduler.kubeconfig"
@@ -118,6 +125,23 @@ def add_parser(subparsers: Any) -> None:
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+def node_reported_ready(node: dict[str, Any], since: dt.datetime, port: int) -> bool:
+    """The Node's Ready condition is True with a heartbeat at or after `since`, and it
+    advertises the kubelet on `port`: the kubelet started at `since` registered it."""
+    status = node.get("status") or {}
+    endpoint = (status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}
+    if endpoint.get("Port") != port:
+        return False
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") == "True":
+            try:
+                beat = dt.datetime.fromisoformat(str(condition.get("lastHeartbeatTime")))
+            except ValueError:
+                return False
+            return beat >= since
+    return False
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -277,16 +301,24 @@ class Cluster:
             await self.supervisor.start(Component("scheduler", self.scheduler_argv))
             await self.supervisor.start(Component("controller-manager",
                                                   self.controller_manager_argv))
+            kubelet_started = dt.datetime.now(dt.UTC).replace(microsecond=0)
             if not self.args.no_kubelet:
                 self.prepare_kubelet(url, pki)
                 await self.supervisor.start(Component("kubelet", self.kubelet_argv))
             say(f"ephemera: the API answers at {url}")
             say(f"kubeconfig: {self.kubeconfig}")
+            if not self.args.no_kubelet:
+                await self._wait_for_node(kubelet_started)
             if self.args.demo and not self.stop.is_set():
-                await self._until_stopped(run_demo(self.data_dir, self.kubeconfig, say))
+                await self._until_stopped(run_demo(
+                    self.data_dir, self.kubeconfig, say,
+                    None if self.args.no_kubelet else kubelet_started))
             say("")
             say("Use the cluster with:")
             say(f"  export KUBECONFIG={self.kubeconfig}")
+            hint = plugin_path_hint()
+            if hint is not None:
+                say(f"  {hint}    # for kubectl dynamic (the plugin kubectl-dynamic)")
             say("Press Ctrl-C to stop it.")
             await self.stop.wait()
             say("ephemera: stopping")
@@ -304,6 +336,31 @@ class Cluster:
                 await ensure_node_bootstrap_rbac(api)
         except (StatusError, ApiUnavailable, KubeconfigError, OSError) as err:
             say(f"ephemera: creating the node bootstrap RBAC objects failed: {err}")
+
+    async def _wait_for_node(self, since: dt.datetime) -> None:
+        """Wait until this start's kubelet has reported its Node Ready (a heartbeat since
+        `since`, its port advertised): after a restart the Node and the pods still show the
+        last run's status, and a `kubectl logs` sent to the kubelet before it serves fails.
+        On timeout or stop, say so and carry on."""
+        deadline = time.monotonic() + self.args.startup_timeout
+        path = resource_path("nodes", name=self.node_name)
+        try:
+            async with ApiClient(load_kubeconfig(self.kubeconfig),
+                                 user_agent="ephemera-up") as api:
+                while not self.stop.is_set() and time.monotonic() < deadline:
+                    with contextlib.suppress(StatusError, ApiUnavailable):
+                        if node_reported_ready(await api.get(path), since, self.kubelet_port):
+                            say(f"ephemera: node {self.node_name} is Ready")
+                            return
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.2):
+                            await self.stop.wait()
+        except (KubeconfigError, OSError) as err:
+            say(f"ephemera: could not watch node {self.node_name}: {err}")
+            return
+        if not self.stop.is_set():
+            say(f"ephemera: node {self.node_name} did not report Ready within "
+                f"{self.args.startup_timeout:g}s (log: {self.supervisor.log_path('kubelet')})")
 
     async def _until_stopped(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
