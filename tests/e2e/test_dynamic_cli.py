@@ -197,3 +197,65 @@ def test_wait_on_a_change_the_node_cannot_allocate_says_why(k: Kubectl) -> None:
     p = pod_json(k, "w")
     assert _phase(p, "huge") is None
     assert container(p)["containerID"] == first_id  # never restarted for it
+
+
+def plugin(k: Kubectl, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real kubectl running `kubectl dynamic ARGS -n NAMESPACE`, the plugin found on the
+    PATH that `ephemera up` prints (the virtualenv's bin first)."""
+    env = {**os.environ, "HOME": str(k.home), "KUBECONFIG": str(k.cluster.kubeconfig),
+           "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["kubectl", "dynamic", *args, "-n", str(k.namespace)], env=env,
+                          capture_output=True, text=True, timeout=150, check=False)
+
+
+def test_kubectl_dynamic_adds_a_projected_volume_of_every_source(k: Kubectl) -> None:
+    k("create", "configmap", "settings", "--from-literal=mode=fast")
+    k("create", "secret", "generic", "creds", "--from-literal=password=s3cret")
+    first_id = container(_worker(k))["containerID"]
+    added = plugin(k, "add-volume", "w", "--projected", "bundle",
+                   "--project-configmap", "settings", "--project-secret", "creds",
+                   "--project-downward-api", "podname=metadata.name",
+                   "--project-token", "token", "--token-audience", "vault",
+                   "--token-expiration-seconds", "3600",
+                   "--mount", "c:/bundle:ro", "--wait")
+    assert added.returncode == 0, added.stderr
+    assert "pod/w: volume bundle added" in added.stdout
+    p = pod_json(k, "w")
+    assert p["spec"]["volumes"][-1] == {"name": "bundle", "projected": {
+        "defaultMode": 420, "sources": [
+            {"configMap": {"name": "settings"}}, {"secret": {"name": "creds"}},
+            {"downwardAPI": {"items": [{"path": "podname",
+                                        "fieldRef": {"apiVersion": "v1",
+                                                     "fieldPath": "metadata.name"}}]}},
+            {"serviceAccountToken": {"path": "token", "audience": "vault",
+                                     "expirationSeconds": 3600}}]}}
+    assert container(p)["containerID"] != first_id
+    assert _phase(p, "bundle") == "HostMounted"
+    out = k("exec", "w", "-c", "c", "--", "sh", "-c",
+            "cat /bundle/mode; echo; cat /bundle/password; echo; cat /bundle/podname; echo; "
+            "head -c 3 /bundle/token").stdout
+    assert out == "fast\ns3cret\nw\neyJ"  # a JWT's header
+    status = plugin(k, "status", "w")
+    assert status.returncode == 0, status.stderr
+    assert _row(status.stdout, "bundle")[:5] == [
+        "bundle", "projected(configMap/settings,secret/creds,downwardAPI,serviceAccountToken)",
+        "yes", "yes", "HostMounted"]
+
+
+def test_kubectl_dynamic_errors_say_what_its_help_says(k: Kubectl) -> None:
+    helped = plugin(k, "add-volume", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert "--mount CONTAINER:PATH[:ro]" in helped.stdout
+    bad = plugin(k, "add-volume", "w", "--emptydir", "x", "--mount", "c")
+    assert bad.returncode == 1
+    assert bad.stderr == 'error: invalid --mount "c": expected CONTAINER:PATH[:ro]\n'
+    helped = plugin(k, "add-container", "--help")
+    assert "--volume-mount VOLUME:PATH[:ro]" in helped.stdout
+    bad = plugin(k, "add-container", "w", "--name", "s", "--image", "busybox",
+                 "--volume-mount", "keep")
+    assert bad.returncode == 1
+    assert bad.stderr == 'error: invalid --volume-mount "keep": expected VOLUME:PATH[:ro]\n'
+    empty = plugin(k, "add-volume", "w", "--projected", "p")
+    assert empty.returncode == 1
+    assert empty.stderr == ("error: --projected needs at least one source: --project-secret, "
+                            "--project-configmap, --project-downward-api or --project-token\n")

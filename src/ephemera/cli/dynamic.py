@@ -3,7 +3,12 @@ running pod's volumes and containers through `pods/NAME/dynamic` (KEP-6395 and K
 show where each change stands.
 
 - `add-volume POD (--emptydir NAME [--size-limit Q] [--medium Memory] | --configmap NAME |
-  --secret NAME | --image REF) [--name VOLUME] [--mount CONTAINER:PATH[:ro]]...`
+  --secret NAME | --image REF | --projected NAME SOURCE...) [--name VOLUME]
+  [--mount CONTAINER:PATH[:ro]]...`: every volume type a pod may add (KEP-6395). A projected
+  volume's sources, in the order given (a later source's file replaces an earlier one's):
+  `--project-secret NAME`, `--project-configmap NAME`, `--project-downward-api
+  PATH=FIELDPATH` (a `fieldRef`, e.g. `labels=metadata.labels`) and `--project-token PATH`
+  (a service account token; `--token-audience`, `--token-expiration-seconds`).
 - `remove-volume POD NAME` (its mounts go with it)
 - `add-container POD --name N --image I [--volume-mount VOLUME:PATH[:ro]]... [-- COMMAND...]`
 - `remove-container POD NAME`
@@ -38,6 +43,7 @@ from typing import Any
 import yaml
 
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.client import (
     ApiClient,
     ApiUnavailable,
@@ -92,12 +98,34 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--configmap", metavar="NAME", help="a volume of ConfigMap NAME")
     source.add_argument("--secret", metavar="NAME", help="a volume of Secret NAME")
     source.add_argument("--image", metavar="REF", help="an image volume of image REF")
+    source.add_argument("--projected", metavar="NAME",
+                        help="a projected volume named NAME of the --project-* sources")
     add_volume.add_argument("--name", dest="volume_name", metavar="VOLUME",
-                            help="the volume's name (default: the emptyDir NAME, or the "
-                                 "ConfigMap, Secret or image name made a DNS label)")
+                            help="the volume's name (default: the emptyDir or projected "
+                                 "NAME, or the ConfigMap, Secret or image name made a DNS "
+                                 "label)")
     add_volume.add_argument("--size-limit", metavar="QUANTITY",
                             help="emptyDir sizeLimit, e.g. 64Mi")
     add_volume.add_argument("--medium", choices=["Memory"], help="emptyDir medium")
+    projected = add_volume.add_argument_group(
+        "projected sources", "the sources of a --projected volume, in order (repeatable)")
+    projected.add_argument("--project-secret", type=_projection("secret"), action="append",
+                           dest="projections", metavar="NAME", help="the keys of Secret NAME")
+    projected.add_argument("--project-configmap", type=_projection("configMap"),
+                           action="append", dest="projections", metavar="NAME",
+                           help="the keys of ConfigMap NAME")
+    projected.add_argument("--project-downward-api", type=_projection("downwardAPI"),
+                           action="append", dest="projections", metavar="PATH=FIELDPATH",
+                           help="the file PATH holding the pod's field FIELDPATH "
+                                "(e.g. labels=metadata.labels)")
+    projected.add_argument("--project-token", type=_projection("serviceAccountToken"),
+                           action="append", dest="projections", metavar="PATH",
+                           help="the file PATH holding a token of the pod's service account")
+    projected.add_argument("--token-audience", metavar="AUDIENCE",
+                           help="the audience of the --project-token token (default: the "
+                                "apiserver's)")
+    projected.add_argument("--token-expiration-seconds", type=int, metavar="SECONDS",
+                           help="the lifetime of the --project-token token (default 3600)")
     add_volume.add_argument("--mount", action="append", default=[], dest="mounts",
                             metavar="CONTAINER:PATH[:ro]",
                             help="mount the volume at PATH in CONTAINER (repeatable)")
@@ -189,17 +217,66 @@ class Mount:
     read_only: bool
 
 
-def parse_mount(text: str) -> Mount:
-    """`OWNER:PATH[:ro]` (or `:rw`)."""
+MOUNT_OPTION = ("--mount", "CONTAINER:PATH[:ro]")  # add-volume: where the volume goes
+VOLUME_MOUNT_OPTION = ("--volume-mount", "VOLUME:PATH[:ro]")  # add-container: what it mounts
+
+
+def parse_mount(text: str, option: tuple[str, str] = MOUNT_OPTION) -> Mount:
+    """`OWNER:PATH[:ro]`, as `option` (its flag and the metavar its help shows) takes it."""
     owner, sep, rest = text.partition(":")
-    read_only = False
-    for suffix, value in ((":ro", True), (":rw", False)):
-        if rest.endswith(suffix):
-            rest, read_only = rest[: -len(suffix)], value
-            break
+    read_only = rest.endswith(":ro")
+    if read_only:
+        rest = rest[: -len(":ro")]
     if not sep or not owner or not rest:
-        raise CommandError(f"invalid mount {text!r}: expected NAME:PATH[:ro]")
+        flag, metavar = option
+        raise CommandError(f"invalid {flag} {go_quote(text)}: expected {metavar}")
     return Mount(owner, rest, read_only)
+
+
+def _projection(kind: str) -> Callable[[str], tuple[str, str]]:
+    """An argparse type: the source kind with its argument, checked where it can be."""
+
+    def parse(text: str) -> tuple[str, str]:
+        if kind == "downwardAPI":
+            path, sep, field_path = text.partition("=")
+            if not sep or not path or not field_path:
+                raise argparse.ArgumentTypeError(
+                    f"invalid value {go_quote(text)}: expected PATH=FIELDPATH")
+        elif not text:
+            raise argparse.ArgumentTypeError("must not be empty")
+        return kind, text
+
+    return parse
+
+
+def _projected_source(args: argparse.Namespace) -> dict[str, Any]:
+    sources: list[dict[str, Any]] = []
+    tokens = 0
+    for kind, value in args.projections or []:
+        if kind == "secret":
+            sources.append({"secret": {"name": value}})
+        elif kind == "configMap":
+            sources.append({"configMap": {"name": value}})
+        elif kind == "downwardAPI":
+            path, _, field_path = value.partition("=")
+            sources.append({"downwardAPI": {"items": [
+                {"path": path, "fieldRef": {"fieldPath": field_path}}]}})
+        else:
+            tokens += 1
+            token: dict[str, Any] = {"path": value}
+            if args.token_audience is not None:
+                token["audience"] = args.token_audience
+            if args.token_expiration_seconds is not None:
+                token["expirationSeconds"] = args.token_expiration_seconds
+            sources.append({"serviceAccountToken": token})
+    if not sources:
+        raise CommandError("--projected needs at least one source: --project-secret, "
+                           "--project-configmap, --project-downward-api or --project-token")
+    if tokens == 0 and (args.token_audience is not None or
+                        args.token_expiration_seconds is not None):
+        raise CommandError("--token-audience and --token-expiration-seconds apply only to "
+                           "--project-token")
+    return {"projected": {"sources": sources}}
 
 
 def _dns_label(text: str) -> str:
@@ -224,6 +301,9 @@ def _find_container(pod: Pod, name: str) -> dict[str, Any]:
 
 def _volume_source(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     if args.emptydir is not None:
+        if args.projections or args.token_audience is not None or \
+                args.token_expiration_seconds is not None:
+            raise CommandError("--project-* and --token-* options apply only to --projected")
         empty_dir: dict[str, Any] = {}
         if args.medium:
             empty_dir["medium"] = args.medium
@@ -232,6 +312,11 @@ def _volume_source(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         return args.volume_name or args.emptydir, {"emptyDir": empty_dir}
     if args.size_limit or args.medium:
         raise CommandError("--size-limit and --medium apply only to --emptydir")
+    if args.projected is not None:
+        return args.volume_name or args.projected, _projected_source(args)
+    if args.projections or args.token_audience is not None or \
+            args.token_expiration_seconds is not None:
+        raise CommandError("--project-* and --token-* options apply only to --projected")
     if args.configmap is not None:
         return (args.volume_name or _dns_label(args.configmap),
                 {"configMap": {"name": args.configmap}})
@@ -281,7 +366,7 @@ def _add_container_change(args: argparse.Namespace) -> tuple[str, Callable[[Pod]
     new: dict[str, Any] = {"name": args.container_name, "image": args.image}
     if command:
         new["command"] = command
-    mounts = [parse_mount(text) for text in args.volume_mounts]
+    mounts = [parse_mount(text, VOLUME_MOUNT_OPTION) for text in args.volume_mounts]
     if mounts:
         new["volumeMounts"] = [_volume_mount(m.owner, m) for m in mounts]
 
@@ -346,15 +431,16 @@ def context_namespace(kubeconfig: str | None, context: str | None) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    # The arguments first: a bad one is reported without reading the kubeconfig.
+    description, change = args.change(args) if args.change is not None else ("", None)
     config = load_kubeconfig(getattr(args, "kubeconfig", None), getattr(args, "context", None))
     namespace = getattr(args, "namespace", None) or \
         context_namespace(getattr(args, "kubeconfig", None), getattr(args, "context", None))
     pod_path = resource_path("pods", namespace, args.pod)
     async with ApiClient(config, user_agent="ephemera-dynamic") as api:
-        if args.change is None:
+        if change is None:
             print(await status_text(api, pod_path), end="")
             return 0
-        description, change = args.change(args)
         before, after = await put_dynamic(api, pod_path, change)
         accepted = time.monotonic()
         print(f"pod/{args.pod}: {description}")
@@ -506,7 +592,20 @@ def _volume_type(volume: dict[str, Any] | None) -> str:
             return f"secret/{value.get('secretName', '')}"
         if key == "image":
             return f"image/{value.get('reference', '')}"
+        if key == "projected":
+            return "projected(" + ",".join(_projection_text(source) for source in
+                                           (value or {}).get("sources") or []) + ")"
         return key
+    return "-"
+
+
+def _projection_text(source: dict[str, Any]) -> str:
+    for kind, value in source.items():
+        if kind == "secret":
+            return f"secret/{(value or {}).get('name', '')}"
+        if kind == "configMap":
+            return f"configMap/{(value or {}).get('name', '')}"
+        return str(kind)
     return "-"
 
 

@@ -11,8 +11,12 @@ upstream's kubelet does (the apiserver, which checks kubelet certificates agains
 cluster CA, then cannot read logs through it). With `--client-ca-file`, clients of that API
 must present a certificate signed by that CA. SIGTERM or SIGINT stops it; the containers keep
 running and are adopted by the next kubelet on the same root dir, unless
-`--stop-pods-on-exit` (which `ephemera up` passes: stopping the cluster stops its pods; a
-kubelet that crashes still leaves them running, to be adopted).
+`--stop-pods-on-exit` (which `ephemera up` passes): then it shuts the node down as a reboot
+does (`ephemera.kubelet.nodeshutdown`: containers stopped, memory-backed volumes unmounted;
+pod directories, disk volumes, logs and the allocation checkpoint kept), and the next kubelet
+starts the pods again. A kubelet that crashes leaves its containers running, to be adopted.
+One kubelet per root dir: it holds `<root-dir>/kubelet.lock` while it runs, and a second one
+exits at once naming the holder's PID (`ephemera.cli.dirlock`).
 
 With `--bootstrap-kubeconfig` (a bootstrap token), a missing `--kubeconfig` (or one whose
 certificate expired) is first made by TLS bootstrapping (`ephemera.kubelet.bootstrap`): a
@@ -28,10 +32,12 @@ import datetime as dt
 import logging
 import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 from ephemera.cli import flags
+from ephemera.cli.dirlock import KUBELET_LOCK, DirLockedError, lock_dir
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
 
 log = logging.getLogger("ephemera.kubelet")
@@ -80,9 +86,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="require client certificates signed by this CA")
     parser.add_argument("--max-pods", type=int, default=110)
     parser.add_argument("--stop-pods-on-exit", action="store_true",
-                        help="on SIGTERM/SIGINT, stop every pod's containers and remove their "
-                             "volumes and directories (the pods stay in the API); without it "
-                             "they keep running for the next kubelet to adopt")
+                        help="on SIGTERM/SIGINT, shut the node down as a reboot does: stop "
+                             "every container and unmount memory-backed volumes, keeping pod "
+                             "directories, disk volumes, logs and the allocation checkpoint, so "
+                             "the next kubelet starts the pods again; without it the containers "
+                             "keep running for the next kubelet to adopt")
     parser.add_argument("--node-status-update-frequency", type=float, default=10.0,
                         metavar="SECONDS")
     parser.add_argument("--sync-frequency", type=float, default=10.0, metavar="SECONDS",
@@ -178,6 +186,18 @@ def bootstrap(args: argparse.Namespace) -> int:
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    try:  # before anything starts: one kubelet per root dir
+        lock = lock_dir(args.root_dir.resolve(), KUBELET_LOCK)
+    except (DirLockedError, OSError) as err:
+        print(f"ephemera kubelet: root dir {err}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        return _run(parser, args)
+    finally:
+        lock.release()
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.bootstrap_kubeconfig is not None:
         code = bootstrap(args)
         if code:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ephemera.cli.flags import write_atomic
+
 INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 10.0
 # A child that ran this long before dying is restarted after the initial back-off again.
@@ -124,9 +126,8 @@ class Supervisor:
         while not self.stopping:
             began = loop.time()
             child.process = await self._spawn(child)
-            if self.pid_dir is not None:
-                self.pid_dir.mkdir(parents=True, exist_ok=True)
-                (self.pid_dir / f"{name}.pid").write_text(f"{child.process.pid}\n")
+            if self.pid_dir is not None:  # replaced whole: a reader never sees it empty
+                write_atomic(self.pid_dir / f"{name}.pid", f"{child.process.pid}\n")
             child.started.set()
             code = await child.process.wait()
             if self.stopping:

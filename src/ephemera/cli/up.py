@@ -4,8 +4,9 @@ It supervises one child process per component (the apiserver; once the API answe
 scheduler, the controller-manager and a kubelet: node `--node-name` (default the host
 name), runtime `--runtime`, root dir `<data-dir>/kubelet`, with a client certificate
 `system:node:NAME` (group `system:nodes`) and a serving certificate issued from the data
-dir's CA, and a port kept in `ports.json`; stopping `up` stops its pods, a kubelet that
-dies is restarted and adopts them; `--no-kubelet` leaves it out), picks a
+dir's CA, and a port kept in `ports.json`; stopping `up` shuts the node down as a reboot
+does and the next `up` brings its pods back (`ephemera.kubelet.nodeshutdown`), a kubelet
+that dies is restarted and adopts them; `--no-kubelet` leaves it out), picks a
 free port unless `--port` is given (reusing the data dir's last port when it is free, and
 keeping it across child restarts), writes the ports to `<data-dir>/ports.json`, and writes
 `<data-dir>/kubeconfig` only once the API answers (removed and written fresh at every start).
@@ -17,7 +18,9 @@ Once the API answers it also creates kubeadm's node bootstrap RBAC objects
 accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt` and
 approves and signs kubelet client CSRs with the data dir's CA.
 SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
-restart on the same data dir carries on with every object.
+restart on the same data dir carries on with every object. One `up` per data dir: it holds
+`<data-dir>/up.lock` while it runs, and a second one exits 1 before starting anything,
+naming the holder's PID (`ephemera.cli.dirlock`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import signal
 import socket
 import sys
@@ -50,11 +54,18 @@ from ephemera.apiserver.certs import (
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
-from ephemera.cli.demo import run_demo
+from ephemera.cli.demo import plugin_path_hint, run_demo
+from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
 from ephemera.cli.kubelet import positive_seconds
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
-from ephemera.client import ApiClient, ApiUnavailable, KubeconfigError, load_kubeconfig
+from ephemera.client import (
+    ApiClient,
+    ApiUnavailable,
+    KubeconfigError,
+    load_kubeconfig,
+    resource_path,
+)
 
 KUBECONFIG = "kubeconfig"
 SCHEDULER_KUBECONFIG = "scheduler.kubeconfig"
@@ -116,14 +127,38 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def node_reported_ready(node: dict[str, Any], since: dt.datetime, port: int) -> bool:
+    """The Node's Ready condition is True with a heartbeat at or after `since`, and it
+    advertises the kubelet on `port`: the kubelet started at `since` registered it."""
+    status = node.get("status") or {}
+    endpoint = (status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}
+    if endpoint.get("Port") != port:
+        return False
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") == "True":
+            try:
+                beat = dt.datetime.fromisoformat(str(condition.get("lastHeartbeatTime")))
+            except ValueError:
+                return False
+            return beat >= since
+    return False
+
+
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
+    try:  # before anything starts: one `up` per data dir
+        lock = lock_dir(args.data_dir.resolve(), UP_LOCK)
+    except (DirLockedError, OSError) as err:
+        print(f"ephemera up: data dir {err}", file=sys.stderr, flush=True)
+        return 1
     try:
         return asyncio.run(Cluster(args).run())
     except KeyboardInterrupt:
         return 0
+    finally:
+        lock.release()
 
 
 class Cluster:
@@ -266,16 +301,24 @@ class Cluster:
             await self.supervisor.start(Component("scheduler", self.scheduler_argv))
             await self.supervisor.start(Component("controller-manager",
                                                   self.controller_manager_argv))
+            kubelet_started = dt.datetime.now(dt.UTC).replace(microsecond=0)
             if not self.args.no_kubelet:
                 self.prepare_kubelet(url, pki)
                 await self.supervisor.start(Component("kubelet", self.kubelet_argv))
             say(f"ephemera: the API answers at {url}")
             say(f"kubeconfig: {self.kubeconfig}")
+            if not self.args.no_kubelet:
+                await self._wait_for_node(kubelet_started)
             if self.args.demo and not self.stop.is_set():
-                await self._until_stopped(run_demo(self.data_dir, self.kubeconfig, say))
+                await self._until_stopped(run_demo(
+                    self.data_dir, self.kubeconfig, say,
+                    None if self.args.no_kubelet else kubelet_started))
             say("")
             say("Use the cluster with:")
             say(f"  export KUBECONFIG={self.kubeconfig}")
+            hint = plugin_path_hint()
+            if hint is not None:
+                say(f"  {hint}    # for kubectl dynamic (the plugin kubectl-dynamic)")
             say("Press Ctrl-C to stop it.")
             await self.stop.wait()
             say("ephemera: stopping")
@@ -293,6 +336,31 @@ class Cluster:
                 await ensure_node_bootstrap_rbac(api)
         except (StatusError, ApiUnavailable, KubeconfigError, OSError) as err:
             say(f"ephemera: creating the node bootstrap RBAC objects failed: {err}")
+
+    async def _wait_for_node(self, since: dt.datetime) -> None:
+        """Wait until this start's kubelet has reported its Node Ready (a heartbeat since
+        `since`, its port advertised): after a restart the Node and the pods still show the
+        last run's status, and a `kubectl logs` sent to the kubelet before it serves fails.
+        On timeout or stop, say so and carry on."""
+        deadline = time.monotonic() + self.args.startup_timeout
+        path = resource_path("nodes", name=self.node_name)
+        try:
+            async with ApiClient(load_kubeconfig(self.kubeconfig),
+                                 user_agent="ephemera-up") as api:
+                while not self.stop.is_set() and time.monotonic() < deadline:
+                    with contextlib.suppress(StatusError, ApiUnavailable):
+                        if node_reported_ready(await api.get(path), since, self.kubelet_port):
+                            say(f"ephemera: node {self.node_name} is Ready")
+                            return
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.2):
+                            await self.stop.wait()
+        except (KubeconfigError, OSError) as err:
+            say(f"ephemera: could not watch node {self.node_name}: {err}")
+            return
+        if not self.stop.is_set():
+            say(f"ephemera: node {self.node_name} did not report Ready within "
+                f"{self.args.startup_timeout:g}s (log: {self.supervisor.log_path('kubelet')})")
 
     async def _until_stopped(self, work: Any) -> None:
         task = asyncio.ensure_future(work)

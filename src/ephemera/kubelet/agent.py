@@ -52,7 +52,9 @@ server's `/stats/summary` answers `stats_summary()` (the last measurements).
 **Logs** (`ephemera.kubelet.logs`): `log_source` finds the pod and its computed status and
 lets `logs.log_source` pick the file; the server's `/containerLogs` streams it.
 
-The kubelet never stops containers when it stops: a restarted kubelet adopts them.
+The kubelet leaves its containers running when it stops, for a restarted kubelet to adopt,
+unless `stop_pods_on_exit` (`ephemera up`): then it shuts the node down as a reboot does
+(`nodeshutdown.py`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ from ephemera.kubelet.gc import pod_image_refs
 from ephemera.kubelet.logs import LogSource
 from ephemera.kubelet.metrics import KubeletMetrics
 from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure, allocatable, probe_pressure
+from ephemera.kubelet.nodeshutdown import shut_down_node
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
@@ -130,10 +133,10 @@ class KubeletConfig:
     lease_renew_interval: float = 10.0
     housekeeping_interval: float = 2.0
     register_retry_interval: float = 1.0
-    # On stop, kill every pod's containers and remove their sandboxes, volumes and
-    # directories (API objects stay): `ephemera up` stopping stops the whole node.
+    # On stop, shut the node down as a reboot does (`ephemera.kubelet.nodeshutdown`):
+    # `ephemera up` stopping stops the whole node, and its next start brings the pods back.
     stop_pods_on_exit: bool = False
-    drain_grace_period: float = 2.0
+    shutdown_grace_period: float = 2.0
     # How often a pending (not yet allocatable) pod change is retried (KEP-6395).
     allocation_retry_period: float = 10.0
     # The eviction manager (issue 6): its pass interval and `--eviction-hard` (None: the
@@ -862,7 +865,7 @@ class Kubelet:
             await stop.wait()
         finally:
             if cfg.stop_pods_on_exit:
-                await self.drain()
+                await self.shut_down()
             await self.close()
 
     async def _probe_event(self, pod: Mapping[str, Any], container: str, type_: str,
@@ -908,39 +911,14 @@ class Kubelet:
         except Exception as err:
             log.warning("could not build the base image: %s", err)
 
-    async def drain(self) -> None:
-        """Stop every pod on this node: kill the containers (within the drain grace period),
-        remove them and the sandboxes, tear down the volumes and remove the pod directories
-        and logs. The pods stay in the API; a kubelet started later runs them again."""
+    async def shut_down(self) -> None:
+        """Stop the node's pods as a reboot does (`ephemera.kubelet.nodeshutdown`): the
+        containers stop, the runtime forgets them, memory-backed volumes are unmounted;
+        the pods' directories, disk volumes, logs and the allocation checkpoint stay, and
+        the pods stay in the API for the next kubelet on this root to start again."""
         if self.workers is not None:
             await self.workers.close()
-        grace = self.config.drain_grace_period
-        try:
-            sandboxes = await self.runtime.list_pod_sandboxes()
-            for sandbox in sandboxes:
-                containers = await self.runtime.list_containers(sandbox.id)
-                await asyncio.gather(*(self.runtime.stop_container(c.id, grace)
-                                       for c in containers
-                                       if c.state == ContainerState.RUNNING),
-                                     return_exceptions=True)
-            for sandbox in sandboxes:
-                with contextlib.suppress(RuntimeError_):
-                    await self.runtime.stop_pod_sandbox(sandbox.id)
-                for c in await self.runtime.list_containers(sandbox.id):
-                    with contextlib.suppress(RuntimeError_):
-                        await self.runtime.remove_container(c.id)
-                with contextlib.suppress(RuntimeError_):
-                    await self.runtime.remove_pod_sandbox(sandbox.id)
-        except RuntimeError_ as err:
-            log.warning("draining the node: %s", err)
-        teardown_all = getattr(self.volumes, "teardown_all", None)
-        if teardown_all is not None:
-            try:
-                await teardown_all()
-            except Exception as err:
-                log.warning("draining the node: tearing down volumes: %s", err)
-        await self.accounting.release_orphans(set())
-        await asyncio.to_thread(remove_orphan_dirs, self.root_dir, set())
+        await shut_down_node(self.runtime, self.root_dir, self.config.shutdown_grace_period)
         log.info("kubelet %s: stopped every pod on the node", self.node_name)
 
     async def close(self) -> None:

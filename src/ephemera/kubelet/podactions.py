@@ -88,6 +88,7 @@ from ephemera.kubelet.podutil import (
     pod_log_dir,
     pod_spec,
     pod_uid,
+    restart_count_from_log_dir,
 )
 from ephemera.kubelet.runtime.base import (
     ContainerConfig,
@@ -651,7 +652,12 @@ class PodRuntime:
             return left if left > 0 else deps.settings.retry_delay
         sandbox = await self.sandbox_status()
         pod_ip = sandbox.ip if sandbox is not None else ""
-        attempt = latest.attempt + 1 if latest is not None else 0
+        if latest is not None:
+            attempt = latest.attempt + 1
+        else:  # e.g. after a node shutdown: the runtime forgot the earlier instances
+            attempt = await asyncio.to_thread(
+                restart_count_from_log_dir,
+                container_log_path(deps.root_dir, pod, name, 0).parent)
         try:
             env = await containerconfig.build_env(
                 pod, container, image.env, get_configmap=deps.get_configmap,

@@ -1,11 +1,14 @@
 """Small facts about a pod that the kubelet's parts share: upstream's `format.Pod`
 (`name_namespace(uid)`), Go's duration text, the labels the kubelet puts on its sandboxes and
-containers (kuberuntime's `labels.go`), where a pod's CRI logs live, and the mounts left under
-a directory. No I/O but `mounts_under` (a read of /proc/self/mountinfo)."""
+containers (kuberuntime's `labels.go`), where a pod's CRI logs live (and the restart count
+they tell), and the mounts left under a directory. No I/O but `mounts_under` (a read of
+/proc/self/mountinfo) and `restart_count_from_log_dir` (a directory listing)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ __all__ = [
     "pod_log_dir",
     "pod_spec",
     "pod_uid",
+    "restart_count_from_log_dir",
 ]
 
 # Labels the kubelet puts on its sandboxes and containers (upstream's names).
@@ -83,6 +87,22 @@ def container_log_path(root_dir: Path, pod: Mapping[str, Any], container: str,
     """The CRI log file of one container instance:
     `<root>/logs/pods/<ns>_<name>_<uid>/<container>/<attempt>.log`."""
     return pod_log_dir(root_dir, pod) / container / f"{attempt}.log"
+
+
+_ATTEMPT_LOG = re.compile(r"^(\d+)\.log(\..*)?")
+
+
+def restart_count_from_log_dir(log_dir: Path) -> int:
+    """The restart count of a container the runtime has no instance of: one past the newest
+    `<attempt>.log` (or rotated `<attempt>.log.*`) in its log directory, 0 when there is none
+    (upstream's `calcRestartCountByLogDir`, which keeps counting across a node reboot)."""
+    count = 0
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(log_dir):
+            match = _ATTEMPT_LOG.match(entry.name)
+            if match is not None and not entry.is_dir():
+                count = max(count, int(match.group(1)) + 1)
+    return count
 
 
 def mounts_under(path: Path) -> list[str]:

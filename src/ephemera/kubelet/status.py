@@ -168,8 +168,10 @@ def _volume_mounts(spec_container: Mapping[str, Any],
 def container_status(spec_container: Mapping[str, Any], instances: Sequence[ContainerStatus],
                      waiting: tuple[str, str] | None, default_reason: str,
                      runtime_name: str, probes: ProbeStates | None = None, *,
+                     old: Mapping[str, Any] | None = None, deleting: bool = False,
                      plain_init: bool = False) -> Obj:
-    """The API status of one container from its runtime instances (oldest first);
+    """The API status of one container from its runtime instances (oldest first); `old` is
+    its status as last written, which only counts when the runtime has no instance;
     `plain_init`: an init container that is not a sidecar (ready once it exited 0)."""
     name = str(spec_container.get("name"))
     status: Obj = {"name": name, "image": spec_container.get("image") or "", "imageID": "",
@@ -177,10 +179,7 @@ def container_status(spec_container: Mapping[str, Any], instances: Sequence[Cont
     latest = instances[-1] if instances else None
     previous = instances[-2] if len(instances) > 1 else None
     if latest is None:
-        reason, message = waiting or (default_reason, "")
-        status["state"] = _waiting(reason, message)
-        status["lastState"] = {}
-        return status
+        return _status_without_instance(status, old, waiting, default_reason, deleting)
     status["containerID"] = f"{runtime_name}://{latest.id}"
     status["imageID"] = latest.image_id
     status["restartCount"] = latest.attempt
@@ -206,6 +205,36 @@ def container_status(spec_container: Mapping[str, Any], instances: Sequence[Cont
     mounts = _volume_mounts(spec_container, latest)
     if mounts:
         status["volumeMounts"] = mounts
+    return status
+
+
+def _status_without_instance(status: Obj, old: Mapping[str, Any] | None,
+                             waiting: tuple[str, str] | None, default_reason: str,
+                             deleting: bool) -> Obj:
+    """A container the runtime has no instance of (not started yet, or forgotten, as after
+    a node shutdown), as upstream's `convertToAPIContainerStatuses`: a terminated old status
+    is kept; otherwise its restartCount and lastState carry over, and one that was running
+    counts as terminated with an unknown status (`ContainerStatusUnknown`, exit code 137)
+    and, unless the pod is being deleted, as restarted once more."""
+    status["state"] = _waiting(default_reason)
+    status["lastState"] = {}
+    if old is not None and isinstance(_state_of(old).get("terminated"), dict):
+        status = {**old, "ready": False, "started": False}
+    elif old is not None:
+        status["restartCount"] = int(old.get("restartCount") or 0)
+        last = old.get("lastState")
+        status["lastState"] = dict(last) if isinstance(last, dict) else {}
+        if _state_of(old).get("running") is not None and _last_terminated(status) is None:
+            status["lastState"] = {"terminated": {
+                "exitCode": 137, "reason": "ContainerStatusUnknown",
+                "message": "The container could not be located when the pod was deleted.  "
+                           "The container used to be Running"}}
+            if not deleting:
+                status["restartCount"] += 1
+    if waiting is not None:
+        if isinstance(_state_of(status).get("terminated"), dict):
+            status["lastState"] = status["state"]
+        status["state"] = _waiting(*waiting)
     return status
 
 
@@ -411,6 +440,10 @@ def _with_times(condition: Obj, previous: Mapping[str, Any] | None, now: str) ->
     return out
 
 
+def _by_name(statuses: Any) -> dict[str, Mapping[str, Any]]:
+    return {str(st.get("name")): st for st in statuses or [] if isinstance(st, dict)}
+
+
 def generate_pod_status(pod: Mapping[str, Any], view: PodRuntimeView, *, host_ip: str,
                         old_status: Mapping[str, Any] | None = None,
                         now: str | None = None) -> Obj:
@@ -419,19 +452,24 @@ def generate_pod_status(pod: Mapping[str, Any], view: PodRuntimeView, *, host_ip
     old = dict(old_status or {})
     has_init = bool(_containers(pod, "initContainers"))
     default_reason = POD_INITIALIZING if has_init else CONTAINER_CREATING
+    deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    old_init = _by_name(old.get("initContainerStatuses"))
     init_statuses: dict[str, Obj] = {}
     for c in _containers(pod, "initContainers"):
         name = str(c.get("name"))
         init_statuses[name] = container_status(c, view.containers.get(name, ()),
                                                view.waiting.get(name), default_reason,
                                                view.runtime_name, view.probes,
+                                               old=old_init.get(name), deleting=deleting,
                                                plain_init=not _is_sidecar(c))
+    old_regular = _by_name(old.get("containerStatuses"))
     statuses: dict[str, Obj] = {}
     for c in _containers(pod, "containers"):
         name = str(c.get("name"))
         statuses[name] = container_status(c, view.containers.get(name, ()),
                                           view.waiting.get(name), default_reason,
-                                          view.runtime_name, view.probes)
+                                          view.runtime_name, view.probes,
+                                          old=old_regular.get(name), deleting=deleting)
     phase = get_phase(pod, init_statuses, statuses, view.terminal)
     if old.get("phase") in TERMINAL_PHASES:
         phase = str(old["phase"])
