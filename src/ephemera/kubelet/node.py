@@ -4,8 +4,10 @@
 - `machine_capacity(root_dir)`: `cpu` (the CPUs this process may run on), `memory`
   (`MemTotal`), `ephemeral-storage` (the size of the filesystem holding the root dir),
   `pods` (110), `hugepages-<size>` for the page sizes the kernel offers (0).
-- `allocatable(capacity)`: capacity minus upstream's default hard eviction thresholds
-  (`memory.available<100Mi`, `nodefs.available<10%`); no kube/system reservations.
+- `allocatable(capacity, reserved, thresholds)`: capacity minus the `--system-reserved` and
+  `--kube-reserved` reservations (`parse_reserved`: cpu, memory, ephemeral-storage) and
+  minus what the hard eviction thresholds hold back (`memory.available`, `nodefs.available`;
+  upstream's `GetNodeAllocatableReservation`), never below zero.
 - `NodeStatusBuilder` builds `status`: capacity (re-read at every build, so a grown or
   shrunk filesystem shows), allocatable, `conditions` (MemoryPressure,
   DiskPressure, PIDPressure, Ready, in upstream's order, with upstream's reasons and
@@ -21,10 +23,10 @@
   `report_interval` seconds, and `renew_lease()` keeps `kube-node-lease/NAME` current
   (`leaseDurationSeconds` 40, renewed every 10 s; owned by the Node).
 
-Pressure is read simply (available memory from `/proc/meminfo`, free space of the root
-dir's filesystem, PIDs in use against `kernel.pid_max`) against the same thresholds; the
-eviction manager of a later issue replaces that with its own signals through
-`NodeAgent.pressure_probe`.
+Pressure comes from `NodeAgent.pressure_probe`: the kubelet's eviction manager sets
+MemoryPressure and DiskPressure from its signals; `probe_pressure` (the default, for a node
+without one) reads PIDs in use against `kernel.pid_max` and the free space of the root dir's
+filesystem.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,7 +49,13 @@ from ephemera.api.featuregates import (
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
+from ephemera.api.quantity import Quantity, parse_quantity
 from ephemera.client import ApiClient, resource_path
+from ephemera.kubelet.eviction.thresholds import (
+    Threshold,
+    hard_eviction_reservation,
+    parse_eviction_hard,
+)
 
 __all__ = [
     "DECLARABLE_FEATURES",
@@ -64,6 +72,7 @@ __all__ = [
     "machine_capacity",
     "node_object",
     "now_rfc3339",
+    "parse_reserved",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,9 +84,10 @@ LEASE_DURATION_SECONDS = 40
 # Upstream's defaults: status checked every 10 s, reported at least every 5 min when unchanged.
 STATUS_UPDATE_INTERVAL = 10.0
 STATUS_REPORT_INTERVAL = 300.0
-# Default hard eviction thresholds (upstream's `DefaultEvictionHard` on Linux).
-EVICTION_HARD_MEMORY = 100 * 1024 * 1024
-EVICTION_HARD_NODEFS_FRACTION = 0.10
+EVICTION_HARD_NODEFS_FRACTION = 0.10  # probe_pressure's disk threshold (upstream's default)
+# The resources `--system-reserved` / `--kube-reserved` may reserve (upstream also takes
+# `pid`, which ephemera does not limit).
+RESERVABLE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 PID_PRESSURE_FRACTION = 0.10  # ephemera's: less than 10% of pid_max free
 # The feature gates a node declares (KEP-5328) when they are on.
 DECLARABLE_FEATURES = (
@@ -159,19 +169,45 @@ def machine_capacity(root_dir: Path, max_pods: int = DEFAULT_MAX_PODS) -> dict[s
     return capacity
 
 
-def _kib(value: str) -> int:
-    return int(value[:-2]) * 1024 if value.endswith("Ki") else int(value)
+def parse_reserved(flag: str) -> dict[str, Quantity]:
+    """`--system-reserved` / `--kube-reserved` (`cpu=500m,memory=1Gi,...`), with upstream's
+    errors (`parseResourceList`); ephemera refuses `pid`, which it does not limit."""
+    reserved: dict[str, Quantity] = {}
+    for pair in (p.strip() for p in flag.split(",")):
+        if not pair:
+            continue
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"malformed pair, expect string=string: {pair}")
+        name, value = name.strip(), value.strip()
+        if name not in RESERVABLE_RESOURCES:
+            hint = ": ephemera does not limit pids" if name == "pid" else ""
+            raise ValueError(f'cannot reserve "{name}" resource{hint}')
+        try:
+            quantity = parse_quantity(value)
+        except ValueError as err:
+            raise ValueError(
+                f'failed to parse quantity "{value}" for "{name}" resource: {err}') from None
+        if quantity.sign() < 0:
+            raise ValueError(f'resource quantity for "{name}" cannot be negative: {value}')
+        reserved[name] = quantity
+    return reserved
 
 
-def allocatable(capacity: Mapping[str, str]) -> dict[str, str]:
-    """Capacity minus the default hard eviction thresholds (memory 100Mi, nodefs 10%)."""
+def allocatable(capacity: Mapping[str, str], reserved: Mapping[str, Quantity] | None = None,
+                thresholds: Sequence[Threshold] | None = None) -> dict[str, str]:
+    """Capacity minus `reserved` (system + kube) minus the hard eviction reservation of
+    `thresholds` (upstream's defaults when None), floored at zero."""
+    quantities = {name: parse_quantity(value) for name, value in capacity.items()}
+    held = dict(reserved or {})
+    evictions = parse_eviction_hard(None) if thresholds is None else thresholds
+    for name, quantity in hard_eviction_reservation(evictions, quantities).items():
+        held[name] = held[name] + quantity if name in held else quantity
     result = dict(capacity)
-    if "memory" in capacity:
-        mem = max(0, _kib(capacity["memory"]) - EVICTION_HARD_MEMORY)
-        result["memory"] = f"{mem // 1024}Ki"
-    if "ephemeral-storage" in capacity:
-        size = _kib(capacity["ephemeral-storage"])
-        result["ephemeral-storage"] = str(int(size * (1 - EVICTION_HARD_NODEFS_FRACTION)))
+    for name, quantity in quantities.items():
+        if name in held:
+            left = quantity - held[name]
+            result[name] = str(left if left.sign() >= 0 else Quantity())
     return result
 
 
@@ -222,9 +258,9 @@ class Pressure:
 
 
 def probe_pressure(root_dir: Path) -> Pressure:
-    """Pressure against upstream's default hard thresholds (and 10% of pid_max for PIDs)."""
-    available = _meminfo().get("MemAvailable")
-    memory = available is not None and available < EVICTION_HARD_MEMORY
+    """Disk and PID pressure read directly (free space under 10% of the root dir's
+    filesystem, less than 10% of pid_max free); no memory pressure (the eviction manager
+    measures memory)."""
     size, free = _filesystem(root_dir)
     disk = size > 0 and free < size * EVICTION_HARD_NODEFS_FRACTION
     pid = False
@@ -232,7 +268,7 @@ def probe_pressure(root_dir: Path) -> Pressure:
         pid_max = int(_read("/proc/sys/kernel/pid_max"))
         in_use = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
         pid = pid_max > 0 and pid_max - in_use < pid_max * PID_PRESSURE_FRACTION
-    return Pressure(memory=memory, disk=disk, pid=pid)
+    return Pressure(disk=disk, pid=pid)
 
 
 @dataclass
@@ -245,6 +281,8 @@ class NodeConfig:
     max_pods: int = DEFAULT_MAX_PODS
     runtime_version: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    reserved: Mapping[str, Quantity] = field(default_factory=dict)  # system + kube reserved
+    eviction_thresholds: Sequence[Threshold] | None = None  # None: upstream's defaults
 
 
 # (type, reason and message when fine, reason and message under pressure), upstream's order.
@@ -301,7 +339,7 @@ class NodeStatusBuilder:
         conditions.append(ready)
         status: dict[str, Any] = {
             "capacity": dict(self.capacity),
-            "allocatable": allocatable(self.capacity),
+            "allocatable": allocatable(self.capacity, cfg.reserved, cfg.eviction_thresholds),
             "conditions": conditions,
             "addresses": [{"type": "InternalIP", "address": cfg.node_ip},
                           {"type": "Hostname", "address": cfg.node_name}],

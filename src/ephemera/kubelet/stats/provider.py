@@ -19,6 +19,14 @@ What is measured (reference k8s-semantics.md 4.3, upstream `calcEphemeralStorage
   used), `runtime.imageFs` = `statvfs` of the image store with `usedBytes` = the image
   store's usage (`dedicated_image_fs` tells whether it is another filesystem).
 
+Memory (what the eviction manager's memory signals read, upstream's cAdvisor figures): the
+node's `memory` = the machine's working set (the root memory cgroup: usage minus inactive
+file pages, `root_memory`) with `availableBytes` = `memory_capacity` minus it; the `pods`
+system container = the node's pods cgroup (`runtime_memory().pods`) with `availableBytes` =
+`pods_memory_limit` (capacity minus the system and kube reservations, upstream's node
+allocatable cgroup limit) minus its working set; each pod's and running container's working
+set from the runtime (`RuntimeService.memory_stats`). Read once per `get(update=True)`.
+
 Usage comes from a `UsageBackend`: `DuBackend` (du.py, a bounded directory walk run in a
 thread) or any other implementation. A backend answers the last complete measurement of a
 directory; a directory not measured yet has no stat (its `FsStats` is None), as upstream's
@@ -36,21 +44,24 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from ephemera.kubelet.runtime.base import MemorySnapshot, MemoryUsage
 from ephemera.kubelet.stats.du import DiskUsage
 
 __all__ = [
+    "SYSTEM_CONTAINER_PODS",
     "VOLUME_DISK",
     "VOLUME_MEMORY",
     "VOLUME_UNMEASURED",
     "ContainerPaths",
     "ContainerStats",
     "FsStats",
+    "MemoryStats",
     "NodeStats",
     "PodPaths",
     "PodStats",
@@ -61,6 +72,7 @@ __all__ = [
     "VolumeStats",
     "is_local_ephemeral_volume",
     "latest_instance_dir",
+    "memory_stats",
     "pod_paths",
     "statvfs_stats",
     "volume_kind",
@@ -89,11 +101,35 @@ class FsStats:
 
 
 @dataclass(frozen=True)
+class MemoryStats:
+    """`MemoryStats`: None means the field is absent."""
+
+    time: float
+    available_bytes: int | None = None
+    usage_bytes: int | None = None
+    working_set_bytes: int | None = None
+    rss_bytes: int | None = None
+
+
+def memory_stats(usage: MemoryUsage, at: float, limit: int | None = None) -> MemoryStats:
+    """`MemoryStats` of a cgroup's `usage`; `availableBytes` = `limit` - working set when
+    the cgroup has a limit (as upstream's `cadvisorInfoToContainerStats`)."""
+    return MemoryStats(
+        time=at,
+        available_bytes=None if limit is None else limit - usage.working_set_bytes,
+        usage_bytes=usage.usage_bytes,
+        working_set_bytes=usage.working_set_bytes,
+        rss_bytes=usage.rss_bytes,
+    )
+
+
+@dataclass(frozen=True)
 class ContainerStats:
     name: str
     start_time: float
     rootfs: FsStats | None = None
     logs: FsStats | None = None
+    memory: MemoryStats | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +147,7 @@ class PodStats:
     containers: tuple[ContainerStats, ...] = ()
     volumes: tuple[VolumeStats, ...] = ()
     ephemeral_storage: FsStats | None = None
+    memory: MemoryStats | None = None
 
     def volume(self, name: str) -> VolumeStats | None:
         for volume in self.volumes:
@@ -125,6 +162,17 @@ class NodeStats:
     start_time: float
     fs: FsStats | None = None
     image_fs: FsStats | None = None
+    memory: MemoryStats | None = None
+    system_containers: tuple[ContainerStats, ...] = ()  # "pods": the node's pods cgroup
+
+    def system_container(self, name: str) -> ContainerStats | None:
+        for container in self.system_containers:
+            if container.name == name:
+                return container
+        return None
+
+
+SYSTEM_CONTAINER_PODS: Final = "pods"
 
 
 @dataclass(frozen=True)
@@ -328,6 +376,13 @@ class StatsProvider:
     start_time: float = field(default_factory=time.time)
     # A pod's whole usage in O(1) (accounting.py's loop images), None: sum the directories.
     pod_totals: Callable[[str], DiskUsage | None] | None = None
+    # Memory (see the module docstring); 0 / None: no memory stats.
+    memory_capacity: int = 0
+    pods_memory_limit: int = 0
+    root_memory: Callable[[], MemoryUsage | None] | None = None
+    runtime_memory: Callable[[], Awaitable[MemorySnapshot | None]] | None = None
+    _memory: tuple[float, MemoryUsage | None, MemorySnapshot | None] | None = field(
+        default=None, init=False, repr=False)
 
     @property
     def dedicated_image_fs(self) -> bool:
@@ -343,7 +398,14 @@ class StatsProvider:
             if self.image_dir is not None:
                 paths.append(self.image_dir)
             await self.backend.measure(paths)
+            await self.measure_memory()
         return self.build(pods)
+
+    async def measure_memory(self) -> None:
+        """Read the machine's and the runtime's memory (kept for `build`)."""
+        root = self.root_memory() if self.root_memory is not None else None
+        snapshot = await self.runtime_memory() if self.runtime_memory is not None else None
+        self._memory = (time.time(), root, snapshot)
 
     def _usage_stats(self, path: Path | None, fs: FsStats | None) -> FsStats | None:
         if path is None:
@@ -376,8 +438,20 @@ class StatsProvider:
                     inodes_free=image_fs.inodes_free, inodes=image_fs.inodes,
                     inodes_used=usage.inodes)
         pod_stats = tuple(self._pod_stats(pod, node_fs, now) for pod in pods)
+        node_memory: MemoryStats | None = None
+        system: tuple[ContainerStats, ...] = ()
+        if self._memory is not None:
+            at, root, snapshot = self._memory
+            if root is not None and self.memory_capacity > 0:
+                node_memory = memory_stats(root, at, self.memory_capacity)
+            if snapshot is not None and snapshot.pods is not None:
+                limit = self.pods_memory_limit if self.pods_memory_limit > 0 else None
+                system = (ContainerStats(SYSTEM_CONTAINER_PODS, self.start_time,
+                                         memory=memory_stats(snapshot.pods, snapshot.time,
+                                                             limit)),)
         return Summary(
-            node=NodeStats(self.node_name, self.start_time, node_fs, image_fs),
+            node=NodeStats(self.node_name, self.start_time, node_fs, image_fs, node_memory,
+                           system),
             pods=pod_stats,
             dedicated_image_fs=self.dedicated_image_fs,
         )
@@ -386,12 +460,17 @@ class StatsProvider:
         # Upstream: rootfs on the container (image) fs, logs and volumes on the node fs; one
         # filesystem here unless the image store is elsewhere (the writable layers are under
         # the kubelet root either way).
+        snapshot = self._memory[2] if self._memory is not None else None
+        memory = snapshot.by_pod.get(pod.uid) if snapshot is not None else None
         containers = tuple(
             ContainerStats(
                 name=c.name,
                 start_time=c.start_time,
                 rootfs=self._usage_stats(c.writable_layer, node_fs),
                 logs=self._usage_stats(c.log_dir, node_fs),
+                memory=(None if memory is None or c.name not in memory.containers
+                        or snapshot is None
+                        else memory_stats(memory.containers[c.name], snapshot.time)),
             )
             for c in pod.containers
             if c.writable_layer is not None  # not created by the runtime yet: no stats
@@ -412,6 +491,8 @@ class StatsProvider:
             containers=containers,
             volumes=tuple(volumes),
             ephemeral_storage=self._ephemeral_storage(pod, containers, volumes, node_fs, now),
+            memory=(None if memory is None or memory.pod is None or snapshot is None
+                    else memory_stats(memory.pod, snapshot.time)),
         )
 
     def _ephemeral_storage(
