@@ -25,7 +25,7 @@ file pages, `root_memory`) with `availableBytes` = `memory_capacity` minus it; t
 system container = the node's pods cgroup (`runtime_memory().pods`) with `availableBytes` =
 `pods_memory_limit` (capacity minus the system and kube reservations, upstream's node
 allocatable cgroup limit) minus its working set; each pod's and running container's working
-set from the runtime (`RuntimeService.memory_stats`). Read once per `get(update=True)`.
+set from the runtime (`RuntimeService.memory_stats`). Read at every `get`.
 
 Usage comes from a `UsageBackend`: `DuBackend` (du.py, a bounded directory walk run in a
 thread) or any other implementation. A backend answers the last complete measurement of a
@@ -392,13 +392,14 @@ class StatsProvider:
         return image_dev is not None and root_dev is not None and image_dev != root_dev
 
     async def get(self, pods: Sequence[PodPaths], update: bool = True) -> Summary:
-        """The Summary for `pods`; with `update`, one measuring pass first."""
+        """The Summary for `pods`; with `update`, one measuring pass of the disk usage first.
+        Memory is read every time (a few cgroup files)."""
         if update:
             paths = [p for pod in pods for p in pod.directories()]
             if self.image_dir is not None:
                 paths.append(self.image_dir)
             await self.backend.measure(paths)
-            await self.measure_memory()
+        await self.measure_memory()
         return self.build(pods)
 
     async def measure_memory(self) -> None:
@@ -473,7 +474,9 @@ class StatsProvider:
                         else memory_stats(memory.containers[c.name], snapshot.time)),
             )
             for c in pod.containers
-            if c.writable_layer is not None  # not created by the runtime yet: no stats
+            # not created by the runtime yet (no writable layer, not running): no stats
+            if c.writable_layer is not None or (memory is not None
+                                                and c.name in memory.containers)
         )
         volumes: list[VolumeStats] = []
         for volume in pod.volumes:
