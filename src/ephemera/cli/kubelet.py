@@ -98,8 +98,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often the eviction manager measures local ephemeral storage "
                              "and evicts (default 10, as upstream's housekeeping)")
     parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
-                        help="hard eviction thresholds, e.g. 'nodefs.available<10%%,"
-                             "nodefs.inodesFree<5%%' (default upstream's)")
+                        help="hard eviction thresholds, e.g. 'memory.available<100Mi,"
+                             "nodefs.available<10%%' (default upstream's); memory.available "
+                             "also sets allocatableMemory.available (the pods' share)")
+    parser.add_argument("--system-reserved", default="", metavar="RESOURCE=QUANTITY,...",
+                        help="cpu, memory and ephemeral-storage held back from the pods, "
+                             "e.g. 'memory=1Gi': subtracted from the node's allocatable; the "
+                             "pods' memory (allocatableMemory.available) is measured against "
+                             "capacity minus the reservations")
+    parser.add_argument("--kube-reserved", default="", metavar="RESOURCE=QUANTITY,...",
+                        help="like --system-reserved, for the Kubernetes components")
     parser.add_argument("--storage-accounting", choices=("auto", "walk", "loopimage"),
                         default="auto",
                         help="how pods' local ephemeral storage is measured: walk (a bounded "
@@ -195,6 +203,13 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             parse_eviction_hard(args.eviction_hard)
         except ThresholdError as err:
             parser.error(f"--eviction-hard: {err}")
+    from ephemera.kubelet.node import parse_reserved
+
+    for flag in ("system_reserved", "kube_reserved"):
+        try:
+            setattr(args, flag, parse_reserved(getattr(args, flag)))
+        except ValueError as err:
+            parser.error(f"--{flag.replace('_', '-')}: {err}")
     try:
         return asyncio.run(_serve(config, args))
     except KeyboardInterrupt:
@@ -229,6 +244,7 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
         node_status_interval=args.node_status_update_frequency,
         eviction_interval=args.eviction_interval, eviction_hard=args.eviction_hard,
+        system_reserved=args.system_reserved, kube_reserved=args.kube_reserved,
         storage_accounting=args.storage_accounting,
         storage_limit_enforcement=args.storage_limit_enforcement)
     runtime = make_runtime(args.runtime, root_dir, node_name)

@@ -100,6 +100,9 @@ def add_parser(subparsers: Any) -> None:
                         help="the kubelet's eviction manager interval (default 10)")
     parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
                         help="the kubelet's hard eviction thresholds (default upstream's)")
+    parser.add_argument("--system-reserved", default=None, metavar="RESOURCE=QUANTITY,...",
+                        help="the kubelet's --system-reserved (cpu, memory, "
+                             "ephemeral-storage held back from the pods)")
     parser.add_argument("--storage-accounting", choices=("auto", "walk", "loopimage"),
                         default=None,
                         help="the kubelet's local storage accounting (default auto: a loop "
@@ -203,6 +206,8 @@ class Cluster:
             extra += ["--eviction-interval", str(self.args.eviction_interval)]
         if self.args.eviction_hard is not None:
             extra += ["--eviction-hard", self.args.eviction_hard]
+        if self.args.system_reserved is not None:
+            extra += ["--system-reserved", self.args.system_reserved]
         if self.args.storage_accounting is not None:
             extra += ["--storage-accounting", self.args.storage_accounting]
         if self.args.storage_limit_enforcement:

@@ -71,7 +71,7 @@ from aiohttp import web
 
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import FeatureGates
-from ephemera.api.quantity import QuantityError, quantity_from_json
+from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
 from ephemera.kubelet import events, logs
 from ephemera.kubelet.allocation import (
@@ -89,10 +89,19 @@ from ephemera.kubelet.eviction.manager import EvictionManager
 from ephemera.kubelet.gc import pod_image_refs
 from ephemera.kubelet.logs import LogSource
 from ephemera.kubelet.metrics import KubeletMetrics
-from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure, allocatable, probe_pressure
+from ephemera.kubelet.node import (
+    NodeAgent,
+    NodeConfig,
+    Pressure,
+    allocatable,
+    machine_memory_bytes,
+    probe_pressure,
+    total_reserved,
+)
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
+from ephemera.kubelet.runtime import cgroups
 from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
 from ephemera.kubelet.server import create_kubelet_app, kubelet_ssl_context
 from ephemera.kubelet.stats import StatsProvider, make_accounting
@@ -139,6 +148,11 @@ class KubeletConfig:
     eviction_interval: float = 10.0
     eviction_hard: str | None = None
     eviction_pressure_transition_period: float = DEFAULT_PRESSURE_TRANSITION_PERIOD
+    # `--system-reserved` / `--kube-reserved` (`node.parse_reserved`): held back from
+    # allocatable; the pods' memory (allocatableMemory.available) is measured against the
+    # machine's memory minus them.
+    system_reserved: Mapping[str, Quantity] = field(default_factory=dict)
+    kube_reserved: Mapping[str, Quantity] = field(default_factory=dict)
     # Usage accounting (`ephemera.kubelet.stats.accounting`): "walk", "loopimage" or "auto"
     # (the CLI's default); with `storage_limit_enforcement` a pod's loop image is sized to
     # its ephemeral-storage limit (writes past it fail with ENOSPC).
@@ -262,6 +276,16 @@ class Kubelet:
             eviction_hard=config.eviction_hard,
             pressure_transition_period=config.eviction_pressure_transition_period,
             count_eviction=self.metrics.evictions.inc)
+        reserved = total_reserved(config.system_reserved, config.kube_reserved)
+        self.node_config.reserved = reserved
+        self.node_config.eviction_thresholds = self.eviction_manager.thresholds
+        # Memory: the machine's working set against its memory, the pods' cgroup against
+        # the memory minus the reservations (upstream's node allocatable cgroup limit).
+        self.stats.memory_capacity = machine_memory_bytes()
+        self.stats.pods_memory_limit = max(
+            0, self.stats.memory_capacity - reserved.get("memory", Quantity()).value())
+        self.stats.root_memory = cgroups.root_memory_usage
+        self.stats.runtime_memory = runtime.memory_stats
 
     # -- VolumeHost ----------------------------------------------------------------------
 
@@ -607,10 +631,10 @@ class Kubelet:
         return await self.eviction_manager.summary()
 
     def _pressure(self) -> Pressure:
-        """The node's pressure: DiskPressure from the eviction manager, memory and PIDs
-        probed."""
+        """The node's pressure: MemoryPressure and DiskPressure from the eviction manager,
+        PIDs probed."""
         probed = probe_pressure(self.root_dir)
-        return Pressure(memory=probed.memory,
+        return Pressure(memory="MemoryPressure" in self.eviction_manager.node_conditions,
                         disk="DiskPressure" in self.eviction_manager.node_conditions,
                         pid=probed.pid)
 
@@ -732,7 +756,9 @@ class Kubelet:
         when it changed, pending pod changes are tried again."""
         assert self.node_agent is not None
         status = (self.node_agent.node or {}).get("status") or {}
-        current = dict(status.get("allocatable") or allocatable(self.node_agent.builder.capacity))
+        current = dict(status.get("allocatable") or allocatable(
+            self.node_agent.builder.capacity, self.node_config.reserved,
+            self.eviction_manager.thresholds))
         if current == self.node_allocatable:
             return
         if self.node_allocatable:

@@ -70,9 +70,11 @@ __all__ = [
     "allocatable",
     "declared_features",
     "machine_capacity",
+    "machine_memory_bytes",
     "node_object",
     "now_rfc3339",
     "parse_reserved",
+    "total_reserved",
 ]
 
 log = logging.getLogger(__name__)
@@ -158,9 +160,23 @@ def _filesystem(path: Path) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
+def machine_memory_bytes() -> int:
+    """The machine's memory (`MemTotal`): the node's memory capacity."""
+    return _meminfo().get("MemTotal", 0)
+
+
+def total_reserved(*reservations: Mapping[str, Quantity]) -> dict[str, Quantity]:
+    """The sum of `--system-reserved` and `--kube-reserved`, by resource."""
+    total: dict[str, Quantity] = {}
+    for reserved in reservations:
+        for name, quantity in reserved.items():
+            total[name] = total[name] + quantity if name in total else quantity
+    return total
+
+
 def machine_capacity(root_dir: Path, max_pods: int = DEFAULT_MAX_PODS) -> dict[str, str]:
     """The node's capacity as a Node's `status.capacity` (quantity strings)."""
-    mem = _meminfo().get("MemTotal", 0)
+    mem = machine_memory_bytes()
     size, _ = _filesystem(root_dir)
     capacity = {"cpu": str(_cpu_count()), "memory": f"{mem // 1024}Ki",
                 "ephemeral-storage": f"{size // 1024}Ki", "pods": str(max_pods)}
@@ -199,10 +215,8 @@ def allocatable(capacity: Mapping[str, str], reserved: Mapping[str, Quantity] | 
     """Capacity minus `reserved` (system + kube) minus the hard eviction reservation of
     `thresholds` (upstream's defaults when None), floored at zero."""
     quantities = {name: parse_quantity(value) for name, value in capacity.items()}
-    held = dict(reserved or {})
     evictions = parse_eviction_hard(None) if thresholds is None else thresholds
-    for name, quantity in hard_eviction_reservation(evictions, quantities).items():
-        held[name] = held[name] + quantity if name in held else quantity
+    held = total_reserved(reserved or {}, hard_eviction_reservation(evictions, quantities))
     result = dict(capacity)
     for name, quantity in quantities.items():
         if name in held:

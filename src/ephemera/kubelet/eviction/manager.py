@@ -28,7 +28,11 @@ from ephemera.api.featuregates import FeatureGates
 from ephemera.kubelet import events
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction.api import Eviction
-from ephemera.kubelet.eviction.decision import PressureConditions, decide
+from ephemera.kubelet.eviction.decision import (
+    PressureConditions,
+    by_eviction_priority,
+    decide,
+)
 from ephemera.kubelet.eviction.ranking import node_pressure_eviction
 from ephemera.kubelet.eviction.reclaim import (
     ABLE_TO_RECLAIM_LOG,
@@ -178,8 +182,7 @@ class EvictionManager:
                 active = self._active_pods(known)
                 summary = await self.stats.get(self._measured_paths(known))
             observations = observe(summary)
-            met = sorted(thresholds_met(self.thresholds, observations),
-                         key=lambda t: 0 if t.resource == "memory" else 1)
+            met = by_eviction_priority(thresholds_met(self.thresholds, observations))
             if reclaims and not met:
                 log.info(ABLE_TO_RECLAIM_LOG, resource)
             else:
