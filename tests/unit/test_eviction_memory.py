@@ -21,6 +21,7 @@ from ephemera.kubelet.eviction import (
     thresholds_met,
 )
 from ephemera.kubelet.eviction.ranking import rank_for_memory_pressure
+from ephemera.kubelet.eviction.thresholds import ThresholdError, without_container_fs
 from ephemera.kubelet.node import allocatable, parse_reserved
 from ephemera.kubelet.runtime.base import MemoryUsage
 from ephemera.kubelet.runtime.cgroups import memory_usage
@@ -267,3 +268,18 @@ def test_summary_json_memory_fields() -> None:
     assert doc["pods"][0]["memory"]["workingSetBytes"] == 300 * Mi
     assert doc["pods"][0]["containers"][0]["memory"]["workingSetBytes"] == 300 * Mi
     assert "availableBytes" not in doc["pods"][0]["memory"]
+
+
+# --- signals ephemera does not observe ------------------------------------------------------
+
+
+def test_pid_available_is_refused_and_containerfs_dropped_with_upstreams_warning() -> None:
+    with pytest.raises(ThresholdError) as err:
+        parse_eviction_hard("memory.available<100Mi,pid.available<10%")
+    assert str(err.value) == ("eviction signal pid.available is not supported by ephemera: "
+                              "it measures no process counts")
+    kept, warnings = without_container_fs(parse_eviction_hard(
+        "containerfs.available<10%,nodefs.available<10%,containerfs.inodesFree<5%"))
+    assert [t.signal for t in kept] == ["nodefs.available"]
+    assert warnings == ["found containerfs.available for hard eviction. ignoring",
+                        "found containerfs.inodesFree for hard eviction. ignoring"]

@@ -7,6 +7,11 @@
   `eviction percentage threshold X must be <= 100%: V`, `eviction threshold X must be
   positive: V`, quantity parse errors, and the flag's own `malformed pair, expect
   string<string`. `0%` and `100%` disable a signal. No flag: `DEFAULT_EVICTION_HARD`.
+  `pid.available` is refused (`eviction signal pid.available is not supported by ephemera:
+  it measures no process counts`): ephemera observes no pid signal. `containerfs.*`
+  thresholds are dropped by `without_container_fs` with upstream's warning (`found
+  containerfs.available for hard eviction. ignoring`): upstream replaces them with the nodefs
+  ones, and ephemera's container filesystem is the node filesystem.
   Every hard `memory.available` threshold is copied to `allocatableMemory.available`
   (upstream's `addAllocatableThresholds`, which its default `--enforce-node-allocatable=pods`
   turns on; ephemera always does).
@@ -58,6 +63,7 @@ __all__ = [
     "signal_resource",
     "threshold_quantity",
     "thresholds_met",
+    "without_container_fs",
 ]
 
 SIGNAL_MEMORY_AVAILABLE: Final = "memory.available"
@@ -137,6 +143,9 @@ def parse_threshold(signal: str, value: str) -> Threshold | None:
     """`parseThresholdStatement`: None for an ignored `0%`/`100%`."""
     if signal not in _SIGNALS:
         raise ThresholdError(f"unsupported eviction signal {signal}")
+    if signal == SIGNAL_PID_AVAILABLE:
+        raise ThresholdError(f"eviction signal {signal} is not supported by ephemera: it "
+                             "measures no process counts")
     if value.endswith("%"):
         if value in ("0%", "100%"):
             return None
@@ -187,6 +196,20 @@ def parse_eviction_hard(flag: str | Mapping[str, str] | None) -> list[Threshold]
         Threshold(SIGNAL_ALLOCATABLE_MEMORY_AVAILABLE, t.quantity, t.percentage)
         for t in thresholds
         if t.signal == SIGNAL_MEMORY_AVAILABLE and t.grace_period_seconds == 0]
+
+
+def without_container_fs(thresholds: Sequence[Threshold]) -> tuple[list[Threshold], list[str]]:
+    """`thresholds` without the user's `containerfs.*` ones, and upstream's warning for each
+    dropped (`UpdateContainerFsThresholds`)."""
+    kept: list[Threshold] = []
+    warnings: list[str] = []
+    for threshold in thresholds:
+        if threshold.signal in (SIGNAL_CONTAINER_FS_AVAILABLE, SIGNAL_CONTAINER_FS_INODES_FREE):
+            kind = "hard" if threshold.grace_period_seconds == 0 else "soft"
+            warnings.append(f"found {threshold.signal} for {kind} eviction. ignoring")
+        else:
+            kept.append(threshold)
+    return kept, warnings
 
 
 def threshold_quantity(threshold: Threshold, capacity: Quantity) -> Quantity:
