@@ -6,6 +6,8 @@ JSON."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +285,26 @@ def test_pid_available_is_refused_and_containerfs_dropped_with_upstreams_warning
     assert [t.signal for t in kept] == ["nodefs.available"]
     assert warnings == ["found containerfs.available for hard eviction. ignoring",
                         "found containerfs.inodesFree for hard eviction. ignoring"]
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["up", "--system-reserved", "pid=10"],
+     'ephemera up: error: --system-reserved: cannot reserve "pid" resource: ephemera does not '
+     "limit pids"),
+    (["up", "--eviction-hard", "pid.available<5%"],
+     "ephemera up: error: --eviction-hard: eviction signal pid.available is not supported by "
+     "ephemera: it measures no process counts"),
+    (["kubelet", "--kubeconfig", "/nonexistent", "--kube-reserved", "memory=-1Gi"],
+     'ephemera kubelet: error: --kube-reserved: resource quantity for "memory" cannot be '
+     "negative: -1Gi"),
+])
+def test_bad_flags_stop_before_anything_starts(tmp_path: Path, argv: list[str],
+                                               error: str) -> None:
+    """A usage error (exit 2) before the data dir or root dir is made."""
+    where = ["--data-dir", str(tmp_path / "data")] if argv[0] == "up" else [
+        "--root-dir", str(tmp_path / "data")]
+    done = subprocess.run([sys.executable, "-m", "ephemera.cli", *argv, *where],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == error
+    assert not (tmp_path / "data").exists()

@@ -120,6 +120,27 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                              "eviction still applies)")
 
 
+def check_eviction_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with a usage error for a bad `--eviction-hard`, `--system-reserved` or
+    `--kube-reserved` (those `args` has and set), before anything starts."""
+    from ephemera.kubelet.eviction import ThresholdError, parse_eviction_hard
+    from ephemera.kubelet.node import parse_reserved
+
+    if getattr(args, "eviction_hard", None) is not None:
+        try:
+            parse_eviction_hard(args.eviction_hard)
+        except ThresholdError as err:
+            parser.error(f"--eviction-hard: {err}")
+    for flag in ("system_reserved", "kube_reserved"):
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        try:
+            parse_reserved(value)
+        except ValueError as err:
+            parser.error(f"--{flag.replace('_', '-')}: {err}")
+
+
 def positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -186,6 +207,7 @@ def bootstrap(args: argparse.Namespace) -> int:
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    check_eviction_flags(parser, args)
     if args.bootstrap_kubeconfig is not None:
         code = bootstrap(args)
         if code:
@@ -196,20 +218,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--kubeconfig: {err}")
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
-    if args.eviction_hard is not None:
-        from ephemera.kubelet.eviction import ThresholdError, parse_eviction_hard
-
-        try:
-            parse_eviction_hard(args.eviction_hard)
-        except ThresholdError as err:
-            parser.error(f"--eviction-hard: {err}")
     from ephemera.kubelet.node import parse_reserved
 
-    for flag in ("system_reserved", "kube_reserved"):
-        try:
-            setattr(args, flag, parse_reserved(getattr(args, flag)))
-        except ValueError as err:
-            parser.error(f"--{flag.replace('_', '-')}: {err}")
+    args.system_reserved = parse_reserved(args.system_reserved)
+    args.kube_reserved = parse_reserved(args.kube_reserved)
     try:
         return asyncio.run(_serve(config, args))
     except KeyboardInterrupt:

@@ -51,7 +51,7 @@ from ephemera.apiserver.server import client_ssl_context, free_port, port_is_fre
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.demo import run_demo
-from ephemera.cli.kubelet import positive_seconds
+from ephemera.cli.kubelet import check_eviction_flags, positive_seconds
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
 from ephemera.client import ApiClient, ApiUnavailable, KubeconfigError, load_kubeconfig
@@ -121,6 +121,7 @@ def say(line: str) -> None:
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
+    check_eviction_flags(parser, args)
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
     try:

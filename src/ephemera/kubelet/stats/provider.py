@@ -42,6 +42,7 @@ non-terminal pod with `pod_paths(root_dir, pod, mounted_volumes, pod_log_dir)`, 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -50,7 +51,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from ephemera.kubelet.runtime.base import MemorySnapshot, MemoryUsage
+from ephemera.kubelet.runtime.base import MemorySnapshot, MemoryUsage, RuntimeError_
 from ephemera.kubelet.stats.du import DiskUsage
 
 __all__ = [
@@ -77,6 +78,8 @@ __all__ = [
     "statvfs_stats",
     "volume_kind",
 ]
+
+log = logging.getLogger(__name__)
 
 # How a pod volume is accounted.
 VOLUME_DISK: Final = "disk"  # local ephemeral storage: counts toward the pod's ephemeral-storage
@@ -405,7 +408,12 @@ class StatsProvider:
     async def measure_memory(self) -> None:
         """Read the machine's and the runtime's memory (kept for `build`)."""
         root = self.root_memory() if self.root_memory is not None else None
-        snapshot = await self.runtime_memory() if self.runtime_memory is not None else None
+        snapshot: MemorySnapshot | None = None
+        if self.runtime_memory is not None:
+            try:
+                snapshot = await self.runtime_memory()
+            except (OSError, RuntimeError_) as err:  # no pod memory this time, not no summary
+                log.warning("stats: reading the pods' memory failed: %s", err)
         self._memory = (time.time(), root, snapshot)
 
     def _usage_stats(self, path: Path | None, fs: FsStats | None) -> FsStats | None:
