@@ -4,8 +4,9 @@ a copy of the default `memory.available<100Mi`); a BestEffort busybox pod whose 
 300Mi buffer (blocked writing into a pipe nobody reads) takes the pods' cgroup below the
 threshold: the Node reports MemoryPressure, the pod ends `Failed` / `Evicted` with upstream's
 message and an `Evicted` event with its annotations, and a BestEffort pod bound to the node
-then is refused by the kubelet while a Burstable one runs. About 300 MiB of real memory,
-for a few seconds."""
+then is refused by the kubelet while a Burstable one runs; 30 s (the transition period) after
+the memory came back MemoryPressure is False again and a BestEffort pod runs. About 300 MiB
+of real memory, for a few seconds."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def memory_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
     reserved = _mem_total() - PODS_MEMORY
     yield from run_kubelet_cluster(tmp_path_factory, "memory-cluster", NODE,
                                    ["--eviction-interval", "1",
+                                    "--eviction-pressure-transition-period", "30",
                                     "--system-reserved", f"memory={reserved}"])
 
 
@@ -111,3 +113,9 @@ def test_a_pod_using_more_memory_than_the_node_has_left_is_evicted(k: Kubectl) -
     [pods] = summary["node"]["systemContainers"]
     assert pods["name"] == "pods" and pods["memory"]["workingSetBytes"] < 300 * Mi  # freed
     assert summary["node"]["memory"]["availableBytes"] > 0
+    wait(lambda: memory_condition(k)["status"] == "False", "MemoryPressure to clear",
+         k.cluster)
+    assert memory_condition(k)["reason"] == "KubeletHasSufficientMemory"
+    k("create", "-f", "-", input=yaml.safe_dump(busybox("later", "sleep 3600", bound=True)))
+    wait(lambda: k.json("get", "pod", "later")["status"].get("phase") == "Running",
+         "pod later to run", k.cluster)

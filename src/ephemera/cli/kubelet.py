@@ -101,6 +101,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hard eviction thresholds, e.g. 'memory.available<100Mi,"
                              "nodefs.available<10%%' (default upstream's); memory.available "
                              "also sets allocatableMemory.available (the pods' share)")
+    parser.add_argument("--eviction-pressure-transition-period", type=positive_seconds,
+                        default=300.0, metavar="SECONDS",
+                        help="how long a pressure condition (MemoryPressure, DiskPressure) "
+                             "stays on the Node after its threshold was last met (default "
+                             "300, as upstream's 5m)")
     parser.add_argument("--system-reserved", default="", metavar="RESOURCE=QUANTITY,...",
                         help="cpu, memory and ephemeral-storage held back from the pods, "
                              "e.g. 'memory=1Gi': subtracted from the node's allocatable; the "
@@ -256,6 +261,7 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
         node_status_interval=args.node_status_update_frequency,
         eviction_interval=args.eviction_interval, eviction_hard=args.eviction_hard,
+        eviction_pressure_transition_period=args.eviction_pressure_transition_period,
         system_reserved=args.system_reserved, kube_reserved=args.kube_reserved,
         storage_accounting=args.storage_accounting,
         storage_limit_enforcement=args.storage_limit_enforcement)

@@ -100,6 +100,10 @@ def add_parser(subparsers: Any) -> None:
                         help="the kubelet's eviction manager interval (default 10)")
     parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
                         help="the kubelet's hard eviction thresholds (default upstream's)")
+    parser.add_argument("--eviction-pressure-transition-period", type=positive_seconds,
+                        default=None, metavar="SECONDS",
+                        help="how long the kubelet keeps a pressure condition after its "
+                             "threshold was last met (default 300)")
     parser.add_argument("--system-reserved", default=None, metavar="RESOURCE=QUANTITY,...",
                         help="the kubelet's --system-reserved (cpu, memory, "
                              "ephemeral-storage held back from the pods)")
@@ -207,6 +211,9 @@ class Cluster:
             extra += ["--eviction-interval", str(self.args.eviction_interval)]
         if self.args.eviction_hard is not None:
             extra += ["--eviction-hard", self.args.eviction_hard]
+        if self.args.eviction_pressure_transition_period is not None:
+            extra += ["--eviction-pressure-transition-period",
+                      str(self.args.eviction_pressure_transition_period)]
         if self.args.system_reserved is not None:
             extra += ["--system-reserved", self.args.system_reserved]
         if self.args.storage_accounting is not None:
