@@ -507,6 +507,8 @@ async def test_memory_stats_read_the_container_pod_and_node_cgroups(
     assert usage.pod is not None and usage.pod.working_set_bytes >= hog.working_set_bytes
     assert snapshot.pods is not None
     assert snapshot.pods.working_set_bytes >= usage.pod.working_set_bytes
+    assert snapshot.node is not None  # the machine's root cgroup holds them all
+    assert snapshot.node.working_set_bytes >= snapshot.pods.working_set_bytes
     await runtime.stop_container(container_id, 0)
     after = await runtime.memory_stats()
     assert after is not None and "hog" not in after.by_pod[sandbox.pod_uid].containers

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,12 @@ from ephemera.kubelet.eviction import (
     thresholds_met,
 )
 from ephemera.kubelet.eviction.ranking import rank_for_memory_pressure
-from ephemera.kubelet.eviction.thresholds import ThresholdError, without_container_fs
-from ephemera.kubelet.node import allocatable, parse_reserved
+from ephemera.kubelet.eviction.thresholds import (
+    ThresholdError,
+    hard_eviction_reservation,
+    without_container_fs,
+)
+from ephemera.kubelet.node import allocatable, parse_reserved, total_reserved
 from ephemera.kubelet.runtime.base import MemoryUsage
 from ephemera.kubelet.runtime.cgroups import memory_usage
 from ephemera.kubelet.stats.provider import (
@@ -215,12 +220,15 @@ def test_allocatable_subtracts_reservations_and_the_hard_thresholds() -> None:
     capacity = {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "100Gi", "pods": "110"}
     reserved = parse_reserved("cpu=500m,memory=1Gi")
     kube = parse_reserved("memory=512Mi,ephemeral-storage=1Gi")
-    both = {name: reserved.get(name, Quantity()) + kube.get(name, Quantity())
-            for name in {*reserved, *kube}}
-    assert allocatable(capacity, both, parse_eviction_hard("memory.available<200Mi,"
-                                                           "nodefs.available<10Gi")) == {
+    thresholds = parse_eviction_hard("memory.available<200Mi,nodefs.available<10Gi")
+
+    def reservation(capacity: Mapping[str, Quantity]) -> dict[str, Quantity]:
+        return total_reserved(reserved, kube, hard_eviction_reservation(thresholds, capacity))
+
+    assert allocatable(capacity, reservation) == {
         "cpu": "1500m", "memory": "2360Mi", "ephemeral-storage": "89Gi", "pods": "110"}
-    assert allocatable({"memory": "1Gi"}, parse_reserved("memory=2Gi"))["memory"] == "0"
+    assert allocatable({"memory": "1Gi"},
+                       lambda _: parse_reserved("memory=2Gi"))["memory"] == "0"
 
 
 @pytest.mark.parametrize(("flag", "message"), [

@@ -88,6 +88,7 @@ from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction import admit_under_pressure
 from ephemera.kubelet.eviction.decision import DEFAULT_PRESSURE_TRANSITION_PERIOD
 from ephemera.kubelet.eviction.manager import EvictionManager
+from ephemera.kubelet.eviction.thresholds import hard_eviction_reservation
 from ephemera.kubelet.gc import pod_image_refs
 from ephemera.kubelet.logs import LogSource
 from ephemera.kubelet.metrics import KubeletMetrics
@@ -103,7 +104,6 @@ from ephemera.kubelet.node import (
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
-from ephemera.kubelet.runtime import cgroups
 from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
 from ephemera.kubelet.server import create_kubelet_app, kubelet_ssl_context
 from ephemera.kubelet.stats import StatsProvider, make_accounting
@@ -279,14 +279,14 @@ class Kubelet:
             pressure_transition_period=config.eviction_pressure_transition_period,
             count_eviction=self.metrics.evictions.inc)
         reserved = total_reserved(config.system_reserved, config.kube_reserved)
-        self.node_config.reserved = reserved
-        self.node_config.eviction_thresholds = self.eviction_manager.thresholds
+        thresholds = self.eviction_manager.thresholds
+        self.node_config.reservation = lambda capacity: total_reserved(
+            reserved, hard_eviction_reservation(thresholds, capacity))
         # Memory: the machine's working set against its memory, the pods' cgroup against
         # the memory minus the reservations (upstream's node allocatable cgroup limit).
         self.stats.memory_capacity = machine_memory_bytes()
         self.stats.pods_memory_limit = max(
             0, self.stats.memory_capacity - reserved.get("memory", Quantity()).value())
-        self.stats.root_memory = cgroups.root_memory_usage
         self.stats.runtime_memory = runtime.memory_stats
 
     # -- VolumeHost ----------------------------------------------------------------------
@@ -759,8 +759,7 @@ class Kubelet:
         assert self.node_agent is not None
         status = (self.node_agent.node or {}).get("status") or {}
         current = dict(status.get("allocatable") or allocatable(
-            self.node_agent.builder.capacity, self.node_config.reserved,
-            self.eviction_manager.thresholds))
+            self.node_agent.builder.capacity, self.node_config.reservation))
         if current == self.node_allocatable:
             return
         if self.node_allocatable:

@@ -4,10 +4,11 @@
 - `machine_capacity(root_dir)`: `cpu` (the CPUs this process may run on), `memory`
   (`MemTotal`), `ephemeral-storage` (the size of the filesystem holding the root dir),
   `pods` (110), `hugepages-<size>` for the page sizes the kernel offers (0).
-- `allocatable(capacity, reserved, thresholds)`: capacity minus the `--system-reserved` and
-  `--kube-reserved` reservations (`parse_reserved`: cpu, memory, ephemeral-storage) and
-  minus what the hard eviction thresholds hold back (`memory.available`, `nodefs.available`;
-  upstream's `GetNodeAllocatableReservation`), never below zero.
+- `allocatable(capacity, reservation)`: capacity minus what `reservation(capacity)` holds
+  back, never below zero; the kubelet's reservation is the `--system-reserved` and
+  `--kube-reserved` ones (`parse_reserved`: cpu, memory, ephemeral-storage; summed by
+  `total_reserved`) plus what the hard eviction thresholds hold back (`memory.available`,
+  `nodefs.available`: upstream's `GetNodeAllocatableReservation`).
 - `NodeStatusBuilder` builds `status`: capacity (re-read at every build, so a grown or
   shrunk filesystem shows), allocatable, `conditions` (MemoryPressure,
   DiskPressure, PIDPressure, Ready, in upstream's order, with upstream's reasons and
@@ -37,7 +38,7 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,11 +52,6 @@ from ephemera.api.featuregates import (
 )
 from ephemera.api.quantity import Quantity, parse_quantity
 from ephemera.client import ApiClient, resource_path
-from ephemera.kubelet.eviction.thresholds import (
-    Threshold,
-    hard_eviction_reservation,
-    parse_eviction_hard,
-)
 
 __all__ = [
     "DECLARABLE_FEATURES",
@@ -67,6 +63,7 @@ __all__ = [
     "NodeConfig",
     "NodeStatusBuilder",
     "Pressure",
+    "Reservation",
     "allocatable",
     "declared_features",
     "machine_capacity",
@@ -210,13 +207,16 @@ def parse_reserved(flag: str) -> dict[str, Quantity]:
     return reserved
 
 
-def allocatable(capacity: Mapping[str, str], reserved: Mapping[str, Quantity] | None = None,
-                thresholds: Sequence[Threshold] | None = None) -> dict[str, str]:
-    """Capacity minus `reserved` (system + kube) minus the hard eviction reservation of
-    `thresholds` (upstream's defaults when None), floored at zero."""
+# What allocatable holds back, given the capacity (see `allocatable`).
+Reservation = Callable[[Mapping[str, Quantity]], Mapping[str, Quantity]]
+
+
+def allocatable(capacity: Mapping[str, str],
+                reservation: Reservation | None = None) -> dict[str, str]:
+    """Capacity minus `reservation(capacity)` (nothing when None), floored at zero, in
+    Quantity arithmetic as upstream prints it (`4Gi` - `1Gi` is `3Gi`)."""
     quantities = {name: parse_quantity(value) for name, value in capacity.items()}
-    evictions = parse_eviction_hard(None) if thresholds is None else thresholds
-    held = total_reserved(reserved or {}, hard_eviction_reservation(evictions, quantities))
+    held = reservation(quantities) if reservation is not None else {}
     result = dict(capacity)
     for name, quantity in quantities.items():
         if name in held:
@@ -295,8 +295,7 @@ class NodeConfig:
     max_pods: int = DEFAULT_MAX_PODS
     runtime_version: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
-    reserved: Mapping[str, Quantity] = field(default_factory=dict)  # system + kube reserved
-    eviction_thresholds: Sequence[Threshold] | None = None  # None: upstream's defaults
+    reservation: Reservation | None = None  # what allocatable holds back (the kubelet's)
 
 
 # (type, reason and message when fine, reason and message under pressure), upstream's order.
@@ -353,7 +352,7 @@ class NodeStatusBuilder:
         conditions.append(ready)
         status: dict[str, Any] = {
             "capacity": dict(self.capacity),
-            "allocatable": allocatable(self.capacity, cfg.reserved, cfg.eviction_thresholds),
+            "allocatable": allocatable(self.capacity, cfg.reservation),
             "conditions": conditions,
             "addresses": [{"type": "InternalIP", "address": cfg.node_ip},
                           {"type": "Hostname", "address": cfg.node_name}],

@@ -132,9 +132,10 @@ class PodMemory:
 
 @dataclass(frozen=True)
 class MemorySnapshot:
-    """The memory of this runtime's pods, read at `time` (unix seconds)."""
+    """The machine's and this runtime's pods' memory, read at `time` (unix seconds)."""
 
     time: float
+    node: MemoryUsage | None  # the machine: its root memory cgroup
     pods: MemoryUsage | None  # the node's pods cgroup: every pod of this runtime
     by_pod: dict[str, PodMemory] = field(default_factory=dict)  # by pod UID
 

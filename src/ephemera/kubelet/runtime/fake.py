@@ -9,7 +9,8 @@ Containers "run" from start until stopped. The argv chooses other behaviour:
   reason `StartError`), as a missing executable does with a real runtime.
 - `["ignore-term", ...]`: stopping takes the whole grace period (then "SIGKILL": 137).
 - `["use-memory", "QUANTITY"]` (e.g. `300Mi`): runs until stopped with that working set
-  (`memory_stats`; every other running container uses none).
+  (`memory_stats`; every other running container uses none, nor does the machine besides
+  the pods).
 - anything else: runs until stopped; stop gives 143 (SIGTERM) or 137 with timeout 0.
 `behaviour` (a callable `argv -> tuple | None`) given to the constructor overrides this.
 
@@ -306,7 +307,8 @@ class FakeRuntime(RuntimeService):
 
     async def memory_stats(self) -> MemorySnapshot | None:
         """The modelled memory: each running container's `use-memory` working set, summed
-        per pod and over the node."""
+        per pod and over the node; the machine uses nothing else (its working set is the
+        pods')."""
         latest: dict[tuple[str, str], _Container] = {}
         for container in list(self.containers.values()):
             container = self._container(container.id)
@@ -323,7 +325,8 @@ class FakeRuntime(RuntimeService):
             total = sum(u.working_set_bytes for u in containers.values())
             by_pod[uid] = PodMemory(MemoryUsage(total, total, total), containers)
         node = sum(p.pod.working_set_bytes for p in by_pod.values() if p.pod is not None)
-        return MemorySnapshot(time.time(), MemoryUsage(node, node, node), by_pod)
+        usage = MemoryUsage(node, node, node)
+        return MemorySnapshot(time.time(), usage, usage, by_pod)
 
     # -- exec --------------------------------------------------------------------------------
 

@@ -731,8 +731,8 @@ class OciRuntime(RuntimeService):
         return await self._blocking(collect)
 
     async def memory_stats(self) -> MemorySnapshot | None:
-        """Read from the cgroups: the node parent (every pod), each pod's and each running
-        container's (the latest attempt per name)."""
+        """Read from the cgroups: the root (the machine), the node parent (every pod), each
+        pod's and each running container's (the latest attempt per name)."""
         return await self._blocking(self._memory_stats)
 
     def _memory_stats(self) -> MemorySnapshot | None:
@@ -761,7 +761,8 @@ class OciRuntime(RuntimeService):
                     containers[name] = usage
             by_pod[uid] = PodMemory(
                 None if pod_dir is None else cgroups.memory_usage(pod_dir), containers)
-        return MemorySnapshot(now, cgroups.memory_usage(node_dir), by_pod)
+        return MemorySnapshot(now, cgroups.root_memory_usage(), cgroups.memory_usage(node_dir),
+                              by_pod)
 
     def _signal(self, container_id: str, signum: int) -> bool:
         """Signal the container's init through a pidfd of the verified pid; False if it is

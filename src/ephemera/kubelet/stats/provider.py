@@ -19,10 +19,12 @@ What is measured (reference k8s-semantics.md 4.3, upstream `calcEphemeralStorage
   used), `runtime.imageFs` = `statvfs` of the image store with `usedBytes` = the image
   store's usage (`dedicated_image_fs` tells whether it is another filesystem).
 
-Memory (what the eviction manager's memory signals read, upstream's cAdvisor figures): the
-node's `memory` = the machine's working set (the root memory cgroup: usage minus inactive
-file pages, `root_memory`) with `availableBytes` = `memory_capacity` minus it; the `pods`
-system container = the node's pods cgroup (`runtime_memory().pods`) with `availableBytes` =
+Memory (what the eviction manager's memory signals read, upstream's cAdvisor figures), from
+`runtime_memory()` (the runtime's `memory_stats`, read through the `MemoryReadings` shape so
+this package stays independent of the runtime's): the node's `memory` = the machine's
+working set (`.node`: the root memory cgroup, usage minus inactive file pages) with
+`availableBytes` = `memory_capacity` minus it; the `pods` system container = the node's pods
+cgroup (`.pods`) with `availableBytes` =
 `pods_memory_limit` (capacity minus the system and kube reservations, upstream's node
 allocatable cgroup limit) minus its working set; each pod's and running container's working
 set from the runtime (`RuntimeService.memory_stats`). Read at every `get`.
@@ -51,7 +53,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from ephemera.kubelet.runtime.base import MemorySnapshot, MemoryUsage, RuntimeError_
 from ephemera.kubelet.stats.du import DiskUsage
 
 __all__ = [
@@ -103,6 +104,45 @@ class FsStats:
     inodes_used: int | None = None
 
 
+class MemoryReading(Protocol):
+    """A cgroup's memory as the runtime reads it (`runtime.base.MemoryUsage`)."""
+
+    @property
+    def usage_bytes(self) -> int: ...
+
+    @property
+    def working_set_bytes(self) -> int: ...
+
+    @property
+    def rss_bytes(self) -> int: ...
+
+
+class PodMemoryReading(Protocol):
+    """A pod's (`runtime.base.PodMemory`): its cgroup and its running containers by name."""
+
+    @property
+    def pod(self) -> MemoryReading | None: ...
+
+    @property
+    def containers(self) -> Mapping[str, MemoryReading]: ...
+
+
+class MemoryReadings(Protocol):
+    """One reading of the runtime (`runtime.base.MemorySnapshot`)."""
+
+    @property
+    def time(self) -> float: ...
+
+    @property
+    def node(self) -> MemoryReading | None: ...
+
+    @property
+    def pods(self) -> MemoryReading | None: ...
+
+    @property
+    def by_pod(self) -> Mapping[str, PodMemoryReading]: ...
+
+
 @dataclass(frozen=True)
 class MemoryStats:
     """`MemoryStats`: None means the field is absent."""
@@ -114,7 +154,7 @@ class MemoryStats:
     rss_bytes: int | None = None
 
 
-def memory_stats(usage: MemoryUsage, at: float, limit: int | None = None) -> MemoryStats:
+def memory_stats(usage: MemoryReading, at: float, limit: int | None = None) -> MemoryStats:
     """`MemoryStats` of a cgroup's `usage`; `availableBytes` = `limit` - working set when
     the cgroup has a limit (as upstream's `cadvisorInfoToContainerStats`)."""
     return MemoryStats(
@@ -382,10 +422,8 @@ class StatsProvider:
     # Memory (see the module docstring); 0 / None: no memory stats.
     memory_capacity: int = 0
     pods_memory_limit: int = 0
-    root_memory: Callable[[], MemoryUsage | None] | None = None
-    runtime_memory: Callable[[], Awaitable[MemorySnapshot | None]] | None = None
-    _memory: tuple[float, MemoryUsage | None, MemorySnapshot | None] | None = field(
-        default=None, init=False, repr=False)
+    runtime_memory: Callable[[], Awaitable[MemoryReadings | None]] | None = None
+    _memory: MemoryReadings | None = field(default=None, init=False, repr=False)
 
     @property
     def dedicated_image_fs(self) -> bool:
@@ -406,15 +444,15 @@ class StatsProvider:
         return self.build(pods)
 
     async def measure_memory(self) -> None:
-        """Read the machine's and the runtime's memory (kept for `build`)."""
-        root = self.root_memory() if self.root_memory is not None else None
-        snapshot: MemorySnapshot | None = None
-        if self.runtime_memory is not None:
-            try:
-                snapshot = await self.runtime_memory()
-            except (OSError, RuntimeError_) as err:  # no pod memory this time, not no summary
-                log.warning("stats: reading the pods' memory failed: %s", err)
-        self._memory = (time.time(), root, snapshot)
+        """Read the machine's and the pods' memory from the runtime (kept for `build`); a
+        failed reading leaves the Summary without memory, not without a Summary."""
+        if self.runtime_memory is None:
+            return
+        try:
+            self._memory = await self.runtime_memory()
+        except Exception as err:  # the runtime's error, whatever it is: logged
+            log.warning("stats: reading the memory failed: %s", err)
+            self._memory = None
 
     def _usage_stats(self, path: Path | None, fs: FsStats | None) -> FsStats | None:
         if path is None:
@@ -449,11 +487,11 @@ class StatsProvider:
         pod_stats = tuple(self._pod_stats(pod, node_fs, now) for pod in pods)
         node_memory: MemoryStats | None = None
         system: tuple[ContainerStats, ...] = ()
-        if self._memory is not None:
-            at, root, snapshot = self._memory
-            if root is not None and self.memory_capacity > 0:
-                node_memory = memory_stats(root, at, self.memory_capacity)
-            if snapshot is not None and snapshot.pods is not None:
+        snapshot = self._memory
+        if snapshot is not None:
+            if snapshot.node is not None and self.memory_capacity > 0:
+                node_memory = memory_stats(snapshot.node, snapshot.time, self.memory_capacity)
+            if snapshot.pods is not None:
                 limit = self.pods_memory_limit if self.pods_memory_limit > 0 else None
                 system = (ContainerStats(SYSTEM_CONTAINER_PODS, self.start_time,
                                          memory=memory_stats(snapshot.pods, snapshot.time,
@@ -469,7 +507,7 @@ class StatsProvider:
         # Upstream: rootfs on the container (image) fs, logs and volumes on the node fs; one
         # filesystem here unless the image store is elsewhere (the writable layers are under
         # the kubelet root either way).
-        snapshot = self._memory[2] if self._memory is not None else None
+        snapshot = self._memory
         memory = snapshot.by_pod.get(pod.uid) if snapshot is not None else None
         containers = tuple(
             ContainerStats(
