@@ -46,10 +46,11 @@ or a loop-mounted ext4 image per pod read with `statvfs`, prepared and released 
 and is its `EvictionHost`: the pods it may evict, the pod workers that kill them
 (`PodWorkers.evict`), the images image GC keeps, the Node status it refreshes when a pressure
 condition changes (the Node's MemoryPressure and DiskPressure read `node_conditions` through
-`NodeAgent.pressure_probe`).
-Admission rejects a non-critical pod under DiskPressure, a BestEffort one under MemoryPressure,
-first (`admit_under_pressure`). The server's `/stats/summary` answers `stats_summary()` (the
-last measurements).
+`NodeAgent.pressure_probe`), and it gives the stats provider the machine's memory, the pods'
+share (less `--system-reserved`/`--kube-reserved`) and the runtime's `memory_stats`. Admission
+rejects a non-critical pod under DiskPressure, a BestEffort one under MemoryPressure, first
+(`admit_under_pressure`). The server's `/stats/summary` answers `stats_summary()` (the last
+measurements).
 
 **Logs** (`ephemera.kubelet.logs`): `log_source` finds the pod and its computed status and
 lets `logs.log_source` pick the file; the server's `/containerLogs` streams it.

@@ -163,7 +163,8 @@ def machine_memory_bytes() -> int:
 
 
 def total_reserved(*reservations: Mapping[str, Quantity]) -> dict[str, Quantity]:
-    """The sum of `--system-reserved` and `--kube-reserved`, by resource."""
+    """The sum of `reservations` (`--system-reserved`, `--kube-reserved`, the hard
+    eviction thresholds' share), by resource."""
     total: dict[str, Quantity] = {}
     for reserved in reservations:
         for name, quantity in reserved.items():
