@@ -6,6 +6,7 @@ KEP-6386's exact message, the `Evicted` event, the `kubelet_evictions` metric, t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,32 @@ async def test_memory_pressure_evicts_the_pod_over_its_request(tmp_path: Path) -
         await h.wait_pod("burstable", lambda p: _phase(p) == "Running")
         p = await h.get("small")
         assert p is not None and _phase(p) == "Running"
+
+
+async def test_pid_pressure_evicts_the_pod_with_the_most_tasks(tmp_path: Path) -> None:
+    """pid.available from the node's task limit and count (real: met by a threshold of the
+    whole limit), the pods' tasks from the runtime (fake: one per running container):
+    PIDPressure on the Node, the pod with more tasks evicted with upstream's message."""
+    async with running_kubelet(tmp_path) as h:
+        two = pod("two", argv=["sleep", "3600"])
+        two["spec"]["containers"].append({"name": "d", "image": "busybox",
+                                          "command": ["sleep", "3600"]})
+        await h.create(two)
+        await h.create(pod("one", argv=["sleep", "3600"]))
+        for name in ("two", "one"):
+            await h.wait_pod(name, lambda p: _phase(p) == "Running")
+        summary = await h.kubelet.stats_summary()
+        maxpid = summary["node"]["rlimit"]["maxpid"]
+        assert {p["podRef"]["name"]: p["process_stats"]["process_count"]
+                for p in summary["pods"]} == {"two": 2, "one": 1}
+        h.kubelet.eviction_manager.thresholds = parse_eviction_hard(f"pid.available<{maxpid}")
+        started = await h.kubelet.eviction_manager.synchronize()
+        assert [(e.signal, e.pod["metadata"]["name"]) for e in started] == [
+            ("pid.available", "two")]
+        evicted = await h.wait_pod("two", lambda p: _phase(p) == "Failed")
+        assert re.fullmatch(rf"The node was low on resource: pids\. Threshold quantity: "
+                            rf"{maxpid}, available: \d+\. ", evicted["status"]["message"])
+        assert h.kubelet.eviction_manager.node_conditions == ["PIDPressure"]
+        node = await h.api.get(resource_path("nodes", name="fake-node"))
+        [pid] = [c for c in node["status"]["conditions"] if c["type"] == "PIDPressure"]
+        assert (pid["status"], pid["reason"]) == ("True", "KubeletHasInsufficientPID")

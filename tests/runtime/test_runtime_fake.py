@@ -171,3 +171,4 @@ async def test_memory_stats_model_use_memory(tmp_path: Path) -> None:
     assert usage.pod is not None and usage.pod.working_set_bytes == 300 * 1024 * 1024
     assert snapshot.pods is not None and snapshot.pods.working_set_bytes == 300 * 1024 * 1024
     assert snapshot.node == snapshot.pods  # the modelled machine runs nothing else
+    assert await runtime.process_counts() == {pod.pod_uid: 2}  # one task per running one

@@ -483,8 +483,8 @@ async def test_starts_survive_a_dead_fork_server(runtime: OciRuntime,
 async def test_memory_stats_read_the_container_pod_and_node_cgroups(
         runtime: OciRuntime, busybox_layer: Path, tmp_path: Path) -> None:
     """A container holding a 24 MiB buffer (dd blocked writing into a pipe nobody reads):
-    its working set, its pod's and the node's pods cgroup's include it; once it has exited,
-    the container is no longer reported."""
+    its working set, its pod's and the node's pods cgroup's include it, the pod's tasks count
+    dd and sleep; once it has exited, the container is no longer reported."""
     sandbox = sandbox_config()
     sandbox_id = await runtime.run_pod_sandbox(sandbox)
     config = container_config(busybox_layer, "hog",
@@ -509,6 +509,8 @@ async def test_memory_stats_read_the_container_pod_and_node_cgroups(
     assert snapshot.pods.working_set_bytes >= usage.pod.working_set_bytes
     assert snapshot.node is not None  # the machine's root cgroup holds them all
     assert snapshot.node.working_set_bytes >= snapshot.pods.working_set_bytes
+    counts = await runtime.process_counts()
+    assert counts is not None and counts[sandbox.pod_uid] >= 2  # dd and sleep at least
     await runtime.stop_container(container_id, 0)
     after = await runtime.memory_stats()
     assert after is not None and "hog" not in after.by_pod[sandbox.pod_uid].containers

@@ -1,11 +1,12 @@
-"""Memory eviction: the `memory.available` and `allocatableMemory.available` signals from the
-Summary's memory stats, the MemoryPressure condition, upstream's `rankMemoryPressure`, the
-eviction message and annotations (container and pod-level), the pass decision (memory before
-disk), allocatable with reservations and hard thresholds, cgroup working sets and the Summary
-JSON."""
+"""Memory and PID eviction: the `memory.available` and `allocatableMemory.available` signals
+from the Summary's memory stats, the MemoryPressure condition, upstream's `rankMemoryPressure`,
+the eviction message and annotations (container and pod-level), the pass decision (memory
+before disk), `pid.available` and `rankPIDPressure`, allocatable with reservations and hard
+thresholds, cgroup working sets, the Summary JSON and the flags' errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -23,9 +24,8 @@ from ephemera.kubelet.eviction import (
     parse_eviction_hard,
     thresholds_met,
 )
-from ephemera.kubelet.eviction.ranking import rank_for_memory_pressure
+from ephemera.kubelet.eviction.ranking import rank_for_memory_pressure, rank_for_pid_pressure
 from ephemera.kubelet.eviction.thresholds import (
-    ThresholdError,
     hard_eviction_reservation,
     without_container_fs,
 )
@@ -38,6 +38,7 @@ from ephemera.kubelet.stats.provider import (
     MemoryStats,
     NodeStats,
     PodStats,
+    RlimitStats,
     Summary,
 )
 from ephemera.kubelet.stats.summary import summary_json
@@ -280,14 +281,43 @@ def test_summary_json_memory_fields() -> None:
     assert "availableBytes" not in doc["pods"][0]["memory"]
 
 
+# --- pid.available ---------------------------------------------------------------------------
+
+
+def test_pid_available_is_observed_ranked_and_evicts_with_upstreams_message() -> None:
+    base = node(available=3 * Gi, working_set=1 * Gi)
+    rlimit = RlimitStats(1.0, maxpid=4_194_304, curproc=4_000_000)
+    summary = Summary(dataclasses.replace(base, rlimit=rlimit), (
+        dataclasses.replace(pod_stats("many", 1 * Mi), process_count=50),
+        dataclasses.replace(pod_stats("few", 1 * Mi), process_count=2),
+        dataclasses.replace(pod_stats("low-priority", 1 * Mi), process_count=1)))
+    observations = observe(summary)
+    pid = observations["pid.available"]
+    assert (pid.available, pid.capacity) == (Quantity.parse("194304"),
+                                             Quantity.parse("4194304"))
+    met = thresholds_met(parse_eviction_hard("pid.available<10%"), observations)
+    assert node_conditions(met) == ["PIDPressure"]
+    pods = [pod("few"), pod("many"), pod("low-priority", priority=-5), pod("no-stats")]
+    assert uids(rank_for_pid_pressure(pods, summary)) == [
+        "low-priority", "no-stats", "many", "few"]
+    eviction = node_pressure_eviction(pods[:2], summary, met, observations)
+    assert eviction is not None and eviction.pod["metadata"]["name"] == "many"
+    assert eviction.signal == "pid.available"
+    assert eviction.message == ("The node was low on resource: pids. Threshold quantity: "
+                                "419430, available: 194304. ")
+    assert eviction.annotations == {"offending_containers": "",
+                                    "offending_containers_usage": "",
+                                    "starved_resource": "pids"}
+    doc = summary_json(summary)
+    assert doc["node"]["rlimit"] == {"time": "1970-01-01T00:00:01Z", "maxpid": 4_194_304,
+                                     "curproc": 4_000_000}
+    assert doc["pods"][0]["process_stats"] == {"process_count": 50}
+
+
 # --- signals ephemera does not observe ------------------------------------------------------
 
 
-def test_pid_available_is_refused_and_containerfs_dropped_with_upstreams_warning() -> None:
-    with pytest.raises(ThresholdError) as err:
-        parse_eviction_hard("memory.available<100Mi,pid.available<10%")
-    assert str(err.value) == ("eviction signal pid.available is not supported by ephemera: "
-                              "it measures no process counts")
+def test_containerfs_dropped_with_upstreams_warning() -> None:
     kept, warnings = without_container_fs(parse_eviction_hard(
         "containerfs.available<10%,nodefs.available<10%,containerfs.inodesFree<5%"))
     assert [t.signal for t in kept] == ["nodefs.available"]
@@ -299,9 +329,8 @@ def test_pid_available_is_refused_and_containerfs_dropped_with_upstreams_warning
     (["up", "--system-reserved", "pid=10"],
      'ephemera up: error: --system-reserved: cannot reserve "pid" resource: ephemera does not '
      "limit pids"),
-    (["up", "--eviction-hard", "pid.available<5%"],
-     "ephemera up: error: --eviction-hard: eviction signal pid.available is not supported by "
-     "ephemera: it measures no process counts"),
+    (["up", "--eviction-hard", "memory.available<100Mi,disk.available<5%"],
+     "ephemera up: error: --eviction-hard: unsupported eviction signal disk.available"),
     (["kubelet", "--kubeconfig", "/nonexistent", "--kube-reserved", "memory=-1Gi"],
      'ephemera kubelet: error: --kube-reserved: resource quantity for "memory" cannot be '
      "negative: -1Gi"),

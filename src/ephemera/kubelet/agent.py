@@ -45,9 +45,10 @@ accounting backend `--storage-accounting` chooses, `stats/accounting.py`: the di
 or a loop-mounted ext4 image per pod read with `statvfs`, prepared and released with the pod)
 and is its `EvictionHost`: the pods it may evict, the pod workers that kill them
 (`PodWorkers.evict`), the images image GC keeps, the Node status it refreshes when a pressure
-condition changes (the Node's MemoryPressure and DiskPressure read `node_conditions` through
-`NodeAgent.pressure_probe`), and it gives the stats provider the machine's memory, the pods'
-share (less `--system-reserved`/`--kube-reserved`) and the runtime's `memory_stats`. Admission
+condition changes (the Node's MemoryPressure, DiskPressure and PIDPressure read
+`node_conditions` through `NodeAgent.pressure_probe`), and it gives the stats provider the
+machine's memory, the pods' share (less `--system-reserved`/`--kube-reserved`) and the
+runtime's `memory_stats` and `process_counts`. Admission
 rejects a non-critical pod under DiskPressure, a BestEffort one under MemoryPressure, first
 (`admit_under_pressure`). The server's `/stats/summary` answers `stats_summary()` (the last
 measurements).
@@ -99,7 +100,6 @@ from ephemera.kubelet.node import (
     Pressure,
     allocatable,
     machine_memory_bytes,
-    probe_pressure,
     total_reserved,
 )
 from ephemera.kubelet.objectcache import PodObjects
@@ -289,6 +289,7 @@ class Kubelet:
         self.stats.pods_memory_limit = max(
             0, self.stats.memory_capacity - reserved.get("memory", Quantity()).value())
         self.stats.runtime_memory = runtime.memory_stats
+        self.stats.runtime_processes = runtime.process_counts
 
     # -- VolumeHost ----------------------------------------------------------------------
 
@@ -634,12 +635,10 @@ class Kubelet:
         return await self.eviction_manager.summary()
 
     def _pressure(self) -> Pressure:
-        """The node's pressure: MemoryPressure and DiskPressure from the eviction manager,
-        PIDs probed."""
-        probed = probe_pressure(self.root_dir)
-        return Pressure(memory="MemoryPressure" in self.eviction_manager.node_conditions,
-                        disk="DiskPressure" in self.eviction_manager.node_conditions,
-                        pid=probed.pid)
+        """The node's pressure: the eviction manager's conditions."""
+        conditions = self.eviction_manager.node_conditions
+        return Pressure(memory="MemoryPressure" in conditions, disk="DiskPressure" in conditions,
+                        pid="PIDPressure" in conditions)
 
     def needed_images(self) -> set[str]:
         """The image references image GC keeps besides the runtime's containers' images:

@@ -25,9 +25,8 @@
   (`leaseDurationSeconds` 40, renewed every 10 s; owned by the Node).
 
 Pressure comes from `NodeAgent.pressure_probe`: the kubelet's eviction manager sets
-MemoryPressure and DiskPressure from its signals; `probe_pressure` (the default, for a node
-without one) reads PIDs in use against `kernel.pid_max` and the free space of the root dir's
-filesystem.
+MemoryPressure, DiskPressure and PIDPressure from its signals; `probe_pressure` (the
+default, for a node without one) reads the free space of the root dir's filesystem.
 """
 
 from __future__ import annotations
@@ -87,7 +86,6 @@ EVICTION_HARD_NODEFS_FRACTION = 0.10  # probe_pressure's disk threshold (upstrea
 # The resources `--system-reserved` / `--kube-reserved` may reserve (upstream also takes
 # `pid`, which ephemera does not limit).
 RESERVABLE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-PID_PRESSURE_FRACTION = 0.10  # ephemera's: less than 10% of pid_max free
 # The feature gates a node declares (KEP-5328) when they are on.
 DECLARABLE_FEATURES = (
     DYNAMIC_CONTAINERS,
@@ -273,17 +271,11 @@ class Pressure:
 
 
 def probe_pressure(root_dir: Path) -> Pressure:
-    """Disk and PID pressure read directly (free space under 10% of the root dir's
-    filesystem, less than 10% of pid_max free); no memory pressure (the eviction manager
-    measures memory)."""
+    """Disk pressure read directly (free space under 10% of the root dir's filesystem), for
+    a node without an eviction manager; no memory or PID pressure (the eviction manager
+    measures those)."""
     size, free = _filesystem(root_dir)
-    disk = size > 0 and free < size * EVICTION_HARD_NODEFS_FRACTION
-    pid = False
-    with contextlib.suppress(OSError, ValueError):
-        pid_max = int(_read("/proc/sys/kernel/pid_max"))
-        in_use = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
-        pid = pid_max > 0 and pid_max - in_use < pid_max * PID_PRESSURE_FRACTION
-    return Pressure(disk=disk, pid=pid)
+    return Pressure(disk=size > 0 and free < size * EVICTION_HARD_NODEFS_FRACTION)
 
 
 @dataclass

@@ -1,12 +1,13 @@
 """Node-pressure eviction: ranking for disk signals (reference k8s-semantics.md 4.5,
-upstream `rankDiskPressureFunc`) and memory signals (`rankMemoryPressure`), and the eviction
-message (`evictionMessage`).
+upstream `rankDiskPressureFunc`), memory signals (`rankMemoryPressure`) and `pid.available`
+(`rankPIDPressure`), and the eviction message (`evictionMessage`).
 
 `rank_for_memory_pressure(pods, summary, gates)` orders pods, first to evict first, by the
 first comparator that differs: pods without stats first, then pods whose working set (the
 pod's `memory.workingSetBytes`, 0 when unknown) is above their memory request
 (`GetResourceRequestQuantity`); lower `spec.priority`; larger working set minus the memory
-request.
+request. `rank_for_pid_pressure(pods, summary)`: lower `spec.priority` first, then pods without
+stats, then more tasks (`process_stats.process_count`).
 
 `rank_for_disk_pressure(pods, summary, signal, gates)` orders pods, first to evict first, by
 the first comparator that differs:
@@ -90,6 +91,7 @@ __all__ = [
     "pod_disk_usage",
     "rank_for_disk_pressure",
     "rank_for_memory_pressure",
+    "rank_for_pid_pressure",
 ]
 
 NODE_LOW_MESSAGE: Final = "The node was low on resource: {resource}. "
@@ -102,9 +104,10 @@ POD_USAGE_MESSAGE: Final = (
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 TERMINATION_BY_KUBELET: Final = "TerminationByKubelet"
 
-# The resources a node-pressure eviction reclaims (upstream ranks pids too; ephemera has no
-# pid.available observation).
-RECLAIMABLE_RESOURCES: Final = (RESOURCE_MEMORY, RESOURCE_EPHEMERAL_STORAGE, RESOURCE_INODES)
+# The resources a node-pressure eviction reclaims (every signal's).
+RESOURCE_PIDS: Final = "pids"
+RECLAIMABLE_RESOURCES: Final = (RESOURCE_MEMORY, RESOURCE_EPHEMERAL_STORAGE, RESOURCE_INODES,
+                                RESOURCE_PIDS)
 
 _ROOT, _LOGS, _LOCAL_VOLUMES = "root", "logs", "localVolumes"
 
@@ -228,6 +231,21 @@ def rank_for_memory_pressure(
     return sorted(pods, key=functools.cmp_to_key(compare))
 
 
+def rank_for_pid_pressure(pods: Sequence[Mapping[str, Any]],
+                          summary: Summary) -> list[Mapping[str, Any]]:
+    """`pods` in eviction order under PID pressure (see the module docstring)."""
+    def compare(p1: Mapping[str, Any], p2: Mapping[str, Any]) -> int:
+        pr1, pr2 = pod_priority(p1), pod_priority(p2)
+        if pr1 != pr2:
+            return -1 if pr1 < pr2 else 1
+        s1, s2 = summary.pod(pod_uid(p1)), summary.pod(pod_uid(p2))
+        if s1 is None or s2 is None:
+            return _cmp_bool(s1 is None, s2 is None)
+        return (s2.process_count or 0) - (s1.process_count or 0)
+
+    return sorted(pods, key=functools.cmp_to_key(compare))
+
+
 def _pod_level_memory_request(pod: Mapping[str, Any],
                               gates: Mapping[str, bool] | None) -> Quantity | None:
     """The pod-level memory request when PodLevelResources is on and the pod sets
@@ -323,8 +341,12 @@ def node_pressure_eviction(
     if to_reclaim is None or not pods:
         return None
     resource = to_reclaim.resource
-    ranked = (rank_for_memory_pressure(pods, summary, gates) if resource == RESOURCE_MEMORY
-              else rank_for_disk_pressure(pods, summary, to_reclaim.signal, gates))
+    if resource == RESOURCE_MEMORY:
+        ranked = rank_for_memory_pressure(pods, summary, gates)
+    elif resource == RESOURCE_PIDS:
+        ranked = rank_for_pid_pressure(pods, summary)
+    else:
+        ranked = rank_for_disk_pressure(pods, summary, to_reclaim.signal, gates)
     for pod in ranked:
         if is_critical_pod(pod):
             continue

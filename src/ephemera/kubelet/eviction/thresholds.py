@@ -7,8 +7,7 @@
   `eviction percentage threshold X must be <= 100%: V`, `eviction threshold X must be
   positive: V`, quantity parse errors, and the flag's own `malformed pair, expect
   string<string`. `0%` and `100%` disable a signal. No flag: `DEFAULT_EVICTION_HARD`.
-  `pid.available` is refused (`eviction signal pid.available is not supported by ephemera:
-  it measures no process counts`): ephemera observes no pid signal. `containerfs.*`
+  `containerfs.*`
   thresholds are dropped by `without_container_fs` with upstream's warning (`found
   containerfs.available for hard eviction. ignoring`): upstream replaces them with the nodefs
   ones, and ephemera's container filesystem is the node filesystem.
@@ -18,7 +17,8 @@
 - `observe(summary)` derives the signal observations (available and capacity) from a
   `Summary`: `memory.available` from the node's memory (available = capacity - working
   set, capacity = available + working set), `allocatableMemory.available` from the `pods`
-  system container's, `nodefs.*` from the node fs, `imagefs.*` from the runtime's imageFs.
+  system container's, `nodefs.*` from the node fs, `imagefs.*` from the runtime's imageFs,
+  `pid.available` from the node's rlimit (maxpid - curproc, of maxpid).
 - `thresholds_met(thresholds, observations)` keeps the thresholds whose quantity (absolute, or
   `int(capacity * percentage)` with upstream's float32 percentage) is greater than what is
   available; `node_conditions(thresholds)` maps them to `DiskPressure` (and `MemoryPressure`
@@ -52,6 +52,7 @@ __all__ = [
     "SIGNAL_MEMORY_AVAILABLE",
     "SIGNAL_NODE_FS_AVAILABLE",
     "SIGNAL_NODE_FS_INODES_FREE",
+    "SIGNAL_PID_AVAILABLE",
     "Observation",
     "Threshold",
     "ThresholdError",
@@ -143,9 +144,6 @@ def parse_threshold(signal: str, value: str) -> Threshold | None:
     """`parseThresholdStatement`: None for an ignored `0%`/`100%`."""
     if signal not in _SIGNALS:
         raise ThresholdError(f"unsupported eviction signal {signal}")
-    if signal == SIGNAL_PID_AVAILABLE:
-        raise ThresholdError(f"eviction signal {signal} is not supported by ephemera: it "
-                             "measures no process counts")
     if value.endswith("%"):
         if value in ("0%", "100%"):
             return None
@@ -260,8 +258,13 @@ def _memory_observation(memory: MemoryStats | None, signal: str,
 
 
 def observe(summary: Summary) -> dict[str, Observation]:
-    """`makeSignalObservations` for the memory and filesystem signals (no swap)."""
+    """`makeSignalObservations` for the memory, filesystem and pid signals (no swap)."""
     out: dict[str, Observation] = {}
+    rlimit = summary.node.rlimit
+    if rlimit is not None:
+        out[SIGNAL_PID_AVAILABLE] = Observation(
+            Quantity.from_int(rlimit.maxpid - rlimit.curproc, QuantityFormat.DECIMAL_SI),
+            Quantity.from_int(rlimit.maxpid, QuantityFormat.DECIMAL_SI), rlimit.time)
     _memory_observation(summary.node.memory, SIGNAL_MEMORY_AVAILABLE, out)
     pods = summary.node.system_container(SYSTEM_CONTAINER_PODS)
     _memory_observation(None if pods is None else pods.memory,

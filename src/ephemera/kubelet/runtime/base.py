@@ -239,6 +239,11 @@ class RuntimeService(abc.ABC):
         sandbox stats, plus the node's pods cgroup); None when the runtime measures none."""
         return None
 
+    async def process_counts(self) -> dict[str, int] | None:
+        """The tasks (processes and threads) in each pod, by pod UID (CRI's pod sandbox
+        process stats); None when the runtime counts none."""
+        return None
+
     async def version(self) -> str:
         """The runtime's name and version for Node.status.nodeInfo.containerRuntimeVersion,
         e.g. "runc://1.1.5"."""

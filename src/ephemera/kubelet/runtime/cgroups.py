@@ -207,18 +207,31 @@ def root_memory_usage() -> MemoryUsage | None:
                        stat.get("anon", 0))
 
 
-def memory_dir(relative: str) -> Path | None:
-    """`relative` (e.g. the node parent, a pod's cgroup) in the memory hierarchy (the v1
-    memory controller's, else the v2 one), or None without a memory controller."""
+def controller_dir(controller: str, relative: str) -> Path | None:
+    """`relative` (e.g. the node parent, a pod's cgroup) in the hierarchy of `controller`
+    (`memory`, `pids`: its v1 hierarchy, else the v2 one), or None without that
+    controller."""
     v2: Hierarchy | None = None
     for hierarchy in hierarchies():
-        if "memory" in hierarchy.controllers.split(","):
+        if controller in hierarchy.controllers.split(","):
             return hierarchy.path(relative)
         if not hierarchy.controllers:
             v2 = hierarchy
-    if v2 is not None and "memory" in _read_controllers(v2.mount):
+    if v2 is not None and controller in _read_controllers(v2.mount):
         return v2.path(relative)
     return None
+
+
+def memory_dir(relative: str) -> Path | None:
+    """`relative` in the memory hierarchy (see `controller_dir`)."""
+    return controller_dir("memory", relative)
+
+
+def pids_current(relative: str) -> int | None:
+    """The tasks in cgroup `relative` and below (`pids.current`), or None (no pids
+    controller, no such cgroup)."""
+    directory = controller_dir("pids", relative)
+    return None if directory is None else _read_int(directory / "pids.current")
 
 
 def _read_controllers(mount: Path) -> list[str]:

@@ -10,7 +10,7 @@ Containers "run" from start until stopped. The argv chooses other behaviour:
 - `["ignore-term", ...]`: stopping takes the whole grace period (then "SIGKILL": 137).
 - `["use-memory", "QUANTITY"]` (e.g. `300Mi`): runs until stopped with that working set
   (`memory_stats`; every other running container uses none, nor does the machine besides
-  the pods).
+  the pods). Each running container is one task (`process_counts`).
 - anything else: runs until stopped; stop gives 143 (SIGTERM) or 137 with timeout 0.
 `behaviour` (a callable `argv -> tuple | None`) given to the constructor overrides this.
 
@@ -327,6 +327,16 @@ class FakeRuntime(RuntimeService):
         node = sum(p.pod.working_set_bytes for p in by_pod.values() if p.pod is not None)
         usage = MemoryUsage(node, node, node)
         return MemorySnapshot(time.time(), usage, usage, by_pod)
+
+    async def process_counts(self) -> dict[str, int] | None:
+        """The modelled tasks: one per running container."""
+        counts = {s.pod_uid: 0 for s in self.sandboxes.values()}
+        for container in list(self.containers.values()):
+            container = self._container(container.id)
+            sandbox = self.sandboxes.get(container.sandbox_id)
+            if sandbox is not None and container.state == ContainerState.RUNNING.value:
+                counts[sandbox.pod_uid] += 1
+        return counts
 
     # -- exec --------------------------------------------------------------------------------
 

@@ -764,6 +764,18 @@ class OciRuntime(RuntimeService):
         return MemorySnapshot(now, cgroups.root_memory_usage(), cgroups.memory_usage(node_dir),
                               by_pod)
 
+    async def process_counts(self) -> dict[str, int] | None:
+        """Each pod's tasks: its pids cgroup's `pids.current`."""
+        def count() -> dict[str, int]:
+            counts: dict[str, int] = {}
+            for uid in {m["pod_uid"] for m in self._sandbox_metas()}:
+                tasks = cgroups.pids_current(cgroups.pod_relative(self.node_parent, uid))
+                if tasks is not None:
+                    counts[uid] = tasks
+            return counts
+
+        return await self._blocking(count)
+
     def _signal(self, container_id: str, signum: int) -> bool:
         """Signal the container's init through a pidfd of the verified pid; False if it is
         not running."""

@@ -27,7 +27,9 @@ working set (`.node`: the root memory cgroup, usage minus inactive file pages) w
 cgroup (`.pods`) with `availableBytes` =
 `pods_memory_limit` (capacity minus the system and kube reservations, upstream's node
 allocatable cgroup limit) minus its working set; each pod's and running container's working
-set from the runtime (`RuntimeService.memory_stats`). Read at every `get`.
+set from the runtime (`RuntimeService.memory_stats`). Tasks: the node's `rlimit` (`maxpid`,
+`curproc`: `rlimit.node_tasks`) and each pod's `process_count` (`runtime_processes`, the
+runtime's `process_counts`), for `pid.available`. Read at every `get`.
 
 Usage comes from a `UsageBackend`: `DuBackend` (du.py, a bounded directory walk run in a
 thread) or any other implementation. A backend answers the last complete measurement of a
@@ -54,6 +56,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from ephemera.kubelet.stats.du import DiskUsage
+from ephemera.kubelet.stats.rlimit import node_tasks
 
 __all__ = [
     "SYSTEM_CONTAINER_PODS",
@@ -67,6 +70,7 @@ __all__ = [
     "NodeStats",
     "PodPaths",
     "PodStats",
+    "RlimitStats",
     "StatsProvider",
     "Summary",
     "UsageBackend",
@@ -167,6 +171,15 @@ def memory_stats(usage: MemoryReading, at: float, limit: int | None = None) -> M
 
 
 @dataclass(frozen=True)
+class RlimitStats:
+    """`RlimitStats`: the node's task limit and the tasks that exist."""
+
+    time: float
+    maxpid: int
+    curproc: int
+
+
+@dataclass(frozen=True)
 class ContainerStats:
     name: str
     start_time: float
@@ -191,6 +204,7 @@ class PodStats:
     volumes: tuple[VolumeStats, ...] = ()
     ephemeral_storage: FsStats | None = None
     memory: MemoryStats | None = None
+    process_count: int | None = None  # `process_stats.process_count`
 
     def volume(self, name: str) -> VolumeStats | None:
         for volume in self.volumes:
@@ -207,6 +221,7 @@ class NodeStats:
     image_fs: FsStats | None = None
     memory: MemoryStats | None = None
     system_containers: tuple[ContainerStats, ...] = ()  # "pods": the node's pods cgroup
+    rlimit: RlimitStats | None = None
 
     def system_container(self, name: str) -> ContainerStats | None:
         for container in self.system_containers:
@@ -423,7 +438,10 @@ class StatsProvider:
     memory_capacity: int = 0
     pods_memory_limit: int = 0
     runtime_memory: Callable[[], Awaitable[MemoryReadings | None]] | None = None
+    runtime_processes: Callable[[], Awaitable[Mapping[str, int] | None]] | None = None
     _memory: MemoryReadings | None = field(default=None, init=False, repr=False)
+    _processes: Mapping[str, int] | None = field(default=None, init=False, repr=False)
+    _rlimit: RlimitStats | None = field(default=None, init=False, repr=False)
 
     @property
     def dedicated_image_fs(self) -> bool:
@@ -440,19 +458,26 @@ class StatsProvider:
             if self.image_dir is not None:
                 paths.append(self.image_dir)
             await self.backend.measure(paths)
-        await self.measure_memory()
+        await self.measure_runtime()
         return self.build(pods)
 
-    async def measure_memory(self) -> None:
-        """Read the machine's and the pods' memory from the runtime (kept for `build`); a
-        failed reading leaves the Summary without memory, not without a Summary."""
-        if self.runtime_memory is None:
-            return
-        try:
-            self._memory = await self.runtime_memory()
-        except Exception as err:  # the runtime's error, whatever it is: logged
-            log.warning("stats: reading the memory failed: %s", err)
-            self._memory = None
+    async def measure_runtime(self) -> None:
+        """Read the machine's and the pods' memory and tasks (kept for `build`); a failed
+        reading leaves the Summary without those stats, not without a Summary."""
+        tasks = node_tasks()
+        self._rlimit = None if tasks is None else RlimitStats(time.time(), *tasks)
+        if self.runtime_memory is not None:
+            try:
+                self._memory = await self.runtime_memory()
+            except Exception as err:  # the runtime's error, whatever it is: logged
+                log.warning("stats: reading the memory failed: %s", err)
+                self._memory = None
+        if self.runtime_processes is not None:
+            try:
+                self._processes = await self.runtime_processes()
+            except Exception as err:
+                log.warning("stats: counting the pods' tasks failed: %s", err)
+                self._processes = None
 
     def _usage_stats(self, path: Path | None, fs: FsStats | None) -> FsStats | None:
         if path is None:
@@ -498,7 +523,7 @@ class StatsProvider:
                                                              limit)),)
         return Summary(
             node=NodeStats(self.node_name, self.start_time, node_fs, image_fs, node_memory,
-                           system),
+                           system, self._rlimit),
             pods=pod_stats,
             dedicated_image_fs=self.dedicated_image_fs,
         )
@@ -542,6 +567,7 @@ class StatsProvider:
             ephemeral_storage=self._ephemeral_storage(pod, containers, volumes, node_fs, now),
             memory=(None if memory is None or memory.pod is None or snapshot is None
                     else memory_stats(memory.pod, snapshot.time)),
+            process_count=(self._processes or {}).get(pod.uid),
         )
 
     def _ephemeral_storage(

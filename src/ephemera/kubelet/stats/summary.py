@@ -10,8 +10,9 @@
 `omitempty` on pointers). Times are RFC 3339 in UTC, to the second (`metav1.Time`).
 Memory (`MemoryStats`: `time`, `availableBytes`, `usageBytes`, `workingSetBytes`,
 `rssBytes`) on the node, its `systemContainers` (`pods`), each pod and each running
-container. ephemera reports no cpu or network stats: those fields are absent, as upstream
-omits them when unknown.
+container; the node's `rlimit` (`time`, `maxpid`, `curproc`) and each pod's
+`process_stats.process_count`. ephemera reports no cpu or network stats: those fields are
+absent, as upstream omits them when unknown.
 
 Seam: the kubelet server's `/stats/summary` handler answers
 `web.json_response(summary_json(await provider.get(pods, update=False)))`.
@@ -79,6 +80,9 @@ def _node_json(node: NodeStats) -> dict[str, Any]:
         out["fs"] = fs_stats_json(node.fs)
     if node.image_fs is not None:
         out["runtime"] = {"imageFs": fs_stats_json(node.image_fs)}
+    if node.rlimit is not None:
+        out["rlimit"] = {"time": rfc3339(node.rlimit.time), "maxpid": node.rlimit.maxpid,
+                         "curproc": node.rlimit.curproc}
     return out
 
 
@@ -109,6 +113,8 @@ def _pod_json(pod: PodStats) -> dict[str, Any]:
         out["volume"] = [_volume_json(v) for v in pod.volumes]
     if pod.ephemeral_storage is not None:
         out["ephemeral-storage"] = fs_stats_json(pod.ephemeral_storage)
+    if pod.process_count:  # omitempty
+        out["process_stats"] = {"process_count": pod.process_count}
     return out
 
 
