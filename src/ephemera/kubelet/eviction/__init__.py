@@ -1,7 +1,7 @@
-"""The kubelet's eviction decisions for local ephemeral storage and memory, pure (no I/O):
+"""The kubelet's eviction decisions for local ephemeral storage, memory and pids, pure (no I/O):
 local-storage limit eviction (`localstorage.py`), node-pressure thresholds and signals
-(`thresholds.py`: memory, nodefs, imagefs), memory- and disk-pressure ranking and message
-(`ranking.py`), admission (`admission.py`), the shared
+(`thresholds.py`: memory, nodefs, imagefs, pid), memory-, disk- and PID-pressure ranking and
+message (`ranking.py`), admission (`admission.py`), the shared
 `Eviction` record and strings (`api.py`). The stateful loop (interval, node conditions kept
 for the transition period, node-level reclaim, killing pods, events, metrics) is
 `manager.py` (`EvictionManager`, imported from there: this package's top level stays pure);
