@@ -283,7 +283,7 @@ async def test_a_failed_pod_leaves_its_room_on_the_kubelet(
     _small_node(monkeypatch)
     try:
         async with running_kubelet(tmp_path) as h:
-            await wait_until(lambda: h.kubelet.node_allocatable.get("memory") == "512000Ki")
+            await wait_until(lambda: h.kubelet.node_allocatable.get("memory") == "500Mi")
             done = _with_request("done", "400Mi", restartPolicy="Never")
             done["spec"]["containers"][0]["command"] = ["exit", "1"]
             await h.create(done)
@@ -310,7 +310,7 @@ async def test_a_change_being_written_holds_its_room_on_the_kubelet(
     _small_node(monkeypatch)
     try:
         async with running_kubelet(tmp_path) as h:
-            await wait_until(lambda: h.kubelet.node_allocatable.get("memory") == "512000Ki")
+            await wait_until(lambda: h.kubelet.node_allocatable.get("memory") == "500Mi")
             await running_worker(h)
             store = BlockingStore(h.kubelet.allocation.checkpoint)
             h.kubelet.allocation.checkpoint.store = store  # type: ignore[method-assign]

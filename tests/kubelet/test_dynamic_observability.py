@@ -303,8 +303,8 @@ async def test_admission_reads_the_current_allocatable(
             return {**real(root_dir, max_pods), "memory": "614400Ki"}  # 600Mi
 
         monkeypatch.setattr(node_module, "machine_capacity", small)
-        # 600Mi less the 100Mi hard eviction threshold
-        await wait_until(lambda: h.kubelet.node_allocatable.get("memory") == "512000Ki")
+        # 600Mi less the 100Mi hard eviction threshold (Quantity arithmetic: "500Mi")
+        await wait_until(lambda: h.kubelet.node_allocatable.get("memory") == "500Mi")
         await h.create(big)
         rejected = await h.wait_pod("big", lambda p: p["status"].get("phase") == "Failed")
         assert rejected["status"]["reason"] == "OutOfmemory"
@@ -313,4 +313,4 @@ async def test_admission_reads_the_current_allocatable(
             "1073741824, used: 0, capacity: 524288000")
         assert _sample(h, "kubelet_admission_rejections_total", reason="OutOfmemory") == 1.0
         node = await h.api.get(resource_path("nodes", name=h.kubelet.node_name))
-        assert node["status"]["allocatable"]["memory"] == "512000Ki"
+        assert node["status"]["allocatable"]["memory"] == "500Mi"

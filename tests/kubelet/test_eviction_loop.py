@@ -6,6 +6,7 @@ KEP-6386's exact message, the `Evicted` event, the `kubelet_evictions` metric, t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,81 @@ async def test_disk_pressure_sets_the_condition_and_evicts_one_pod_per_pass(
         rejected = await h.wait_pod("late", lambda p: _phase(p) == "Failed")
         assert rejected["status"]["message"] == (
             "Pod was rejected: The node had condition: [DiskPressure]. ")
+
+
+async def test_memory_pressure_evicts_the_pod_over_its_request(tmp_path: Path) -> None:
+    """allocatableMemory.available (a copy of the default memory.available<100Mi) against the
+    pods' modelled working sets: MemoryPressure on the Node, the BestEffort pod above its
+    request evicted with upstream's message and annotations, BestEffort pods refused while
+    the burstable ones are admitted."""
+    async with running_kubelet(tmp_path) as h:
+        h.kubelet.stats.pods_memory_limit = 400 * MiB  # as --system-reserved would leave
+        await h.create(pod("hog", argv=["use-memory", "350Mi"]))
+        small = pod("small", argv=["use-memory", "10Mi"])
+        small["spec"]["containers"][0]["resources"] = {"requests": {"memory": "64Mi"}}
+        await h.create(small)
+        for name in ("hog", "small"):
+            await h.wait_pod(name, lambda p: _phase(p) == "Running")
+        summary = await h.kubelet.stats_summary()
+        [pods_memory] = summary["node"]["systemContainers"]
+        assert (pods_memory["name"], pods_memory["memory"]["availableBytes"]) == (
+            "pods", 40 * MiB)
+        started = await h.kubelet.eviction_manager.synchronize()
+        assert [(e.signal, e.pod["metadata"]["name"]) for e in started] == [
+            ("allocatableMemory.available", "hog")]
+        message = ("The node was low on resource: memory. Threshold quantity: 100Mi, "
+                   "available: 40Mi. Container c was using 350Mi, request is 0, has larger "
+                   "consumption of memory. ")
+        evicted = await h.wait_pod("hog", lambda p: _phase(p) == "Failed")
+        assert (evicted["status"]["reason"], evicted["status"]["message"]) == (
+            "Evicted", message)
+        event = await h.wait_event("hog", lambda e: e["reason"] == "Evicted")
+        assert event["message"] == message
+        assert event["metadata"]["annotations"] == {
+            "offending_containers": "c", "offending_containers_usage": "350Mi",
+            "starved_resource": "memory"}
+        assert h.kubelet.eviction_manager.node_conditions == ["MemoryPressure"]
+        node = await h.api.get(resource_path("nodes", name="fake-node"))
+        [memory] = [c for c in node["status"]["conditions"] if c["type"] == "MemoryPressure"]
+        assert (memory["status"], memory["reason"]) == ("True", "KubeletHasInsufficientMemory")
+        metrics = h.kubelet.metrics.render().decode()
+        assert 'kubelet_evictions{eviction_signal="allocatableMemory.available"} 1.0' in metrics
+        await h.create(pod("besteffort", argv=["sleep", "3600"]))
+        rejected = await h.wait_pod("besteffort", lambda p: _phase(p) == "Failed")
+        assert rejected["status"]["message"] == (
+            "Pod was rejected: The node had condition: [MemoryPressure]. ")
+        burstable = pod("burstable", argv=["sleep", "3600"])
+        burstable["spec"]["containers"][0]["resources"] = {"requests": {"memory": "1Mi"}}
+        await h.create(burstable)
+        await h.wait_pod("burstable", lambda p: _phase(p) == "Running")
+        p = await h.get("small")
+        assert p is not None and _phase(p) == "Running"
+
+
+async def test_pid_pressure_evicts_the_pod_with_the_most_tasks(tmp_path: Path) -> None:
+    """pid.available from the node's task limit and count (real: met by a threshold of the
+    whole limit), the pods' tasks from the runtime (fake: one per running container):
+    PIDPressure on the Node, the pod with more tasks evicted with upstream's message."""
+    async with running_kubelet(tmp_path) as h:
+        two = pod("two", argv=["sleep", "3600"])
+        two["spec"]["containers"].append({"name": "d", "image": "busybox",
+                                          "command": ["sleep", "3600"]})
+        await h.create(two)
+        await h.create(pod("one", argv=["sleep", "3600"]))
+        for name in ("two", "one"):
+            await h.wait_pod(name, lambda p: _phase(p) == "Running")
+        summary = await h.kubelet.stats_summary()
+        maxpid = summary["node"]["rlimit"]["maxpid"]
+        assert {p["podRef"]["name"]: p["process_stats"]["process_count"]
+                for p in summary["pods"]} == {"two": 2, "one": 1}
+        h.kubelet.eviction_manager.thresholds = parse_eviction_hard(f"pid.available<{maxpid}")
+        started = await h.kubelet.eviction_manager.synchronize()
+        assert [(e.signal, e.pod["metadata"]["name"]) for e in started] == [
+            ("pid.available", "two")]
+        evicted = await h.wait_pod("two", lambda p: _phase(p) == "Failed")
+        assert re.fullmatch(rf"The node was low on resource: pids\. Threshold quantity: "
+                            rf"{maxpid}, available: \d+\. ", evicted["status"]["message"])
+        assert h.kubelet.eviction_manager.node_conditions == ["PIDPressure"]
+        node = await h.api.get(resource_path("nodes", name="fake-node"))
+        [pid] = [c for c in node["status"]["conditions"] if c["type"] == "PIDPressure"]
+        assert (pid["status"], pid["reason"]) == ("True", "KubeletHasInsufficientPID")

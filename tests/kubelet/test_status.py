@@ -14,6 +14,7 @@ from ephemera.controllers.nodelifecycle import desired_taints, unknown_condition
 from ephemera.kubelet import containerconfig
 from ephemera.kubelet.agent import admit
 from ephemera.kubelet.backoff import BackOff, BackOffPolicy
+from ephemera.kubelet.eviction.thresholds import hard_eviction_reservation, parse_eviction_hard
 from ephemera.kubelet.logs import LogOptions, parse_cri_line, stream_log
 from ephemera.kubelet.node import NodeConfig, NodeStatusBuilder, Pressure, allocatable
 from ephemera.kubelet.podutil import format_pod, go_duration
@@ -383,8 +384,11 @@ def test_node_status(tmp_path: Path) -> None:
     later = builder.build(status, pressure=Pressure(disk=True))
     assert next(c for c in later["conditions"] if c["type"] == "DiskPressure")[
         "lastTransitionTime"] == disk["lastTransitionTime"]
-    assert allocatable({"memory": "1048576Ki", "ephemeral-storage": "1000Ki"}) == {
-        "memory": "946176Ki", "ephemeral-storage": "921600"}
+    defaults = parse_eviction_hard(None)
+    assert allocatable({"memory": "1048576Ki", "ephemeral-storage": "1000Ki"},
+                       lambda capacity: hard_eviction_reservation(defaults, capacity)) == {
+        "memory": "924Mi", "ephemeral-storage": "900Ki"}  # Quantity arithmetic, as upstream
+    assert allocatable({"memory": "1Gi"}) == {"memory": "1Gi"}  # nothing held back
 
 
 def test_node_lifecycle_decisions() -> None:

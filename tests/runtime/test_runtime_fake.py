@@ -151,3 +151,24 @@ async def test_custom_behaviour(tmp_path: Path) -> None:
     _, container_id = await start(runtime, config("c", "x"))
     assert (await runtime.container_status(container_id)).exit_code == 42
     assert not (tmp_path / "runtime" / "fake-state.json").exists()
+
+
+async def test_memory_stats_model_use_memory(tmp_path: Path) -> None:
+    runtime = FakeRuntime(tmp_path)
+    pod = sandbox()
+    sandbox_id = await runtime.run_pod_sandbox(pod)
+    ids = []
+    for cfg in (config("hog", "use-memory", "300Mi"), config("idle", "/server"),
+                config("done", "use-memory", "1Gi")):
+        ids.append(await runtime.create_container(sandbox_id, cfg, pod))
+        await runtime.start_container(ids[-1])
+    await runtime.stop_container(ids[2], 0)  # a stopped container uses no memory
+    snapshot = await runtime.memory_stats()
+    assert snapshot is not None
+    usage = snapshot.by_pod[pod.pod_uid]
+    assert {name: u.working_set_bytes for name, u in usage.containers.items()} == {
+        "hog": 300 * 1024 * 1024, "idle": 0}
+    assert usage.pod is not None and usage.pod.working_set_bytes == 300 * 1024 * 1024
+    assert snapshot.pods is not None and snapshot.pods.working_set_bytes == 300 * 1024 * 1024
+    assert snapshot.node == snapshot.pods  # the modelled machine runs nothing else
+    assert await runtime.process_counts() == {pod.pod_uid: 2}  # one task per running one

@@ -505,3 +505,39 @@ def test_no_crun_on_path_is_a_probe_failure(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert crun_probe(tmp_path) == "crun is not installed (no crun on PATH)"
+
+
+async def test_memory_stats_read_the_container_pod_and_node_cgroups(
+        runtime: OciRuntime, busybox_layer: Path, tmp_path: Path) -> None:
+    """A container holding a 24 MiB buffer (dd blocked writing into a pipe nobody reads):
+    its working set, its pod's and the node's pods cgroup's include it, the pod's tasks count
+    dd and sleep; once it has exited, the container is no longer reported."""
+    sandbox = sandbox_config()
+    sandbox_id = await runtime.run_pod_sandbox(sandbox)
+    config = container_config(busybox_layer, "hog",
+                              "dd if=/dev/zero bs=24M count=1 | sleep 30",
+                              log_path=tmp_path / "hog.log")
+    container_id = await runtime.create_container(sandbox_id, config, sandbox)
+    await runtime.start_container(container_id)
+    mib = 1024 * 1024
+    for _ in range(100):
+        snapshot = await runtime.memory_stats()
+        assert snapshot is not None
+        usage = snapshot.by_pod[sandbox.pod_uid]
+        hog = usage.containers.get("hog")
+        if hog is not None and hog.working_set_bytes >= 24 * mib:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail(f"the container's working set never reached 24Mi: {snapshot}")
+    assert hog.usage_bytes >= hog.working_set_bytes
+    assert usage.pod is not None and usage.pod.working_set_bytes >= hog.working_set_bytes
+    assert snapshot.pods is not None
+    assert snapshot.pods.working_set_bytes >= usage.pod.working_set_bytes
+    assert snapshot.node is not None  # the machine's root cgroup holds them all
+    assert snapshot.node.working_set_bytes >= snapshot.pods.working_set_bytes
+    counts = await runtime.process_counts()
+    assert counts is not None and counts[sandbox.pod_uid] >= 2  # dd and sleep at least
+    await runtime.stop_container(container_id, 0)
+    after = await runtime.memory_stats()
+    assert after is not None and "hog" not in after.by_pod[sandbox.pod_uid].containers

@@ -46,7 +46,8 @@ def node(available: int, capacity: int = 100 * Gi, inodes_free: int = 1_000_000,
 def test_parse_defaults_and_flag() -> None:
     defaults = {t.signal for t in parse_eviction_hard(None)}
     assert defaults == {"memory.available", "nodefs.available", "nodefs.inodesFree",
-                        "imagefs.available", "imagefs.inodesFree"}
+                        "imagefs.available", "imagefs.inodesFree",
+                        "allocatableMemory.available"}  # copied from memory.available
     parsed = parse_eviction_hard("nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<2Gi")
     assert [(t.signal, t.quantity) for t in parsed] == [
         ("nodefs.available", None), ("nodefs.inodesFree", None),

@@ -106,8 +106,21 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often the eviction manager measures local ephemeral storage "
                              "and evicts (default 10, as upstream's housekeeping)")
     parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
-                        help="hard eviction thresholds, e.g. 'nodefs.available<10%%,"
-                             "nodefs.inodesFree<5%%' (default upstream's)")
+                        help="hard eviction thresholds, e.g. 'memory.available<100Mi,"
+                             "nodefs.available<10%%' (default upstream's); memory.available "
+                             "also sets allocatableMemory.available (the pods' share)")
+    parser.add_argument("--eviction-pressure-transition-period", type=positive_seconds,
+                        default=300.0, metavar="SECONDS",
+                        help="how long a pressure condition (MemoryPressure, DiskPressure) "
+                             "stays on the Node after its threshold was last met (default "
+                             "300, as upstream's 5m)")
+    parser.add_argument("--system-reserved", default="", metavar="RESOURCE=QUANTITY,...",
+                        help="cpu, memory and ephemeral-storage held back from the pods, "
+                             "e.g. 'memory=1Gi': subtracted from the node's allocatable; the "
+                             "pods' memory (allocatableMemory.available) is measured against "
+                             "capacity minus the reservations")
+    parser.add_argument("--kube-reserved", default="", metavar="RESOURCE=QUANTITY,...",
+                        help="like --system-reserved, for the Kubernetes components")
     parser.add_argument("--storage-accounting", choices=("auto", "walk", "loopimage"),
                         default="auto",
                         help="how pods' local ephemeral storage is measured: walk (a bounded "
@@ -118,6 +131,27 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with loop images, size a pod's image to its ephemeral-storage "
                              "limit: a write past it fails with ENOSPC (beyond upstream; "
                              "eviction still applies)")
+
+
+def check_eviction_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with a usage error for a bad `--eviction-hard`, `--system-reserved` or
+    `--kube-reserved` (those `args` has and set), before anything starts."""
+    from ephemera.kubelet.eviction import ThresholdError, parse_eviction_hard
+    from ephemera.kubelet.node import parse_reserved
+
+    if getattr(args, "eviction_hard", None) is not None:
+        try:
+            parse_eviction_hard(args.eviction_hard)
+        except ThresholdError as err:
+            parser.error(f"--eviction-hard: {err}")
+    for flag in ("system_reserved", "kube_reserved"):
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        try:
+            parse_reserved(value)
+        except ValueError as err:
+            parser.error(f"--{flag.replace('_', '-')}: {err}")
 
 
 def positive_seconds(text: str) -> float:
@@ -186,6 +220,7 @@ def bootstrap(args: argparse.Namespace) -> int:
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    check_eviction_flags(parser, args)
     try:  # before anything starts: one kubelet per root dir
         lock = lock_dir(args.root_dir.resolve(), KUBELET_LOCK)
     except (DirLockedError, OSError) as err:
@@ -208,13 +243,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--kubeconfig: {err}")
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
-    if args.eviction_hard is not None:
-        from ephemera.kubelet.eviction import ThresholdError, parse_eviction_hard
+    from ephemera.kubelet.node import parse_reserved
 
-        try:
-            parse_eviction_hard(args.eviction_hard)
-        except ThresholdError as err:
-            parser.error(f"--eviction-hard: {err}")
+    args.system_reserved = parse_reserved(args.system_reserved)
+    args.kube_reserved = parse_reserved(args.kube_reserved)
     try:
         return asyncio.run(_serve(config, args))
     except KeyboardInterrupt:
@@ -249,6 +281,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
         node_status_interval=args.node_status_update_frequency,
         eviction_interval=args.eviction_interval, eviction_hard=args.eviction_hard,
+        eviction_pressure_transition_period=args.eviction_pressure_transition_period,
+        system_reserved=args.system_reserved, kube_reserved=args.kube_reserved,
         storage_accounting=args.storage_accounting,
         storage_limit_enforcement=args.storage_limit_enforcement)
     runtime = make_runtime(args.runtime, root_dir, node_name)

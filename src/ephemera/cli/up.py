@@ -56,7 +56,7 @@ from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.demo import plugin_path_hint, run_demo
 from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
-from ephemera.cli.kubelet import positive_seconds
+from ephemera.cli.kubelet import check_eviction_flags, positive_seconds
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
 from ephemera.client import (
@@ -111,6 +111,13 @@ def add_parser(subparsers: Any) -> None:
                         help="the kubelet's eviction manager interval (default 10)")
     parser.add_argument("--eviction-hard", default=None, metavar="SIGNAL<VALUE,...",
                         help="the kubelet's hard eviction thresholds (default upstream's)")
+    parser.add_argument("--eviction-pressure-transition-period", type=positive_seconds,
+                        default=None, metavar="SECONDS",
+                        help="how long the kubelet keeps a pressure condition after its "
+                             "threshold was last met (default 300)")
+    parser.add_argument("--system-reserved", default=None, metavar="RESOURCE=QUANTITY,...",
+                        help="the kubelet's --system-reserved (cpu, memory, "
+                             "ephemeral-storage held back from the pods)")
     parser.add_argument("--storage-accounting", choices=("auto", "walk", "loopimage"),
                         default=None,
                         help="the kubelet's local storage accounting (default auto: a loop "
@@ -146,6 +153,7 @@ def node_reported_ready(node: dict[str, Any], since: dt.datetime, port: int) -> 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
+    check_eviction_flags(parser, args)
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
     try:  # before anything starts: one `up` per data dir
@@ -238,6 +246,11 @@ class Cluster:
             extra += ["--eviction-interval", str(self.args.eviction_interval)]
         if self.args.eviction_hard is not None:
             extra += ["--eviction-hard", self.args.eviction_hard]
+        if self.args.eviction_pressure_transition_period is not None:
+            extra += ["--eviction-pressure-transition-period",
+                      str(self.args.eviction_pressure_transition_period)]
+        if self.args.system_reserved is not None:
+            extra += ["--system-reserved", self.args.system_reserved]
         if self.args.storage_accounting is not None:
             extra += ["--storage-accounting", self.args.storage_accounting]
         if self.args.storage_limit_enforcement:

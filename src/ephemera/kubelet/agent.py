@@ -45,9 +45,13 @@ accounting backend `--storage-accounting` chooses, `stats/accounting.py`: the di
 or a loop-mounted ext4 image per pod read with `statvfs`, prepared and released with the pod)
 and is its `EvictionHost`: the pods it may evict, the pod workers that kill them
 (`PodWorkers.evict`), the images image GC keeps, the Node status it refreshes when a pressure
-condition changes (the Node reads `node_conditions` through `NodeAgent.pressure_probe`).
-Admission rejects a non-critical pod under DiskPressure first (`admit_under_pressure`). The
-server's `/stats/summary` answers `stats_summary()` (the last measurements).
+condition changes (the Node's MemoryPressure, DiskPressure and PIDPressure read
+`node_conditions` through `NodeAgent.pressure_probe`), and it gives the stats provider the
+machine's memory, the pods' share (less `--system-reserved`/`--kube-reserved`) and the
+runtime's `memory_stats` and `process_counts`. Admission
+rejects a non-critical pod under DiskPressure, a BestEffort one under MemoryPressure, first
+(`admit_under_pressure`). The server's `/stats/summary` answers `stats_summary()` (the last
+measurements).
 
 **Logs** (`ephemera.kubelet.logs`): `log_source` finds the pod and its computed status and
 lets `logs.log_source` pick the file; the server's `/containerLogs` streams it.
@@ -73,7 +77,7 @@ from aiohttp import web
 
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import FeatureGates
-from ephemera.api.quantity import QuantityError, quantity_from_json
+from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
 from ephemera.kubelet import events, logs
 from ephemera.kubelet.allocation import (
@@ -88,10 +92,18 @@ from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction import admit_under_pressure
 from ephemera.kubelet.eviction.decision import DEFAULT_PRESSURE_TRANSITION_PERIOD
 from ephemera.kubelet.eviction.manager import EvictionManager
+from ephemera.kubelet.eviction.thresholds import hard_eviction_reservation
 from ephemera.kubelet.gc import pod_image_refs
 from ephemera.kubelet.logs import LogSource
 from ephemera.kubelet.metrics import KubeletMetrics
-from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure, allocatable, probe_pressure
+from ephemera.kubelet.node import (
+    NodeAgent,
+    NodeConfig,
+    Pressure,
+    allocatable,
+    machine_memory_bytes,
+    total_reserved,
+)
 from ephemera.kubelet.nodeshutdown import shut_down_node
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
@@ -144,6 +156,11 @@ class KubeletConfig:
     eviction_interval: float = 10.0
     eviction_hard: str | None = None
     eviction_pressure_transition_period: float = DEFAULT_PRESSURE_TRANSITION_PERIOD
+    # `--system-reserved` / `--kube-reserved` (`node.parse_reserved`): held back from
+    # allocatable; the pods' memory (allocatableMemory.available) is measured against the
+    # machine's memory minus them.
+    system_reserved: Mapping[str, Quantity] = field(default_factory=dict)
+    kube_reserved: Mapping[str, Quantity] = field(default_factory=dict)
     # Usage accounting (`ephemera.kubelet.stats.accounting`): "walk", "loopimage" or "auto"
     # (the CLI's default); with `storage_limit_enforcement` a pod's loop image is sized to
     # its ephemeral-storage limit (writes past it fail with ENOSPC).
@@ -272,6 +289,17 @@ class Kubelet:
             eviction_hard=config.eviction_hard,
             pressure_transition_period=config.eviction_pressure_transition_period,
             count_eviction=self.metrics.evictions.inc)
+        reserved = total_reserved(config.system_reserved, config.kube_reserved)
+        thresholds = self.eviction_manager.thresholds
+        self.node_config.reservation = lambda capacity: total_reserved(
+            reserved, hard_eviction_reservation(thresholds, capacity))
+        # Memory: the machine's working set against its memory, the pods' cgroup against
+        # the memory minus the reservations (upstream's node allocatable cgroup limit).
+        self.stats.memory_capacity = machine_memory_bytes()
+        self.stats.pods_memory_limit = max(
+            0, self.stats.memory_capacity - reserved.get("memory", Quantity()).value())
+        self.stats.runtime_memory = runtime.memory_stats
+        self.stats.runtime_processes = runtime.process_counts
 
     # -- VolumeHost ----------------------------------------------------------------------
 
@@ -617,12 +645,10 @@ class Kubelet:
         return await self.eviction_manager.summary()
 
     def _pressure(self) -> Pressure:
-        """The node's pressure: DiskPressure from the eviction manager, memory and PIDs
-        probed."""
-        probed = probe_pressure(self.root_dir)
-        return Pressure(memory=probed.memory,
-                        disk="DiskPressure" in self.eviction_manager.node_conditions,
-                        pid=probed.pid)
+        """The node's pressure: the eviction manager's conditions."""
+        conditions = self.eviction_manager.node_conditions
+        return Pressure(memory="MemoryPressure" in conditions, disk="DiskPressure" in conditions,
+                        pid="PIDPressure" in conditions)
 
     def needed_images(self) -> set[str]:
         """The image references image GC keeps besides the runtime's containers' images:
@@ -742,7 +768,8 @@ class Kubelet:
         when it changed, pending pod changes are tried again."""
         assert self.node_agent is not None
         status = (self.node_agent.node or {}).get("status") or {}
-        current = dict(status.get("allocatable") or allocatable(self.node_agent.builder.capacity))
+        current = dict(status.get("allocatable") or allocatable(
+            self.node_agent.builder.capacity, self.node_config.reservation))
         if current == self.node_allocatable:
             return
         if self.node_allocatable:

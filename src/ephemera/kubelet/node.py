@@ -4,8 +4,11 @@
 - `machine_capacity(root_dir)`: `cpu` (the CPUs this process may run on), `memory`
   (`MemTotal`), `ephemeral-storage` (the size of the filesystem holding the root dir),
   `pods` (110), `hugepages-<size>` for the page sizes the kernel offers (0).
-- `allocatable(capacity)`: capacity minus upstream's default hard eviction thresholds
-  (`memory.available<100Mi`, `nodefs.available<10%`); no kube/system reservations.
+- `allocatable(capacity, reservation)`: capacity minus what `reservation(capacity)` holds
+  back, never below zero; the kubelet's reservation is the `--system-reserved` and
+  `--kube-reserved` ones (`parse_reserved`: cpu, memory, ephemeral-storage; summed by
+  `total_reserved`) plus what the hard eviction thresholds hold back (`memory.available`,
+  `nodefs.available`: upstream's `GetNodeAllocatableReservation`).
 - `NodeStatusBuilder` builds `status`: capacity (re-read at every build, so a grown or
   shrunk filesystem shows), allocatable, `conditions` (MemoryPressure,
   DiskPressure, PIDPressure, Ready, in upstream's order, with upstream's reasons and
@@ -21,10 +24,9 @@
   `report_interval` seconds, and `renew_lease()` keeps `kube-node-lease/NAME` current
   (`leaseDurationSeconds` 40, renewed every 10 s; owned by the Node).
 
-Pressure is read simply (available memory from `/proc/meminfo`, free space of the root
-dir's filesystem, PIDs in use against `kernel.pid_max`) against the same thresholds; the
-eviction manager of a later issue replaces that with its own signals through
-`NodeAgent.pressure_probe`.
+Pressure comes from `NodeAgent.pressure_probe`: the kubelet's eviction manager sets
+MemoryPressure, DiskPressure and PIDPressure from its signals; `probe_pressure` (the
+default, for a node without one) reads the free space of the root dir's filesystem.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from ephemera.api.featuregates import (
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
+from ephemera.api.quantity import Quantity, parse_quantity
 from ephemera.client import ApiClient, resource_path
 
 __all__ = [
@@ -59,11 +62,15 @@ __all__ = [
     "NodeConfig",
     "NodeStatusBuilder",
     "Pressure",
+    "Reservation",
     "allocatable",
     "declared_features",
     "machine_capacity",
+    "machine_memory_bytes",
     "node_object",
     "now_rfc3339",
+    "parse_reserved",
+    "total_reserved",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,10 +82,10 @@ LEASE_DURATION_SECONDS = 40
 # Upstream's defaults: status checked every 10 s, reported at least every 5 min when unchanged.
 STATUS_UPDATE_INTERVAL = 10.0
 STATUS_REPORT_INTERVAL = 300.0
-# Default hard eviction thresholds (upstream's `DefaultEvictionHard` on Linux).
-EVICTION_HARD_MEMORY = 100 * 1024 * 1024
-EVICTION_HARD_NODEFS_FRACTION = 0.10
-PID_PRESSURE_FRACTION = 0.10  # ephemera's: less than 10% of pid_max free
+EVICTION_HARD_NODEFS_FRACTION = 0.10  # probe_pressure's disk threshold (upstream's default)
+# The resources `--system-reserved` / `--kube-reserved` may reserve (upstream also takes
+# `pid`, which ephemera does not limit).
+RESERVABLE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # The feature gates a node declares (KEP-5328) when they are on.
 DECLARABLE_FEATURES = (
     DYNAMIC_CONTAINERS,
@@ -148,9 +155,24 @@ def _filesystem(path: Path) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
+def machine_memory_bytes() -> int:
+    """The machine's memory (`MemTotal`): the node's memory capacity."""
+    return _meminfo().get("MemTotal", 0)
+
+
+def total_reserved(*reservations: Mapping[str, Quantity]) -> dict[str, Quantity]:
+    """The sum of `reservations` (`--system-reserved`, `--kube-reserved`, the hard
+    eviction thresholds' share), by resource."""
+    total: dict[str, Quantity] = {}
+    for reserved in reservations:
+        for name, quantity in reserved.items():
+            total[name] = total[name] + quantity if name in total else quantity
+    return total
+
+
 def machine_capacity(root_dir: Path, max_pods: int = DEFAULT_MAX_PODS) -> dict[str, str]:
     """The node's capacity as a Node's `status.capacity` (quantity strings)."""
-    mem = _meminfo().get("MemTotal", 0)
+    mem = machine_memory_bytes()
     size, _ = _filesystem(root_dir)
     capacity = {"cpu": str(_cpu_count()), "memory": f"{mem // 1024}Ki",
                 "ephemeral-storage": f"{size // 1024}Ki", "pods": str(max_pods)}
@@ -159,19 +181,46 @@ def machine_capacity(root_dir: Path, max_pods: int = DEFAULT_MAX_PODS) -> dict[s
     return capacity
 
 
-def _kib(value: str) -> int:
-    return int(value[:-2]) * 1024 if value.endswith("Ki") else int(value)
+def parse_reserved(flag: str) -> dict[str, Quantity]:
+    """`--system-reserved` / `--kube-reserved` (`cpu=500m,memory=1Gi,...`), with upstream's
+    errors (`parseResourceList`); ephemera refuses `pid`, which it does not limit."""
+    reserved: dict[str, Quantity] = {}
+    for pair in (p.strip() for p in flag.split(",")):
+        if not pair:
+            continue
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"malformed pair, expect string=string: {pair}")
+        name, value = name.strip(), value.strip()
+        if name not in RESERVABLE_RESOURCES:
+            hint = ": ephemera does not limit pids" if name == "pid" else ""
+            raise ValueError(f'cannot reserve "{name}" resource{hint}')
+        try:
+            quantity = parse_quantity(value)
+        except ValueError as err:
+            raise ValueError(
+                f'failed to parse quantity "{value}" for "{name}" resource: {err}') from None
+        if quantity.sign() < 0:
+            raise ValueError(f'resource quantity for "{name}" cannot be negative: {value}')
+        reserved[name] = quantity
+    return reserved
 
 
-def allocatable(capacity: Mapping[str, str]) -> dict[str, str]:
-    """Capacity minus the default hard eviction thresholds (memory 100Mi, nodefs 10%)."""
+# What allocatable holds back, given the capacity (see `allocatable`).
+Reservation = Callable[[Mapping[str, Quantity]], Mapping[str, Quantity]]
+
+
+def allocatable(capacity: Mapping[str, str],
+                reservation: Reservation | None = None) -> dict[str, str]:
+    """Capacity minus `reservation(capacity)` (nothing when None), floored at zero, in
+    Quantity arithmetic as upstream prints it (`4Gi` - `1Gi` is `3Gi`)."""
+    quantities = {name: parse_quantity(value) for name, value in capacity.items()}
+    held = reservation(quantities) if reservation is not None else {}
     result = dict(capacity)
-    if "memory" in capacity:
-        mem = max(0, _kib(capacity["memory"]) - EVICTION_HARD_MEMORY)
-        result["memory"] = f"{mem // 1024}Ki"
-    if "ephemeral-storage" in capacity:
-        size = _kib(capacity["ephemeral-storage"])
-        result["ephemeral-storage"] = str(int(size * (1 - EVICTION_HARD_NODEFS_FRACTION)))
+    for name, quantity in quantities.items():
+        if name in held:
+            left = quantity - held[name]
+            result[name] = str(left if left.sign() >= 0 else Quantity())
     return result
 
 
@@ -222,17 +271,11 @@ class Pressure:
 
 
 def probe_pressure(root_dir: Path) -> Pressure:
-    """Pressure against upstream's default hard thresholds (and 10% of pid_max for PIDs)."""
-    available = _meminfo().get("MemAvailable")
-    memory = available is not None and available < EVICTION_HARD_MEMORY
+    """Disk pressure read directly (free space under 10% of the root dir's filesystem), for
+    a node without an eviction manager; no memory or PID pressure (the eviction manager
+    measures those)."""
     size, free = _filesystem(root_dir)
-    disk = size > 0 and free < size * EVICTION_HARD_NODEFS_FRACTION
-    pid = False
-    with contextlib.suppress(OSError, ValueError):
-        pid_max = int(_read("/proc/sys/kernel/pid_max"))
-        in_use = sum(1 for entry in os.listdir("/proc") if entry.isdigit())
-        pid = pid_max > 0 and pid_max - in_use < pid_max * PID_PRESSURE_FRACTION
-    return Pressure(memory=memory, disk=disk, pid=pid)
+    return Pressure(disk=size > 0 and free < size * EVICTION_HARD_NODEFS_FRACTION)
 
 
 @dataclass
@@ -245,6 +288,7 @@ class NodeConfig:
     max_pods: int = DEFAULT_MAX_PODS
     runtime_version: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    reservation: Reservation | None = None  # what allocatable holds back (the kubelet's)
 
 
 # (type, reason and message when fine, reason and message under pressure), upstream's order.
@@ -301,7 +345,7 @@ class NodeStatusBuilder:
         conditions.append(ready)
         status: dict[str, Any] = {
             "capacity": dict(self.capacity),
-            "allocatable": allocatable(self.capacity),
+            "allocatable": allocatable(self.capacity, cfg.reservation),
             "conditions": conditions,
             "addresses": [{"type": "InternalIP", "address": cfg.node_ip},
                           {"type": "Hostname", "address": cfg.node_name}],

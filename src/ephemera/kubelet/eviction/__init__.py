@@ -1,6 +1,7 @@
-"""The kubelet's eviction decisions for local ephemeral storage, pure (no I/O): local-storage
-limit eviction (`localstorage.py`), node-pressure thresholds and signals (`thresholds.py`),
-disk-pressure ranking and message (`ranking.py`), admission (`admission.py`), the shared
+"""The kubelet's eviction decisions for local ephemeral storage, memory and pids, pure (no I/O):
+local-storage limit eviction (`localstorage.py`), node-pressure thresholds and signals
+(`thresholds.py`: memory, nodefs, imagefs, pid), memory-, disk- and PID-pressure ranking and
+message (`ranking.py`), admission (`admission.py`), the shared
 `Eviction` record and strings (`api.py`). The stateful loop (interval, node conditions kept
 for the transition period, node-level reclaim, killing pods, events, metrics) is
 `manager.py` (`EvictionManager`, imported from there: this package's top level stays pure);

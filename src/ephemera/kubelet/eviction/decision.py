@@ -8,9 +8,9 @@ for the eviction manager's loop (`manager.py`) to act on.
    and feeds it to admission);
 2. local-storage eviction first (`local_evictions`); when it evicts any pod the pass ends
    there (`to_reclaim` is None);
-3. otherwise `to_reclaim` is the first met disk threshold (memory ones first, as upstream
-   sorts; ephemera has no memory observations). The caller then reclaims node-level
-   resources (dead containers, unused images), takes a new summary, and if
+3. otherwise `to_reclaim` is the first met memory or disk threshold (memory ones first, as
+   upstream sorts). The caller then reclaims node-level resources for a disk signal (dead
+   containers, unused images; nothing for memory, as upstream), takes a new summary, and if
    `thresholds_met(thresholds, observe(new_summary))` is still non-empty evicts
    `node_pressure_eviction(active_pods, new_summary, met_again, observe(new_summary))`:
    at most one pod per pass.
@@ -27,8 +27,8 @@ from typing import Any
 
 from ephemera.kubelet.eviction.api import Eviction
 from ephemera.kubelet.eviction.localstorage import local_storage_eviction
+from ephemera.kubelet.eviction.ranking import RECLAIMABLE_RESOURCES
 from ephemera.kubelet.eviction.thresholds import (
-    RESOURCE_INODES,
     Observation,
     Threshold,
     node_conditions,
@@ -36,9 +36,14 @@ from ephemera.kubelet.eviction.thresholds import (
     thresholds_met,
 )
 from ephemera.kubelet.stats.provider import Summary
-from ephemera.pods.resources import RESOURCE_EPHEMERAL_STORAGE
 
-__all__ = ["DEFAULT_PRESSURE_TRANSITION_PERIOD", "PassDecision", "PressureConditions", "decide"]
+__all__ = [
+    "DEFAULT_PRESSURE_TRANSITION_PERIOD",
+    "PassDecision",
+    "PressureConditions",
+    "by_eviction_priority",
+    "decide",
+]
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,9 @@ class PassDecision:
     to_reclaim: Threshold | None = None
 
 
-def _priority(threshold: Threshold) -> int:
-    if threshold.resource == "memory":
-        return 0
-    return 1
+def by_eviction_priority(thresholds: Sequence[Threshold]) -> list[Threshold]:
+    """Upstream's `byEvictionPriority`: memory thresholds first (stable)."""
+    return sorted(thresholds, key=lambda t: 0 if t.resource == "memory" else 1)
 
 
 def decide(
@@ -73,9 +77,8 @@ def decide(
         local = local_storage_eviction(active_pods, summary, gates)
     if local:
         return PassDecision(observations, met, conditions, local, None)
-    ordered = sorted(met, key=_priority)
-    to_reclaim = next((t for t in ordered
-                       if t.resource in (RESOURCE_EPHEMERAL_STORAGE, RESOURCE_INODES)), None)
+    ordered = by_eviction_priority(met)
+    to_reclaim = next((t for t in ordered if t.resource in RECLAIMABLE_RESOURCES), None)
     return PassDecision(observations, ordered, conditions, [], to_reclaim)
 
 

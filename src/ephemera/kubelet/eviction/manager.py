@@ -3,9 +3,10 @@ state a pass keeps and the actions it takes, on top of the pure decisions of thi
 
 Every `eviction_interval` (`--eviction-interval`, default 10 s) `EvictionManager.synchronize`
 measures the admitted pods' writable layers, logs and volumes (the `StatsProvider` over the
-accounting backend `--storage-accounting` chooses, `ephemera.kubelet.stats`), decides
-(`decide`: local-storage limits first, then the `--eviction-hard` thresholds), keeps the
-DiskPressure condition for the pressure transition period (`PressureConditions`; the Node
+accounting backend `--storage-accounting` chooses, `ephemera.kubelet.stats`), decides (`decide`:
+local-storage limits first, then the `--eviction-hard` thresholds, memory ones before disk ones;
+memory read from the cgroups through `RuntimeService.memory_stats`), keeps the MemoryPressure
+and DiskPressure conditions for the pressure transition period (`PressureConditions`; the Node
 status and admission read `node_conditions`), and evicts through the kubelet's pod killer
 (containers killed with the eviction's grace period, `phase: Failed`, `reason: Evicted`, the
 message), with a Warning `Evicted` event and `kubelet_evictions{eviction_signal}`. Under node
@@ -28,7 +29,11 @@ from ephemera.api.featuregates import FeatureGates
 from ephemera.kubelet import events
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction.api import Eviction
-from ephemera.kubelet.eviction.decision import PressureConditions, decide
+from ephemera.kubelet.eviction.decision import (
+    PressureConditions,
+    by_eviction_priority,
+    decide,
+)
 from ephemera.kubelet.eviction.ranking import node_pressure_eviction
 from ephemera.kubelet.eviction.reclaim import (
     ABLE_TO_RECLAIM_LOG,
@@ -45,6 +50,7 @@ from ephemera.kubelet.eviction.thresholds import (
     observe,
     parse_eviction_hard,
     thresholds_met,
+    without_container_fs,
 )
 from ephemera.kubelet.gc import ImageGCStore, delete_all_unused_containers, delete_unused_images
 from ephemera.kubelet.images import BASE_IMAGE_REF
@@ -117,7 +123,10 @@ class EvictionManager:
         self.image_store = image_store
         self.gates = gates
         self.count_eviction = count_eviction
-        self.thresholds: list[Threshold] = parse_eviction_hard(eviction_hard)
+        self.thresholds: list[Threshold]
+        self.thresholds, ignored = without_container_fs(parse_eviction_hard(eviction_hard))
+        for warning in ignored:
+            log.warning("Eviction manager: %s", warning)
         self.pressure = PressureConditions(pressure_transition_period)
         self.node_conditions: list[str] = []
 
@@ -178,8 +187,7 @@ class EvictionManager:
                 active = self._active_pods(known)
                 summary = await self.stats.get(self._measured_paths(known))
             observations = observe(summary)
-            met = sorted(thresholds_met(self.thresholds, observations),
-                         key=lambda t: 0 if t.resource == "memory" else 1)
+            met = by_eviction_priority(thresholds_met(self.thresholds, observations))
             if reclaims and not met:
                 log.info(ABLE_TO_RECLAIM_LOG, resource)
             else:

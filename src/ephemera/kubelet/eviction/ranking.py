@@ -1,5 +1,13 @@
-"""Node-pressure eviction for disk signals: ranking (reference k8s-semantics.md 4.5, upstream
-`rankDiskPressureFunc`) and the eviction message (`evictionMessage`).
+"""Node-pressure eviction: ranking for disk signals (reference k8s-semantics.md 4.5,
+upstream `rankDiskPressureFunc`), memory signals (`rankMemoryPressure`) and `pid.available`
+(`rankPIDPressure`), and the eviction message (`evictionMessage`).
+
+`rank_for_memory_pressure(pods, summary, gates)` orders pods, first to evict first, by the
+first comparator that differs: pods without stats first, then pods whose working set (the
+pod's `memory.workingSetBytes`, 0 when unknown) is above their memory request
+(`GetResourceRequestQuantity`); lower `spec.priority`; larger working set minus the memory
+request. `rank_for_pid_pressure(pods, summary)`: lower `spec.priority` first, then pods without
+stats, then more tasks (`process_stats.process_count`).
 
 `rank_for_disk_pressure(pods, summary, signal, gates)` orders pods, first to evict first, by
 the first comparator that differs:
@@ -26,7 +34,11 @@ followed by `Container c was using 60Mi, request is 0, has larger consumption of
 ephemeral-storage. ` for each container (regular, then init) whose rootfs + logs exceed its
 request, with the `offending_containers`, `offending_containers_usage` and
 `starved_resource` event annotations and the `DisruptionTarget` condition (reason
-`TerminationByKubelet`). Grace period 1 s for hard thresholds.
+`TerminationByKubelet`). Grace period 1 s for hard thresholds. For memory the containers'
+usage is their working set (`Container c was using 300Mi, request is 0, has larger
+consumption of memory. `), and a pod with a pod-level memory request (PodLevelResources)
+first gets `Pod p was using 310Mi, request is 256Mi, has larger consumption of memory. `
+with the `offending_pod` and `offending_pod_usage` annotations.
 """
 
 from __future__ import annotations
@@ -35,7 +47,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ephemera.api.quantity import Quantity, QuantityFormat
+from ephemera.api.featuregates import POD_LEVEL_RESOURCES, gate_enabled
+from ephemera.api.quantity import Quantity, QuantityError, QuantityFormat, quantity_from_json
 from ephemera.kubelet.eviction.api import (
     IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS,
     Eviction,
@@ -52,21 +65,33 @@ from ephemera.kubelet.eviction.thresholds import (
     signal_resource,
     threshold_quantity,
 )
-from ephemera.kubelet.stats.provider import FsStats, PodStats, Summary, is_local_ephemeral_volume
+from ephemera.kubelet.stats.provider import (
+    FsStats,
+    MemoryStats,
+    PodStats,
+    Summary,
+    is_local_ephemeral_volume,
+)
 from ephemera.pods.resources import (
     RESOURCE_EPHEMERAL_STORAGE,
+    RESOURCE_MEMORY,
     container_requests,
+    is_pod_level_resources_set,
     resource_request_quantity,
 )
 
 __all__ = [
     "CONTAINER_USAGE_MESSAGE",
     "NODE_LOW_MESSAGE",
+    "POD_USAGE_MESSAGE",
     "THRESHOLD_MET_MESSAGE",
     "eviction_message",
+    "memory_usage",
     "node_pressure_eviction",
     "pod_disk_usage",
     "rank_for_disk_pressure",
+    "rank_for_memory_pressure",
+    "rank_for_pid_pressure",
 ]
 
 NODE_LOW_MESSAGE: Final = "The node was low on resource: {resource}. "
@@ -74,8 +99,15 @@ THRESHOLD_MET_MESSAGE: Final = "Threshold quantity: {quantity}, available: {avai
 CONTAINER_USAGE_MESSAGE: Final = (
     "Container {container} was using {usage}, request is {request}, "
     "has larger consumption of {resource}. ")
+POD_USAGE_MESSAGE: Final = (
+    "Pod {pod} was using {usage}, request is {request}, has larger consumption of {resource}. ")
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 TERMINATION_BY_KUBELET: Final = "TerminationByKubelet"
+
+# The resources a node-pressure eviction reclaims (every signal's).
+RESOURCE_PIDS: Final = "pids"
+RECLAIMABLE_RESOURCES: Final = (RESOURCE_MEMORY, RESOURCE_EPHEMERAL_STORAGE, RESOURCE_INODES,
+                                RESOURCE_PIDS)
 
 _ROOT, _LOGS, _LOCAL_VOLUMES = "root", "logs", "localVolumes"
 
@@ -162,14 +194,83 @@ def rank_for_disk_pressure(
     return sorted(pods, key=functools.cmp_to_key(compare))
 
 
+def memory_usage(memory: MemoryStats | None) -> Quantity:
+    """`memoryUsage`: the working set as a BinarySI quantity (zero when unknown)."""
+    if memory is None or memory.working_set_bytes is None:
+        return Quantity(0, 0, QuantityFormat.BINARY_SI)
+    return Quantity.from_int(memory.working_set_bytes, QuantityFormat.BINARY_SI)
+
+
+def rank_for_memory_pressure(
+    pods: Sequence[Mapping[str, Any]],
+    summary: Summary,
+    gates: Mapping[str, bool] | None = None,
+) -> list[Mapping[str, Any]]:
+    """`pods` in eviction order under memory pressure (see the module docstring)."""
+    def usage(pod: Mapping[str, Any]) -> Quantity | None:
+        stats = summary.pod(pod_uid(pod))
+        return None if stats is None else memory_usage(stats.memory)
+
+    usages = {id(pod): usage(pod) for pod in pods}
+    requests = {id(pod): resource_request_quantity(pod, RESOURCE_MEMORY, gates=gates)
+                for pod in pods}
+
+    def compare(p1: Mapping[str, Any], p2: Mapping[str, Any]) -> int:
+        u1, u2 = usages[id(p1)], usages[id(p2)]
+        if u1 is None or u2 is None:
+            return _cmp_bool(u1 is None, u2 is None)
+        r1, r2 = requests[id(p1)], requests[id(p2)]
+        result = _cmp_bool(u1 > r1, u2 > r2)
+        if result:
+            return result
+        pr1, pr2 = pod_priority(p1), pod_priority(p2)
+        if pr1 != pr2:
+            return -1 if pr1 < pr2 else 1
+        return (u2 - r2).cmp(u1 - r1)
+
+    return sorted(pods, key=functools.cmp_to_key(compare))
+
+
+def rank_for_pid_pressure(pods: Sequence[Mapping[str, Any]],
+                          summary: Summary) -> list[Mapping[str, Any]]:
+    """`pods` in eviction order under PID pressure (see the module docstring)."""
+    def compare(p1: Mapping[str, Any], p2: Mapping[str, Any]) -> int:
+        pr1, pr2 = pod_priority(p1), pod_priority(p2)
+        if pr1 != pr2:
+            return -1 if pr1 < pr2 else 1
+        s1, s2 = summary.pod(pod_uid(p1)), summary.pod(pod_uid(p2))
+        if s1 is None or s2 is None:
+            return _cmp_bool(s1 is None, s2 is None)
+        return (s2.process_count or 0) - (s1.process_count or 0)
+
+    return sorted(pods, key=functools.cmp_to_key(compare))
+
+
+def _pod_level_memory_request(pod: Mapping[str, Any],
+                              gates: Mapping[str, bool] | None) -> Quantity | None:
+    """The pod-level memory request when PodLevelResources is on and the pod sets
+    pod-level resources, else None."""
+    if not (gate_enabled(gates, POD_LEVEL_RESOURCES) and is_pod_level_resources_set(pod, gates)):
+        return None
+    resources = (pod.get("spec") or {}).get("resources") or {}
+    requests = resources.get("requests") if isinstance(resources, Mapping) else None
+    if not isinstance(requests, Mapping) or RESOURCE_MEMORY not in requests:
+        return None
+    try:
+        return quantity_from_json(requests[RESOURCE_MEMORY])
+    except (QuantityError, ValueError):
+        return None
+
+
 def eviction_message(
     resource: str,
     pod: Mapping[str, Any],
     summary: Summary,
     thresholds: Sequence[Threshold],
     observations: Mapping[str, Observation],
+    gates: Mapping[str, bool] | None = None,
 ) -> tuple[str, dict[str, str]]:
-    """`evictionMessage` for disk resources: the message and the event annotations."""
+    """`evictionMessage`: the message and the event annotations."""
     message = NODE_LOW_MESSAGE.format(resource=resource)
     for threshold in thresholds:
         if threshold.resource != resource:
@@ -184,6 +285,15 @@ def eviction_message(
     stats = summary.pod(pod_uid(pod))
     if stats is None:
         return message, annotations
+    if resource == RESOURCE_MEMORY:
+        pod_request = _pod_level_memory_request(pod, gates)
+        if pod_request is not None and stats.memory is not None:
+            pod_usage = memory_usage(stats.memory)
+            name = str((pod.get("metadata") or {}).get("name") or "")
+            message += POD_USAGE_MESSAGE.format(pod=name, usage=pod_usage,
+                                                request=pod_request, resource=resource)
+            annotations["offending_pod"] = name
+            annotations["offending_pod_usage"] = str(pod_usage)
     spec = pod.get("spec") or {}
     containers = [c for key in ("containers", "initContainers") for c in spec.get(key) or []
                   if isinstance(c, Mapping)]
@@ -195,17 +305,21 @@ def eviction_message(
                 continue
             request = container_requests(container).get(resource, Quantity())
             rootfs, logs = container_stats.rootfs, container_stats.logs
+            used: Quantity | None = None
             if (resource == RESOURCE_EPHEMERAL_STORAGE and rootfs is not None
                     and rootfs.used_bytes is not None and logs is not None
                     and logs.used_bytes is not None):
                 used = Quantity.from_int(rootfs.used_bytes + logs.used_bytes,
                                          QuantityFormat.BINARY_SI)
-                if used > request:
-                    message += CONTAINER_USAGE_MESSAGE.format(
-                        container=container_stats.name, usage=used, request=request,
-                        resource=resource)
-                    offending.append(container_stats.name)
-                    usages.append(str(used))
+            elif (resource == RESOURCE_MEMORY and container_stats.memory is not None
+                    and container_stats.memory.working_set_bytes is not None):
+                used = memory_usage(container_stats.memory)
+            if used is not None and used > request:
+                message += CONTAINER_USAGE_MESSAGE.format(
+                    container=container_stats.name, usage=used, request=request,
+                    resource=resource)
+                offending.append(container_stats.name)
+                usages.append(str(used))
             break
     annotations["offending_containers"] = ",".join(offending)
     annotations["offending_containers_usage"] = ",".join(usages)
@@ -220,18 +334,24 @@ def node_pressure_eviction(
     observations: Mapping[str, Observation],
     gates: Mapping[str, bool] | None = None,
 ) -> Eviction | None:
-    """The one pod to evict for the met `thresholds` (already sorted; the first disk signal
-    is reclaimed), or None (no disk threshold, no pods, or only critical pods)."""
-    to_reclaim = next((t for t in thresholds if t.resource in (RESOURCE_EPHEMERAL_STORAGE,
-                                                                RESOURCE_INODES)), None)
+    """The one pod to evict for the met `thresholds` (already sorted, memory first; the
+    first memory or disk signal is reclaimed), or None (no such threshold, no pods, or only
+    critical pods)."""
+    to_reclaim = next((t for t in thresholds if t.resource in RECLAIMABLE_RESOURCES), None)
     if to_reclaim is None or not pods:
         return None
     resource = to_reclaim.resource
-    for pod in rank_for_disk_pressure(pods, summary, to_reclaim.signal, gates):
+    if resource == RESOURCE_MEMORY:
+        ranked = rank_for_memory_pressure(pods, summary, gates)
+    elif resource == RESOURCE_PIDS:
+        ranked = rank_for_pid_pressure(pods, summary)
+    else:
+        ranked = rank_for_disk_pressure(pods, summary, to_reclaim.signal, gates)
+    for pod in ranked:
         if is_critical_pod(pod):
             continue
         message, annotations = eviction_message(resource, pod, summary, thresholds,
-                                                observations)
+                                                observations, gates)
         grace = (IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS
                  if to_reclaim.grace_period_seconds == 0 else 30)
         condition = {"type": DISRUPTION_TARGET, "status": "True",

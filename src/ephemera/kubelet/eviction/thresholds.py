@@ -7,8 +7,18 @@
   `eviction percentage threshold X must be <= 100%: V`, `eviction threshold X must be
   positive: V`, quantity parse errors, and the flag's own `malformed pair, expect
   string<string`. `0%` and `100%` disable a signal. No flag: `DEFAULT_EVICTION_HARD`.
+  `containerfs.*`
+  thresholds are dropped by `without_container_fs` with upstream's warning (`found
+  containerfs.available for hard eviction. ignoring`): upstream replaces them with the nodefs
+  ones, and ephemera's container filesystem is the node filesystem.
+  Every hard `memory.available` threshold is copied to `allocatableMemory.available`
+  (upstream's `addAllocatableThresholds`, which its default `--enforce-node-allocatable=pods`
+  turns on; ephemera always does).
 - `observe(summary)` derives the signal observations (available and capacity) from a
-  `Summary`: `nodefs.*` from the node fs, `imagefs.*` from the runtime's imageFs.
+  `Summary`: `memory.available` from the node's memory (available = capacity - working
+  set, capacity = available + working set), `allocatableMemory.available` from the `pods`
+  system container's, `nodefs.*` from the node fs, `imagefs.*` from the runtime's imageFs,
+  `pid.available` from the node's rlimit (maxpid - curproc, of maxpid).
 - `thresholds_met(thresholds, observations)` keeps the thresholds whose quantity (absolute, or
   `int(capacity * percentage)` with upstream's float32 percentage) is greater than what is
   available; `node_conditions(thresholds)` maps them to `DiskPressure` (and `MemoryPressure`
@@ -23,7 +33,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from ephemera.api.quantity import Quantity, QuantityFormat, parse_quantity
-from ephemera.kubelet.stats.provider import FsStats, Summary
+from ephemera.kubelet.stats.provider import (
+    SYSTEM_CONTAINER_PODS,
+    FsStats,
+    MemoryStats,
+    Summary,
+)
 
 __all__ = [
     "DEFAULT_EVICTION_HARD",
@@ -31,13 +46,17 @@ __all__ = [
     "MEMORY_PRESSURE",
     "PID_PRESSURE",
     "RESOURCE_INODES",
+    "SIGNAL_ALLOCATABLE_MEMORY_AVAILABLE",
     "SIGNAL_IMAGE_FS_AVAILABLE",
     "SIGNAL_IMAGE_FS_INODES_FREE",
+    "SIGNAL_MEMORY_AVAILABLE",
     "SIGNAL_NODE_FS_AVAILABLE",
     "SIGNAL_NODE_FS_INODES_FREE",
+    "SIGNAL_PID_AVAILABLE",
     "Observation",
     "Threshold",
     "ThresholdError",
+    "hard_eviction_reservation",
     "node_conditions",
     "observe",
     "parse_eviction_hard",
@@ -45,6 +64,7 @@ __all__ = [
     "signal_resource",
     "threshold_quantity",
     "thresholds_met",
+    "without_container_fs",
 ]
 
 SIGNAL_MEMORY_AVAILABLE: Final = "memory.available"
@@ -170,7 +190,24 @@ def parse_eviction_hard(flag: str | Mapping[str, str] | None) -> list[Threshold]
         threshold = parse_threshold(signal, value)
         if threshold is not None:
             thresholds.append(threshold)
-    return thresholds
+    return thresholds + [
+        Threshold(SIGNAL_ALLOCATABLE_MEMORY_AVAILABLE, t.quantity, t.percentage)
+        for t in thresholds
+        if t.signal == SIGNAL_MEMORY_AVAILABLE and t.grace_period_seconds == 0]
+
+
+def without_container_fs(thresholds: Sequence[Threshold]) -> tuple[list[Threshold], list[str]]:
+    """`thresholds` without the user's `containerfs.*` ones, and upstream's warning for each
+    dropped (`UpdateContainerFsThresholds`)."""
+    kept: list[Threshold] = []
+    warnings: list[str] = []
+    for threshold in thresholds:
+        if threshold.signal in (SIGNAL_CONTAINER_FS_AVAILABLE, SIGNAL_CONTAINER_FS_INODES_FREE):
+            kind = "hard" if threshold.grace_period_seconds == 0 else "soft"
+            warnings.append(f"found {threshold.signal} for {kind} eviction. ignoring")
+        else:
+            kept.append(threshold)
+    return kept, warnings
 
 
 def threshold_quantity(threshold: Threshold, capacity: Quantity) -> Quantity:
@@ -179,6 +216,21 @@ def threshold_quantity(threshold: Threshold, capacity: Quantity) -> Quantity:
         return threshold.quantity
     return Quantity.from_int(int(float(capacity.value()) * threshold.percentage),
                              QuantityFormat.BINARY_SI)
+
+
+def hard_eviction_reservation(thresholds: Sequence[Threshold],
+                              capacity: Mapping[str, Quantity]) -> dict[str, Quantity]:
+    """What the hard thresholds hold back from allocatable (upstream's
+    `hardEvictionReservation`): `memory.available` from memory, `nodefs.available` from
+    ephemeral-storage, each as `GetThresholdQuantity` of that capacity."""
+    reserved: dict[str, Quantity] = {}
+    for threshold in thresholds:
+        resource = {SIGNAL_MEMORY_AVAILABLE: "memory",
+                    SIGNAL_NODE_FS_AVAILABLE: "ephemeral-storage"}.get(threshold.signal)
+        if resource is not None:
+            reserved[resource] = threshold_quantity(threshold,
+                                                    capacity.get(resource, Quantity()))
+    return reserved
 
 
 def _fs_observations(fs: FsStats | None, available_signal: str, inodes_signal: str,
@@ -195,9 +247,28 @@ def _fs_observations(fs: FsStats | None, available_signal: str, inodes_signal: s
             Quantity.from_int(fs.inodes, QuantityFormat.DECIMAL_SI), fs.time)
 
 
+def _memory_observation(memory: MemoryStats | None, signal: str,
+                        out: dict[str, Observation]) -> None:
+    if memory is None or memory.available_bytes is None or memory.working_set_bytes is None:
+        return
+    out[signal] = Observation(
+        Quantity.from_int(memory.available_bytes, QuantityFormat.BINARY_SI),
+        Quantity.from_int(memory.available_bytes + memory.working_set_bytes,
+                          QuantityFormat.BINARY_SI), memory.time)
+
+
 def observe(summary: Summary) -> dict[str, Observation]:
-    """`makeSignalObservations` for the filesystem signals."""
+    """`makeSignalObservations` for the memory, filesystem and pid signals (no swap)."""
     out: dict[str, Observation] = {}
+    rlimit = summary.node.rlimit
+    if rlimit is not None:
+        out[SIGNAL_PID_AVAILABLE] = Observation(
+            Quantity.from_int(rlimit.maxpid - rlimit.curproc, QuantityFormat.DECIMAL_SI),
+            Quantity.from_int(rlimit.maxpid, QuantityFormat.DECIMAL_SI), rlimit.time)
+    _memory_observation(summary.node.memory, SIGNAL_MEMORY_AVAILABLE, out)
+    pods = summary.node.system_container(SYSTEM_CONTAINER_PODS)
+    _memory_observation(None if pods is None else pods.memory,
+                        SIGNAL_ALLOCATABLE_MEMORY_AVAILABLE, out)
     _fs_observations(summary.node.fs, SIGNAL_NODE_FS_AVAILABLE, SIGNAL_NODE_FS_INODES_FREE, out)
     _fs_observations(summary.node.image_fs, SIGNAL_IMAGE_FS_AVAILABLE,
                      SIGNAL_IMAGE_FS_INODES_FREE, out)

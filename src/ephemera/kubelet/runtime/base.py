@@ -114,6 +114,33 @@ class ContainerStatus:
 
 
 @dataclass(frozen=True)
+class MemoryUsage:
+    """A cgroup's memory (cAdvisor's reading): `working_set_bytes` is the usage minus the
+    inactive file pages, what the eviction manager compares."""
+
+    usage_bytes: int
+    working_set_bytes: int
+    rss_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class PodMemory:
+    pod: MemoryUsage | None  # the pod's cgroup (all its containers)
+    containers: dict[str, MemoryUsage] = field(default_factory=dict)  # by name: the latest
+    # running instance
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """The machine's and this runtime's pods' memory, read at `time` (unix seconds)."""
+
+    time: float
+    node: MemoryUsage | None  # the machine: its root memory cgroup
+    pods: MemoryUsage | None  # the node's pods cgroup: every pod of this runtime
+    by_pod: dict[str, PodMemory] = field(default_factory=dict)  # by pod UID
+
+
+@dataclass(frozen=True)
 class ExecResult:
     exit_code: int
     stdout: bytes
@@ -211,6 +238,16 @@ class RuntimeService(abc.ABC):
         """Stream a running container's stdout/stderr (and write its stdin if it was created
         with `stdin`); `wait()` returns the container's exit code."""
         raise RuntimeError_(f"{self.name}: attach is not supported")
+
+    async def memory_stats(self) -> MemorySnapshot | None:
+        """The memory of the pods and their running containers (CRI's container and pod
+        sandbox stats, plus the node's pods cgroup); None when the runtime measures none."""
+        return None
+
+    async def process_counts(self) -> dict[str, int] | None:
+        """The tasks (processes and threads) in each pod, by pod UID (CRI's pod sandbox
+        process stats); None when the runtime counts none."""
+        return None
 
     async def version(self) -> str:
         """The runtime's name and version for Node.status.nodeInfo.containerRuntimeVersion,

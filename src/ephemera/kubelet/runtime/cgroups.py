@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ephemera.kubelet.runtime.base import MemoryUsage
+
 # runc's default device allow-list (libcontainer/specconv AllowedDevices), after "deny all".
 ALLOWED_DEVICES = (
     "c *:* m", "b *:* m",
@@ -144,3 +146,96 @@ def remove_pod(dirs: list[str]) -> None:
         remove_dirs([directory])
         with contextlib.suppress(OSError):
             os.rmdir(path.parent)
+
+
+# --- memory usage (what the eviction manager measures) ---------------------------------------
+
+
+def _memory_stat(directory: Path) -> dict[str, int]:
+    values: dict[str, int] = {}
+    with contextlib.suppress(OSError), open(directory / "memory.stat") as f:
+        for line in f:
+            key, _, value = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                values[key] = int(value)
+    return values
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def memory_usage(directory: str | Path) -> MemoryUsage | None:
+    """The memory usage of the cgroup at `directory` (v1 or v2), as cAdvisor reads it:
+    usage (`memory.usage_in_bytes` / `memory.current`), the working set (usage minus the
+    inactive file pages, `total_inactive_file` / `inactive_file`, never below 0) and the rss
+    (`total_rss` / `anon`). None when the cgroup does not exist (yet, or any more)."""
+    path = Path(directory)
+    v1 = _read_int(path / "memory.usage_in_bytes")
+    usage = v1 if v1 is not None else _read_int(path / "memory.current")
+    if usage is None:
+        return None
+    stat = _memory_stat(path)
+    inactive = stat.get("total_inactive_file" if v1 is not None else "inactive_file", 0)
+    rss = stat.get("total_rss" if v1 is not None else "anon", 0)
+    return MemoryUsage(usage, max(0, usage - inactive), rss)
+
+
+def root_memory_usage() -> MemoryUsage | None:
+    """The whole machine's memory usage (the root memory cgroup; upstream's node
+    `memory.workingSetBytes`). On cgroup v2 the root has no `memory.current`: the usage is
+    `MemTotal - MemFree` from /proc/meminfo, the inactive file pages from the root's
+    `memory.stat`, as runc's libcontainer does."""
+    for hierarchy in hierarchies():
+        if "memory" in hierarchy.controllers.split(","):
+            return memory_usage(hierarchy.mount)
+    meminfo: dict[str, int] = {}
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                meminfo[key] = int(parts[0]) * 1024
+    if "MemTotal" not in meminfo or "MemFree" not in meminfo:
+        return None
+    usage = meminfo["MemTotal"] - meminfo["MemFree"]
+    stat = _memory_stat(Path("/sys/fs/cgroup"))
+    return MemoryUsage(usage, max(0, usage - stat.get("inactive_file", 0)),
+                       stat.get("anon", 0))
+
+
+def controller_dir(controller: str, relative: str) -> Path | None:
+    """`relative` (e.g. the node parent, a pod's cgroup) in the hierarchy of `controller`
+    (`memory`, `pids`: its v1 hierarchy, else the v2 one), or None without that
+    controller."""
+    v2: Hierarchy | None = None
+    for hierarchy in hierarchies():
+        if controller in hierarchy.controllers.split(","):
+            return hierarchy.path(relative)
+        if not hierarchy.controllers:
+            v2 = hierarchy
+    if v2 is not None and controller in _read_controllers(v2.mount):
+        return v2.path(relative)
+    return None
+
+
+def memory_dir(relative: str) -> Path | None:
+    """`relative` in the memory hierarchy (see `controller_dir`)."""
+    return controller_dir("memory", relative)
+
+
+def pids_current(relative: str) -> int | None:
+    """The tasks in cgroup `relative` and below (`pids.current`), or None (no pids
+    controller, no such cgroup)."""
+    directory = controller_dir("pids", relative)
+    return None if directory is None else _read_int(directory / "pids.current")
+
+
+def _read_controllers(mount: Path) -> list[str]:
+    try:
+        return (mount / "cgroup.controllers").read_text().split()
+    except OSError:
+        return []

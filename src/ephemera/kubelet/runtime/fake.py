@@ -8,6 +8,9 @@ Containers "run" from start until stopped. The argv chooses other behaviour:
 - `["fail-start", "message..."]`: start fails (RuntimeError_; state EXITED, exit code 128,
   reason `StartError`), as a missing executable does with a real runtime.
 - `["ignore-term", ...]`: stopping takes the whole grace period (then "SIGKILL": 137).
+- `["use-memory", "QUANTITY"]` (e.g. `300Mi`): runs until stopped with that working set
+  (`memory_stats`; every other running container uses none, nor does the machine besides
+  the pods). Each running container is one task (`process_counts`).
 - anything else: runs until stopped; stop gives 143 (SIGTERM) or 137 with timeout 0.
 `behaviour` (a callable `argv -> tuple | None`) given to the constructor overrides this.
 
@@ -44,8 +47,11 @@ from ephemera.kubelet.runtime.base import (
     ExecResult,
     ExecSession,
     ExecTimeoutError,
+    MemorySnapshot,
+    MemoryUsage,
     Mount,
     NotFoundError,
+    PodMemory,
     RuntimeError_,
     RuntimeService,
     SandboxConfig,
@@ -294,6 +300,49 @@ class FakeRuntime(RuntimeService):
         result = [self._status(self._container(c.id)) for c in list(self.containers.values())
                   if not sandbox_id or c.sandbox_id == sandbox_id]
         return sorted(result, key=lambda s: s.created_at)
+
+    def _working_set(self, container: _Container) -> int:
+        from ephemera.api.quantity import parse_quantity
+
+        if container.argv[:1] != ["use-memory"] or len(container.argv) < 2:
+            return 0
+        try:
+            return max(0, parse_quantity(container.argv[1]).value())
+        except ValueError:
+            return 0
+
+    async def memory_stats(self) -> MemorySnapshot | None:
+        """The modelled memory: each running container's `use-memory` working set, summed
+        per pod and over the node; the machine uses nothing else (its working set is the
+        pods')."""
+        latest: dict[tuple[str, str], _Container] = {}
+        for container in list(self.containers.values()):
+            container = self._container(container.id)
+            sandbox = self.sandboxes.get(container.sandbox_id)
+            if sandbox is None or container.state != ContainerState.RUNNING.value:
+                continue
+            key = (sandbox.pod_uid, container.name)
+            if key not in latest or latest[key].attempt < container.attempt:
+                latest[key] = container
+        by_pod: dict[str, PodMemory] = {}
+        for uid in {s.pod_uid for s in self.sandboxes.values()}:
+            containers = {name: MemoryUsage(ws, ws, ws) for (pod, name), c in latest.items()
+                          if pod == uid for ws in (self._working_set(c),)}
+            total = sum(u.working_set_bytes for u in containers.values())
+            by_pod[uid] = PodMemory(MemoryUsage(total, total, total), containers)
+        node = sum(p.pod.working_set_bytes for p in by_pod.values() if p.pod is not None)
+        usage = MemoryUsage(node, node, node)
+        return MemorySnapshot(time.time(), usage, usage, by_pod)
+
+    async def process_counts(self) -> dict[str, int] | None:
+        """The modelled tasks: one per running container."""
+        counts = {s.pod_uid: 0 for s in self.sandboxes.values()}
+        for container in list(self.containers.values()):
+            container = self._container(container.id)
+            sandbox = self.sandboxes.get(container.sandbox_id)
+            if sandbox is not None and container.state == ContainerState.RUNNING.value:
+                counts[sandbox.pod_uid] += 1
+        return counts
 
     # -- exec --------------------------------------------------------------------------------
 

@@ -74,8 +74,11 @@ from ephemera.kubelet.runtime.base import (
     ExecResult,
     ExecSession,
     ExecTimeoutError,
+    MemorySnapshot,
+    MemoryUsage,
     Mount,
     NotFoundError,
+    PodMemory,
     RuntimeError_,
     RuntimeService,
     SandboxConfig,
@@ -735,6 +738,52 @@ class OciRuntime(RuntimeService):
             return sorted(result, key=lambda s: s.created_at)
 
         return await self._blocking(collect)
+
+    async def memory_stats(self) -> MemorySnapshot | None:
+        """Read from the cgroups: the root (the machine), the node parent (every pod), each
+        pod's and each running container's (the latest attempt per name)."""
+        return await self._blocking(self._memory_stats)
+
+    def _memory_stats(self) -> MemorySnapshot | None:
+        node_dir = cgroups.memory_dir(self.node_parent)
+        if node_dir is None:
+            return None
+        now = time.time()
+        latest: dict[tuple[str, str], tuple[int, str]] = {}  # (pod, name) -> (attempt, dir)
+        for entry in self.containers_dir.iterdir():
+            with contextlib.suppress(NotFoundError, OSError, KeyError, ValueError):
+                status = self._status(entry.name)
+                if status.state != ContainerState.RUNNING:
+                    continue
+                _, meta = self._container_meta(entry.name)
+                key = (str(meta["pod_uid"]), status.name)
+                if key not in latest or latest[key][0] < status.attempt:
+                    latest[key] = (status.attempt, str(meta["memory_cgroup"]))
+        by_pod: dict[str, PodMemory] = {}
+        for uid in {m["pod_uid"] for m in self._sandbox_metas()} | {k[0] for k in latest}:
+            pod_dir = cgroups.memory_dir(cgroups.pod_relative(self.node_parent, uid))
+            containers: dict[str, MemoryUsage] = {}
+            for (pod_uid, name), (_, directory) in latest.items():
+                usage = cgroups.memory_usage(directory) if pod_uid == uid and directory \
+                    else None
+                if usage is not None:
+                    containers[name] = usage
+            by_pod[uid] = PodMemory(
+                None if pod_dir is None else cgroups.memory_usage(pod_dir), containers)
+        return MemorySnapshot(now, cgroups.root_memory_usage(), cgroups.memory_usage(node_dir),
+                              by_pod)
+
+    async def process_counts(self) -> dict[str, int] | None:
+        """Each pod's tasks: its pids cgroup's `pids.current`."""
+        def count() -> dict[str, int]:
+            counts: dict[str, int] = {}
+            for uid in {m["pod_uid"] for m in self._sandbox_metas()}:
+                tasks = cgroups.pids_current(cgroups.pod_relative(self.node_parent, uid))
+                if tasks is not None:
+                    counts[uid] = tasks
+            return counts
+
+        return await self._blocking(count)
 
     def _signal(self, container_id: str, signum: int) -> bool:
         """Signal the container's init through a pidfd of the verified pid; False if it is

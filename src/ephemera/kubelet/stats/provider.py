@@ -19,6 +19,18 @@ What is measured (reference k8s-semantics.md 4.3, upstream `calcEphemeralStorage
   used), `runtime.imageFs` = `statvfs` of the image store with `usedBytes` = the image
   store's usage (`dedicated_image_fs` tells whether it is another filesystem).
 
+Memory (what the eviction manager's memory signals read, upstream's cAdvisor figures), from
+`runtime_memory()` (the runtime's `memory_stats`, read through the `MemoryReadings` shape so
+this package stays independent of the runtime's): the node's `memory` = the machine's
+working set (`.node`: the root memory cgroup, usage minus inactive file pages) with
+`availableBytes` = `memory_capacity` minus it; the `pods` system container = the node's pods
+cgroup (`.pods`) with `availableBytes` =
+`pods_memory_limit` (capacity minus the system and kube reservations, upstream's node
+allocatable cgroup limit) minus its working set; each pod's and running container's working
+set from the runtime (`RuntimeService.memory_stats`). Tasks: the node's `rlimit` (`maxpid`,
+`curproc`: `rlimit.node_tasks`) and each pod's `process_count` (`runtime_processes`, the
+runtime's `process_counts`), for `pid.available`. Read at every `get`.
+
 Usage comes from a `UsageBackend`: `DuBackend` (du.py, a bounded directory walk run in a
 thread) or any other implementation. A backend answers the last complete measurement of a
 directory; a directory not measured yet has no stat (its `FsStats` is None), as upstream's
@@ -34,26 +46,31 @@ non-terminal pod with `pod_paths(root_dir, pod, mounted_volumes, pod_log_dir)`, 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 from ephemera.kubelet.stats.du import DiskUsage
+from ephemera.kubelet.stats.rlimit import node_tasks
 
 __all__ = [
+    "SYSTEM_CONTAINER_PODS",
     "VOLUME_DISK",
     "VOLUME_MEMORY",
     "VOLUME_UNMEASURED",
     "ContainerPaths",
     "ContainerStats",
     "FsStats",
+    "MemoryStats",
     "NodeStats",
     "PodPaths",
     "PodStats",
+    "RlimitStats",
     "StatsProvider",
     "Summary",
     "UsageBackend",
@@ -61,10 +78,13 @@ __all__ = [
     "VolumeStats",
     "is_local_ephemeral_volume",
     "latest_instance_dir",
+    "memory_stats",
     "pod_paths",
     "statvfs_stats",
     "volume_kind",
 ]
+
+log = logging.getLogger(__name__)
 
 # How a pod volume is accounted.
 VOLUME_DISK: Final = "disk"  # local ephemeral storage: counts toward the pod's ephemeral-storage
@@ -88,12 +108,84 @@ class FsStats:
     inodes_used: int | None = None
 
 
+class MemoryReading(Protocol):
+    """A cgroup's memory as the runtime reads it (`runtime.base.MemoryUsage`)."""
+
+    @property
+    def usage_bytes(self) -> int: ...
+
+    @property
+    def working_set_bytes(self) -> int: ...
+
+    @property
+    def rss_bytes(self) -> int: ...
+
+
+class PodMemoryReading(Protocol):
+    """A pod's (`runtime.base.PodMemory`): its cgroup and its running containers by name."""
+
+    @property
+    def pod(self) -> MemoryReading | None: ...
+
+    @property
+    def containers(self) -> Mapping[str, MemoryReading]: ...
+
+
+class MemoryReadings(Protocol):
+    """One reading of the runtime (`runtime.base.MemorySnapshot`)."""
+
+    @property
+    def time(self) -> float: ...
+
+    @property
+    def node(self) -> MemoryReading | None: ...
+
+    @property
+    def pods(self) -> MemoryReading | None: ...
+
+    @property
+    def by_pod(self) -> Mapping[str, PodMemoryReading]: ...
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """`MemoryStats`: None means the field is absent."""
+
+    time: float
+    available_bytes: int | None = None
+    usage_bytes: int | None = None
+    working_set_bytes: int | None = None
+    rss_bytes: int | None = None
+
+
+def memory_stats(usage: MemoryReading, at: float, limit: int | None = None) -> MemoryStats:
+    """`MemoryStats` of a cgroup's `usage`; `availableBytes` = `limit` - working set when
+    the cgroup has a limit (as upstream's `cadvisorInfoToContainerStats`)."""
+    return MemoryStats(
+        time=at,
+        available_bytes=None if limit is None else limit - usage.working_set_bytes,
+        usage_bytes=usage.usage_bytes,
+        working_set_bytes=usage.working_set_bytes,
+        rss_bytes=usage.rss_bytes,
+    )
+
+
+@dataclass(frozen=True)
+class RlimitStats:
+    """`RlimitStats`: the node's task limit and the tasks that exist."""
+
+    time: float
+    maxpid: int
+    curproc: int
+
+
 @dataclass(frozen=True)
 class ContainerStats:
     name: str
     start_time: float
     rootfs: FsStats | None = None
     logs: FsStats | None = None
+    memory: MemoryStats | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +203,8 @@ class PodStats:
     containers: tuple[ContainerStats, ...] = ()
     volumes: tuple[VolumeStats, ...] = ()
     ephemeral_storage: FsStats | None = None
+    memory: MemoryStats | None = None
+    process_count: int | None = None  # `process_stats.process_count`
 
     def volume(self, name: str) -> VolumeStats | None:
         for volume in self.volumes:
@@ -125,6 +219,18 @@ class NodeStats:
     start_time: float
     fs: FsStats | None = None
     image_fs: FsStats | None = None
+    memory: MemoryStats | None = None
+    system_containers: tuple[ContainerStats, ...] = ()  # "pods": the node's pods cgroup
+    rlimit: RlimitStats | None = None
+
+    def system_container(self, name: str) -> ContainerStats | None:
+        for container in self.system_containers:
+            if container.name == name:
+                return container
+        return None
+
+
+SYSTEM_CONTAINER_PODS: Final = "pods"
 
 
 @dataclass(frozen=True)
@@ -328,6 +434,14 @@ class StatsProvider:
     start_time: float = field(default_factory=time.time)
     # A pod's whole usage in O(1) (accounting.py's loop images), None: sum the directories.
     pod_totals: Callable[[str], DiskUsage | None] | None = None
+    # Memory (see the module docstring); 0 / None: no memory stats.
+    memory_capacity: int = 0
+    pods_memory_limit: int = 0
+    runtime_memory: Callable[[], Awaitable[MemoryReadings | None]] | None = None
+    runtime_processes: Callable[[], Awaitable[Mapping[str, int] | None]] | None = None
+    _memory: MemoryReadings | None = field(default=None, init=False, repr=False)
+    _processes: Mapping[str, int] | None = field(default=None, init=False, repr=False)
+    _rlimit: RlimitStats | None = field(default=None, init=False, repr=False)
 
     @property
     def dedicated_image_fs(self) -> bool:
@@ -337,13 +451,33 @@ class StatsProvider:
         return image_dev is not None and root_dev is not None and image_dev != root_dev
 
     async def get(self, pods: Sequence[PodPaths], update: bool = True) -> Summary:
-        """The Summary for `pods`; with `update`, one measuring pass first."""
+        """The Summary for `pods`; with `update`, one measuring pass of the disk usage first.
+        Memory is read every time (a few cgroup files)."""
         if update:
             paths = [p for pod in pods for p in pod.directories()]
             if self.image_dir is not None:
                 paths.append(self.image_dir)
             await self.backend.measure(paths)
+        await self.measure_runtime()
         return self.build(pods)
+
+    async def measure_runtime(self) -> None:
+        """Read the machine's and the pods' memory and tasks (kept for `build`); a failed
+        reading leaves the Summary without those stats, not without a Summary."""
+        tasks = node_tasks()
+        self._rlimit = None if tasks is None else RlimitStats(time.time(), *tasks)
+        if self.runtime_memory is not None:
+            try:
+                self._memory = await self.runtime_memory()
+            except Exception as err:  # the runtime's error, whatever it is: logged
+                log.warning("stats: reading the memory failed: %s", err)
+                self._memory = None
+        if self.runtime_processes is not None:
+            try:
+                self._processes = await self.runtime_processes()
+            except Exception as err:
+                log.warning("stats: counting the pods' tasks failed: %s", err)
+                self._processes = None
 
     def _usage_stats(self, path: Path | None, fs: FsStats | None) -> FsStats | None:
         if path is None:
@@ -376,8 +510,20 @@ class StatsProvider:
                     inodes_free=image_fs.inodes_free, inodes=image_fs.inodes,
                     inodes_used=usage.inodes)
         pod_stats = tuple(self._pod_stats(pod, node_fs, now) for pod in pods)
+        node_memory: MemoryStats | None = None
+        system: tuple[ContainerStats, ...] = ()
+        snapshot = self._memory
+        if snapshot is not None:
+            if snapshot.node is not None and self.memory_capacity > 0:
+                node_memory = memory_stats(snapshot.node, snapshot.time, self.memory_capacity)
+            if snapshot.pods is not None:
+                limit = self.pods_memory_limit if self.pods_memory_limit > 0 else None
+                system = (ContainerStats(SYSTEM_CONTAINER_PODS, self.start_time,
+                                         memory=memory_stats(snapshot.pods, snapshot.time,
+                                                             limit)),)
         return Summary(
-            node=NodeStats(self.node_name, self.start_time, node_fs, image_fs),
+            node=NodeStats(self.node_name, self.start_time, node_fs, image_fs, node_memory,
+                           system, self._rlimit),
             pods=pod_stats,
             dedicated_image_fs=self.dedicated_image_fs,
         )
@@ -386,15 +532,22 @@ class StatsProvider:
         # Upstream: rootfs on the container (image) fs, logs and volumes on the node fs; one
         # filesystem here unless the image store is elsewhere (the writable layers are under
         # the kubelet root either way).
+        snapshot = self._memory
+        memory = snapshot.by_pod.get(pod.uid) if snapshot is not None else None
         containers = tuple(
             ContainerStats(
                 name=c.name,
                 start_time=c.start_time,
                 rootfs=self._usage_stats(c.writable_layer, node_fs),
                 logs=self._usage_stats(c.log_dir, node_fs),
+                memory=(None if memory is None or c.name not in memory.containers
+                        or snapshot is None
+                        else memory_stats(memory.containers[c.name], snapshot.time)),
             )
             for c in pod.containers
-            if c.writable_layer is not None  # not created by the runtime yet: no stats
+            # not created by the runtime yet (no writable layer, not running): no stats
+            if c.writable_layer is not None or (memory is not None
+                                                and c.name in memory.containers)
         )
         volumes: list[VolumeStats] = []
         for volume in pod.volumes:
@@ -412,6 +565,9 @@ class StatsProvider:
             containers=containers,
             volumes=tuple(volumes),
             ephemeral_storage=self._ephemeral_storage(pod, containers, volumes, node_fs, now),
+            memory=(None if memory is None or memory.pod is None or snapshot is None
+                    else memory_stats(memory.pod, snapshot.time)),
+            process_count=(self._processes or {}).get(pod.uid),
         )
 
     def _ephemeral_storage(
