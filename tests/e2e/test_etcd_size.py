@@ -103,7 +103,7 @@ def test_every_component_restarts_on_more_than_16_mib_of_pods(tmp_path: Path) ->
         with start_cluster(data, home, args, timeout=WAIT) as cluster:
             # An unpaginated list (no limit: the apiserver reads etcd in pages and sends
             # the whole list in one response), and kubectl's chunked list (limit=500).
-            raw = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods",
+            raw = cluster.kubectl("get", "--raw", "/api/v1/pods",
                                   timeout=120)
             assert len(raw.stdout) > 16 * 1024 * 1024
             listed = json.loads(raw.stdout)
