@@ -18,8 +18,7 @@ Semantics:
   at the first page's revision, until the caller's `limit` (0: the whole range) is reached or
   etcd says there is no `more`. A page that still exceeds the receive limit (huge values) is
   read again in halves, down to one key. So no list, however large the store, asks etcd for
-  one message of unbounded size (etcd's own client would take up to 2 GiB in one message;
-  Kubernetes' storage ranges without a limit for an unpaginated list).
+  one message of unbounded size (etcd's own Go client accepts up to 2 GiB in one message).
 - watch catch-up: a watcher starting behind the current revision is sent up to 1,000
   revisions of events in one response by etcd; the watch is created with `fragment`, so etcd
   splits any response larger than its `--max-request-bytes` (1.5 MiB by default) into
