@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from apiserver_fixtures import Api, configmap, open_watch
 
+from ephemera.apiserver import registry as registry_module
 from ephemera.apiserver.app import REGISTRY
+from ephemera.store import ListResult
 
 CMS = "/api/v1/namespaces/default/configmaps"
 MERGE = "application/merge-patch+json"
@@ -198,3 +200,30 @@ async def test_watch_initial_events_wait_for_the_revision_and_end_with_a_bookmar
     assert end["type"] == "BOOKMARK"
     assert end["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     watch.close()
+
+
+async def test_an_unpaginated_filtered_list_reads_the_store_in_pages(
+        store_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list with a selector and no limit is filtered page by page (never one read of the
+    whole range), all pages at the first one's revision; every match is returned."""
+    api = store_api
+    monkeypatch.setattr(registry_module, "LIST_PAGE", 4)
+    for i in range(11):
+        status, _ = await api.post(CMS, configmap(f"p{i:02}", labels={"odd": str(i % 2)}))
+        assert status == 201
+    store = api.app[REGISTRY].store
+    reads: list[tuple[int, int]] = []
+    original = store.list
+
+    async def recording(prefix: str, **options: Any) -> ListResult:
+        result = await original(prefix, **options)
+        reads.append((options.get("limit", 0), result.revision))
+        return result
+
+    monkeypatch.setattr(store, "list", recording)
+    status, body = await api.get(f"{CMS}?labelSelector=odd%3D1")
+    assert status == 200
+    assert names(body) == [f"p{i:02}" for i in range(1, 11, 2)]
+    assert "continue" not in body["metadata"]
+    assert [limit for limit, _ in reads] == [4, 4, 4]
+    assert {revision for _, revision in reads} == {int(body["metadata"]["resourceVersion"])}

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from apiserver_fixtures import Api, configmap, open_watch, pod, serve
 
+from ephemera.apiserver import namespaces
 from ephemera.store import open_store
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -264,6 +266,24 @@ async def test_namespace_deletion_removes_content(api: Api) -> None:
     deleted = await watch.next_non_bookmark()
     assert (deleted["type"], deleted["object"]["metadata"]["name"]) == ("DELETED", "c1")
     watch.close()
+
+
+async def test_namespace_deletion_empties_the_namespace_page_by_page(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The namespace's content is listed and deleted in pages (here of 3 objects): all
+    eight configmaps go, and the namespace with them."""
+    monkeypatch.setattr(namespaces, "LIST_PAGE", 3)
+    await api.post("/api/v1/namespaces", {"metadata": {"name": "many"}})
+    for i in range(8):
+        status, _ = await api.post("/api/v1/namespaces/many/configmaps", configmap(f"c{i}"))
+        assert status == 201
+    status, _ = await api.delete("/api/v1/namespaces/many")
+    assert status == 200
+    await api.settle_namespaces()
+    status, _ = await api.get("/api/v1/namespaces/many")
+    assert status == 404
+    _, body = await api.get("/api/v1/namespaces/many/configmaps")
+    assert body["items"] == []
 
 
 async def test_namespace_with_bound_pod_waits_for_it(api: Api) -> None:

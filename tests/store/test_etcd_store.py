@@ -1,5 +1,6 @@
 """Tests specific to the etcd backend and to the test etcd server: key prefixes isolate stores
-sharing one etcd, endpoint parsing, the exact compacted revision, and the server's life cycle."""
+sharing one etcd, endpoint parsing, the exact compacted revision, lists read in pages that
+stay under the gRPC receive limit, fragmented watch catch-up, and the server's life cycle."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ephemera.store import Event, Store, open_store
-from ephemera.store.etcd import bytes_prefix_end, grpc_target
+from ephemera.store.etcd import EtcdStore, bytes_prefix_end, grpc_target
 from etcdserver import EtcdServer
 
 pytestmark = pytest.mark.etcd
@@ -52,6 +53,79 @@ async def test_compacted_revision_is_exact(etcd_endpoint: str) -> None:
         target = (await store.create("/c/b", b"1")).mod_revision
         await store.compact(target)
         assert await store.compacted_revision() == target
+    finally:
+        await store.close()
+
+
+def small_store(endpoint: str, **options: int) -> EtcdStore:
+    return EtcdStore([endpoint], prefix=f"/t-{uuid.uuid4().hex[:12]}", progress_interval=0.1,
+                     **options)
+
+
+async def test_lists_are_read_in_pages_at_one_revision(etcd_endpoint: str) -> None:
+    """With 7 keys per Range, a list of 20 is assembled from pages; a limited list stops at
+    its limit and says how many keys remain; every page is read at the first one's
+    revision, so a key created afterwards is not in a list at that revision."""
+    store = small_store(etcd_endpoint, range_page=7)
+    try:
+        for i in range(20):
+            await store.create(f"/p/{i:02}", b"v%d" % i)
+        everything = await store.list("/p/")
+        assert [kv.key for kv in everything.kvs] == [f"/p/{i:02}" for i in range(20)]
+        assert not everything.more
+        await store.create("/p/99", b"late")
+        at_first = await store.list("/p/", revision=everything.revision)
+        assert [kv.key for kv in at_first.kvs] == [kv.key for kv in everything.kvs]
+        first = await store.list("/p/", limit=10, revision=everything.revision)
+        assert [kv.key for kv in first.kvs] == [f"/p/{i:02}" for i in range(10)]
+        assert (first.more, first.remaining) == (True, 10)
+        rest = await store.list("/p/", limit=10, start_after=first.kvs[-1].key,
+                                revision=first.revision)
+        assert [kv.key for kv in rest.kvs] == [f"/p/{i:02}" for i in range(10, 20)]
+        assert not rest.more
+        assert len((await store.list("/p/")).kvs) == 21
+    finally:
+        await store.close()
+
+
+async def test_a_page_over_the_receive_limit_is_read_in_halves(etcd_endpoint: str) -> None:
+    """60 values of 20 KiB (1.2 MB) through a channel that receives at most 256 KiB per
+    message: one Range of everything would be refused ("Received message larger than max"),
+    so the store halves its pages until they fit; the list is whole and in order."""
+    store = small_store(etcd_endpoint, max_receive_bytes=256 * 1024, range_page=500)
+    try:
+        value = b"x" * 20 * 1024
+        await asyncio.gather(*(store.create(f"/big/{i:03}", value) for i in range(60)))
+        listed = await store.list("/big/")
+        assert [kv.key for kv in listed.kvs] == [f"/big/{i:03}" for i in range(60)]
+        assert all(kv.value == value for kv in listed.kvs)
+        limited = await store.list("/big/", limit=50)
+        assert (len(limited.kvs), limited.more, limited.remaining) == (50, True, 10)
+    finally:
+        await store.close()
+
+
+async def test_watch_catch_up_larger_than_the_receive_limit(etcd_endpoint: str) -> None:
+    """A watcher starting before 30 writes of 150 KiB is sent all of them at once by etcd
+    (4.5 MB, over this channel's 2 MiB receive limit); with fragments it gets every event,
+    in order."""
+    store = small_store(etcd_endpoint, max_receive_bytes=2 * 1024 * 1024)
+    try:
+        start = await store.current_revision()
+        value = b"y" * 150 * 1024
+        for i in range(30):
+            await store.create(f"/w/{i:02}", value)
+        watcher = await store.watch("/w/", start)
+        keys: list[str] = []
+        async with asyncio.timeout(20):
+            async for item in watcher:
+                if isinstance(item, Event):
+                    assert item.kv.value == value
+                    keys.append(item.kv.key)
+                    if len(keys) == 30:
+                        break
+        await watcher.close()
+        assert keys == [f"/w/{i:02}" for i in range(30)]
     finally:
         await store.close()
 

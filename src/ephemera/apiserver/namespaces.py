@@ -39,6 +39,7 @@ from typing import Any
 
 from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
+from ephemera.api.listoptions import ListRead
 from ephemera.apiserver.admission.namespacelifecycle import (
     IMMORTAL_NAMESPACES,
     NAMESPACES,
@@ -46,7 +47,7 @@ from ephemera.apiserver.admission.namespacelifecycle import (
 )
 from ephemera.apiserver.admission.serviceaccount import DEFAULT_SERVICE_ACCOUNT, SERVICE_ACCOUNTS
 from ephemera.apiserver.informers import Reflector
-from ephemera.apiserver.registry import Codec, DeleteOptions, Registry
+from ephemera.apiserver.registry import LIST_PAGE, Codec, DeleteOptions, Registry
 from ephemera.apiserver.resources import RESOURCES, Resource
 from ephemera.apiserver.strategy import NAMESPACE_FINALIZER
 from ephemera.store import Event, KeyValue, Store
@@ -227,18 +228,25 @@ class NamespaceLifecycle:
         for resource in RESOURCES:
             if not resource.namespaced or "delete" not in resource.verbs:
                 continue  # cluster-scoped, or never stored (localsubjectaccessreviews)
-            page = await self.registry.list(resource, namespace)
-            for kv in page.kvs:
-                obj_name = kv.key.rsplit("/", 1)[-1]
-                try:
-                    result = await self.registry.delete(resource, namespace, obj_name,
-                                                        DeleteOptions())
-                except StatusError as err:
-                    if err.code == 404:
-                        continue
-                    raise
-                if not result.deleted:
-                    remaining += 1
+            prefix = resource.key_prefix(namespace)
+            read = ListRead(limit=LIST_PAGE)
+            while True:  # in pages: a namespace may hold more than fits one read
+                page = await self.registry.list(resource, namespace, read=read)
+                for kv in page.kvs:
+                    obj_name = kv.key.rsplit("/", 1)[-1]
+                    try:
+                        result = await self.registry.delete(resource, namespace, obj_name,
+                                                            DeleteOptions())
+                    except StatusError as err:
+                        if err.code == 404:
+                            continue
+                        raise
+                    if not result.deleted:
+                        remaining += 1
+                if not page.continue_token or not page.kvs:
+                    break
+                read = ListRead(limit=LIST_PAGE, start_after=page.kvs[-1].key[len(prefix):],
+                                continued=True)
         return remaining
 
     async def _remove_finalizer(self, name: str) -> None:

@@ -71,7 +71,8 @@ log = logging.getLogger("ephemera.apiserver")
 MAX_UPDATE_ATTEMPTS = 32
 # Name generation retries, as upstream's RetryGenerateName (7 extra attempts).
 GENERATE_NAME_ATTEMPTS = 8
-# Keys read per store page while filtering a list with selectors.
+# Keys read per store page while filtering a list with selectors (also when the list has no
+# limit: only the matching objects are kept, never the whole range at once).
 LIST_PAGE = 500
 # Seconds between looks at the store's revision while a read waits for a newer one.
 FRESHNESS_POLL = 0.05
@@ -346,7 +347,7 @@ class Registry:
                 return ListPage(result.kvs, [None] * len(result.kvs), result.revision)
             kvs: list[KeyValue] = []
             objects: list[dict[str, Any] | None] = []
-            page = max(limit, LIST_PAGE) if limit else 0
+            page = max(limit, LIST_PAGE)
             while True:
                 result = await self.store.list(prefix, limit=page, start_after=start_after,
                                                revision=revision)

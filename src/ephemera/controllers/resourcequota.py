@@ -30,6 +30,7 @@ from typing import Any
 from ephemera.api.errors import StatusError
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
+from ephemera.client.reflector import DEFAULT_PAGE_SIZE
 from ephemera.pods import quota
 
 log = logging.getLogger("ephemera.controllers.resourcequota")
@@ -158,7 +159,8 @@ class ResourceQuotaController:
                 objects[(group, plural)] = self._namespace_pods(namespace)
                 continue
             try:
-                listed = await self.api.list(resource_path(plural, namespace, group=group))
+                listed = await self.api.list(resource_path(plural, namespace, group=group),
+                                             limit=DEFAULT_PAGE_SIZE)  # in pages
             except StatusError as err:
                 if err.code == 404:  # not a served resource: its count stays as it is
                     continue

@@ -13,8 +13,16 @@ Semantics:
 - create = Txn(create_revision(key) == 0 → put); update = Txn(version > 0 and mod_revision ==
   expected → put, else range); delete likewise (the range on failure gives the current value
   for RevisionMismatch). etcd's own revision is the store revision (an empty etcd is at 1).
-- list = Range from max(prefix, start_after + "\\0") to the prefix end, with etcd's `limit`,
-  `more` and `revision`.
+- list = Ranges from max(prefix, start_after + "\\0") to the prefix end, read in pages of at
+  most `RANGE_PAGE` keys (`limit` on every Range, the next page after the last key read), all
+  at the first page's revision, until the caller's `limit` (0: the whole range) is reached or
+  etcd says there is no `more`. A page that still exceeds the receive limit (huge values) is
+  read again in halves, down to one key. So no list, however large the store, asks etcd for
+  one message of unbounded size (etcd's own Go client accepts up to 2 GiB in one message).
+- watch catch-up: a watcher starting behind the current revision is sent up to 1,000
+  revisions of events in one response by etcd; the watch is created with `fragment`, so etcd
+  splits any response larger than its `--max-request-bytes` (1.5 MiB by default) into
+  fragments, which the stream reader joins again.
 - watch = one Watch stream per watcher with start_revision = after_revision + 1, prev_kv (for
   DELETE values and `prev`) and progress_notify. Events go to a bounded buffer
   (`BufferedWatcher`); a watcher that overflows it is dropped and its stream cancelled.
@@ -37,6 +45,14 @@ that have caught up, through the same channel as the events, so its header revis
 each becomes a `Progress`. Between those, when the consumer has waited `progress_interval`
 with nothing to receive, we synthesise `Progress(last revision known complete)`: the highest of
 after_revision, the last event and the last server notification.
+
+Message limits (gRPC channel options, chosen rather than gRPC's defaults of 4 MiB received,
+unlimited sent): receive `MAX_RECEIVE_BYTES` (64 MiB), sent `MAX_SEND_BYTES` (16 MiB). A page
+of 500 keys of ordinary objects is a few MB, a watch fragment at most the server's request
+limit plus one event, so 64 MiB leaves an order of magnitude of room; beyond it a page is
+halved (above). Sends are single objects, bounded by etcd's `--max-request-bytes` (1.5 MiB by
+default, 10 MiB at most as etcd recommends); 16 MiB lets the server's limit be the one a user
+meets, with etcd's own "request is too large".
 
 Key prefix: `prefix` is prepended to every key and stripped from results, so several stores
 (test runs) share one etcd without seeing each other's keys. Revisions and compaction are
@@ -77,6 +93,10 @@ from ephemera.store.watchhub import (
 COMPACTED_MESSAGE = "required revision has been compacted"
 FUTURE_MESSAGE = "required revision is a future revision"
 ALL_KEYS = b"\x00"  # as range_end: every key >= key; as key with range_end \0: all keys
+RANGE_PAGE = 500  # keys per Range of a list (the apiserver's and client-go's page size)
+MAX_RECEIVE_BYTES = 64 * 1024 * 1024  # the channel's receive limit (module docstring)
+MAX_SEND_BYTES = 16 * 1024 * 1024  # the channel's send limit (module docstring)
+TOO_LARGE_MESSAGE = "larger than max"  # gRPC's "Received message larger than max (a vs. b)"
 
 
 def bytes_prefix_end(prefix: bytes) -> bytes:
@@ -136,8 +156,12 @@ class EtcdStore(Store):
         progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
         watch_capacity: int = DEFAULT_WATCH_CAPACITY,
         timeout: float = 30.0,
+        max_receive_bytes: int = MAX_RECEIVE_BYTES,
+        range_page: int = RANGE_PAGE,
     ) -> None:
         self.target = grpc_target(endpoints)
+        self._max_receive_bytes = max_receive_bytes
+        self._range_page = range_page
         self.prefix = prefix
         self._prefix_bytes = prefix.encode()
         self._progress_interval = progress_interval
@@ -155,7 +179,13 @@ class EtcdStore(Store):
         if self._closed:
             raise StoreError("store is closed")
         if self._kv is None:
-            self._channel = rpc.insecure_channel(self.target)
+            self._channel = rpc.insecure_channel(
+                self.target,
+                options=[
+                    ("grpc.max_receive_message_length", self._max_receive_bytes),
+                    ("grpc.max_send_message_length", MAX_SEND_BYTES),
+                ],
+            )
             self._kv = rpc.KVStub(self._channel)
             self._watch_stub = rpc.WatchStub(self._channel)
         return self._kv
@@ -296,13 +326,37 @@ class EtcdStore(Store):
         start, end = self._range(prefix)
         if start_after:
             start = max(start, self._key(start_after) + b"\x00")
-        response = await self._get_range(
-            rpc.RangeRequest(key=start, range_end=end, limit=limit, revision=revision)
-        )
-        kvs = [self._kv_from(kv) for kv in response.kvs]
-        more = bool(response.more)
-        remaining = int(response.count) - len(kvs) if more else 0
-        return ListResult(kvs, revision or response.header.revision, more, remaining)
+        kvs: list[KeyValue] = []
+        page = self._range_page
+        while True:
+            want = page if not limit else min(page, limit - len(kvs))
+            response, page = await self._range_page_at(start, end, want, revision)
+            revision = revision or int(response.header.revision)
+            kvs.extend(self._kv_from(kv) for kv in response.kvs)
+            if not response.more or not response.kvs:
+                return ListResult(kvs, revision, False)
+            if limit and len(kvs) >= limit:
+                remaining = int(response.count) - len(response.kvs)
+                return ListResult(kvs, revision, True, remaining)
+            start = response.kvs[-1].key + b"\x00"
+
+    async def _range_page_at(
+        self, start: bytes, end: bytes, limit: int, revision: int
+    ) -> tuple[rpc.RangeResponse, int]:
+        """One Range of at most `limit` keys; when the answer exceeds the receive limit, the
+        same Range with half the limit, down to one key. The response and the limit used."""
+        while True:
+            try:
+                request = rpc.RangeRequest(key=start, range_end=end, limit=limit,
+                                           revision=revision)
+                return await self._get_range(request), limit
+            except StoreError as error:
+                cause = error.__cause__
+                if (limit <= 1 or not isinstance(cause, grpc.aio.AioRpcError)
+                        or cause.code() != grpc.StatusCode.RESOURCE_EXHAUSTED
+                        or TOO_LARGE_MESSAGE not in (cause.details() or "")):
+                    raise
+                limit //= 2
 
     async def current_revision(self) -> int:
         response = await self._get_range(rpc.RangeRequest(key=ALL_KEYS, count_only=True))
@@ -362,6 +416,7 @@ class EtcdStore(Store):
                         start_revision=start_revision,
                         progress_notify=True,
                         prev_kv=True,
+                        fragment=True,
                     )
                 )
             )
@@ -403,6 +458,7 @@ class EtcdStore(Store):
         state: _WatchState,
     ) -> None:
         """Read the watch stream into the watcher's buffer until it ends or overflows."""
+        fragments: list[rpc.Event] = []
         try:
             while not watcher.finished:
                 response = await call.read()
@@ -420,14 +476,18 @@ class EtcdStore(Store):
                     return
                 if response.created or response.watch_id != watch_id:
                     continue
-                if not response.events:  # a progress notification
+                fragments.extend(response.events)
+                if response.fragment:  # more of the same response follows
+                    continue
+                events, fragments = fragments, []
+                if not events:  # a progress notification
                     revision = int(response.header.revision)
                     if revision > state.complete_revision:
                         state.complete_revision = revision
                         if not watcher.push(Progress(revision)):
                             return
                     continue
-                for event in response.events:
+                for event in events:
                     converted = self._event_from(event)
                     if not watcher.push(converted):
                         return
