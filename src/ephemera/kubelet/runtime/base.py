@@ -32,6 +32,15 @@ class ExecTimeoutError(RuntimeError_):
     """exec_sync ran longer than its timeout; the process was killed."""
 
 
+class LiveMountError(RuntimeError_):
+    """A live mount or unmount failed; `errno` is the cause (0 when it is not a syscall's).
+    The container keeps running and nothing was mounted."""
+
+    def __init__(self, message: str, err: int = 0) -> None:
+        super().__init__(message)
+        self.errno = err
+
+
 class ContainerState(StrEnum):
     CREATED = "CREATED"
     RUNNING = "RUNNING"
@@ -206,6 +215,19 @@ class RuntimeService(abc.ABC):
         """Stream a running container's stdout/stderr (and write its stdin if it was created
         with `stdin`); `wait()` returns the container's exit code."""
         raise RuntimeError_(f"{self.name}: attach is not supported")
+
+    async def mount_live(self, container_id: str, mount: Mount) -> None:
+        """Attach `mount` to the running container without restarting it (KEP-6395's live
+        hot-plug; `livemount.py` has the sequence). Idempotent: a mount of the same host path
+        already at that path is only recorded. Afterwards `container_status().mounts` lists
+        it. Raises LiveMountError naming the container, path and cause; the
+        container keeps running and nothing is mounted."""
+        raise RuntimeError_(f"{self.name}: live mounts are not supported")
+
+    async def unmount_live(self, container_id: str, container_path: str) -> None:
+        """Detach whatever is mounted at `container_path` in the running container (lazily)
+        and drop it from `container_status().mounts`; idempotent."""
+        raise RuntimeError_(f"{self.name}: live mounts are not supported")
 
     async def version(self) -> str:
         """The runtime's name and version for Node.status.nodeInfo.containerRuntimeVersion,

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import secrets
@@ -66,7 +67,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ephemera.kubelet.runtime import cgroups
+from ephemera.api.goformat import go_quote
+from ephemera.kubelet.runtime import cgroups, livemount
 from ephemera.kubelet.runtime.base import (
     ContainerConfig,
     ContainerState,
@@ -74,6 +76,7 @@ from ephemera.kubelet.runtime.base import (
     ExecResult,
     ExecSession,
     ExecTimeoutError,
+    LiveMountError,
     Mount,
     NotFoundError,
     RuntimeError_,
@@ -284,6 +287,7 @@ class OciRuntime(RuntimeService):
         self.unshare = shutil.which("unshare") or "/usr/bin/unshare"
         self._executor: ThreadPoolExecutor | None = None  # blocking work, off the event loop
         self._sandbox_lock = threading.Lock()  # run_pod_sandbox is idempotent per pod UID
+        self._meta_lock = threading.Lock()  # container.json rewrites (live mounts)
         self._host_ip: str | None = None
         self._shim_server = ShimServer(self.state_dir / "shim-server.log")
 
@@ -673,8 +677,84 @@ class OciRuntime(RuntimeService):
                     return str(entry.get("msg", ""))
         return ""
 
+    # -- live mounts (livemount.py) -------------------------------------------------------------
+    #
+    # container.json's "mounts" is the container's current mount list: its config's, changed by
+    # every live mount and unmount. Before the syscall the change is written down as "pending";
+    # whoever reads the container next (status, another live mount) settles a pending change
+    # against the container's mount table, so a kill -9 between the syscall and the record
+    # leaves neither a mount nobody knows of nor a record of a mount that is not there.
+
+    async def mount_live(self, container_id: str, mount: Mount) -> None:
+        await self._blocking(self._live_change, container_id, "mount", mount)
+
+    async def unmount_live(self, container_id: str, container_path: str) -> None:
+        await self._blocking(self._live_change, container_id, "unmount",
+                             Mount(container_path=container_path, host_path=""))
+
+    def _live_change(self, container_id: str, op: str, mount: Mount) -> None:
+        target = mount.container_path.rstrip("/") or "/"
+        with self._meta_lock:
+            directory, meta = self._container_meta(container_id)
+            pidfd = self._init_pidfd(container_id)
+            if pidfd is None:
+                verb = "mounting" if op == "mount" else "unmounting"
+                raise LiveMountError(
+                    f"{verb} {go_quote(target)} in running container "
+                    f"{go_quote(meta['name'])}: the container is not running", errno.ESRCH)
+            try:
+                pid = int(read_kv(directory / "started")["pid"])
+                meta = self._settle_pending(directory, meta, pid)
+                meta["pending"] = {"op": op, "mount": vars(mount)}
+                write_json(directory / "container.json", meta)
+                if op == "mount":
+                    if not livemount.is_live_mounted(pid, mount.host_path, target):
+                        livemount.mount_into(pidfd, meta["name"], mount.host_path, target,
+                                             mount.read_only)
+                else:
+                    livemount.unmount_from(pidfd, meta["name"], target)
+                meta["mounts"] = [m for m in meta["mounts"]
+                                  if (m["container_path"].rstrip("/") or "/") != target]
+                if op == "mount":
+                    meta["mounts"].append(vars(mount))
+            finally:
+                os.close(pidfd)
+                if meta.pop("pending", None) is not None:
+                    write_json(directory / "container.json", meta)
+
+    @staticmethod
+    def _settle_pending(directory: Path, meta: dict[str, Any], pid: int) -> dict[str, Any]:
+        """Apply or drop a live change interrupted by a crash, as the mount table says."""
+        pending = meta.pop("pending", None)
+        if pending is None:
+            return meta
+        mount = Mount(**pending["mount"])
+        target = mount.container_path.rstrip("/") or "/"
+        kept = [m for m in meta["mounts"] if (m["container_path"].rstrip("/") or "/") != target]
+        try:
+            if pending["op"] == "mount":
+                if pid and livemount.is_live_mounted(pid, mount.host_path, target):
+                    meta["mounts"] = [*kept, vars(mount)]
+            elif pid and not any(m.mount_point == target
+                                 for m in livemount.container_mounts(pid)):
+                meta["mounts"] = kept
+        except (OSError, LiveMountError):
+            pass  # the container is gone: its mounts went with it
+        write_json(directory / "container.json", meta)
+        return meta
+
     def _status(self, container_id: str) -> ContainerStatus:
         directory, meta = self._container_meta(container_id)
+        if "pending" in meta and self._meta_lock.acquire(blocking=False):
+            try:  # not while a live change holds the lock: it settles the record itself
+                directory, meta = self._container_meta(container_id)
+                if "pending" in meta:
+                    pid = int(read_kv(directory / "started").get("pid", "0") or 0)
+                    if pid and not _proc_start_time(pid):
+                        pid = 0
+                    meta = self._settle_pending(directory, meta, pid)
+            finally:
+                self._meta_lock.release()
         started = read_kv(directory / "started")
         exited = read_kv(directory / "exit")
         start_error = read_kv(directory / "start-error")
