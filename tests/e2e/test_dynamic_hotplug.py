@@ -1,0 +1,206 @@
+"""Live hot-plug (`dynamicVolumePolicy.restartPolicy: NotRequired`, feature gate
+DynamicVolumeHotPlug) on a real `ephemera up` with the real OCI runtime, watched from inside the
+container with the real `kubectl exec`: a Secret and an emptyDir added to a running container
+whose PID 1 keeps its start time, files visible, a Secret update reaching the live mount,
+both removed again and gone from the container's mount table and the host; a read-only live
+mount refusing writes; a container that plants a symlink at the mount path (to /etc, to
+/proc/1/root, to ../../..) gets a FailedMount event and nothing mounted anywhere (neither in
+the container nor on the host); a NotRequired and a RestartContainer container changed in one
+update; and the gate off (the apiserver refuses the value as upstream refuses an unknown
+enum value)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster import (
+    LOOP,
+    Cluster,
+    Kubectl,
+    assert_kubelet_clean,
+    container,
+    exec_in,
+    kubelet_cluster_fixtures,
+    namespace_for,
+    patch_dynamic,
+    start_cluster,
+    volume_dir,
+    volume_phases,
+    wait,
+    wait_pod,
+)
+
+from ephemera.kubelet.runtime.livemount import mount_source, parse_mountinfo
+
+pytestmark = pytest.mark.e2e
+
+hotplug_cluster, k = kubelet_cluster_fixtures("hotplug_cluster", "hotplug-cluster",
+                                              "hotplug-node", after_delete=assert_kubelet_clean)
+
+NOT_REQUIRED = {"restartPolicy": "NotRequired"}
+START_TIME = "cut -d' ' -f22 /proc/1/stat"  # PID 1's start time, from inside the container
+
+
+def _pod(k: Kubectl, *containers: dict[str, Any]) -> dict[str, Any]:
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "volumes": [{"name": "keep", "emptyDir": {}}],
+                     "containers": list(containers)}}
+    k("create", "-f", "-", input=yaml.safe_dump(body))
+    return wait_pod(k, "w", lambda p: all(
+        "running" in container(p, c["name"]).get("state", {}) for c in containers), "running")
+
+
+def _live(name: str = "c", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "image": "busybox", "command": ["sh", "-c", LOOP],
+            "dynamicVolumePolicy": NOT_REQUIRED,
+            "volumeMounts": [{"name": "keep", "mountPath": "/keep"}], **extra}
+
+
+def _mount_points(k: Kubectl, name: str = "c") -> set[str]:
+    """The container's mount table as it reads it itself."""
+    return {line.split()[1] for line in exec_in(k, "w", name, "cat /proc/mounts").splitlines()}
+
+
+def _host_clones(path: Path) -> list[str]:
+    """Mount points in the host's table that show the directory `path` (a clone of it)."""
+    device, root = mount_source(str(path))
+    with open("/proc/self/mountinfo") as table:
+        return [m.mount_point for m in parse_mountinfo(table.read())
+                if (m.device, m.root) == (device, root)]
+
+
+def _reported(p: dict[str, Any], name: str = "c") -> set[tuple[str, str]]:
+    return {(m["name"], m["mountPath"]) for m in container(p, name).get("volumeMounts") or []}
+
+
+def test_secret_and_emptydir_come_and_go_live(k: Kubectl) -> None:
+    k("create", "secret", "generic", "s1", "--from-literal=token=one")
+    before = _pod(k, _live())
+    uid = before["metadata"]["uid"]
+    cid = container(before)["containerID"]
+    started = exec_in(k, "w", "c", START_TIME)
+    patch_dynamic(k, "w", [
+        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "extra", "emptyDir": {}}},
+        {"op": "add", "path": "/spec/volumes/-",
+         "value": {"name": "sec", "secret": {"secretName": "s1"}}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": "extra", "mountPath": "/data/extra"}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": "sec", "mountPath": "/etc/sec"}}])
+    after = wait_pod(k, "w", lambda p: {("extra", "/data/extra"), ("sec", "/etc/sec")}
+                     <= _reported(p), "mounted live")
+    status = container(after)
+    assert (status["containerID"], status["restartCount"]) == (cid, 0)
+    assert volume_phases(after)["extra"] == volume_phases(after)["sec"] == "HostMounted"
+    assert exec_in(k, "w", "c", START_TIME) == started  # the same process
+    assert exec_in(k, "w", "c", "cat /etc/sec/token") == "one"
+    exec_in(k, "w", "c", "echo from-container > /data/extra/f")
+    host_extra = volume_dir(k.cluster, uid, "empty-dir", "extra")
+    assert (host_extra / "f").read_text() == "from-container\n"
+    assert {"/data/extra", "/etc/sec"} <= _mount_points(k)
+    assert _host_clones(host_extra) == []  # the host's table never had it
+
+    k("patch", "secret", "s1", "-p", json.dumps({"stringData": {"token": "two"}}))
+    wait(lambda: exec_in(k, "w", "c", "cat /etc/sec/token") == "two",
+         "the Secret update to reach the live mount", k.cluster)
+
+    patch_dynamic(k, "w", [{"op": "remove", "path": "/spec/containers/0/volumeMounts/2"},
+                           {"op": "remove", "path": "/spec/containers/0/volumeMounts/1"},
+                           {"op": "remove", "path": "/spec/volumes/2"},
+                           {"op": "remove", "path": "/spec/volumes/1"}])
+    gone = wait_pod(k, "w", lambda p: _reported(p) == {("keep", "/keep")}
+                    and "extra" not in volume_phases(p) and "sec" not in volume_phases(p),
+                    "unmounted live and torn down")
+    assert (container(gone)["containerID"], container(gone)["restartCount"]) == (cid, 0)
+    assert exec_in(k, "w", "c", START_TIME) == started
+    assert not {"/data/extra", "/etc/sec"} & _mount_points(k)
+    wait(lambda: not host_extra.exists(), "the host directory to be removed", k.cluster)
+
+
+def test_a_read_only_live_mount_refuses_writes(k: Kubectl) -> None:
+    _pod(k, _live())
+    patch_dynamic(k, "w", [
+        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "ro", "emptyDir": {}}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": "ro", "mountPath": "/ro", "readOnly": True}}])
+    wait_pod(k, "w", lambda p: ("ro", "/ro") in _reported(p), "mounted live")
+    result = k("exec", "w", "-c", "c", "--", "sh", "-c", "echo x > /ro/f", check=False)
+    assert result.returncode != 0 and "Read-only file system" in result.stderr
+
+
+@pytest.mark.parametrize("target", ["/etc", "/proc/1/root", "../../.."])
+def test_a_planted_symlink_never_redirects_a_live_mount(k: Kubectl, target: str) -> None:
+    before = _pod(k, _live())
+    uid = before["metadata"]["uid"]
+    cid = container(before)["containerID"]
+    exec_in(k, "w", "c", f"ln -s {target} /plant")
+    table = _mount_points(k)
+    patch_dynamic(k, "w", [
+        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "evil", "emptyDir": {}}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": "evil", "mountPath": "/plant"}}])
+    events: list[dict[str, Any]] = wait(lambda: [
+        e for e in k.json("get", "events", "--field-selector",
+                          "involvedObject.name=w,reason=FailedMount")["items"]],
+        "a FailedMount event", k.cluster)
+    assert events[0]["type"] == "Warning"
+    assert events[0]["message"] == (
+        'MountVolume.LiveMount failed for volume "evil" : mounting "/plant" in running '
+        'container "c": too many levels of symbolic links')
+    p = wait_pod(k, "w", lambda p: volume_phases(p).get("evil") == "HostMounted",
+                 "the volume set up on the host")
+    assert (container(p)["containerID"], container(p)["restartCount"]) == (cid, 0)
+    assert "running" in container(p)["state"]
+    assert ("evil", "/plant") not in _reported(p)
+    assert _mount_points(k) == table
+    assert _host_clones(volume_dir(k.cluster, uid, "empty-dir", "evil")) == []
+    assert exec_in(k, "w", "c", "readlink /plant") == target + "\n"
+
+
+def test_not_required_and_restart_container_in_one_update(k: Kubectl) -> None:
+    restart = {"name": "r", "image": "busybox", "command": ["sh", "-c", LOOP],
+               "dynamicVolumePolicy": {"restartPolicy": "RestartContainer"}}
+    before = _pod(k, _live(), restart)
+    live_id, restart_id = container(before)["containerID"], container(before, "r")["containerID"]
+    patch_dynamic(k, "w", [
+        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "both", "emptyDir": {}}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": "both", "mountPath": "/both"}},
+        {"op": "add", "path": "/spec/containers/1/volumeMounts",
+         "value": [{"name": "both", "mountPath": "/both"}]}])
+    after = wait_pod(k, "w", lambda p: ("both", "/both") in _reported(p)
+                     and ("both", "/both") in _reported(p, "r")
+                     and container(p, "r").get("containerID") != restart_id
+                     and "running" in container(p, "r").get("state", {}), "both changed")
+    assert container(after)["containerID"] == live_id  # mounted live
+    exec_in(k, "w", "c", "echo shared > /both/f")
+    assert exec_in(k, "w", "r", "cat /both/f") == "shared\n"
+
+
+@pytest.fixture(scope="module")
+def gate_off_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("hotplug-off")
+    with start_cluster(base / "data", base / "home",
+                       ["--no-kubelet", "--feature-gates", "DynamicVolumeHotPlug=false"]) as c:
+        yield c
+
+
+def test_gate_off_rejects_not_required(gate_off_cluster: Cluster, tmp_path: Path,
+                                       request: pytest.FixtureRequest) -> None:
+    kubectl = Kubectl(gate_off_cluster, tmp_path / "home", namespace_for(request.node.name))
+    kubectl.home.mkdir()
+    kubectl("create", "namespace", kubectl.namespace)
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+            "spec": {"nodeName": "nowhere", "containers": [_live()],
+                     "volumes": [{"name": "keep", "emptyDir": {}}]}}
+    result = kubectl("create", "-f", "-", input=yaml.safe_dump(body), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        'The Pod "w" is invalid: spec.containers[0].dynamicVolumePolicy.restartPolicy: '
+        'Unsupported value: "NotRequired": supported values: "RestartContainer"')
