@@ -6,13 +6,14 @@ both removed again and gone from the container's mount table and the host; a rea
 mount refusing writes; a container that plants a symlink at the mount path (to /etc, to
 /proc/1/root, to ../../..) gets a FailedMount event and nothing mounted anywhere (neither in
 the container nor on the host); a NotRequired and a RestartContainer container changed in one
-update; and the gate off (the apiserver refuses the value as upstream refuses an unknown
-enum value)."""
+update; the gate off (the apiserver refuses the value as upstream refuses an unknown enum
+value); and kill -9 of the kubelet in the middle of a live swap."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,11 @@ from cluster import (
     Kubectl,
     assert_kubelet_clean,
     container,
+    create_running,
     exec_in,
+    kill_kubelet,
     kubelet_cluster_fixtures,
+    mounts_under,
     namespace_for,
     patch_dynamic,
     start_cluster,
@@ -204,3 +208,68 @@ def test_gate_off_rejects_not_required(gate_off_cluster: Cluster, tmp_path: Path
     assert result.stderr.strip() == (
         'The Pod "w" is invalid: spec.containers[0].dynamicVolumePolicy.restartPolicy: '
         'Unsupported value: "NotRequired": supported values: "RestartContainer"')
+
+
+def _task(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Task `n`'s volumes (a kept emptyDir, a Memory emptyDir and a Secret) and mounts."""
+    return ([{"name": "keep", "emptyDir": {}},
+             {"name": f"scratch-{n}", "emptyDir": {"medium": "Memory"}},
+             {"name": f"creds-{n}", "secret": {"secretName": f"creds-{n}"}}],
+            [{"name": "keep", "mountPath": "/keep"},
+             {"name": f"scratch-{n}", "mountPath": "/scratch"},
+             {"name": f"creds-{n}", "mountPath": "/creds"}])
+
+
+def _poll(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("kill_point", ["acknowledged", "mounting", "detached"])
+def test_kubelet_killed_mid_live_swap(k: Kubectl, hotplug_cluster: Cluster,
+                                      kill_point: str) -> None:
+    """kill -9 of the kubelet during a live swap (as soon as the API has it; once the new
+    volume's host directory appears; once the runtime recorded the old mount detached):
+    the restarted kubelet finishes it with the container untouched, nothing mounted twice
+    in the container and nothing left on the host."""
+    cluster = hotplug_cluster
+    volumes, mounts = _task(1)
+    secrets = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"creds-{n}"},
+                "stringData": {"key": f"secret {n}"}} for n in (1, 2)]
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+            "spec": {"terminationGracePeriodSeconds": 1, "volumes": volumes,
+                     "containers": [_live(volumeMounts=mounts)]}}
+    p = create_running(k, *secrets, body)
+    uid, cid = p["metadata"]["uid"], container(p)["containerID"]
+    started = exec_in(k, "w", "c", START_TIME)
+    old_dirs = [volume_dir(cluster, uid, "empty-dir", "scratch-1"),
+                volume_dir(cluster, uid, "secret", "creds-1")]
+    new_dirs = [volume_dir(cluster, uid, "empty-dir", "scratch-2"),
+                volume_dir(cluster, uid, "secret", "creds-2")]
+    record = cluster.data_dir / "kubelet" / "pods" / uid / "containers" / "c" / "0" / \
+        "container.json"
+    volumes, mounts = _task(2)
+    patch_dynamic(k, "w", [{"op": "add", "path": "/spec/volumes", "value": volumes},
+                           {"op": "add", "path": "/spec/containers/0/volumeMounts",
+                            "value": mounts}])
+    if kill_point == "mounting":
+        _poll(lambda: new_dirs[0].exists(), "scratch-2's host directory")
+    elif kill_point == "detached":
+        _poll(lambda: "scratch-1" not in record.read_text(), "scratch-1 detached")
+    kill_kubelet(cluster)
+    want = {("keep", "/keep"), ("scratch-2", "/scratch"), ("creds-2", "/creds")}
+    after = wait_pod(k, "w", lambda p: _reported(p) == want and volume_phases(p) == dict.fromkeys(
+        ("keep", "scratch-2", "creds-2"), "HostMounted"), "the live swap finished")
+    assert (container(after)["containerID"], container(after)["restartCount"]) == (cid, 0)
+    assert exec_in(k, "w", "c", START_TIME) == started
+    seen = exec_in(k, "w", "c", "grep -E ' /(scratch|creds) ' /proc/mounts | "
+                                "cut -d' ' -f2,3 | sort; cat /creds/key")
+    assert seen.splitlines() == ["/creds tmpfs", "/scratch tmpfs", "secret 2"]
+    wait(lambda: not any(d.exists() for d in old_dirs), "the old volumes torn down", cluster)
+    assert sorted(mounts_under(cluster.data_dir / "kubelet" / "pods" / uid / "volumes")) == \
+        sorted(str(d) for d in new_dirs)
+    for directory in new_dirs:
+        assert _host_clones(directory) == [str(directory)]  # the host mount itself only
