@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from runtime_testing import container_config, sandbox_config
 
+from ephemera.kubelet.runtime import livemount
 from ephemera.kubelet.runtime.base import ContainerState, LiveMountError, Mount
 from ephemera.kubelet.runtime.livemount import (
     container_mounts,
@@ -81,6 +82,39 @@ async def test_mount_live_and_unmount_keep_the_process(
                for m in (await runtime.container_status(container_id)).mounts)
     await runtime.unmount_live(container_id, "/data/live")  # idempotent
     assert (await runtime.container_status(container_id)).pid == before.pid
+
+
+async def test_without_the_helper_a_forked_child_mounts(
+        runtime: OciRuntime, busybox_layer: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the mount helper cannot run, the same sequence runs in a forked child."""
+    monkeypatch.setattr(livemount._helper, "request", lambda pidfd, request: None)
+    container_id = await running(runtime, busybox_layer)
+    volume = source_dir(tmp_path)
+    await runtime.mount_live(container_id, Mount("/fallback", str(volume), read_only=True))
+    code, output = await sh(runtime, container_id, "cat /fallback/file; touch /fallback/x")
+    assert code != 0 and "from-host" in output and "Read-only file system" in output
+    with pytest.raises(LiveMountError, match="too many levels of symbolic links"):
+        assert (await sh(runtime, container_id, "ln -s /etc /evil"))[0] == 0
+        await runtime.mount_live(container_id, Mount("/evil", str(volume)))
+    await runtime.unmount_live(container_id, "/fallback")
+    assert await sh(runtime, container_id, "ls /fallback") == (0, "")
+    assert host_mounts_of(volume) == []
+
+
+async def test_a_helper_that_died_is_started_again(
+        runtime: OciRuntime, busybox_layer: Path, tmp_path: Path) -> None:
+    container_id = await running(runtime, busybox_layer)
+    volume = source_dir(tmp_path)
+    await runtime.mount_live(container_id, Mount("/one", str(volume)))
+    helper = livemount._helper.process
+    assert helper is not None and helper.poll() is None
+    helper.kill()
+    helper.wait()
+    await runtime.mount_live(container_id, Mount("/two", str(volume)))
+    assert livemount._helper.process is not None and livemount._helper.process is not helper
+    assert await sh(runtime, container_id, "cat /one/file /two/file") == (
+        0, "from-host\nfrom-host\n")
 
 
 async def test_read_only_live_mount_refuses_writes(

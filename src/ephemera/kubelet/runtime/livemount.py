@@ -8,15 +8,20 @@ The sequence (`linux-runtime-facts.md` §6; the way Incus' `forkmount` does it):
    root (a directory of the container's mount namespace); `open_tree(OPEN_TREE_CLONE |
    AT_RECURSIVE)` of the host path is a detached copy of the host mount, and `mount_setattr`
    makes it `nosuid,nodev` (and read-only for a read-only mount) before anyone sees it.
-2. In a forked helper process (`setns` of a mount namespace needs a single-threaded caller;
-   the kubelet has threads): `setns(pidfd, CLONE_NEWNS)`, then the target is resolved and
+2. In the mount helper, a small single-threaded process (`setns` of a mount namespace needs a
+   single-threaded caller; the kubelet has threads), started once and kept (`MountHelper`;
+   forking the kubelet instead costs milliseconds per fork, a request to the helper tens of
+   microseconds): `setns(pidfd, CLONE_NEWNS)`, then the target is resolved and
    created component by component under the container's root with `openat2(RESOLVE_IN_ROOT |
    RESOLVE_NO_MAGICLINKS)`: a symlink in a *parent* component is followed as the container
    sees it (inside its root, as runc resolves mount destinations at start); magic links
    (`/proc/1/root`) are refused (ELOOP); the *last* component must be a directory and not a
    symlink (ENOTDIR, ELOOP), so a symlink the container plants at the mount path never
    redirects the mount. `move_mount(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH)` then
-   attaches the tree to the opened directory itself (no path is looked up a second time).
+   attaches the tree to the opened directory itself (no path is looked up a second time),
+   and the helper `setns`es back to its own namespace (or exits if it cannot). Steps 1 and 2
+   both run in the helper (`mountns.py`, standard library only); a forked child of the
+   caller runs them when the helper cannot be started.
 3. Removal: the same helper, the parent directory resolved the same way, `fchdir` to it and
    `umount2(name, MNT_DETACH | UMOUNT_NOFOLLOW)`. A target that is not (or no longer) a mount
    point is not an error: removal is idempotent.
@@ -35,73 +40,30 @@ Syscall numbers are x86_64's (the only architecture ephemera runs on).
 
 from __future__ import annotations
 
+import array
 import contextlib
-import ctypes
 import errno
+import json
 import os
+import socket
+import subprocess
+import sys
+import threading
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ephemera.api.goformat import go_quote
+from ephemera.kubelet.runtime import mountns
 from ephemera.kubelet.runtime.base import LiveMountError
 
-_SYS_OPEN_TREE = 428
-_SYS_MOVE_MOUNT = 429
-_SYS_OPENAT2 = 437
-_SYS_MOUNT_SETATTR = 442
-
-_OPEN_TREE_CLONE = 0x1
-_AT_RECURSIVE = 0x8000
-_AT_EMPTY_PATH = 0x1000
-_MOVE_MOUNT_F_EMPTY_PATH = 0x4
-_MOVE_MOUNT_T_EMPTY_PATH = 0x40
-_MOUNT_ATTR_RDONLY = 0x1
-_MOUNT_ATTR_NOSUID = 0x2
-_MOUNT_ATTR_NODEV = 0x4
-_MS_PRIVATE = 1 << 18
-_RESOLVE_NO_MAGICLINKS = 0x02
-_RESOLVE_NO_SYMLINKS = 0x04
-_RESOLVE_BENEATH = 0x08
-_RESOLVE_IN_ROOT = 0x10
-_CLONE_NEWNS = 0x20000
-_MNT_DETACH = 0x2
-_UMOUNT_NOFOLLOW = 0x8
-_AT_FDCWD = -100
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
-_libc.mkdirat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64)]
+MOUNTNS = Path(mountns.__file__)
 
 
 def go_strerror(err: int) -> str:
     """The errno's text as Go's syscall.Errno prints it (lower-case first letter)."""
     text = os.strerror(err)
     return text[:1].lower() + text[1:]
-
-
-def _syscall(number: int, *args: object) -> int:
-    result = int(_libc.syscall(number, *args))
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return result
-
-
-def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
-    how = _OpenHow(flags=flags | os.O_CLOEXEC, mode=0, resolve=resolve)
-    return _syscall(_SYS_OPENAT2, ctypes.c_int(dirfd), path.encode(), ctypes.byref(how),
-                    ctypes.c_size_t(ctypes.sizeof(how)))
 
 
 def components(container_path: str) -> list[str]:
@@ -116,108 +78,116 @@ def components(container_path: str) -> list[str]:
     return parts
 
 
-_DIR = os.O_PATH | os.O_DIRECTORY
+def helper_command(*options: str) -> list[str]:
+    """argv of the mount helper: mountns.py in a fresh, isolated interpreter (stdlib only)."""
+    code = (f"import sys; sys.path.append({str(MOUNTNS.parent)!r}); import mountns; "
+            "sys.exit(mountns.main(sys.argv))")
+    return [sys.executable, "-I", "-S", "-c", code, "serve", *options]
 
 
-def _open_parent(root: int, parts: list[str], create: bool) -> int:
-    """An O_PATH fd of the target's parent directory, resolved inside the container's root
-    (symlinks followed as the container sees them, magic links refused); missing directories
-    are created one at a time when `create`."""
-    fd = os.dup(root)
-    for depth in range(1, len(parts)):
-        prefix = "/".join(parts[:depth])
-        try:
-            nxt = _openat2(root, prefix, _DIR, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-        except FileNotFoundError:
-            if not create:
-                os.close(fd)
-                raise
-            _mkdir(fd, parts[depth - 1], "/" + prefix)
-            nxt = _openat2(root, prefix, _DIR, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-        fd = nxt
-    return fd
+class MountHelper:
+    """The client of the mount helper process: started on first use, one request at a time,
+    started again when it died. `request` returns None when no helper can run (the caller
+    then forks)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self.lock = threading.Lock()
+
+    def _spawn(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen(
+            helper_command(f"fd={theirs.fileno()}"), pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+        theirs.close()
+        self.sock = ours
+
+    def _stop(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+    def request(self, pidfd: int, request: dict[str, Any]) -> dict[str, Any] | None:
+        message = json.dumps(request).encode()
+        fds = array.array("i", [pidfd])
+        with self.lock:
+            for _ in range(2):
+                if self.process is None or self.process.poll() is not None:
+                    self._stop()
+                    try:
+                        self._spawn()
+                    except OSError:
+                        return None
+                assert self.sock is not None
+                try:
+                    self.sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                   fds.tobytes())])
+                    answer = self.sock.recv(65536)
+                    if not answer:
+                        raise ConnectionError("the mount helper closed the connection")
+                    result: dict[str, Any] = json.loads(answer)
+                    return result
+                except (OSError, ValueError):
+                    self._stop()
+        return None
+
+    def close(self) -> None:
+        with self.lock:
+            self._stop()
 
 
-def _mkdir(parent: int, name: str, shown: str) -> None:
-    if _libc.mkdirat(parent, name.encode(), 0o755) != 0:
-        err = ctypes.get_errno()
-        if err != errno.EEXIST:
-            raise OSError(err, os.strerror(err), shown)
+_helper = MountHelper()
 
 
-def _open_target(root: int, parts: list[str]) -> int:
-    """An O_PATH fd of the target directory itself, created when missing; the last component
-    must be a real directory (a symlink there is ELOOP, a file ENOTDIR)."""
-    parent = _open_parent(root, parts, create=True)
-    try:
-        last = parts[-1]
-        try:
-            return _openat2(parent, last, _DIR, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
-        except FileNotFoundError:
-            _mkdir(parent, last, "/" + "/".join(parts))
-            return _openat2(parent, last, _DIR, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
-    finally:
-        os.close(parent)
+def close_helper() -> None:
+    """Stop the mount helper (it is started again on the next live mount)."""
+    _helper.close()
 
 
-def _pid_of(pidfd: int) -> int:
-    with open(f"/proc/self/fdinfo/{pidfd}") as info:
-        for line in info:
-            if line.startswith("Pid:"):
-                pid = int(line.split()[1])
-                if pid > 0:
-                    return pid
-    raise ProcessLookupError(errno.ESRCH, "the container's process has exited")
-
-
-def _alive(pidfd: int) -> None:
-    import signal
-
-    signal.pidfd_send_signal(pidfd, 0)
-
-
-def _in_helper(pidfd: int, work: object) -> None:
-    """Run `work()` in a forked child that has joined the container's mount namespace; an
-    OSError there comes back as an OSError here (errno and the path it names)."""
+def _in_child(work: Any) -> Any:
+    """Run `work()` in a forked child (the fallback when the helper cannot run); its OSError
+    comes back as an OSError, its result (a bool) as the result."""
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
-    if pid == 0:  # the helper: single-threaded, exits without running Python's cleanup
-        code = 0
+    if pid == 0:  # single-threaded; exits without Python's cleanup
+        answer: dict[str, Any]
         try:
             os.close(read_end)
-            if _libc.setns(pidfd, _CLONE_NEWNS) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), "setns")
-            work()  # type: ignore[operator]
+            answer = {"ok": True, "result": work()}
         except OSError as exc:
-            code = 1
-            with contextlib.suppress(BaseException):
-                os.write(write_end, f"{exc.errno or 0}\0{exc.filename or ''}".encode())
-        except BaseException as exc:
-            code = 2
-            with contextlib.suppress(BaseException):
-                os.write(write_end, f"0\0{type(exc).__name__}: {exc}".encode())
-        finally:
-            os._exit(code)
+            answer = {"errno": exc.errno or 0, "message": exc.strerror or str(exc),
+                      "where": exc.filename if isinstance(exc.filename, str) else ""}
+        except BaseException as exc:  # reported to the parent, never raised here
+            answer = {"errno": 0, "message": f"{type(exc).__name__}: {exc}", "where": ""}
+        with contextlib.suppress(BaseException):
+            os.write(write_end, json.dumps(answer).encode())
+        os._exit(0)
     os.close(write_end)
     try:
         report = b""
-        while chunk := os.read(read_end, 4096):
+        while chunk := os.read(read_end, 65536):
             report += chunk
     finally:
         os.close(read_end)
-        _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) == 0 and not report:
-        return
-    err_text, _, where = report.decode(errors="replace").partition("\0")
-    err = int(err_text or 0)
-    if err:
-        raise OSError(err, os.strerror(err), where)
-    raise OSError(0, where or f"the helper process failed ({status})")
+        os.waitpid(pid, 0)
+    answer = json.loads(report) if report else {"errno": 0, "message": "the child failed"}
+    _raise_for(answer)
+    return answer.get("result")
+
+
+def _raise_for(answer: dict[str, Any]) -> None:
+    if not answer.get("ok"):
+        err = int(answer.get("errno") or 0)
+        raise OSError(err, str(answer.get("message") or (os.strerror(err) if err else "")),
+                      str(answer.get("where") or ""))
 
 
 def _error(action: str, container: str, container_path: str, exc: OSError) -> LiveMountError:
@@ -229,88 +199,43 @@ def _error(action: str, container: str, container_path: str, exc: OSError) -> Li
                           f"{go_quote(container)}: {detail}", err)
 
 
+def _parts(action: str, container: str, container_path: str) -> list[str]:
+    try:
+        return components(container_path)
+    except ValueError as exc:
+        raise LiveMountError(f"{action} {go_quote(container_path)} in running container "
+                             f"{go_quote(container)}: {exc}", errno.EINVAL) from None
+
+
 def mount_into(pidfd: int, container: str, host_path: str, container_path: str,
                read_only: bool) -> None:
     """Attach a copy of the host mount at `host_path` to the running container whose init
     `pidfd` names, at `container_path` (created if missing). Raises LiveMountError."""
+    parts = _parts("mounting", container, container_path)
     try:
-        parts = components(container_path)
-    except ValueError as exc:
-        raise LiveMountError(f"mounting {go_quote(container_path)} in running container "
-                             f"{go_quote(container)}: {exc}", errno.EINVAL) from None
-    root = tree = -1
-    try:
-        pid = _pid_of(pidfd)
-        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        _alive(pidfd)  # the root is this very process's (its pid cannot have been reused)
-        try:
-            tree = _syscall(_SYS_OPEN_TREE, ctypes.c_int(_AT_FDCWD), host_path.encode(),
-                            ctypes.c_uint(_OPEN_TREE_CLONE | os.O_CLOEXEC | _AT_RECURSIVE))
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, host_path) from None
-        attr = _MountAttr(attr_set=_MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
-                          | (_MOUNT_ATTR_RDONLY if read_only else 0),
-                          attr_clr=0, propagation=_MS_PRIVATE, userns_fd=0)
-        _syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(tree), b"",
-                 ctypes.c_uint(_AT_EMPTY_PATH | _AT_RECURSIVE), ctypes.byref(attr),
-                 ctypes.c_size_t(ctypes.sizeof(attr)))
-
-        def attach() -> None:
-            target = _open_target(root, parts)
-            try:
-                _syscall(_SYS_MOVE_MOUNT, ctypes.c_int(tree), b"", ctypes.c_int(target), b"",
-                         ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH))
-            finally:
-                os.close(target)
-
-        _in_helper(pidfd, attach)
+        answer = _helper.request(pidfd, {"op": "mount", "host": host_path, "parts": parts,
+                                         "ro": read_only})
+        if answer is None:
+            _in_child(lambda: mountns.Namespaces(None).mount(pidfd, host_path, parts,
+                                                             read_only))
+        else:
+            _raise_for(answer)
     except OSError as exc:
         raise _error("mounting", container, container_path, exc) from None
-    finally:
-        for fd in (tree, root):
-            if fd >= 0:
-                os.close(fd)
 
 
 def unmount_from(pidfd: int, container: str, container_path: str) -> bool:
     """Detach what is mounted at `container_path` in the running container (lazily, as
     `umount -l`). False when nothing was mounted there (already gone). Raises LiveMountError."""
+    parts = _parts("unmounting", container, container_path)
     try:
-        parts = components(container_path)
-    except ValueError as exc:
-        raise LiveMountError(f"unmounting {go_quote(container_path)} in running container "
-                             f"{go_quote(container)}: {exc}", errno.EINVAL) from None
-    root = -1
-    try:
-        pid = _pid_of(pidfd)
-        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        _alive(pidfd)
-
-        def detach() -> None:
-            try:
-                parent = _open_parent(root, parts, create=False)
-            except FileNotFoundError:
-                raise OSError(errno.EINVAL, "not mounted") from None
-            try:
-                os.fchdir(parent)
-            finally:
-                os.close(parent)
-            if _libc.umount2(parts[-1].encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err))
-
-        try:
-            _in_helper(pidfd, detach)
-        except OSError as exc:
-            if exc.errno in (errno.EINVAL, errno.ENOENT):  # not a mount point, or no path
-                return False
-            raise
-        return True
+        answer = _helper.request(pidfd, {"op": "unmount", "parts": parts})
+        if answer is None:
+            return bool(_in_child(lambda: mountns.Namespaces(None).unmount(pidfd, parts)))
+        _raise_for(answer)
+        return bool(answer.get("mounted"))
     except OSError as exc:
         raise _error("unmounting", container, container_path, exc) from None
-    finally:
-        if root >= 0:
-            os.close(root)
 
 
 # -- mount tables ------------------------------------------------------------------------------

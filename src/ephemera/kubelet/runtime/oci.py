@@ -321,6 +321,7 @@ class OciRuntime(RuntimeService):
 
     async def close(self) -> None:
         await self._blocking(self._shim_server.close)
+        await self._blocking(livemount.close_helper)  # started again when next needed
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
