@@ -126,6 +126,12 @@ class LiveMounts:
         removed = [m for m in have if _key(m) not in wanted_keys]
         kept = {_key(m) for m in have} - {_key(m) for m in removed}
         added = [m for m in wanted if _key(m) not in kept]
+        pending = {self._key_of(uid, name, m, remove=True) for m in removed} | \
+            {self._key_of(uid, name, m, remove=False) for m in added}
+        prefix = f"{uid}/{name}/"
+        for key in [k for k in self._failed_at if k.startswith(prefix) and k not in pending]:
+            del self._failed_at[key]  # a change no longer wanted: its back-off goes too
+            self.backoff.forget_prefix(key)
         delay = 0.0
         for mount in removed:
             delay = _shortest(delay, await self._change(
@@ -135,10 +141,15 @@ class LiveMounts:
                 pod, uid, instance, mount, remove=False))
         return delay
 
+    @staticmethod
+    def _key_of(uid: str, container: str, mount: Mount, *, remove: bool) -> str:
+        # "|" ends the key, so forgetting it by prefix forgets it alone.
+        return (f"{uid}/{container}/{'-' if remove else '+'}{_path(mount.container_path)}"
+                f"/{mount.volume_name}|")
+
     async def _change(self, pod: Mapping[str, Any], uid: str, instance: ContainerStatus,
                       mount: Mount, *, remove: bool) -> float:
-        key = (f"{uid}/{instance.name}/{'-' if remove else '+'}{_path(mount.container_path)}"
-               f"/{mount.volume_name}")
+        key = self._key_of(uid, instance.name, mount, remove=remove)
         failed_at = self._failed_at.get(key)
         if failed_at is not None:
             left = self.backoff.remaining(key, failed_at)
