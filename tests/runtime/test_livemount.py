@@ -117,6 +117,28 @@ async def test_a_helper_that_died_is_started_again(
         0, "from-host\nfrom-host\n")
 
 
+async def test_a_mount_changed_in_place_in_one_batch(
+        runtime: OciRuntime, busybox_layer: Path, tmp_path: Path) -> None:
+    """Same path and host directory, now read-only: detached, then attached again, in one
+    call (the runtime's stale view of the mount table must not skip the new mount)."""
+    container_id = await running(runtime, busybox_layer)
+    volume = source_dir(tmp_path)
+    await runtime.mount_live(container_id, Mount("/d", str(volume), volume_name="v"))
+    assert await sh(runtime, container_id, "touch /d/rw") == (0, "")
+    errors = await runtime.change_live(container_id, ["/d"], [
+        Mount("/d", str(volume), read_only=True, volume_name="v"), Mount("/x", "/nonexistent")])
+    assert errors[:2] == [None, None]
+    assert isinstance(errors[2], LiveMountError)
+    assert str(errors[2]) == ('mounting "/x" in running container "app": /nonexistent: '
+                              "no such file or directory")
+    code, output = await sh(runtime, container_id, "touch /d/ro")
+    assert code != 0 and "Read-only file system" in output
+    status = await runtime.container_status(container_id)
+    assert status.mounts == (Mount("/d", str(volume), read_only=True, volume_name="v"),)
+    pid = status.pid
+    assert [m.mount_point for m in container_mounts(pid)].count("/d") == 1
+
+
 async def test_read_only_live_mount_refuses_writes(
         runtime: OciRuntime, busybox_layer: Path, tmp_path: Path) -> None:
     container_id = await running(runtime, busybox_layer)

@@ -13,10 +13,12 @@ volume it mounts is set up on the host):
    earlier live changes). A mount is the same only with the same path, host directory,
    volume and read-only flag, so changing a mount in place (other volume, `readOnly`,
    `subPath`) is a removal and an addition.
-2. Removals first (a changed mount frees its path before the new one arrives); the host
-   teardown of a removed volume waits until the worker's next listing shows no container
-   mounting it (`IsVolumeInUseByPod`), i.e. until the live unmount is done.
-3. Additions. A failure leaves the container running and nothing mounted: a `FailedMount`
+2. Removals first (a changed mount frees its path before the new one arrives; an addition
+   waits while the old mount at its path could not be removed), then additions, in one
+   runtime call (`RuntimeService.change_live`). The host teardown of a removed volume waits
+   until the worker's next listing shows no container mounting it (`IsVolumeInUseByPod`),
+   i.e. until the live unmount is done.
+3. Failures. A failure leaves the container running and nothing mounted: a `FailedMount`
    (or `FailedUnMount`) event on the pod names the volume, container, path and cause, and
    that one change is retried with upstream's volume back-off (0.5 s doubling to 2m2s),
    while the others go on.
@@ -38,7 +40,7 @@ from typing import Any, Protocol
 from ephemera.api.goformat import go_quote
 from ephemera.kubelet import containerconfig, events
 from ephemera.kubelet.events import KubeletEvents
-from ephemera.kubelet.runtime.base import ContainerStatus, Mount, RuntimeError_, RuntimeService
+from ephemera.kubelet.runtime.base import ContainerStatus, Mount, RuntimeService
 
 __all__ = ["LIVE_MOUNT_BACKOFF", "NOT_REQUIRED", "LiveMounts", "mounts_stale", "wants_live"]
 
@@ -133,49 +135,53 @@ class LiveMounts:
             del self._failed_at[key]  # a change no longer wanted: its back-off goes too
             self.backoff.forget_prefix(key)
         delay = 0.0
-        for mount in removed:
-            delay = _shortest(delay, await self._change(
-                pod, uid, instance, mount, remove=True))
-        for mount in added:
-            delay = _shortest(delay, await self._change(
-                pod, uid, instance, mount, remove=False))
+        due: list[tuple[Mount, bool]] = []
+        blocked: set[str] = set()  # paths whose old mount is still there
+        for mount, remove in [(m, True) for m in removed] + [(m, False) for m in added]:
+            left = self._left(self._key_of(uid, name, mount, remove=remove))
+            path = _path(mount.container_path)
+            if left > 0 or (not remove and path in blocked):
+                delay = _shortest(delay, left or LIVE_MOUNT_BACKOFF[0])
+                if remove:
+                    blocked.add(path)
+                continue
+            due.append((mount, remove))
+        if not due:
+            return delay
+        errors = await self.runtime.change_live(
+            instance.id, [m.container_path for m, remove in due if remove],
+            [m for m, remove in due if not remove])
+        for (mount, remove), error in zip(due, errors, strict=True):
+            key = self._key_of(uid, name, mount, remove=remove)
+            if error is None:
+                self.backoff.forget_prefix(key)
+                self._failed_at.pop(key, None)
+                continue
+            failed_at = self._failed_at[key] = time.time()
+            self.backoff.next(key, failed_at)
+            if remove:
+                reason = events.FAILED_UNMOUNT
+                message = (f"UnmountVolume.LiveUnmount failed for volume "
+                           f"{go_quote(mount.volume_name)} : {error}")
+            else:
+                reason = events.FAILED_MOUNT
+                message = (f"MountVolume.LiveMount failed for volume "
+                           f"{go_quote(mount.volume_name)} : {error}")
+            self.spawn(self.events.pod(pod, events.WARNING, reason, message))
+            delay = _shortest(delay, max(self.backoff.remaining(key, failed_at),
+                                         LIVE_MOUNT_BACKOFF[0]))
         return delay
+
+    def _left(self, key: str) -> float:
+        """Seconds until the change `key` may be tried again (0: now)."""
+        failed_at = self._failed_at.get(key)
+        return 0.0 if failed_at is None else self.backoff.remaining(key, failed_at)
 
     @staticmethod
     def _key_of(uid: str, container: str, mount: Mount, *, remove: bool) -> str:
         # "|" ends the key, so forgetting it by prefix forgets it alone.
         return (f"{uid}/{container}/{'-' if remove else '+'}{_path(mount.container_path)}"
                 f"/{mount.volume_name}|")
-
-    async def _change(self, pod: Mapping[str, Any], uid: str, instance: ContainerStatus,
-                      mount: Mount, *, remove: bool) -> float:
-        key = self._key_of(uid, instance.name, mount, remove=remove)
-        failed_at = self._failed_at.get(key)
-        if failed_at is not None:
-            left = self.backoff.remaining(key, failed_at)
-            if left > 0:
-                return left
-        try:
-            if remove:
-                await self.runtime.unmount_live(instance.id, mount.container_path)
-            else:
-                await self.runtime.mount_live(instance.id, mount)
-        except RuntimeError_ as err:
-            failed_at = self._failed_at[key] = time.time()
-            self.backoff.next(key, failed_at)
-            if remove:
-                reason = events.FAILED_UNMOUNT
-                message = (f"UnmountVolume.LiveUnmount failed for volume "
-                           f"{go_quote(mount.volume_name)} : {err}")
-            else:
-                reason = events.FAILED_MOUNT
-                message = (f"MountVolume.LiveMount failed for volume "
-                           f"{go_quote(mount.volume_name)} : {err}")
-            self.spawn(self.events.pod(pod, events.WARNING, reason, message))
-            return max(self.backoff.remaining(key, failed_at), LIVE_MOUNT_BACKOFF[0])
-        self.backoff.forget_prefix(key)
-        self._failed_at.pop(key, None)
-        return 0.0
 
 
 def _shortest(a: float, b: float) -> float:

@@ -14,7 +14,7 @@ other's containers.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -228,6 +228,30 @@ class RuntimeService(abc.ABC):
         """Detach whatever is mounted at `container_path` in the running container (lazily)
         and drop it from `container_status().mounts`; idempotent."""
         raise RuntimeError_(f"{self.name}: live mounts are not supported")
+
+    async def change_live(self, container_id: str, unmount: Sequence[str],
+                          mount: Sequence[Mount]) -> list[LiveMountError | None]:
+        """`unmount_live` of each path, then `mount_live` of each mount, in one go where the
+        backend can; each one's error (None: done), in that order. A mount at a path whose
+        unmount failed is not made (it would stack on the old one)."""
+        errors: list[LiveMountError | None] = []
+        stuck: dict[str, LiveMountError] = {}
+        for path in unmount:
+            try:
+                await self.unmount_live(container_id, path)
+                errors.append(None)
+            except LiveMountError as err:
+                errors.append(err)
+                stuck[path.rstrip("/") or "/"] = err
+        for m in mount:
+            try:
+                if (m.container_path.rstrip("/") or "/") in stuck:
+                    raise stuck[m.container_path.rstrip("/") or "/"]
+                await self.mount_live(container_id, m)
+                errors.append(None)
+            except LiveMountError as err:
+                errors.append(err)
+        return errors
 
     async def version(self) -> str:
         """The runtime's name and version for Node.status.nodeInfo.containerRuntimeVersion,

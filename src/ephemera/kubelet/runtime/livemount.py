@@ -312,12 +312,13 @@ def mount_source(host_path: str) -> tuple[str, str]:
     return best.device, root or "/"
 
 
-def is_live_mounted(pid: int, host_path: str, container_path: str) -> bool:
-    """Whether the topmost mount at `container_path` in the container is a mount of
-    `host_path` (what `mount_into` made)."""
-    device, root = mount_source(host_path)
+def is_live_mounted(pid: int, host_path: str, container_path: str,
+                    table: list[MountInfo] | None = None) -> bool:
+    """Whether the topmost mount at `container_path` in the container (its mount `table`,
+    read when not given) is a mount of `host_path` (what `mount_into` made). The host's
+    table is read only when something is mounted there."""
     top: MountInfo | None = None
-    for entry in container_mounts(pid):
+    for entry in container_mounts(pid) if table is None else table:
         if entry.mount_point == container_path:
             top = entry
-    return top is not None and (top.device, top.root) == (device, root)
+    return top is not None and (top.device, top.root) == mount_source(host_path)

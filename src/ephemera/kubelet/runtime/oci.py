@@ -62,7 +62,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -165,6 +165,10 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+def _target(mount: Mount) -> str:
+    return mount.container_path.rstrip("/") or "/"
 
 
 def _proc_start_time(pid: int) -> str:
@@ -687,58 +691,91 @@ class OciRuntime(RuntimeService):
     # leaves neither a mount nobody knows of nor a record of a mount that is not there.
 
     async def mount_live(self, container_id: str, mount: Mount) -> None:
-        await self._blocking(self._live_change, container_id, "mount", mount)
+        (error,) = await self.change_live(container_id, (), (mount,))
+        if error is not None:
+            raise error
 
     async def unmount_live(self, container_id: str, container_path: str) -> None:
-        await self._blocking(self._live_change, container_id, "unmount",
-                             Mount(container_path=container_path, host_path=""))
+        (error,) = await self.change_live(container_id, (container_path,), ())
+        if error is not None:
+            raise error
 
-    def _live_change(self, container_id: str, op: str, mount: Mount) -> None:
-        target = mount.container_path.rstrip("/") or "/"
+    async def change_live(self, container_id: str, unmount: Sequence[str],
+                          mount: Sequence[Mount]) -> list[LiveMountError | None]:
+        ops = [("unmount", Mount(container_path=path, host_path="")) for path in unmount]
+        ops += [("mount", m) for m in mount]
+        return await self._blocking(self._live_changes, container_id, ops)
+
+    def _live_changes(self, container_id: str, ops: list[tuple[str, Mount]]
+                      ) -> list[LiveMountError | None]:
+        """The changes in order, under one pending record; each one's error or None."""
         with self._meta_lock:
             directory, meta = self._container_meta(container_id)
             pidfd = self._init_pidfd(container_id)
             if pidfd is None:
-                verb = "mounting" if op == "mount" else "unmounting"
-                raise LiveMountError(
-                    f"{verb} {go_quote(target)} in running container "
+                return [LiveMountError(
+                    f"{'mounting' if op == 'mount' else 'unmounting'} "
+                    f"{go_quote(_target(mount))} in running container "
                     f"{go_quote(meta['name'])}: the container is not running", errno.ESRCH)
+                    for op, mount in ops]
+            errors: list[LiveMountError | None] = []
             try:
                 pid = int(read_kv(directory / "started")["pid"])
                 meta = self._settle_pending(directory, meta, pid)
-                meta["pending"] = {"op": op, "mount": vars(mount)}
+                meta["pending"] = [{"op": op, "mount": vars(mount)} for op, mount in ops]
                 write_json(directory / "container.json", meta)
-                if op == "mount":
-                    if not livemount.is_live_mounted(pid, mount.host_path, target):
-                        livemount.mount_into(pidfd, meta["name"], mount.host_path, target,
-                                             mount.read_only)
-                else:
-                    livemount.unmount_from(pidfd, meta["name"], target)
-                meta["mounts"] = [m for m in meta["mounts"]
-                                  if (m["container_path"].rstrip("/") or "/") != target]
-                if op == "mount":
-                    meta["mounts"].append(vars(mount))
+                table = livemount.container_mounts(pid)
+                stuck: set[str] = set()  # paths whose unmount failed in this batch
+                for op, mount in ops:
+                    target = _target(mount)
+                    try:
+                        if op == "mount" and target in stuck:
+                            raise LiveMountError(
+                                f"mounting {go_quote(target)} in running container "
+                                f"{go_quote(meta['name'])}: the mount there could not be "
+                                "removed", errno.EBUSY)
+                        if op == "unmount":
+                            livemount.unmount_from(pidfd, meta["name"], target)
+                            table = [m for m in table if m.mount_point != target]
+                        elif not livemount.is_live_mounted(pid, mount.host_path, target,
+                                                           table):
+                            livemount.mount_into(pidfd, meta["name"], mount.host_path, target,
+                                                 mount.read_only)
+                    except LiveMountError as err:
+                        errors.append(err)
+                        if op == "unmount":
+                            stuck.add(target)
+                        continue
+                    errors.append(None)
+                    meta["mounts"] = [m for m in meta["mounts"]
+                                      if _target(Mount(**m)) != target]
+                    if op == "mount":
+                        meta["mounts"].append(vars(mount))
             finally:
                 os.close(pidfd)
                 if meta.pop("pending", None) is not None:
                     write_json(directory / "container.json", meta)
+            return errors
 
     @staticmethod
     def _settle_pending(directory: Path, meta: dict[str, Any], pid: int) -> dict[str, Any]:
-        """Apply or drop a live change interrupted by a crash, as the mount table says."""
+        """Apply or drop live changes interrupted by a crash, as the mount table says."""
         pending = meta.pop("pending", None)
         if pending is None:
             return meta
-        mount = Mount(**pending["mount"])
-        target = mount.container_path.rstrip("/") or "/"
-        kept = [m for m in meta["mounts"] if (m["container_path"].rstrip("/") or "/") != target]
         try:
-            if pending["op"] == "mount":
-                if pid and livemount.is_live_mounted(pid, mount.host_path, target):
-                    meta["mounts"] = [*kept, vars(mount)]
-            elif pid and not any(m.mount_point == target
-                                 for m in livemount.container_mounts(pid)):
-                meta["mounts"] = kept
+            table = livemount.container_mounts(pid) if pid else None
+            for change in pending if isinstance(pending, list) else [pending]:
+                if table is None:
+                    break  # the container is gone: its mounts went with it
+                mount = Mount(**change["mount"])
+                target = _target(mount)
+                kept = [m for m in meta["mounts"] if _target(Mount(**m)) != target]
+                if change["op"] == "mount":
+                    if livemount.is_live_mounted(pid, mount.host_path, target, table):
+                        meta["mounts"] = [*kept, vars(mount)]
+                elif not any(m.mount_point == target for m in table):
+                    meta["mounts"] = kept
         except (OSError, LiveMountError):
             pass  # the container is gone: its mounts went with it
         write_json(directory / "container.json", meta)
