@@ -273,3 +273,11 @@ def test_kubelet_killed_mid_live_swap(k: Kubectl, hotplug_cluster: Cluster,
         sorted(str(d) for d in new_dirs)
     for directory in new_dirs:
         assert _host_clones(directory) == [str(directory)]  # the host mount itself only
+
+
+def test_kubectl_explain_names_the_preview(k: Kubectl) -> None:
+    explained = k("explain", "pod.spec.containers.dynamicVolumePolicy.restartPolicy").stdout
+    text = " ".join(explained.split())  # kubectl wraps the description
+    assert "NotRequired (ephemera's preview of the KEP's next milestone, feature gate " \
+           "DynamicVolumeHotPlug)" in text
+    assert "RestartContainer:" in text

@@ -54,9 +54,10 @@ IMMUTABLE = ("spec: Forbidden: pod updates may not change fields other than "
              "was previously negative)")
 VOLUMES_OFF = ("Forbidden: Dynamic Node-Local Ephemeral Volumes are disabled: volumes and volume "
                "mounts may not be changed (feature gate DynamicNodeLocalEphemeralVolumes is off)")
-RESTART_REQUIRED = ('Required value: must be "RestartContainer" to add, remove or change volume '
-                    "mounts of a container already in the pod; without it, mounts may only come "
-                    "and go with their container")
+RESTART_REQUIRED = ('Required value: must be "NotRequired" (mounted into the running container) '
+                    'or "RestartContainer" to add, remove or change volume mounts of a container '
+                    "already in the pod; without it, mounts may only come and go with their "
+                    "container")
 
 
 def nodes() -> list[dict[str, Any]]:
@@ -599,7 +600,7 @@ def test_api_fields_are_validated(kubectl: Kubectl) -> None:  # noqa: F811
     result = kubectl("create", "-f", "-", input=as_input(pod), check=False)
     assert rejected(result) == invalid(
         "runner", 'spec.containers[0].dynamicVolumePolicy.restartPolicy: Unsupported value: '
-                  '"Sometimes": supported values: "RestartContainer"')
+                  '"Sometimes": supported values: "NotRequired", "RestartContainer"')
 
     name = start(kubectl, load("runner"))
     bad = {"status": {"volumeStatuses": [{"name": "base", "hostPhase": "Mounted"}]}}
