@@ -591,6 +591,18 @@ def test_node_starting_to_declare_the_feature(kubectl: Kubectl) -> None:  # noqa
         kubectl("delete", "node", node, "--wait=false")
 
 
+def test_a_live_change_needs_a_node_declaring_hot_plug(kubectl: Kubectl) -> None:  # noqa: F811
+    """A mount change of a NotRequired container (made live) needs the node to declare
+    ephemera's DynamicVolumeHotPlug; a RestartContainer change on the same node does not."""
+    live = [{"op": "replace", "path": "/spec/containers/0/dynamicVolumePolicy",
+             "value": {"restartPolicy": "NotRequired"}}]
+    name = start(kubectl, load("runner"))
+    assert rejected(dynamic(kubectl, name, add_volume(SCRATCH) + live, check=False)) == \
+        forbidden(name, "pod update requires features DynamicVolumeHotPlug which are not "
+                        f'available on node "{NODE}"')
+    assert dynamic(kubectl, name, add_volume(SCRATCH)).stdout == f"pod/{name} patched\n"
+
+
 # --- the API fields and pods/NAME/allocated --------------------------------------------------
 
 

@@ -664,6 +664,11 @@ NODE_FEATURES: list[tuple[str, Edit, list[str]]] = [
      [DYNAMIC_CONTAINERS]),
     ("container and volume added",
      _all(_ADD_SCRATCH, _add_container(_container("c2", securityContext=_SAFE))), _BOTH),
+    ("a mount changed live (NotRequired) needs DynamicVolumeHotPlug too",
+     _all(_ADD_SCRATCH, _live), [DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES, DYNAMIC_VOLUME_HOT_PLUG]),
+    ("NotRequired set with no mount change needs nothing more",
+     _all(_add_volume({"name": "later", "emptyDir": {}}), _live),
+     [DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES]),
     ("no dynamic change needs no feature",
      _set("spec.containers.0.image", "registry.k8s.io/pause:3.11"), []),
 ]

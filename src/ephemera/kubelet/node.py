@@ -45,6 +45,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import (
     DYNAMIC_CONTAINERS,
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
+    DYNAMIC_VOLUME_HOT_PLUG,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
 from ephemera.client import ApiClient, resource_path
@@ -83,6 +84,7 @@ PID_PRESSURE_FRACTION = 0.10  # ephemera's: less than 10% of pid_max free
 DECLARABLE_FEATURES = (
     DYNAMIC_CONTAINERS,
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
+    DYNAMIC_VOLUME_HOT_PLUG,  # ephemera's own: live mount changes (NotRequired)
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
 

@@ -304,6 +304,8 @@ class DynamicChange:
     added_containers: tuple[str, ...] = ()
     removed_containers: tuple[str, ...] = ()
     remounted_containers: tuple[str, ...] = ()  # kept main containers whose mounts changed
+    # ... of which those whose new dynamicVolumePolicy is NotRequired (changed live)
+    live_remounted_containers: tuple[str, ...] = ()
     added_init_containers: tuple[str, ...] = ()
     removed_init_containers: tuple[str, ...] = ()
     remounted_init_containers: tuple[str, ...] = ()
@@ -351,10 +353,14 @@ def dynamic_change(new: Mapping[str, Any], old: Mapping[str, Any]) -> DynamicCha
     init_added, init_removed, init_remounted = _container_diff(
         new_spec.get("initContainers"), old_spec.get("initContainers"))
     new_vols, old_vols = _by_name(new_spec.get("volumes")), _by_name(old_spec.get("volumes"))
+    new_containers = _by_name(new_spec.get("containers"))
     return DynamicChange(
         added_containers=added,
         removed_containers=removed,
         remounted_containers=remounted,
+        live_remounted_containers=tuple(
+            n for n in remounted if _d(new_containers[n][1].get("dynamicVolumePolicy")).get(
+                "restartPolicy") == DYNAMIC_VOLUME_NOT_REQUIRED),
         added_init_containers=init_added,
         removed_init_containers=init_removed,
         remounted_init_containers=init_remounted,
@@ -368,13 +374,16 @@ def dynamic_change(new: Mapping[str, Any], old: Mapping[str, Any]) -> DynamicCha
 def required_node_features(change: DynamicChange) -> list[str]:
     """The NodeDeclaredFeatures an update needs from the pod's node, in this order: container
     additions or removals need `DynamicContainers`, volume and volume mount changes
-    `DynamicNodeLocalEphemeralVolumes`. The apiserver's NodeDeclaredFeatureValidator admission
+    `DynamicNodeLocalEphemeralVolumes`, mount changes of a `NotRequired` container (made live)
+    ephemera's `DynamicVolumeHotPlug`. The apiserver's NodeDeclaredFeatureValidator admission
     plugin checks them against the node's `status.declaredFeatures`."""
     needed: list[str] = []
     if change.changes_containers:
         needed.append(DYNAMIC_CONTAINERS)
     if change.changes_volumes:
         needed.append(DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES)
+    if change.live_remounted_containers:
+        needed.append(DYNAMIC_VOLUME_HOT_PLUG)
     return needed
 
 
