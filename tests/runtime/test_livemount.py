@@ -147,6 +147,14 @@ async def test_read_only_live_mount_refuses_writes(
     code, output = await sh(runtime, container_id, "cat /ro/file; echo x > /ro/other")
     assert code != 0 and "from-host" in output and "Read-only file system" in output
     assert not (volume / "other").exists()
+    # a target whose directory cannot be made (a read-only filesystem there): EROFS
+    with pytest.raises(LiveMountError) as caught:
+        await runtime.mount_live(container_id, Mount("/ro/deeper/x", str(source_dir(
+            tmp_path, "other"))))
+    assert str(caught.value) == ('mounting "/ro/deeper/x" in running container "app": '
+                                 "/ro/deeper: read-only file system")
+    assert caught.value.errno == 30
+    assert not (volume / "deeper").exists()
 
 
 async def test_a_config_mount_can_be_removed_live(
