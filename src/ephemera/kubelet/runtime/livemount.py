@@ -88,7 +88,8 @@ def helper_command(*options: str) -> list[str]:
 class MountHelper:
     """The client of the mount helper process: started on first use, one request at a time,
     started again when it died. `request` returns None when no helper can run (the caller
-    then forks)."""
+    then forks); a request sent to a helper that then died without answering is reported as
+    an EIO error, never sent again (it may have been done)."""
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
@@ -130,13 +131,21 @@ class MountHelper:
                 try:
                     self.sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                                    fds.tobytes())])
+                except OSError:
+                    self._stop()  # not sent: a new helper may run it
+                    continue
+                try:
                     answer = self.sock.recv(65536)
                     if not answer:
                         raise ConnectionError("the mount helper closed the connection")
                     result: dict[str, Any] = json.loads(answer)
                     return result
                 except (OSError, ValueError):
+                    # Sent but not answered: it may have been done. Never run it twice (a
+                    # second mount would stack); the caller looks at the mount table again.
                     self._stop()
+                    return {"errno": errno.EIO, "where": "",
+                            "message": "the mount helper exited before answering"}
         return None
 
     def close(self) -> None:
