@@ -3,15 +3,16 @@ restarting the container (`restartPolicy: NotRequired`, KEP-6395's deferred "Liv
 
 The sequence (`linux-runtime-facts.md` §6; the way Incus' `forkmount` does it):
 
-1. In the caller (the host's mount namespace): a pidfd of the container's init names the
-   container race-free; `/proc/PID/root` opened as an `O_PATH` directory is the container's
-   root (a directory of the container's mount namespace); `open_tree(OPEN_TREE_CLONE |
-   AT_RECURSIVE)` of the host path is a detached copy of the host mount, and `mount_setattr`
-   makes it `nosuid,nodev` (and read-only for a read-only mount) before anyone sees it.
+1. In the host's mount namespace: a pidfd of the container's init (opened by the caller and
+   passed on) names the container race-free; `/proc/PID/root` opened as an `O_PATH`
+   directory is the container's root (a directory of the container's mount namespace);
+   `open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)` of the host path is a detached copy of the
+   host mount, and `mount_setattr` makes it `nosuid,nodev` (and read-only for a read-only
+   mount) before anyone sees it.
 2. In the mount helper, a small single-threaded process (`setns` of a mount namespace needs a
    single-threaded caller; the kubelet has threads), started once and kept (`MountHelper`;
-   forking the kubelet instead costs milliseconds per fork, a request to the helper tens of
-   microseconds): `setns(pidfd, CLONE_NEWNS)`, then the target is resolved and
+   forking the kubelet instead cost 25-170 ms per fork under load, a request to the helper
+   0.3 ms): `setns(pidfd, CLONE_NEWNS)`, then the target is resolved and
    created component by component under the container's root with `openat2(RESOLVE_IN_ROOT |
    RESOLVE_NO_MAGICLINKS)`: a symlink in a *parent* component is followed as the container
    sees it (inside its root, as runc resolves mount destinations at start); magic links
@@ -35,7 +36,9 @@ host: the container's own procfs belongs to its pid namespace) and `mount_source
 which mount and filesystem root a host path is, so a restarted kubelet can tell whether a
 live mount is already there (no double mount) or still there (no lost unmount).
 
-Syscall numbers are x86_64's (the only architecture ephemera runs on).
+This module is the client side (paths checked, errors worded, the helper driven, mount tables
+read); the syscalls are in `mountns.py`. Syscall numbers are x86_64's (the only architecture
+ephemera runs on).
 """
 
 from __future__ import annotations

@@ -37,6 +37,11 @@ mount namespace for the crun process only) and crun runs with `--cgroup-manager=
 in cgroups prepared by `cgroups.py`. Never a negative oomScoreAdj (root lacks
 CAP_SYS_RESOURCE here).
 
+Live mounts (`mount_live`, `unmount_live`, `change_live`; KEP-6395 hot-plug): through
+`livemount` into the running container's mount namespace; `container.json`'s `mounts` is the
+container's current mount list, each change written down as pending first and settled against
+the container's `/proc/PID/mountinfo` by the next reader after a crash.
+
 Exit reasons: `Completed` (0), `Error` (non-zero), `OOMKilled` (an OOM kill counted in the
 container's memory cgroup), `StartError` (exit code 128, the runtime's message) as
 containerd reports them.
