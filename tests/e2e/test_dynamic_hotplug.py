@@ -12,6 +12,9 @@ value); and kill -9 of the kubelet in the middle of a live swap."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +35,7 @@ from cluster import (
     mounts_under,
     namespace_for,
     patch_dynamic,
+    pod_json,
     start_cluster,
     volume_dir,
     volume_phases,
@@ -281,3 +285,33 @@ def test_kubectl_explain_names_the_preview(k: Kubectl) -> None:
     assert "NotRequired (ephemera's preview of the KEP's next milestone, feature gate " \
            "DynamicVolumeHotPlug)" in text
     assert "RestartContainer:" in text
+
+
+def _cli(k: Kubectl, *args: str) -> subprocess.CompletedProcess[str]:
+    """`ephemera dynamic` (the command `kubectl dynamic` runs) against the cluster."""
+    return subprocess.run(
+        [sys.executable, "-m", "ephemera.cli", "dynamic", "-n", str(k.namespace),
+         "--kubeconfig", str(k.cluster.kubeconfig), *args],
+        capture_output=True, text=True, timeout=150, check=False,
+        env={**os.environ, "HOME": str(k.home)})
+
+
+def test_kubectl_dynamic_live_waits_for_the_live_mount(k: Kubectl) -> None:
+    """`add-volume --live --wait` sets NotRequired on a RestartContainer container and returns
+    once the same container has the mount; `remove-volume` then follows that policy."""
+    restart = _live()
+    restart["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
+    cid = container(_pod(k, restart))["containerID"]
+    added = _cli(k, "add-volume", "w", "--emptydir", "extra", "--mount", "c:/extra", "--live",
+                 "--wait")
+    assert added.returncode == 0, added.stderr
+    assert "pod/w: actuated in " in added.stdout
+    p = pod_json(k, "w")
+    assert p["spec"]["containers"][0]["dynamicVolumePolicy"] == NOT_REQUIRED
+    assert ("extra", "/extra") in _reported(p) and container(p)["containerID"] == cid
+    assert "/extra" in _mount_points(k)
+    removed = _cli(k, "remove-volume", "w", "extra", "--wait")
+    assert removed.returncode == 0, removed.stderr
+    p = pod_json(k, "w")
+    assert _reported(p) == {("keep", "/keep")} and container(p)["containerID"] == cid
+    assert "/extra" not in _mount_points(k)
