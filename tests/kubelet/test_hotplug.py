@@ -150,3 +150,22 @@ async def test_gate_off_restarts_a_not_required_container(tmp_path: Path) -> Non
                                  and container_status(p)["containerID"] != main_id)
         assert container_status(after, "side")["restartCount"] == 0
         assert not any(c[0] == "mount_live" for c in h.runtime.calls)
+
+
+async def test_a_container_restarted_for_another_reason_gets_its_mounts_from_its_config(
+        tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/extra"}])
+        added = await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p))
+        cid = container_status(added)["containerID"]
+        assert cid == container_status(before)["containerID"]
+        await h.runtime.stop_container(cid.split("//")[1], 0)  # it crashes
+        after = await h.wait_pod("w", lambda p: container_status(p)["restartCount"] == 1
+                                 and "running" in container_status(p)["state"])
+        assert _mounts(after) == [("extra", "/extra", False), ("keep", "/keep", False)]
+        new_id = container_status(after)["containerID"].split("//")[1]
+        created = await h.runtime.container_status(new_id)
+        assert {m.container_path for m in created.mounts} == {"/keep", "/extra"}
+        assert not any(c[0] == "mount_live" and c[1] == new_id for c in h.runtime.calls)
