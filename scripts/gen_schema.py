@@ -244,8 +244,11 @@ DESCRIPTIONS: dict[str, str] = {
         "Policy for changes to a running container's volume mounts made through /dynamic."),
     "ContainerDynamicVolumePolicy.restartPolicy": (
         "RestartContainer: mounts of the running container may be added or removed, and the "
-        "kubelet recreates the container in place to apply them. Empty (the default): such "
-        "changes are rejected while the container runs."),
+        "kubelet recreates the container in place to apply them. NotRequired (ephemera's "
+        "preview of the KEP's next milestone, feature gate DynamicVolumeHotPlug): mounts may "
+        "be added or removed, and the kubelet attaches and detaches them inside the running "
+        "container without restarting it. Empty (the default): such changes are rejected "
+        "while the container runs."),
     "VolumeMount": "A volume of the pod mounted at a path in a container.",
     "VolumeMount.name": "The name of the pod volume to mount.",
     "VolumeMount.mountPath": "Where in the container the volume appears; unique per container.",

@@ -1,6 +1,7 @@
 """The dynamic volume swap benchmark (`python -m bench.dynamic_swap`) still runs end to end:
-with 2 swaps through a real `ephemera up`, 2 recreations and the bare runtimes' swaps (runc,
-and crun where it works here) it prints every backend, numeric ratios, the targets, every
+with 2 swaps and 2 live swaps through a real `ephemera up`, 2 recreations and the bare
+runtimes' swaps and live mount sequences (runc, and crun where it works here) it prints
+every backend, numeric ratios, the targets, every
 step of where the time goes, and leaves nothing behind. It never checks a time."""
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ SWAP_STEPS = [
     "status write, watch (→ running with the new mounts on the watch)",
     "total",
 ]
+LIVE_STEPS = [
+    "apiserver: PUT /dynamic (→ 200)",
+    "kubelet: watch, allocation check, checkpoint fsync (→ renamed)",
+    "volume manager: emptyDir and Secret tmpfs set up (→ both ready)",
+    "pod worker: old mounts detached, new ones attached (→ the runtime's record)",
+    "status write, watch (→ the new mounts on the watch)",
+    "total",
+]
 RECREATE_STEPS = [
     "apiserver: DELETE (→ 200)",
     "kubelet: stop, final status, teardown (→ DELETED on the watch)",
@@ -39,6 +48,9 @@ RECREATE_STEPS = [
 
 
 def floor_steps(kind: str) -> list[str]:
+    if kind.endswith(" live"):
+        return ["umount2(MNT_DETACH) of both, in the container",
+                "open_tree, mount_setattr, setns, move_mount of both", "total"]
     return [f"`{kind} kill TERM` → exited (pidfd)", f"`{kind} delete`",
             "new dir, tmpfs + Secret files, config.json", f"`{kind} run -d`", "total"]
 
@@ -66,8 +78,9 @@ def table_rows(section: str) -> list[list[str]]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs containers: needs root")
 def test_two_swaps_report_every_row_ratio_and_target(tmp_path: Path) -> None:
-    floors = ["runc"] + (["crun"] if crun_works(tmp_path / "probe") else [])
-    backends = ["ephemera", "recreate", *floors]
+    kinds = ["runc"] + (["crun"] if crun_works(tmp_path / "probe") else [])
+    floors = [*kinds, *(f"{kind} live" for kind in kinds)]
+    backends = ["ephemera", "live", "recreate", *floors]
     work_dir = tmp_path / "work"
     json_path = tmp_path / "bench.json"
     run = run_bench("bench.dynamic_swap",
@@ -86,19 +99,22 @@ def test_two_swaps_report_every_row_ratio_and_target(tmp_path: Path) -> None:
             assert float(cell) > 0, f"{backend}: {row}"
 
     ratios = {row[0]: row[1:] for row in table_rows(report["Ratios"])}
-    assert list(ratios) == ["recreate ÷ swap", *(f"swap ÷ {kind}" for kind in floors)]
+    assert list(ratios) == ["recreate ÷ swap", "recreate ÷ live", "swap ÷ live",
+                            *(f"swap ÷ {kind}" for kind in kinds),
+                            *(f"live ÷ {kind} live" for kind in kinds)]
     for label, cells in ratios.items():
         assert len(cells) == 3
         for cell in cells:
             assert float(cell) > 0, f"{label}: {cells}"
 
     targets = [line for line in report["Targets"].splitlines() if line.startswith("- ")]
-    assert len(targets) == 2, report["Targets"]
+    assert len(targets) == 3, report["Targets"]
     for line in targets:
         assert line.endswith((" — met", " — not met")), line
 
     for title, labels in (
             ("Where the time goes: ephemera, swap", SWAP_STEPS),
+            ("Where the time goes: ephemera, live swap", LIVE_STEPS),
             ("Where the time goes: recreation", RECREATE_STEPS),
             *((f"Where the time goes: {kind}", floor_steps(kind)) for kind in floors)):
         rows = table_rows(report[title])
@@ -107,8 +123,9 @@ def test_two_swaps_report_every_row_ratio_and_target(tmp_path: Path) -> None:
             assert int(row[1]) == SWAPS, f"{title}: {row}"
             float(row[2])  # a step's p50 (it can be below zero: clocks of a few ms)
 
-    for phase in ("[ephemera] warm-up", f"[ephemera] {SWAPS} swaps and recreations",
-                  *(f"[{kind}] kill, delete, new mounts, run -d" for kind in floors),
+    for phase in ("[ephemera] warm-up", f"[ephemera] {SWAPS} swaps, live swaps and recreations",
+                  *(f"[{kind}] kill, delete, new mounts, run -d" for kind in kinds),
+                  *(f"[{kind}] live: umount2, open_tree, setns, move_mount" for kind in kinds),
                   "checking that nothing is left behind"):
         assert phase in run.stderr, run.stderr
 

@@ -54,9 +54,10 @@ IMMUTABLE = ("spec: Forbidden: pod updates may not change fields other than "
              "was previously negative)")
 VOLUMES_OFF = ("Forbidden: Dynamic Node-Local Ephemeral Volumes are disabled: volumes and volume "
                "mounts may not be changed (feature gate DynamicNodeLocalEphemeralVolumes is off)")
-RESTART_REQUIRED = ('Required value: must be "RestartContainer" to add, remove or change volume '
-                    "mounts of a container already in the pod; without it, mounts may only come "
-                    "and go with their container")
+RESTART_REQUIRED = ('Required value: must be "NotRequired" (mounted into the running container) '
+                    'or "RestartContainer" to add, remove or change volume mounts of a container '
+                    "already in the pod; without it, mounts may only come and go with their "
+                    "container")
 
 
 def nodes() -> list[dict[str, Any]]:
@@ -590,6 +591,18 @@ def test_node_starting_to_declare_the_feature(kubectl: Kubectl) -> None:  # noqa
         kubectl("delete", "node", node, "--wait=false")
 
 
+def test_a_live_change_needs_a_node_declaring_hot_plug(kubectl: Kubectl) -> None:  # noqa: F811
+    """A mount change of a NotRequired container (made live) needs the node to declare
+    ephemera's DynamicVolumeHotPlug; a RestartContainer change on the same node does not."""
+    live = [{"op": "replace", "path": "/spec/containers/0/dynamicVolumePolicy",
+             "value": {"restartPolicy": "NotRequired"}}]
+    name = start(kubectl, load("runner"))
+    assert rejected(dynamic(kubectl, name, add_volume(SCRATCH) + live, check=False)) == \
+        forbidden(name, "pod update requires features DynamicVolumeHotPlug which are not "
+                        f'available on node "{NODE}"')
+    assert dynamic(kubectl, name, add_volume(SCRATCH)).stdout == f"pod/{name} patched\n"
+
+
 # --- the API fields and pods/NAME/allocated --------------------------------------------------
 
 
@@ -599,7 +612,7 @@ def test_api_fields_are_validated(kubectl: Kubectl) -> None:  # noqa: F811
     result = kubectl("create", "-f", "-", input=as_input(pod), check=False)
     assert rejected(result) == invalid(
         "runner", 'spec.containers[0].dynamicVolumePolicy.restartPolicy: Unsupported value: '
-                  '"Sometimes": supported values: "RestartContainer"')
+                  '"Sometimes": supported values: "NotRequired", "RestartContainer"')
 
     name = start(kubectl, load("runner"))
     bad = {"status": {"volumeStatuses": [{"name": "base", "hostPhase": "Mounted"}]}}

@@ -235,9 +235,9 @@ REJECTIONS = [
         _edit(lambda p: runner(p)["volumeMounts"].append({"name": "scratch",
                                                            "mountPath": "/s"})),
         [("FieldValueRequired", "spec.containers[0].dynamicVolumePolicy.restartPolicy",
-          'Required value: must be "RestartContainer" to add, remove or change volume mounts '
-          "of a container already in the pod; without it, mounts may only come and go with "
-          "their container")],
+          'Required value: must be "NotRequired" (mounted into the running container) or '
+          '"RestartContainer" to add, remove or change volume mounts of a container already '
+          "in the pod; without it, mounts may only come and go with their container")],
         id="mount change without RestartContainer"),
     pytest.param(
         _edit(lambda p: p["spec"]["initContainers"][0]["volumeMounts"].append(

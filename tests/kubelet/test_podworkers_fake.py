@@ -63,6 +63,7 @@ async def test_registers_the_node_and_renews_its_lease(tmp_path: Path) -> None:
             "True", "KubeletReady", "kubelet is posting ready status")
         assert status["declaredFeatures"] == ["DynamicContainers",
                                               "DynamicNodeLocalEphemeralVolumes",
+                                              "DynamicVolumeHotPlug",
                                               "PodLevelResourcesEphemeralStorage"]
         assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == h.kubelet.bound_port
         assert status["nodeInfo"]["containerRuntimeVersion"].startswith("fake://")

@@ -12,6 +12,8 @@ from ephemera.kubelet.runtime import make_runtime
 from ephemera.kubelet.runtime.base import (
     ContainerConfig,
     ContainerState,
+    LiveMountError,
+    Mount,
     NotFoundError,
     RuntimeError_,
     SandboxConfig,
@@ -172,3 +174,23 @@ async def test_memory_stats_model_use_memory(tmp_path: Path) -> None:
     assert snapshot.pods is not None and snapshot.pods.working_set_bytes == 300 * 1024 * 1024
     assert snapshot.node == snapshot.pods  # the modelled machine runs nothing else
     assert await runtime.process_counts() == {pod.pod_uid: 2}  # one task per running one
+
+
+async def test_live_mounts_are_modelled(tmp_path: Path) -> None:
+    runtime = FakeRuntime(tmp_path)
+    _, container_id = await start(runtime, config("app", "run"))
+    await runtime.mount_live(container_id, Mount("/data", "/host/a", volume_name="a"))
+    await runtime.mount_live(container_id, Mount("/data/", "/host/b", volume_name="b"))
+    status = await runtime.container_status(container_id)
+    assert status.mounts == (Mount("/data/", "/host/b", volume_name="b"),)
+    runtime.live_mount_errors["/bad"] = 20
+    with pytest.raises(LiveMountError) as caught:
+        await runtime.mount_live(container_id, Mount("/bad", "/host/c"))
+    assert (str(caught.value), caught.value.errno) == (
+        'mounting "/bad" in running container "app": not a directory', 20)
+    await runtime.unmount_live(container_id, "/data")
+    adopted = FakeRuntime(tmp_path)
+    assert (await adopted.container_status(container_id)).mounts == ()
+    await adopted.stop_container(container_id, 0)
+    with pytest.raises(LiveMountError, match="the container is not running"):
+        await adopted.mount_live(container_id, Mount("/x", "/host/x"))

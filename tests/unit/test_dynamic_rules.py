@@ -16,6 +16,7 @@ import pytest
 from ephemera.api.featuregates import (
     DYNAMIC_CONTAINERS,
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
+    DYNAMIC_VOLUME_HOT_PLUG,
 )
 from ephemera.pods import defaults, dynamic, validation
 
@@ -95,6 +96,16 @@ def _volume(volume: dict[str, Any]) -> dict[str, Any]:
 
 def _restart(pod: Pod) -> None:
     _runner(pod)["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
+
+
+def _live(pod: Pod) -> None:
+    _runner(pod)["dynamicVolumePolicy"] = {"restartPolicy": "NotRequired"}
+
+
+_POLICY_REQUIRED = ('Required value: must be "NotRequired" (mounted into the running '
+                    'container) or "RestartContainer" to add, remove or change volume mounts '
+                    "of a container already in the pod; without it, mounts may only come and "
+                    "go with their container")
 
 
 def _add_volume(volume: dict[str, Any]) -> Edit:
@@ -226,6 +237,24 @@ ACCEPTED: list[tuple[str, Edit, Edit]] = [
      _set("metadata.deletionTimestamp", "2026-09-25T15:00:00Z")),
     ("dynamicVolumePolicy set alone on a running container",
      _restart, _noop),
+    ("NotRequired (DynamicVolumeHotPlug): a mount added to a running container",
+     _all(_add_volume({"name": "dynamic-scratch", "emptyDir": {}}),
+          _mount("dynamic-scratch", "/mnt/scratch"), _live), _noop),
+    ("NotRequired: a mount changed in place (same path, other volume, readOnly) and one removed",
+     _all(_add_volume({"name": "other", "emptyDir": {}}),
+          _set("spec.containers.0.volumeMounts.0.name", "other"),
+          _set("spec.containers.0.volumeMounts.0.readOnly", True)), _live),
+    ("NotRequired on one container, RestartContainer on another, in one update",
+     _all(_add_volume({"name": "dynamic-scratch", "emptyDir": {}}),
+          _mount("dynamic-scratch", "/mnt/scratch"), _live,
+          lambda p: _spec(p)["containers"][1]["volumeMounts"].append(
+              {"name": "dynamic-scratch", "mountPath": "/d"}),
+          _set("spec.containers.1.dynamicVolumePolicy", {"restartPolicy": "RestartContainer"})),
+     _with_sidecar),
+    ("NotRequired kept with the gate on and a mount propagation it already had",
+     _set("spec.containers.0.image", "registry.k8s.io/pause:3.11"),
+     _all(_live, _set("spec.containers.0.volumeMounts.0.mountPropagation",
+                      "HostToContainer"))),
     ("a new volume added but not mounted yet", _add_volume({"name": "later", "emptyDir": {}}),
      _noop),
     ("a removed container's name reused once its status is gone",
@@ -376,25 +405,24 @@ REJECTED: list[tuple[str, Edit, Edit, list[str]]] = [
     ("mount added to a running container with the empty policy",
      _all(_add_volume({"name": "dynamic-scratch", "emptyDir": {}}),
           _mount("dynamic-scratch", "/mnt/scratch")), _noop,
-     ['spec.containers[0].dynamicVolumePolicy.restartPolicy: Required value: must be '
-      '"RestartContainer" to add, remove or change volume mounts of a container already in the '
-      "pod; without it, mounts may only come and go with their container"]),
+     [f"spec.containers[0].dynamicVolumePolicy.restartPolicy: {_POLICY_REQUIRED}"]),
     ("mount removed from a running container with the empty policy",
      _set("spec.containers.0.volumeMounts", None), _noop,
-     ['spec.containers[0].dynamicVolumePolicy.restartPolicy: Required value: must be '
-      '"RestartContainer" to add, remove or change volume mounts of a container already in the '
-      "pod; without it, mounts may only come and go with their container"]),
+     [f"spec.containers[0].dynamicVolumePolicy.restartPolicy: {_POLICY_REQUIRED}"]),
     ("mount mutated (readOnly) on a running container with an empty restartPolicy",
      _all(_set("spec.containers.0.volumeMounts.0.readOnly", True),
           _set("spec.containers.0.dynamicVolumePolicy", {"restartPolicy": ""})), _noop,
-     ['spec.containers[0].dynamicVolumePolicy.restartPolicy: Required value: must be '
-      '"RestartContainer" to add, remove or change volume mounts of a container already in the '
-      "pod; without it, mounts may only come and go with their container"]),
+     [f"spec.containers[0].dynamicVolumePolicy.restartPolicy: {_POLICY_REQUIRED}"]),
     ("unknown restartPolicy value (standard validation)",
      _all(_mount("scratch", "/s"), _set("spec.containers.0.dynamicVolumePolicy",
-                                        {"restartPolicy": "NotRequired"})), _noop,
-     ['spec.containers[0].dynamicVolumePolicy.restartPolicy: Unsupported value: "NotRequired": '
-      'supported values: "RestartContainer"']),
+                                        {"restartPolicy": "Always"})), _noop,
+     ['spec.containers[0].dynamicVolumePolicy.restartPolicy: Unsupported value: "Always": '
+      'supported values: "NotRequired", "RestartContainer"']),
+    ("NotRequired: a mount added live may not set mount propagation",
+     _all(_mount("scratch", "/s", mountPropagation="HostToContainer"), _live), _noop,
+     ["spec.containers[0].volumeMounts[1].mountPropagation: Forbidden: may not be set on a "
+      'mount added to a running container whose dynamicVolumePolicy.restartPolicy is '
+      '"NotRequired"']),
     # init containers
     ("init container mount added",
      lambda p: _spec(p)["initContainers"][0]["volumeMounts"].append(
@@ -574,6 +602,23 @@ _VOLUMES_OFF = ("Forbidden: Dynamic Node-Local Ephemeral Volumes are disabled: v
                 "is off)")
 
 GATED: list[tuple[str, dict[str, bool], Edit, Edit, list[str]]] = [
+    ("DynamicVolumeHotPlug off: NotRequired is an unsupported value",
+     {DYNAMIC_VOLUME_HOT_PLUG: False},
+     _all(_add_volume({"name": "dynamic-scratch", "emptyDir": {}}),
+          _mount("dynamic-scratch", "/mnt/scratch"), _live), _noop,
+     ['spec.containers[0].dynamicVolumePolicy.restartPolicy: Unsupported value: "NotRequired": '
+      'supported values: "RestartContainer"']),
+    ("DynamicVolumeHotPlug off: the empty policy asks for RestartContainer",
+     {DYNAMIC_VOLUME_HOT_PLUG: False},
+     _all(_add_volume({"name": "dynamic-scratch", "emptyDir": {}}),
+          _mount("dynamic-scratch", "/mnt/scratch")), _noop,
+     ['spec.containers[0].dynamicVolumePolicy.restartPolicy: Required value: must be '
+      '"RestartContainer" to add, remove or change volume mounts of a container already in the '
+      "pod; without it, mounts may only come and go with their container"]),
+    ("DynamicVolumeHotPlug off: a pod already using NotRequired keeps it",
+     {DYNAMIC_VOLUME_HOT_PLUG: False},
+     _all(_add_volume({"name": "dynamic-scratch", "emptyDir": {}}),
+          _mount("dynamic-scratch", "/mnt/scratch")), _live, []),
     ("DynamicContainers off: container added", {DYNAMIC_CONTAINERS: False},
      _add_container(_container("c2", securityContext=_SAFE)), _noop, [_CONTAINERS_OFF]),
     ("DynamicContainers off: container removed", {DYNAMIC_CONTAINERS: False},
@@ -619,6 +664,11 @@ NODE_FEATURES: list[tuple[str, Edit, list[str]]] = [
      [DYNAMIC_CONTAINERS]),
     ("container and volume added",
      _all(_ADD_SCRATCH, _add_container(_container("c2", securityContext=_SAFE))), _BOTH),
+    ("a mount changed live (NotRequired) needs DynamicVolumeHotPlug too",
+     _all(_ADD_SCRATCH, _live), [DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES, DYNAMIC_VOLUME_HOT_PLUG]),
+    ("NotRequired set with no mount change needs nothing more",
+     _all(_add_volume({"name": "later", "emptyDir": {}}), _live),
+     [DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES]),
     ("no dynamic change needs no feature",
      _set("spec.containers.0.image", "registry.k8s.io/pause:3.11"), []),
 ]

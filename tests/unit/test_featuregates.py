@@ -19,6 +19,7 @@ def test_all_known_gates_default_to_true() -> None:
     assert set(gates) == {
         "DynamicContainers", "DynamicNodeLocalEphemeralVolumes", "PodLevelResources",
         "PodLevelResourcesEphemeralStorage", "ImageVolume", "NodeDeclaredFeatures",
+        "DynamicVolumeHotPlug",
     }
     assert all(gates.enabled(name) for name in DEFAULTS)
     assert gates.to_flag() == ""

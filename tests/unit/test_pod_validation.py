@@ -314,7 +314,7 @@ CASES: list[Case] = [
     ("dynamicVolumePolicy enum (KEP-6395)",
      lambda: pod(ctr("c", dynamicVolumePolicy={"restartPolicy": "Never"})),
      ['spec.containers[0].dynamicVolumePolicy.restartPolicy: Unsupported value: "Never": '
-      'supported values: "RestartContainer"']),
+      'supported values: "NotRequired", "RestartContainer"']),
     ("projected token needs a service account",
      lambda: pod(volumes=[{"name": "t", "projected": {"sources": [
          {"serviceAccountToken": {"path": "token"}}]}}]),
@@ -664,3 +664,21 @@ def test_terminated_container_may_not_restart_under_never() -> None:
         {"name": "c", "state": {"running": {}}}]), old) == [
         "status.containerStatuses[0].state: Forbidden: may not be transitioned to "
         "non-terminated state"]
+
+
+def test_dynamic_volume_hot_plug_gate() -> None:
+    """`NotRequired` (ephemera's DynamicVolumeHotPlug) is valid with the gate on, an unknown
+    enum value with it off, and kept on update by a pod that already uses it."""
+    def live() -> dict[str, Any]:
+        return pod(ctr("c", dynamicVolumePolicy={"restartPolicy": "NotRequired"}))
+
+    assert create_errors(live()) == []
+    off = {"DynamicVolumeHotPlug": False}
+    assert create_errors(live(), off) == [
+        'spec.containers[0].dynamicVolumePolicy.restartPolicy: Unsupported value: '
+        '"NotRequired": supported values: "RestartContainer"']
+    old, new = live(), live()
+    default_pod(old, off)
+    default_pod(new, off)
+    new["metadata"]["labels"] = {"a": "b"}
+    assert [str(e) for e in validate_pod_update(new, old, off)] == []

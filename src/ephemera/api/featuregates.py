@@ -17,6 +17,9 @@ POD_LEVEL_RESOURCES = "PodLevelResources"
 POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE = "PodLevelResourcesEphemeralStorage"
 IMAGE_VOLUME = "ImageVolume"
 NODE_DECLARED_FEATURES = "NodeDeclaredFeatures"
+# ephemera's own: KEP-6395's next milestone ahead of upstream (live hot-plug of volume mounts
+# into running containers, `dynamicVolumePolicy.restartPolicy: NotRequired`).
+DYNAMIC_VOLUME_HOT_PLUG = "DynamicVolumeHotPlug"
 
 # Every gate ephemera knows, with its default.
 DEFAULTS: Mapping[str, bool] = {
@@ -26,6 +29,7 @@ DEFAULTS: Mapping[str, bool] = {
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE: True,
     IMAGE_VOLUME: True,
     NODE_DECLARED_FEATURES: True,
+    DYNAMIC_VOLUME_HOT_PLUG: True,
 }
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})

@@ -17,10 +17,13 @@ show where each change stands.
 
 A change reads the pod, edits a copy and PUTs the whole pod to `pods/NAME/dynamic` with the
 resourceVersion just read (read again and retried on 409 Conflict); a container whose mounts
-change gets `dynamicVolumePolicy.restartPolicy: RestartContainer`. With `--wait` the command
-waits until the change is actuated (changed containers running with exactly their desired
-mounts, added volumes HostMounted, removed volumes pruned from `volumeStatuses`, removed
-containers stopped) and prints how long that took after the server accepted the change.
+change keeps the `dynamicVolumePolicy.restartPolicy` it has, else gets `RestartContainer`;
+`--live` sets `NotRequired` (the kubelet mounts into the running container, no restart;
+feature gate DynamicVolumeHotPlug) and `--restart` sets `RestartContainer`. With `--wait`
+the command waits until the change is actuated (changed containers running with exactly
+their desired mounts, added volumes HostMounted, removed volumes pruned from
+`volumeStatuses`, removed containers stopped) and prints how long that took after the
+server accepted the change.
 
 Errors print the server's Status message and each `details.causes` entry (`field: message`)
 on stderr and exit 1. The kubeconfig is `--kubeconfig`, else `$KUBECONFIG`, else
@@ -54,7 +57,8 @@ from ephemera.client import (
 )
 
 Pod = dict[str, Any]
-RESTART_CONTAINER = {"restartPolicy": "RestartContainer"}
+RESTART_CONTAINER = "RestartContainer"
+NOT_REQUIRED = "NotRequired"  # live: mounted into the running container (DynamicVolumeHotPlug)
 CONFLICT_RETRIES = 10
 POLL_INTERVAL = 0.025
 DEFAULT_WAIT_TIMEOUT = 120.0
@@ -91,7 +95,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_volume = actions.add_parser(
         "add-volume", parents=[connection], help="add a volume (and its mounts) to a pod",
         description="Add a volume to a running pod, mounted into the named containers "
-                    "(which are restarted with the new mount).")
+                    "(restarted with the new mount, or with --live mounted into the "
+                    "running containers without a restart).")
     add_volume.add_argument("pod", metavar="POD")
     source = add_volume.add_mutually_exclusive_group(required=True)
     source.add_argument("--emptydir", metavar="NAME", help="an emptyDir volume named NAME")
@@ -129,15 +134,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_volume.add_argument("--mount", action="append", default=[], dest="mounts",
                             metavar="CONTAINER:PATH[:ro]",
                             help="mount the volume at PATH in CONTAINER (repeatable)")
+    _policy_options(add_volume)
     _wait_options(add_volume)
     add_volume.set_defaults(func=run, change=_add_volume_change)
 
     remove_volume = actions.add_parser(
         "remove-volume", parents=[connection], help="remove a volume and its mounts",
         description="Remove a volume from a running pod; containers that mount it are "
-                    "restarted without it.")
+                    "restarted without it (with --live: it is unmounted from the running "
+                    "containers).")
     remove_volume.add_argument("pod", metavar="POD")
     remove_volume.add_argument("name", metavar="NAME", help="the volume's name")
+    _policy_options(remove_volume)
     _wait_options(remove_volume)
     remove_volume.set_defaults(func=run, change=_remove_volume_change)
 
@@ -198,6 +206,25 @@ def _connection_options(target: argparse.ArgumentParser, *, default: Any) -> Non
     target.add_argument("--kubeconfig", default=default, metavar="FILE",
                         help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     target.add_argument("--context", default=default, help="kubeconfig context to use")
+
+
+def _policy_options(parser: argparse.ArgumentParser) -> None:
+    policy = parser.add_mutually_exclusive_group()
+    policy.add_argument("--live", dest="policy", action="store_const", const=NOT_REQUIRED,
+                        help="change the mounts of the running containers without restarting "
+                             "them (dynamicVolumePolicy.restartPolicy: NotRequired)")
+    policy.add_argument("--restart", dest="policy", action="store_const",
+                        const=RESTART_CONTAINER,
+                        help="restart the containers with their new mounts "
+                             "(restartPolicy: RestartContainer; the default unless the "
+                             "container already says NotRequired)")
+
+
+def _set_policy(container: dict[str, Any], wanted: str | None) -> None:
+    """The container's dynamicVolumePolicy for a mount change: `wanted` when given, else the
+    one it has, else RestartContainer."""
+    current = (container.get("dynamicVolumePolicy") or {}).get("restartPolicy")
+    container["dynamicVolumePolicy"] = {"restartPolicy": wanted or current or RESTART_CONTAINER}
 
 
 def _wait_options(parser: argparse.ArgumentParser) -> None:
@@ -338,7 +365,7 @@ def _add_volume_change(args: argparse.Namespace) -> tuple[str, Callable[[Pod], N
         for mount in mounts:
             target = _find_container(pod, mount.owner)
             target.setdefault("volumeMounts", []).append(_volume_mount(name, mount))
-            target["dynamicVolumePolicy"] = dict(RESTART_CONTAINER)
+            _set_policy(target, args.policy)
 
     return f"volume {name} added", change
 
@@ -356,7 +383,7 @@ def _remove_volume_change(args: argparse.Namespace) -> tuple[str, Callable[[Pod]
             kept = [m for m in mounts if m.get("name") != name]
             if len(kept) != len(mounts):
                 target["volumeMounts"] = kept
-                target["dynamicVolumePolicy"] = dict(RESTART_CONTAINER)
+                _set_policy(target, args.policy)
 
     return f"volume {name} removed", change
 

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import os
@@ -76,7 +77,7 @@ from typing import Any
 from aiohttp import web
 
 from ephemera.api.errors import StatusError
-from ephemera.api.featuregates import FeatureGates
+from ephemera.api.featuregates import DYNAMIC_VOLUME_HOT_PLUG, FeatureGates, gate_enabled
 from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
 from ephemera.kubelet import events, logs
@@ -842,7 +843,10 @@ class Kubelet:
                 volumes=self.volumes, status=self.status, events=self.events,
                 root_dir=cfg.root_dir, node_name=self.node_name, host_ip=cfg.node_ip,
                 get_configmap=self.get_configmap, get_secret=self.get_secret,
-                node_allocatable=self.node_allocatable, settings=cfg.settings,
+                node_allocatable=self.node_allocatable,
+                settings=dataclasses.replace(
+                    cfg.settings, hot_plug=cfg.settings.hot_plug
+                    and gate_enabled(cfg.gates, DYNAMIC_VOLUME_HOT_PLUG)),
                 on_volumes_changed=self._volumes_changed,
                 on_container_started=self._container_started,
                 on_pod_started=self.metrics.pod_start_duration.observe,

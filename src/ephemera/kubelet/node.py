@@ -47,6 +47,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import (
     DYNAMIC_CONTAINERS,
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
+    DYNAMIC_VOLUME_HOT_PLUG,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
 from ephemera.api.quantity import Quantity, parse_quantity
@@ -90,6 +91,7 @@ RESERVABLE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 DECLARABLE_FEATURES = (
     DYNAMIC_CONTAINERS,
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
+    DYNAMIC_VOLUME_HOT_PLUG,  # ephemera's own: live mount changes (NotRequired)
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
 

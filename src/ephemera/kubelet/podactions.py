@@ -54,6 +54,9 @@ pods`) and the container's name and the volumes it mounted can be reused at once
 keeps up to 10 terminated statuses of removed containers; ephemera drops them, see
 docs/design.md.) Before a container is stopped for a change, the status is published, so a
 removed volume shows `Unmounting` while it stops.
+A running container whose policy is `NotRequired` (DynamicVolumeHotPlug) is not stopped: its
+changed mounts are attached and detached while it runs (`LiveMountChange`,
+`ephemera.kubelet.hotplug`).
 
 `PodRuntimeCache` is the pod's runtime view KEP-6395's `IsVolumeInUseByPod` reads.
 """
@@ -73,7 +76,7 @@ from typing import Any, Protocol
 
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiUnavailable
-from ephemera.kubelet import containerconfig, events
+from ephemera.kubelet import containerconfig, events, hotplug
 from ephemera.kubelet.backoff import BackOff
 from ephemera.kubelet.podutil import (
     LABEL_CONTAINER_NAME,
@@ -107,6 +110,7 @@ __all__ = [
     "Action",
     "ClearWaiting",
     "KillForProbe",
+    "LiveMountChange",
     "PodActions",
     "PodRuntime",
     "PodRuntimeCache",
@@ -190,7 +194,17 @@ class ClearWaiting:
     name: str
 
 
-Action = StartContainer | RestartForChange | KillForProbe | WaitForVolumes | ClearWaiting
+@dataclass(frozen=True)
+class LiveMountChange:
+    """KEP-6395 live hot-plug (`restartPolicy: NotRequired`, `hotplug`): attach and detach
+    the running instance's changed mounts without stopping it."""
+
+    container: Mapping[str, Any]
+    running: ContainerStatus
+
+
+Action = (StartContainer | RestartForChange | KillForProbe | LiveMountChange | WaitForVolumes
+          | ClearWaiting)
 
 # (container name, running instance id) -> the probe it failed (`liveness`, `startup`) and
 # the probe's grace period, or None (the prober manager's `failed_probe`, bound to the pod).
@@ -281,12 +295,15 @@ def _kill_for_probe(container: Mapping[str, Any], running: ContainerStatus, init
 def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
                         volumes_ready_for: Callable[[Mapping[str, Any]], bool],
                         failed_probe: FailedProbe = _no_failed_probe,
-                        started: Started = _always_started) -> PodActions:
+                        started: Started = _always_started, *,
+                        hot_plug: bool = True) -> PodActions:
     """The actions of one sync (see the module docstring): the next init container to
     start, else what each main container needs. `volumes_ready_for(container)`: every pod
     volume it mounts is set up on the host; `failed_probe(name, id)`: the running instance
     failed its liveness or startup probe; `started(name, id)`: its startup probe succeeded
-    (the containers after a sidecar wait for it)."""
+    (the containers after a sidecar wait for it). `hot_plug` (DynamicVolumeHotPlug):
+    `NotRequired` containers get their mount changes live (else they are restarted for
+    them)."""
     result = PodActions()
     restart_policy = restart_policy_of(pod)
     for c in pod_spec(pod).get("initContainers") or []:
@@ -333,8 +350,16 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
             kill = _kill_for_probe(c, latest, False, restart_policy != "Never", failed_probe)
             if kill is not None:
                 result.actions.append(kill)
-            elif mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
-                    "restartPolicy") == RESTART_CONTAINER and volumes_ready_for(c):
+                continue
+            if hot_plug and hotplug.wants_live(c):
+                if hotplug.mounts_stale(pod, c, latest) and volumes_ready_for(c):
+                    result.actions.append(LiveMountChange(c, latest))
+                else:
+                    result.actions.append(ClearWaiting(name))
+                continue
+            if mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
+                    "restartPolicy") in (RESTART_CONTAINER, hotplug.NOT_REQUIRED) and \
+                    volumes_ready_for(c):
                 result.actions.append(RestartForChange(c, latest))
             else:
                 result.actions.append(ClearWaiting(name))
@@ -428,11 +453,13 @@ class PodRuntime:
     execution of its `PodActions`."""
 
     def __init__(self, host: PodHost, deps: WorkerDeps, crash_backoff: BackOff,
-                 image_backoff: BackOff) -> None:
+                 image_backoff: BackOff, live_mounts: hotplug.LiveMounts | None = None
+                 ) -> None:
         self.host = host
         self.deps = deps
         self.crash_backoff = crash_backoff
         self.image_backoff = image_backoff
+        self.live_mounts = live_mounts
         self.uid = pod_uid(host.pod)
         self.sandbox_id: str | None = None
         # Container name -> (reason, message) of its `waiting` state.
@@ -546,11 +573,35 @@ class PodRuntime:
                 if action.restart:
                     next_delay = min(next_delay, await self.start(
                         action.container, action.running, action.init, actuation=True))
+            elif isinstance(action, LiveMountChange):
+                self.waiting.pop(str(action.container.get("name")), None)
+                next_delay = min(next_delay, await self.change_live(
+                    action.container, action.running, sandbox))
             elif isinstance(action, WaitForVolumes):
                 self.waiting.setdefault(action.name, ("ContainerCreating", ""))
             else:
                 self.waiting.pop(action.name, None)
         return next_delay
+
+    async def change_live(self, container: Mapping[str, Any], running: ContainerStatus,
+                          sandbox: SandboxStatus | None) -> float:
+        """Attach and detach the changed mounts of a running `NotRequired` container
+        (`hotplug`); the delay until a failed change is retried (IDLE: all done)."""
+        if self.live_mounts is None:
+            return IDLE
+        deps = self.deps
+        env: dict[str, str] = {}
+        if any(m.get("subPathExpr") for m in container.get("volumeMounts") or []):
+            with contextlib.suppress(containerconfig.ContainerConfigError, StatusError,
+                                     ApiUnavailable):
+                env = dict(await containerconfig.build_env(
+                    self.pod, container, (), get_configmap=deps.get_configmap,
+                    get_secret=deps.get_secret, host_ip=deps.host_ip,
+                    pod_ip=sandbox.ip if sandbox is not None else "",
+                    node_allocatable=deps.node_allocatable))
+        delay = await self.live_mounts.actuate(
+            self.pod, container, running, deps.volumes.mounted_volumes(self.uid), env)
+        return delay if delay > 0 else IDLE
 
     async def stop_removed_containers(self, instances: Instances,
                                       sandbox: SandboxStatus | None = None) -> None:

@@ -57,8 +57,8 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiUnavailable, resource_path
-from ephemera.kubelet import events
-from ephemera.kubelet.backoff import BackOff
+from ephemera.kubelet import events, hotplug
+from ephemera.kubelet.backoff import BackOff, BackOffPolicy
 from ephemera.kubelet.podactions import (
     DEFAULT_GRACE_PERIOD,
     IDLE,
@@ -128,7 +128,7 @@ class PodWorker:
         self.evicted = False
         # The pod's sandbox and containers in the runtime (`podactions`).
         self.pod_runtime = PodRuntime(self, self.deps, workers.crash_backoff,
-                                  workers.image_backoff)
+                                      workers.image_backoff, workers.live_mounts)
 
     # -- loop --
 
@@ -197,7 +197,8 @@ class PodWorker:
         sandbox = await pod_runtime.ensure_sandbox()
         instances: Instances = await pod_runtime.instances()
         actions = compute_pod_actions(pod, instances, pod_runtime.volumes_ready_for,
-                                      self._failed_probe, self._started)
+                                      self._failed_probe, self._started,
+                                      hot_plug=self.deps.settings.hot_plug)
         next_delay = await pod_runtime.execute(actions.actions, instances, sandbox)
         if actions.init_failed:
             self.terminal = True
@@ -457,6 +458,9 @@ class PodWorkers:
         self.deps = deps
         self.crash_backoff = BackOff(deps.settings.backoff)
         self.image_backoff = BackOff(deps.settings.image_backoff)
+        self.live_mounts = hotplug.LiveMounts(
+            deps.runtime, deps.events, BackOff(BackOffPolicy(*hotplug.LIVE_MOUNT_BACKOFF)),
+            lambda work: self.spawn(work))
         self._workers: dict[str, PodWorker] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.on_worker_done: Callable[[str], None] = lambda uid: None

@@ -81,6 +81,9 @@ class WorkerSettings:
     minimum_grace_period: float = MINIMUM_GRACE_PERIOD
     # Instances kept per container (the latest and the previous one).
     keep_instances: int = 2
+    # DynamicVolumeHotPlug: `NotRequired` containers get mount changes while they run (off:
+    # they are restarted as for `RestartContainer`).
+    hot_plug: bool = True
 
 
 @dataclass

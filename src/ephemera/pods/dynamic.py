@@ -132,6 +132,12 @@ the apiserver's NodeDeclaredFeatureValidator admission plugin answers it with up
 - `spec.containers[i].dynamicVolumePolicy.restartPolicy`:
     `Required value: must be "RestartContainer" to add, remove or change volume mounts of a
     container already in the pod; without it, mounts may only come and go with their container`
+    (with DynamicVolumeHotPlug on: `Required value: must be "NotRequired" (mounted into the
+    running container) or "RestartContainer" to add, ...` and the rest as above)
+- `spec.containers[i].volumeMounts[j].mountPropagation` (a mount added or changed on a
+  `NotRequired` container; a live mount is private):
+    `Forbidden: may not be set on a mount added to a running container whose
+    dynamicVolumePolicy.restartPolicy is "NotRequired"`
 """
 
 from __future__ import annotations
@@ -145,6 +151,7 @@ from ephemera.api import field
 from ephemera.api.featuregates import (
     DYNAMIC_CONTAINERS,
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
+    DYNAMIC_VOLUME_HOT_PLUG,
     gate_enabled,
 )
 from ephemera.api.field import FieldError, Path
@@ -154,6 +161,7 @@ from ephemera.pods import resources, validation
 __all__ = [
     "DYNAMIC_CONTAINER_FIELDS",
     "DYNAMIC_CONTAINER_RESOURCES",
+    "DYNAMIC_VOLUME_NOT_REQUIRED",
     "DYNAMIC_VOLUME_RESTART_CONTAINER",
     "DYNAMIC_VOLUME_SOURCES",
     "DynamicChange",
@@ -163,8 +171,9 @@ __all__ = [
     "validate_dynamic_update",
 ]
 
-# KEP-6395: the only value of `dynamicVolumePolicy.restartPolicy`.
-DYNAMIC_VOLUME_RESTART_CONTAINER = "RestartContainer"
+# KEP-6395's `dynamicVolumePolicy.restartPolicy` values (defined with the enum's validation).
+DYNAMIC_VOLUME_RESTART_CONTAINER = validation.DYNAMIC_VOLUME_RESTART_CONTAINER
+DYNAMIC_VOLUME_NOT_REQUIRED = validation.DYNAMIC_VOLUME_NOT_REQUIRED
 # KEP-6395 "Supported Volume Sources", in the KEP's order.
 DYNAMIC_VOLUME_SOURCES = ("configMap", "secret", "projected", "emptyDir", "image")
 # What a kept container may change through /dynamic beyond what a plain update allows.
@@ -210,6 +219,12 @@ _DANGLING = ("volume {name} is removed from spec.volumes but still mounted here;
 _RESTART_REQUIRED = ('must be "RestartContainer" to add, remove or change volume mounts of a '
                      "container already in the pod; without it, mounts may only come and go "
                      "with their container")
+_LIVE_PROPAGATION = ('may not be set on a mount added to a running container whose '
+                     'dynamicVolumePolicy.restartPolicy is "NotRequired"')
+_POLICY_REQUIRED = ('must be "NotRequired" (mounted into the running container) or '
+                    '"RestartContainer" to add, remove or change volume mounts of a container '
+                    "already in the pod; without it, mounts may only come and go with their "
+                    "container")
 
 
 # --- small readers ----------------------------------------------------------------------
@@ -289,6 +304,8 @@ class DynamicChange:
     added_containers: tuple[str, ...] = ()
     removed_containers: tuple[str, ...] = ()
     remounted_containers: tuple[str, ...] = ()  # kept main containers whose mounts changed
+    # ... of which those whose new dynamicVolumePolicy is NotRequired (changed live)
+    live_remounted_containers: tuple[str, ...] = ()
     added_init_containers: tuple[str, ...] = ()
     removed_init_containers: tuple[str, ...] = ()
     remounted_init_containers: tuple[str, ...] = ()
@@ -336,10 +353,14 @@ def dynamic_change(new: Mapping[str, Any], old: Mapping[str, Any]) -> DynamicCha
     init_added, init_removed, init_remounted = _container_diff(
         new_spec.get("initContainers"), old_spec.get("initContainers"))
     new_vols, old_vols = _by_name(new_spec.get("volumes")), _by_name(old_spec.get("volumes"))
+    new_containers = _by_name(new_spec.get("containers"))
     return DynamicChange(
         added_containers=added,
         removed_containers=removed,
         remounted_containers=remounted,
+        live_remounted_containers=tuple(
+            n for n in remounted if _d(new_containers[n][1].get("dynamicVolumePolicy")).get(
+                "restartPolicy") == DYNAMIC_VOLUME_NOT_REQUIRED),
         added_init_containers=init_added,
         removed_init_containers=init_removed,
         remounted_init_containers=init_remounted,
@@ -353,13 +374,16 @@ def dynamic_change(new: Mapping[str, Any], old: Mapping[str, Any]) -> DynamicCha
 def required_node_features(change: DynamicChange) -> list[str]:
     """The NodeDeclaredFeatures an update needs from the pod's node, in this order: container
     additions or removals need `DynamicContainers`, volume and volume mount changes
-    `DynamicNodeLocalEphemeralVolumes`. The apiserver's NodeDeclaredFeatureValidator admission
+    `DynamicNodeLocalEphemeralVolumes`, mount changes of a `NotRequired` container (made live)
+    ephemera's `DynamicVolumeHotPlug`. The apiserver's NodeDeclaredFeatureValidator admission
     plugin checks them against the node's `status.declaredFeatures`."""
     needed: list[str] = []
     if change.changes_containers:
         needed.append(DYNAMIC_CONTAINERS)
     if change.changes_volumes:
         needed.append(DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES)
+    if change.live_remounted_containers:
+        needed.append(DYNAMIC_VOLUME_HOT_PLUG)
     return needed
 
 
@@ -657,9 +681,19 @@ def _volume_errors(new: Mapping[str, Any], old: Mapping[str, Any], change: Dynam
         i, c = containers_by[name]
         policy = _d(c.get("dynamicVolumePolicy")).get("restartPolicy")
         if policy in (None, ""):
+            hot_plug = gate_enabled(gates, DYNAMIC_VOLUME_HOT_PLUG)
             errs.append(field.required(Path("spec", "containers").index(i)
                                        .child("dynamicVolumePolicy", "restartPolicy"),
-                                       _RESTART_REQUIRED))
+                                       _POLICY_REQUIRED if hot_plug else _RESTART_REQUIRED))
+        elif policy == DYNAMIC_VOLUME_NOT_REQUIRED:
+            old_mounts = [m for _, m in _items(_d(_by_name(old_spec.get("containers"))
+                                                  .get(name, (0, {}))[1]).get("volumeMounts"))]
+            for j, mount in _items(c.get("volumeMounts")):
+                if mount not in old_mounts and mount.get("mountPropagation") not in (None, "",
+                                                                                     "None"):
+                    errs.append(field.forbidden(
+                        Path("spec", "containers").index(i).child("volumeMounts").index(j)
+                        .child("mountPropagation"), _LIVE_PROPAGATION))
     return errs
 
 
@@ -678,5 +712,5 @@ def validate_dynamic_update(new: dict[str, Any], old: dict[str, Any], gates: Map
     if change.changes_volumes:
         own.extend(_volume_errors(new, old, change, gates, supersedes))
 
-    standard = validation.validate_pod_update(new, dynamic_update_base(new, old), gates)
+    standard = validation.validate_pod_update(new, dynamic_update_base(new, old), gates, old)
     return [e for e in standard if (e.type, e.field) not in supersedes] + own

@@ -31,6 +31,7 @@ from ephemera.api import field, meta
 from ephemera.api import validation as v
 from ephemera.api.featuregates import (
     DEFAULTS,
+    DYNAMIC_VOLUME_HOT_PLUG,
     POD_LEVEL_RESOURCES,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
     gate_enabled,
@@ -40,6 +41,9 @@ from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
 from ephemera.pods import resources
 
 __all__ = [
+    "DYNAMIC_VOLUME_NOT_REQUIRED",
+    "DYNAMIC_VOLUME_RESTART_CONTAINER",
+    "DYNAMIC_VOLUME_RESTART_POLICIES",
     "UPDATABLE_POD_SPEC_FIELDS",
     "VOLUME_HOST_PHASES",
     "VOLUME_SOURCES",
@@ -52,6 +56,13 @@ __all__ = [
     "validate_resource_name",
     "validate_resource_quantity_value",
 ]
+
+# KEP-6395's `dynamicVolumePolicy.restartPolicy`: "RestartContainer" (the KEP's only value);
+# "NotRequired" (mounts are attached to the running container; the KEP's next milestone,
+# ephemera's preview behind its own gate DynamicVolumeHotPlug).
+DYNAMIC_VOLUME_NOT_REQUIRED = "NotRequired"
+DYNAMIC_VOLUME_RESTART_CONTAINER = "RestartContainer"
+DYNAMIC_VOLUME_RESTART_POLICIES = (DYNAMIC_VOLUME_NOT_REQUIRED, DYNAMIC_VOLUME_RESTART_CONTAINER)
 
 # Every `VolumeSource` member, in the order upstream checks them.
 VOLUME_SOURCES = (
@@ -201,6 +212,11 @@ class _Options:
         effective = {name: gate_enabled(gates, name) for name in DEFAULTS}
         effective.update({k: bool(x) for k, x in gates.items()})
         old_spec = _d((old or {}).get("spec"))
+        if any(_d(c.get("dynamicVolumePolicy")).get("restartPolicy")
+               == DYNAMIC_VOLUME_NOT_REQUIRED
+               for key in ("containers", "initContainers", "ephemeralContainers")
+               for _, c in _items(old_spec.get(key))):
+            effective[DYNAMIC_VOLUME_HOT_PLUG] = True
         old_res = _d(old_spec.get("resources"))
         if old_res.get("requests") or old_res.get("limits"):
             effective[POD_LEVEL_RESOURCES] = True
@@ -1084,7 +1100,7 @@ def _validate_lifecycle_and_probes(c: Mapping[str, Any], grace: int | None,
 
 def _validate_container_common(c: Mapping[str, Any], volumes: Mapping[str, Any],
                                claim_names: set[str], path: Path, restart_policy: str,
-                               host_users: bool) -> list[FieldError]:
+                               host_users: bool, hot_plug: bool = False) -> list[FieldError]:
     """`validateContainerCommon`: what every kind of container must satisfy."""
     errs: list[FieldError] = []
     name = _s(c.get("name"))
@@ -1114,11 +1130,13 @@ def _validate_container_common(c: Mapping[str, Any], volumes: Mapping[str, Any],
     errs.extend(_validate_security_context(c.get("securityContext"),
                                            path.child("securityContext"), host_users))
     dynamic = c.get("dynamicVolumePolicy")
-    if isinstance(dynamic, dict):  # KEP-6395
+    if isinstance(dynamic, dict):  # KEP-6395 (NotRequired: ephemera's DynamicVolumeHotPlug)
         restart = dynamic.get("restartPolicy")
-        if restart not in (None, "", "RestartContainer"):
+        supported = list(DYNAMIC_VOLUME_RESTART_POLICIES if hot_plug
+                         else (DYNAMIC_VOLUME_RESTART_CONTAINER,))
+        if restart not in (None, "", *supported):
             errs.append(field.not_supported(path.child("dynamicVolumePolicy", "restartPolicy"),
-                                            restart, ["RestartContainer"]))
+                                            restart, supported))
     return errs
 
 
@@ -1129,6 +1147,7 @@ class _PodContext:
     grace: int | None
     restart_policy: str
     host_users: bool
+    hot_plug: bool = False  # DynamicVolumeHotPlug: dynamicVolumePolicy may be NotRequired
 
 
 def _validate_containers(containers: Any, ctx: _PodContext, path: Path) -> list[FieldError]:
@@ -1139,7 +1158,8 @@ def _validate_containers(containers: Any, ctx: _PodContext, path: Path) -> list[
     for i, c in _items(containers):
         p = path.index(i)
         errs.extend(_validate_container_common(c, ctx.volumes, ctx.claim_names, p,
-                                               ctx.restart_policy, ctx.host_users))
+                                               ctx.restart_policy, ctx.host_users,
+                                               ctx.hot_plug))
         name = _s(c.get("name"))
         if name in names:
             errs.append(field.duplicate(p.child("name"), name))
@@ -1177,7 +1197,8 @@ def _validate_init_containers(init: Any, containers: Any, ctx: _PodContext,
     for i, c in _items(init):
         p = path.index(i)
         errs.extend(_validate_container_common(c, ctx.volumes, ctx.claim_names, p,
-                                               ctx.restart_policy, ctx.host_users))
+                                               ctx.restart_policy, ctx.host_users,
+                                               ctx.hot_plug))
         restart_always = False
         restart = c.get("restartPolicy")
         if restart is not None:
@@ -1220,7 +1241,8 @@ def _validate_ephemeral_containers(ephemeral: Any, containers: Any, init: Any, c
     for i, c in _items(ephemeral):
         p = path.index(i)
         errs.extend(_validate_container_common(c, ctx.volumes, ctx.claim_names, p,
-                                               ctx.restart_policy, ctx.host_users))
+                                               ctx.restart_policy, ctx.host_users,
+                                               ctx.hot_plug))
         errs.extend(_container_only_for_pod(c, p))
         name = _s(c.get("name"))
         if name in names:
@@ -1407,7 +1429,8 @@ def _validate_pod_spec(spec: Mapping[str, Any], md: Mapping[str, Any], path: Pat
     errs.extend(_validate_pod_resource_claims(spec.get("resourceClaims"),
                                               path.child("resourceClaims")))
     restart_policy = _s(spec.get("restartPolicy"))
-    ctx = _PodContext(volumes, claim_names, _int(grace), restart_policy, host_users)
+    ctx = _PodContext(volumes, claim_names, _int(grace), restart_policy, host_users,
+                      opts.gates[DYNAMIC_VOLUME_HOT_PLUG])
     errs.extend(_validate_containers(spec.get("containers"), ctx, path.child("containers")))
     errs.extend(_validate_init_containers(spec.get("initContainers"), spec.get("containers"),
                                           ctx, path.child("initContainers")))
@@ -1736,14 +1759,16 @@ def _term_only_additions(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool
 
 
 def validate_pod_update(new: Mapping[str, Any], old: Mapping[str, Any],
-                        gates: Mapping[str, bool]) -> list[FieldError]:
+                        gates: Mapping[str, bool],
+                        stored: Mapping[str, Any] | None = None) -> list[FieldError]:
     """`ValidatePodUpdate`: a plain update (not `/status`, `/resize` or `/dynamic`) may
     change only container and init container images, `activeDeadlineSeconds` (set or
     lowered), toleration additions, a negative `terminationGracePeriodSeconds` to 1 and the
     removal of scheduling gates (plus nodeSelector and node affinity additions while the pod
     is gated); anything else is `spec: Forbidden: pod updates may not change fields other
-    than ...` followed by a diff."""
-    opts = _Options.of(gates, old)
+    than ...` followed by a diff. `stored` (default `old`) is the pod as stored, whose
+    features in use stay valid with their gates off (`/dynamic` passes a base pod as `old`)."""
+    opts = _Options.of(gates, old if stored is None else stored)
     meta_path, spec_path = Path("metadata"), Path("spec")
     errs = v.validate_object_meta_update(_md(new), _md(old))
     errs.extend(_validate_pod_metadata_and_spec(new, opts))

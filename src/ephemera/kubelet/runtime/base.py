@@ -14,7 +14,7 @@ other's containers.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -30,6 +30,15 @@ class NotFoundError(RuntimeError_):
 
 class ExecTimeoutError(RuntimeError_):
     """exec_sync ran longer than its timeout; the process was killed."""
+
+
+class LiveMountError(RuntimeError_):
+    """A live mount or unmount failed; `errno` is the cause (0 when it is not a syscall's).
+    The container keeps running and nothing was mounted."""
+
+    def __init__(self, message: str, err: int = 0) -> None:
+        super().__init__(message)
+        self.errno = err
 
 
 class ContainerState(StrEnum):
@@ -248,6 +257,43 @@ class RuntimeService(abc.ABC):
         """The tasks (processes and threads) in each pod, by pod UID (CRI's pod sandbox
         process stats); None when the runtime counts none."""
         return None
+
+    async def mount_live(self, container_id: str, mount: Mount) -> None:
+        """Attach `mount` to the running container without restarting it (KEP-6395's live
+        hot-plug; `livemount.py` has the sequence). Idempotent: a mount of the same host path
+        already at that path is only recorded. Afterwards `container_status().mounts` lists
+        it. Raises LiveMountError naming the container, path and cause; the
+        container keeps running and nothing is mounted."""
+        raise RuntimeError_(f"{self.name}: live mounts are not supported")
+
+    async def unmount_live(self, container_id: str, container_path: str) -> None:
+        """Detach whatever is mounted at `container_path` in the running container (lazily)
+        and drop it from `container_status().mounts`; idempotent."""
+        raise RuntimeError_(f"{self.name}: live mounts are not supported")
+
+    async def change_live(self, container_id: str, unmount: Sequence[str],
+                          mount: Sequence[Mount]) -> list[LiveMountError | None]:
+        """`unmount_live` of each path, then `mount_live` of each mount, in one go where the
+        backend can; each one's error (None: done), in that order. A mount at a path whose
+        unmount failed is not made (it would stack on the old one)."""
+        errors: list[LiveMountError | None] = []
+        stuck: dict[str, LiveMountError] = {}
+        for path in unmount:
+            try:
+                await self.unmount_live(container_id, path)
+                errors.append(None)
+            except LiveMountError as err:
+                errors.append(err)
+                stuck[path.rstrip("/") or "/"] = err
+        for m in mount:
+            try:
+                if (m.container_path.rstrip("/") or "/") in stuck:
+                    raise stuck[m.container_path.rstrip("/") or "/"]
+                await self.mount_live(container_id, m)
+                errors.append(None)
+            except LiveMountError as err:
+                errors.append(err)
+        return errors
 
     async def version(self) -> str:
         """The runtime's name and version for Node.status.nodeInfo.containerRuntimeVersion,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import json
 import secrets
 import time
@@ -40,6 +41,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from ephemera.api.goformat import go_quote
 from ephemera.kubelet.runtime.base import (
     ContainerConfig,
     ContainerState,
@@ -47,6 +49,7 @@ from ephemera.kubelet.runtime.base import (
     ExecResult,
     ExecSession,
     ExecTimeoutError,
+    LiveMountError,
     MemorySnapshot,
     MemoryUsage,
     Mount,
@@ -57,6 +60,7 @@ from ephemera.kubelet.runtime.base import (
     SandboxConfig,
     SandboxStatus,
 )
+from ephemera.kubelet.runtime.livemount import go_strerror
 
 # behaviour(argv) -> None (run until stopped) or ("exit", code, reason) or ("fail", message)
 Behaviour = Callable[[tuple[str, ...]], tuple[Any, ...] | None]
@@ -111,6 +115,7 @@ class FakeRuntime(RuntimeService):
         self.behaviour = behaviour
         self.calls: list[tuple[str, ...]] = []
         self.exec_handler: Callable[[str, list[str]], tuple[int, bytes] | None] | None = None
+        self.live_mount_errors: dict[str, int] = {}  # mount path -> errno (see _live_change)
         self.sandboxes: dict[str, _Sandbox] = {}
         self.containers: dict[str, _Container] = {}
         self.state_file = (Path(root) / "runtime" / "fake-state.json"
@@ -281,6 +286,33 @@ class FakeRuntime(RuntimeService):
             await self.stop_container(container_id, 0)
             del self.containers[container_id]
             self._save()
+
+    async def mount_live(self, container_id: str, mount: Mount) -> None:
+        self.calls.append(("mount_live", container_id, mount.container_path))
+        self._live_change(self._container(container_id), "mounting", mount.container_path,
+                          mount)
+
+    async def unmount_live(self, container_id: str, container_path: str) -> None:
+        self.calls.append(("unmount_live", container_id, container_path))
+        self._live_change(self._container(container_id), "unmounting", container_path, None)
+
+    def _live_change(self, container: _Container, verb: str, path: str,
+                     mount: Mount | None) -> None:
+        """The live mount model: the container must be running; `live_mount_errors` (mount
+        path -> errno) makes a change fail as the real one would, and nothing changes."""
+        target = path.rstrip("/") or "/"
+        err = 0 if container.state == ContainerState.RUNNING.value else errno.ESRCH
+        err = err or self.live_mount_errors.get(target, 0)
+        if err:
+            cause = ("the container is not running" if err == errno.ESRCH
+                     else go_strerror(err))
+            raise LiveMountError(f"{verb} {go_quote(target)} in running container "
+                                 f"{go_quote(container.name)}: {cause}", err)
+        container.mounts = [m for m in container.mounts
+                            if (m["container_path"].rstrip("/") or "/") != target]
+        if mount is not None:
+            container.mounts.append(dataclasses.asdict(mount))
+        self._save()
 
     def _status(self, container: _Container) -> ContainerStatus:
         return ContainerStatus(

@@ -37,6 +37,11 @@ mount namespace for the crun process only) and crun runs with `--cgroup-manager=
 in cgroups prepared by `cgroups.py`. Never a negative oomScoreAdj (root lacks
 CAP_SYS_RESOURCE here).
 
+Live mounts (`mount_live`, `unmount_live`, `change_live`; KEP-6395 hot-plug): through
+`livemount` into the running container's mount namespace; `container.json`'s `mounts` is the
+container's current mount list, each change written down as pending first and settled against
+the container's `/proc/PID/mountinfo` by the next reader after a crash.
+
 Exit reasons: `Completed` (0), `Error` (non-zero), `OOMKilled` (an OOM kill counted in the
 container's memory cgroup), `StartError` (exit code 128, the runtime's message) as
 containerd reports them.
@@ -50,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import secrets
@@ -61,12 +67,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ephemera.kubelet.runtime import cgroups
+from ephemera.api.goformat import go_quote
+from ephemera.kubelet.runtime import cgroups, livemount
 from ephemera.kubelet.runtime.base import (
     ContainerConfig,
     ContainerState,
@@ -74,6 +81,7 @@ from ephemera.kubelet.runtime.base import (
     ExecResult,
     ExecSession,
     ExecTimeoutError,
+    LiveMountError,
     MemorySnapshot,
     MemoryUsage,
     Mount,
@@ -165,6 +173,10 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+def _target(mount: Mount) -> str:
+    return mount.container_path.rstrip("/") or "/"
 
 
 def _proc_start_time(pid: int) -> str:
@@ -287,6 +299,7 @@ class OciRuntime(RuntimeService):
         self.unshare = shutil.which("unshare") or "/usr/bin/unshare"
         self._executor: ThreadPoolExecutor | None = None  # blocking work, off the event loop
         self._sandbox_lock = threading.Lock()  # run_pod_sandbox is idempotent per pod UID
+        self._meta_lock = threading.Lock()  # container.json rewrites (live mounts)
         self._host_ip: str | None = None
         self._shim_server = ShimServer(self.state_dir / "shim-server.log")
 
@@ -320,6 +333,7 @@ class OciRuntime(RuntimeService):
 
     async def close(self) -> None:
         await self._blocking(self._shim_server.close)
+        await self._blocking(livemount.close_helper)  # started again when next needed
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -685,8 +699,117 @@ class OciRuntime(RuntimeService):
                     return str(entry.get("msg", ""))
         return ""
 
+    # -- live mounts (livemount.py) -------------------------------------------------------------
+    #
+    # container.json's "mounts" is the container's current mount list: its config's, changed by
+    # every live mount and unmount. Before the syscall the change is written down as "pending";
+    # whoever reads the container next (status, another live mount) settles a pending change
+    # against the container's mount table, so a kill -9 between the syscall and the record
+    # leaves neither a mount nobody knows of nor a record of a mount that is not there.
+
+    async def mount_live(self, container_id: str, mount: Mount) -> None:
+        (error,) = await self.change_live(container_id, (), (mount,))
+        if error is not None:
+            raise error
+
+    async def unmount_live(self, container_id: str, container_path: str) -> None:
+        (error,) = await self.change_live(container_id, (container_path,), ())
+        if error is not None:
+            raise error
+
+    async def change_live(self, container_id: str, unmount: Sequence[str],
+                          mount: Sequence[Mount]) -> list[LiveMountError | None]:
+        ops = [("unmount", Mount(container_path=path, host_path="")) for path in unmount]
+        ops += [("mount", m) for m in mount]
+        return await self._blocking(self._live_changes, container_id, ops)
+
+    def _live_changes(self, container_id: str, ops: list[tuple[str, Mount]]
+                      ) -> list[LiveMountError | None]:
+        """The changes in order, under one pending record; each one's error or None."""
+        with self._meta_lock:
+            directory, meta = self._container_meta(container_id)
+            pidfd = self._init_pidfd(container_id)
+            if pidfd is None:
+                return [LiveMountError(
+                    f"{'mounting' if op == 'mount' else 'unmounting'} "
+                    f"{go_quote(_target(mount))} in running container "
+                    f"{go_quote(meta['name'])}: the container is not running", errno.ESRCH)
+                    for op, mount in ops]
+            errors: list[LiveMountError | None] = []
+            try:
+                pid = int(read_kv(directory / "started")["pid"])
+                meta = self._settle_pending(directory, meta, pid)
+                meta["pending"] = [{"op": op, "mount": vars(mount)} for op, mount in ops]
+                write_json(directory / "container.json", meta)
+                table = livemount.container_mounts(pid)
+                stuck: set[str] = set()  # paths whose unmount failed in this batch
+                for op, mount in ops:
+                    target = _target(mount)
+                    try:
+                        if op == "mount" and target in stuck:
+                            raise LiveMountError(
+                                f"mounting {go_quote(target)} in running container "
+                                f"{go_quote(meta['name'])}: the mount there could not be "
+                                "removed", errno.EBUSY)
+                        if op == "unmount":
+                            livemount.unmount_from(pidfd, meta["name"], target)
+                            table = [m for m in table if m.mount_point != target]
+                        elif not livemount.is_live_mounted(pid, mount.host_path, target,
+                                                           table):
+                            livemount.mount_into(pidfd, meta["name"], mount.host_path, target,
+                                                 mount.read_only)
+                    except LiveMountError as err:
+                        errors.append(err)
+                        if op == "unmount":
+                            stuck.add(target)
+                        continue
+                    errors.append(None)
+                    meta["mounts"] = [m for m in meta["mounts"]
+                                      if _target(Mount(**m)) != target]
+                    if op == "mount":
+                        meta["mounts"].append(vars(mount))
+            finally:
+                os.close(pidfd)
+                if meta.pop("pending", None) is not None:
+                    write_json(directory / "container.json", meta)
+            return errors
+
+    @staticmethod
+    def _settle_pending(directory: Path, meta: dict[str, Any], pid: int) -> dict[str, Any]:
+        """Apply or drop live changes interrupted by a crash, as the mount table says."""
+        pending = meta.pop("pending", None)
+        if pending is None:
+            return meta
+        try:
+            table = livemount.container_mounts(pid) if pid else None
+            for change in pending if isinstance(pending, list) else [pending]:
+                if table is None:
+                    break  # the container is gone: its mounts went with it
+                mount = Mount(**change["mount"])
+                target = _target(mount)
+                kept = [m for m in meta["mounts"] if _target(Mount(**m)) != target]
+                if change["op"] == "mount":
+                    if livemount.is_live_mounted(pid, mount.host_path, target, table):
+                        meta["mounts"] = [*kept, vars(mount)]
+                elif not any(m.mount_point == target for m in table):
+                    meta["mounts"] = kept
+        except (OSError, LiveMountError):
+            pass  # the container is gone: its mounts went with it
+        write_json(directory / "container.json", meta)
+        return meta
+
     def _status(self, container_id: str) -> ContainerStatus:
         directory, meta = self._container_meta(container_id)
+        if "pending" in meta and self._meta_lock.acquire(blocking=False):
+            try:  # not while a live change holds the lock: it settles the record itself
+                directory, meta = self._container_meta(container_id)
+                if "pending" in meta:
+                    pid = int(read_kv(directory / "started").get("pid", "0") or 0)
+                    if pid and not _proc_start_time(pid):
+                        pid = 0
+                    meta = self._settle_pending(directory, meta, pid)
+            finally:
+                self._meta_lock.release()
         started = read_kv(directory / "started")
         exited = read_kv(directory / "exit")
         start_error = read_kv(directory / "start-error")

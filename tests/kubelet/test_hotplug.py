@@ -1,0 +1,171 @@
+"""Live hot-plug actuation on the fake runtime (`kubelet/hotplug.py`; the runtime's live mounts
+are tested with real runc and crun in tests/runtime/test_livemount.py): a `NotRequired`
+container gets mounts added, changed in place and removed without a restart (same containerID,
+restartCount 0), the host side follows (set up before, torn down after), a failing live mount
+leaves the container running with a `FailedMount` event and is retried, a restarted kubelet
+neither mounts twice nor loses a removal, and with DynamicVolumeHotPlug off the kubelet
+restarts the container instead."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from kubelet_harness import (
+    FAST,
+    Harness,
+    container_status,
+    pod,
+    running_kubelet,
+    wait_until,
+)
+
+from ephemera.client import resource_path
+
+Obj = dict[str, Any]
+DYNAMIC = resource_path("pods", "default", "w") + "/dynamic"
+
+
+async def _live_worker(h: Harness) -> Obj:
+    body = pod("w", volumes=[{"name": "keep", "emptyDir": {}}])
+    main = body["spec"]["containers"][0]
+    main["dynamicVolumePolicy"] = {"restartPolicy": "NotRequired"}
+    main["volumeMounts"] = [{"name": "keep", "mountPath": "/keep"}]
+    body["spec"]["containers"].append({"name": "side", "image": "busybox"})
+    await h.create(body)
+    return await h.wait_pod("w", lambda p: p["status"].get("phase") == "Running" and all(
+        "running" in s["state"] for s in p["status"]["containerStatuses"]))
+
+
+def _mounts(p: Obj, name: str = "c") -> list[tuple[str, str, bool]]:
+    return sorted((m["name"], m["mountPath"], bool(m.get("readOnly")))
+                  for m in container_status(p, name).get("volumeMounts") or [])
+
+
+def _phase(p: Obj, name: str) -> str | None:
+    for entry in p["status"].get("volumeStatuses") or []:
+        if entry["name"] == name:
+            return str(entry.get("hostPhase"))
+    return None
+
+
+async def _change(h: Harness, volumes: list[Obj], mounts: list[Obj]) -> None:
+    current = await h.api.get(DYNAMIC)
+    current["spec"]["volumes"] = volumes
+    current["spec"]["containers"][0]["volumeMounts"] = mounts
+    await h.api.update(DYNAMIC, current)
+
+
+KEEP = {"name": "keep", "emptyDir": {}}
+EXTRA = {"name": "extra", "emptyDir": {}}
+
+
+async def test_mounts_come_and_go_without_a_restart(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        uid = before["metadata"]["uid"]
+        main_id = container_status(before)["containerID"]
+        side_id = container_status(before, "side")["containerID"]
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/extra"}])
+        added = await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p))
+        for name, cid in (("c", main_id), ("side", side_id)):
+            status = container_status(added, name)
+            assert (status["containerID"], status["restartCount"]) == (cid, 0)
+            assert "running" in status["state"]
+        assert _phase(added, "extra") == "HostMounted"
+        assert ("mount_live", main_id.split("//")[1], "/extra") in h.runtime.calls
+        assert not any(call[0] == "stop_container" for call in h.runtime.calls)
+
+        # in place: same path, now read-only (a removal and an addition in one update)
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/extra",
+                                          "readOnly": True}])
+        changed = await h.wait_pod("w", lambda p: ("extra", "/extra", True) in _mounts(p))
+        assert container_status(changed)["containerID"] == main_id
+
+        # removed: detached in the container, then torn down on the host
+        extra_dir = h.root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "extra"
+        assert extra_dir.is_dir()
+        await _change(h, [KEEP], [{"name": "keep", "mountPath": "/keep"}])
+        gone = await h.wait_pod("w", lambda p: _phase(p, "extra") is None
+                                and _mounts(p) == [("keep", "/keep", False)])
+        assert container_status(gone)["containerID"] == main_id
+        assert container_status(gone)["restartCount"] == 0
+        await wait_until(lambda: not extra_dir.exists())
+        calls = [c for c in h.runtime.calls if c[0] in ("mount_live", "unmount_live")]
+        assert calls[-1][0] == "unmount_live" and calls[-1][2] == "/extra"
+
+
+async def test_a_failing_live_mount_is_reported_and_retried(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        main_id = container_status(before)["containerID"]
+        h.runtime.live_mount_errors["/extra"] = 20  # ENOTDIR: a file at the mount path
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/extra"}])
+        event = await h.wait_event("w", lambda e: e["reason"] == "FailedMount")
+        assert event["type"] == "Warning"
+        assert event["message"] == (
+            'MountVolume.LiveMount failed for volume "extra" : mounting "/extra" in running '
+            'container "c": not a directory')
+        p = await h.get("w")
+        assert p is not None
+        status = container_status(p)
+        assert (status["containerID"], "running" in status["state"]) == (main_id, True)
+        assert ("extra", "/extra", False) not in _mounts(p)
+        del h.runtime.live_mount_errors["/extra"]  # fixed: the back-off retry mounts it
+        fixed = await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p))
+        assert container_status(fixed)["containerID"] == main_id
+        attempts = [c for c in h.runtime.calls if c[0] == "mount_live" and c[2] == "/extra"]
+        assert len(attempts) >= 2
+
+
+async def test_a_restarted_kubelet_keeps_live_mounts(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        main_id = container_status(before)["containerID"]
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/extra"}])
+        await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p))
+        await h.restart()
+        await wait_until(lambda: h.kubelet.workers.get(before["metadata"]["uid"]) is not None)
+        await _change(h, [KEEP], [{"name": "keep", "mountPath": "/keep"}])
+        gone = await h.wait_pod("w", lambda p: _phase(p, "extra") is None
+                                and _mounts(p) == [("keep", "/keep", False)])
+        assert container_status(gone)["containerID"] == main_id
+        assert [c[0] for c in h.runtime.calls if c[0].endswith("mount_live")] == \
+            ["unmount_live"]  # the new kubelet mounted nothing again
+
+
+async def test_gate_off_restarts_a_not_required_container(tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path, dataclasses.replace(FAST, hot_plug=False)) as h:
+        before = await _live_worker(h)
+        main_id = container_status(before)["containerID"]
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/extra"}])
+        after = await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p)
+                                 and "running" in container_status(p)["state"]
+                                 and container_status(p)["containerID"] != main_id)
+        assert container_status(after, "side")["restartCount"] == 0
+        assert not any(c[0] == "mount_live" for c in h.runtime.calls)
+
+
+async def test_a_container_restarted_for_another_reason_gets_its_mounts_from_its_config(
+        tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/extra"}])
+        added = await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p))
+        cid = container_status(added)["containerID"]
+        assert cid == container_status(before)["containerID"]
+        await h.runtime.stop_container(cid.split("//")[1], 0)  # it crashes
+        after = await h.wait_pod("w", lambda p: container_status(p)["restartCount"] == 1
+                                 and "running" in container_status(p)["state"])
+        assert _mounts(after) == [("extra", "/extra", False), ("keep", "/keep", False)]
+        new_id = container_status(after)["containerID"].split("//")[1]
+        created = await h.runtime.container_status(new_id)
+        assert {m.container_path for m in created.mounts} == {"/keep", "/extra"}
+        assert not any(c[0] == "mount_live" and c[1] == new_id for c in h.runtime.calls)
