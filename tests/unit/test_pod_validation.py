@@ -596,7 +596,7 @@ def test_active_deadline_rules() -> None:
         "spec.activeDeadlineSeconds: Invalid value: 200: must be less than or equal to previous "
         "value"]
     assert update_errors(lambda p: p["spec"].pop("activeDeadlineSeconds"), old) == [
-        "spec.activeDeadlineSeconds: Invalid value: null: must not update from a positive "
+        'spec.activeDeadlineSeconds: Invalid value: "null": must not update from a positive '
         "integer to nil value"]
 
 
@@ -613,8 +613,8 @@ def test_scheduling_gates_may_be_removed_and_selectors_added_while_gated() -> No
     assert update_errors(_set("spec.schedulingGates", [{"name": "example.com/b"}]), old) == []
     assert update_errors(_set("spec.nodeSelector", {"zone": "a", "disk": "ssd"}), old) == []
     assert update_errors(_set("spec.nodeSelector", {"zone": "b"}), old) == [
-        'spec.nodeSelector: Invalid value: {"zone":"b"}: only additions to spec.nodeSelector are '
-        "allowed (no mutations or deletions)"]
+        'spec.nodeSelector: Invalid value: map[string]string{"zone":"b"}: only additions to '
+        "spec.nodeSelector are allowed (no mutations or deletions)"]
 
 
 def test_update_keeps_pod_level_es_in_use_with_the_gate_off() -> None:

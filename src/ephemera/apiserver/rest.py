@@ -23,6 +23,7 @@ from aiohttp import web
 from ephemera.api import errors, field, fieldvalidation, managedfields, meta, patch
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import parse_go_bool
+from ephemera.api.goformat import go_quote, go_value
 from ephemera.api.selectors import Selection, SelectorError
 from ephemera.apiserver import tables
 from ephemera.apiserver.accept import parse_accept
@@ -116,7 +117,7 @@ def query_int(request: web.Request, name: str) -> int | None:
 def dry_run(values: Sequence[str], options_kind: str) -> bool:
     """`dryRun`: only `All` is supported, as upstream's ValidateDryRun says."""
     if any(v != "All" for v in values):
-        shown = "[]string{" + ", ".join(json.dumps(v) for v in values) + "}"
+        shown = go_value(list(values))
         body = f'Unsupported value: {shown}: supported values: "All"'
         raise StatusError(
             422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: dryRun: {body}',
@@ -444,7 +445,7 @@ class RestHandlers:
         (Strict), dropped with warnings (Warn) or silently (Ignore)."""
         err = fieldvalidation.type_errors(new, res.definition)
         if err is not None:
-            text = json.dumps(json.dumps(new, separators=(",", ":")))
+            text = go_quote(json.dumps(new, separators=(",", ":"), ensure_ascii=False))
             message = f"Invalid value: {text}: {err}"
             raise StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
                               {"causes": [{"reason": "FieldValueInvalid", "message": message,

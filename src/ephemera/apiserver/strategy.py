@@ -38,6 +38,7 @@ from ephemera.api import errors, meta
 from ephemera.api import validation as meta_validation
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
+from ephemera.api.validation import NameFn
 from ephemera.apiserver import csr
 from ephemera.apiserver.authz import rbacapi
 from ephemera.apiserver.resources import Resource
@@ -74,6 +75,8 @@ class Strategy:
     allow_create_on_update = False
     # Namespaces' names are DNS labels, the others' DNS subdomains.
     name_is_dns_label = False
+    # The kind's own name rule when it is neither a DNS subdomain nor a DNS label.
+    name_fn: NameFn | None = None
 
     # -- defaults ---------------------------------------------------------------------------
 
@@ -112,8 +115,8 @@ class Strategy:
 
     def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
         """`ValidateObjectMeta` plus the kind's own `validate`."""
-        name_fn = (meta_validation.dns_label_name if self.name_is_dns_label
-                   else meta_validation.dns_subdomain_name)
+        name_fn = self.name_fn or (meta_validation.dns_label_name if self.name_is_dns_label
+                                   else meta_validation.dns_subdomain_name)
         errs = meta_validation.validate_object_meta(_md(obj), namespaced=self.resource.namespaced,
                                                     name_fn=name_fn)
         errs.extend(self.validate(obj))
@@ -442,6 +445,10 @@ class LimitRangeStrategy(Strategy):
 
 class CertificateSigningRequestStrategy(Strategy):
     """CSRs: requestor from the user, approval and status subresources (`apiserver.csr`)."""
+
+    # Upstream's ValidateCertificateRequestName accepts any name; the common check that
+    # follows it keeps names usable as a path segment.
+    name_fn = staticmethod(meta_validation.path_segment_name)
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         csr.prepare_for_create(obj)

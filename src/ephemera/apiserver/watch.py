@@ -39,7 +39,7 @@ from ephemera.apiserver.rest import (
     response_form,
     selection,
 )
-from ephemera.store import Compacted, Event, KeyValue, Progress, WatcherDropped
+from ephemera.store import Compacted, Event, KeyValue, Progress, StoreError, WatcherDropped
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -210,7 +210,8 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
         log.debug("watch of %s ended: %s", res.plural, err)
     except Exception as err:
         log.exception("watch of %s failed: %s", request.path_qs, err)
-        status = errors.internal_error(f"{type(err).__name__}: {err}").status()
+        status = errors.internal_error(str(err) if isinstance(err, StoreError)
+                                       else errors.UNEXPECTED).status()
         with contextlib.suppress(Exception):
             await response.write(_error_event(status))
             await response.write_eof()

@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.client import (
     ApiClient,
     ApiUnavailable,
@@ -198,7 +199,7 @@ def parse_mount(text: str) -> Mount:
             rest, read_only = rest[: -len(suffix)], value
             break
     if not sep or not owner or not rest:
-        raise CommandError(f"invalid mount {text!r}: expected NAME:PATH[:ro]")
+        raise CommandError(f"invalid mount {go_quote(text)}: expected NAME:PATH[:ro]")
     return Mount(owner, rest, read_only)
 
 
@@ -316,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     except KubeconfigError as err:
         print(f"error: {err}", file=sys.stderr)
     except ApiUnavailable as err:
-        print(f"error: cannot reach the apiserver: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
     except KeyboardInterrupt:
         return 130
     return 1

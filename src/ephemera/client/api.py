@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
 
 from ephemera.api.errors import StatusError
+from ephemera.client.goerrors import request_error
 from ephemera.client.kubeconfig import ClientConfig
 
 __all__ = [
@@ -173,6 +174,11 @@ class ApiClient:
     def _url(self, path: str) -> str:
         return self.server + (path if path.startswith("/") else "/" + path)
 
+    def _full_url(self, path: str, query: Mapping[str, str]) -> str:
+        """The URL with its query, as Go's `url.Values.Encode` writes it (keys sorted)."""
+        encoded = urlencode(sorted(query.items()))
+        return self._url(path) + ("?" + encoded if encoded else "")
+
     # -- the verbs ------------------------------------------------------------------------
 
     async def request(self, method: str, path: str, body: Any = None, *,
@@ -197,7 +203,8 @@ class ApiClient:
                 if resp.status >= 400:
                     raise _status_error(resp.status, raw)
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            raise ApiUnavailable(f"{method} {path}: {err or type(err).__name__}") from err
+            raise ApiUnavailable(
+                request_error(method, self._full_url(path, _query(params)), err)) from err
         return orjson.loads(raw) if raw.strip() else None
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
@@ -277,7 +284,8 @@ class ApiClient:
                         raise status_error_from(obj)
                     yield WatchEvent(str(event.get("type")), obj)
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            raise ApiUnavailable(f"watch {path}: {err or type(err).__name__}") from err
+            raise ApiUnavailable(request_error("GET", self._full_url(path, query), err)) \
+                from err
         except orjson.JSONDecodeError as err:
             raise ApiUnavailable(f"watch {path}: undecodable event: {err}") from err
 

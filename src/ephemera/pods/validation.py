@@ -36,6 +36,7 @@ from ephemera.api.featuregates import (
     gate_enabled,
 )
 from ephemera.api.field import FieldError, Path
+from ephemera.api.goformat import go_string_map
 from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
 from ephemera.pods import resources
 
@@ -1815,7 +1816,8 @@ def _gated_pod_mutations(munged: dict[str, Any], old_spec: Mapping[str, Any],
     if not _semantic_equal(new_selector, old_selector):
         for key, value in old_selector.items():
             if new_selector.get(key) != value:
-                errs.append(field.invalid(spec_path.child("nodeSelector"), new_selector,
+                errs.append(field.invalid(spec_path.child("nodeSelector"),
+                                          go_string_map(new_selector),
                                           "only additions to spec.nodeSelector are allowed (no "
                                           "mutations or deletions)"))
                 break
