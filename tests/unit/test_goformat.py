@@ -10,6 +10,7 @@ import pytest
 from ephemera.api import field
 from ephemera.api.goformat import (
     GoText,
+    go_error_text,
     go_float,
     go_quote,
     go_slice,
@@ -67,3 +68,14 @@ def test_field_errors_quote_as_go_does() -> None:
     assert str(field.not_supported("spec.p", "x", [])) == 'spec.p: Unsupported value: "x"'
     assert str(field.duplicate("spec.volumes[1].name", "v\t1")) == \
         'spec.volumes[1].name: Duplicate value: "v\\t1"'
+
+
+def test_go_error_text_reads_as_go_s_path_error() -> None:
+    assert go_error_text(OSError(28, "No space left on device", "/var/lib/x")) == \
+        "/var/lib/x: no space left on device"
+    assert go_error_text(FileNotFoundError(2, "No such file or directory")) == \
+        "no such file or directory"
+    assert go_error_text(OSError(18, "Invalid cross-device link", "/a", None, "/b")) == \
+        "/a /b: invalid cross-device link"
+    assert go_error_text(ValueError("bad value")) == "bad value"
+    assert go_error_text(KeyError()) == "KeyError"

@@ -107,3 +107,15 @@ def go_value(value: Any) -> str:
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         return go_slice(value)
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def go_error_text(err: BaseException) -> str:
+    """An exception's message as a Go error reads, for events and status messages: an
+    `OSError` as Go's `*PathError` (`/var/lib/x: no space left on device`, the C library's
+    text in lowercase), anything else its own message (its type's name when it has none);
+    never a Python repr."""
+    if isinstance(err, OSError) and err.strerror:
+        text = err.strerror[:1].lower() + err.strerror[1:]
+        names = [str(n) for n in (err.filename, err.filename2) if n is not None]
+        return f"{' '.join(names)}: {text}" if names else text
+    return str(err) or type(err).__name__

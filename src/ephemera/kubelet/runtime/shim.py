@@ -564,8 +564,9 @@ class Daemon:
 
 
 def _error_text(err: BaseException) -> str:
-    """An error as Go's os errors read (`open /x: no such file or directory`), never a Python
-    repr: it becomes the container's status message."""
+    """An error as Go's os errors read (`/x: no such file or directory`), never a Python
+    repr: it becomes the container's status message. (`ephemera.api.goformat.go_error_text`
+    is the rule; the shim runs without the package, so it keeps this copy.)"""
     if isinstance(err, OSError) and err.strerror:
         text = err.strerror[:1].lower() + err.strerror[1:]
         return f"{err.filename}: {text}" if err.filename else text
