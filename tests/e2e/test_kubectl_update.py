@@ -257,6 +257,22 @@ def test_edit_of_a_volume_shows_upstream_s_diff(kubectl: Kubectl,  # noqa: F811
         "#   }"]
 
 
+def test_fields_without_effect_are_warned(kubectl: Kubectl) -> None:  # noqa: F811
+    """kubectl prints the apiserver's `Warning` for a field ephemera accepts without
+    acting on it."""
+    pod = yaml.safe_load(Path(WEB).read_text())
+    pod["spec"]["hostAliases"] = [{"ip": "10.0.0.1", "hostnames": ["db"]}]
+    pod["spec"]["containers"][0]["securityContext"] = {"runAsUser": 1000}
+    created = kubectl("create", "-f", "-", input=json.dumps(pod))
+    assert created.stdout == "pod/web created\n"
+    no_effect = "has no effect in ephemera (not implemented)"
+    assert created.stderr.splitlines() == [
+        f"Warning: spec.hostAliases: adding /etc/hosts entries {no_effect}",
+        f"Warning: spec.containers[0].securityContext.runAsUser: a user to run as {no_effect}"]
+    relabeled = kubectl("label", "pod", "web", "tier=backend")
+    assert relabeled.stderr == ""  # nothing newly set: no warning again
+
+
 def test_diff_and_empty_metadata_maps(kubectl: Kubectl, tmp_path: Path) -> None:  # noqa: F811
     kubectl("create", "-f", WEB)
     before = resource_version(kubectl)

@@ -295,6 +295,7 @@ class RestHandlers:
         ensure_namespace(obj, res, target.namespace)
         if md.get("resourceVersion"):
             raise errors.bad_request("resourceVersion can not be set for create requests")
+        warnings = [*warnings, *self.registry.strategy(res).warnings(obj, None)]
         obj = record_update(None, obj, manager, res)
         created = await self.registry.create(res, obj, dry_run=dry, user=request_user(request))
         return respond(created, 201, warnings)
@@ -309,9 +310,11 @@ class RestHandlers:
         strategy = self.registry.strategy(res)
         wanted_rv = meta.ensure_metadata(obj).get("resourceVersion") or ""
         user = request_user(request)
+        decode_warnings = list(warnings)
 
         async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
             new = copy.deepcopy(obj)
+            warnings[:] = [*decode_warnings, *strategy.warnings(new, current, sub)]
             if current is None:
                 if sub or not strategy.allow_create_on_update:
                     raise errors.not_found(res.plural, target.name, res.group)
@@ -366,6 +369,7 @@ class RestHandlers:
         if is_apply:
             applied = self._applied_config(body, res, sub, target)
         warnings: list[str] = []
+        strategy = self.registry.strategy(res)
 
         async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
             warnings.clear()
@@ -377,6 +381,7 @@ class RestHandlers:
                     None, copy.deepcopy(applied), manager, bool(force), res.definition,
                     res.api_version, sub)
                 ensure_namespace(new, res, target.namespace)
+                warnings.extend(strategy.warnings(new, None, sub))
                 return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
             live = copy.deepcopy(current)
             if is_apply:
@@ -387,6 +392,7 @@ class RestHandlers:
             else:
                 new = patch.apply_patch(content_type, live, body, res.definition)
                 warnings.extend(self._check_patched(new, res, content_type, directive))
+            warnings.extend(strategy.warnings(new, current, sub))
             md = meta.ensure_metadata(new)
             current_rv = (current.get("metadata") or {}).get("resourceVersion")
             wanted_rv = md.get("resourceVersion")

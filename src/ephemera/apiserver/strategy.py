@@ -47,6 +47,10 @@ from ephemera.pods.dynamic import validate_dynamic_update
 from ephemera.pods.limitrange import default_limit_range, validate_limit_range
 from ephemera.pods.quota import validate_resource_quota
 from ephemera.pods.resources import compute_qos_class
+from ephemera.pods.unimplemented import (
+    unimplemented_warnings,
+    unimplemented_warnings_on_update,
+)
 from ephemera.pods.validation import (
     validate_pod_create,
     validate_pod_status_update,
@@ -124,6 +128,12 @@ class Strategy:
 
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         """The kind's own validation beyond metadata (create and main-resource update)."""
+        return []
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        """upstream's WarningsOnCreate (`old` None) / WarningsOnUpdate: `Warning` header
+        texts for the object as the client sent it. None by default."""
         return []
 
     def _raise(self, obj: dict[str, Any], errs: list[FieldError]) -> None:
@@ -232,11 +242,29 @@ def _copy_key(new: dict[str, Any], old: dict[str, Any], key: str) -> None:
 # --- pods ----------------------------------------------------------------------------------
 
 
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
 class PodStrategy(Strategy):
     """Pods: `ephemera.pods` rules with the apiserver's gates (see the module docstring)."""
 
     def default(self, obj: dict[str, Any]) -> None:
         default_pod(obj, self.gates)
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        """The fields ephemera accepts without effect (`pods.unimplemented`): on create, the
+        ones the client set; on an update of the pod or `/dynamic`, the ones newly set.
+        (Upstream's pod strategy warns on create only; ephemera also warns on updates, where
+        `/dynamic` adds containers.)"""
+        if subresource not in ("", "dynamic"):
+            return []
+        spec = _spec(new)
+        if old is None:
+            return unimplemented_warnings(spec)
+        return unimplemented_warnings_on_update(spec, _spec(old))
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         """upstream's PrepareForCreate: generation 1, a Pending status with the QoS class,
