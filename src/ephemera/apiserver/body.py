@@ -12,7 +12,7 @@ import yaml
 from aiohttp import web
 
 from ephemera.api import errors, fieldvalidation, protobuf
-from ephemera.api.goformat import go_quote
+from ephemera.api.patch import go_json_error
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 # The body `read_body` read, kept on the request for the audit log's `requestObject`.
@@ -138,63 +138,9 @@ def yaml_error_text(err: Exception) -> str:
     return f"yaml: {problem}"
 
 
-# Python's JSON errors -> the context of Go's `invalid character 'x' <context>`.
-_JSON_CONTEXTS = {
-    "Expecting value": "looking for beginning of value",
-    "Expecting property name enclosed in double quotes":
-        "looking for beginning of object key string",
-    "Expecting ':' delimiter": "after object key",
-    "Extra data": "after top-level value",
-    "Invalid control character at": "in string literal",
-    "Invalid \\escape": "in string escape code",
-}
-
-
-def _go_char(ch: str) -> str:
-    """Go's `quoteChar`: `'x'`, with `'\\''` and `'"'` as Go writes them."""
-    if ch == "'":
-        return "'\\''"
-    if ch == '"':
-        return "'\"'"
-    return "'" + go_quote(ch)[1:-1] + "'"
-
-
-def go_json_error(err: json.JSONDecodeError) -> str:
-    """A JSON syntax error as Go's encoding/json words it: `invalid character '}' looking
-    for beginning of value`, `unexpected end of JSON input`."""
-    if err.pos >= len(err.doc) or err.msg.startswith("Unterminated string"):
-        return "unexpected end of JSON input"
-    ch = err.doc[err.pos]
-    if err.msg.startswith("Invalid \\escape") and err.pos + 1 < len(err.doc):
-        ch = err.doc[err.pos + 1]  # Go names the character after the backslash
-    context = _JSON_CONTEXTS.get(err.msg)
-    if err.msg == "Expecting ',' delimiter":
-        opener = _innermost_open(err.doc, err.pos)
-        context = "after array element" if opener == "[" else "after object key:value pair"
-    return f"invalid character {_go_char(ch)} {context or 'looking for beginning of value'}"
-
-
-def _innermost_open(doc: str, pos: int) -> str:
-    """`[` or `{`: the innermost bracket open at `pos` (strings skipped)."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in doc[:pos]:
-        if in_string:
-            escaped, in_string = (not escaped and ch == "\\"), \
-                in_string and not (ch == '"' and not escaped)
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "[{":
-            stack.append(ch)
-        elif ch in "]}" and stack:
-            stack.pop()
-    return stack[-1] if stack else ""
-
-
 def _json_message(err: Exception) -> str:
     if isinstance(err, json.JSONDecodeError):
-        return f"json parse error: {go_json_error(err)}"
+        return f"json parse error: {go_json_error(err.doc, err)}"
     if isinstance(err, UnicodeDecodeError):
         return "json parse error: invalid character in string literal"
     return f"json parse error: {err}"
