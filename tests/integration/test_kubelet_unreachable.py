@@ -5,8 +5,13 @@ Python repr."""
 from __future__ import annotations
 
 import socket
+import ssl
+from pathlib import Path
 
+from aiohttp import web
 from apiserver_fixtures import Api
+
+from ephemera.apiserver.certs import create_ca, issue_serving_cert
 
 PODS = "/api/v1/namespaces/default/pods"
 
@@ -58,3 +63,42 @@ async def test_unreachable_kubelet_answers_go_s_errors(api: Api) -> None:
     status, body, _ = await api.request("GET", f"{PODS}/p1/attach?stdout=true",
                                         headers=upgrade)
     assert _failure(status, body) == (500, None, f"error dialing backend: {refused}")
+
+
+async def _serve(tmp_path: Path, tls: bool) -> tuple[web.AppRunner, int]:
+    """A server on loopback: HTTPS with a certificate of a CA the apiserver does not trust,
+    or plain HTTP."""
+    context = None
+    if tls:
+        pair = issue_serving_cert(create_ca("untrusted-ca"), ["127.0.0.1"])
+        (tmp_path / "k.crt").write_bytes(pair.cert_pem)
+        (tmp_path / "k.key").write_bytes(pair.key_pem)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(tmp_path / "k.crt", tmp_path / "k.key")
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port: int = runner.addresses[0][1]
+    return runner, port
+
+
+async def test_a_kubelet_with_an_untrusted_certificate_or_no_tls(api: Api,
+                                                                 tmp_path: Path) -> None:
+    untrusted, port = await _serve(tmp_path, tls=True)
+    plain, plain_port = await _serve(tmp_path, tls=False)
+    try:
+        await _node_at(api, port)
+        await api.create_pod("p1", node="n1")
+        assert _failure(*await api.get(f"{PODS}/p1/log")) == (
+            500, None, f'Get "https://127.0.0.1:{port}/containerLogs/default/p1/c": tls: '
+                       "failed to verify certificate: x509: certificate signed by unknown "
+                       "authority")
+        node = (await api.get("/api/v1/nodes/n1"))[1]
+        node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = plain_port
+        assert (await api.put("/api/v1/nodes/n1/status", node))[0] == 200
+        assert _failure(*await api.get("/api/v1/nodes/n1/proxy/healthz")) == (
+            500, None, "tls: first record does not look like a TLS handshake")
+    finally:
+        await untrusted.cleanup()
+        await plain.cleanup()
