@@ -58,6 +58,7 @@ from aiohttp import web
 
 from ephemera.api import errors, field
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.resources import Resource, core_resource
 from ephemera.client.goerrors import dial_error, request_error
 
@@ -163,7 +164,7 @@ def _int_option(request: web.Request, name: str) -> int | None:
         return int(raw)
     except ValueError:
         raise errors.bad_request(
-            f'strconv.ParseInt: parsing "{raw}": invalid syntax') from None
+            f'strconv.ParseInt: parsing {go_quote(raw)}: invalid syntax') from None
 
 
 def _validate_options(request: web.Request, pod_name: str) -> None:
@@ -246,7 +247,7 @@ async def pod_allocated(request: web.Request, registry: Any, pods: Resource, nam
         raise errors.bad_request(f"pod {name} does not have a host assigned")
     node = await registry.get(core_resource("nodes"), "", node_name)
     unreachable = StatusError(503, "ServiceUnavailable",
-                              f'the pod\'s node "{node_name}" has no reachable kubelet')
+                              f'the pod\'s node {go_quote(node_name)} has no reachable kubelet')
     base = kubelet_url(kubelets, node)
     if base is None:
         raise unreachable
@@ -263,7 +264,7 @@ async def pod_allocated(request: web.Request, registry: Any, pods: Resource, nam
         raise errors.unknown(request_error("GET", url, err)) from None
     if status == 404:
         raise StatusError(404, "NotFound", body.decode(errors="replace").strip() or
-                          f'pod "{name}" is not allocated on node "{node_name}"')
+                          f'pod {go_quote(name)} is not allocated on node {go_quote(node_name)}')
     if status != 200:
         raise errors.internal_error(body.decode(errors="replace").strip() or
                                     f"kubelet answered {status}")
@@ -292,7 +293,7 @@ async def node_proxy(request: web.Request, registry: Any, node_name: str,
     content type and body otherwise (`kubectl get --raw .../proxy/stats/summary`)."""
     node = await registry.get(core_resource("nodes"), "", node_name)
     unreachable = StatusError(503, "ServiceUnavailable",
-                              f'the node "{node_name}" has no reachable kubelet')
+                              f'the node {go_quote(node_name)} has no reachable kubelet')
     base = kubelet_url(kubelets, node)
     if base is None:
         raise unreachable

@@ -111,7 +111,7 @@ def query_int(request: web.Request, name: str) -> int | None:
         return int(value)
     except ValueError:
         raise errors.bad_request(
-            f'strconv.ParseInt: parsing "{value}": invalid syntax') from None
+            f'strconv.ParseInt: parsing {go_quote(value)}: invalid syntax') from None
 
 
 def dry_run(values: Sequence[str], options_kind: str) -> bool:
@@ -164,14 +164,14 @@ def check_kind(obj: dict[str, Any], api_version: str, kind: str) -> None:
         obj["kind"], obj["apiVersion"] = kind, api_version
         return
     version = got_version.rpartition("/")[2]
-    head = f'{got_kind} in version "{version}" cannot be handled as a {kind}: '
+    head = f'{got_kind} in version {go_quote(version)} cannot be handled as a {kind}: '
     if (got_version, got_kind) in _KNOWN_KINDS:
         group = api_version.rpartition("/")[0]
         internal = group.split(".")[0] if group else "core"
         raise errors.bad_request(head + f"converting ({version}.{got_kind}) to "
                                         f"({internal}.{kind}): unknown conversion")
-    raise errors.bad_request(head + f'no kind "{got_kind}" is registered for version '
-                                    f'"{got_version}" in scheme '
+    raise errors.bad_request(head + f'no kind {go_quote(got_kind)} is registered for version '
+                                    f'{go_quote(got_version)} in scheme '
                                     '"pkg/api/legacyscheme/scheme.go:30"')
 
 
@@ -669,7 +669,7 @@ def parse_resource_version(text: str) -> int:
         if value < 0:
             raise ValueError
     except ValueError:
-        raise errors.bad_request(f'invalid resource version "{text}"') from None
+        raise errors.bad_request(f'invalid resource version {go_quote(text)}') from None
     return value
 
 

@@ -36,7 +36,7 @@ from ephemera.api.featuregates import (
     gate_enabled,
 )
 from ephemera.api.field import FieldError, Path
-from ephemera.api.goformat import go_string_map
+from ephemera.api.goformat import go_quote, go_string_map
 from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
 from ephemera.pods import resources
 from ephemera.pods.specdiff import spec_diff
@@ -643,7 +643,8 @@ def _volume_source(kind: str, source: Mapping[str, Any], path: Path, volume_name
             errs.append(field.required(path.child("volumeClaimTemplate")))
         elif pod_name and volume_name:
             claim = f"{pod_name}-{volume_name}"
-            errs.extend(field.invalid(path.child("name"), volume_name, f'PVC name "{claim}": {m}')
+            errs.extend(field.invalid(path.child("name"), volume_name,
+                                      f'PVC name {go_quote(claim)}: {m}')
                         for m in meta.dns1123_subdomain_errors(claim))
     elif kind == "image":
         if not _s(source.get("reference")):

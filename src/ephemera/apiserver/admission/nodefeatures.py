@@ -27,6 +27,7 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import NODE_DECLARED_FEATURES
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
 from ephemera.apiserver.resources import core_resource
 from ephemera.pods.dynamic import dynamic_change, required_node_features
@@ -48,7 +49,7 @@ async def node_declared_features(req: AdmissionRequest, node: str) -> Collection
         obj = await req.registry.get(NODES, "", node)
     except StatusError as err:
         if err.code == 404:
-            raise req.forbidden(f'node "{node}" not found') from None
+            raise req.forbidden(f'node {go_quote(node)} not found') from None
         raise
     declared = (obj.get("status") or {}).get("declaredFeatures")
     return {str(f) for f in declared} if isinstance(declared, list) else set()
@@ -97,4 +98,4 @@ async def _require_features(req: AdmissionRequest, node: str, needed: list[str],
     missing = [f for f in needed if f not in declared]
     if missing:
         raise req.forbidden(f"{subject} requires features {', '.join(missing)} which are not "
-                            f'available on node "{node}"')
+                            f'available on node {go_quote(node)}')

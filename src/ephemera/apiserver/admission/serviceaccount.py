@@ -36,6 +36,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.api.meta import generate_name
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
 from ephemera.apiserver.informers import cached_get
@@ -166,7 +167,7 @@ class ServiceAccount(AdmissionPluginBase):
         try:
             account = await cached_get(req.registry, SERVICE_ACCOUNTS, req.namespace, name)
         except StatusError as err:
-            cause = (f'serviceaccount "{name}" not found' if err.code == 404
+            cause = (f'serviceaccount {go_quote(name)} not found' if err.code == 404
                      else err.message)
             raise req.forbidden(f"error looking up service account {req.namespace}/{name}: "
                                 f"{cause}") from None
