@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ephemera.api import field
+from ephemera.api import errors, field
 from ephemera.api.goformat import (
     GoText,
     go_error_text,
@@ -79,3 +79,14 @@ def test_go_error_text_reads_as_go_s_path_error() -> None:
         "/a /b: invalid cross-device link"
     assert go_error_text(ValueError("bad value")) == "bad value"
     assert go_error_text(KeyError()) == "KeyError"
+
+
+def test_status_messages_quote_names_as_go_does() -> None:
+    assert errors.not_found("pods", 'a"é\x00').message == 'pods "a\\"é\\x00" not found'
+    assert errors.already_exists("configmaps", "x\ty").message == \
+        'configmaps "x\\ty" already exists'
+    assert errors.method_not_allowed("PUT", "PodList").message == \
+        'PUT is not supported on resources of kind "PodList"'
+    assert errors.unknown("dial tcp 127.0.0.1:1: connect: connection refused").status() == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "dial tcp 127.0.0.1:1: connect: connection refused", "code": 500}
