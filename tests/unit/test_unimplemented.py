@@ -35,7 +35,8 @@ def test_each_place_is_warned_with_its_path() -> None:
         affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []},
                   "nodeAffinity": {"x": 1}, "podAffinity": {"preferred": [1]}},
         securityContext={"runAsUser": 1000, "sysctls": [{"name": "a", "value": "1"}]},
-        initContainers=[{"name": "i", "image": "busybox", "stdinOnce": True}],
+        initContainers=[{"name": "i", "image": "busybox", "resizePolicy": [
+            {"resourceName": "cpu", "restartPolicy": "NotRequired"}]}],
         containers=[
             {"name": "c", "image": "busybox", "livenessProbe": {"exec": {"command": ["true"]}}},
             {"name": "d", "image": "busybox",
@@ -49,7 +50,7 @@ def test_each_place_is_warned_with_its_path() -> None:
         f"spec.affinity.podAntiAffinity: pod anti-affinity {NO_EFFECT}",
         f"spec.securityContext.runAsUser: a user to run as {NO_EFFECT}",
         f"spec.securityContext.sysctls: sysctls {NO_EFFECT}",
-        f"spec.initContainers[0].stdinOnce: closing stdin after the first attach {NO_EFFECT}",
+        f"spec.initContainers[0].resizePolicy: a resize policy {NO_EFFECT}",
         f"spec.containers[1].lifecycle: lifecycle hooks {NO_EFFECT}",
         f"spec.containers[1].ports[1].hostPort: a host port {NO_EFFECT}",
         f"spec.containers[1].securityContext.privileged: privileged mode {NO_EFFECT}",

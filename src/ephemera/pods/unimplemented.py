@@ -79,7 +79,6 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     # Each container.
     Unimplemented(CONTAINER, "lifecycle", "lifecycle hooks"),
     Unimplemented(CONTAINER, "resizePolicy", "a resize policy"),
-    Unimplemented(CONTAINER, "stdinOnce", "closing stdin after the first attach"),
     Unimplemented(CONTAINER, "terminationMessagePath", "a termination message file"),
     Unimplemented(CONTAINER, "terminationMessagePolicy", "a termination message policy"),
     Unimplemented(PORT, "hostPort", "a host port"),
