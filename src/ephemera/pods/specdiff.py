@@ -162,10 +162,9 @@ def _inline(value: Any, type_name: str = "", top: bool = False) -> str:
         fields = ", ".join(
             f"{_go_name(k)}: {_inline(view[k], _FIELD_TYPES.get((struct, k), ''))}"
             for k in _ordered_keys(struct, view, {}))
-        if prefix.startswith("&"):
-            return f"{prefix}{{{fields}}}"
-        return f"{prefix}{{{fields}}}" if prefix else ("&" if type_name.startswith("&") else
-                                                       "") + f"{{{fields}}}"
+        # Without its type, a pointer to a struct still shows its `&` (`EmptyDir: &{}`).
+        pointer = "&" if not prefix and type_name.startswith("&") else ""
+        return f"{prefix or pointer}{{{fields}}}"
     if isinstance(value, Sequence):
         element = _element_type(type_name)
         return f"{prefix}{{" + ", ".join(_inline(v, element) for v in value) + "}"
