@@ -111,6 +111,20 @@ async def test_watch_from_a_list_and_410_after_compaction(client: ApiClient, api
     assert gone.value.message.startswith(f"too old resource version: {rv} (")
 
 
+async def test_warnings_reach_the_handler_unquoted(api: Api) -> None:
+    url = str(api.client.server.make_url("")).rstrip("/")
+    seen: list[str] = []
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                     "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["db"]}]},
+            "bogus\u00e9": 1}
+    async with ApiClient(ClientConfig(server=url), on_warning=seen.append) as c:
+        await c.create(resource_path("pods", "default"), body)
+    assert seen == ['unknown field "bogusé"',
+                    "spec.hostAliases: adding /etc/hosts entries has no effect in ephemera "
+                    "(not implemented)"]
+
+
 async def test_an_unreachable_server_raises_api_unavailable() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

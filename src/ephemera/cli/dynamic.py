@@ -306,6 +306,11 @@ def _remove_container_change(args: argparse.Namespace) -> tuple[str, Callable[[P
 # --- running -----------------------------------------------------------------------------------
 
 
+def _print_warning(text: str) -> None:
+    """A `Warning` from the apiserver, printed as kubectl prints it."""
+    print(f"Warning: {text}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the parsed action; the exit code."""
     try:
@@ -351,7 +356,8 @@ async def _run(args: argparse.Namespace) -> int:
     namespace = getattr(args, "namespace", None) or \
         context_namespace(getattr(args, "kubeconfig", None), getattr(args, "context", None))
     pod_path = resource_path("pods", namespace, args.pod)
-    async with ApiClient(config, user_agent="ephemera-dynamic") as api:
+    async with ApiClient(config, user_agent="ephemera-dynamic",
+                         on_warning=_print_warning) as api:
         if args.change is None:
             print(await status_text(api, pod_path), end="")
             return 0

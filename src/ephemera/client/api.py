@@ -18,7 +18,9 @@ said it. A connection that cannot be made or breaks raises `ApiUnavailable`. A w
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import ast
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
@@ -104,6 +106,21 @@ def _query(params: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
+_WARNING = re.compile(r'^\d{3} \S+ "(.*)"')
+
+
+def warning_text(header: str) -> str:
+    """The text of a `Warning` header (`299 - "text"`, the text Go-quoted)."""
+    match = _WARNING.match(header)
+    if match is None:
+        return header
+    try:
+        text = ast.literal_eval('"' + match.group(1) + '"')  # Go's escapes are Python's too
+    except (ValueError, SyntaxError):
+        return match.group(1)
+    return str(text)
+
+
 def _status_error(code: int, body: bytes) -> StatusError:
     """The `StatusError` of an error response: from its `Status` body when it has one."""
     try:
@@ -140,8 +157,12 @@ class ApiClient:
     """
 
     def __init__(self, config: ClientConfig, *, user_agent: str = "ephemera",
-                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+                 on_warning: Callable[[str], None] | None = None) -> None:
+        """`on_warning` receives the text of each `Warning` header the apiserver sends
+        (client-go's WarningHandler); without it warnings are dropped."""
         self.config = config
+        self.on_warning = on_warning
         self.server = config.server.rstrip("/")
         self.user_agent = user_agent
         self.request_timeout = request_timeout
@@ -202,6 +223,9 @@ class ApiClient:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise _status_error(resp.status, raw)
+                if self.on_warning is not None:
+                    for header in resp.headers.getall("Warning", []):
+                        self.on_warning(warning_text(header))
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise ApiUnavailable(
                 request_error(method, self._full_url(path, _query(params)), err)) from err
