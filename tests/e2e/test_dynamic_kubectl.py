@@ -501,7 +501,10 @@ def test_plain_pod_update_cannot_change_volumes_or_containers(kubectl: Kubectl, 
                     json.dumps(add_volume(SCRATCH)), check=False)
     text = rejected(plain)
     assert text.splitlines()[0] == invalid(name, IMMUTABLE)
-    assert '{"emptyDir":{},"name":"scratch"}' in text
+    # The diff marks only the added volume and mount (upstream's go-cmp shape).
+    assert [line for line in text.splitlines() if line[:1] in "-+"] == [
+        '+ \t\t{Name: "scratch", VolumeSource: {EmptyDir: &{}}},',
+        '+ \t\t\t\t{Name: "scratch", MountPath: "/mnt/new"},']
 
     pod = kubectl.json("get", "pod", name)
     pod["spec"]["containers"].append({"name": "tool", "image": "busybox:1.36"})
@@ -719,3 +722,18 @@ def test_gate_off_drops_the_fields_of_new_pods(gates_off: Kubectl) -> None:
     result = dynamic(gates_off, name, add_volume(SCRATCH), check=False)
     assert rejected(result) == invalid(name, f"spec.volumes: {VOLUMES_OFF}",
                                        f"spec.containers[0].volumeMounts: {VOLUMES_OFF}")
+
+
+def test_a_container_added_with_fields_without_effect_is_warned(
+        kubectl: Kubectl) -> None:  # noqa: F811
+    """kubectl prints the apiserver's `Warning` for what an added container asks for that
+    ephemera does not implement; the change itself is made."""
+    name = start(kubectl, load("runner"))
+    hook = {"preStop": {"exec": {"command": ["true"]}}}
+    added = dynamic(kubectl, name, add_container(lifecycle=hook))
+    assert added.stdout == f"pod/{name} patched\n"
+    assert added.stderr.splitlines() == [
+        f"Warning: {NEW_CONTAINER}.lifecycle: lifecycle hooks has no effect in ephemera "
+        "(not implemented)"]
+    assert [c["name"] for c in kubectl.json("get", "pod", name)["spec"]["containers"]][-1] \
+        == "tool"

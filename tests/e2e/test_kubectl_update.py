@@ -222,6 +222,57 @@ def test_edit_rejected_by_validation_saves_nothing(kubectl: Kubectl,  # noqa: F8
     assert resource_version(kubectl) == before
 
 
+def test_edit_of_a_volume_shows_upstream_s_diff(kubectl: Kubectl,  # noqa: F811
+                                               tmp_path: Path) -> None:
+    """`kubectl edit` that changes a volume: the rejection's diff marks only the changed
+    field, however the edited YAML orders its keys."""
+    pod = yaml.safe_load(Path(WEB).read_text())
+    pod["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}]
+    kubectl("create", "-f", "-", input=json.dumps(pod))
+    resize = script(tmp_path / "resize.sh", "sed -i 's/sizeLimit: 1Gi/sizeLimit: 2Gi/' \"$1\"\n")
+    result = kubectl("edit", "pod", "web", env={"EDITOR": resize}, check=False)
+    assert result.returncode == 1
+    kept = Path(result.stderr.splitlines()[1].split('"')[1]).read_text()
+    header = kept.splitlines()
+    start = header.index("#   core.PodSpec{")
+    assert header[start:header.index("#   }", start) + 1] == [
+        "#   core.PodSpec{",
+        "#   \tVolumes: []core.Volume{",
+        "#   \t\t{",
+        '#   \t\t\tName: "scratch",',
+        "#   \t\t\tVolumeSource: core.VolumeSource{",
+        "#   \t\t\t\tEmptyDir: &core.EmptyDirVolumeSource{",
+        '# - \t\t\t\t\tSizeLimit: "1Gi",',
+        '# + \t\t\t\t\tSizeLimit: "2Gi",',
+        "#   \t\t\t\t},",
+        "#   \t\t\t},",
+        "#   \t\t},",
+        "#   \t},",
+        '#   \tContainers:    {{Name: "c", Image: "busybox:1.36", Resources: {}, '
+        'TerminationMessagePath: "/dev/termination-log", TerminationMessagePolicy: "File", '
+        'ImagePullPolicy: "IfNotPresent", DynamicVolumePolicy: {RestartPolicy: '
+        '"RestartContainer"}}},',
+        '#   \tRestartPolicy: "Always",',
+        "#   \t... // 10 identical fields",
+        "#   }"]
+
+
+def test_fields_without_effect_are_warned(kubectl: Kubectl) -> None:  # noqa: F811
+    """kubectl prints the apiserver's `Warning` for a field ephemera accepts without
+    acting on it."""
+    pod = yaml.safe_load(Path(WEB).read_text())
+    pod["spec"]["hostAliases"] = [{"ip": "10.0.0.1", "hostnames": ["db"]}]
+    pod["spec"]["containers"][0]["securityContext"] = {"runAsUser": 1000}
+    created = kubectl("create", "-f", "-", input=json.dumps(pod))
+    assert created.stdout == "pod/web created\n"
+    no_effect = "has no effect in ephemera (not implemented)"
+    assert created.stderr.splitlines() == [
+        f"Warning: spec.hostAliases: adding /etc/hosts entries {no_effect}",
+        f"Warning: spec.containers[0].securityContext.runAsUser: a user to run as {no_effect}"]
+    relabeled = kubectl("label", "pod", "web", "tier=backend")
+    assert relabeled.stderr == ""  # nothing newly set: no warning again
+
+
 def test_diff_and_empty_metadata_maps(kubectl: Kubectl, tmp_path: Path) -> None:  # noqa: F811
     kubectl("create", "-f", WEB)
     before = resource_version(kubectl)

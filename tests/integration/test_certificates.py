@@ -237,3 +237,21 @@ async def test_the_signer_checks_each_signers_requests(users: Users, tmp_path: P
         }
         for name, message in expected.items():
             assert failure(await settled(users, name)) == ("SignerValidationFailure", message)
+
+
+async def test_csr_names_are_any_path_segment(users: Users) -> None:
+    # Upstream's ValidateCertificateRequestName accepts every name; only the common
+    # path-segment check applies.
+    usages = ["client auth", "digital signature"]
+    for name in ("Node_CSR:worker.1", "csr-ÄÖ", "UPPER"):
+        status, created = await users.call("admin", "POST", CSRS, csr(name, CLIENT, usages))
+        assert status == 201, created
+        assert created["metadata"]["name"] == name
+    status, body = await users.call("admin", "POST", CSRS, csr("a%b", CLIENT, usages))
+    assert (status, body["message"]) == (
+        422, 'CertificateSigningRequest.certificates.k8s.io "a%b" is invalid: metadata.name: '
+             "Invalid value: \"a%b\": may not contain '%'")
+    status, body = await users.call("admin", "POST", CSRS, csr("..", CLIENT, usages))
+    assert (status, body["message"]) == (
+        422, 'CertificateSigningRequest.certificates.k8s.io ".." is invalid: metadata.name: '
+             "Invalid value: \"..\": may not be '..'")

@@ -111,16 +111,40 @@ async def test_watch_from_a_list_and_410_after_compaction(client: ApiClient, api
     assert gone.value.message.startswith(f"too old resource version: {rv} (")
 
 
+async def test_warnings_reach_the_handler_unquoted(api: Api) -> None:
+    url = str(api.client.server.make_url("")).rstrip("/")
+    seen: list[str] = []
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                     "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["db"]}]},
+            "bogus\u00e9": 1}
+    async with ApiClient(ClientConfig(server=url), on_warning=seen.append) as c:
+        await c.create(resource_path("pods", "default"), body)
+    assert seen == ['unknown field "bogusé"',
+                    "spec.hostAliases: adding /etc/hosts entries has no effect in ephemera "
+                    "(not implemented)"]
+
+
 async def test_an_unreachable_server_raises_api_unavailable() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    refused = f"dial tcp 127.0.0.1:{port}: connect: connection refused"
     async with ApiClient(ClientConfig(server=f"http://127.0.0.1:{port}")) as c:
-        with pytest.raises(ApiUnavailable):
+        with pytest.raises(ApiUnavailable) as err:
             await c.get("/version")
-        with pytest.raises(ApiUnavailable):
+        assert str(err.value) == f'Get "http://127.0.0.1:{port}/version": {refused}'
+        with pytest.raises(ApiUnavailable) as err:
             async for _ in c.watch(CONFIGMAPS):
                 pass
+        assert str(err.value) == (f'Get "http://127.0.0.1:{port}{CONFIGMAPS}?'
+                                  f'allowWatchBookmarks=true&watch=true": {refused}')
+    # Over TLS too: Go's words, not aiohttp's (which carry an SSLContext repr).
+    async with ApiClient(ClientConfig(server=f"https://127.0.0.1:{port}")) as c:
+        with pytest.raises(ApiUnavailable) as err:
+            await c.get("/api/v1/namespaces", limit=1)
+        assert str(err.value) == \
+            f'Get "https://127.0.0.1:{port}/api/v1/namespaces?limit=1": {refused}'
 
 
 # --- the informer --------------------------------------------------------------------------

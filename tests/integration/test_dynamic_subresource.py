@@ -485,3 +485,35 @@ async def test_node_declared_features_gate_off_checks_nothing(tmp_path: Path) ->
         assert status == 200, body
 
     await _serve_with(tmp_path, {NODE_DECLARED_FEATURES: False}, check)
+
+
+# --- fields accepted without effect are warned about --------------------------------------
+
+NO_EFFECT = "has no effect in ephemera (not implemented)"
+
+
+async def test_unimplemented_fields_are_warned_on_create_update_and_dynamic(api: Api) -> None:
+    await add_node(api, "n1", ALL_DYNAMIC)
+    body = worker()
+    body["spec"]["hostAliases"] = [{"ip": "10.0.0.1", "hostnames": ["db"]}]
+    status, created, response = await api.request("POST", PODS, body)
+    assert status == 201, created
+    assert response.headers.getall("Warning") == [
+        f'299 - "spec.hostAliases: adding /etc/hosts entries {NO_EFFECT}"']
+    # The same pod written back as it is: nothing new, no warning.
+    status, _, response = await api.request("PUT", WORKER, created)
+    assert status == 200 and "Warning" not in response.headers
+    # Status writes are never warned about.
+    status, _, response = await api.request("PATCH", f"{WORKER}/status",
+                                            {"status": RUNNING_STATUS}, content_type=MERGE)
+    assert status == 200 and "Warning" not in response.headers
+    # A container added through /dynamic with a hook earns its own warning.
+    hook = {"postStart": {"exec": {"command": ["true"]}}}
+    status, patched, response = await api.request(
+        "PATCH", f"{WORKER}/dynamic",
+        {"spec": {"containers": [{"name": "helper", "image": "busybox:1.36",
+                                  "lifecycle": hook}]}}, content_type=STRATEGIC)
+    assert status == 200, patched
+    at = [c["name"] for c in patched["spec"]["containers"]].index("helper")
+    assert response.headers.getall("Warning") == [
+        f'299 - "spec.containers[{at}].lifecycle: lifecycle hooks {NO_EFFECT}"']

@@ -180,7 +180,7 @@ async def test_validation(users: Users) -> None:
     assert body["message"] == (
         'Role.rbac.authorization.k8s.io "r" is invalid: [rules[0].verbs: Required value: '
         'verbs must contain at least one value, rules[1].nonResourceURLs: Invalid value: '
-        '["/x"]: namespaced rules cannot apply to non-resource URLs]')
+        '[]string{"/x"}: namespaced rules cannot apply to non-resource URLs]')
     status, created = await users.call("admin", "POST",
                                        f"{RBAC}/namespaces/default/rolebindings",
                                        binding("ok", "ClusterRole", "view", "jane"))

@@ -73,7 +73,7 @@ def test_checkpoint_corruption_is_detected(tmp_path: Path) -> None:
         cp.load()
     cp.path.write_text(json.dumps({"version": "v9", "data": "{}", "checksum": ""}))
     with pytest.raises(CheckpointCorruptedError,
-                       match="unsupported checkpoint version 'v9'"):
+                       match='unsupported checkpoint version "v9"'):
         cp.load()
 
 

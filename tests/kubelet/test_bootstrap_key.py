@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestServer
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.apiserver.certs import create_ca, issue_client_cert
@@ -22,6 +25,7 @@ from ephemera.client import ApiClient, ClientConfig, load_kubeconfig, resource_p
 from ephemera.kubelet.bootstrap import (
     BootstrapError,
     bootstrap_client_certificate,
+    csr_name,
     load_or_create_key,
 )
 from ephemera.store import open_store
@@ -86,3 +90,19 @@ async def test_a_restart_while_waiting_posts_the_same_request(tmp_path: Path) ->
         assert load_kubeconfig(kubeconfig).client_key_pem == key_pem
         assert not key_file.exists()
         assert sorted(p.name for p in kubeconfig.parent.iterdir()) == ["kubeconfig"]
+
+
+def test_the_csr_name_is_upstream_s_digested_name() -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    der = key.public_key().public_bytes(serialization.Encoding.DER,
+                                        serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    def enc(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    digest = hashlib.new("sha512_256")
+    for part in (der, b"system:node:n1", b"system:nodes", b"digital signature",
+                 b"client auth"):
+        digest.update(enc(part) + b"|")
+    assert csr_name(key, "n1") == "node-csr-" + enc(digest.digest()).decode()
+    assert len(csr_name(key, "n1")) == len("node-csr-") + 43

@@ -15,6 +15,7 @@ from cryptography.x509.oid import NameOID
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.authn import UserInfo
+from ephemera.apiserver.csr import parse_request
 from ephemera.apiserver.resources import lookup
 from ephemera.apiserver.strategy import strategy_for
 
@@ -95,3 +96,14 @@ def test_approval_and_status_subresources() -> None:
     with pytest.raises(StatusError) as err:
         strategy.before_update(both, approved, "approval")
     assert "Approved and Denied conditions are mutually exclusive" in err.value.message
+
+
+def test_a_malformed_request_is_worded_as_go_s_parser_words_it() -> None:
+    block = b"-----BEGIN CERTIFICATE REQUEST-----\n%s\n-----END CERTIFICATE REQUEST-----\n"
+    for body, message in ((block % b"MIIB", "asn1: syntax error: data truncated"),
+                          (block % b"AAAA", "asn1: structure error: tags don't match"),
+                          (block % b"!!!", "PEM block type must be CERTIFICATE REQUEST"),
+                          (b"junk", "PEM block type must be CERTIFICATE REQUEST")):
+        with pytest.raises(ValueError) as err:
+            parse_request(body)
+        assert str(err.value) == message

@@ -139,7 +139,7 @@ def test_finalizers() -> None:
         'metadata.finalizers[0]: Invalid value: "custom": '
         "name is neither a standard finalizer name nor is it fully qualified"]
     both = strs(v.validate_finalizers(["orphan", "foregroundDeletion"], "metadata.finalizers"))
-    assert both == ['metadata.finalizers: Invalid value: ["orphan","foregroundDeletion"]: '
+    assert both == ['metadata.finalizers: Invalid value: []string{"orphan", "foregroundDeletion"}: '
                     "finalizer orphan and foregroundDeletion cannot be both set"]
 
 

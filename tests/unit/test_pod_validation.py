@@ -584,8 +584,9 @@ def test_spec_is_otherwise_immutable(mutate: Callable[[dict[str, Any]], None]) -
 def test_forbidden_update_diff_names_the_field() -> None:
     (err,) = update_errors(_set("spec.restartPolicy", "Never"))
     diff = err[len(FORBIDDEN_PREFIX):]
-    assert '- \tRestartPolicy: "Always",' in diff
-    assert '+ \tRestartPolicy: "Never",' in diff
+    assert [line for line in diff.splitlines() if line[:1] in "-+"] == [
+        '- \tRestartPolicy:                 "Always",',
+        '+ \tRestartPolicy:                 "Never",']
     assert ",".join(UPDATABLE_POD_SPEC_FIELDS) in err
 
 
@@ -596,7 +597,7 @@ def test_active_deadline_rules() -> None:
         "spec.activeDeadlineSeconds: Invalid value: 200: must be less than or equal to previous "
         "value"]
     assert update_errors(lambda p: p["spec"].pop("activeDeadlineSeconds"), old) == [
-        "spec.activeDeadlineSeconds: Invalid value: null: must not update from a positive "
+        'spec.activeDeadlineSeconds: Invalid value: "null": must not update from a positive '
         "integer to nil value"]
 
 
@@ -613,8 +614,8 @@ def test_scheduling_gates_may_be_removed_and_selectors_added_while_gated() -> No
     assert update_errors(_set("spec.schedulingGates", [{"name": "example.com/b"}]), old) == []
     assert update_errors(_set("spec.nodeSelector", {"zone": "a", "disk": "ssd"}), old) == []
     assert update_errors(_set("spec.nodeSelector", {"zone": "b"}), old) == [
-        'spec.nodeSelector: Invalid value: {"zone":"b"}: only additions to spec.nodeSelector are '
-        "allowed (no mutations or deletions)"]
+        'spec.nodeSelector: Invalid value: map[string]string{"zone":"b"}: only additions to '
+        "spec.nodeSelector are allowed (no mutations or deletions)"]
 
 
 def test_update_keeps_pod_level_es_in_use_with_the_gate_off() -> None:

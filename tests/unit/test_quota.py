@@ -357,12 +357,14 @@ QUOTA_VALIDATION: list[tuple[str, dict[str, Any], list[str]]] = [
     ("not a quota resource", {"hard": {"storage": "1"}},
      ['spec.hard[storage]: Invalid value: "storage": must be a standard resource for quota']),
     ("conflicting scopes", {"hard": {"pods": "1"}, "scopes": ["BestEffort", "NotBestEffort"]},
-     ['spec.scopes: Invalid value: ["BestEffort","NotBestEffort"]: conflicting scopes']),
+     ['spec.scopes: Invalid value: []core.ResourceQuotaScope{"BestEffort", "NotBestEffort"}: '
+      "conflicting scopes"]),
     ("scope not valid for the resource",
      {"hard": {"requests.ephemeral-storage": "1Gi"}, "scopes": ["Terminating"]},
-     ['spec.scopes: Invalid value: ["Terminating"]: unsupported scope applied to resource']),
+     ['spec.scopes: Invalid value: []core.ResourceQuotaScope{"Terminating"}: unsupported scope '
+      "applied to resource"]),
     ("unknown scope", {"hard": {"pods": "1"}, "scopes": ["Sometimes"]},
-     ['spec.scopes: Invalid value: ["Sometimes"]: unsupported scope']),
+     ['spec.scopes: Invalid value: []core.ResourceQuotaScope{"Sometimes"}: unsupported scope']),
     ("selector operator",
      {"hard": {"pods": "1"}, "scopeSelector": {"matchExpressions": [
          {"scopeName": "BestEffort", "operator": "In", "values": ["x"]}]}},

@@ -10,6 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ephemera.api.field import FieldError, aggregate
+from ephemera.api.goformat import go_quote
+
+# What a request that hit a bug in the apiserver is told (upstream's panic recovery says
+# `This request caused apiserver to panic. Look in the logs for details.`); the Python
+# exception itself goes to the log only.
+UNEXPECTED = "this request caused the apiserver to fail; its log has the details"
 
 OPTIMISTIC_LOCK = (
     "the object has been modified; please apply your changes to the latest version and try again"
@@ -41,8 +47,9 @@ class StatusError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # upstream's `reason` is omitempty: an unknown reason is left out
+            body["reason"] = self.reason
         if self.details:
             body["details"] = self.details
         body["code"] = self.code
@@ -65,13 +72,13 @@ def _details(name: str, resource: str, group: str) -> dict[str, Any]:
 
 def not_found(resource: str, name: str, group: str = "") -> StatusError:
     q = _qualified(resource, group)
-    msg = f'{q} "{name}" not found' if name else f"{q} not found"
+    msg = f"{q} {go_quote(name)} not found" if name else f"{q} not found"
     return StatusError(404, "NotFound", msg, _details(name, resource, group))
 
 
 def already_exists(resource: str, name: str, group: str = "") -> StatusError:
     q = _qualified(resource, group)
-    return StatusError(409, "AlreadyExists", f'{q} "{name}" already exists',
+    return StatusError(409, "AlreadyExists", f"{q} {go_quote(name)} already exists",
                        _details(name, resource, group))
 
 
@@ -81,13 +88,14 @@ def generate_name_conflict(resource: str, name: str, group: str = "") -> StatusE
     details["retryAfterSeconds"] = 1
     return StatusError(
         409, "AlreadyExists",
-        f'{q} "{name}" already exists, the server was not able to generate a unique name for '
-        "the object", details, retry_after=1)
+        f"{q} {go_quote(name)} already exists, the server was not able to generate a unique "
+        "name for the object", details, retry_after=1)
 
 
 def conflict(resource: str, name: str, err: str = OPTIMISTIC_LOCK, group: str = "") -> StatusError:
     q = _qualified(resource, group)
-    return StatusError(409, "Conflict", f'Operation cannot be fulfilled on {q} "{name}": {err}',
+    return StatusError(409, "Conflict",
+                       f"Operation cannot be fulfilled on {q} {go_quote(name)}: {err}",
                        _details(name, resource, group))
 
 
@@ -95,14 +103,15 @@ def invalid(kind: str, name: str, errors: list[FieldError], group: str = "") -> 
     details = _details(name, kind, group)
     details["causes"] = [e.cause() for e in errors]
     return StatusError(422, "Invalid",
-                       f'{_qualified(kind, group)} "{name}" is invalid: {aggregate(errors)}',
+                       f"{_qualified(kind, group)} {go_quote(name)} is invalid: "
+                       f"{aggregate(errors)}",
                        details)
 
 
 def forbidden(resource: str, name: str, err: str, group: str = "") -> StatusError:
     q = _qualified(resource, group)
     if name:
-        msg = f'{q} "{name}" is forbidden: {err}'
+        msg = f"{q} {go_quote(name)} is forbidden: {err}"
     elif resource:
         msg = f"{q} is forbidden: {err}"
     else:
@@ -120,7 +129,7 @@ def unauthorized(message: str = "Unauthorized") -> StatusError:
 
 def method_not_allowed(verb: str, kind: str) -> StatusError:
     return StatusError(405, "MethodNotAllowed",
-                       f"{verb} is not supported on resources of kind {kind!r}".replace("'", '"'))
+                       f"{verb} is not supported on resources of kind {go_quote(kind)}")
 
 
 def not_acceptable(message: str) -> StatusError:
@@ -155,6 +164,12 @@ def resource_expired(requested: int, oldest: int) -> StatusError:
 def internal_error(err: str) -> StatusError:
     return StatusError(500, "InternalError", f"Internal error occurred: {err}",
                        {"causes": [{"message": err}]})
+
+
+def unknown(message: str, code: int = 500) -> StatusError:
+    """What upstream's `ErrorToAPIStatus` answers for an error that is not a Status (a
+    failed dial to a kubelet, say): code 500, no reason, the error's own text."""
+    return StatusError(code, "", message)
 
 
 def timeout(message: str) -> StatusError:

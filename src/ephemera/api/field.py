@@ -7,9 +7,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from ephemera.api.goformat import go_quote, go_value
+
+__all__ = ["FieldError", "Path", "aggregate", "duplicate", "forbidden", "go_value",
+           "invalid", "not_found", "not_supported", "required", "too_long"]
 
 # ErrorType -> (cause reason, human type name)
 _TYPES: dict[str, tuple[str, str]] = {
@@ -66,20 +70,6 @@ class Path:
 
     def __hash__(self) -> int:
         return hash(self._text)
-
-
-def go_value(value: Any) -> str:
-    """Render a bad value as Go's field errors do: strings quoted, numbers and bools bare,
-    anything else JSON."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, int | float):
-        return str(value)
-    if value is None:
-        return "null"
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -140,7 +130,8 @@ def too_long(path: Path | str, max_length: int) -> FieldError:
 
 
 def not_supported(path: Path | str, value: Any, supported: list[str]) -> FieldError:
-    detail = "supported values: " + ", ".join(json.dumps(s) for s in supported)
+    detail = ("supported values: " + ", ".join(go_quote(s) for s in supported)
+              if supported else "")
     return FieldError("NotSupported", _p(path), detail, value)
 
 

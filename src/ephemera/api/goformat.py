@@ -1,10 +1,15 @@
 """How Go prints values into the messages ephemera copies from upstream: `go_quote` is
-`strconv.Quote` (what `%q` prints for a string), `go_quote_list` is `%q` of a `[]string`.
+`strconv.Quote` (what `%q` prints for a string), `go_quote_list` is `%q` of a `[]string`,
+`go_float` is `%v` of a float64, `go_value` is how a field error prints its bad value.
 The one implementation every message builder uses."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import math
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
 
 _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
                "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
@@ -34,3 +39,83 @@ def go_quote(text: str) -> str:
 def go_quote_list(values: Sequence[str]) -> str:
     """Go's `%q` of a `[]string`: `["a" "b"]`."""
     return "[" + " ".join(go_quote(v) for v in values) + "]"
+
+
+
+def go_float(value: float) -> str:
+    """Go's `%v` of a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`): the shortest digits
+    that read back as the same number, with an exponent when it is below -4 or at least 6
+    (`1e+06`, `1.5e-05`, `123456`, `0.0001`)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    sign = "-" if value < 0 else ""
+    # Python's repr is also the shortest round-tripping form: take its digits.
+    parts = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(str(d) for d in parts.digits)
+    exp = len(digits) + int(parts.exponent) - 1  # the exponent of the first digit
+    if exp < -4 or exp >= 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    if exp < 0:
+        return f"{sign}0.{'0' * (-exp - 1)}{digits}"
+    if len(digits) <= exp + 1:
+        return sign + digits + "0" * (exp + 1 - len(digits))
+    return f"{sign}{digits[:exp + 1]}.{digits[exp + 1:]}"
+
+
+class GoText(str):
+    """A bad value already written in Go's notation, which `go_value` prints as it is: for a
+    value whose Go type name shows in upstream's message (`go_slice(scopes,
+    "core.ResourceQuotaScope")`, `go_string_map(selector)`)."""
+
+    __slots__ = ()
+
+
+def go_slice(values: Sequence[str], type_name: str = "string") -> GoText:
+    """Go's `%#v` of a slice of (named) strings: `[]string{"a", "b"}`."""
+    return GoText(f"[]{type_name}{{" + ", ".join(go_quote(v) for v in values) + "}")
+
+
+def go_string_map(mapping: Mapping[str, str]) -> GoText:
+    """Go's `%#v` of a `map[string]string`, keys sorted: `map[string]string{"a":"b"}`."""
+    return GoText("map[string]string{" + ", ".join(
+        f"{go_quote(k)}:{go_quote(str(mapping[k]))}" for k in sorted(mapping)) + "}")
+
+
+def go_value(value: Any) -> str:
+    """A bad value as apimachinery's `field.Error` prints it: strings `%q`, ints, floats and
+    bools `%v`, nil as the string `"null"` (Go turns a nil value into "null" and then quotes
+    it), a list of strings as Go's `%#v` of a `[]string` (`[]string{"a", "b"}`), `GoText` as
+    it is. Objects, whose `%#v` names Go's internal struct types (`core.SELinuxOptions{...}`),
+    are printed as compact JSON: ephemera's choice, as the Go type is not known here."""
+    if isinstance(value, GoText):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return go_quote(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return go_float(value)
+    if value is None:
+        return go_quote("null")
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return go_slice(value)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def go_error_text(err: BaseException) -> str:
+    """An exception's message as a Go error reads, for events and status messages: an
+    `OSError` as Go's `*PathError` (`/var/lib/x: no space left on device`, the C library's
+    text in lowercase), anything else its own message (its type's name when it has none);
+    never a Python repr."""
+    if isinstance(err, OSError) and err.strerror:
+        text = err.strerror[:1].lower() + err.strerror[1:]
+        names = [str(n) for n in (err.filename, err.filename2) if n is not None]
+        return f"{' '.join(names)}: {text}" if names else text
+    return str(err) or type(err).__name__

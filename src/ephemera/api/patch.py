@@ -26,6 +26,7 @@ import jsonpointer
 from ephemera.api import field
 from ephemera.api.errors import StatusError, bad_request, invalid, unsupported_media_type
 from ephemera.api.fieldvalidation import EXCEEDED_MAX_DEPTH, json_kind, too_deep
+from ephemera.api.goformat import go_quote
 from ephemera.api.strategicpatch import strategic_merge_patch, unprocessable_entity
 
 JSON_PATCH = "application/json-patch+json"
@@ -170,7 +171,7 @@ def _decode(body: bytes, prefix: str) -> Any:
     except RecursionError:
         raise bad_request(prefix + EXCEEDED_MAX_DEPTH) from None
     except json.JSONDecodeError as err:
-        raise bad_request(prefix + _go_json_error(text, err)) from None
+        raise bad_request(prefix + go_json_error(text, err)) from None
     except ValueError as err:
         raise bad_request(prefix + str(err)) from None
     if too_deep(value):
@@ -185,14 +186,19 @@ _DECODE_CONTEXT = [
     ("Expecting ':' delimiter", "after object key"),
     ("Extra data", "after top-level value"),
     ("Invalid control character", "in string literal"),
+    ("Invalid \\escape", "in string escape code"),
 ]
 
 
-def _go_json_error(text: str, err: json.JSONDecodeError) -> str:
-    """Go's encoding/json wording for the common syntax errors."""
+def go_json_error(text: str, err: json.JSONDecodeError) -> str:
+    """Go's encoding/json wording for the common syntax errors (`invalid character '}'
+    looking for beginning of value`, `unexpected end of JSON input`): the one rule for
+    every JSON body the apiserver reads."""
     if err.pos >= len(text.rstrip()) or "Unterminated string" in err.msg:
         return "unexpected end of JSON input"
     char = text[err.pos]
+    if err.msg.startswith("Invalid \\escape") and err.pos + 1 < len(text):
+        char = text[err.pos + 1]  # Go names the character after the backslash
     literal = _LITERALS.get(char)
     if err.msg.startswith("Expecting value") and literal is not None:
         for offset, expected in enumerate(literal):
@@ -217,7 +223,12 @@ _LITERALS = {"n": "null", "t": "true", "f": "false"}
 
 
 def _quote_char(char: str) -> str:
-    return "'\\''" if char == "'" else f"'{char}'"
+    """Go's `quoteChar`: `'x'`, `'\\''`, and a control character escaped as `%q` does."""
+    if char == "'":
+        return "'\\''"
+    if char == '"':
+        return "'\"'"
+    return "'" + go_quote(char)[1:-1] + "'"
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -236,6 +236,16 @@ def dns_label_name(name: str, prefix: bool) -> list[str]:
     return _names(name, prefix, label=True)
 
 
+def path_segment_name(name: str, prefix: bool) -> list[str]:
+    """`path.IsValidPathSegmentName` (`IsValidPathSegmentPrefix` for a generateName): the
+    names of RBAC objects, and of CertificateSigningRequests (whose own
+    `ValidateCertificateRequestName` accepts every name, leaving only the apiserver's common
+    path-segment check)."""
+    if not prefix and name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+
+
 def validate_object_meta(
     md: Mapping[str, Any],
     *,

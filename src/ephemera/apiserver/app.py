@@ -241,9 +241,13 @@ async def status_middleware(request: web.Request, handler: Any) -> web.StreamRes
         return status_response(StatusError(exc.status, reason, exc.text or exc.reason))
     except (asyncio.CancelledError, ConnectionError):
         raise
-    except Exception as exc:
-        log.exception("internal error serving %s %s: %s", request.method, request.path_qs, exc)
-        return status_response(errors.internal_error(f"{type(exc).__name__}: {exc}"))
+    except StoreError as exc:  # the store's own words, as upstream relays etcd's
+        log.warning("store error serving %s %s: %s", request.method, request.path_qs, exc)
+        return status_response(errors.internal_error(str(exc)))
+    except Exception:
+        # A bug: its Python text stays in the log (upstream's panic recovery does the same).
+        log.exception("internal error serving %s %s", request.method, request.path_qs)
+        return status_response(errors.internal_error(errors.UNEXPECTED))
 
 
 def not_found_path() -> StatusError:

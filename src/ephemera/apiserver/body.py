@@ -12,6 +12,7 @@ import yaml
 from aiohttp import web
 
 from ephemera.api import errors, fieldvalidation, protobuf
+from ephemera.api.patch import go_json_error
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 # The body `read_body` read, kept on the request for the audit log's `requestObject`.
@@ -105,7 +106,7 @@ def decode_document(data: bytes) -> Any:
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         if json_error is not None:
             raise DecodeError(_json_message(json_error)) from None
-        raise DecodeError(f"error converting YAML to JSON: {err}") from None
+        raise DecodeError(f"error converting YAML to JSON: {yaml_error_text(err)}") from None
     if len(docs) != 1:
         if json_error is not None:
             raise DecodeError(_json_message(json_error))
@@ -113,9 +114,35 @@ def decode_document(data: bytes) -> Any:
     return docs[0]
 
 
+# PyYAML's words for a problem -> go-yaml's (what upstream's sigs.k8s.io/yaml reports).
+_YAML_PROBLEMS = {
+    "mapping values are not allowed here": "mapping values are not allowed in this context",
+    "found character '\\t' that cannot start any token":
+        "found character that cannot start any token",
+    "expected <block end>, but found '<block mapping start>'": "did not find expected key",
+    "expected <block end>, but found '<scalar>'": "did not find expected key",
+    "expected <block end>, but found '<block sequence start>'": "did not find expected key",
+}
+
+
+def yaml_error_text(err: Exception) -> str:
+    """A YAML parse error as go-yaml words it (`yaml: line 2: mapping values are not
+    allowed in this context`), without PyYAML's `"<unicode string>"` marks."""
+    if isinstance(err, UnicodeDecodeError):
+        return "yaml: invalid leading UTF-8 octet"
+    mark = getattr(err, "problem_mark", None)
+    problem = str(getattr(err, "problem", "") or "") or str(err).splitlines()[0]
+    problem = _YAML_PROBLEMS.get(problem, problem)
+    if mark is not None:
+        return f"yaml: line {mark.line + 1}: {problem}"
+    return f"yaml: {problem}"
+
+
 def _json_message(err: Exception) -> str:
     if isinstance(err, json.JSONDecodeError):
-        return f"json parse error: {err.msg} at offset {err.pos}"
+        return f"json parse error: {go_json_error(err.doc, err)}"
+    if isinstance(err, UnicodeDecodeError):
+        return "json parse error: invalid character in string literal"
     return f"json parse error: {err}"
 
 

@@ -48,7 +48,17 @@ def parse_request(data: bytes) -> x509.CertificateSigningRequest:
     """The CSR in PEM `data`; ValueError with upstream's wording when it is not one."""
     if b"-----BEGIN CERTIFICATE REQUEST-----" not in data:
         raise ValueError("PEM block type must be CERTIFICATE REQUEST")
-    request = x509.load_pem_x509_csr(data)
+    try:
+        request = x509.load_pem_x509_csr(data)
+    except ValueError as err:
+        # cryptography's text carries Rust debug output (`ParseError { kind: ShortData
+        # ... }`): say it as Go's pem and asn1 packages do instead.
+        text = str(err)
+        if text.startswith("Unable to load PEM"):  # pem.Decode finds no block
+            raise ValueError("PEM block type must be CERTIFICATE REQUEST") from None
+        if "ShortData" in text:
+            raise ValueError("asn1: syntax error: data truncated") from None
+        raise ValueError("asn1: structure error: tags don't match") from None
     if not request.is_signature_valid:
         raise ValueError("x509: ECDSA verification failure")
     return request

@@ -18,7 +18,10 @@ the kubelet's `<path>`, e.g. `/stats/summary`; other verbs are not proxied).
   apiserver's client certificate; the body is streamed back as `text/plain` (so `follow`
   streams). A kubelet error is relayed: its 404 as NotFound, anything else as a BadRequest
   whose message is the kubelet's text (`container "c" in pod "p" is waiting to start:
-  ContainerCreating`); a kubelet that cannot be reached is a 500.
+  ContainerCreating`). A kubelet that cannot be reached is what upstream's `LocationStreamer`
+  answers: a 500 with no reason whose message is Go's `*url.Error` (`Get
+  "https://127.0.0.1:10250/containerLogs/ns/p/c": dial tcp 127.0.0.1:10250: connect:
+  connection refused`; `ephemera.client.goerrors` words it), the query in Go's order.
 
 `GET|POST pods/NAME/exec` and `pods/NAME/attach` (upstream's `ExecREST`/`AttachREST` +
 `streamLocation`):
@@ -36,7 +39,9 @@ the kubelet's `<path>`, e.g. `/stats/summary`; other verbs are not proxied).
   are, as upstream's upgrade-aware proxy does (kubectl shows `unable to upgrade connection:
   container not found ("c")`). Any other request (SPDY) is passed to the kubelet as a plain
   request and its answer relayed: ephemera does not speak SPDY, and kubectl uses
-  WebSockets unless the upgrade fails.
+  WebSockets unless the upgrade fails. A kubelet that cannot be reached is upstream's
+  upgrade-aware proxy's 500 with no reason, `error dialing backend: dial tcp
+  127.0.0.1:10250: connect: connection refused`.
 """
 
 from __future__ import annotations
@@ -46,14 +51,16 @@ import contextlib
 import ssl
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
 from aiohttp import web
 
 from ephemera.api import errors, field
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.resources import Resource, core_resource
+from ephemera.client.goerrors import dial_error, request_error
 
 __all__ = ["KubeletClient", "kubelet_address", "node_proxy", "pod_log", "pod_stream",
            "validate_container"]
@@ -157,7 +164,7 @@ def _int_option(request: web.Request, name: str) -> int | None:
         return int(raw)
     except ValueError:
         raise errors.bad_request(
-            f'strconv.ParseInt: parsing "{raw}": invalid syntax') from None
+            f'strconv.ParseInt: parsing {go_quote(raw)}: invalid syntax') from None
 
 
 def _validate_options(request: web.Request, pod_name: str) -> None:
@@ -193,14 +200,17 @@ async def pod_log(request: web.Request, registry: Any, pods: Resource, namespace
         raise errors.internal_error(f"node {node_name} does not report its kubelet's address")
     path = "/".join(quote(part, safe="") for part in (namespace, name, container))
     url = f"{base}/containerLogs/{path}"
-    params = {k: request.query[k] for k in LOG_OPTIONS if k in request.query}
+    # Go's `url.Values.Encode`: keys sorted, so the URL in an error reads as upstream's.
+    query = urlencode(sorted((k, request.query[k]) for k in LOG_OPTIONS if k in request.query))
+    if query:
+        url += "?" + query
     insecure = request.query.get("insecureSkipTLSVerifyBackend", "").lower() == "true"
     timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT, sock_read=None)
     try:
-        upstream = await kubelets.session().get(url, params=params, timeout=timeout,
+        upstream = await kubelets.session().get(url, timeout=timeout,
                                                 ssl=kubelets.ssl_for(insecure))
     except (aiohttp.ClientError, OSError, TimeoutError) as err:
-        raise errors.internal_error(f'Get "{url}": {err}') from None
+        raise errors.unknown(request_error("GET", url, err)) from None
     try:
         if upstream.status != 200:
             text = (await upstream.text(errors="replace")).strip()
@@ -227,15 +237,17 @@ async def pod_allocated(request: web.Request, registry: Any, pods: Resource, nam
     """Serve `GET pods/NAME/allocated` by asking the pod's kubelet for `/allocatedPods/UID`:
     404 for a missing pod, 400 `pod p does not have a host assigned` for an unbound one,
     404 `nodes "n1" not found` when its node does not exist, 503 ServiceUnavailable `the
-    pod's node "n1" has no reachable kubelet` when the kubelet cannot be reached, 404 when the
-    kubelet has not allocated the pod."""
+    pod's node "n1" has no reachable kubelet` when the Node reports no kubelet address; a
+    kubelet that cannot be reached answers as a pod's log does (500, no reason, `Get
+    "https://.../allocatedPods/UID": dial tcp ...: connect: connection refused`); 404 when
+    the kubelet has not allocated the pod."""
     pod = await registry.get(pods, namespace, name)
     node_name = str((pod.get("spec") or {}).get("nodeName") or "")
     if not node_name:
         raise errors.bad_request(f"pod {name} does not have a host assigned")
     node = await registry.get(core_resource("nodes"), "", node_name)
     unreachable = StatusError(503, "ServiceUnavailable",
-                              f'the pod\'s node "{node_name}" has no reachable kubelet')
+                              f'the pod\'s node {go_quote(node_name)} has no reachable kubelet')
     base = kubelet_url(kubelets, node)
     if base is None:
         raise unreachable
@@ -248,11 +260,11 @@ async def pod_allocated(request: web.Request, registry: Any, pods: Resource, nam
                                           ssl=kubelets.ssl_for(insecure)) as upstream:
             body = await upstream.read()
             status = upstream.status
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        raise unreachable from None
+    except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        raise errors.unknown(request_error("GET", url, err)) from None
     if status == 404:
         raise StatusError(404, "NotFound", body.decode(errors="replace").strip() or
-                          f'pod "{name}" is not allocated on node "{node_name}"')
+                          f'pod {go_quote(name)} is not allocated on node {go_quote(node_name)}')
     if status != 200:
         raise errors.internal_error(body.decode(errors="replace").strip() or
                                     f"kubelet answered {status}")
@@ -275,11 +287,13 @@ async def node_proxy(request: web.Request, registry: Any, node_name: str,
                      kubelets: KubeletClient) -> web.StreamResponse:
     """Serve `GET nodes/NAME/proxy/<path>` (upstream's `ProxyREST`) by relaying the GET to
     the node's kubelet at `<path>` with the query: 404 `nodes "n1" not found` for a missing
-    node, 503 ServiceUnavailable when its kubelet cannot be reached; the kubelet's status,
+    node, 503 ServiceUnavailable when the Node reports no kubelet address, upstream's
+    reverse-proxy error when the kubelet cannot be reached (500, no reason, the dial error
+    itself: `dial tcp 127.0.0.1:10250: connect: connection refused`); the kubelet's status,
     content type and body otherwise (`kubectl get --raw .../proxy/stats/summary`)."""
     node = await registry.get(core_resource("nodes"), "", node_name)
     unreachable = StatusError(503, "ServiceUnavailable",
-                              f'the node "{node_name}" has no reachable kubelet')
+                              f'the node {go_quote(node_name)} has no reachable kubelet')
     base = kubelet_url(kubelets, node)
     if base is None:
         raise unreachable
@@ -294,8 +308,8 @@ async def node_proxy(request: web.Request, registry: Any, node_name: str,
             body = await upstream.read()
             status = upstream.status
             content_type = upstream.headers.get("Content-Type", "application/octet-stream")
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        raise unreachable from None
+    except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        raise errors.unknown(_dial_error(url, err)) from None
     return web.Response(status=status, body=body, headers={"Content-Type": content_type})
 
 
@@ -372,7 +386,7 @@ async def pod_stream(request: web.Request, registry: Any, pods: Resource, namesp
         # aiohttp keeps no body of a refused upgrade: ask again plainly for the kubelet's text.
         return await _relay_plain(request, kubelets, url, params, ssl_option)
     except (aiohttp.ClientError, OSError, TimeoutError) as err:
-        raise errors.internal_error(f'Get "{url}": {err}') from None
+        raise errors.unknown("error dialing backend: " + _dial_error(url, err)) from None
     try:
         client = web.WebSocketResponse(
             protocols=(upstream.protocol,) if upstream.protocol else (), autoping=True,
@@ -395,7 +409,13 @@ async def _relay_plain(request: web.Request, kubelets: KubeletClient, url: str,
             return web.Response(status=answer.status, text=text,
                                 content_type="text/plain")
     except (aiohttp.ClientError, OSError, TimeoutError) as err:
-        raise errors.internal_error(f'{request.method.capitalize()} "{url}": {err}') from None
+        raise errors.unknown("error dialing backend: " + _dial_error(url, err)) from None
+
+
+def _dial_error(url: str, err: BaseException) -> str:
+    """Go's dial error for the kubelet at `url`'s host and port."""
+    parts = urlsplit(url)
+    return dial_error(err, parts.hostname or "", parts.port or 443)
 
 
 async def _relay_websockets(client: web.WebSocketResponse,

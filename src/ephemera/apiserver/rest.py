@@ -23,6 +23,7 @@ from aiohttp import web
 from ephemera.api import errors, field, fieldvalidation, listoptions, managedfields, meta, patch
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import parse_go_bool
+from ephemera.api.goformat import go_quote, go_value
 from ephemera.api.selectors import Selection, SelectorError
 from ephemera.apiserver import tables
 from ephemera.apiserver.accept import parse_accept
@@ -109,7 +110,7 @@ def query_int(request: web.Request, name: str) -> int | None:
 def dry_run(values: Sequence[str], options_kind: str) -> bool:
     """`dryRun`: only `All` is supported, as upstream's ValidateDryRun says."""
     if any(v != "All" for v in values):
-        shown = "[]string{" + ", ".join(json.dumps(v) for v in values) + "}"
+        shown = go_value(list(values))
         body = f'Unsupported value: {shown}: supported values: "All"'
         raise StatusError(
             422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: dryRun: {body}',
@@ -156,14 +157,14 @@ def check_kind(obj: dict[str, Any], api_version: str, kind: str) -> None:
         obj["kind"], obj["apiVersion"] = kind, api_version
         return
     version = got_version.rpartition("/")[2]
-    head = f'{got_kind} in version "{version}" cannot be handled as a {kind}: '
+    head = f'{got_kind} in version {go_quote(version)} cannot be handled as a {kind}: '
     if (got_version, got_kind) in _KNOWN_KINDS:
         group = api_version.rpartition("/")[0]
         internal = group.split(".")[0] if group else "core"
         raise errors.bad_request(head + f"converting ({version}.{got_kind}) to "
                                         f"({internal}.{kind}): unknown conversion")
-    raise errors.bad_request(head + f'no kind "{got_kind}" is registered for version '
-                                    f'"{got_version}" in scheme '
+    raise errors.bad_request(head + f'no kind {go_quote(got_kind)} is registered for version '
+                                    f'{go_quote(got_version)} in scheme '
                                     '"pkg/api/legacyscheme/scheme.go:30"')
 
 
@@ -279,6 +280,7 @@ class RestHandlers:
         ensure_namespace(obj, res, target.namespace)
         if md.get("resourceVersion"):
             raise errors.bad_request("resourceVersion can not be set for create requests")
+        warnings = [*warnings, *self.registry.strategy(res).warnings(obj, None)]
         obj = record_update(None, obj, manager, res)
         created = await self.registry.create(res, obj, dry_run=dry, user=request_user(request))
         return respond(created, 201, warnings)
@@ -293,9 +295,11 @@ class RestHandlers:
         strategy = self.registry.strategy(res)
         wanted_rv = meta.ensure_metadata(obj).get("resourceVersion") or ""
         user = request_user(request)
+        decode_warnings = list(warnings)
 
         async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
             new = copy.deepcopy(obj)
+            warnings[:] = [*decode_warnings, *strategy.warnings(new, current, sub)]
             if current is None:
                 if sub or not strategy.allow_create_on_update:
                     raise errors.not_found(res.plural, target.name, res.group)
@@ -350,6 +354,7 @@ class RestHandlers:
         if is_apply:
             applied = self._applied_config(body, res, sub, target)
         warnings: list[str] = []
+        strategy = self.registry.strategy(res)
 
         async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
             warnings.clear()
@@ -361,6 +366,7 @@ class RestHandlers:
                     None, copy.deepcopy(applied), manager, bool(force), res.definition,
                     res.api_version, sub)
                 ensure_namespace(new, res, target.namespace)
+                warnings.extend(strategy.warnings(new, None, sub))
                 return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
             live = copy.deepcopy(current)
             if is_apply:
@@ -371,6 +377,7 @@ class RestHandlers:
             else:
                 new = patch.apply_patch(content_type, live, body, res.definition)
                 warnings.extend(self._check_patched(new, res, content_type, directive))
+            warnings.extend(strategy.warnings(new, current, sub))
             md = meta.ensure_metadata(new)
             current_rv = (current.get("metadata") or {}).get("resourceVersion")
             wanted_rv = md.get("resourceVersion")
@@ -429,7 +436,7 @@ class RestHandlers:
         (Strict), dropped with warnings (Warn) or silently (Ignore)."""
         err = fieldvalidation.type_errors(new, res.definition)
         if err is not None:
-            text = json.dumps(json.dumps(new, separators=(",", ":")))
+            text = go_quote(json.dumps(new, separators=(",", ":"), ensure_ascii=False))
             message = f"Invalid value: {text}: {err}"
             raise StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
                               {"causes": [{"reason": "FieldValueInvalid", "message": message,

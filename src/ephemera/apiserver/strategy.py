@@ -38,6 +38,7 @@ from ephemera.api import errors, meta
 from ephemera.api import validation as meta_validation
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
+from ephemera.api.validation import NameFn
 from ephemera.apiserver import csr
 from ephemera.apiserver.authz import rbacapi
 from ephemera.apiserver.resources import Resource
@@ -46,6 +47,10 @@ from ephemera.pods.dynamic import validate_dynamic_update
 from ephemera.pods.limitrange import default_limit_range, validate_limit_range
 from ephemera.pods.quota import validate_resource_quota
 from ephemera.pods.resources import compute_qos_class
+from ephemera.pods.unimplemented import (
+    unimplemented_warnings,
+    unimplemented_warnings_on_update,
+)
 from ephemera.pods.validation import (
     validate_pod_create,
     validate_pod_status_update,
@@ -74,6 +79,8 @@ class Strategy:
     allow_create_on_update = False
     # Namespaces' names are DNS labels, the others' DNS subdomains.
     name_is_dns_label = False
+    # The kind's own name rule when it is neither a DNS subdomain nor a DNS label.
+    name_fn: NameFn | None = None
 
     # -- defaults ---------------------------------------------------------------------------
 
@@ -112,8 +119,8 @@ class Strategy:
 
     def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
         """`ValidateObjectMeta` plus the kind's own `validate`."""
-        name_fn = (meta_validation.dns_label_name if self.name_is_dns_label
-                   else meta_validation.dns_subdomain_name)
+        name_fn = self.name_fn or (meta_validation.dns_label_name if self.name_is_dns_label
+                                   else meta_validation.dns_subdomain_name)
         errs = meta_validation.validate_object_meta(_md(obj), namespaced=self.resource.namespaced,
                                                     name_fn=name_fn)
         errs.extend(self.validate(obj))
@@ -121,6 +128,12 @@ class Strategy:
 
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         """The kind's own validation beyond metadata (create and main-resource update)."""
+        return []
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        """upstream's WarningsOnCreate (`old` None) / WarningsOnUpdate: `Warning` header
+        texts for the object as the client sent it. None by default."""
         return []
 
     def _raise(self, obj: dict[str, Any], errs: list[FieldError]) -> None:
@@ -229,11 +242,29 @@ def _copy_key(new: dict[str, Any], old: dict[str, Any], key: str) -> None:
 # --- pods ----------------------------------------------------------------------------------
 
 
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
 class PodStrategy(Strategy):
     """Pods: `ephemera.pods` rules with the apiserver's gates (see the module docstring)."""
 
     def default(self, obj: dict[str, Any]) -> None:
         default_pod(obj, self.gates)
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        """The fields ephemera accepts without effect (`pods.unimplemented`): on create, the
+        ones the client set; on an update of the pod or `/dynamic`, the ones newly set.
+        (Upstream's pod strategy warns on create only; ephemera also warns on updates, where
+        `/dynamic` adds containers.)"""
+        if subresource not in ("", "dynamic"):
+            return []
+        spec = _spec(new)
+        if old is None:
+            return unimplemented_warnings(spec)
+        return unimplemented_warnings_on_update(spec, _spec(old))
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         """upstream's PrepareForCreate: generation 1, a Pending status with the QoS class,
@@ -442,6 +473,10 @@ class LimitRangeStrategy(Strategy):
 
 class CertificateSigningRequestStrategy(Strategy):
     """CSRs: requestor from the user, approval and status subresources (`apiserver.csr`)."""
+
+    # Upstream's ValidateCertificateRequestName accepts any name; the common check that
+    # follows it keeps names usable as a path segment.
+    name_fn = staticmethod(meta_validation.path_segment_name)
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         csr.prepare_for_create(obj)

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from ephemera.api import errors, field, fieldvalidation, meta
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.body import decode_object, read_body
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import core_resource
@@ -114,7 +115,7 @@ async def create_token(request: web.Request, registry: Registry, issuer: TokenIs
             pod_spec = pod.get("spec") or {}
             if pod_spec.get("serviceAccountName") != name:
                 raise errors.bad_request(
-                    f'cannot bind token for serviceaccount "{name}" to pod running with '
+                    f'cannot bind token for serviceaccount {go_quote(name)} to pod running with '
                     "different serviceaccount name.")
             bound = pod
             if pod_spec.get("nodeName"):

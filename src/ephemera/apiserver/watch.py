@@ -37,7 +37,7 @@ from ephemera.apiserver import tables
 from ephemera.apiserver.registry import Codec, Registry, dumps
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import Target, response_form, selection
-from ephemera.store import Compacted, Event, KeyValue, Progress, WatcherDropped
+from ephemera.store import Compacted, Event, KeyValue, Progress, StoreError, WatcherDropped
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -214,7 +214,8 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
         log.debug("watch of %s ended: %s", res.plural, err)
     except Exception as err:
         log.exception("watch of %s failed: %s", request.path_qs, err)
-        status = errors.internal_error(f"{type(err).__name__}: {err}").status()
+        status = errors.internal_error(str(err) if isinstance(err, StoreError)
+                                       else errors.UNEXPECTED).status()
         with contextlib.suppress(Exception):
             await response.write(_error_event(status))
             await response.write_eof()

@@ -417,6 +417,11 @@ def _remove_container_change(args: argparse.Namespace) -> tuple[str, Callable[[P
 # --- running -----------------------------------------------------------------------------------
 
 
+def _print_warning(text: str) -> None:
+    """A `Warning` from the apiserver, printed as kubectl prints it."""
+    print(f"Warning: {text}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the parsed action; the exit code."""
     try:
@@ -428,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
     except KubeconfigError as err:
         print(f"error: {err}", file=sys.stderr)
     except ApiUnavailable as err:
-        print(f"error: cannot reach the apiserver: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
     except KeyboardInterrupt:
         return 130
     return 1
@@ -464,7 +469,8 @@ async def _run(args: argparse.Namespace) -> int:
     namespace = getattr(args, "namespace", None) or \
         context_namespace(getattr(args, "kubeconfig", None), getattr(args, "context", None))
     pod_path = resource_path("pods", namespace, args.pod)
-    async with ApiClient(config, user_agent="ephemera-dynamic") as api:
+    async with ApiClient(config, user_agent="ephemera-dynamic",
+                         on_warning=_print_warning) as api:
         if change is None:
             print(await status_text(api, pod_path), end="")
             return 0

@@ -18,17 +18,20 @@ said it. A connection that cannot be made or breaks raises `ApiUnavailable`. A w
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import ast
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
 
 from ephemera.api.errors import StatusError
+from ephemera.client.goerrors import request_error
 from ephemera.client.kubeconfig import ClientConfig
 
 __all__ = [
@@ -103,6 +106,21 @@ def _query(params: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
+_WARNING = re.compile(r'^\d{3} \S+ "(.*)"')
+
+
+def warning_text(header: str) -> str:
+    """The text of a `Warning` header (`299 - "text"`, the text Go-quoted)."""
+    match = _WARNING.match(header)
+    if match is None:
+        return header
+    try:
+        text = ast.literal_eval('"' + match.group(1) + '"')  # Go's escapes are Python's too
+    except (ValueError, SyntaxError):
+        return match.group(1)
+    return str(text)
+
+
 def _status_error(code: int, body: bytes) -> StatusError:
     """The `StatusError` of an error response: from its `Status` body when it has one."""
     try:
@@ -139,8 +157,12 @@ class ApiClient:
     """
 
     def __init__(self, config: ClientConfig, *, user_agent: str = "ephemera",
-                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+                 on_warning: Callable[[str], None] | None = None) -> None:
+        """`on_warning` receives the text of each `Warning` header the apiserver sends
+        (client-go's WarningHandler); without it warnings are dropped."""
         self.config = config
+        self.on_warning = on_warning
         self.server = config.server.rstrip("/")
         self.user_agent = user_agent
         self.request_timeout = request_timeout
@@ -173,6 +195,11 @@ class ApiClient:
     def _url(self, path: str) -> str:
         return self.server + (path if path.startswith("/") else "/" + path)
 
+    def _full_url(self, path: str, query: Mapping[str, str]) -> str:
+        """The URL with its query, as Go's `url.Values.Encode` writes it (keys sorted)."""
+        encoded = urlencode(sorted(query.items()))
+        return self._url(path) + ("?" + encoded if encoded else "")
+
     # -- the verbs ------------------------------------------------------------------------
 
     async def request(self, method: str, path: str, body: Any = None, *,
@@ -196,8 +223,12 @@ class ApiClient:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise _status_error(resp.status, raw)
+                if self.on_warning is not None:
+                    for header in resp.headers.getall("Warning", []):
+                        self.on_warning(warning_text(header))
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            raise ApiUnavailable(f"{method} {path}: {err or type(err).__name__}") from err
+            raise ApiUnavailable(
+                request_error(method, self._full_url(path, _query(params)), err)) from err
         return orjson.loads(raw) if raw.strip() else None
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
@@ -277,7 +308,8 @@ class ApiClient:
                         raise status_error_from(obj)
                     yield WatchEvent(str(event.get("type")), obj)
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            raise ApiUnavailable(f"watch {path}: {err or type(err).__name__}") from err
+            raise ApiUnavailable(request_error("GET", self._full_url(path, query), err)) \
+                from err
         except orjson.JSONDecodeError as err:
             raise ApiUnavailable(f"watch {path}: undecodable event: {err}") from err
 

@@ -77,15 +77,22 @@ def needs_bootstrap(kubeconfig: Path) -> bool:
 
 
 def csr_name(key: ec.EllipticCurvePrivateKey, node_name: str) -> str:
-    """Upstream's `digestedName`: the same key, subject and usages give the same name."""
-    digest = hashlib.sha512()
+    """Upstream's `digestedName`: SHA-512/256 over the base64url (unpadded) public key,
+    common name, organization and usages, each followed by `|`; the name is `node-csr-`
+    and the digest in unpadded base64url. The same key, subject and usages give the same
+    name."""
+    digest = hashlib.new("sha512_256")
     der = key.public_key().public_bytes(serialization.Encoding.DER,
                                         serialization.PublicFormat.SubjectPublicKeyInfo)
     for part in (der, node_username(node_name).encode(), NODES_GROUP.encode(),
                  *(u.encode() for u in USAGES)):
-        digest.update(part + b"|")
-    # hex rather than upstream's base64url: ephemera validates CSR names as DNS subdomains
-    return "node-csr-" + digest.hexdigest()[:43]
+        digest.update(_raw_url_b64(part) + b"|")
+    return "node-csr-" + _raw_url_b64(digest.digest()).decode()
+
+
+def _raw_url_b64(data: bytes) -> bytes:
+    """Go's `base64.RawURLEncoding`."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
 
 
 def certificate_request(key: ec.EllipticCurvePrivateKey, node_name: str) -> bytes:

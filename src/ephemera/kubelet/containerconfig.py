@@ -32,6 +32,7 @@ from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
 
+from ephemera.api.goformat import go_quote
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.kubelet.runtime.base import Mount
 from ephemera.pods import resources as podresources
@@ -299,20 +300,21 @@ def _safe_sub_path(base: Path, sub_path: str, *, create: bool) -> Path:
     """`base/sub_path`, refusing paths that leave `base`; created (as a directory) when
     missing and `create`."""
     if os.path.isabs(sub_path) or ".." in Path(sub_path).parts:
-        raise ContainerConfigError(f"subPath {sub_path!r} must be a relative path without '..'")
+        raise ContainerConfigError(
+            f"subPath {go_quote(sub_path)} must be a relative path without '..'")
     target = base / sub_path
     real_base = os.path.realpath(base)
     if not target.exists() and not target.is_symlink():
         if not create:
             raise ContainerConfigError(
-                f"failed to prepare subPath for volumeMount: path {sub_path!r} does not exist "
-                f"in the volume")
+                f"failed to prepare subPath for volumeMount: path {go_quote(sub_path)} does not "
+                "exist in the volume")
         target.mkdir(parents=True, exist_ok=True, mode=0o755)
         os.chmod(target, 0o777)
     real = os.path.realpath(target)
     if real != real_base and not real.startswith(real_base + os.sep):
         raise ContainerConfigError(
-            f"subpath {real!r} not within volume path {real_base!r}")
+            f"subpath {go_quote(real)} not within volume path {go_quote(real_base)}")
     return Path(real)
 
 

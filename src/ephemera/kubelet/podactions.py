@@ -735,7 +735,7 @@ class PodRuntime:
             env=tuple(env), working_dir=str(container.get("workingDir") or image.working_dir
                                             or "/"),
             mounts=tuple(mounts), log_path=log_path, tty=bool(container.get("tty")),
-            stdin=bool(container.get("stdin")),
+            stdin=bool(container.get("stdin")), stdin_once=bool(container.get("stdinOnce")),
             labels={LABEL_POD_UID: self.uid, LABEL_CONTAINER_NAME: name,
                     LABEL_CONTAINER_TYPE: "init" if init else "regular"})
         assert self.sandbox_id is not None

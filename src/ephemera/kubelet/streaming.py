@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
+from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.podutil import LABEL_CONTAINER_NAME, LABEL_POD_UID
 from ephemera.kubelet.runtime.base import (
     ContainerState,
@@ -465,7 +466,8 @@ async def _serve(request: web.Request, host: StreamHost, *, exec_: bool) -> web.
             session = await host.runtime.attach(container_id)
     except (RuntimeError_, OSError) as err:
         what = "executing command in" if exec_ else "attaching to"
-        payload = protocol.error_payload(internal_error_status(f"error {what} container: {err}"))
+        payload = protocol.error_payload(
+            internal_error_status(f"error {what} container: {go_error_text(err)}"))
         with contextlib.suppress(ConnectionError, RuntimeError):
             if payload is not None:
                 frame = protocol.encode(CHANNEL_ERROR, payload)
@@ -477,7 +479,8 @@ async def _serve(request: web.Request, host: StreamHost, *, exec_: bool) -> web.
         if not exec_:
             return success_status()  # as upstream: attach ends with Success
         if isinstance(result, Exception):
-            return internal_error_status(f"error executing command in container: {result}")
+            return internal_error_status(
+                f"error executing command in container: {go_error_text(result)}")
         return exit_status(result, argv)
 
     code = await bridge_session(ws, protocol, options, session, outcome)

@@ -43,6 +43,7 @@ from ephemera.api import field as fields
 from ephemera.api import meta
 from ephemera.api.featuregates import POD_LEVEL_RESOURCES, gate_enabled
 from ephemera.api.field import FieldError, Path
+from ephemera.api.goformat import go_slice
 from ephemera.api.quantity import Quantity, QuantityError, QuantityFormat, quantity_from_json
 from ephemera.pods import resources
 from ephemera.pods.resources import ResourceList
@@ -628,15 +629,16 @@ def _validate_scopes(spec: Mapping[str, Any], path: Path) -> list[FieldError]:
     errs: list[FieldError] = []
     hard = sorted(_d(spec.get("hard")))
     spath = path.child("scopes")
+    shown = go_slice([str(s) for s in scopes], "core.ResourceQuotaScope")
     for scope in scopes:
         if scope not in QUOTA_SCOPES:
-            errs.append(fields.invalid(spath, scopes, "unsupported scope"))
+            errs.append(fields.invalid(spath, shown, "unsupported scope"))
         for name in hard:
             if _is_standard_quota_resource(name) and not _scope_valid_for(scope, name):
-                errs.append(fields.invalid(spath, scopes, "unsupported scope applied to resource"))
+                errs.append(fields.invalid(spath, shown, "unsupported scope applied to resource"))
     for pair in _CONFLICTING_SCOPES:
         if all(s in scopes for s in pair):
-            errs.append(fields.invalid(spath, scopes, "conflicting scopes"))
+            errs.append(fields.invalid(spath, shown, "conflicting scopes"))
     return errs
 
 

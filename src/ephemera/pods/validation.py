@@ -37,8 +37,10 @@ from ephemera.api.featuregates import (
     gate_enabled,
 )
 from ephemera.api.field import FieldError, Path
+from ephemera.api.goformat import go_quote, go_string_map
 from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
 from ephemera.pods import resources
+from ephemera.pods.specdiff import spec_diff
 
 __all__ = [
     "DYNAMIC_VOLUME_NOT_REQUIRED",
@@ -657,7 +659,8 @@ def _volume_source(kind: str, source: Mapping[str, Any], path: Path, volume_name
             errs.append(field.required(path.child("volumeClaimTemplate")))
         elif pod_name and volume_name:
             claim = f"{pod_name}-{volume_name}"
-            errs.extend(field.invalid(path.child("name"), volume_name, f'PVC name "{claim}": {m}')
+            errs.extend(field.invalid(path.child("name"), volume_name,
+                                      f'PVC name {go_quote(claim)}: {m}')
                         for m in meta.dns1123_subdomain_errors(claim))
     elif kind == "image":
         if not _s(source.get("reference")):
@@ -1840,7 +1843,8 @@ def _gated_pod_mutations(munged: dict[str, Any], old_spec: Mapping[str, Any],
     if not _semantic_equal(new_selector, old_selector):
         for key, value in old_selector.items():
             if new_selector.get(key) != value:
-                errs.append(field.invalid(spec_path.child("nodeSelector"), new_selector,
+                errs.append(field.invalid(spec_path.child("nodeSelector"),
+                                          go_string_map(new_selector),
                                           "only additions to spec.nodeSelector are allowed (no "
                                           "mutations or deletions)"))
                 break
@@ -1875,66 +1879,6 @@ def _validate_annotation_updates(new: Mapping[str, Any], old: Mapping[str, Any],
             errs.append(field.forbidden(path.key(_MIRROR_POD_ANNOTATION),
                                         "may not add mirror pod annotation"))
     return errs
-
-
-# Go field order of core.PodSpec, for the diff.
-_POD_SPEC_ORDER = (
-    "volumes", "initContainers", "containers", "ephemeralContainers", "restartPolicy",
-    "terminationGracePeriodSeconds", "activeDeadlineSeconds", "dnsPolicy", "nodeSelector",
-    "serviceAccountName", "serviceAccount", "automountServiceAccountToken", "nodeName",
-    "hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "securityContext",
-    "imagePullSecrets", "hostname", "subdomain", "setHostnameAsFQDN", "affinity",
-    "schedulerName", "tolerations", "hostAliases", "priorityClassName", "priority",
-    "preemptionPolicy", "dnsConfig", "readinessGates", "runtimeClassName", "overhead",
-    "enableServiceLinks", "topologySpreadConstraints", "os", "schedulingGates",
-    "resourceClaims", "resources", "hostUsers", "hostnameOverride", "schedulingGroup",
-)
-
-
-def _go_name(key: str) -> str:
-    special = {"dnsPolicy": "DNSPolicy", "dnsConfig": "DNSConfig", "os": "OS",
-               "hostPID": "HostPID", "hostIPC": "HostIPC",
-               "serviceAccount": "DeprecatedServiceAccount"}
-    return special.get(key, key[:1].upper() + key[1:])
-
-
-def spec_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    """A go-cmp style diff of two pod specs (`-` old, `+` new), field by field in the Go
-    struct's order. Upstream's exact text comes from go-cmp on the internal types and is
-    itself unstable; this keeps its shape."""
-    keys = [k for k in _POD_SPEC_ORDER if k in old or k in new]
-    keys += sorted((set(old) | set(new)) - set(keys))
-    lines = ["  core.PodSpec{"]
-    same = 0
-
-    def flush() -> None:
-        nonlocal same
-        if same:
-            lines.append(f"  \t... // {same} identical field{'s' if same > 1 else ''}")
-            same = 0
-
-    for key in keys:
-        before, after = old.get(key), new.get(key)
-        if _semantic_equal(before, after):
-            same += 1
-            continue
-        flush()
-        name = _go_name(key)
-        if before is not None:
-            lines.append(f"- \t{name}: {_go_value(before)},")
-        if after is not None:
-            lines.append(f"+ \t{name}: {_go_value(after)},")
-    flush()
-    lines.append("  }")
-    return "\n".join(lines) + "\n"
-
-
-def _go_value(value: Any) -> str:
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
 
 # --- status -------------------------------------------------------------------------------

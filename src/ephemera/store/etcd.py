@@ -422,9 +422,12 @@ class EtcdStore(Store):
             )
             async with asyncio.timeout(self._timeout):
                 created = await call.read()
-        except (grpc.aio.AioRpcError, TimeoutError) as error:
+        except grpc.aio.AioRpcError as error:
             call.cancel()
-            raise StoreError(f"etcd watch failed: {error}") from error
+            raise StoreError(f"etcd watch failed: {error.details()}") from error
+        except TimeoutError as error:
+            call.cancel()
+            raise StoreError("etcd watch failed: context deadline exceeded") from error
         if created is grpc.aio.EOF or not created.created:
             call.cancel()
             raise StoreError(f"etcd did not create the watch: {created}")

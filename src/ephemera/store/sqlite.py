@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import queue
 import sqlite3
@@ -58,6 +59,8 @@ from ephemera.store.base import (
     Watcher,
 )
 from ephemera.store.watchhub import DEFAULT_PROGRESS_INTERVAL, DEFAULT_WATCH_CAPACITY, WatchHub
+
+log = logging.getLogger("ephemera.store")
 
 STORE_FILE = "store.db"
 LOCK_FILE = "store.lock"
@@ -282,7 +285,9 @@ class SqliteStore(Store):
                     conn.execute("ROLLBACK")
                 raise
         except Exception as error:  # sqlite3.Error, or a bug: answer every write anyway
-            failure = StoreError(f"sqlite write failed: {error!r}")
+            log.exception("sqlite write failed")
+            failure = StoreError("sqlite write failed: " + (
+                str(error) if isinstance(error, sqlite3.Error) else "see the apiserver's log"))
             batch.outcomes = [_Outcome(error=failure) for _ in batch.writes]
             with contextlib.suppress(sqlite3.Error):
                 self._writer_revision = _read_meta(conn)[0]

@@ -27,6 +27,7 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import NODE_DECLARED_FEATURES
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.admission import (
     AdmissionContext,
     AdmissionPluginBase,
@@ -54,7 +55,7 @@ async def node_declared_features(context: AdmissionContext, req: AdmissionReques
         obj = await context.get(NODES, "", node)
     except StatusError as err:
         if err.code == 404:
-            raise req.forbidden(f'node "{node}" not found') from None
+            raise req.forbidden(f'node {go_quote(node)} not found') from None
         raise
     declared = (obj.get("status") or {}).get("declaredFeatures")
     return {str(f) for f in declared} if isinstance(declared, list) else set()
@@ -103,4 +104,4 @@ async def _require_features(context: AdmissionContext, req: AdmissionRequest, no
     missing = [f for f in needed if f not in declared]
     if missing:
         raise req.forbidden(f"{subject} requires features {', '.join(missing)} which are not "
-                            f'available on node "{node}"')
+                            f'available on node {go_quote(node)}')

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest
 from ephemera.apiserver.nodeidentity import node_identity
 from ephemera.apiserver.resources import core_resource
@@ -107,14 +108,14 @@ class NodeRestriction(AdmissionPluginBase):
         node, _ = node_identity(req.user)
         if not node:
             name = req.user.name if req.user is not None else ""
-            raise req.forbidden(f'could not determine node from user "{name}"')
+            raise req.forbidden(f'could not determine node from user {go_quote(name)}')
         if req.is_resource("", "pods"):
             if req.subresource == "":
                 await self._pod(node, req)
             elif req.subresource == "status":
                 self._pod_status(node, req)
             else:
-                raise req.forbidden(f'unexpected pod subresource "{req.subresource}", only '
+                raise req.forbidden(f'unexpected pod subresource {go_quote(req.subresource)}, only '
                                     "'status' and 'eviction' are allowed")
         elif req.is_resource("", "nodes"):
             self._node(node, req)
@@ -131,39 +132,40 @@ class NodeRestriction(AdmissionPluginBase):
             existing = await self.context.get(PODS, req.namespace, req.name)
             if _spec(existing).get("nodeName") != node:
                 raise req.forbidden(
-                    f'node "{node}" can only delete pods with spec.nodeName set to itself')
+                    f'node {go_quote(node)} can only delete pods with spec.nodeName set to '
+                    "itself")
         else:
-            raise req.forbidden(f'unexpected operation "{req.operation}", node "{node}" can '
-                                "only create and delete mirror pods")
+            raise req.forbidden(f'unexpected operation {go_quote(req.operation)}, node '
+                                f'{go_quote(node)} can only create and delete mirror pods')
 
     async def _pod_create(self, node: str, req: AdmissionRequest) -> None:
         pod = req.obj or {}
         md = _dict(pod.get("metadata"))
         spec = _spec(pod)
         if MIRROR_POD_ANNOTATION not in _dict(md.get("annotations")):
-            raise req.forbidden(f'pod does not have "{MIRROR_POD_ANNOTATION}" annotation, node '
-                                f'"{node}" can only create mirror pods')
+            raise req.forbidden(f'pod does not have {go_quote(MIRROR_POD_ANNOTATION)} '
+                                f'annotation, node {go_quote(node)} can only create mirror pods')
         if spec.get("nodeName") != node:
             raise req.forbidden(
-                f'node "{node}" can only create pods with spec.nodeName set to itself')
+                f'node {go_quote(node)} can only create pods with spec.nodeName set to itself')
         owners = md.get("ownerReferences") or []
         if len(owners) > 1:
-            raise req.forbidden(f'node "{node}" can only create pods with a single owner '
+            raise req.forbidden(f'node {go_quote(node)} can only create pods with a single owner '
                                 "reference set to itself")
         if not owners:
             raise req.forbidden(
-                f'node "{node}" can only create pods with an owner reference set to itself')
+                f'node {go_quote(node)} can only create pods with an owner reference set to itself')
         owner = _dict(owners[0])
         if (owner.get("apiVersion") != "v1" or owner.get("kind") != "Node"
                 or owner.get("name") != node):
             raise req.forbidden(
-                f'node "{node}" can only create pods with an owner reference set to itself')
+                f'node {go_quote(node)} can only create pods with an owner reference set to itself')
         if owner.get("controller") is not True:
-            raise req.forbidden(f'node "{node}" can only create pods with a controller owner '
-                                "reference set to itself")
+            raise req.forbidden(f'node {go_quote(node)} can only create pods with a controller '
+                                "owner reference set to itself")
         if owner.get("blockOwnerDeletion") is True:
             raise req.forbidden(
-                f'node "{node}" must not set blockOwnerDeletion on an owner reference')
+                f'node {go_quote(node)} must not set blockOwnerDeletion on an owner reference')
         node_obj = await self.context.get(NODES, "", node)
         node_uid = _dict(node_obj.get("metadata")).get("uid", "")
         if owner.get("uid", "") != node_uid:
@@ -171,53 +173,56 @@ class NodeRestriction(AdmissionPluginBase):
                                 f"got {node_uid}")
         if spec.get("serviceAccountName"):
             raise req.forbidden(
-                f'node "{node}" can not create pods that reference a service account')
+                f'node {go_quote(node)} can not create pods that reference a service account')
         refs = pod_level_references(pod).union(*pod_volume_references(pod).values())
         kinds = {kind for kind, _, _ in refs}
         if SECRET in kinds:
-            raise req.forbidden(f'node "{node}" can not create pods that reference secrets')
+            raise req.forbidden(
+                f'node {go_quote(node)} can not create pods that reference secrets')
         if CONFIGMAP in kinds:
-            raise req.forbidden(f'node "{node}" can not create pods that reference configmaps')
+            raise req.forbidden(
+                f'node {go_quote(node)} can not create pods that reference configmaps')
         volumes = [_dict(v) for v in spec.get("volumes") or []]
         for volume in volumes:
             for source in _dict(volume.get("projected")).get("sources") or []:
                 if "clusterTrustBundle" in _dict(source):
-                    raise req.forbidden(f'node "{node}" can not create pods that reference '
+                    raise req.forbidden(f'node {go_quote(node)} can not create pods that reference '
                                         "clustertrustbundles")
         if any("persistentVolumeClaim" in v for v in volumes):
             raise req.forbidden(
-                f'node "{node}" can not create pods that reference persistentvolumeclaims')
+                f'node {go_quote(node)} can not create pods that reference persistentvolumeclaims')
 
     @staticmethod
     def _pod_status(node: str, req: AdmissionRequest) -> None:
         if req.operation != "UPDATE":
-            raise req.forbidden(f'unexpected operation "{req.operation}"')
+            raise req.forbidden(f'unexpected operation {go_quote(req.operation)}')
         if _spec(req.old).get("nodeName") != node:
-            raise req.forbidden(f'node "{node}" can only update pod status for pods with '
+            raise req.forbidden(f'node {go_quote(node)} can only update pod status for pods with '
                                 "spec.nodeName set to itself")
         if _labels(req.obj) != _labels(req.old):
-            raise req.forbidden(f'node "{node}" cannot update labels through pod status')
+            raise req.forbidden(f'node {go_quote(node)} cannot update labels through pod status')
 
     @staticmethod
     def _node(node: str, req: AdmissionRequest) -> None:
         if req.name != node:
-            raise req.forbidden(f'node "{node}" is not allowed to modify node "{req.name}"')
+            raise req.forbidden(
+                f'node {go_quote(node)} is not allowed to modify node {go_quote(req.name)}')
         if req.operation == "CREATE":
             if _spec(req.obj).get("configSource") is not None:
-                raise req.forbidden(f'node "{node}" is not allowed to create pods with a '
+                raise req.forbidden(f'node {go_quote(node)} is not allowed to create pods with a '
                                     "non-nil configSource")
             labels = forbidden_labels(_labels(req.obj), {})
             if labels:
-                raise req.forbidden(f'node "{node}" is not allowed to set the following '
+                raise req.forbidden(f'node {go_quote(node)} is not allowed to set the following '
                                     f"labels: {', '.join(labels)}")
         elif req.operation == "UPDATE":
             new, old = _spec(req.obj), _spec(req.old)
             source = new.get("configSource")
             if source is not None and source != old.get("configSource"):
-                raise req.forbidden(f'node "{node}" is not allowed to update configSource to '
-                                    "a new non-nil configSource")
+                raise req.forbidden(f'node {go_quote(node)} is not allowed to update '
+                                    "configSource to a new non-nil configSource")
             if (new.get("taints") or []) != (old.get("taints") or []):
-                raise req.forbidden(f'node "{node}" is not allowed to modify taints')
+                raise req.forbidden(f'node {go_quote(node)} is not allowed to modify taints')
             labels = forbidden_labels(_labels(req.obj), _labels(req.old))
             if labels:
                 raise req.forbidden(f"is not allowed to modify labels: {', '.join(labels)}")
@@ -226,7 +231,7 @@ class NodeRestriction(AdmissionPluginBase):
     def _lease(node: str, req: AdmissionRequest) -> None:
         if req.namespace != NODE_LEASE_NAMESPACE:
             raise req.forbidden(
-                f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace')
+                f'can only access leases in the {go_quote(NODE_LEASE_NAMESPACE)} system namespace')
         name = req.name
         if req.operation == "CREATE":
             name = str(_dict((req.obj or {}).get("metadata")).get("name") or "")

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.api.meta import generate_name
 from ephemera.apiserver.admission import AdmissionPluginBase, AdmissionRequest, is_pod_request
 from ephemera.apiserver.resources import core_resource
@@ -140,7 +141,7 @@ class ServiceAccount(AdmissionPluginBase):
         try:
             account = await self.context.cached_get(SERVICE_ACCOUNTS, req.namespace, name)
         except StatusError as err:
-            cause = (f'serviceaccount "{name}" not found' if err.code == 404
+            cause = (f'serviceaccount {go_quote(name)} not found' if err.code == 404
                      else err.message)
             raise req.forbidden(f"error looking up service account {req.namespace}/{name}: "
                                 f"{cause}") from None

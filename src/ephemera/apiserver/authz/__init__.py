@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.authn import ANONYMOUS, UserInfo
 
 
@@ -77,18 +78,20 @@ def forbidden_message(attributes: Attributes, reason: str = "") -> str:
     "default"`, followed by `: <reason>` when the authorizers gave one."""
     user = attributes.user.name
     if not attributes.resource_request:
-        message = f'User "{user}" cannot {attributes.verb} path "{attributes.path}"'
+        message = f'User {go_quote(user)} cannot {attributes.verb} path {go_quote(attributes.path)}'
     else:
         resource = attributes.resource
         if attributes.subresource:
             resource = f"{resource}/{attributes.subresource}"
         if attributes.namespace:
-            message = (f'User "{user}" cannot {attributes.verb} resource "{resource}" in API '
-                       f'group "{attributes.api_group}" in the namespace '
-                       f'"{attributes.namespace}"')
+            message = (f'User {go_quote(user)} cannot {attributes.verb} resource '
+                       f'{go_quote(resource)} in API group {go_quote(attributes.api_group)} in '
+                       'the namespace '
+                       f'{go_quote(attributes.namespace)}')
         else:
-            message = (f'User "{user}" cannot {attributes.verb} resource "{resource}" in API '
-                       f'group "{attributes.api_group}" at the cluster scope')
+            message = (f'User {go_quote(user)} cannot {attributes.verb} resource '
+                       f'{go_quote(resource)} in API group {go_quote(attributes.api_group)} at '
+                       'the cluster scope')
     if reason:
         message = f"{message}: {reason}"
     return message

@@ -36,6 +36,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision
 from ephemera.apiserver.authz.bootstrappolicy import node_rules
@@ -127,7 +128,7 @@ class NodeAuthorizer:
         if not is_node:
             return Decision.NO_OPINION, ""
         if not node:
-            return Decision.NO_OPINION, f'unknown node for user "{attributes.user.name}"'
+            return Decision.NO_OPINION, f'unknown node for user {go_quote(attributes.user.name)}'
         if attributes.resource_request:
             group, resource = attributes.api_group, attributes.resource
             if group == "" and resource == "secrets":
@@ -217,7 +218,8 @@ class NodeAuthorizer:
                     "can only get, create, update, patch, or delete a node lease")
         if attributes.namespace != NODE_LEASE_NAMESPACE:
             return (Decision.NO_OPINION,
-                    f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace')
+                    f'can only access leases in the {go_quote(NODE_LEASE_NAMESPACE)} system '
+                    'namespace')
         if verb != "create" and attributes.name != node:
             return (Decision.NO_OPINION,
                     "can only access node lease with the same name as the requesting node")

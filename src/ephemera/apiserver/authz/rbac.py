@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ephemera.api.goformat import go_quote_list
+from ephemera.api.goformat import go_quote, go_quote_list
 from ephemera.api.wellknown import service_account_username
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision
@@ -131,7 +131,7 @@ def describe_subject(subject: Mapping[str, Any], binding_namespace: str) -> str:
     kind, name = subject.get("kind") or "", subject.get("name") or ""
     if kind == "ServiceAccount":
         return f'{kind} "{name}/{subject.get("namespace") or binding_namespace}"'
-    return f'{kind} "{name}"'
+    return f'{kind} {go_quote(name)}'
 
 
 def _items(obj: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
@@ -253,8 +253,8 @@ class RuleSource:
         md = self.binding.get("metadata") or {}
         name, namespace = md.get("name") or "", md.get("namespace") or ""
         shown = f"{name}/{namespace}" if self.binding_kind == "RoleBinding" else name
-        return (f'{self.binding_kind} "{shown}" of {ref.get("kind", "")} '
-                f'"{ref.get("name", "")}" to {describe_subject(self.subject, namespace)}')
+        return (f'{self.binding_kind} {go_quote(shown)} of {ref.get("kind", "")} '
+                f'{go_quote(ref.get("name", ""))} to {describe_subject(self.subject, namespace)}')
 
 
 Visit = tuple[RuleSource | None, Rule | None, ResolutionError | None]
@@ -273,14 +273,15 @@ class RuleResolver:
         if kind == "Role":
             role = self.cache.role(namespace, name)
             if role is None:
-                raise ResolutionError(f'role.{RBAC_GROUP} "{name}" not found', "roles", name)
+                raise ResolutionError(f'role.{RBAC_GROUP} {go_quote(name)} not found', "roles",
+                                      name)
         elif kind == "ClusterRole":
             role = self.cache.cluster_role(name)
             if role is None:
-                raise ResolutionError(f'clusterrole.{RBAC_GROUP} "{name}" not found',
+                raise ResolutionError(f'clusterrole.{RBAC_GROUP} {go_quote(name)} not found',
                                       "clusterroles", name)
         else:
-            raise ResolutionError(f'unsupported role reference kind: "{kind}"')
+            raise ResolutionError(f'unsupported role reference kind: {go_quote(str(kind or ""))}')
         return _items(role, "rules")
 
     def visit_rules_for(self, user: UserInfo, namespace: str) -> Iterator[Visit]:
@@ -460,8 +461,9 @@ def escalation_error(user: UserInfo, owner_rules: Sequence[Rule], rules: Sequenc
     if ok:
         return None
     descriptions = sorted({compact_string(r) for r in compact_rules(missing)})
-    message = (f'user "{user.name}" (groups={go_quote_list(user.groups)}) is attempting to '
-               "grant RBAC permissions not currently held:\n" + "\n".join(descriptions))
+    message = (f'user {go_quote(user.name)} (groups={go_quote_list(user.groups)}) is '
+               "attempting to grant RBAC permissions not currently held:\n"
+               + "\n".join(descriptions))
     if resolution_errors:
         message += f"; resolution errors: [{' '.join(resolution_errors)}]"
     return message

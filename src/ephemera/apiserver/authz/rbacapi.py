@@ -51,11 +51,7 @@ def default_binding(obj: dict[str, Any]) -> None:
 # --- names -------------------------------------------------------------------------------------
 
 
-def path_segment_name(name: str, prefix: bool) -> list[str]:
-    """`path.IsValidPathSegmentName` (`IsValidPathSegmentPrefix` for a generateName)."""
-    if not prefix and name in (".", ".."):
-        return [f"may not be '{name}'"]
-    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+path_segment_name = meta_validation.path_segment_name
 
 
 def _metadata(obj: dict[str, Any], namespaced: bool) -> list[FieldError]:

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ephemera.api.goformat import go_quote
+
 __all__ = ["CHECKPOINT_NAME", "CHECKPOINT_VERSION", "AllocationCheckpoint",
            "CheckpointCorruptedError"]
 
@@ -87,8 +89,8 @@ class AllocationCheckpoint:
         version = outer.get("version")
         if version != CHECKPOINT_VERSION:
             raise CheckpointCorruptedError(
-                f"unsupported checkpoint version {version!r}: this kubelet reads legacy "
-                f"(unversioned) and {CHECKPOINT_VERSION!r} checkpoints")
+                f"unsupported checkpoint version {go_quote(str(version))}: this kubelet reads "
+                f"legacy (unversioned) and {go_quote(CHECKPOINT_VERSION)} checkpoints")
         data = outer.get("data")
         if not isinstance(data, str) or outer.get("checksum") != _checksum(data):
             raise CheckpointCorruptedError(

@@ -55,6 +55,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.allocation.checkpoint import AllocationCheckpoint, CheckpointCorruptedError
 from ephemera.kubelet.allocation.fit import insufficient
 
@@ -419,7 +420,7 @@ class AllocationManager:
             try:
                 message = await self.check(pod)
             except Exception as err:  # the API could not be asked: try again later
-                message = f"checking the change: {err}"
+                message = f"checking the change: {go_error_text(err)}"
                 outcome = ERROR
             if self._forgotten(uid) or uid not in self.allocated:
                 return AllocationResult(False, "pod is gone")  # forgotten while checking
@@ -431,8 +432,8 @@ class AllocationManager:
                 # durable before anything actuates it
                 written = await self._commit(uid, current)
             except Exception as err:
-                return self._not_allocated(pod, f"writing the allocation checkpoint: {err}",
-                                           ERROR)
+                return self._not_allocated(
+                    pod, f"writing the allocation checkpoint: {go_error_text(err)}", ERROR)
             if not written:  # forgotten while being written: no event, no metric
                 return AllocationResult(False, "pod is gone")
             if self.desired.get(uid) is not None and not self.differs(self.desired[uid]):

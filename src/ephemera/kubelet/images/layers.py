@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, cast
 
+from ephemera.api.goformat import go_quote
 from ephemera.kubelet.images.errors import LayerError
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class _Unpacker:
         self._dir_meta: dict[str, tarfile.TarInfo] = {}
 
     def refuse(self, name: str, why: str) -> LayerError:
-        return LayerError(f"layer {self.label}: refusing {name!r}: {why}")
+        return LayerError(f"layer {self.label}: refusing {go_quote(name)}: {why}")
 
     def parent_dir(self, name: str, parts: list[str]) -> Path:
         """The real directory that will hold `parts[-1]`, creating missing parents (0755),
@@ -129,9 +130,9 @@ class _Unpacker:
                 self._safe_dirs.add(rel)
                 continue
             if stat.S_ISLNK(st.st_mode):
-                raise self.refuse(name, f"its parent {rel!r} is a symlink")
+                raise self.refuse(name, f"its parent {go_quote(rel)} is a symlink")
             if not stat.S_ISDIR(st.st_mode):
-                raise self.refuse(name, f"its parent {rel!r} is not a directory")
+                raise self.refuse(name, f"its parent {go_quote(rel)} is not a directory")
             self._safe_dirs.add(rel)
         return self.dest.joinpath(*parts[:-1])
 
@@ -165,7 +166,7 @@ class _Unpacker:
                 continue
             attr = key[len(_XATTR_PAX_PREFIX):]
             if attr.startswith("trusted.overlay."):
-                raise self.refuse(member.name, f"it carries the overlay xattr {attr!r}")
+                raise self.refuse(member.name, f"it carries the overlay xattr {go_quote(attr)}")
             try:
                 os.setxattr(path, attr, value.encode("utf-8", "surrogateescape"),
                             follow_symlinks=False)
@@ -232,13 +233,14 @@ class _Unpacker:
         elif member.islnk():
             target_parts = _parts(member.linkname)
             if not target_parts:
-                raise self.refuse(member.name, f"hard link target {member.linkname!r} escapes")
+                raise self.refuse(member.name,
+                                  f"hard link target {go_quote(member.linkname)} escapes")
             target = self.parent_dir(member.name, target_parts) / target_parts[-1]
             try:
                 target_st = os.lstat(target)
             except FileNotFoundError:
-                raise self.refuse(member.name,
-                                  f"hard link target {member.linkname!r} is missing") from None
+                missing = f"hard link target {go_quote(member.linkname)} is missing"
+                raise self.refuse(member.name, missing) from None
             if stat.S_ISDIR(target_st.st_mode):
                 raise self.refuse(member.name, "a hard link to a directory")
             os.link(target, path, follow_symlinks=False)

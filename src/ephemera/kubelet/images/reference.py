@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ephemera.api.goformat import go_quote
+
 DEFAULT_DOMAIN = "docker.io"
 LEGACY_DEFAULT_DOMAIN = "index.docker.io"
 OFFICIAL_REPO_PREFIX = "library/"
@@ -92,26 +94,30 @@ def parse_reference(text: str, *, default_tag: bool = True) -> Reference:
     """Parse and normalise `text`; raise InvalidReference with docker's wording when it is
     not a valid reference. With `default_tag`, a bare name gets the tag `latest`."""
     if not text or text != text.strip():
-        raise InvalidReference(f"invalid reference format: {text!r}")
+        raise InvalidReference(f"invalid reference format: {go_quote(text)}")
     name, at, digest = text.partition("@")
     if at and not _DIGEST_RE.match(digest):
-        raise InvalidReference(f"invalid reference format: {text!r}: bad digest {digest!r}")
+        raise InvalidReference(
+            f"invalid reference format: {go_quote(text)}: bad digest {go_quote(digest)}")
     tag = ""
     colon = name.rfind(":")
     if colon > name.rfind("/"):
         name, tag = name[:colon], name[colon + 1:]
         if not _TAG_RE.match(tag):
-            raise InvalidReference(f"invalid reference format: {text!r}: bad tag {tag!r}")
+            raise InvalidReference(
+                f"invalid reference format: {go_quote(text)}: bad tag {go_quote(tag)}")
     domain, path = _split_domain(name)
     if not _DOMAIN_RE.match(domain):
-        raise InvalidReference(f"invalid reference format: {text!r}: bad domain {domain!r}")
+        raise InvalidReference(
+            f"invalid reference format: {go_quote(text)}: bad domain {go_quote(domain)}")
     if not _PATH_RE.match(path):
         if _PATH_RE.match(path.lower()):
             raise InvalidReference(
                 f"invalid reference format: repository name ({path}) must be lowercase")
-        raise InvalidReference(f"invalid reference format: {text!r}")
+        raise InvalidReference(f"invalid reference format: {go_quote(text)}")
     if len(domain) + 1 + len(path) > 255:
-        raise InvalidReference(f"invalid reference format: {text!r}: repository name too long")
+        raise InvalidReference(
+            f"invalid reference format: {go_quote(text)}: repository name too long")
     if not tag and not digest and default_tag:
         tag = DEFAULT_TAG
     return Reference(domain, path, tag, digest)

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ephemera.api.goformat import go_quote
 from ephemera.kubelet.images.archives import (
     DirLayout,
     Layout,
@@ -448,7 +449,7 @@ class ImageStore:
             if len(by_id) == 1:
                 return next(iter(by_id.values())), ""
             if len(by_id) > 1:
-                raise InvalidReference(f"{ref_or_id!r} is ambiguous: it matches "
+                raise InvalidReference(f"{go_quote(ref_or_id)} is ambiguous: it matches "
                                        f"{len(by_id)} image ids")
             if ref_or_id.startswith("sha256:"):
                 return [], ""

@@ -139,7 +139,7 @@ class FakeRuntime(RuntimeService):
         try:
             container = self.containers[container_id]
         except KeyError:
-            raise NotFoundError(f"container {container_id!r} not found") from None
+            raise NotFoundError(f"container {go_quote(container_id)} not found") from None
         if (container.state == ContainerState.RUNNING.value and container.run_until
                 and time.time() >= container.run_until):
             self._exit(container, 0, finished_at=container.run_until)
@@ -211,13 +211,13 @@ class FakeRuntime(RuntimeService):
         self.calls.append(("create_container", sandbox_id, config.name))
         found = self.sandboxes.get(sandbox_id)
         if found is None:
-            raise NotFoundError(f"pod sandbox {sandbox_id!r} not found")
+            raise NotFoundError(f"pod sandbox {go_quote(sandbox_id)} not found")
         if not found.ready:
-            raise RuntimeError_(f"pod sandbox {sandbox_id!r} is not ready")
+            raise RuntimeError_(f"pod sandbox {go_quote(sandbox_id)} is not ready")
         for other in self.containers.values():
             if (other.sandbox_id == sandbox_id and other.name == config.name
                     and other.attempt == config.attempt):
-                raise RuntimeError_(f"container {config.name!r} attempt {config.attempt} "
+                raise RuntimeError_(f"container {go_quote(config.name)} attempt {config.attempt} "
                                     f"already exists as {other.id}")
         container_id = secrets.token_hex(32)
         self.containers[container_id] = _Container(
@@ -257,7 +257,7 @@ class FakeRuntime(RuntimeService):
         if decision and decision[0] == "fail":
             container.message = str(decision[1])
             self._exit(container, 128, "StartError", now)
-            raise RuntimeError_(f"starting container {container.name!r}: {decision[1]}")
+            raise RuntimeError_(f"starting container {go_quote(container.name)}: {decision[1]}")
         container.state = ContainerState.RUNNING.value
         container.started_at = now
         if decision and decision[0] == "exit":

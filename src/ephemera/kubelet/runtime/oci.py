@@ -280,7 +280,7 @@ class OciRuntime(RuntimeService):
 
     def __init__(self, kind: str, root: Path, node_name: str, binary: str = "") -> None:
         if kind not in ("runc", "crun"):
-            raise ValueError(f"unknown OCI runtime {kind!r}")
+            raise ValueError(f"unknown OCI runtime {go_quote(kind)}")
         self.name = kind
         self.binary = binary or shutil.which(kind) or ""
         if not self.binary:
@@ -348,7 +348,7 @@ class OciRuntime(RuntimeService):
             meta: dict[str, Any] = json.loads(
                 (self._sandbox_dir(sandbox_id) / "sandbox.json").read_text())
         except (FileNotFoundError, NotADirectoryError):
-            raise NotFoundError(f"pod sandbox {sandbox_id!r} not found") from None
+            raise NotFoundError(f"pod sandbox {go_quote(sandbox_id)} not found") from None
         return meta
 
     def _sandbox_metas(self) -> list[dict[str, Any]]:
@@ -496,14 +496,14 @@ class OciRuntime(RuntimeService):
         try:
             return Path(os.readlink(link))
         except (FileNotFoundError, OSError):
-            raise NotFoundError(f"container {container_id!r} not found") from None
+            raise NotFoundError(f"container {go_quote(container_id)} not found") from None
 
     def _container_meta(self, container_id: str) -> tuple[Path, dict[str, Any]]:
         directory = self._instance_dir(container_id)
         try:
             meta: dict[str, Any] = json.loads((directory / "container.json").read_text())
         except FileNotFoundError:
-            raise NotFoundError(f"container {container_id!r} not found") from None
+            raise NotFoundError(f"container {go_quote(container_id)} not found") from None
         return directory, meta
 
     async def create_container(
@@ -514,18 +514,18 @@ class OciRuntime(RuntimeService):
     def _create_container(self, sandbox_id: str, config: ContainerConfig) -> str:
         sandbox_meta = self._sandbox_meta(sandbox_id)
         if not sandbox_meta["ready"]:
-            raise RuntimeError_(f"pod sandbox {sandbox_id!r} is not ready")
+            raise RuntimeError_(f"pod sandbox {go_quote(sandbox_id)} is not ready")
         if not config.rootfs_layers:
-            raise RuntimeError_(f"container {config.name!r}: no image layers")
+            raise RuntimeError_(f"container {go_quote(config.name)}: no image layers")
         if not config.argv:
-            raise RuntimeError_(f"container {config.name!r}: no command")
+            raise RuntimeError_(f"container {go_quote(config.name)}: no command")
         pod_uid = sandbox_meta["pod_uid"]
         directory = self.root / "pods" / pod_uid / "containers" / config.name / str(config.attempt)
         for entry in self.containers_dir.iterdir():
             with contextlib.suppress(OSError):
                 if Path(os.readlink(entry)) == directory:
                     raise RuntimeError_(
-                        f"container {config.name!r} attempt {config.attempt} of pod "
+                        f"container {go_quote(config.name)} attempt {config.attempt} of pod "
                         f"{pod_uid} already exists as {entry.name}")
         if directory.exists():  # debris of an interrupted create
             for point in mounts_under(directory):
@@ -682,7 +682,7 @@ class OciRuntime(RuntimeService):
                              "oom_killed": 0, "reason": "StartError"}
             (directory / "exit").write_text(
                 "".join(f"{k}={v}\n" for k, v in write_json_kv.items()))
-            raise RuntimeError_(f"starting container {meta['name']!r} ({container_id}): "
+            raise RuntimeError_(f"starting container {go_quote(meta['name'])} ({container_id}): "
                                 f"{message}")
 
     @staticmethod

@@ -562,6 +562,16 @@ class Daemon:
             self.exit_code = 255
 
 
+
+def _error_text(err: BaseException) -> str:
+    """An error as Go's os errors read (`/x: no such file or directory`), never a Python
+    repr: it becomes the container's status message. (`ephemera.api.goformat.go_error_text`
+    is the rule; the shim runs without the package, so it keeps this copy.)"""
+    if isinstance(err, OSError) and err.strerror:
+        text = err.strerror[:1].lower() + err.strerror[1:]
+        return f"{err.filename}: {text}" if err.filename else text
+    return str(err) or type(err).__name__
+
 def start(options: dict[str, list[str]]) -> int:
     """The launcher: fork the daemon, exit 0 once it reports the container started, else 1."""
     report_r, report_w = os.pipe()
@@ -581,7 +591,7 @@ def start(options: dict[str, list[str]]) -> int:
         traceback.print_exc()
         try:
             write_kv(os.path.join(options["dir"][0], "start-error"),
-                     {"message": " ".join(f"shim: {err!r}".split())})
+                     {"message": " ".join(f"shim: {_error_text(err)}".split())})
             os.write(report_w, b"error")
         except OSError:
             pass

@@ -70,6 +70,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.volumes.base import (
     VolumeHost,
     VolumePlugin,
@@ -785,7 +786,7 @@ class VolumeManager:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            cause = str(exc) or type(exc).__name__
+            cause = go_error_text(exc)
             message = f'MountVolume.SetUp failed for volume "{desired.name}" : {cause}'
             log.warning("pod %s: %s", desired.pod_uid, message)
             self._record_failure(key, message)
@@ -826,7 +827,7 @@ class VolumeManager:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            cause = str(exc) or type(exc).__name__
+            cause = go_error_text(exc)
             message = f'UnmountVolume.TearDown failed for volume "{key[1]}" : {cause}'
             log.warning("pod %s: %s", key[0], message)
             self._record_failure(key, message)

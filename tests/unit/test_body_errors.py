@@ -1,0 +1,31 @@
+"""A body that does not parse is answered in Go's words (encoding/json's and go-yaml's), not
+Python's (`Expecting value at offset 9`, `"<unicode string>", line 1`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ephemera.apiserver.body import DecodeError, decode_document
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b'{"a": [1,}', "json parse error: invalid character '}' looking for beginning of value"),
+    (b'{"a" 1}', "json parse error: invalid character '1' after object key"),
+    (b'{"a": 1 "b": 2}',
+     "json parse error: invalid character '\"' after object key:value pair"),
+    (b"[1 2", "json parse error: invalid character '2' after array element"),
+    (b'{"a": 1}}', "json parse error: invalid character '}' after top-level value"),
+    (b'{"a": "x', "json parse error: unexpected end of JSON input"),
+    (b'{"a": "b\\q"}', "json parse error: invalid character 'q' in string escape code"),
+    (b"a: b: c", "error converting YAML to JSON: yaml: line 1: mapping values are not "
+                 "allowed in this context"),
+    (b"a:\n\t- b", "error converting YAML to JSON: yaml: line 2: found character that "
+                   "cannot start any token"),
+    (b'x: "open', "error converting YAML to JSON: yaml: line 1: found unexpected end of "
+                  "stream"),
+])
+def test_parse_errors_read_as_go_s(body: bytes, message: str) -> None:
+    with pytest.raises(DecodeError) as err:
+        decode_document(body)
+    assert str(err.value) == message
+    assert "unicode string" not in str(err.value) and "offset" not in str(err.value)

@@ -1,0 +1,97 @@
+"""The pod fields ephemera accepts without effect (`ephemera.pods.unimplemented`): each is
+warned about when set, never silently ignored, and the README lists every one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ephemera.pods.unimplemented import (
+    unimplemented_paths,
+    unimplemented_warnings,
+    unimplemented_warnings_on_update,
+)
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+NO_EFFECT = "has no effect in ephemera (not implemented)"
+
+
+def spec(**fields: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "c", "image": "busybox"}], **fields}
+
+
+def test_a_plain_pod_earns_no_warning() -> None:
+    assert unimplemented_warnings(spec(restartPolicy="Always", dnsPolicy="ClusterFirst",
+                                       hostNetwork=True, nodeSelector={"a": "b"})) == []
+    # Zero values ask for nothing.
+    assert unimplemented_warnings(spec(hostPID=False, hostAliases=[], securityContext={},
+                                       affinity={"podAffinity": {}})) == []
+
+
+def test_each_place_is_warned_with_its_path() -> None:
+    pod = spec(
+        activeDeadlineSeconds=30, hostAliases=[{"ip": "1.2.3.4", "hostnames": ["a"]}],
+        affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []},
+                  "nodeAffinity": {"x": 1}, "podAffinity": {"preferred": [1]}},
+        securityContext={"runAsUser": 1000, "sysctls": [{"name": "a", "value": "1"}]},
+        initContainers=[{"name": "i", "image": "busybox", "resizePolicy": [
+            {"resourceName": "cpu", "restartPolicy": "NotRequired"}]}],
+        containers=[
+            {"name": "c", "image": "busybox", "livenessProbe": {"exec": {"command": ["true"]}}},
+            {"name": "d", "image": "busybox",
+             "lifecycle": {"preStop": {"exec": {"command": ["true"]}}},
+             "ports": [{"containerPort": 80}, {"containerPort": 81, "hostPort": 8081}],
+             "securityContext": {"privileged": True, "capabilities": {"add": ["NET_ADMIN"]}}}])
+    assert unimplemented_warnings(pod) == [
+        f"spec.activeDeadlineSeconds: a deadline on the pod's run time {NO_EFFECT}",
+        f"spec.hostAliases: adding /etc/hosts entries {NO_EFFECT}",
+        f"spec.affinity.podAffinity: pod affinity {NO_EFFECT}",
+        f"spec.affinity.podAntiAffinity: pod anti-affinity {NO_EFFECT}",
+        f"spec.securityContext.runAsUser: a user to run as {NO_EFFECT}",
+        f"spec.securityContext.sysctls: sysctls {NO_EFFECT}",
+        f"spec.initContainers[0].resizePolicy: a resize policy {NO_EFFECT}",
+        f"spec.containers[1].lifecycle: lifecycle hooks {NO_EFFECT}",
+        f"spec.containers[1].ports[1].hostPort: a host port {NO_EFFECT}",
+        f"spec.containers[1].securityContext.privileged: privileged mode {NO_EFFECT}",
+        f"spec.containers[1].securityContext.capabilities: adding or dropping capabilities "
+        f"{NO_EFFECT}",
+    ]
+
+
+def test_the_probes_are_not_warned_about() -> None:
+    probe = {"exec": {"command": ["true"]}}
+    assert unimplemented_warnings(spec(containers=[
+        {"name": "c", "image": "i", "livenessProbe": probe, "readinessProbe": probe,
+         "startupProbe": probe}])) == []
+
+
+def test_an_update_warns_only_about_what_it_newly_sets() -> None:
+    old = spec(hostIPC=True)
+    new = spec(hostIPC=True)
+    new["containers"].append({"name": "sidecar", "image": "busybox",
+                              "lifecycle": {"postStart": {"exec": {"command": ["true"]}}}})
+    assert unimplemented_warnings_on_update(new, old) == [
+        f"spec.containers[1].lifecycle: lifecycle hooks {NO_EFFECT}"]
+    assert unimplemented_warnings_on_update(old, old) == []
+
+
+def test_the_readme_lists_every_warned_field() -> None:
+    text = README.read_text()
+    section = text[text.index("### Accepted without effect (warned)"):]
+    section = section[:section.find("\n#", 1)]
+    listed = re.findall(r"`([^`]+)`", section)
+    assert [p for p in unimplemented_paths() if p not in listed] == []
+    assert [p for p in listed if p.startswith("spec.") and p not in unimplemented_paths()] \
+        == []
+
+
+def test_reordered_containers_earn_no_new_warning() -> None:
+    hook = {"preStop": {"exec": {"command": ["true"]}}}
+    old = spec(containers=[{"name": "a", "image": "i", "lifecycle": hook},
+                           {"name": "b", "image": "i"}])
+    new = spec(containers=[{"name": "new", "image": "i", "lifecycle": hook},
+                           {"name": "a", "image": "i", "lifecycle": hook},
+                           {"name": "b", "image": "i"}])
+    assert unimplemented_warnings_on_update(new, old) == [
+        f"spec.containers[0].lifecycle: lifecycle hooks {NO_EFFECT}"]
