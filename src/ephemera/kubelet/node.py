@@ -16,10 +16,14 @@
 - `node_object(...)`: the Node the kubelet registers, labelled `kubernetes.io/hostname`,
   `kubernetes.io/os`, `kubernetes.io/arch` (and the `beta.` forms upstream still sets).
 - `NodeAgent`: `register()` creates the Node (or, when it exists, reconciles its labels and
-  status, as upstream's `tryRegisterWithAPIServer` does), `update_status()` PATCHes
-  `nodes/NAME/status` when something other than heartbeat times changed or every
-  `report_interval` seconds, and `renew_lease()` keeps `kube-node-lease/NAME` current
-  (`leaseDurationSeconds` 40, renewed every 10 s; owned by the Node).
+  status, as upstream's `tryRegisterWithAPIServer` does), `update_status()` (upstream's
+  `tryUpdateNodeStatus`) reads the Node from the API, builds the status on it and PATCHes
+  `nodes/NAME/status` when the result differs from the Node in the API in anything but
+  heartbeat times, or when `report_interval` seconds passed since the last report; so when
+  someone else changed the status (the node lifecycle controller setting Ready `Unknown`
+  after an outage), the next update, one `--node-status-update-frequency` later, restores
+  it. `renew_lease()` keeps `kube-node-lease/NAME` current (`leaseDurationSeconds` 40,
+  renewed every 10 s; owned by the Node).
 
 Pressure is read simply (available memory from `/proc/meminfo`, free space of the root
 dir's filesystem, PIDs in use against `kernel.pid_max`) against the same thresholds; the
@@ -47,6 +51,7 @@ from ephemera.api.featuregates import (
     DYNAMIC_NODE_LOCAL_EPHEMERAL_VOLUMES,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
+from ephemera.api.patch import merge_patch
 from ephemera.client import ApiClient, resource_path
 
 __all__ = [
@@ -353,7 +358,6 @@ class NodeAgent:
         self.images = images
         self.report_interval = report_interval
         self.node: dict[str, Any] | None = None
-        self._last_reported: dict[str, Any] | None = None
         self._last_report_time = 0.0
         self.runtime_ready = True
         self.runtime_message = ""
@@ -399,23 +403,26 @@ class NodeAgent:
                 resource_path("nodes", name=self.name, subresource="status"),
                 {"status": status}, patch_type="merge")
             log.info("node %s was already registered; status reconciled", self.name)
-        self._last_reported = without_heartbeats(status)
         self._last_report_time = time.monotonic()
         return self.node or {}
 
     async def update_status(self, *, force: bool = False) -> bool:
-        """PATCH the status when it changed (or the report interval passed); True if
-        written."""
-        previous = (self.node or {}).get("status")
-        status = self._status(previous)
-        changed = without_heartbeats(status) != self._last_reported
+        """Upstream's `tryUpdateNodeStatus`: build the status on the Node as the API has it
+        and PATCH it when it differs there in anything but heartbeat times (or the report
+        interval passed, or `force`); True if written."""
+        node = await self.api.get(resource_path("nodes", name=self.name))
+        original = node.get("status") or {}
+        status = self._status(original)
+        # What the Node's status becomes once the merge patch is applied.
+        after = merge_patch({"status": original}, {"status": status}).get("status") or {}
+        changed = without_heartbeats(after) != without_heartbeats(original)
         due = time.monotonic() - self._last_report_time >= self.report_interval
         if not (force or changed or due):
+            self.node = node
             return False
         self.node = await self.api.patch(
             resource_path("nodes", name=self.name, subresource="status"),
             {"status": status}, patch_type="merge")
-        self._last_reported = without_heartbeats(status)
         self._last_report_time = time.monotonic()
         return True
 
