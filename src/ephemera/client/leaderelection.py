@@ -329,6 +329,7 @@ class LeaderElector:
 
     async def acquire(self) -> None:
         """Return once this candidate holds the Lease (tries every jittered retry period)."""
+        log.info("candidate %s for lease %s", self.config.identity, self.config.describe)
         log.info("attempting to acquire leader lease %s...", self.config.describe)
         while True:
             succeeded = await self._try(self.config.renew_deadline)
