@@ -48,11 +48,13 @@ def go_bool_arg(value: str) -> bool:
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3,
                    "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION_NUMBER = re.compile(r"(\d*)(?:\.(\d*))?")
 
 
 def parse_go_duration(value: str) -> float:
-    """Seconds from a Go duration (`time.ParseDuration`: `15s`, `1m30s`, `500ms`, `0`)."""
+    """Seconds from a Go duration, read as `time.ParseDuration` reads it (`15s`, `1m30s`,
+    `500ms`, `0`), with its error messages."""
+    invalid = ValueError(f'time: invalid duration "{value}"')
     text = value
     sign = 1.0
     if text[:1] in ("+", "-"):
@@ -61,17 +63,24 @@ def parse_go_duration(value: str) -> float:
     if text == "0":
         return 0.0
     if not text:
-        raise ValueError(f'time: invalid duration "{value}"')
+        raise invalid
     total = 0.0
-    pos = 0
-    while pos < len(text):
-        match = _DURATION_PART.match(text, pos)
-        if match is None:
-            if re.fullmatch(r"\d+\.?\d*|\.\d+", text[pos:]):
-                raise ValueError(f'time: missing unit in duration "{value}"')
-            raise ValueError(f'time: invalid duration "{value}"')
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        pos = match.end()
+    while text:
+        number = _DURATION_NUMBER.match(text)
+        assert number is not None  # both parts may be empty
+        whole, fraction = number.group(1), number.group(2)
+        if not whole and not fraction:
+            raise invalid
+        text = text[number.end():]
+        unit_end = next((i for i, c in enumerate(text) if c == "." or c.isdigit()),
+                        len(text))
+        unit = text[:unit_end]
+        if not unit:
+            raise ValueError(f'time: missing unit in duration "{value}"')
+        if unit not in _DURATION_UNITS:
+            raise ValueError(f'time: unknown unit "{unit}" in duration "{value}"')
+        total += float(f"{whole or 0}.{fraction or 0}") * _DURATION_UNITS[unit]
+        text = text[unit_end:]
     return sign * total
 
 
