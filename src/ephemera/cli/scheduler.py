@@ -21,7 +21,7 @@ from typing import Any
 from ephemera.cli import flags
 from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
 from ephemera.client.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
-from ephemera.scheduler import DEFAULT_SCHEDULER_NAME, run_scheduler
+from ephemera.scheduler import DEFAULT_SCHEDULER_NAME, Scheduler, run_scheduler
 
 log = logging.getLogger("ephemera.scheduler")
 
@@ -67,7 +67,21 @@ async def _serve(config: Any, args: argparse.Namespace,
             lock = LeaseLock(api, election.namespace, election.name, election.identity,
                              EventRecorder(api, DEFAULT_SCHEDULER_NAME))
             elector = LeaderElector(election, lock)
-            if not await elector.run(lambda: run_scheduler(api, args.feature_gates), stop):
+            # The informers run from the start; scheduling only once leading.
+            leading = asyncio.Event()
+            scheduler = asyncio.create_task(
+                Scheduler(api, args.feature_gates).run(leading), name="scheduler")
+
+            async def lead() -> None:
+                leading.set()
+                await scheduler
+
+            try:
+                stopped = await elector.run(lead, stop)
+            finally:
+                scheduler.cancel()
+                await asyncio.gather(scheduler, return_exceptions=True)
+            if not stopped:
                 log.error("Leaderelection lost")
                 return 1
             log.info("Requested to terminate, exiting")
