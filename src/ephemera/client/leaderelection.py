@@ -415,7 +415,9 @@ class LeaderElector:
             failure = ended[0]
             if isinstance(failure, Exception):
                 log.error("the work led under %s failed: %s", self.config.describe, failure)
-            await self.lock.record_event("stopped leading")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.renew_deadline):
+                    await self.lock.record_event("stopped leading")
             if self.config.release_on_cancel:
                 await self.release()
             return stop.is_set()
