@@ -422,7 +422,6 @@ class LeaderElector:
                 await self.release()
             return stop.is_set()
         finally:
-            for task in (stopper, acquiring):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            stopper.cancel()
+            acquiring.cancel()
+            await asyncio.gather(stopper, acquiring, return_exceptions=True)
