@@ -1,7 +1,8 @@
 """Leader election of real `ephemera scheduler` and `ephemera controller-manager` processes
 against one `ephemera apiserver`, each as its own RBAC identity, on short timings (lease 4 s,
 renew deadline 3 s, retry 1 s): two schedulers, of which only the leader ever schedules (the
-follower never binds, so no bind is refused with 409); `kill -9` of the leader, after which
+follower never binds, so no bind is refused with 409: the apiserver's audit log holds exactly
+one bind per pod, each 201); `kill -9` of the leader, after which
 the follower takes the Lease over no earlier than one lease duration after the last renewal
 and within client-go's bound, and binds the new pods; a stopped leader that releases its
 Lease. Two controller-managers, of which only the leader runs controllers, the follower
@@ -90,7 +91,8 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterA
         apiserver = subprocess.Popen(
             [sys.executable, "-m", "ephemera.cli", "apiserver", "--data-dir", str(data_dir),
              "--port", "0", "--port-file", str(port_file),
-             "--write-kubeconfig", str(data_dir / "kubeconfig")],
+             "--write-kubeconfig", str(data_dir / "kubeconfig"),
+             "--audit-log-path", str(data_dir / "audit.log")],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + WAIT
@@ -188,6 +190,18 @@ def unbound(cp: ClusterAccess, prefix: str) -> list[str]:
             if p["metadata"]["name"].startswith(prefix) and not p["spec"].get("nodeName")]
 
 
+def bind_attempts(cp: ClusterAccess) -> list[tuple[str, int]]:
+    """Every `pods/binding` create the apiserver audited: (pod, response code)."""
+    attempts = []
+    for line in (cp.data_dir / "audit.log").read_text().splitlines():
+        event = json.loads(line)
+        ref = event.get("objectRef") or {}
+        if event.get("stage") == "ResponseComplete" and event.get("verb") == "create" \
+                and ref.get("resource") == "pods" and ref.get("subresource") == "binding":
+            attempts.append((str(ref.get("name")), int(event["responseStatus"]["code"])))
+    return attempts
+
+
 def election_events(cp: ClusterAccess, name: str) -> list[str]:
     listed = json.loads(cp.kubectl("get", "events", "-n", "kube-system", "-o", "json").stdout)
     return [e["message"] for e in listed["items"]
@@ -209,6 +223,9 @@ def test_two_schedulers_only_the_leader_binds_and_the_other_takes_over(
         assert "scheduler default-scheduler started" not in follower.log
         assert "default/first-" not in follower.log
         assert "binding" not in follower.log and "already assigned" not in leader.log
+        # The apiserver saw one bind per pod, none refused.
+        until(lambda: len(bind_attempts(cp)) >= 20, "the binds audited")
+        assert sorted(bind_attempts(cp)) == sorted((f"first-{i}", 201) for i in range(20))
 
         last_renewal = micro(lease(cp, "kube-scheduler")["renewTime"])
         leader.process.send_signal(signal.SIGKILL)
@@ -227,6 +244,9 @@ def test_two_schedulers_only_the_leader_binds_and_the_other_takes_over(
         assert "successfully acquired lease kube-system/kube-scheduler" in follower.log
         assert len([line for line in follower.log.splitlines()
                     if " scheduled default/second-" in line]) == 5
+        until(lambda: len(bind_attempts(cp)) >= 25, "the binds audited")
+        assert sorted(bind_attempts(cp)) == sorted(
+            [(f"first-{i}", 201) for i in range(20)] + [(f"second-{i}", 201) for i in range(5)])
         messages = election_events(cp, "kube-scheduler")
         assert f"{leader.identity} became leader" in messages
         assert f"{follower.identity} became leader" in messages
