@@ -9,12 +9,13 @@ on their Leases."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from apiserver_fixtures import Api, eventually, serve_users
+from apiserver_fixtures import Api, eventually, serve, serve_users
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.authn import AUTHENTICATED_GROUP, UserInfo
@@ -44,10 +45,22 @@ def url_of(api: Api) -> str:
     return str(api.client.server.make_url("")).rstrip("/")
 
 
-@pytest.fixture
-async def client(api: Api) -> AsyncIterator[ApiClient]:
-    async with ApiClient(ClientConfig(server=url_of(api)), user_agent="le-test") as c:
-        yield c
+@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)])
+async def client(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ApiClient]:
+    """A client of the in-process apiserver on SQLite, and on etcd (whose compare-and-swap
+    is what makes a Lease update with a stale resourceVersion fail)."""
+    if request.param == "sqlite":
+        store = open_store("sqlite", data_dir=tmp_path / "data")
+    else:
+        store = open_store("etcd", endpoints=[request.getfixturevalue("etcd_endpoint")],
+                           prefix=f"/le-{uuid.uuid4().hex}")
+    try:
+        async for api in serve(store):
+            async with ApiClient(ClientConfig(server=url_of(api)),
+                                 user_agent="le-test") as c:
+                yield c
+    finally:
+        await store.close()
 
 
 def elector(client: ApiClient, identity: str, clock: Clock | None = None, *,
