@@ -98,6 +98,13 @@ async def test_the_default_service_account_comes_back(tmp_path: Path) -> None:
         await wait_until(in_fresh)
 
 
+def status_writes(h: Harness) -> float:
+    """How many times the kubelet has written its Node's status."""
+    value = h.kubelet.metrics.registry.get_sample_value(
+        "ephemera_kubelet_node_status_updates_total")
+    return float(value or 0.0)
+
+
 def ready_condition(node: dict[str, Any]) -> dict[str, Any]:
     found: dict[str, Any] = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
     return found
@@ -121,6 +128,12 @@ async def test_status_set_unknown_by_another_is_restored_at_the_next_update(
         unknown = [{**c, "status": "Unknown", "reason": "NodeStatusUnknown",
                     "message": "Kubelet stopped posting node status."}
                    for c in node["status"]["conditions"]]
+
+        async def settled() -> bool:
+            return not await agent.update_status()
+
+        await wait_until(settled)  # the kubelet has nothing more of its own to write
+        writes_before = status_writes(h)
         await h.api.patch(path, {"status": {"conditions": unknown}}, patch_type="merge")
         assert await ready(h) == "Unknown"
 
@@ -128,6 +141,8 @@ async def test_status_set_unknown_by_another_is_restored_at_the_next_update(
             return await ready(h) == "True"
 
         await wait_until(restored)
+        # The very next write put it back (nothing else changed in between).
+        assert status_writes(h) == writes_before + 1
         after = ready_condition(await h.api.get(resource_path("nodes", name=NODE)))
         assert (after["reason"], after["message"]) == ("KubeletReady",
                                                        "kubelet is posting ready status")
