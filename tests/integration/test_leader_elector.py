@@ -204,9 +204,17 @@ async def test_a_leader_that_cannot_renew_stops_its_work(client: ApiClient) -> N
     await eventually(lambda: a.is_leader())
     # Someone else writes the Lease as theirs: every renewal of a's now conflicts or finds
     # the Lease held, until the renew deadline ends a's leadership.
-    current = await client.get(LEASE)
-    current["spec"]["holderIdentity"] = "host_thief"
-    await client.update(LEASE, current)
+    async def steal() -> bool:
+        current = await client.get(LEASE)
+        current["spec"]["holderIdentity"] = "host_thief"
+        try:
+            await client.update(LEASE, current)
+        except StatusError as err:
+            assert err.code == 409  # a's renewal came in between
+            return False
+        return True
+
+    await eventually(steal)
     assert await asyncio.wait_for(running, 10) is False
     assert work_cancelled.is_set()
     assert a.leader() == "host_thief"
