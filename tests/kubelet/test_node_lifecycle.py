@@ -96,3 +96,75 @@ async def test_the_default_service_account_comes_back(tmp_path: Path) -> None:
             return True
 
         await wait_until(in_fresh)
+
+
+def status_writes(h: Harness) -> float:
+    """How many times the kubelet has written its Node's status."""
+    value = h.kubelet.metrics.registry.get_sample_value(
+        "ephemera_kubelet_node_status_updates_total")
+    return float(value or 0.0)
+
+
+def ready_condition(node: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    return found
+
+
+async def test_status_set_unknown_by_another_is_restored_at_the_next_update(
+        tmp_path: Path) -> None:
+    """The kubelet compares with the Node in the API, not with its own last report: when the
+    node lifecycle controller (here: the test, writing what it writes) has set the conditions
+    Unknown, the kubelet's next status update, one update period later, makes the node Ready
+    again. The harness reports unchanged status only every 300 s, so nothing but the
+    comparison with the API's Node can bring Ready back within the wait."""
+    async with running_kubelet(tmp_path) as h:
+        agent = h.kubelet.node_agent
+        assert agent is not None
+        assert agent.report_interval == 300.0
+        path = resource_path("nodes", name=NODE, subresource="status")
+        node = await h.api.get(resource_path("nodes", name=NODE))
+        before = ready_condition(node)
+        assert before["status"] == "True"
+        unknown = [{**c, "status": "Unknown", "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status."}
+                   for c in node["status"]["conditions"]]
+
+        async def settled() -> bool:
+            return not await agent.update_status()
+
+        await wait_until(settled)  # the kubelet has nothing more of its own to write
+        writes_before = status_writes(h)
+        await h.api.patch(path, {"status": {"conditions": unknown}}, patch_type="merge")
+        assert await ready(h) == "Unknown"
+
+        async def restored() -> bool:
+            return await ready(h) == "True"
+
+        await wait_until(restored)
+        # The very next write put it back (nothing else changed in between).
+        assert status_writes(h) == writes_before + 1
+        after = ready_condition(await h.api.get(resource_path("nodes", name=NODE)))
+        assert (after["reason"], after["message"]) == ("KubeletReady",
+                                                       "kubelet is posting ready status")
+
+
+async def test_an_unchanged_status_is_not_rewritten_and_a_changed_one_is(
+        tmp_path: Path) -> None:
+    async with running_kubelet(tmp_path) as h:
+        agent = h.kubelet.node_agent
+        assert agent is not None
+
+        async def settled() -> bool:
+            return not await agent.update_status()
+
+        await wait_until(settled)  # the status in the API is the kubelet's own
+        rv = (await h.api.get(resource_path("nodes", name=NODE)))["metadata"]["resourceVersion"]
+        assert not await agent.update_status()
+        assert (await h.api.get(resource_path("nodes", name=NODE))
+                )["metadata"]["resourceVersion"] == rv
+        await h.api.patch(resource_path("nodes", name=NODE, subresource="status"),
+                          {"status": {"nodeInfo": {"kubeletVersion": "v0.0.0"}}},
+                          patch_type="merge")
+        assert await agent.update_status()
+        node = await h.api.get(resource_path("nodes", name=NODE))
+        assert node["status"]["nodeInfo"]["kubeletVersion"] != "v0.0.0"

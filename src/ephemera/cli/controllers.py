@@ -9,20 +9,25 @@ recomputed on pod and quota changes and every `--resync-period` seconds); with
 CSR approver (kubelet client certificates of bootstrapping and renewing nodes), and with
 `--cluster-signing-cert-file`/`--cluster-signing-key-file` the CSR signer. It stops cleanly on
 SIGTERM or SIGINT; when the apiserver is unreachable the informers retry with back-off.
+
+With `--leader-elect` (the default, as upstream) the controllers run only while this process
+holds the Lease `kube-system/kube-controller-manager` (`ephemera.client.leaderelection`); one
+that loses it exits 1 (`leaderelection lost`), as kube-controller-manager does (which does
+not release its Lease on a stop either: the next leader waits out the lease duration).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 from pathlib import Path
 from typing import Any
 
 from ephemera.cli import flags
-from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
+from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
+from ephemera.client.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
 from ephemera.controllers.certificates import CertificateApprover, CertificateSigner
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
@@ -36,6 +41,8 @@ from ephemera.controllers.serviceaccounts import ServiceAccountsController
 log = logging.getLogger("ephemera.controllers")
 
 USER_AGENT = "ephemera-controller-manager"
+# The component its events name (upstream's `KubeControllerManagerUserAgent`).
+COMPONENT = "kube-controller-manager"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -45,6 +52,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--kubeconfig", required=True, type=Path, metavar="FILE",
                         help="how to reach the apiserver (server, CA, credentials)")
     flags.add_feature_gates(parser)
+    flags.add_leader_election(parser, COMPONENT)
     parser.add_argument("--resync-period", type=float, default=DEFAULT_RESYNC_PERIOD,
                         metavar="SECONDS",
                         help="recompute every quota at least this often "
@@ -69,53 +77,79 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--resync-period must be positive")
     if (args.cluster_signing_cert_file is None) != (args.cluster_signing_key_file is None):
         parser.error("--cluster-signing-cert-file and --cluster-signing-key-file go together")
+    election = flags.leader_election_config(parser, args, release_on_cancel=False)
     try:
         config = load_kubeconfig(args.kubeconfig)
     except (KubeconfigError, OSError) as err:
         parser.error(f"--kubeconfig: {err}")
     try:
-        return asyncio.run(_serve(config, args))
+        return asyncio.run(_serve(config, args, election))
     except KeyboardInterrupt:
         return 0
 
 
-async def _serve(config: Any, args: argparse.Namespace) -> int:
+async def _serve(config: Any, args: argparse.Namespace,
+                 election: LeaderElectionConfig | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with ApiClient(config, user_agent=USER_AGENT) as api:
-        controller = ResourceQuotaController(api, gates=args.feature_gates,
-                                             resync_period=args.resync_period)
-        task = asyncio.create_task(controller.run(), name="resourcequota-controller")
-        node_lifecycle = NodeLifecycleController(
-            api, grace_period=args.node_monitor_grace_period,
-            monitor_period=args.node_monitor_period)
-        node_task = asyncio.create_task(node_lifecycle.run(), name="nodelifecycle-controller")
-        accounts_task = asyncio.create_task(ServiceAccountsController(api).run(),
-                                            name="serviceaccounts-controller")
-        more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving")]
-        if args.root_ca_file is not None:
-            publisher = RootCACertPublisher(api, args.root_ca_file.read_text())
-            more.append(asyncio.create_task(publisher.run(), name="root-ca-cert-publisher"))
-        if args.cluster_signing_cert_file is not None:
-            signer = CertificateSigner(api, args.cluster_signing_cert_file,
-                                       args.cluster_signing_key_file)
-            more.append(asyncio.create_task(signer.run(), name="csrsigning"))
-        stopper = asyncio.create_task(stop.wait())
-        log.info("controller-manager: running against %s", config.server)
-        await asyncio.wait({task, node_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if node_task.done() and not node_task.cancelled() and node_task.exception() is not None:
-            log.error("controller-manager: the node lifecycle controller failed: %s",
-                      node_task.exception())
-        for t in (task, node_task, accounts_task, *more, stopper):
-            if not t.done():
-                t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            log.error("controller-manager: the resourcequota controller failed: %s",
-                      task.exception())
+        if election is None:
+            return await _run_controllers(api, args, config.server, stop)
+        lock = LeaseLock(api, election.namespace, election.name, election.identity,
+                         EventRecorder(api, COMPONENT))
+        elector = LeaderElector(election, lock)
+        code = 0
+
+        async def lead() -> None:
+            nonlocal code
+            code = await _run_controllers(api, args, config.server, asyncio.Event())
+            stop.set()  # the controllers ended by themselves: exit with their code
+
+        if not await elector.run(lead, stop):
+            log.error("leaderelection lost")
             return 1
+        return code
+
+
+async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str,
+                           stop: asyncio.Event) -> int:
+    """Run every controller until `stop` is set or the quota or node lifecycle controller
+    ends (or until cancelled, as when the leadership is lost); 1 when the resourcequota
+    controller failed."""
+    controller = ResourceQuotaController(api, gates=args.feature_gates,
+                                         resync_period=args.resync_period)
+    task = asyncio.create_task(controller.run(), name="resourcequota-controller")
+    node_lifecycle = NodeLifecycleController(
+        api, grace_period=args.node_monitor_grace_period,
+        monitor_period=args.node_monitor_period)
+    node_task = asyncio.create_task(node_lifecycle.run(), name="nodelifecycle-controller")
+    accounts_task = asyncio.create_task(ServiceAccountsController(api).run(),
+                                        name="serviceaccounts-controller")
+    more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving")]
+    if args.root_ca_file is not None:
+        publisher = RootCACertPublisher(api, args.root_ca_file.read_text())
+        more.append(asyncio.create_task(publisher.run(), name="root-ca-cert-publisher"))
+    if args.cluster_signing_cert_file is not None:
+        signer = CertificateSigner(api, args.cluster_signing_cert_file,
+                                   args.cluster_signing_key_file)
+        more.append(asyncio.create_task(signer.run(), name="csrsigning"))
+    stopper = asyncio.create_task(stop.wait())
+    log.info("controller-manager: running against %s", server)
+    try:
+        await asyncio.wait({task, node_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, node_task, accounts_task, *more, stopper):
+            t.cancel()
+        await asyncio.gather(task, node_task, accounts_task, *more, stopper,
+                             return_exceptions=True)
+    if node_task.done() and not node_task.cancelled() and node_task.exception() is not None:
+        log.error("controller-manager: the node lifecycle controller failed: %s",
+                  node_task.exception())
     log.info("controller-manager: stopped")
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        log.error("controller-manager: the resourcequota controller failed: %s",
+                  task.exception())
+        return 1
     return 0

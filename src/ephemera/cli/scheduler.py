@@ -1,7 +1,12 @@
 """`ephemera scheduler`: the scheduler as its own process, talking to the apiserver named in a
 kubeconfig (`--kubeconfig`, else `$KUBECONFIG` or `~/.kube/config`). It stops on SIGTERM or
 SIGINT; `ephemera up` runs it as a supervised child with a kubeconfig of its own
-(`system:kube-scheduler`)."""
+(`system:kube-scheduler`).
+
+With `--leader-elect` (the default, as upstream) it schedules only while it holds the Lease
+`kube-system/kube-scheduler` (`ephemera.client.leaderelection`), so several schedulers never
+both bind; one that loses the Lease exits 1 (`Leaderelection lost`), as kube-scheduler does,
+and one stopped by a signal releases the Lease first so another takes over at once."""
 
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ephemera.cli import flags
-from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
-from ephemera.scheduler import DEFAULT_SCHEDULER_NAME, run_scheduler
+from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
+from ephemera.client.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
+from ephemera.scheduler import DEFAULT_SCHEDULER_NAME, Scheduler, run_scheduler
 
 log = logging.getLogger("ephemera.scheduler")
 
@@ -28,21 +34,25 @@ def add_parser(subparsers: Any) -> None:
                         help="how to reach the API server (default: $KUBECONFIG, then "
                              "~/.kube/config)")
     flags.add_feature_gates(parser)
+    flags.add_leader_election(parser, "kube-scheduler")
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    # kube-scheduler releases its Lease when asked to stop (`ReleaseOnCancel: true`).
+    election = flags.leader_election_config(parser, args, release_on_cancel=True)
     try:
         config = load_kubeconfig(args.kubeconfig)
     except KubeconfigError as err:
         parser.error(str(err))
     try:
-        return asyncio.run(_serve(config, args))
+        return asyncio.run(_serve(config, args, election))
     except KeyboardInterrupt:
         return 0
 
 
-async def _serve(config: Any, args: argparse.Namespace) -> int:
+async def _serve(config: Any, args: argparse.Namespace,
+                 election: LeaderElectionConfig | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -50,6 +60,30 @@ async def _serve(config: Any, args: argparse.Namespace) -> int:
     print(f"ephemera scheduler ({DEFAULT_SCHEDULER_NAME}) using {config.server}",
           file=sys.stderr, flush=True)
     async with ApiClient(config, user_agent="ephemera-scheduler") as api:
-        await run_scheduler(api, args.feature_gates, stop)
+        if election is None:
+            await run_scheduler(api, args.feature_gates, stop)
+        else:
+            # upstream records leader election events as the first profile's scheduler.
+            lock = LeaseLock(api, election.namespace, election.name, election.identity,
+                             EventRecorder(api, DEFAULT_SCHEDULER_NAME))
+            elector = LeaderElector(election, lock)
+            # The informers run from the start; scheduling only once leading.
+            leading = asyncio.Event()
+            scheduler = asyncio.create_task(
+                Scheduler(api, args.feature_gates).run(leading), name="scheduler")
+
+            async def lead() -> None:
+                leading.set()
+                await scheduler
+
+            try:
+                stopped = await elector.run(lead, stop)
+            finally:
+                scheduler.cancel()
+                await asyncio.gather(scheduler, return_exceptions=True)
+            if not stopped:
+                log.error("Leaderelection lost")
+                return 1
+            log.info("Requested to terminate, exiting")
     log.info("stopped")
     return 0

@@ -12,8 +12,10 @@ keeping it across child restarts), writes the ports to `<data-dir>/ports.json`, 
 `<data-dir>/kubeconfig` only once the API answers (removed and written fresh at every start).
 The scheduler and the controller-manager get kubeconfigs of their own
 (`scheduler.kubeconfig`, `controller-manager.kubeconfig`: `system:kube-scheduler`,
-`system:kube-controller-manager`, which the default RBAC policy binds to their roles).
-Once the API answers it also creates kubeadm's node bootstrap RBAC objects
+`system:kube-controller-manager`, which the default RBAC policy binds to their roles), and
+run with leader election on and upstream's timings (their `--leader-elect` defaults), so a
+second scheduler or controller-manager started against the same apiserver waits as a
+candidate. Once the API answers it also creates kubeadm's node bootstrap RBAC objects
 (`ephemera.cli.nodebootstrap`), so that `ephemera join` works against it; the apiserver
 accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt` and
 approves and signs kubelet client CSRs with the data dir's CA.

@@ -9,6 +9,8 @@
 - `Informer(api, path, field_selector=...)`: list then watch, re-list on 410 or a broken
   stream, an in-memory cache with add/update/delete handlers.
 - `EventRecorder(api, component)`: core/v1 Events about objects, repeats counted.
+- `ephemera.client.leaderelection`: client-go's leader election on a Lease (`LeaderElector`,
+  `LeaseLock`), under which the scheduler and the controller-manager do their work.
 
 Nothing else in ephemera speaks HTTP to the apiserver; the rest imports from here.
 """

@@ -19,10 +19,14 @@
 - `node_object(...)`: the Node the kubelet registers, labelled `kubernetes.io/hostname`,
   `kubernetes.io/os`, `kubernetes.io/arch` (and the `beta.` forms upstream still sets).
 - `NodeAgent`: `register()` creates the Node (or, when it exists, reconciles its labels and
-  status, as upstream's `tryRegisterWithAPIServer` does), `update_status()` PATCHes
-  `nodes/NAME/status` when something other than heartbeat times changed or every
-  `report_interval` seconds, and `renew_lease()` keeps `kube-node-lease/NAME` current
-  (`leaseDurationSeconds` 40, renewed every 10 s; owned by the Node).
+  status, as upstream's `tryRegisterWithAPIServer` does), `update_status()` (upstream's
+  `tryUpdateNodeStatus`) reads the Node from the API, builds the status on it and PATCHes
+  `nodes/NAME/status` when the result differs from the Node in the API in anything but
+  heartbeat times, or when `report_interval` seconds passed since the last report; so when
+  someone else changed the status (the node lifecycle controller setting Ready `Unknown`
+  after an outage), the next update, one `--node-status-update-frequency` later, restores
+  it. `renew_lease()` keeps `kube-node-lease/NAME` current (`leaseDurationSeconds` 40,
+  renewed every 10 s; owned by the Node).
 
 Pressure comes from `NodeAgent.pressure_probe`: the kubelet's eviction manager sets
 MemoryPressure, DiskPressure and PIDPressure from its signals; `probe_pressure` (the
@@ -50,6 +54,7 @@ from ephemera.api.featuregates import (
     DYNAMIC_VOLUME_HOT_PLUG,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
+from ephemera.api.patch import merge_patch
 from ephemera.api.quantity import Quantity, parse_quantity
 from ephemera.client import ApiClient, resource_path
 
@@ -399,7 +404,6 @@ class NodeAgent:
         self.images = images
         self.report_interval = report_interval
         self.node: dict[str, Any] | None = None
-        self._last_reported: dict[str, Any] | None = None
         self._last_report_time = 0.0
         self.runtime_ready = True
         self.runtime_message = ""
@@ -445,23 +449,26 @@ class NodeAgent:
                 resource_path("nodes", name=self.name, subresource="status"),
                 {"status": status}, patch_type="merge")
             log.info("node %s was already registered; status reconciled", self.name)
-        self._last_reported = without_heartbeats(status)
         self._last_report_time = time.monotonic()
         return self.node or {}
 
     async def update_status(self, *, force: bool = False) -> bool:
-        """PATCH the status when it changed (or the report interval passed); True if
-        written."""
-        previous = (self.node or {}).get("status")
-        status = self._status(previous)
-        changed = without_heartbeats(status) != self._last_reported
+        """Upstream's `tryUpdateNodeStatus`: build the status on the Node as the API has it
+        and PATCH it when it differs there in anything but heartbeat times (or the report
+        interval passed, or `force`); True if written."""
+        node = await self.api.get(resource_path("nodes", name=self.name))
+        original = node.get("status") or {}
+        status = self._status(original)
+        # What the Node's status becomes once the merge patch is applied.
+        after = merge_patch({"status": original}, {"status": status}).get("status") or {}
+        changed = without_heartbeats(after) != without_heartbeats(original)
         due = time.monotonic() - self._last_report_time >= self.report_interval
         if not (force or changed or due):
+            self.node = node
             return False
         self.node = await self.api.patch(
             resource_path("nodes", name=self.name, subresource="status"),
             {"status": status}, patch_type="merge")
-        self._last_reported = without_heartbeats(status)
         self._last_report_time = time.monotonic()
         return True
 

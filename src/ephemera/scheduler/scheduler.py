@@ -115,14 +115,18 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Watch nodes and pods and schedule until cancelled."""
+    async def run(self, leading: asyncio.Event | None = None) -> None:
+        """Watch nodes and pods and schedule until cancelled; with `leading`, the informers
+        fill the cache at once but scheduling waits until it is set (as upstream starts its
+        informers before the leader election, so a new leader starts warm)."""
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self.nodes.run(), name="nodes-informer")
             tasks.create_task(self.pods.run(), name="pods-informer")
             tasks.create_task(self._flush_periodically(), name="flush-unschedulable")
             await self.nodes.wait_synced()
             await self.pods.wait_synced()
+            if leading is not None:
+                await leading.wait()
             log.info("scheduler %s started: %d nodes, %d pods waiting", self.scheduler_name,
                      len(self.nodes), len(self.queue.active))
             while True:
