@@ -31,6 +31,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ephemera.api.featuregates import parse_go_bool
 from ephemera.cli import flags
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
 
@@ -78,6 +79,20 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-private-key-file", type=Path, default=None, metavar="FILE")
     parser.add_argument("--client-ca-file", type=Path, default=None, metavar="FILE",
                         help="require client certificates signed by this CA")
+    parser.add_argument("--cert-dir", type=Path, default=None, metavar="DIR",
+                        help="where rotated serving certificates are kept (default "
+                             "<root-dir>/pki)")
+    parser.add_argument("--rotate-certificates", type=go_bool, nargs="?", const=True,
+                        default=None, metavar="BOOL",
+                        help="renew the client certificate of --kubeconfig through a "
+                             "CertificateSigningRequest at 70-90%% of its lifetime (default "
+                             "false; true for ephemera join)")
+    parser.add_argument("--rotate-server-certificates", type=go_bool, nargs="?", const=True,
+                        default=None, metavar="BOOL",
+                        help="get the serving certificate from the cluster through a "
+                             "kubernetes.io/kubelet-serving CertificateSigningRequest for the "
+                             "Node's addresses and renew it likewise (default false; true for "
+                             "ephemera join); not with --tls-cert-file")
     parser.add_argument("--max-pods", type=int, default=110)
     parser.add_argument("--stop-pods-on-exit", action="store_true",
                         help="on SIGTERM/SIGINT, stop every pod's containers and remove their "
@@ -110,6 +125,13 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with loop images, size a pod's image to its ephemeral-storage "
                              "limit: a write past it fails with ENOSPC (beyond upstream; "
                              "eviction still applies)")
+
+
+def go_bool(text: str) -> bool:
+    try:
+        return parse_go_bool(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def positive_seconds(text: str) -> float:
@@ -188,6 +210,12 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--kubeconfig: {err}")
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
+    if args.rotate_server_certificates and args.tls_cert_file is not None:
+        parser.error("--rotate-server-certificates: the serving certificate comes from the "
+                     "cluster, not from --tls-cert-file")
+    if args.rotate_certificates and (config.client_cert_pem is None
+                                     or config.client_key_pem is None):
+        parser.error("--rotate-certificates: --kubeconfig has no client certificate")
     if args.eviction_hard is not None:
         from ephemera.kubelet.eviction import ThresholdError, parse_eviction_hard
 
@@ -204,16 +232,24 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 async def _serve(client_config: Any, args: argparse.Namespace) -> int:
     from ephemera.kubelet.agent import Kubelet, KubeletConfig
     from ephemera.kubelet.backoff import BackOffPolicy
+    from ephemera.kubelet.certificate import PemStore, client_rotator, serving_rotator
     from ephemera.kubelet.images import ImageStore
     from ephemera.kubelet.runtime import make_runtime
+    from ephemera.kubelet.server import kubelet_ssl_context
     from ephemera.kubelet.workerdeps import WorkerSettings
 
     node_name = (args.node_name or socket.gethostname()).lower()
     root_dir: Path = args.root_dir.resolve()
     root_dir.mkdir(parents=True, exist_ok=True)
     cert, key = args.tls_cert_file, args.tls_private_key_file
-    if cert is None:
+    cert_dir: Path = (args.cert_dir or root_dir / "pki").resolve()
+    serving_store = PemStore(cert_dir, "kubelet-server")
+    if args.rotate_server_certificates and serving_store.load() is not None:
+        cert, key = serving_store.current_path, None  # the pair's file holds both
+    elif cert is None:
+        # Until the cluster signs one (--rotate-server-certificates), or for good.
         cert, key = ensure_self_signed(root_dir, node_name)
+    ssl_context = kubelet_ssl_context(cert, key, args.client_ca_file)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -224,8 +260,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
                               resync_period=args.sync_frequency)
     kubelet_config = KubeletConfig(
         node_name=node_name, root_dir=root_dir, gates=args.feature_gates,
-        address=args.address, port=args.port, node_ip=args.node_ip, tls_cert_file=cert,
-        tls_key_file=key, client_ca_file=args.client_ca_file, port_file=args.port_file,
+        address=args.address, port=args.port, node_ip=args.node_ip,
+        client_ca_file=args.client_ca_file, ssl_context=ssl_context, port_file=args.port_file,
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
         node_status_interval=args.node_status_update_frequency,
         eviction_interval=args.eviction_interval, eviction_hard=args.eviction_hard,
@@ -236,10 +272,21 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
     async with ApiClient(client_config, user_agent=USER_AGENT) as api:
         kubelet = Kubelet(kubelet_config, api, runtime, images)
         log.info("kubelet %s starting (runtime %s, root %s)", node_name, runtime.name, root_dir)
+        rotators = []
+        if args.rotate_server_certificates:
+            rotators.append(serving_rotator(api, node_name, serving_store, ssl_context))
+        if args.rotate_certificates:
+            rotators.append(client_rotator(api, node_name, args.kubeconfig))
+        tasks = [asyncio.create_task(r.run(), name=f"{r.what}-certificate")
+                 for r in rotators]
         try:
             await kubelet.run(stop)
         except OSError as err:
             log.error("kubelet: %s", err)
             return 1
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     log.info("kubelet %s stopped", node_name)
     return 0

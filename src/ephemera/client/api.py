@@ -18,6 +18,8 @@ said it. A connection that cannot be made or breaks raises `ApiUnavailable`. A w
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -146,6 +148,7 @@ class ApiClient:
         self.request_timeout = request_timeout
         self._ssl = config.ssl_context()
         self._session: aiohttp.ClientSession | None = None
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -158,6 +161,20 @@ class ApiClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def set_client_certificate(self, cert_pem: bytes, key_pem: bytes) -> None:
+        """Present this client certificate from now on (a kubelet's rotated one): a new TLS
+        context and a new connection pool; the old pool is closed, its requests and watches
+        end (and are retried by their callers), as client-go's certificate rotation closes
+        every connection made with the old certificate."""
+        self.config = dataclasses.replace(self.config, client_cert_pem=cert_pem,
+                                          client_key_pem=key_pem)
+        self._ssl = self.config.ssl_context()
+        old, self._session = self._session, None
+        if old is not None:
+            task = asyncio.get_running_loop().create_task(old.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
