@@ -30,7 +30,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.apiserver.certs import create_ca, issue_client_cert
-from ephemera.client import ApiClient, ClientConfig, load_kubeconfig, resource_path
+from ephemera.client import (
+    ApiClient,
+    ApiUnavailable,
+    ClientConfig,
+    load_kubeconfig,
+    resource_path,
+)
 from ephemera.controllers.certificates import CertificateSigner
 from ephemera.kubelet.bootstrap import write_kubeconfig
 from ephemera.kubelet.certificate import (
@@ -221,7 +227,18 @@ async def test_the_client_certificate_is_renewed_into_the_kubeconfig(tmp_path: P
             assert rotator.current is not None
             assert rotator.current.serial_number == x509.load_pem_x509_certificate(
                 first.cert_pem).serial_number
+
+            async def watch() -> None:
+                async for _ in node_api.watch(resource_path("nodes")):
+                    pass
+
+            watching = asyncio.create_task(watch())
+            await asyncio.sleep(0.3)
             await rotator.rotate()
+            # connections of the old certificate end, a watch on one too (to be resumed)
+            with pytest.raises(ApiUnavailable, match="client certificate was rotated"):
+                async with asyncio.timeout(10):
+                    await watching
             renewed = load_kubeconfig(kubeconfig)
             assert renewed.client_cert_pem is not None
             cert = x509.load_pem_x509_certificate(renewed.client_cert_pem)

@@ -8,7 +8,11 @@ serves its HTTPS API on `--address:--port` (0 picks a free port, written to `--p
 Its serving certificate is `--tls-cert-file`/`--tls-private-key-file` (`ephemera up` issues
 one from the cluster CA); without them a self-signed one is made under `<root-dir>/pki/`, as
 upstream's kubelet does (the apiserver, which checks kubelet certificates against the
-cluster CA, then cannot read logs through it). With `--client-ca-file`, clients of that API
+cluster CA, then cannot read logs through it). With `--rotate-server-certificates` it comes
+from the cluster instead: a `kubernetes.io/kubelet-serving` CSR for the Node's addresses, kept
+in `--cert-dir` (default `<root-dir>/pki`) and renewed at 70-90% of its lifetime into the
+running server; `--rotate-certificates` renews the kubeconfig's client certificate likewise
+(`ephemera.kubelet.certificate`). With `--client-ca-file`, clients of that API
 must present a certificate signed by that CA. SIGTERM or SIGINT stops it; the containers keep
 running and are adopted by the next kubelet on the same root dir, unless
 `--stop-pods-on-exit` (which `ephemera up` passes: stopping the cluster stops its pods; a

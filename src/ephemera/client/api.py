@@ -149,6 +149,9 @@ class ApiClient:
         self._ssl = config.ssl_context()
         self._session: aiohttp.ClientSession | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        # Responses being read: ended by `set_client_certificate` (a closed session does not
+        # wake their readers).
+        self._open: set[aiohttp.ClientResponse] = set()
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -171,6 +174,10 @@ class ApiClient:
                                           client_key_pem=key_pem)
         self._ssl = self.config.ssl_context()
         old, self._session = self._session, None
+        for resp in self._open:
+            resp.content.set_exception(aiohttp.ClientConnectionError(
+                "connection closed: the client certificate was rotated"))
+        self._open.clear()
         if old is not None:
             task = asyncio.get_running_loop().create_task(old.close())
             self._closing.add(task)
@@ -210,7 +217,11 @@ class ApiClient:
             async with self._client().request(
                     method, self._url(path), params=_query(params), data=data, headers=headers,
                     timeout=timeout, server_hostname=server_name) as resp:
-                raw = await resp.read()
+                self._open.add(resp)
+                try:
+                    raw = await resp.read()
+                finally:
+                    self._open.discard(resp)
                 if resp.status >= 400:
                     raise _status_error(resp.status, raw)
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
@@ -287,12 +298,16 @@ class ApiClient:
                                           server_hostname=self.config.tls_server_name) as resp:
                 if resp.status >= 400:
                     raise _status_error(resp.status, await resp.read())
-                async for line in _lines(resp.content):
-                    event = orjson.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        raise status_error_from(obj)
-                    yield WatchEvent(str(event.get("type")), obj)
+                self._open.add(resp)
+                try:
+                    async for line in _lines(resp.content):
+                        event = orjson.loads(line)
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            raise status_error_from(obj)
+                        yield WatchEvent(str(event.get("type")), obj)
+                finally:
+                    self._open.discard(resp)
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise ApiUnavailable(f"watch {path}: {err or type(err).__name__}") from err
         except orjson.JSONDecodeError as err:

@@ -8,17 +8,27 @@
   selfnodeclient` (the node itself, renewing) or `certificatesigningrequests/nodeclient`
   (a joining node's bootstrap token), as upstream asks it (`ephemera up` binds those roles as
   kubeadm does). An apiserver that serves no SubjectAccessReviews is taken to allow both.
-- the signer (`csrsigning`): an approved CSR of `kubernetes.io/kube-apiserver-client-kubelet`
-  or `kubernetes.io/kube-apiserver-client` without a certificate is signed with the cluster
-  CA (`--cluster-signing-cert-file`/`--cluster-signing-key-file`), valid from five minutes
-  ago for `spec.expirationSeconds` (default `--cluster-signing-duration`, one year) and never
-  beyond the CA; the certificate goes to `status.certificate` through `/status`. Each signer
-  checks its requests as upstream's does (`SIGNER_CHECKS`): a kubelet client request must be
+  Beyond upstream (which approves no serving certificate): a kubelet serving request
+  (`kubernetes.io/kubelet-serving`, upstream's `ValidateKubeletServingCSR`) made by the node
+  it names (`system:node:NAME` in `system:nodes`) is approved when every DNS and IP name in
+  it is one of that Node's `status.addresses` (`serving_names_problem`); a Node not there yet
+  (or without addresses) is looked at again a second later; any other serving request stays
+  pending for an administrator.
+- the signer (`csrsigning`): an approved CSR of `kubernetes.io/kube-apiserver-client-kubelet`,
+  `kubernetes.io/kubelet-serving` or `kubernetes.io/kube-apiserver-client` without a
+  certificate is signed with the cluster CA (`--cluster-signing-cert-file`/
+  `--cluster-signing-key-file`) for `--cluster-signing-duration` (default a year; a shorter
+  `spec.expirationSeconds`, at least 10 minutes, as upstream's `duration`), backdated and
+  never beyond the CA (`validity`); the certificate goes to `status.certificate` through
+  `/status`. It carries the request's subject and subject alternative names and the
+  requested key usages and extended usages (server auth, client auth). Each signer checks
+  its requests as upstream's does (`SIGNER_CHECKS`): a kubelet client request must be
   `O=system:nodes, CN=system:node:...` without subject alternative names, for digital
-  signature and client auth (and key encipherment); a kube-apiserver-client request for
-  client auth and at most digital signature and key encipherment besides. A request that
-  breaks its signer's rules gets a `Failed` condition (`SignerValidationFailure`, with
-  upstream's message); a certificate from here is only ever for client auth.
+  signature and client auth (and key encipherment); a kubelet serving one the same subject
+  with at least one DNS or IP name (no email or URI), for digital signature and server auth
+  (and key encipherment); a kube-apiserver-client request for client auth and at most
+  digital signature and key encipherment besides. A request that breaks its signer's rules
+  gets a `Failed` condition (`SignerValidationFailure`, with upstream's message).
 """
 
 from __future__ import annotations
