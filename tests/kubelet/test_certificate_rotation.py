@@ -30,6 +30,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.apiserver.certs import create_ca, issue_client_cert
+from ephemera.cli.kubelet import ensure_self_signed
 from ephemera.client import (
     ApiClient,
     ApiUnavailable,
@@ -145,8 +146,6 @@ async def served_certificate(port: int, ca_pem: bytes) -> x509.Certificate:
 
 async def test_the_serving_certificate_is_issued_and_renewed_while_serving(
         tmp_path: Path) -> None:
-    from ephemera.cli.kubelet import ensure_self_signed
-
     lifetime = dt.timedelta(seconds=6)
     async with cluster(tmp_path, lifetime) as (api, ca_pem):
         cert_file, key_file = ensure_self_signed(tmp_path / "root", NODE)
@@ -253,3 +252,34 @@ async def test_the_client_certificate_is_renewed_into_the_kubeconfig(tmp_path: P
             assert "subjectAltName" not in base64.b64decode(csr["spec"]["request"]).decode(
                 errors="replace")
             await node_api.get("/version")  # the client still works
+
+
+async def test_a_serving_certificate_is_renewed_at_once_when_the_addresses_change(
+        tmp_path: Path) -> None:
+    async with cluster(tmp_path, dt.timedelta(hours=1)) as (api, _):
+        cert_file, key_file = ensure_self_signed(tmp_path / "root", NODE)
+        context = kubelet_ssl_context(cert_file, key_file, None)
+        store = PemStore(tmp_path / "root" / "pki", "kubelet-server")
+        rotator = serving_rotator(api, NODE, store, context, poll_interval=0.05,
+                                  check_interval=0.1)
+        task = asyncio.create_task(rotator.run())
+        try:
+            async with asyncio.timeout(30):
+                while rotator.rotations < 1:
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            assert rotator.rotations == 1  # an hour to go: nothing to do
+            node = await api.get(resource_path("nodes", None, NODE))
+            node["status"]["addresses"].append({"type": "ExternalIP", "address": "10.1.2.3"})
+            await api.update(resource_path("nodes", None, NODE, "status"), node)
+            async with asyncio.timeout(30):
+                while rotator.rotations < 2:
+                    await asyncio.sleep(0.05)
+            assert rotator.current is not None
+            names = rotator.current.extensions.get_extension_for_class(
+                x509.SubjectAlternativeName).value
+            assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == [
+                "127.0.0.1", "10.1.2.3"]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -16,7 +16,9 @@
   `addressesToHostnamesAndIPs`), asked for once the Node reports addresses. It is kept in the
   cert dir as upstream's file store does (`kubelet-server-<timestamp>.pem`, certificate and
   key, mode 0600, with the symlink `kubelet-server-current.pem` moved atomically) and loaded
-  into the running TLS server's context, so new connections get it without a restart.
+  into the running TLS server's context, so new connections get it without a restart. When
+  the Node's addresses change (looked at every 10 s) it is renewed at once, as upstream's
+  manager does when its template changes.
 - The client certificate (`--rotate-certificates`): signer
   `kubernetes.io/kube-apiserver-client-kubelet`, usages digital signature and client auth, no
   alternative names; the new pair is written into the kubeconfig (the current user's
@@ -69,6 +71,8 @@ SIGNING_TIMEOUT = 900.0  # upstream's certificate manager waits 15 minutes for a
 
 Install = Callable[[bytes, bytes], None]
 Template = Callable[[], Awaitable[list[x509.GeneralName] | None]]
+Changed = Callable[[x509.Certificate], Awaitable[bool]]
+TEMPLATE_CHECK_INTERVAL = 10.0  # seconds between looks at the Node's addresses
 
 
 def rotation_deadline(cert: x509.Certificate, jitter: float | None = None) -> dt.datetime:
@@ -146,7 +150,8 @@ class CertificateRotator:
 
     def __init__(self, api: ApiClient, *, node_name: str, what: str, signer: str,
                  usages: Sequence[str], template: Template, install: Install,
-                 current: bytes | None) -> None:
+                 current: bytes | None, changed: Changed | None = None,
+                 check_interval: float = TEMPLATE_CHECK_INTERVAL) -> None:
         self.api = api
         self.node_name = node_name
         self.what = what
@@ -156,6 +161,8 @@ class CertificateRotator:
         self.install = install
         self.current = x509.load_pem_x509_certificate(current) if current else None
         self.rotations = 0
+        self.changed = changed
+        self.check_interval = check_interval
 
     def deadline(self) -> dt.datetime | None:
         return rotation_deadline(self.current) if self.current is not None else None
@@ -170,7 +177,7 @@ class CertificateRotator:
                          self.node_name, self.current.not_valid_after_utc.isoformat()
                          if self.current is not None else "?", max(wait, 0.0))
                 if wait > 0:
-                    await asyncio.sleep(wait)
+                    await self._wait_until(deadline)
             try:
                 await self.rotate()
                 delay = RETRY_INITIAL
@@ -179,6 +186,26 @@ class CertificateRotator:
                             self.what, self.node_name, getattr(err, "message", err), delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
+
+    async def _wait_until(self, deadline: dt.datetime) -> None:
+        """Sleep until `deadline`, or until `changed` says the certificate no longer fits
+        (looked at every `check_interval`), as upstream's manager renews at once when its
+        template changes."""
+        while (wait := (deadline - dt.datetime.now(dt.UTC)).total_seconds()) > 0:
+            if self.changed is None:
+                await asyncio.sleep(wait)
+                return
+            await asyncio.sleep(min(wait, self.check_interval))
+            if self.current is None:
+                return
+            try:
+                if await self.changed(self.current):
+                    log.info("the %s certificate of %s no longer fits the node; renewing now",
+                             self.what, self.node_name)
+                    return
+            except (StatusError, ApiUnavailable) as err:
+                log.debug("checking the %s certificate of %s: %s", self.what,
+                          self.node_name, err)
 
     async def rotate(self) -> None:
         names = await self.template()
@@ -200,11 +227,12 @@ class CertificateRotator:
 
 
 def serving_rotator(api: ApiClient, node_name: str, store: PemStore,
-                    context: ssl.SSLContext, *,
-                    poll_interval: float = NODE_POLL_INTERVAL) -> CertificateRotator:
+                    context: ssl.SSLContext, *, poll_interval: float = NODE_POLL_INTERVAL,
+                    check_interval: float = TEMPLATE_CHECK_INTERVAL) -> CertificateRotator:
     """The serving certificate's rotator: a pair from `store` that is still valid is the
     current one (else a certificate is asked for at once); a new pair is stored and loaded
-    into the server's TLS `context`."""
+    into the server's TLS `context`; one whose names are no longer the Node's addresses is
+    renewed at once."""
     current = store.load()
     cert_pem = None
     if current is not None:
@@ -224,12 +252,23 @@ def serving_rotator(api: ApiClient, node_name: str, store: PemStore,
                     raise
             await asyncio.sleep(poll_interval)
 
+    async def changed(cert: x509.Certificate) -> bool:
+        node = await api.get(resource_path("nodes", None, node_name))
+        names = serving_names((node.get("status") or {}).get("addresses") or [])
+        try:
+            have = list(cert.extensions.get_extension_for_class(
+                x509.SubjectAlternativeName).value)
+        except x509.ExtensionNotFound:
+            have = []
+        return bool(names) and set(names) != set(have)
+
     def install(new_cert: bytes, new_key: bytes) -> None:
         context.load_cert_chain(store.update(new_cert, new_key))
 
     return CertificateRotator(api, node_name=node_name, what="serving",
                               signer=KUBELET_SERVING_SIGNER, usages=SERVING_USAGES,
-                              template=template, install=install, current=cert_pem)
+                              template=template, install=install, current=cert_pem,
+                              changed=changed, check_interval=check_interval)
 
 
 def client_rotator(api: ApiClient, node_name: str, kubeconfig: Path) -> CertificateRotator:
