@@ -12,8 +12,8 @@
   (`kubernetes.io/kubelet-serving`, upstream's `ValidateKubeletServingCSR`) made by the node
   it names (`system:node:NAME` in `system:nodes`) is approved when every DNS and IP name in
   it is one of that Node's `status.addresses` (`serving_names_problem`); a Node not there yet
-  (or without addresses) is looked at again a second later; any other serving request stays
-  pending for an administrator.
+  (or without addresses) is looked at again (after 1 s, doubling up to a minute); any other
+  serving request stays pending for an administrator.
 - the signer (`csrsigning`): an approved CSR of `kubernetes.io/kube-apiserver-client-kubelet`,
   `kubernetes.io/kubelet-serving` or `kubernetes.io/kube-apiserver-client` without a
   certificate is signed with the cluster CA (`--cluster-signing-cert-file`/
@@ -83,7 +83,9 @@ KUBELET_SERVING_USAGES = (frozenset({"digital signature", "key encipherment", "s
 OPTIONAL_CLIENT_USAGES = frozenset({"digital signature", "key encipherment"})
 
 Obj = dict[str, Any]
-NODE_RECHECK_DELAY = 1.0  # seconds before a serving CSR whose Node is not there is looked at
+# A serving CSR whose Node is not there (or has no addresses) is looked at again after 1 s,
+# doubling up to a minute.
+NODE_RECHECK_DELAY, NODE_RECHECK_MAX = 1.0, 60.0
 
 
 def validity(now: dt.datetime, lifetime: dt.timedelta, ca_not_after: dt.datetime
@@ -282,6 +284,10 @@ class _CsrController:
 class CertificateApprover(_CsrController):
     name = "csrapproving"
 
+    def __init__(self, api: ApiClient) -> None:
+        super().__init__(api)
+        self._waiting: dict[str, float] = {}  # serving CSR -> its last recheck delay
+
     async def sync(self, name: str) -> None:
         csr = self.informer.get(name)
         if csr is None:
@@ -335,8 +341,11 @@ class CertificateApprover(_CsrController):
             node = None
         if node is None or not (node.get("status") or {}).get("addresses"):
             # The kubelet asks once its Node reports addresses; look again shortly.
-            self._later(name, NODE_RECHECK_DELAY)
+            delay = self._waiting.get(name, NODE_RECHECK_DELAY / 2) * 2
+            self._waiting[name] = min(delay, NODE_RECHECK_MAX)
+            self._later(name, self._waiting[name])
             return
+        self._waiting.pop(name, None)
         problem = serving_names_problem(request, node)
         if problem:
             log.warning("certificatesigningrequest %s: %s; leaving it to an administrator",
