@@ -148,7 +148,7 @@ async def test_the_serving_certificate_is_issued_and_renewed_while_serving(
         tmp_path: Path) -> None:
     lifetime = dt.timedelta(seconds=6)
     async with cluster(tmp_path, lifetime) as (api, ca_pem):
-        cert_file, key_file = ensure_self_signed(tmp_path / "root", NODE)
+        cert_file, key_file = ensure_self_signed(tmp_path / "root" / "pki", NODE)
         context = kubelet_ssl_context(cert_file, key_file, None)
         app = web.Application()
 
@@ -257,7 +257,7 @@ async def test_the_client_certificate_is_renewed_into_the_kubeconfig(tmp_path: P
 async def test_a_serving_certificate_is_renewed_at_once_when_the_addresses_change(
         tmp_path: Path) -> None:
     async with cluster(tmp_path, dt.timedelta(hours=1)) as (api, _):
-        cert_file, key_file = ensure_self_signed(tmp_path / "root", NODE)
+        cert_file, key_file = ensure_self_signed(tmp_path / "root" / "pki", NODE)
         context = kubelet_ssl_context(cert_file, key_file, None)
         store = PemStore(tmp_path / "root" / "pki", "kubelet-server")
         rotator = serving_rotator(api, NODE, store, context, poll_interval=0.05,

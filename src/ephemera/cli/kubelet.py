@@ -6,17 +6,17 @@
 It registers the Node, runs the pods bound to it (`ephemera.kubelet.agent.Kubelet`) and
 serves its HTTPS API on `--address:--port` (0 picks a free port, written to `--port-file`).
 Its serving certificate is `--tls-cert-file`/`--tls-private-key-file` (`ephemera up` issues
-one from the cluster CA); without them a self-signed one is made under `<root-dir>/pki/`, as
-upstream's kubelet does (the apiserver, which checks kubelet certificates against the
-cluster CA, then cannot read logs through it). With `--rotate-server-certificates` it comes
-from the cluster instead: a `kubernetes.io/kubelet-serving` CSR for the Node's addresses, kept
-in `--cert-dir` (default `<root-dir>/pki`) and renewed at 70-90% of its lifetime into the
-running server; `--rotate-certificates` renews the kubeconfig's client certificate likewise
-(`ephemera.kubelet.certificate`). With `--client-ca-file`, clients of that API
-must present a certificate signed by that CA. SIGTERM or SIGINT stops it; the containers keep
-running and are adopted by the next kubelet on the same root dir, unless
-`--stop-pods-on-exit` (which `ephemera up` passes: stopping the cluster stops its pods; a
-kubelet that crashes still leaves them running, to be adopted).
+one from the cluster CA); without them a self-signed one is made in `--cert-dir`
+(`<root-dir>/pki/`), as upstream's kubelet does (the apiserver, which checks kubelet
+certificates against the cluster CA, then cannot read logs through it). With
+`--rotate-server-certificates` it comes from the cluster instead: a
+`kubernetes.io/kubelet-serving` CSR for the Node's addresses, kept in `--cert-dir` and
+renewed at 70-90% of its lifetime into the running server; `--rotate-certificates` renews
+the kubeconfig's client certificate likewise (`ephemera.kubelet.certificate`). With
+`--client-ca-file`, clients of that API must present a certificate signed by that CA.
+SIGTERM or SIGINT stops it; the containers keep running and are adopted by the next kubelet
+on the same root dir, unless `--stop-pods-on-exit` (which `ephemera up` passes: stopping the
+cluster stops its pods; a kubelet that crashes still leaves them running, to be adopted).
 
 With `--bootstrap-kubeconfig` (a bootstrap token), a missing `--kubeconfig` (or one whose
 certificate expired) is first made by TLS bootstrapping (`ephemera.kubelet.bootstrap`): a
@@ -84,8 +84,8 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-ca-file", type=Path, default=None, metavar="FILE",
                         help="require client certificates signed by this CA")
     parser.add_argument("--cert-dir", type=Path, default=None, metavar="DIR",
-                        help="where rotated serving certificates are kept (default "
-                             "<root-dir>/pki)")
+                        help="where the serving certificate is kept, self-signed or from "
+                             "the cluster (default <root-dir>/pki); not with --tls-cert-file")
     parser.add_argument("--rotate-certificates", type=go_bool, nargs="?", const=True,
                         default=None, metavar="BOOL",
                         help="renew the client certificate of --kubeconfig through a "
@@ -148,14 +148,13 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def ensure_self_signed(root_dir: Path, node_name: str) -> tuple[Path, Path]:
-    """A self-signed serving certificate for the kubelet under `<root>/pki/` (kept)."""
+def ensure_self_signed(pki: Path, node_name: str) -> tuple[Path, Path]:
+    """A self-signed serving certificate for the kubelet in the directory `pki` (kept)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    pki = root_dir / "pki"
     cert_path, key_path = pki / "kubelet.crt", pki / "kubelet.key"
     if cert_path.exists() and key_path.exists():
         return cert_path, key_path
@@ -214,6 +213,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--kubeconfig: {err}")
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
+    if args.cert_dir is not None and args.tls_cert_file is not None:
+        parser.error("--cert-dir: the serving certificate is --tls-cert-file")
     if args.rotate_server_certificates and args.tls_cert_file is not None:
         parser.error("--rotate-server-certificates: the serving certificate comes from the "
                      "cluster, not from --tls-cert-file")
@@ -252,7 +253,7 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         cert, key = serving_store.current_path, None  # the pair's file holds both
     elif cert is None:
         # Until the cluster signs one (--rotate-server-certificates), or for good.
-        cert, key = ensure_self_signed(root_dir, node_name)
+        cert, key = ensure_self_signed(cert_dir, node_name)
     ssl_context = kubelet_ssl_context(cert, key, args.client_ca_file)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
