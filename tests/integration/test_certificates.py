@@ -255,3 +255,80 @@ async def test_csr_names_are_any_path_segment(users: Users) -> None:
     assert (status, body["message"]) == (
         422, 'CertificateSigningRequest.certificates.k8s.io ".." is invalid: metadata.name: '
              "Invalid value: \"..\": may not be '..'")
+
+
+SERVING = "kubernetes.io/kubelet-serving"
+SERVING_USAGES = ["digital signature", "server auth"]
+NODE_TOKENS = {
+    **TOKENS,
+    "n1": UserInfo("system:node:n1", ("system:nodes", AUTHENTICATED)),
+    "n2": UserInfo("system:node:n2", ("system:nodes", AUTHENTICATED)),
+}
+
+
+def ip(text: str) -> x509.GeneralName:
+    return x509.IPAddress(ipaddress.ip_address(text))
+
+
+async def test_serving_requests_are_approved_when_their_names_are_the_nodes(
+        tmp_path: Path) -> None:
+    """ephemera's approver: a kubelet serving CSR made by the node itself for names that
+    are all its Node's addresses is approved (and signed for server auth with those
+    names); one for another node, a foreign name, or from a non-node stays pending."""
+    from ephemera.controllers.certificates import CertificateApprover
+
+    async for users in serve_users(open_store("sqlite", data_dir=tmp_path / "data"),
+                                   NODE_TOKENS):
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+        status, body = await users.call("admin", "POST", "/api/v1/nodes", node)
+        assert status == 201, body
+        body["status"] = {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
+                                        {"type": "Hostname", "address": "n1"}]}
+        status, body = await users.call("admin", "PUT", "/api/v1/nodes/n1/status", body)
+        assert status == 200, body
+        requests = {
+            "ok": ("n1", csr("ok", SERVING, SERVING_USAGES, ["system:nodes"],
+                             "system:node:n1", [x509.DNSName("n1"), ip("10.0.0.1")])),
+            "foreign-ip": ("n1", csr("foreign-ip", SERVING, SERVING_USAGES, ["system:nodes"],
+                                     "system:node:n1", [ip("10.0.0.1"), ip("10.9.9.9")])),
+            "other-node": ("n2", csr("other-node", SERVING, SERVING_USAGES, ["system:nodes"],
+                                     "system:node:n1", [ip("10.0.0.1")])),
+            "not-a-node": ("admin", csr("not-a-node", SERVING, SERVING_USAGES,
+                                       ["system:nodes"], "system:node:n1", [ip("10.0.0.1")])),
+            "no-node-yet": ("n2", csr("no-node-yet", SERVING, SERVING_USAGES,
+                                      ["system:nodes"], "system:node:n2", [ip("10.0.0.2")])),
+        }
+        for user, request in requests.values():
+            status, body = await users.call(user, "POST", CSRS, request)
+            assert status == 201, body
+        url = str(users.api.client.server.make_url("")).rstrip("/")
+        async with ApiClient(ClientConfig(server=url, token="kcm")) as api, \
+                running_signer(users, tmp_path) as ca:
+            approver = asyncio.create_task(CertificateApprover(api).run())
+            try:
+                signed = await settled(users, "ok")
+                [condition] = signed["status"]["conditions"]
+                assert (condition["type"], condition["reason"]) == ("Approved", "AutoApproved")
+                cert = x509.load_pem_x509_certificate(
+                    base64.b64decode(signed["status"]["certificate"]))
+                cert.verify_directly_issued_by(ca)
+                assert extended_usages(signed) == [ExtendedKeyUsageOID.SERVER_AUTH]
+                assert cert.extensions.get_extension_for_class(
+                    x509.SubjectAlternativeName).value == x509.SubjectAlternativeName(
+                    [x509.DNSName("n1"), ip("10.0.0.1")])
+                # the node n2 registers later: its request is looked at again
+                node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}
+                status, body = await users.call("admin", "POST", "/api/v1/nodes", node)
+                assert status == 201, body
+                body["status"] = {"addresses": [{"type": "InternalIP",
+                                                 "address": "10.0.0.2"}]}
+                status, body = await users.call("admin", "PUT", "/api/v1/nodes/n2/status",
+                                                body)
+                assert status == 200, body
+                assert "certificate" in (await settled(users, "no-node-yet"))["status"]
+                for name in ("foreign-ip", "other-node", "not-a-node"):
+                    status, body = await users.call("admin", "GET", f"{CSRS}/{name}")
+                    assert status == 200 and body["status"] == {}, (name, body)
+            finally:
+                approver.cancel()
+                await asyncio.gather(approver, return_exceptions=True)

@@ -1,10 +1,14 @@
 """The rules behind certificate signing: each signer's check of a request (upstream's
-`ValidateKubeletClientCSR` and `validAPIServerClientUsages`, with their messages), and what
+`ValidateKubeletClientCSR`, `ValidateKubeletServingCSR` and `validAPIServerClientUsages`,
+with their messages), ephemera's check of a serving request's names against its Node's
+addresses, the validity of a signed certificate (upstream's backdate and short-lived rule,
+`duration`), and what
 the CertificateApproval and CertificateSigning plugins ask the authorizer
 (`IsAuthorizedForSignerName`)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 from collections.abc import Sequence
 
@@ -20,7 +24,15 @@ from ephemera.apiserver.admission.certificates import CertificateApproval, Certi
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision
 from ephemera.apiserver.resources import lookup
-from ephemera.controllers.certificates import apiserver_client_problem, kubelet_client_problem
+from ephemera.controllers.certificates import (
+    DEFAULT_SIGNING_DURATION,
+    CertificateSigner,
+    apiserver_client_problem,
+    kubelet_client_problem,
+    kubelet_serving_problem,
+    serving_names_problem,
+    validity,
+)
 
 KUBELET_USAGES = ["digital signature", "client auth"]
 
@@ -60,6 +72,101 @@ def request(organizations: Sequence[str] = ("system:nodes",),
 def test_kubelet_client_requests(csr: x509.CertificateSigningRequest, usages: list[str],
                                  problem: str) -> None:
     assert kubelet_client_problem(csr, usages) == problem
+
+
+SERVING_USAGES = ["digital signature", "server auth"]
+LOOPBACK = x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
+SERVING_MISMATCH = "usages did not match [digital signature key encipherment server auth]"
+
+
+@pytest.mark.parametrize(("csr", "usages", "problem"), [
+    (request(san=[x509.DNSName("n1"), LOOPBACK]), SERVING_USAGES, ""),
+    (request(san=[LOOPBACK]), ["key encipherment", *SERVING_USAGES], ""),
+    (request(san=[x509.DNSName("n1")]), ["server auth"], SERVING_MISMATCH),
+    (request(san=[x509.DNSName("n1")]), [*SERVING_USAGES, "client auth"], SERVING_MISMATCH),
+    (request(), SERVING_USAGES, "DNS or IP subjectAltName is required"),
+    (request(san=[x509.DNSName("n1"), x509.RFC822Name("n@example.com")]), SERVING_USAGES,
+     "Email subjectAltNames are not allowed"),
+    (request(san=[LOOPBACK, x509.UniformResourceIdentifier("spiffe://x")]), SERVING_USAGES,
+     "URI subjectAltNames are not allowed"),
+    (request(("system:nodes", "team"), san=[LOOPBACK]), SERVING_USAGES,
+     "subject organization is not system:nodes"),
+    (request(common_name="n1", san=[LOOPBACK]), SERVING_USAGES,
+     "subject common name does not begin with system:node:"),
+])
+def test_kubelet_serving_requests(csr: x509.CertificateSigningRequest, usages: list[str],
+                                  problem: str) -> None:
+    assert kubelet_serving_problem(csr, usages) == problem
+
+
+NODE = {"metadata": {"name": "n1"}, "status": {"addresses": [
+    {"type": "InternalIP", "address": "127.0.0.1"},
+    {"type": "ExternalIP", "address": "fd00::1"},
+    {"type": "Hostname", "address": "n1"},
+    {"type": "InternalDNS", "address": "n1.example.internal"}]}}
+
+
+@pytest.mark.parametrize(("san", "problem"), [
+    ([x509.DNSName("n1"), LOOPBACK], ""),
+    ([x509.DNSName("N1.example.internal"),
+      x509.IPAddress(ipaddress.ip_address("fd00:0::1"))], ""),
+    ([x509.DNSName("n2")], "DNS name n2 is not an address of node n1"),
+    ([x509.DNSName("127.0.0.1")], "DNS name 127.0.0.1 is not an address of node n1"),
+    ([LOOPBACK, x509.IPAddress(ipaddress.ip_address("10.0.0.9"))],
+     "IP address 10.0.0.9 is not an address of node n1"),
+    # a Hostname address does not make an IP SAN of the same text
+    ([x509.IPAddress(ipaddress.ip_address("10.0.0.1"))],
+     "IP address 10.0.0.1 is not an address of node n1"),
+])
+def test_serving_names_must_be_the_nodes_addresses(san: list[x509.GeneralName],
+                                                   problem: str) -> None:
+    node = {**NODE, "status": {"addresses": [*NODE["status"]["addresses"],  # type: ignore
+                                             {"type": "Hostname", "address": "10.0.0.1"}]}}
+    assert serving_names_problem(request(san=san), node) == problem
+
+
+def test_a_node_without_addresses_has_no_serving_names() -> None:
+    assert serving_names_problem(request(san=[LOOPBACK]), {"metadata": {"name": "n1"}}) == \
+        "IP address 127.0.0.1 is not an address of node n1"
+
+
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+FAR = NOW + dt.timedelta(days=3650)
+
+
+@pytest.mark.parametrize(("lifetime", "not_before", "not_after"), [
+    # long-lived: backdated five minutes at both ends (upstream)
+    (dt.timedelta(days=365), NOW - dt.timedelta(minutes=5),
+     NOW + dt.timedelta(days=365, minutes=-5)),
+    (dt.timedelta(hours=8), NOW - dt.timedelta(minutes=5),
+     NOW + dt.timedelta(hours=8, minutes=-5)),
+    # short-lived: the whole lifetime after signing (upstream)
+    (dt.timedelta(hours=1), NOW - dt.timedelta(minutes=5), NOW + dt.timedelta(hours=1)),
+    # very short: ephemera backdates by at most a tenth of the lifetime
+    (dt.timedelta(seconds=30), NOW - dt.timedelta(seconds=3), NOW + dt.timedelta(seconds=30)),
+])
+def test_validity_of_a_signed_certificate(lifetime: dt.timedelta, not_before: dt.datetime,
+                                          not_after: dt.datetime) -> None:
+    assert validity(NOW, lifetime, FAR) == (not_before, not_after)
+
+
+def test_validity_never_outlasts_the_ca() -> None:
+    ca_end = NOW + dt.timedelta(days=30)
+    assert validity(NOW, dt.timedelta(days=365), ca_end)[1] == ca_end
+
+
+@pytest.mark.parametrize(("seconds", "expected"), [
+    (None, DEFAULT_SIGNING_DURATION),
+    (3600, dt.timedelta(hours=1)),
+    (600, dt.timedelta(minutes=10)),
+    (60, dt.timedelta(minutes=10)),  # upstream's lower bound
+    (10 * 365 * 86400, DEFAULT_SIGNING_DURATION),  # never beyond the flag
+])
+def test_requested_lifetime(seconds: int | None, expected: dt.timedelta) -> None:
+    signer = CertificateSigner.__new__(CertificateSigner)
+    signer.duration = DEFAULT_SIGNING_DURATION
+    spec = {} if seconds is None else {"expirationSeconds": seconds}
+    assert signer.lifetime({"spec": spec}) == expected
 
 
 @pytest.mark.parametrize(("usages", "problem"), [

@@ -6,8 +6,10 @@ marked unknown and tainted), the service accounts controller (a `default` Servic
 every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
 recomputed on pod and quota changes and every `--resync-period` seconds); with
 `--root-ca-file` the root CA publisher (`kube-root-ca.crt` in every namespace); always the
-CSR approver (kubelet client certificates of bootstrapping and renewing nodes), and with
-`--cluster-signing-cert-file`/`--cluster-signing-key-file` the CSR signer. It stops cleanly on
+CSR approver (kubelet client certificates of bootstrapping and renewing nodes; kubelet
+serving certificates whose names are the Node's addresses), and with
+`--cluster-signing-cert-file`/`--cluster-signing-key-file` the CSR signer (certificates
+last `--cluster-signing-duration`, default a year). It stops cleanly on
 SIGTERM or SIGINT; when the apiserver is unreachable the informers retry with back-off.
 
 With `--leader-elect` (the default, as upstream) the controllers run only while this process
@@ -20,15 +22,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import logging
 import signal
 from pathlib import Path
 from typing import Any
 
 from ephemera.cli import flags
+from ephemera.cli.tokens import duration
 from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
 from ephemera.client.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
-from ephemera.controllers.certificates import CertificateApprover, CertificateSigner
+from ephemera.controllers.certificates import (
+    DEFAULT_SIGNING_DURATION,
+    CertificateApprover,
+    CertificateSigner,
+)
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_MONITOR_PERIOD,
@@ -67,9 +75,21 @@ def add_parser(subparsers: Any) -> None:
                         help="the CA certificate that signs approved client CSRs")
     parser.add_argument("--cluster-signing-key-file", type=Path, default=None, metavar="FILE",
                         help="its private key")
+    parser.add_argument("--cluster-signing-duration", type=signing_duration,
+                        default=DEFAULT_SIGNING_DURATION, metavar="DURATION",
+                        help="the longest a signed certificate lasts, a Go duration (default "
+                             "8760h, one year); a CSR's spec.expirationSeconds may ask for "
+                             "less")
     parser.add_argument("--node-monitor-period", type=float, default=DEFAULT_MONITOR_PERIOD,
                         metavar="SECONDS", help=argparse.SUPPRESS)
     parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def signing_duration(text: str) -> dt.timedelta:
+    value = duration(text)
+    if value <= dt.timedelta(0):
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -133,7 +153,8 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
         more.append(asyncio.create_task(publisher.run(), name="root-ca-cert-publisher"))
     if args.cluster_signing_cert_file is not None:
         signer = CertificateSigner(api, args.cluster_signing_cert_file,
-                                   args.cluster_signing_key_file)
+                                   args.cluster_signing_key_file,
+                                   duration=args.cluster_signing_duration)
         more.append(asyncio.create_task(signer.run(), name="csrsigning"))
     stopper = asyncio.create_task(stop.wait())
     log.info("controller-manager: running against %s", server)

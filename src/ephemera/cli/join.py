@@ -9,6 +9,11 @@ It writes `<root-dir>/bootstrap-kubeconfig` (the server, the CA, the token) and 
 --client-ca-file <ca-cert>`: the kubelet asks for its client certificate (`system:node:NAME`)
 with a CertificateSigningRequest, which the controller-manager approves and signs, writes its
 kubeconfig and registers its Node. A restart on the same root dir reuses that kubeconfig.
+Unless `--rotate-certificates=false`, it renews that client certificate at 70-90% of its
+lifetime; unless `--rotate-server-certificates=false` (or with `--tls-cert-file`), its
+serving certificate comes from a `kubernetes.io/kubelet-serving` CSR for the Node's
+addresses, which the controller-manager approves after checking them, and is renewed
+likewise (`ephemera.kubelet.certificate`), so the apiserver reaches it for logs and exec.
 """
 
 from __future__ import annotations
@@ -66,4 +71,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     args.kubeconfig = root_dir / "kubeconfig"
     if args.client_ca_file is None:
         args.client_ca_file = args.ca_cert.resolve()
+    # A joined kubelet renews its client certificate and gets its serving certificate from
+    # the cluster unless told otherwise (kubeadm's rotateCertificates and ephemera's
+    # choice of serverTLSBootstrap: the apiserver accepts only cluster-signed kubelets).
+    if args.rotate_certificates is None:
+        args.rotate_certificates = True
+    if args.rotate_server_certificates is None:
+        args.rotate_server_certificates = args.tls_cert_file is None
     return kubelet.run(parser, args)

@@ -6,17 +6,22 @@
 It registers the Node, runs the pods bound to it (`ephemera.kubelet.agent.Kubelet`) and
 serves its HTTPS API on `--address:--port` (0 picks a free port, written to `--port-file`).
 Its serving certificate is `--tls-cert-file`/`--tls-private-key-file` (`ephemera up` issues
-one from the cluster CA); without them a self-signed one is made under `<root-dir>/pki/`, as
-upstream's kubelet does (the apiserver, which checks kubelet certificates against the
-cluster CA, then cannot read logs through it). With `--client-ca-file`, clients of that API
-must present a certificate signed by that CA. SIGTERM or SIGINT stops it; the containers keep
-running and are adopted by the next kubelet on the same root dir, unless
-`--stop-pods-on-exit` (which `ephemera up` passes): then it shuts the node down as a reboot
-does (`ephemera.kubelet.nodeshutdown`: containers stopped, memory-backed volumes unmounted;
-pod directories, disk volumes, logs and the allocation checkpoint kept), and the next kubelet
-starts the pods again. A kubelet that crashes leaves its containers running, to be adopted.
-One kubelet per root dir: it holds `<root-dir>/kubelet.lock` while it runs, and a second one
-exits at once naming the holder's PID (`ephemera.cli.dirlock`).
+one from the cluster CA); without them a self-signed one is made in `--cert-dir`
+(`<root-dir>/pki/`), as upstream's kubelet does (the apiserver, which checks kubelet
+certificates against the cluster CA, then cannot read logs through it). With
+`--rotate-server-certificates` it comes from the cluster instead: a
+`kubernetes.io/kubelet-serving` CSR for the Node's addresses, kept in `--cert-dir` and
+renewed at 70-90% of its lifetime into the running server; `--rotate-certificates` renews
+the kubeconfig's client certificate likewise (`ephemera.kubelet.certificate`). With
+`--client-ca-file`, clients of that API must present a certificate signed by that CA.
+SIGTERM or SIGINT stops it; the containers keep running and are adopted by the next kubelet
+on the same root dir, unless `--stop-pods-on-exit` (which `ephemera up` passes): then it
+shuts the node down as a reboot does (`ephemera.kubelet.nodeshutdown`: containers stopped,
+memory-backed volumes unmounted; pod directories, disk volumes, logs and the allocation
+checkpoint kept), and the next kubelet starts the pods again. A kubelet that crashes leaves
+its containers running, to be adopted. One kubelet per root dir: it holds
+`<root-dir>/kubelet.lock` while it runs, and a second one exits at once naming the holder's
+PID (`ephemera.cli.dirlock`).
 
 With `--bootstrap-kubeconfig` (a bootstrap token), a missing `--kubeconfig` (or one whose
 certificate expired) is first made by TLS bootstrapping (`ephemera.kubelet.bootstrap`): a
@@ -36,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ephemera.api.featuregates import parse_go_bool
 from ephemera.cli import flags
 from ephemera.cli.dirlock import KUBELET_LOCK, DirLockedError, lock_dir
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
@@ -84,6 +90,20 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-private-key-file", type=Path, default=None, metavar="FILE")
     parser.add_argument("--client-ca-file", type=Path, default=None, metavar="FILE",
                         help="require client certificates signed by this CA")
+    parser.add_argument("--cert-dir", type=Path, default=None, metavar="DIR",
+                        help="where the serving certificate is kept, self-signed or from "
+                             "the cluster (default <root-dir>/pki); not with --tls-cert-file")
+    parser.add_argument("--rotate-certificates", type=go_bool, nargs="?", const=True,
+                        default=None, metavar="BOOL",
+                        help="renew the client certificate of --kubeconfig through a "
+                             "CertificateSigningRequest at 70-90%% of its lifetime (default "
+                             "false; true for ephemera join)")
+    parser.add_argument("--rotate-server-certificates", type=go_bool, nargs="?", const=True,
+                        default=None, metavar="BOOL",
+                        help="get the serving certificate from the cluster through a "
+                             "kubernetes.io/kubelet-serving CertificateSigningRequest for the "
+                             "Node's addresses and renew it likewise (default false; true for "
+                             "ephemera join); not with --tls-cert-file")
     parser.add_argument("--max-pods", type=int, default=110)
     parser.add_argument("--stop-pods-on-exit", action="store_true",
                         help="on SIGTERM/SIGINT, shut the node down as a reboot does: stop "
@@ -154,6 +174,13 @@ def check_eviction_flags(parser: argparse.ArgumentParser, args: argparse.Namespa
             parser.error(f"--{flag.replace('_', '-')}: {err}")
 
 
+def go_bool(text: str) -> bool:
+    try:
+        return parse_go_bool(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -164,14 +191,13 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def ensure_self_signed(root_dir: Path, node_name: str) -> tuple[Path, Path]:
-    """A self-signed serving certificate for the kubelet under `<root>/pki/` (kept)."""
+def ensure_self_signed(pki: Path, node_name: str) -> tuple[Path, Path]:
+    """A self-signed serving certificate for the kubelet in the directory `pki` (kept)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    pki = root_dir / "pki"
     cert_path, key_path = pki / "kubelet.crt", pki / "kubelet.key"
     if cert_path.exists() and key_path.exists():
         return cert_path, key_path
@@ -243,6 +269,14 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--kubeconfig: {err}")
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
+    if args.cert_dir is not None and args.tls_cert_file is not None:
+        parser.error("--cert-dir: the serving certificate is --tls-cert-file")
+    if args.rotate_server_certificates and args.tls_cert_file is not None:
+        parser.error("--rotate-server-certificates: the serving certificate comes from the "
+                     "cluster, not from --tls-cert-file")
+    if args.rotate_certificates and (config.client_cert_pem is None
+                                     or config.client_key_pem is None):
+        parser.error("--rotate-certificates: --kubeconfig has no client certificate")
     from ephemera.kubelet.node import parse_reserved
 
     args.system_reserved = parse_reserved(args.system_reserved)
@@ -256,16 +290,24 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 async def _serve(client_config: Any, args: argparse.Namespace) -> int:
     from ephemera.kubelet.agent import Kubelet, KubeletConfig
     from ephemera.kubelet.backoff import BackOffPolicy
+    from ephemera.kubelet.certificate import PemStore, client_rotator, serving_rotator
     from ephemera.kubelet.images import ImageStore
     from ephemera.kubelet.runtime import make_runtime
+    from ephemera.kubelet.server import kubelet_ssl_context
     from ephemera.kubelet.workerdeps import WorkerSettings
 
     node_name = (args.node_name or socket.gethostname()).lower()
     root_dir: Path = args.root_dir.resolve()
     root_dir.mkdir(parents=True, exist_ok=True)
     cert, key = args.tls_cert_file, args.tls_private_key_file
-    if cert is None:
-        cert, key = ensure_self_signed(root_dir, node_name)
+    cert_dir: Path = (args.cert_dir or root_dir / "pki").resolve()
+    serving_store = PemStore(cert_dir, "kubelet-server")
+    if args.rotate_server_certificates and serving_store.load() is not None:
+        cert, key = serving_store.current_path, None  # the pair's file holds both
+    elif cert is None:
+        # Until the cluster signs one (--rotate-server-certificates), or for good.
+        cert, key = ensure_self_signed(cert_dir, node_name)
+    ssl_context = kubelet_ssl_context(cert, key, args.client_ca_file)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -276,8 +318,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
                               resync_period=args.sync_frequency)
     kubelet_config = KubeletConfig(
         node_name=node_name, root_dir=root_dir, gates=args.feature_gates,
-        address=args.address, port=args.port, node_ip=args.node_ip, tls_cert_file=cert,
-        tls_key_file=key, client_ca_file=args.client_ca_file, port_file=args.port_file,
+        address=args.address, port=args.port, node_ip=args.node_ip,
+        client_ca_file=args.client_ca_file, ssl_context=ssl_context, port_file=args.port_file,
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
         node_status_interval=args.node_status_update_frequency,
         eviction_interval=args.eviction_interval, eviction_hard=args.eviction_hard,
@@ -290,10 +332,21 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
     async with ApiClient(client_config, user_agent=USER_AGENT) as api:
         kubelet = Kubelet(kubelet_config, api, runtime, images)
         log.info("kubelet %s starting (runtime %s, root %s)", node_name, runtime.name, root_dir)
+        rotators = []
+        if args.rotate_server_certificates:
+            rotators.append(serving_rotator(api, node_name, serving_store, ssl_context))
+        if args.rotate_certificates:
+            rotators.append(client_rotator(api, node_name, args.kubeconfig))
+        tasks = [asyncio.create_task(r.run(), name=f"{r.what}-certificate")
+                 for r in rotators]
         try:
             await kubelet.run(stop)
         except OSError as err:
             log.error("kubelet: %s", err)
             return 1
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     log.info("kubelet %s stopped", node_name)
     return 0

@@ -56,6 +56,7 @@ from ephemera.apiserver.certs import (
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
+from ephemera.cli.controllers import signing_duration
 from ephemera.cli.demo import plugin_path_hint, run_demo
 from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
 from ephemera.cli.kubelet import check_eviction_flags, positive_seconds
@@ -129,6 +130,10 @@ def add_parser(subparsers: Any) -> None:
                              "(writes past them fail with ENOSPC)")
     parser.add_argument("--no-kubelet", action="store_true",
                         help="run no kubelet: a control plane without a node")
+    parser.add_argument("--cluster-signing-duration", type=signing_duration, default=None,
+                        metavar="DURATION",
+                        help="the controller-manager's: how long certificates it signs for "
+                             "CSRs last (a Go duration; default 8760h)")
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -221,7 +226,13 @@ class Cluster:
                 "--kubeconfig", str(self.data_dir / CONTROLLER_MANAGER_KUBECONFIG),
                 "--root-ca-file", str(pki / "ca.crt"),
                 "--cluster-signing-cert-file", str(pki / "ca.crt"),
-                "--cluster-signing-key-file", str(pki / "ca.key"), *self._common_flags()]
+                "--cluster-signing-key-file", str(pki / "ca.key"), *self._signing_duration(),
+                *self._common_flags()]
+
+    def _signing_duration(self) -> list[str]:
+        value = self.args.cluster_signing_duration
+        return [] if value is None else ["--cluster-signing-duration",
+                                         f"{value.total_seconds():g}s"]
 
     @property
     def node_name(self) -> str:

@@ -19,6 +19,8 @@ said it. A connection that cannot be made or breaks raises `ApiUnavailable`. A w
 from __future__ import annotations
 
 import ast
+import asyncio
+import dataclasses
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -168,6 +170,10 @@ class ApiClient:
         self.request_timeout = request_timeout
         self._ssl = config.ssl_context()
         self._session: aiohttp.ClientSession | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        # Responses being read: ended by `set_client_certificate` (a closed session does not
+        # wake their readers).
+        self._open: set[aiohttp.ClientResponse] = set()
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -180,6 +186,24 @@ class ApiClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def set_client_certificate(self, cert_pem: bytes, key_pem: bytes) -> None:
+        """Present this client certificate from now on (a kubelet's rotated one): a new TLS
+        context and a new connection pool; the old pool is closed, its requests and watches
+        end (and are retried by their callers), as client-go's certificate rotation closes
+        every connection made with the old certificate."""
+        self.config = dataclasses.replace(self.config, client_cert_pem=cert_pem,
+                                          client_key_pem=key_pem)
+        self._ssl = self.config.ssl_context()
+        old, self._session = self._session, None
+        for resp in self._open:
+            resp.content.set_exception(aiohttp.ClientConnectionError(
+                "connection closed: the client certificate was rotated"))
+        self._open.clear()
+        if old is not None:
+            task = asyncio.get_running_loop().create_task(old.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -220,7 +244,11 @@ class ApiClient:
             async with self._client().request(
                     method, self._url(path), params=_query(params), data=data, headers=headers,
                     timeout=timeout, server_hostname=server_name) as resp:
-                raw = await resp.read()
+                self._open.add(resp)
+                try:
+                    raw = await resp.read()
+                finally:
+                    self._open.discard(resp)
                 if resp.status >= 400:
                     raise _status_error(resp.status, raw)
                 if self.on_warning is not None:
@@ -301,12 +329,16 @@ class ApiClient:
                                           server_hostname=self.config.tls_server_name) as resp:
                 if resp.status >= 400:
                     raise _status_error(resp.status, await resp.read())
-                async for line in _lines(resp.content):
-                    event = orjson.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        raise status_error_from(obj)
-                    yield WatchEvent(str(event.get("type")), obj)
+                self._open.add(resp)
+                try:
+                    async for line in _lines(resp.content):
+                        event = orjson.loads(line)
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            raise status_error_from(obj)
+                        yield WatchEvent(str(event.get("type")), obj)
+                finally:
+                    self._open.discard(resp)
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise ApiUnavailable(request_error("GET", self._full_url(path, query), err)) \
                 from err

@@ -69,6 +69,7 @@ import dataclasses
 import inspect
 import logging
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,9 @@ class KubeletConfig:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     client_ca_file: Path | None = None
+    # The server's TLS context when the caller keeps it (to load a rotated serving
+    # certificate into it, `ephemera.kubelet.certificate`); else one from the files above.
+    ssl_context: ssl.SSLContext | None = None
     port_file: Path | None = None
     max_pods: int = 110
     settings: WorkerSettings = field(default_factory=WorkerSettings)
@@ -706,8 +710,9 @@ class Kubelet:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:
-            ssl_ctx = None
-            if cfg.tls_cert_file is not None and cfg.tls_key_file is not None:
+            ssl_ctx = cfg.ssl_context
+            if ssl_ctx is None and cfg.tls_cert_file is not None and \
+                    cfg.tls_key_file is not None:
                 ssl_ctx = kubelet_ssl_context(cfg.tls_cert_file, cfg.tls_key_file,
                                               cfg.client_ca_file)
             site = web.TCPSite(runner, cfg.address, cfg.port, ssl_context=ssl_ctx,

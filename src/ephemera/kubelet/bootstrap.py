@@ -26,6 +26,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +96,17 @@ def _raw_url_b64(data: bytes) -> bytes:
     return base64.urlsafe_b64encode(data).rstrip(b"=")
 
 
-def certificate_request(key: ec.EllipticCurvePrivateKey, node_name: str) -> bytes:
+def certificate_request(key: ec.EllipticCurvePrivateKey, node_name: str,
+                        names: Sequence[x509.GeneralName] = ()) -> bytes:
+    """A PEM request for `O=system:nodes, CN=system:node:NAME` with the subject alternative
+    `names` (none for a client certificate)."""
     subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP),
                          x509.NameAttribute(NameOID.COMMON_NAME, node_username(node_name))])
-    request = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(
-        key, hashes.SHA256())
+    builder = x509.CertificateSigningRequestBuilder().subject_name(subject)
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(list(names)),
+                                        critical=False)
+    request = builder.sign(key, hashes.SHA256())
     return request.public_bytes(serialization.Encoding.PEM)
 
 
@@ -126,10 +133,10 @@ def write_kubeconfig(path: Path, server: str, ca_pem: bytes | None, cert_pem: by
                       "context": {"cluster": "default-cluster", "user": user}}],
         "current-context": "default-context",
     }
-    _write_private(path, yaml.safe_dump(doc, sort_keys=False).encode())
+    write_private(path, yaml.safe_dump(doc, sort_keys=False).encode())
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     """Write `data` to `path` (mode 0600) atomically and durably: a temporary file in the
     same directory, fsynced, renamed over `path`, then the directory fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,13 +170,58 @@ def load_or_create_key(path: Path) -> ec.EllipticCurvePrivateKey:
     if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1):
         return key
     key = ec.generate_private_key(ec.SECP256R1())
-    _write_private(path, _key_pem(key))
+    write_private(path, key_pem(key))
     return key
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
+
+
+async def request_certificate(api: ApiClient, body: dict[str, Any], *,
+                              timeout: float = 300.0) -> bytes:
+    """Post the CertificateSigningRequest `body` (named, or with `metadata.generateName`)
+    and wait until it is signed: the certificate (PEM). A named CSR that exists already
+    (posted before with the same key) is waited for. BootstrapError when it is denied,
+    fails, cannot be posted, or is not signed within `timeout`."""
+    deadline = time.monotonic() + timeout
+    name = str(body["metadata"].get("name") or "")
+    while True:
+        try:
+            created = await api.create(_csr_path(), body)
+            name = str((created.get("metadata") or {}).get("name") or name)
+            break
+        except StatusError as err:
+            if err.code == 409 and name:
+                break  # posted before (same key, same name)
+            raise BootstrapError(f"creating certificatesigningrequest {name}: "
+                                 f"{err.message}") from None
+        except ApiUnavailable as err:
+            if time.monotonic() > deadline:
+                raise BootstrapError(f"the apiserver is unreachable: {err}") from None
+            await asyncio.sleep(1.0)
+    log.info("posted certificatesigningrequest %s (%s); waiting for approval", name,
+             body["spec"]["signerName"])
+    while True:
+        try:
+            csr = await api.get(_csr_path(name))
+        except (StatusError, ApiUnavailable) as err:
+            log.warning("reading certificatesigningrequest %s: %s", name, err)
+            csr = {}
+        status = csr.get("status") or {}
+        for condition in status.get("conditions") or []:
+            if condition.get("type") in ("Denied", "Failed") and \
+                    condition.get("status", "True") == "True":
+                raise BootstrapError(
+                    f"certificatesigningrequest {name} is {condition['type'].lower()}: "
+                    f"{condition.get('reason', '')} {condition.get('message', '')}".strip())
+        if status.get("certificate"):
+            return base64.b64decode(status["certificate"])
+        if time.monotonic() > deadline:
+            raise BootstrapError(f"certificatesigningrequest {name} was not signed "
+                                 f"within {timeout:g}s")
+        await asyncio.sleep(POLL_INTERVAL)
 
 
 async def bootstrap_client_certificate(bootstrap: ClientConfig, node_name: str,
@@ -182,50 +234,15 @@ async def bootstrap_client_certificate(bootstrap: ClientConfig, node_name: str,
     for its certificate across restarts."""
     key_path = key_path if key_path is not None else kubeconfig.with_name(PENDING_KEY_NAME)
     key = load_or_create_key(key_path)
-    key_pem = _key_pem(key)
+    private_pem = key_pem(key)
     name = csr_name(key, node_name)
     body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
             "metadata": {"name": name},
             "spec": {"request": _b64(certificate_request(key, node_name)),
                      "signerName": SIGNER, "usages": list(USAGES)}}
-    deadline = time.monotonic() + timeout
     async with ApiClient(bootstrap, user_agent=user_agent) as api:
-        while True:
-            try:
-                await api.create(_csr_path(), body)
-                break
-            except StatusError as err:
-                if err.code == 409:
-                    break  # posted before (same key, same name)
-                raise BootstrapError(f"creating certificatesigningrequest {name}: "
-                                     f"{err.message}") from None
-            except ApiUnavailable as err:
-                if time.monotonic() > deadline:
-                    raise BootstrapError(f"the apiserver is unreachable: {err}") from None
-                await asyncio.sleep(1.0)
-        log.info("posted certificatesigningrequest %s for node %s; waiting for approval",
-                 name, node_name)
-        while True:
-            try:
-                csr = await api.get(_csr_path(name))
-            except (StatusError, ApiUnavailable) as err:
-                log.warning("reading certificatesigningrequest %s: %s", name, err)
-                csr = {}
-            status = csr.get("status") or {}
-            for condition in status.get("conditions") or []:
-                if condition.get("type") in ("Denied", "Failed") and \
-                        condition.get("status", "True") == "True":
-                    raise BootstrapError(
-                        f"certificatesigningrequest {name} is {condition['type'].lower()}: "
-                        f"{condition.get('reason', '')} {condition.get('message', '')}".strip())
-            if status.get("certificate"):
-                cert_pem = base64.b64decode(status["certificate"])
-                break
-            if time.monotonic() > deadline:
-                raise BootstrapError(f"certificatesigningrequest {name} was not signed "
-                                     f"within {timeout:g}s")
-            await asyncio.sleep(POLL_INTERVAL)
-    write_kubeconfig(kubeconfig, bootstrap.server, bootstrap.ca_pem, cert_pem, key_pem,
+        cert_pem = await request_certificate(api, body, timeout=timeout)
+    write_kubeconfig(kubeconfig, bootstrap.server, bootstrap.ca_pem, cert_pem, private_pem,
                      node_username(node_name))
     key_path.unlink(missing_ok=True)  # the key lives in the kubeconfig now
     log.info("wrote %s with the client certificate of system:node:%s", kubeconfig, node_name)

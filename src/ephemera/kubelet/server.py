@@ -44,8 +44,10 @@ class ServerHost(StreamHost, LogHost, Protocol):
     def admitted_pods(self) -> list[dict[str, Any]]: ...
 
 
-def kubelet_ssl_context(cert_file: Path, key_file: Path,
+def kubelet_ssl_context(cert_file: Path, key_file: Path | None,
                         client_ca_file: Path | None) -> ssl.SSLContext:
+    """The server's TLS context (`key_file` None: the key is in `cert_file` too). Loading
+    another pair into it later (`load_cert_chain`) serves that pair on new connections."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)

@@ -296,8 +296,11 @@ def controller_roles() -> list[dict[str, Any]]:
             rule(["delete", *READ], ["certificates.k8s.io"], ["certificatesigningrequests"]),
             rule(["update"], ["certificates.k8s.io"], ["certificatesigningrequests/approval",
                                                        "certificatesigningrequests/status"]),
+            # kubelet-serving beyond upstream: ephemera's approver approves serving CSRs
+            # whose names are the Node's addresses (ephemera.controllers.certificates).
             rule(["approve"], ["certificates.k8s.io"], ["signers"],
-                 [KUBE_APISERVER_CLIENT_SIGNER, KUBE_APISERVER_CLIENT_KUBELET_SIGNER]),
+                 [KUBE_APISERVER_CLIENT_SIGNER, KUBE_APISERVER_CLIENT_KUBELET_SIGNER,
+                  KUBELET_SERVING_SIGNER]),
             rule(["sign"], ["certificates.k8s.io"], ["signers"],
                  [KUBE_APISERVER_CLIENT_SIGNER, KUBE_APISERVER_CLIENT_KUBELET_SIGNER,
                   KUBELET_SERVING_SIGNER, LEGACY_UNKNOWN_SIGNER]),
