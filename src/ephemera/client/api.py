@@ -197,7 +197,7 @@ class ApiClient:
         self._ssl = self.config.ssl_context()
         old, self._session = self._session, None
         for resp in self._open:
-            resp.content.set_exception(aiohttp.ClientConnectionError(
+            resp.content.set_exception(ApiUnavailable(
                 "connection closed: the client certificate was rotated"))
         self._open.clear()
         if old is not None:
@@ -339,6 +339,8 @@ class ApiClient:
                         yield WatchEvent(str(event.get("type")), obj)
                 finally:
                     self._open.discard(resp)
+        except ApiUnavailable:
+            raise  # ended on purpose (set_client_certificate), already in words
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise ApiUnavailable(request_error("GET", self._full_url(path, query), err)) \
                 from err
