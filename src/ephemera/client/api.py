@@ -14,11 +14,21 @@ details), so callers test `err.code == 404` or `err.reason == "Conflict"` exactl
 said it. A connection that cannot be made or breaks raises `ApiUnavailable`. A watch yields
 `WatchEvent`s; an `ERROR` event in the stream (for example `410 Expired`) raises the
 `StatusError` it carries. Nothing else in ephemera speaks HTTP to the apiserver.
+
+Several apiservers: `ApiClient(config, endpoints=[URL, ...])` knows more servers than the
+kubeconfig's (same credentials, same CA). An `EndpointPicker` (`ephemera.client.endpoints`)
+keeps the current one; a request whose connection cannot be made (nothing was sent) is tried
+at once on the next server, so callers see a failover as one slower request. A connection that
+breaks after the request went out is not retried (the write may have happened): it raises
+`ApiUnavailable` and the next request goes to the next server. With several servers the connect
+timeout is `FAILOVER_CONNECT_TIMEOUT` (1 s) instead of 10 s, so that a server that does not
+answer at all is left within 2 seconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
@@ -29,6 +39,7 @@ import aiohttp
 import orjson
 
 from ephemera.api.errors import StatusError
+from ephemera.client.endpoints import EndpointPicker
 from ephemera.client.kubeconfig import ClientConfig
 
 __all__ = [
@@ -58,6 +69,8 @@ _REASONS: Mapping[int, str] = {
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
+# With several apiservers: give up connecting to one this soon and try the next.
+FAILOVER_CONNECT_TIMEOUT = 1.0
 
 
 class ApiUnavailable(ConnectionError):
@@ -139,9 +152,12 @@ class ApiClient:
     """
 
     def __init__(self, config: ClientConfig, *, user_agent: str = "ephemera",
-                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+                 endpoints: Sequence[str] = ()) -> None:
+        """`endpoints`: apiserver URLs to use, in order of preference, before the
+        kubeconfig's server (which is always kept as one of them)."""
         self.config = config
-        self.server = config.server.rstrip("/")
+        self.endpoints = EndpointPicker([*endpoints, config.server])
         self.user_agent = user_agent
         self.request_timeout = request_timeout
         self._ssl = config.ssl_context()
@@ -170,8 +186,46 @@ class ApiClient:
                 .decode())
         return self._session
 
-    def _url(self, path: str) -> str:
-        return self.server + (path if path.startswith("/") else "/" + path)
+    @property
+    def server(self) -> str:
+        """The base URL of the apiserver in use now."""
+        return self.endpoints.current()
+
+    @property
+    def connect_timeout(self) -> float:
+        return FAILOVER_CONNECT_TIMEOUT if len(self.endpoints.urls) > 1 else CONNECT_TIMEOUT
+
+    def _url(self, path: str, server: str | None = None) -> str:
+        return (server or self.server) + (path if path.startswith("/") else "/" + path)
+
+    @contextlib.asynccontextmanager
+    async def _open(self, method: str, path: str, *, timeout: aiohttp.ClientTimeout,
+                    **kwargs: Any) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A response from the first server that accepts the connection (see the module
+        docstring); the last connection error when none does."""
+        last: Exception | None = None
+        for server in self.endpoints.candidates():
+            try:
+                resp_cm = self._client().request(
+                    method, self._url(path, server), timeout=timeout,
+                    server_hostname=self.config.tls_server_name, **kwargs)
+                resp = await resp_cm.__aenter__()
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
+                self.endpoints.failed(server)
+                last = err
+                continue
+            except (aiohttp.ClientError, OSError):
+                # Sent, then broken: not retried here; the next request goes elsewhere.
+                self.endpoints.failed(server)
+                raise
+            self.endpoints.succeeded(server)
+            try:
+                yield resp
+            finally:
+                resp.release()
+            return
+        assert last is not None
+        raise last
 
     # -- the verbs ------------------------------------------------------------------------
 
@@ -187,12 +241,11 @@ class ApiClient:
             else:
                 data = orjson.dumps(body)
             headers["Content-Type"] = content_type
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=CONNECT_TIMEOUT)
-        server_name = self.config.tls_server_name
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout,
+                                        connect=self.connect_timeout)
         try:
-            async with self._client().request(
-                    method, self._url(path), params=_query(params), data=data, headers=headers,
-                    timeout=timeout, server_hostname=server_name) as resp:
+            async with self._open(method, path, params=_query(params), data=data,
+                                  headers=headers, timeout=timeout) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise _status_error(resp.status, raw)
@@ -264,10 +317,10 @@ class ApiClient:
                         "labelSelector": label_selector, "fieldSelector": field_selector,
                         "timeoutSeconds": timeout_seconds,
                         "allowWatchBookmarks": allow_bookmarks or None, **params})
-        timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT, sock_read=None)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.connect_timeout,
+                                        sock_read=None)
         try:
-            async with self._client().get(self._url(path), params=query, timeout=timeout,
-                                          server_hostname=self.config.tls_server_name) as resp:
+            async with self._open("GET", path, params=query, timeout=timeout) as resp:
                 if resp.status >= 400:
                     raise _status_error(resp.status, await resp.read())
                 async for line in _lines(resp.content):
