@@ -23,6 +23,7 @@ from typing import Any
 
 from ephemera.cli import flags
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
+from ephemera.client.apiservers import discovering
 from ephemera.controllers.certificates import CertificateApprover, CertificateSigner
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
@@ -45,6 +46,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--kubeconfig", required=True, type=Path, metavar="FILE",
                         help="how to reach the apiserver (server, CA, credentials)")
     flags.add_feature_gates(parser)
+    flags.add_apiserver_endpoints(parser)
     parser.add_argument("--resync-period", type=float, default=DEFAULT_RESYNC_PERIOD,
                         metavar="SECONDS",
                         help="recompute every quota at least this often "
@@ -84,7 +86,8 @@ async def _serve(config: Any, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with ApiClient(config, user_agent=USER_AGENT) as api:
+    async with ApiClient(config, user_agent=USER_AGENT,
+                         endpoints=args.apiserver_endpoints) as api, discovering(api):
         controller = ResourceQuotaController(api, gates=args.feature_gates,
                                              resync_period=args.resync_period)
         task = asyncio.create_task(controller.run(), name="resourcequota-controller")

@@ -33,6 +33,7 @@ from typing import Any
 
 from ephemera.cli import flags
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
+from ephemera.client.apiservers import discovering
 
 log = logging.getLogger("ephemera.kubelet")
 
@@ -65,6 +66,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the container runtime (default auto: crun if it works on this "
                              "host, else runc; fake runs no processes)")
     flags.add_feature_gates(parser)
+    flags.add_apiserver_endpoints(parser)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"the kubelet API's port (default {DEFAULT_PORT}; 0 picks a free "
                              "one)")
@@ -233,7 +235,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         storage_limit_enforcement=args.storage_limit_enforcement)
     runtime = make_runtime(args.runtime, root_dir, node_name)
     images = ImageStore(root_dir)
-    async with ApiClient(client_config, user_agent=USER_AGENT) as api:
+    async with ApiClient(client_config, user_agent=USER_AGENT,
+                         endpoints=args.apiserver_endpoints) as api, discovering(api):
         kubelet = Kubelet(kubelet_config, api, runtime, images)
         log.info("kubelet %s starting (runtime %s, root %s)", node_name, runtime.name, root_dir)
         try:

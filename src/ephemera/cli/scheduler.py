@@ -15,6 +15,7 @@ from typing import Any
 
 from ephemera.cli import flags
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
+from ephemera.client.apiservers import discovering
 from ephemera.scheduler import DEFAULT_SCHEDULER_NAME, run_scheduler
 
 log = logging.getLogger("ephemera.scheduler")
@@ -28,6 +29,7 @@ def add_parser(subparsers: Any) -> None:
                         help="how to reach the API server (default: $KUBECONFIG, then "
                              "~/.kube/config)")
     flags.add_feature_gates(parser)
+    flags.add_apiserver_endpoints(parser)
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -49,7 +51,8 @@ async def _serve(config: Any, args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     print(f"ephemera scheduler ({DEFAULT_SCHEDULER_NAME}) using {config.server}",
           file=sys.stderr, flush=True)
-    async with ApiClient(config, user_agent="ephemera-scheduler") as api:
+    async with ApiClient(config, user_agent="ephemera-scheduler",
+                         endpoints=args.apiserver_endpoints) as api, discovering(api):
         await run_scheduler(api, args.feature_gates, stop)
     log.info("stopped")
     return 0

@@ -18,6 +18,15 @@ accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt`
 approves and signs kubelet client CSRs with the data dir's CA.
 SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
 restart on the same data dir carries on with every object.
+
+`--join-control-plane FIRST_DATA_DIR` (with `--store etcd` on the first member's etcd, and
+a `--data-dir` of its own) starts a second member of the first one's control plane on the
+same machine: it copies the shared CA and service account keys (`ephemera.cli.controlplane`),
+runs its own apiserver, scheduler and controller-manager, and a kubelet only with a
+`--node-name` (the host's node is the first member's). Its components get both apiservers
+(`--apiserver-endpoints`: this member's, those given, the first member's) and learn the
+others from the apiserver identity leases; `--apiserver-endpoints` on a first member is
+passed on the same way.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from ephemera.apiserver.certs import (
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
+from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import run_demo
 from ephemera.cli.kubelet import positive_seconds
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
@@ -109,6 +119,11 @@ def add_parser(subparsers: Any) -> None:
                              "(writes past them fail with ENOSPC)")
     parser.add_argument("--no-kubelet", action="store_true",
                         help="run no kubelet: a control plane without a node")
+    parser.add_argument("--join-control-plane", type=Path, default=None, metavar="FIRST_DIR",
+                        help="be another member of the control plane whose data dir this is "
+                             "(same machine; needs --store etcd on its etcd): share its CA "
+                             "and service account keys; a kubelet only with --node-name")
+    flags.add_apiserver_endpoints(parser)
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -120,6 +135,15 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
+    if args.join_control_plane is not None:
+        if args.store != "etcd":
+            parser.error("--join-control-plane needs --store etcd (the first member's etcd)")
+        try:
+            share_identity(args.join_control_plane.resolve(), args.data_dir.resolve())
+        except (ControlPlaneError, OSError) as err:
+            parser.error(str(err))
+        if args.node_name is None:
+            args.no_kubelet = True
     try:
         return asyncio.run(Cluster(args).run())
     except KeyboardInterrupt:
@@ -136,6 +160,7 @@ class Cluster:
         self.stop = asyncio.Event()
         self.supervisor = Supervisor(self.data_dir / LOG_DIR, say, pid_dir=self.run_dir)
         self.apiserver_port: int | None = None
+        self.url = ""  # this member's apiserver, once it answers
         self.kubelet_port = 0
         # Read now: the apiserver's readiness rewrites ports.json.
         self._last_kubelet_port = flags.read_ports(self.data_dir).get("kubelet")
@@ -145,6 +170,16 @@ class Cluster:
     def _common_flags(self) -> list[str]:
         gates = self.args.feature_gates.to_flag()
         return ["--feature-gates", gates] if gates else []
+
+    def _endpoint_flags(self) -> list[str]:
+        """`--apiserver-endpoints` of the components: this member's apiserver first, then
+        those given, then the first member's (with --join-control-plane)."""
+        urls = [self.url] if self.url else []
+        urls += self.args.apiserver_endpoints
+        if self.args.join_control_plane is not None:
+            first = first_member_url(self.args.join_control_plane.resolve())
+            urls += [first] if first else []
+        return ["--apiserver-endpoints", ",".join(dict.fromkeys(urls))] if urls else []
 
     def apiserver_argv(self) -> list[str]:
         a = self.args
@@ -168,7 +203,7 @@ class Cluster:
     def scheduler_argv(self) -> list[str]:
         return [sys.executable, "-m", "ephemera.cli", "scheduler",
                 "--kubeconfig", str(self.data_dir / SCHEDULER_KUBECONFIG),
-                *self._common_flags()]
+                *self._endpoint_flags(), *self._common_flags()]
 
     def controller_manager_argv(self) -> list[str]:
         pki = self.data_dir / "pki"
@@ -176,7 +211,8 @@ class Cluster:
                 "--kubeconfig", str(self.data_dir / CONTROLLER_MANAGER_KUBECONFIG),
                 "--root-ca-file", str(pki / "ca.crt"),
                 "--cluster-signing-cert-file", str(pki / "ca.crt"),
-                "--cluster-signing-key-file", str(pki / "ca.key"), *self._common_flags()]
+                "--cluster-signing-key-file", str(pki / "ca.key"), *self._endpoint_flags(),
+                *self._common_flags()]
 
     @property
     def node_name(self) -> str:
@@ -195,7 +231,8 @@ class Cluster:
                 "--tls-cert-file", str(pki / "kubelet.crt"),
                 "--tls-private-key-file", str(pki / "kubelet.key"),
                 "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
-                "--stop-pods-on-exit", *self._eviction_flags(), *self._common_flags()]
+                "--stop-pods-on-exit", *self._eviction_flags(), *self._endpoint_flags(),
+                *self._common_flags()]
 
     def _eviction_flags(self) -> list[str]:
         extra: list[str] = []
@@ -256,6 +293,7 @@ class Cluster:
             url = await self._wait_for_api(pki)
             if url is None:
                 return 0 if self.stop.is_set() else 1
+            self.url = url
             write_admin_kubeconfig(self.kubeconfig, url, pki)
             # The scheduler and the controller-manager act as themselves (their RBAC roles).
             write_client_kubeconfig(self.data_dir / SCHEDULER_KUBECONFIG, url, pki,

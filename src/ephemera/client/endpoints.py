@@ -68,14 +68,15 @@ class EndpointPicker:
         failed = sorted((u for u in rest if u in self._failed), key=self._failed.__getitem__)
         return [self._current, *healthy, *failed]
 
-    def failed(self, url: str) -> None:
-        """A connection to `url` could not be made: mark it, and when it is the current one,
-        move to the next candidate."""
+    def failed(self, url: str, reason: object = "") -> None:
+        """A connection to `url` could not be made (`reason`): mark it, and when it is the
+        current one, move to the next candidate."""
         url = normalize_url(url)
         self._failed[url] = time.monotonic()
         if url == self._current and len(self._urls) > 1:
             following = self.candidates()[1]
-            log.warning("apiserver %s is not answering; switching to %s", url, following)
+            log.warning("apiserver %s is not answering (%s); switching to %s", url,
+                        reason or "no connection", following)
             self._current = following
 
     def succeeded(self, url: str) -> None:
