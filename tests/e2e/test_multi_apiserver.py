@@ -5,10 +5,11 @@ processes, a real etcd, the real kubectl.
   certificate of the first one's CA with `--tls-cert-file`, verifies clients with
   `--client-ca-file`, signs and verifies service account tokens with the first one's keys);
   kubectl uses either with the same kubeconfig; each lists itself in an identity Lease.
-- The scheduler, the controller-manager and a fake-runtime kubelet get both URLs
-  (`--apiserver-endpoints`); after `kill -9` of the apiserver they use, pods are still
-  scheduled and Running through the other one, and the kubelet resumed its watches from
-  their resourceVersion (its log says so; it never listed again).
+- The scheduler and a fake-runtime kubelet get both URLs (`--apiserver-endpoints`), the
+  controller-manager only the first and learns the second from its identity lease; after
+  `kill -9` of the apiserver they use, pods are still scheduled and Running through the other
+  one, the kubelet and the scheduler resumed their watches from their resourceVersion (their
+  logs say so; they never listed again), the controller-manager writes through it.
 - `ephemera up --join-control-plane FIRST_DIR` starts a second member with one command.
 """
 
@@ -242,9 +243,11 @@ def test_components_fail_over_when_their_apiserver_is_killed(plane: ControlPlane
     scheduler = Proc("scheduler", [
         "scheduler", "--kubeconfig", str(base / "scheduler.kubeconfig"),
         "--apiserver-endpoints", endpoints], base / "scheduler.log").start()
+    # The controller-manager knows only the first apiserver: it learns the second from its
+    # identity lease.
     manager = Proc("controller-manager", [
-        "controller-manager", "--kubeconfig", str(base / "cm.kubeconfig"),
-        "--apiserver-endpoints", endpoints], base / "controller-manager.log").start()
+        "controller-manager", "--kubeconfig", str(base / "cm.kubeconfig")],
+        base / "controller-manager.log").start()
     kubelet = Proc("kubelet", [
         "kubelet", "--kubeconfig", str(base / "kubelet.kubeconfig"), "--node-name", NODE,
         "--root-dir", str(base / "kubelet"), "--runtime", "fake", "--port", "0",
@@ -263,6 +266,8 @@ def test_components_fail_over_when_their_apiserver_is_killed(plane: ControlPlane
              .returncode == 0, "the default service account", plane.procs)
     plane.kubectl("apply", "-f", "-", stdin=POD.format(name="before"))
     wait_for(lambda: running("before"), "pod before to run", plane.procs)
+    wait_for(lambda: f"learned apiservers {plane.url_b}" in manager.text(),
+             "the controller-manager to learn apiserver b", plane.procs)
     # Past client-go's "very short watch": every component's watches are established.
     time.sleep(1.5)
 
@@ -281,6 +286,14 @@ def test_components_fail_over_when_their_apiserver_is_killed(plane: ControlPlane
     scheduler_log = scheduler.text()
     assert f"switching to {plane.url_b}" in scheduler_log
     assert "listing again" not in scheduler_log, scheduler_log[-3000:]
+    # The controller-manager moved to the apiserver it learned; its next write went there:
+    # a pod's service account exists in a namespace created after the kill.
+    plane.kubectl("create", "namespace", "after-kill", server=plane.url_b)
+    wait_for(lambda: plane.kubectl("get", "serviceaccount", "default", "-n", "after-kill",
+                                   server=plane.url_b, check=False).returncode == 0,
+             "the controller-manager to create a service account through b", plane.procs,
+             timeout=20)
+    assert f"switching to {plane.url_b}" in manager.text()
     # The dead apiserver drops out of the live endpoints once its lease is older than 15 s
     # (not waited for here); the live one is still listed.
     leases = json.loads(plane.kubectl("get", "leases", "-n", "kube-system", "-l",
