@@ -10,11 +10,14 @@ processes, a real etcd, the real kubectl.
   `kill -9` of the apiserver they use, pods are still scheduled and Running through the other
   one, the kubelet and the scheduler resumed their watches from their resourceVersion (their
   logs say so; they never listed again), the controller-manager writes through it.
-- `ephemera up --join-control-plane FIRST_DIR` starts a second member with one command.
+- `ephemera up --join-control-plane FIRST_DIR` starts a second member with one command;
+  `ephemera token create --upload-certs` and `ephemera join --control-plane
+  --certificate-key` do it as from another machine (the keys travel encrypted).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cluster import KUBECTL, release_leftovers, start_cluster
 
 from ephemera.api.wellknown import (
@@ -327,3 +331,54 @@ def test_up_join_control_plane_starts_a_second_member(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60)
     assert joined.returncode == 2
     assert "--join-control-plane needs --store etcd" in joined.stderr
+
+
+def test_join_control_plane_from_another_machine_with_a_certificate_key(
+        tmp_path: Path) -> None:
+    with EtcdServer(tmp_path / "etcd") as etcd:
+        store = ["--store", "etcd", "--etcd-endpoints", etcd.endpoint]
+        with start_cluster(tmp_path / "first", tmp_path / "home", [*store, "--no-kubelet"]) \
+                as first:
+            cli = [sys.executable, "-m", "ephemera.cli"]
+            printed = subprocess.run(
+                [*cli, "token", "create", "--data-dir", str(tmp_path / "first"),
+                 "--upload-certs", "--print-join-command"],
+                capture_output=True, text=True, timeout=60, check=True).stdout.split()
+            assert printed[:2] == ["ephemera", "join"] and "--control-plane" in printed
+            key = printed[printed.index("--certificate-key") + 1]
+            # Without the key the Secret tells nothing.
+            secret = json.loads(first.kubectl("get", "secret", "-n", "kube-system",
+                                              "kubeadm-certs", "-o", "json").stdout)
+            assert sorted(secret["data"]) == ["ca.crt", "ca.key", "sa.key", "sa.pub"]
+            assert b"PRIVATE KEY" not in base64.b64decode(secret["data"]["ca.key"])
+
+            join = [*cli, *printed[1:], "--data-dir", str(tmp_path / "second"), *store]
+            wrong = [*join[:join.index(key)], "ab" * 32, *join[join.index(key) + 1:]]
+            failed = subprocess.run(wrong, capture_output=True, text=True, timeout=60)
+            assert failed.returncode == 1
+            assert "the certificate key does not decrypt the kubeadm-certs Secret" in (
+                failed.stderr)
+
+            out_path = tmp_path / "join.out"
+            with open(out_path, "wb") as out:
+                member = subprocess.Popen(join, stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL)
+            try:
+                kubeconfig = tmp_path / "second" / "kubeconfig"
+                wait_for(lambda: kubeconfig.exists() or member.poll() is not None,
+                         "the second member's API")
+                assert member.poll() is None, out_path.read_text()
+                for name in ("ca.crt", "ca.key", "sa.key", "sa.pub"):
+                    assert ((tmp_path / "second" / "pki" / name).read_bytes()
+                            == (tmp_path / "first" / "pki" / name).read_bytes())
+                server = str(yaml.safe_load(kubeconfig.read_text())["clusters"][0]
+                             ["cluster"]["server"])
+                assert server != first.server
+                got = first.kubectl("get", "ns", "kube-system", "-o", "name", "--server",
+                                    server)
+                assert got.stdout.strip() == "namespace/kube-system"
+            finally:
+                member.send_signal(signal.SIGTERM)
+                code = member.wait(30)
+            assert code == 0, out_path.read_text()
+            assert first.stop() == 0

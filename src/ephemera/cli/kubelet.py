@@ -55,12 +55,13 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
-def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+def add_node_arguments(parser: argparse.ArgumentParser, *,
+                       root_dir_required: bool = True) -> None:
     """The flags of a node's kubelet other than its kubeconfigs (`ephemera join` has them
     too)."""
     parser.add_argument("--node-name", default=None, metavar="NAME",
                         help="the node's name (default: the host name)")
-    parser.add_argument("--root-dir", required=True, type=Path, metavar="DIR",
+    parser.add_argument("--root-dir", required=root_dir_required, type=Path, metavar="DIR",
                         help="where pods, volumes, logs, images and runtime state live")
     parser.add_argument("--runtime", choices=("auto", "runc", "crun", "fake"), default="auto",
                         help="the container runtime (default auto: crun if it works on this "
