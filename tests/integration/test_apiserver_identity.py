@@ -65,3 +65,28 @@ async def test_the_identity_lease_is_kept_and_removed_on_stop(api: Api) -> None:
         assert await live_apiserver_urls(client) == ["https://127.0.0.1:7002"]
         await taker.stop()
         assert await live_apiserver_urls(client) == []
+
+
+async def test_expired_identity_leases_of_other_apiservers_are_collected(api: Api) -> None:
+    registry = api.app[REGISTRY]
+    url = str(api.client.server.make_url("")).rstrip("/")
+    mine = ApiserverIdentity(registry, "https://127.0.0.1:7001", 7001, hostname="host-a")
+    await mine.renew()
+    two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def lease(name: str, identity: bool) -> dict[str, object]:
+        labels = {"apiserver.kubernetes.io/identity": "kube-apiserver"} if identity else {}
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"holderIdentity": f"{name}_x", "leaseDurationSeconds": 3600,
+                         "renewTime": two_hours_ago}}
+
+    async with ApiClient(ClientConfig(server=url)) as client:
+        await client.create(LEASES, lease("apiserver-gone", True))
+        await client.create(LEASES, lease("kube-scheduler", False))
+        assert await mine.collect_expired() == ["apiserver-gone"]
+        names = {item["metadata"]["name"] for item in (await client.list(LEASES))["items"]}
+        assert names == {mine.name, "kube-scheduler"}  # its own and other leases stay
+        # An hour from now its own lease would be expired too, but is never collected.
+        later = datetime.now(UTC) + timedelta(hours=2)
+        assert await mine.collect_expired(later) == []

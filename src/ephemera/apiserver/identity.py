@@ -13,7 +13,9 @@ endpoint reconciler keeps to the live apiservers, have this stand-in: the lease 
 URL clients reach the apiserver at (annotation `ephemera.io/apiserver-url`), and a lease
 renewed within the reconciler's TTL (15 s) is a live endpoint
 (`ephemera.client.apiservers`). On a graceful stop the apiserver deletes its lease, as the
-reconciler removes a stopping apiserver's endpoint; a killed one drops out after the TTL.
+reconciler removes a stopping apiserver's endpoint; a killed one drops out after the TTL,
+and its lease is deleted by a live apiserver once it has expired (its 3600 s past the last
+renewal), checked at start and every hour, as upstream's identity lease garbage collector.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ import hashlib
 import logging
 import socket
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
+from ephemera.api.meta import parse_rfc3339
 from ephemera.api.wellknown import (
     APISERVER_IDENTITY_LABEL,
     APISERVER_IDENTITY_LEASE_SECONDS,
@@ -46,11 +49,21 @@ __all__ = ["ApiserverIdentity", "identity_name"]
 log = logging.getLogger(__name__)
 
 _LEASES = lookup("coordination.k8s.io", "v1", "leases")
+# upstream's identity lease garbage collector runs hourly.
+GC_PERIOD_SECONDS = 3600.0
 
 
 def identity_name(hostname: str, port: int) -> str:
     """`apiserver-` and 26 hex digits of the SHA-256 of `<hostname>:<port>`."""
     return "apiserver-" + hashlib.sha256(f"{hostname}:{port}".encode()).hexdigest()[:26]
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        moment = parse_rfc3339(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _micro_now() -> str:
@@ -110,10 +123,44 @@ class ApiserverIdentity:
                 if again.code != 409:  # another member created it meanwhile: renewed next
                     raise
 
+    async def collect_expired(self, now: datetime | None = None) -> list[str]:
+        """Delete the other apiservers' identity leases that expired; their names."""
+        assert _LEASES is not None
+        now = now or datetime.now(UTC)
+        page = await self.registry.list(_LEASES, APISERVER_IDENTITY_NAMESPACE)
+        codec = self.registry.codec(_LEASES)
+        gone: list[str] = []
+        for kv, obj in zip(page.kvs, page.objects, strict=True):
+            lease = obj if obj is not None else codec.decode(kv)
+            md, spec = lease.get("metadata") or {}, lease.get("spec") or {}
+            if ((md.get("labels") or {}).get(APISERVER_IDENTITY_LABEL)
+                    != APISERVER_IDENTITY_VALUE or md.get("name") == self.name):
+                continue
+            renewed = _parse_time(str(spec.get("renewTime") or ""))
+            duration = spec.get("leaseDurationSeconds")
+            if renewed is None or not isinstance(duration, int):
+                continue
+            if renewed + timedelta(seconds=duration) >= now:
+                continue
+            with contextlib.suppress(StatusError):  # another member collected it first
+                await self.registry.delete(_LEASES, APISERVER_IDENTITY_NAMESPACE,
+                                           str(md.get("name")), DeleteOptions(
+                                               precondition_resource_version=str(
+                                                   kv.mod_revision)))
+                gone.append(str(md.get("name")))
+        if gone:
+            log.info("deleted expired apiserver identity leases %s", ", ".join(gone))
+        return gone
+
     async def _run(self) -> None:
+        collected_at: float | None = None
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 await self.renew()
+                if collected_at is None or loop.time() - collected_at >= GC_PERIOD_SECONDS:
+                    collected_at = loop.time()
+                    await self.collect_expired()
             except Exception as err:  # the store may be away: next time
                 log.warning("renewing the apiserver identity lease %s failed: %s",
                             self.name, err)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.meta import parse_rfc3339
 from ephemera.api.wellknown import (
     APISERVER_ENDPOINT_TTL_SECONDS,
     APISERVER_IDENTITY_LABEL,
@@ -40,7 +41,7 @@ SELECTOR = f"{APISERVER_IDENTITY_LABEL}={APISERVER_IDENTITY_VALUE}"
 
 def _parse_time(text: str) -> datetime | None:
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = parse_rfc3339(text)
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
