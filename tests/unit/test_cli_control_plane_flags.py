@@ -29,6 +29,10 @@ def test_apiserver_tls_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         [*data, "--tls-cert-file", str(cert)], capsys)
     assert f"--client-ca-file: no such file: {tmp_path / 'nope'}" in usage_error(
         [*data, "--client-ca-file", str(tmp_path / "nope")], capsys)
+    assert "'lb.example' is not an IP address" in usage_error(
+        [*data, "--advertise-address", "lb.example"], capsys)
+    assert "'0.0.0.0': an address others can reach" in usage_error(
+        [*data, "--advertise-address", "0.0.0.0"], capsys)
     args = build_parser().parse_args([*data, "--tls-san", "lb.example,10.0.0.9",
                                       "--tls-san", "other"])
     assert args.tls_san == [["lb.example", "10.0.0.9"], ["other"]]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import ssl
@@ -103,7 +104,7 @@ def add_parser(subparsers: Any) -> None:
                         help="rotate the audit log past this size (default 100)")
     parser.add_argument("--audit-log-maxbackup", type=int, default=10, metavar="N",
                         help="rotated audit logs to keep, 0 for all (default 10)")
-    parser.add_argument("--advertise-address", default=None, metavar="IP",
+    parser.add_argument("--advertise-address", type=_ip_address, default=None, metavar="IP",
                         help="the address other members and clients reach this apiserver at "
                              "(default: --bind-address, loopback when that is 0.0.0.0 or ::)")
     parser.add_argument("--tls-san", type=flags.endpoints_arg, action="append", default=[],
@@ -130,6 +131,16 @@ def _go_bool(text: str) -> bool:
         return parse_go_bool(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _ip_address(text: str) -> str:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+    if address.is_unspecified:
+        raise argparse.ArgumentTypeError(f"{text!r}: an address others can reach")
+    return str(address)
 
 
 def _authorization_modes(text: str) -> list[str]:
