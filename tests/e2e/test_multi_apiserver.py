@@ -320,9 +320,15 @@ def test_up_join_control_plane_starts_a_second_member(tmp_path: Path) -> None:
                 got = first.kubectl("get", "ns", "kube-system", "-o", "name", "--server",
                                     second.server)
                 assert got.stdout.strip() == "namespace/kube-system"
-                args = (tmp_path / "second" / "run").glob("*.pid")
-                assert {p.stem for p in args} >= {"apiserver", "scheduler",
-                                                  "controller-manager"}
+                # Its own scheduler and controller-manager (started once its API answers).
+                wait_for(lambda: {p.stem for p in (tmp_path / "second" / "run").glob("*.pid")}
+                         >= {"apiserver", "scheduler", "controller-manager"},
+                         "the second member's components")
+                # They are given both apiservers: their own member's first.
+                pid = int((tmp_path / "second" / "run" / "scheduler.pid").read_text())
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                endpoints = argv[argv.index(b"--apiserver-endpoints") + 1].decode()
+                assert endpoints == f"{second.server},{first.server}"
                 assert second.stop() == 0
             assert first.stop() == 0
     joined = subprocess.run(
