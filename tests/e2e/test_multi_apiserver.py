@@ -18,6 +18,7 @@ processes, a real etcd, the real kubectl.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster import KUBECTL, release_leftovers, start_cluster
+from cryptography import x509
 
 from ephemera.api.wellknown import (
     APISERVER_IDENTITY_LABEL,
@@ -310,7 +312,14 @@ def test_components_fail_over_when_their_apiserver_is_killed(plane: ControlPlane
 def test_up_join_control_plane_starts_a_second_member(tmp_path: Path) -> None:
     with EtcdServer(tmp_path / "etcd") as etcd:
         store = ["--store", "etcd", "--etcd-endpoints", etcd.endpoint, "--no-kubelet"]
-        with start_cluster(tmp_path / "first", tmp_path / "home", store) as first:
+        with start_cluster(tmp_path / "first", tmp_path / "home",
+                           [*store, "--tls-san", "lb.example.test,10.9.9.9"]) as first:
+            serving = x509.load_pem_x509_certificate(
+                (tmp_path / "first" / "pki" / "apiserver.crt").read_bytes())
+            sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+            assert "lb.example.test" in sans.value.get_values_for_type(x509.DNSName)
+            assert ipaddress.ip_address("10.9.9.9") in sans.value.get_values_for_type(
+                x509.IPAddress)
             with start_cluster(tmp_path / "second", tmp_path / "home2", [
                     *store, "--join-control-plane", str(tmp_path / "first")]) as second:
                 for name in ("ca.crt", "ca.key", "sa.key", "sa.pub"):

@@ -124,6 +124,9 @@ def add_parser(subparsers: Any) -> None:
                              "(same machine; needs --store etcd on its etcd): share its CA "
                              "and service account keys; a kubelet only with --node-name")
     flags.add_apiserver_endpoints(parser)
+    parser.add_argument("--tls-san", type=flags.endpoints_arg, action="append", default=[],
+                        metavar="NAME,...",
+                        help="passed to the apiserver: more names for its serving certificate")
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -198,6 +201,8 @@ class Cluster:
         argv += ["--audit-log-path", str(self.data_dir / AUDIT_LOG)]
         if a.audit_policy_file is not None:
             argv += ["--audit-policy-file", str(a.audit_policy_file.resolve())]
+        for names in a.tls_san:
+            argv += ["--tls-san", ",".join(names)]
         return argv + self._common_flags()
 
     def scheduler_argv(self) -> list[str]:
