@@ -176,13 +176,14 @@ class Cluster:
 
     def _endpoint_flags(self) -> list[str]:
         """`--apiserver-endpoints` of the components: this member's apiserver first, then
-        those given, then the first member's (with --join-control-plane)."""
-        urls = [self.url] if self.url else []
-        urls += self.args.apiserver_endpoints
+        those given, then the first member's (with --join-control-plane); none when there
+        are no others (their kubeconfig names this member's)."""
+        others = list(self.args.apiserver_endpoints)
         if self.args.join_control_plane is not None:
             first = first_member_url(self.args.join_control_plane.resolve())
-            urls += [first] if first else []
-        return ["--apiserver-endpoints", ",".join(dict.fromkeys(urls))] if urls else []
+            others += [first] if first else []
+        urls = list(dict.fromkeys([self.url, *others] if self.url else others))
+        return ["--apiserver-endpoints", ",".join(urls)] if others else []
 
     def apiserver_argv(self) -> list[str]:
         a = self.args
