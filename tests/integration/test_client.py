@@ -1,6 +1,7 @@
 """`ephemera.client` against the in-process apiserver on a real loopback socket: the verbs,
 Status errors as `StatusError`, watches (410 included), an unreachable server, and the
-informer's cache, handlers, re-list after a compaction and reconnection after a restart."""
+informer's cache, handlers, re-list after a compaction and reconnection after a restart;
+with several apiservers, failover of requests and of the informer's watch (no relist)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from apiserver_fixtures import Api, eventually
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.client import ApiClient, ApiUnavailable, ClientConfig, Informer, resource_path
+from ephemera.client.reflector import SHORT_WATCH_SECONDS
 from ephemera.store import open_store
 
 CONFIGMAPS = resource_path("configmaps", "default")
@@ -275,4 +277,53 @@ async def test_informer_reconnects_after_the_server_restarts(tmp_path: Path) -> 
                 finally:
                     await second.close()
     finally:
+        await store.close()
+
+
+# --- several apiservers ----------------------------------------------------------------------
+
+
+async def test_a_dead_first_endpoint_fails_over_at_once_and_sticks(client: ApiClient) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    live = client.server
+    async with ApiClient(ClientConfig(server=live), endpoints=[dead]) as c:
+        assert c.server == dead and c.endpoints.urls == (dead, live)
+        await c.create(CONFIGMAPS, configmap("failover"))
+        assert c.server == live  # moved within the request, and stays there
+        got = await c.get(resource_path("configmaps", "default", "failover"))
+        assert got["metadata"]["name"] == "failover" and c.server == live
+
+
+async def test_informer_resumes_its_watch_on_the_next_apiserver_without_a_relist(
+        tmp_path: Path) -> None:
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    config = ApiserverConfig(watch_bookmark_interval=0.2)
+    first, second = TestServer(create_app(store, config)), TestServer(create_app(store, config))
+    await first.start_server()
+    await second.start_server()
+    urls = [f"http://127.0.0.1:{server.port}" for server in (first, second)]
+    recorder = Recorder()
+    try:
+        async with ApiClient(ClientConfig(server=urls[1]), endpoints=[urls[0]]) as c:
+            await c.create(CONFIGMAPS, configmap("a", k="1"))
+            informer = Informer(c, CONFIGMAPS)
+            informer.add_handler(on_add=recorder.add, on_update=recorder.update,
+                                 on_delete=recorder.delete)
+            async with running(informer):
+                assert c.server == urls[0]
+                # Past client-go's "very short watch" (an empty watch ended within a second
+                # lists again): the watch is established, as a component's long-running one.
+                await asyncio.sleep(SHORT_WATCH_SECONDS + 0.5)
+                await first.close()
+                await c.create(CONFIGMAPS, configmap("b", k="2"))
+                await eventually(lambda: len(recorder.seen) == 2, timeout=10)
+                assert recorder.seen == [("add", "a", "1"), ("add", "b", "2")]
+                assert c.server == urls[1]
+                # The stream ended with the server; the watch was opened again from its last
+                # version on the second server (the connection moved within the request).
+                assert informer.reflector.relists == 0
+    finally:
+        await second.close()
         await store.close()

@@ -121,9 +121,10 @@ async def test_the_cache_follows_the_store_and_forced_lookups_expire(api: Api) -
     assert not cache.ready and not cache.admits("default", "CREATE")
 
 
-async def test_the_cache_lists_again_after_its_watch_is_dropped(
+async def test_the_cache_watches_again_from_its_version_after_its_watch_is_dropped(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="ephemera.apiserver")
+    caplog.set_level(logging.INFO, logger="ephemera.reflector")
     store = SqliteStore(tmp_path / "data", watch_capacity=1)
     codec = Registry(store).codec(NAMESPACES)
     cache = NamespaceCache(store, codec, retry_interval=0.05)
@@ -133,7 +134,9 @@ async def test_the_cache_lists_again_after_its_watch_is_dropped(
         await asyncio.gather(*(store.create(NAMESPACES.key("", n), codec.encode(
             {"metadata": {"name": n}})) for n in names))
         await eventually(lambda: all(cache.admits(n, "CREATE") for n in names))
-        assert "namespace cache: watch ended" in caplog.text
+        assert "namespace cache: watch failed: watch ended" in caplog.text
+        assert "watching again from resourceVersion" in caplog.text
+        assert cache._reflector.relists == 0  # the store still had the version: no list
     finally:
         await cache.close()
         await store.close()

@@ -1,7 +1,8 @@
 """The shared list-then-watch loop (`ephemera.client.reflector.Reflector`) over a scripted
 source: paged lists at one resource version, the full-list fallback of an expired continue
 token, watch events in order, a clean end watched again from where it stopped, a 410 listed
-again at once, other failures (and very short empty watches) after a doubling back-off."""
+again at once, a broken watch opened again from its last version (no list), other failures
+(and very short empty watches) listed again after a doubling back-off."""
 
 from __future__ import annotations
 
@@ -132,7 +133,39 @@ async def test_failures_back_off_doubling_and_start_over_after_a_delivery() -> N
     reflector = Recording(source, Sink(), initial_backoff=0.5, max_backoff=1.5)
     await run_until_idle(reflector, source)
     assert reflector.pauses == [0.5, 1.0, 1.5, 0.5, 1.0]
-    assert len(source.lists) == 6  # every failure lists again
+    # A broken watch is opened again from the last version seen, without a list.
+    assert len(source.lists) == 1
+    assert source.watches == ["10", "10", "10", "10", "11", "11"]
+    assert reflector.watch_resumes == 5 and reflector.relists == 0
+
+
+async def test_a_resumed_watch_whose_version_is_gone_lists_again() -> None:
+    source = Source([[("11", "x"), ListWatchError("connection refused")],
+                     [Expired("too old resource version: 11 (20)")]])
+    sink = Sink()
+    reflector = Recording(source, sink, initial_backoff=0.5)
+    await run_until_idle(reflector, source)
+    assert source.watches == ["10", "11", "10"]  # resumed at 11; after the list, at its 10
+    assert reflector.pauses == [0.5] and reflector.relists == 1
+    assert sink.log[-1] == ("replace", ["a", "b", "c", "d", "e"], "10")
+
+
+async def test_a_failed_list_lists_again() -> None:
+    source = Source()
+    calls = 0
+    real_list = source.list
+
+    async def flaky(limit: int, continue_token: str) -> ListChunk[str]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ListWatchError("connection refused")
+        return await real_list(limit, continue_token)
+
+    source.list = flaky  # type: ignore[method-assign]
+    reflector = Recording(source, Sink(), initial_backoff=0.5)
+    await run_until_idle(reflector, source)
+    assert calls == 2 and reflector.pauses == [0.5] and source.watches == ["10"]
 
 
 async def test_a_very_short_empty_watch_is_a_failure() -> None:

@@ -32,3 +32,21 @@ KUBE_APISERVER_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client"
 KUBE_APISERVER_CLIENT_KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
 LEGACY_UNKNOWN_SIGNER = "kubernetes.io/legacy-unknown"
+
+
+# --- apiserver identity (KEP-1965) and the control plane's endpoints -------------------------
+
+# Each apiserver's Lease `kube-system/apiserver-<hash>`, labelled as upstream's.
+APISERVER_IDENTITY_NAMESPACE = "kube-system"
+APISERVER_IDENTITY_LABEL = "apiserver.kubernetes.io/identity"
+APISERVER_IDENTITY_VALUE = "kube-apiserver"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# ephemera's: the URL clients reach that apiserver at (ephemera serves no Services, so the
+# identity leases stand in for the `kubernetes` Service's endpoints).
+APISERVER_URL_ANNOTATION = "ephemera.io/apiserver-url"
+# upstream's identity lease: 3600 s, renewed every 10 s.
+APISERVER_IDENTITY_LEASE_SECONDS = 3600
+APISERVER_IDENTITY_RENEW_SECONDS = 10
+# An apiserver whose lease was not renewed for this long is not listed as an endpoint
+# (upstream's lease endpoint reconciler's TTL, `masterEndpointReconcileTTL`).
+APISERVER_ENDPOINT_TTL_SECONDS = 15

@@ -84,7 +84,8 @@ class NamespaceCache:
     """The namespaces as a watch on the store shows them: name -> Terminating or not (see the
     module docstring for what it may decide). `start` lists and then watches in the
     background (an `ephemera.apiserver.informers.Reflector` with this cache as its sink),
-    re-listing after a dropped or compacted watch; `close` stops it."""
+    watching again from its revision after a dropped watch, re-listing after a compacted
+    one; `close` stops it."""
 
     def __init__(self, store: Store, codec: Codec, *,
                  force_live_ttl: float = FORCE_LIVE_LOOKUP_TTL,

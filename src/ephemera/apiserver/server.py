@@ -10,6 +10,7 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -21,16 +22,20 @@ log = logging.getLogger(__name__)
 DEFAULT_SHUTDOWN_TIMEOUT = 3.0
 
 
-def server_ssl_context(pki: Pki) -> ssl.SSLContext:
-    """TLS for the apiserver: the serving certificate, and client certificates requested
-    (`CERT_OPTIONAL`) and verified against the cluster CA, so that a request may authenticate
+def server_ssl_context(pki: Pki, *, cert_file: Path | None = None,
+                       key_file: Path | None = None,
+                       client_ca_file: Path | None = None) -> ssl.SSLContext:
+    """TLS for the apiserver: the serving certificate (`cert_file` and `key_file`, upstream's
+    `--tls-cert-file` and `--tls-private-key-file`, else the data dir's), and client
+    certificates requested (`CERT_OPTIONAL`) and verified against the cluster CA (or
+    `client_ca_file`, upstream's `--client-ca-file`), so that a request may authenticate
     with a certificate or a token, or send nothing (anonymous). A certificate that does not
     verify fails the handshake (upstream's TLS layer takes it and its authenticator answers
     401: Python's `ssl` cannot request a certificate without verifying it)."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(pki.serving_cert_path, pki.serving_key_path)
-    ctx.load_verify_locations(cafile=str(pki.ca_cert_path))
+    ctx.load_cert_chain(cert_file or pki.serving_cert_path, key_file or pki.serving_key_path)
+    ctx.load_verify_locations(cafile=str(client_ca_file or pki.ca_cert_path))
     ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx

@@ -5,14 +5,27 @@ on `--bind-address:--port` (port 0 picks a free one) with client certificates, s
 account tokens (signed with `<data-dir>/pki/sa.key` unless `--service-account-signing-key-file`
 says otherwise), with `--token-auth-file` static bearer tokens and with
 `--enable-bootstrap-token-auth` bootstrap tokens; it stops gracefully on SIGTERM or SIGINT.
+
+Several apiservers form one control plane on one store (etcd) when they share an identity:
+the CA (`--client-ca-file`, and the data dir's `pki/ca.*` the serving certificate is issued
+from), the service account keys (`--service-account-signing-key-file`,
+`--service-account-key-file`, `--service-account-issuer`), or simply one data dir's `pki/`
+copied (`ephemera up --join-control-plane`). `--tls-cert-file` and `--tls-private-key-file`
+serve a certificate of the operator's instead of the data dir's; otherwise the data dir's
+serving certificate covers the bind and advertise addresses and every `--tls-san` (k3s' flag:
+a load balancer's names and addresses). Each apiserver keeps an identity Lease carrying
+`https://<advertise-address>:<port>` (`ephemera.apiserver.identity`), from which components
+learn every member.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -91,6 +104,21 @@ def add_parser(subparsers: Any) -> None:
                         help="rotate the audit log past this size (default 100)")
     parser.add_argument("--audit-log-maxbackup", type=int, default=10, metavar="N",
                         help="rotated audit logs to keep, 0 for all (default 10)")
+    parser.add_argument("--advertise-address", type=_ip_address, default=None, metavar="IP",
+                        help="the address other members and clients reach this apiserver at "
+                             "(default: --bind-address, loopback when that is 0.0.0.0 or ::)")
+    parser.add_argument("--tls-san", type=flags.endpoints_arg, action="append", default=[],
+                        metavar="NAME,...",
+                        help="more host names or IP addresses for the serving certificate "
+                             "(a load balancer's; repeatable, comma-separated)")
+    parser.add_argument("--tls-cert-file", type=Path, default=None, metavar="FILE",
+                        help="the serving certificate (default <data-dir>/pki/apiserver.crt, "
+                             "issued from the data dir's CA)")
+    parser.add_argument("--tls-private-key-file", type=Path, default=None, metavar="FILE",
+                        help="its private key (with --tls-cert-file)")
+    parser.add_argument("--client-ca-file", type=Path, default=None, metavar="FILE",
+                        help="the CA that client certificates must chain to (default "
+                             "<data-dir>/pki/ca.crt)")
     parser.add_argument("--write-kubeconfig", type=Path, default=None, metavar="PATH",
                         help="write an admin kubeconfig there once serving")
     parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
@@ -103,6 +131,16 @@ def _go_bool(text: str) -> bool:
         return parse_go_bool(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _ip_address(text: str) -> str:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+    if address.is_unspecified:
+        raise argparse.ArgumentTypeError(f"{text!r}: an address others can reach")
+    return str(address)
 
 
 def _authorization_modes(text: str) -> list[str]:
@@ -123,8 +161,20 @@ def server_url(host: str, port: int) -> str:
     return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
+def advertised_url(args: argparse.Namespace, port: int) -> str:
+    """The URL this apiserver tells others about."""
+    return server_url(args.advertise_address or args.bind_address, port)
+
+
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        parser.error("--tls-cert-file and --tls-private-key-file go together")
+    for name in ("tls_cert_file", "tls_private_key_file", "client_ca_file"):
+        path = getattr(args, name)
+        if path is not None and not path.is_file():
+            parser.error(f"--{name.replace('_', '-')}: no such file: {path}")
+    args.tls_san = [n for names in args.tls_san for n in names]
     try:
         authenticator = Authenticator.from_token_file(args.token_auth_file)
     except (OSError, TokenFileError) as err:
@@ -184,9 +234,13 @@ def _token_authentication(args: argparse.Namespace, data_dir: Path, store: Any,
 
 
 async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
+    from ephemera.apiserver.app import REGISTRY
+    from ephemera.apiserver.identity import ApiserverIdentity
+
     data_dir: Path = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    pki = ensure_pki(data_dir, [args.bind_address])
+    pki = ensure_pki(data_dir, [args.bind_address, args.advertise_address or "",
+                                *args.tls_san])
     store = open_store(args.store, data_dir=data_dir, endpoints=args.etcd_endpoints)
     audit: AuditFilter | None = None
     try:
@@ -209,8 +263,18 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        identities: list[Any] = []
+
+        async def leave(_app: Any) -> None:  # before the app's caches close
+            for identity in identities:
+                await identity.stop()
+
+        app.on_shutdown.append(leave)
 
         def started(port: int) -> None:
+            identity = ApiserverIdentity(app[REGISTRY], advertised_url(args, port), port)
+            identities.append(identity)
+            identity.start()
             url = server_url(args.bind_address, port)
             if args.port_file is not None:
                 flags.write_atomic(args.port_file, f"{port}\n")
@@ -220,8 +284,12 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
 
         try:
             await serve(app, host=args.bind_address, port=args.port,
-                        ssl_context=server_ssl_context(pki), stop=stop, on_started=started)
-        except OSError as err:
+                        ssl_context=server_ssl_context(
+                            pki, cert_file=args.tls_cert_file,
+                            key_file=args.tls_private_key_file,
+                            client_ca_file=args.client_ca_file),
+                        stop=stop, on_started=started)
+        except (OSError, ssl.SSLError) as err:
             print(f"ephemera apiserver: cannot serve on {args.bind_address}:{args.port}: "
                   f"{err.strerror or err}", file=sys.stderr, flush=True)
             return 1

@@ -31,6 +31,7 @@ from typing import Any
 from ephemera.cli import flags
 from ephemera.cli.tokens import duration
 from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
+from ephemera.client.apiservers import discovering
 from ephemera.client.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
 from ephemera.controllers.certificates import (
     DEFAULT_SIGNING_DURATION,
@@ -61,6 +62,7 @@ def add_parser(subparsers: Any) -> None:
                         help="how to reach the apiserver (server, CA, credentials)")
     flags.add_feature_gates(parser)
     flags.add_leader_election(parser, COMPONENT)
+    flags.add_apiserver_endpoints(parser)
     parser.add_argument("--resync-period", type=float, default=DEFAULT_RESYNC_PERIOD,
                         metavar="SECONDS",
                         help="recompute every quota at least this often "
@@ -114,7 +116,8 @@ async def _serve(config: Any, args: argparse.Namespace,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with ApiClient(config, user_agent=USER_AGENT) as api:
+    async with ApiClient(config, user_agent=USER_AGENT,
+                         endpoints=args.apiserver_endpoints) as api, discovering(api):
         if election is None:
             return await _run_controllers(api, args, config.server, stop)
         lock = LeaseLock(api, election.namespace, election.name, election.identity,

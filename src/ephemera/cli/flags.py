@@ -95,6 +95,24 @@ def endpoints_arg(value: str) -> list[str]:
     return [e.strip() for e in value.split(",") if e.strip()]
 
 
+def apiserver_urls_arg(value: str) -> list[str]:
+    urls = endpoints_arg(value)
+    bad = [u for u in urls if not u.startswith(("https://", "http://"))]
+    if not urls or bad:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: comma-separated apiserver URLs such as https://10.0.0.1:6443")
+    return urls
+
+
+def add_apiserver_endpoints(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--apiserver-endpoints", type=apiserver_urls_arg, default=[], metavar="URL,...",
+        help="apiservers of the same control plane to use (same CA and credentials as the "
+             "kubeconfig's server), in order of preference; the component sticks to one and "
+             "moves to the next when it stops answering, and learns the others from their "
+             "identity leases")
+
+
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", required=True, type=Path, metavar="DIR",
                         help="where the store, certificates, kubeconfig and logs live")

@@ -45,6 +45,7 @@ from ephemera.api.featuregates import parse_go_bool
 from ephemera.cli import flags
 from ephemera.cli.dirlock import KUBELET_LOCK, DirLockedError, lock_dir
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
+from ephemera.client.apiservers import discovering
 
 log = logging.getLogger("ephemera.kubelet")
 
@@ -66,17 +67,19 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
-def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+def add_node_arguments(parser: argparse.ArgumentParser, *,
+                       root_dir_required: bool = True) -> None:
     """The flags of a node's kubelet other than its kubeconfigs (`ephemera join` has them
     too)."""
     parser.add_argument("--node-name", default=None, metavar="NAME",
                         help="the node's name (default: the host name)")
-    parser.add_argument("--root-dir", required=True, type=Path, metavar="DIR",
+    parser.add_argument("--root-dir", required=root_dir_required, type=Path, metavar="DIR",
                         help="where pods, volumes, logs, images and runtime state live")
     parser.add_argument("--runtime", choices=("auto", "runc", "crun", "fake"), default="auto",
                         help="the container runtime (default auto: crun if it works on this "
                              "host, else runc; fake runs no processes)")
     flags.add_feature_gates(parser)
+    flags.add_apiserver_endpoints(parser)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"the kubelet API's port (default {DEFAULT_PORT}; 0 picks a free "
                              "one)")
@@ -329,7 +332,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         storage_limit_enforcement=args.storage_limit_enforcement)
     runtime = make_runtime(args.runtime, root_dir, node_name)
     images = ImageStore(root_dir)
-    async with ApiClient(client_config, user_agent=USER_AGENT) as api:
+    async with ApiClient(client_config, user_agent=USER_AGENT,
+                         endpoints=args.apiserver_endpoints) as api, discovering(api):
         kubelet = Kubelet(kubelet_config, api, runtime, images)
         log.info("kubelet %s starting (runtime %s, root %s)", node_name, runtime.name, root_dir)
         rotators = []

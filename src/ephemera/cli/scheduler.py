@@ -20,6 +20,7 @@ from typing import Any
 
 from ephemera.cli import flags
 from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
+from ephemera.client.apiservers import discovering
 from ephemera.client.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
 from ephemera.scheduler import DEFAULT_SCHEDULER_NAME, Scheduler, run_scheduler
 
@@ -35,6 +36,7 @@ def add_parser(subparsers: Any) -> None:
                              "~/.kube/config)")
     flags.add_feature_gates(parser)
     flags.add_leader_election(parser, "kube-scheduler")
+    flags.add_apiserver_endpoints(parser)
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -59,7 +61,8 @@ async def _serve(config: Any, args: argparse.Namespace,
         loop.add_signal_handler(sig, stop.set)
     print(f"ephemera scheduler ({DEFAULT_SCHEDULER_NAME}) using {config.server}",
           file=sys.stderr, flush=True)
-    async with ApiClient(config, user_agent="ephemera-scheduler") as api:
+    async with ApiClient(config, user_agent="ephemera-scheduler",
+                         endpoints=args.apiserver_endpoints) as api, discovering(api):
         if election is None:
             await run_scheduler(api, args.feature_gates, stop)
         else:

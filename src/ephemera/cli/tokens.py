@@ -9,6 +9,12 @@ It creates the Secret `bootstrap-token-<ID>` in `kube-system`
 `system:bootstrappers:kubeadm:default-node-token`, expiring after `--ttl`, `0` for never) and
 prints the token `ID.SECRET`, or with `--print-join-command` the whole `ephemera join`
 command line (the server of the kubeconfig, the data dir's CA file).
+
+`--upload-certs` (with `--data-dir`) also stores the data dir's shared CA and service account
+keys encrypted under a certificate key (`--certificate-key`, else a new one), as kubeadm's
+`upload-certs` phase (`ephemera.cli.uploadcerts`), prints the key, and the join command
+becomes `ephemera join --control-plane ... --certificate-key KEY`: a control-plane member
+from another machine.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.bootstraptoken import NAMESPACE, new_token, token_secret
+from ephemera.cli.uploadcerts import new_certificate_key, parse_certificate_key, upload_certs
 from ephemera.client import (
     ApiClient,
     ApiUnavailable,
@@ -62,6 +69,11 @@ def add_parser(subparsers: Any) -> None:
     create.add_argument("--description", default="", help="a note stored with the token")
     create.add_argument("--print-join-command", action="store_true",
                         help="print the `ephemera join` command line instead of the token")
+    create.add_argument("--upload-certs", action="store_true",
+                        help="also store the shared CA and service account keys, encrypted, "
+                             "for `ephemera join --control-plane` (needs --data-dir)")
+    create.add_argument("--certificate-key", default=None, metavar="HEX",
+                        help="the key to encrypt them with (default: a new one, printed)")
     create.set_defaults(func=lambda args: run(create, args))
 
 
@@ -71,6 +83,17 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         config = load_kubeconfig(kubeconfig)
     except (KubeconfigError, OSError) as err:
         parser.error(f"{kubeconfig}: {err}")
+    key_text = ""
+    if args.upload_certs:
+        if args.data_dir is None:
+            parser.error("--upload-certs needs --data-dir (the certificates to upload)")
+        key_text = args.certificate_key or new_certificate_key()
+        try:
+            key = parse_certificate_key(key_text)
+        except ValueError as err:
+            parser.error(f"--certificate-key: {err}")
+    elif args.certificate_key is not None:
+        parser.error("--certificate-key goes with --upload-certs")
     token = new_token()
     ttl = args.ttl if args.ttl > dt.timedelta(0) else None
     secret = token_secret(token, ttl=ttl, description=args.description)
@@ -78,16 +101,23 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     async def create() -> None:
         async with ApiClient(config, user_agent="ephemera-token") as api:
             await api.create(resource_path("secrets", NAMESPACE), secret)
+            if key_text:
+                await upload_certs(api, args.data_dir / "pki", key)
 
     try:
         asyncio.run(create())
-    except (StatusError, ApiUnavailable) as err:
+    except (StatusError, ApiUnavailable, OSError) as err:
         print(f"ephemera token create: {getattr(err, 'message', err)}", file=sys.stderr)
         return 1
+    if key_text and not args.print_join_command:
+        print(f"certificate key: {key_text}")
     if not args.print_join_command:
         print(token)
         return 0
     ca = (args.data_dir / "pki" / "ca.crt") if args.data_dir else Path("CA-FILE")
-    print(f"ephemera join --server {config.server} --token {token} "
-          f"--ca-cert {ca.resolve() if args.data_dir else ca}")
+    command = (f"ephemera join --server {config.server} --token {token} "
+               f"--ca-cert {ca.resolve() if args.data_dir else ca}")
+    if key_text:
+        command += f" --control-plane --certificate-key {key_text}"
+    print(command)
     return 0

@@ -23,6 +23,15 @@ SIGINT or SIGTERM stops the children and exits 0. The store lives in the data di
 restart on the same data dir carries on with every object. One `up` per data dir: it holds
 `<data-dir>/up.lock` while it runs, and a second one exits 1 before starting anything,
 naming the holder's PID (`ephemera.cli.dirlock`).
+
+`--join-control-plane FIRST_DATA_DIR` (with `--store etcd` on the first member's etcd, and
+a `--data-dir` of its own) starts a second member of the first one's control plane on the
+same machine: it copies the shared CA and service account keys (`ephemera.cli.controlplane`),
+runs its own apiserver, scheduler and controller-manager, and a kubelet only with a
+`--node-name` (the host's node is the first member's). Its components get both apiservers
+(`--apiserver-endpoints`: this member's, those given, the first member's) and learn the
+others from the apiserver identity leases; `--apiserver-endpoints` on a first member is
+passed on the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ from ephemera.apiserver.server import client_ssl_context, free_port, port_is_fre
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.controllers import signing_duration
+from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import plugin_path_hint, run_demo
 from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
 from ephemera.cli.kubelet import check_eviction_flags, positive_seconds
@@ -134,6 +144,14 @@ def add_parser(subparsers: Any) -> None:
                         metavar="DURATION",
                         help="the controller-manager's: how long certificates it signs for "
                              "CSRs last (a Go duration; default 8760h)")
+    parser.add_argument("--join-control-plane", type=Path, default=None, metavar="FIRST_DIR",
+                        help="be another member of the control plane whose data dir this is "
+                             "(same machine; needs --store etcd on its etcd): share its CA "
+                             "and service account keys; a kubelet only with --node-name")
+    flags.add_apiserver_endpoints(parser)
+    parser.add_argument("--tls-san", type=flags.endpoints_arg, action="append", default=[],
+                        metavar="NAME,...",
+                        help="passed to the apiserver: more names for its serving certificate")
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -168,6 +186,15 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except (DirLockedError, OSError) as err:
         print(f"ephemera up: data dir {err}", file=sys.stderr, flush=True)
         return 1
+    if args.join_control_plane is not None:
+        if args.store != "etcd":
+            parser.error("--join-control-plane needs --store etcd (the first member's etcd)")
+        try:
+            share_identity(args.join_control_plane.resolve(), args.data_dir.resolve())
+        except (ControlPlaneError, OSError) as err:
+            parser.error(str(err))
+        if args.node_name is None:
+            args.no_kubelet = True
     try:
         return asyncio.run(Cluster(args).run())
     except KeyboardInterrupt:
@@ -186,6 +213,7 @@ class Cluster:
         self.stop = asyncio.Event()
         self.supervisor = Supervisor(self.data_dir / LOG_DIR, say, pid_dir=self.run_dir)
         self.apiserver_port: int | None = None
+        self.url = ""  # this member's apiserver, once it answers
         self.kubelet_port = 0
         # Read now: the apiserver's readiness rewrites ports.json.
         self._last_kubelet_port = flags.read_ports(self.data_dir).get("kubelet")
@@ -195,6 +223,17 @@ class Cluster:
     def _common_flags(self) -> list[str]:
         gates = self.args.feature_gates.to_flag()
         return ["--feature-gates", gates] if gates else []
+
+    def _endpoint_flags(self) -> list[str]:
+        """`--apiserver-endpoints` of the components: this member's apiserver first, then
+        those given, then the first member's (with --join-control-plane); none when there
+        are no others (their kubeconfig names this member's)."""
+        others = list(self.args.apiserver_endpoints)
+        if self.args.join_control_plane is not None:
+            first = first_member_url(self.args.join_control_plane.resolve())
+            others += [first] if first else []
+        urls = list(dict.fromkeys([self.url, *others] if self.url else others))
+        return ["--apiserver-endpoints", ",".join(urls)] if others else []
 
     def apiserver_argv(self) -> list[str]:
         a = self.args
@@ -213,12 +252,14 @@ class Cluster:
         argv += ["--audit-log-path", str(self.data_dir / AUDIT_LOG)]
         if a.audit_policy_file is not None:
             argv += ["--audit-policy-file", str(a.audit_policy_file.resolve())]
+        for names in a.tls_san:
+            argv += ["--tls-san", ",".join(names)]
         return argv + self._common_flags()
 
     def scheduler_argv(self) -> list[str]:
         return [sys.executable, "-m", "ephemera.cli", "scheduler",
                 "--kubeconfig", str(self.data_dir / SCHEDULER_KUBECONFIG),
-                *self._common_flags()]
+                *self._endpoint_flags(), *self._common_flags()]
 
     def controller_manager_argv(self) -> list[str]:
         pki = self.data_dir / "pki"
@@ -227,6 +268,7 @@ class Cluster:
                 "--root-ca-file", str(pki / "ca.crt"),
                 "--cluster-signing-cert-file", str(pki / "ca.crt"),
                 "--cluster-signing-key-file", str(pki / "ca.key"), *self._signing_duration(),
+                *self._endpoint_flags(),
                 *self._common_flags()]
 
     def _signing_duration(self) -> list[str]:
@@ -251,7 +293,8 @@ class Cluster:
                 "--tls-cert-file", str(pki / "kubelet.crt"),
                 "--tls-private-key-file", str(pki / "kubelet.key"),
                 "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
-                "--stop-pods-on-exit", *self._eviction_flags(), *self._common_flags()]
+                "--stop-pods-on-exit", *self._eviction_flags(), *self._endpoint_flags(),
+                *self._common_flags()]
 
     def _eviction_flags(self) -> list[str]:
         extra: list[str] = []
@@ -317,6 +360,7 @@ class Cluster:
             url = await self._wait_for_api(pki)
             if url is None:
                 return 0 if self.stop.is_set() else 1
+            self.url = url
             write_admin_kubeconfig(self.kubeconfig, url, pki)
             # The scheduler and the controller-manager act as themselves (their RBAC roles).
             write_client_kubeconfig(self.data_dir / SCHEDULER_KUBECONFIG, url, pki,

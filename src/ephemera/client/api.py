@@ -14,15 +14,25 @@ details), so callers test `err.code == 404` or `err.reason == "Conflict"` exactl
 said it. A connection that cannot be made or breaks raises `ApiUnavailable`. A watch yields
 `WatchEvent`s; an `ERROR` event in the stream (for example `410 Expired`) raises the
 `StatusError` it carries. Nothing else in ephemera speaks HTTP to the apiserver.
+
+Several apiservers: `ApiClient(config, endpoints=[URL, ...])` knows more servers than the
+kubeconfig's (same credentials, same CA). An `EndpointPicker` (`ephemera.client.endpoints`)
+keeps the current one; a request whose connection cannot be made (nothing was sent) is tried
+at once on the next server, so callers see a failover as one slower request. A connection that
+breaks after the request went out is not retried (the write may have happened): it raises
+`ApiUnavailable` and the next request goes to the next server. With several servers the connect
+timeout is `FAILOVER_CONNECT_TIMEOUT` (1 s) instead of 10 s, so that a server that does not
+answer at all is left within 2 seconds.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import dataclasses
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
@@ -33,6 +43,7 @@ import aiohttp
 import orjson
 
 from ephemera.api.errors import StatusError
+from ephemera.client.endpoints import EndpointPicker
 from ephemera.client.goerrors import request_error
 from ephemera.client.kubeconfig import ClientConfig
 
@@ -63,6 +74,8 @@ _REASONS: Mapping[int, str] = {
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
+# With several apiservers: give up connecting to one this soon and try the next.
+FAILOVER_CONNECT_TIMEOUT = 1.0
 
 
 class ApiUnavailable(ConnectionError):
@@ -160,12 +173,15 @@ class ApiClient:
 
     def __init__(self, config: ClientConfig, *, user_agent: str = "ephemera",
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-                 on_warning: Callable[[str], None] | None = None) -> None:
+                 on_warning: Callable[[str], None] | None = None,
+                 endpoints: Sequence[str] = ()) -> None:
         """`on_warning` receives the text of each `Warning` header the apiserver sends
-        (client-go's WarningHandler); without it warnings are dropped."""
+        (client-go's WarningHandler); without it warnings are dropped. `endpoints`: apiserver
+        URLs to use, in order of preference, before the kubeconfig's server (which is always
+        kept as one of them)."""
         self.config = config
         self.on_warning = on_warning
-        self.server = config.server.rstrip("/")
+        self.endpoints = EndpointPicker([*endpoints, config.server])
         self.user_agent = user_agent
         self.request_timeout = request_timeout
         self._ssl = config.ssl_context()
@@ -173,7 +189,7 @@ class ApiClient:
         self._closing: set[asyncio.Task[None]] = set()
         # Responses being read: ended by `set_client_certificate` (a closed session does not
         # wake their readers).
-        self._open: set[aiohttp.ClientResponse] = set()
+        self._responses: set[aiohttp.ClientResponse] = set()
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -196,10 +212,10 @@ class ApiClient:
                                           client_key_pem=key_pem)
         self._ssl = self.config.ssl_context()
         old, self._session = self._session, None
-        for resp in self._open:
+        for resp in self._responses:
             resp.content.set_exception(ApiUnavailable(
                 "connection closed: the client certificate was rotated"))
-        self._open.clear()
+        self._responses.clear()
         if old is not None:
             task = asyncio.get_running_loop().create_task(old.close())
             self._closing.add(task)
@@ -216,13 +232,54 @@ class ApiClient:
                 .decode())
         return self._session
 
-    def _url(self, path: str) -> str:
-        return self.server + (path if path.startswith("/") else "/" + path)
+    @property
+    def server(self) -> str:
+        """The base URL of the apiserver in use now."""
+        return self.endpoints.current()
+
+    @property
+    def connect_timeout(self) -> float:
+        return FAILOVER_CONNECT_TIMEOUT if len(self.endpoints.urls) > 1 else CONNECT_TIMEOUT
+
+    def _url(self, path: str, server: str | None = None) -> str:
+        return (server or self.server) + (path if path.startswith("/") else "/" + path)
 
     def _full_url(self, path: str, query: Mapping[str, str]) -> str:
         """The URL with its query, as Go's `url.Values.Encode` writes it (keys sorted)."""
         encoded = urlencode(sorted(query.items()))
         return self._url(path) + ("?" + encoded if encoded else "")
+
+    @contextlib.asynccontextmanager
+    async def _send(self, method: str, path: str, *, timeout: aiohttp.ClientTimeout,
+                    **kwargs: Any) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A response from the first server that accepts the connection (see the module
+        docstring); the last connection error when none does. While the caller reads it, the
+        response is one `set_client_certificate` ends."""
+        last: Exception | None = None
+        for server in self.endpoints.candidates():
+            try:
+                resp_cm = self._client().request(
+                    method, self._url(path, server), timeout=timeout,
+                    server_hostname=self.config.tls_server_name, **kwargs)
+                resp = await resp_cm.__aenter__()
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
+                self.endpoints.failed(server, err or type(err).__name__)
+                last = err
+                continue
+            except (aiohttp.ClientError, OSError) as err:
+                # Sent, then broken: not retried here; the next request goes elsewhere.
+                self.endpoints.failed(server, err or type(err).__name__)
+                raise
+            self.endpoints.succeeded(server)
+            self._responses.add(resp)
+            try:
+                yield resp
+            finally:
+                self._responses.discard(resp)
+                resp.release()
+            return
+        assert last is not None
+        raise last
 
     # -- the verbs ------------------------------------------------------------------------
 
@@ -238,22 +295,19 @@ class ApiClient:
             else:
                 data = orjson.dumps(body)
             headers["Content-Type"] = content_type
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=CONNECT_TIMEOUT)
-        server_name = self.config.tls_server_name
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout,
+                                        connect=self.connect_timeout)
         try:
-            async with self._client().request(
-                    method, self._url(path), params=_query(params), data=data, headers=headers,
-                    timeout=timeout, server_hostname=server_name) as resp:
-                self._open.add(resp)
-                try:
-                    raw = await resp.read()
-                finally:
-                    self._open.discard(resp)
+            async with self._send(method, path, params=_query(params), data=data,
+                                  headers=headers, timeout=timeout) as resp:
+                raw = await resp.read()
                 if resp.status >= 400:
                     raise _status_error(resp.status, raw)
                 if self.on_warning is not None:
                     for header in resp.headers.getall("Warning", []):
                         self.on_warning(warning_text(header))
+        except ApiUnavailable:
+            raise  # ended on purpose (set_client_certificate), already in words
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise ApiUnavailable(
                 request_error(method, self._full_url(path, _query(params)), err)) from err
@@ -323,22 +377,18 @@ class ApiClient:
                         "labelSelector": label_selector, "fieldSelector": field_selector,
                         "timeoutSeconds": timeout_seconds,
                         "allowWatchBookmarks": allow_bookmarks or None, **params})
-        timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT, sock_read=None)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.connect_timeout,
+                                        sock_read=None)
         try:
-            async with self._client().get(self._url(path), params=query, timeout=timeout,
-                                          server_hostname=self.config.tls_server_name) as resp:
+            async with self._send("GET", path, params=query, timeout=timeout) as resp:
                 if resp.status >= 400:
                     raise _status_error(resp.status, await resp.read())
-                self._open.add(resp)
-                try:
-                    async for line in _lines(resp.content):
-                        event = orjson.loads(line)
-                        obj = event.get("object") or {}
-                        if event.get("type") == "ERROR":
-                            raise status_error_from(obj)
-                        yield WatchEvent(str(event.get("type")), obj)
-                finally:
-                    self._open.discard(resp)
+                async for line in _lines(resp.content):
+                    event = orjson.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise status_error_from(obj)
+                    yield WatchEvent(str(event.get("type")), obj)
         except ApiUnavailable:
             raise  # ended on purpose (set_client_certificate), already in words
         except (TimeoutError, aiohttp.ClientError, OSError) as err:

@@ -6,8 +6,10 @@ HTTP API: it lists the collection in pages of 500 (`limit` and `continue`), then
 the list's `resourceVersion`; each event updates the in-memory cache (keyed `namespace/name`,
 or `name` for cluster objects) and then calls the registered handlers. When the watch ends
 cleanly (the server's timeout) it watches again from the last resourceVersion seen
-(bookmarks included). It lists again, replacing the cache, when the watch answers
-`410 Gone/Expired` (the revision was compacted) or the stream breaks; a re-list reports what
+(bookmarks included), and also when the stream breaks or the apiserver cannot be reached
+(with several apiservers the client moves to the next one: no relist). It lists again,
+replacing the cache, when the watch answers `410 Gone/Expired` (the revision was compacted)
+or any other failure; a re-list reports what
 changed meanwhile to the handlers as adds, updates and deletes. Failures are retried with
 exponential back-off (0.2 s doubling up to 5 s).
 

@@ -19,8 +19,14 @@ The loop:
   version seen, unless it ended within a second with nothing in it (client-go's "very short
   watch"), which counts as a failure.
 - **Failures.** `Expired` from a watch (410: the resource version was compacted) lists again
-  at once. Any other failure lists again after a back-off that doubles from
-  `initial_backoff` to `max_backoff` and starts over once a watch delivers something.
+  at once. A watch that breaks or cannot be opened (`ListWatchError`: the apiserver died,
+  the connection broke) is opened again from the last resource version seen, without a
+  list, as client-go's reflector does for a broken stream or a refused connection: behind
+  several apiservers on one store the next one serves the same resource versions, so a
+  failover costs no relist unless that version is gone (then `Expired` lists again). Any
+  other failure, and a very short watch, lists again. Every retry waits a back-off that
+  doubles from `initial_backoff` to `max_backoff` and starts over once a watch delivers
+  something. `relists` and `watch_resumes` count what happened (for logs and tests).
   `ListWatchError` is an expected failure (a connection, a store error) and is logged in a
   line; anything else is logged with its traceback. The loop only ends when cancelled.
 
@@ -67,6 +73,14 @@ class Expired(Exception):
 class ListWatchError(Exception):
     """An expected failure of a list or a watch (the server or store could not be reached,
     answered an error, or the stream broke): list again after the back-off."""
+
+
+class _WatchBroke(Exception):
+    """A watch failed with a `ListWatchError`: open it again from the last version."""
+
+    def __init__(self, cause: ListWatchError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,8 @@ class Reflector(Generic[T, E]):
         # A watch delivered something since the last failure: the back-off starts over.
         self._delivered = False
         self._task: asyncio.Task[None] | None = None
+        self.relists = 0  # lists after the first
+        self.watch_resumes = 0  # watches opened again from the last version after a failure
 
     @property
     def has_synced(self) -> bool:
@@ -185,6 +201,8 @@ class Reflector(Generic[T, E]):
             chunk = await self.source.list(0, "")
             items, resource_version = list(chunk.items), chunk.resource_version
         self.sink.replace(items, resource_version)
+        if self._synced:
+            self.relists += 1
         self._synced = True
         self._seen(resource_version)
         return resource_version
@@ -208,30 +226,55 @@ class Reflector(Generic[T, E]):
                 log.info("%s: %s; listing again", self.name, err)
                 self._ready = False
                 continue
+            except _WatchBroke as broke:
+                backoff = self._restarted(backoff)
+                log.warning("%s: watch failed: %s; watching again from resourceVersion %s "
+                            "in %.1fs", self.name, broke.cause, self.resource_version, backoff)
+                self._ready = False
+                backoff = await self._back_off(backoff)
+                self.watch_resumes += 1
+                listed = True  # resume the watch; an Expired from it lists again
+                continue
             except ListWatchError as err:
+                backoff = self._restarted(backoff)
                 log.warning("%s: %s; listing again in %.1fs", self.name, err, backoff)
             except Exception:
+                backoff = self._restarted(backoff)
                 log.exception("%s: list and watch failed; listing again in %.1fs", self.name,
                               backoff)
             self._ready = False
-            if self._delivered:
-                self._delivered = False
-                backoff = self.initial_backoff
-            await self.pause(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
+            backoff = await self._back_off(backoff)
+
+    def _restarted(self, backoff: float) -> float:
+        """The back-off, from the start again when a watch delivered something since the
+        last failure."""
+        if self._delivered:
+            self._delivered = False
+            return self.initial_backoff
+        return backoff
+
+    async def _back_off(self, backoff: float) -> float:
+        """Wait the back-off; the next one."""
+        await self.pause(backoff)
+        return min(backoff * 2, self.max_backoff)
 
     async def _watch(self) -> None:
         """One watch from `resource_version` until it ends cleanly (a very short empty watch
-        raises `ListWatchError`)."""
+        raises `ListWatchError`; a watch that breaks or cannot be opened, `_WatchBroke`)."""
         loop = asyncio.get_running_loop()
         began = loop.time()
         count = 0
-        async with contextlib.aclosing(self.source.watch(self.resource_version)) as stream:
-            async for resource_version, event in stream:
-                if event is not None:
-                    self.sink.apply(event)
-                count += 1
-                self._delivered = True
-                self._seen(resource_version)
+        try:
+            async with contextlib.aclosing(self.source.watch(self.resource_version)) as stream:
+                async for resource_version, event in stream:
+                    if event is not None:
+                        self.sink.apply(event)
+                    count += 1
+                    self._delivered = True
+                    self._seen(resource_version)
+        except ListWatchError as err:
+            if not self.resource_version:
+                raise
+            raise _WatchBroke(err) from err
         if count == 0 and loop.time() - began < SHORT_WATCH_SECONDS:
             raise ListWatchError("very short watch: the watch ended at once with no event")

@@ -18,6 +18,10 @@ controllers under its own identity (upstream's `--use-service-account-credential
 the controller roles are bound to `system:kube-controller-manager` as well as to their
 upstream service accounts.
 
+In `kube-system`, ephemera's Role and RoleBinding `system:ephemera:apiserver-endpoints-reader`
+let nodes, the scheduler and the controller-manager read the apiserver identity leases, which
+stand in for the `kubernetes` Service's endpoints (`ephemera.apiserver.identity`).
+
 Reconciliation: a missing object is created; an existing one annotated
 `rbac.authorization.kubernetes.io/autoupdate: "true"` gets the labels, annotations, rules
 (aggregation selectors for an aggregated role) and subjects it lacks; one annotated `"false"`
@@ -34,16 +38,20 @@ from typing import Any
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
 from ephemera.api.wellknown import (
+    APISERVER_IDENTITY_NAMESPACE,
     KUBE_APISERVER_CLIENT_KUBELET_SIGNER,
     KUBE_APISERVER_CLIENT_SIGNER,
     KUBELET_SERVING_SIGNER,
     LEGACY_UNKNOWN_SIGNER,
     MASTERS_GROUP,
+    NODES_GROUP,
 )
 from ephemera.apiserver.authz.rbac import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     RBAC_GROUP,
+    ROLE_BINDINGS,
+    ROLES,
     covers,
 )
 from ephemera.apiserver.authz.rbacapi import AUTOUPDATE_ANNOTATION
@@ -338,6 +346,38 @@ def cluster_role_bindings() -> list[dict[str, Any]]:
     return bindings
 
 
+# ephemera's: who may read the apiserver identity leases (`ephemera.apiserver.identity`), the
+# stand-in for the `kubernetes` Service's endpoints that upstream's `system:node` and
+# components read, so that they learn every apiserver of the control plane.
+APISERVER_ENDPOINTS_READER = "system:ephemera:apiserver-endpoints-reader"
+
+
+def namespace_roles() -> list[dict[str, Any]]:
+    """The default Roles (upstream's `NamespaceRoles()`), in their namespaces."""
+    return [{
+        "apiVersion": f"{RBAC_GROUP}/v1", "kind": "Role",
+        "metadata": {"name": APISERVER_ENDPOINTS_READER,
+                     "namespace": APISERVER_IDENTITY_NAMESPACE,
+                     "labels": dict(BOOTSTRAP_LABELS),
+                     "annotations": {AUTOUPDATE_ANNOTATION: "true"}},
+        "rules": [rule(READ, ["coordination.k8s.io"], ["leases"])],
+    }]
+
+
+def namespace_role_bindings() -> list[dict[str, Any]]:
+    """The default RoleBindings (upstream's `NamespaceRoleBindings()`)."""
+    return [{
+        "apiVersion": f"{RBAC_GROUP}/v1", "kind": "RoleBinding",
+        "metadata": {"name": APISERVER_ENDPOINTS_READER,
+                     "namespace": APISERVER_IDENTITY_NAMESPACE,
+                     "labels": dict(BOOTSTRAP_LABELS),
+                     "annotations": {AUTOUPDATE_ANNOTATION: "true"}},
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": APISERVER_ENDPOINTS_READER},
+        "subjects": [subject("Group", NODES_GROUP), subject("User", SCHEDULER_USER),
+                     subject("User", CONTROLLER_MANAGER_USER)],
+    }]
+
+
 # --- reconciliation -----------------------------------------------------------------------------
 
 
@@ -359,7 +399,7 @@ def reconciled(resource: Resource, current: dict[str, Any], expected: dict[str, 
     out_md = out.setdefault("metadata", {})
     _merge_map(out_md, "labels", expected["metadata"].get("labels") or {})
     _merge_map(out_md, "annotations", expected["metadata"].get("annotations") or {})
-    if resource is CLUSTER_ROLES:
+    if resource in (CLUSTER_ROLES, ROLES):
         wanted = expected.get("aggregationRule")
         if wanted is not None:
             have = out.setdefault("aggregationRule", {})
@@ -380,6 +420,7 @@ def reconciled(resource: Resource, current: dict[str, Any], expected: dict[str, 
 
 async def _ensure(registry: Registry, resource: Resource, expected: dict[str, Any]) -> None:
     name = expected["metadata"]["name"]
+    namespace = expected["metadata"].get("namespace") or ""
     try:
         await registry.create(resource, copy.deepcopy(expected))
         log.info("created %s %s", resource.plural, name)
@@ -397,7 +438,7 @@ async def _ensure(registry: Registry, resource: Resource, expected: dict[str, An
             return old
         return await registry.prepare_update(resource, wanted, old)
 
-    await registry.update(resource, "", name, merge)
+    await registry.update(resource, namespace, name, merge)
 
 
 async def reconcile(registry: Registry) -> None:
@@ -406,3 +447,14 @@ async def reconcile(registry: Registry) -> None:
         await _ensure(registry, CLUSTER_ROLES, role)
     for binding in cluster_role_bindings():
         await _ensure(registry, CLUSTER_ROLE_BINDINGS, binding)
+    namespaced = [(ROLES, r) for r in namespace_roles()]
+    namespaced += [(ROLE_BINDINGS, b) for b in namespace_role_bindings()]
+    for resource, obj in namespaced:
+        try:
+            await _ensure(registry, resource, obj)
+        except StatusError as err:
+            if err.code != 404:
+                raise
+            # An apiserver that creates no default namespaces (a test's): nowhere to put it.
+            log.info("not creating %s %s: %s", resource.plural, obj["metadata"]["name"],
+                     err.message)

@@ -1,0 +1,91 @@
+"""Usage errors of the control-plane flags (exit 2 with argparse's message, nothing started):
+`ephemera apiserver --tls-cert-file/--tls-private-key-file/--client-ca-file`,
+`--apiserver-endpoints`, `ephemera up --join-control-plane`, `ephemera join --control-plane`;
+and `share_identity`'s checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ephemera.cli.controlplane import ControlPlaneError, share_identity
+from ephemera.cli.main import build_parser
+
+
+def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        args = build_parser().parse_args(argv)
+        args.func(args)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_apiserver_tls_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cert = tmp_path / "c.crt"
+    cert.write_text("x")
+    data = ["apiserver", "--data-dir", str(tmp_path / "d")]
+    assert "--tls-cert-file and --tls-private-key-file go together" in usage_error(
+        [*data, "--tls-cert-file", str(cert)], capsys)
+    assert f"--client-ca-file: no such file: {tmp_path / 'nope'}" in usage_error(
+        [*data, "--client-ca-file", str(tmp_path / "nope")], capsys)
+    assert "'lb.example' is not an IP address" in usage_error(
+        [*data, "--advertise-address", "lb.example"], capsys)
+    assert "'0.0.0.0': an address others can reach" in usage_error(
+        [*data, "--advertise-address", "0.0.0.0"], capsys)
+    args = build_parser().parse_args([*data, "--tls-san", "lb.example,10.0.0.9",
+                                      "--tls-san", "other"])
+    assert args.tls_san == [["lb.example", "10.0.0.9"], ["other"]]
+
+
+def test_apiserver_endpoints_are_urls(capsys: pytest.CaptureFixture[str]) -> None:
+    err = usage_error(["scheduler", "--apiserver-endpoints", "127.0.0.1:6443"], capsys)
+    assert "comma-separated apiserver URLs such as https://10.0.0.1:6443" in err
+    args = build_parser().parse_args(
+        ["scheduler", "--apiserver-endpoints", "https://a:1, https://b:2/"])
+    assert args.apiserver_endpoints == ["https://a:1", "https://b:2/"]
+
+
+def test_up_join_control_plane_needs_etcd_and_a_control_plane(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    up = ["up", "--data-dir", str(tmp_path / "b"), "--join-control-plane", str(tmp_path / "a")]
+    assert "--join-control-plane needs --store etcd" in usage_error(up, capsys)
+    err = usage_error([*up, "--store", "etcd", "--etcd-endpoints", "http://127.0.0.1:1"],
+                      capsys)
+    assert f"{tmp_path / 'a'} is not a control plane's data dir" in err
+
+
+def test_join_control_plane_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("x")
+    join = ["join", "--server", "https://127.0.0.1:1", "--token", "abcdef.0123456789abcdef",
+            "--ca-cert", str(ca)]
+    assert "--certificate-key goes with --control-plane" in usage_error(
+        [*join, "--root-dir", str(tmp_path), "--certificate-key", "ab" * 32], capsys)
+    assert "required: --root-dir" in usage_error(join, capsys)
+    assert "--control-plane needs --certificate-key and --data-dir" in usage_error(
+        [*join, "--control-plane"], capsys)
+    assert "--control-plane needs --store etcd" in usage_error(
+        [*join, "--control-plane", "--certificate-key", "ab" * 32, "--data-dir",
+         str(tmp_path / "b")], capsys)
+    assert "--certificate-key: a certificate key is 64 hex digits" in usage_error(
+        [*join, "--control-plane", "--certificate-key", "abc", "--data-dir",
+         str(tmp_path / "b"), "--store", "etcd", "--etcd-endpoints", "http://127.0.0.1:1"],
+        capsys)
+
+
+def test_share_identity_copies_the_shared_files_and_refuses_another_ca(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    (first / "pki").mkdir(parents=True)
+    for name in ("ca.crt", "ca.key", "sa.key", "sa.pub"):
+        (first / "pki" / name).write_text(f"{name} data")
+    share_identity(first, second)
+    assert (second / "pki" / "ca.key").read_text() == "ca.key data"
+    assert (second / "pki" / "ca.key").stat().st_mode & 0o777 == 0o600
+    assert (second / "pki" / "ca.crt").stat().st_mode & 0o777 == 0o644
+    share_identity(first, second)  # again: the same CA is fine
+    (second / "pki" / "ca.crt").write_text("another CA")
+    with pytest.raises(ControlPlaneError, match="already has another cluster's CA"):
+        share_identity(first, second)
+    with pytest.raises(ControlPlaneError, match="a --data-dir of its own"):
+        share_identity(first, first)
