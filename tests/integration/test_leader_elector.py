@@ -273,7 +273,13 @@ async def test_the_components_may_write_their_own_leases_only(tmp_path: Path) ->
                 assert (await as_component.get(resource_path(
                     "leases", "kube-system", own, group="coordination.k8s.io"))
                     )["spec"]["holderIdentity"] == f"{token}_1"
+                # Reading kube-system's Leases is granted (ephemera's apiserver-endpoints
+                # reader role); writing another component's Lease is not.
+                other_lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                               "metadata": {"name": other, "namespace": "kube-system"},
+                               "spec": {"holderIdentity": f"{token}_1"}}
                 with pytest.raises(StatusError) as err:
-                    await as_component.get(resource_path(
-                        "leases", "kube-system", other, group="coordination.k8s.io"))
+                    await as_component.update(resource_path(
+                        "leases", "kube-system", other, group="coordination.k8s.io"),
+                        other_lease)
                 assert err.value.code == 403

@@ -181,14 +181,14 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     check_eviction_flags(parser, args)
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
+    if args.join_control_plane is not None and args.store != "etcd":
+        parser.error("--join-control-plane needs --store etcd (the first member's etcd)")
     try:  # before anything starts: one `up` per data dir
         lock = lock_dir(args.data_dir.resolve(), UP_LOCK)
     except (DirLockedError, OSError) as err:
         print(f"ephemera up: data dir {err}", file=sys.stderr, flush=True)
         return 1
     if args.join_control_plane is not None:
-        if args.store != "etcd":
-            parser.error("--join-control-plane needs --store etcd (the first member's etcd)")
         try:
             share_identity(args.join_control_plane.resolve(), args.data_dir.resolve())
         except (ControlPlaneError, OSError) as err:
