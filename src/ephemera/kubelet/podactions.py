@@ -744,10 +744,12 @@ class PodRuntime:
                                                       self.sandbox_config())
         except RuntimeError_ as err:
             return await self._start_failed(name, init, "CreateContainerError", str(err))
-        # Events are posted in the background (upstream's recorder is asynchronous too): the
-        # start does not wait for the apiserver.
+        # Events are posted in the background (upstream's recorder is asynchronous too) and
+        # deferred until the kubelet is quiet: the start does not wait for the apiserver, nor
+        # share it with them.
         self.host.spawn(deps.events.container(pod, name, events.NORMAL, events.CREATED,
-                                              f"Created container: {name}", init=init))
+                                              f"Created container: {name}", init=init,
+                                              deferred=True))
         try:
             await deps.runtime.start_container(cid)
         except RuntimeError_ as err:
@@ -755,7 +757,8 @@ class PodRuntime:
         self.waiting.pop(name, None)
         deps.on_container_started(self._container_kind(init), "")
         self.host.spawn(deps.events.container(pod, name, events.NORMAL, events.STARTED,
-                                              f"Started container {name}", init=init))
+                                              f"Started container {name}", init=init,
+                                              deferred=True))
         # Older instances go in the background, so the new one's status is not held up.
         self.host.spawn(self._prune_instances(name, attempt))
         return IDLE
@@ -784,7 +787,8 @@ class PodRuntime:
         if image is not None:
             self.host.spawn(deps.events.container(
                 pod, name, events.NORMAL, events.PULLED,
-                f'Container image "{ref}" already present on machine', init=init))
+                f'Container image "{ref}" already present on machine', init=init,
+                deferred=True))
             return image
         if policy == "Never":
             message = f'Container image "{ref}" is not present with pull policy of Never'
@@ -835,7 +839,7 @@ class PodRuntime:
         init = container.labels.get(LABEL_CONTAINER_TYPE) == "init"
         self.host.spawn(self.deps.events.container(
             self.pod, container.name, events.NORMAL, events.KILLING,
-            message or f"Stopping container {container.name}", init=init))
+            message or f"Stopping container {container.name}", init=init, deferred=True))
         try:
             await self.deps.runtime.stop_container(container.id, grace)
         except RuntimeError_ as err:

@@ -20,7 +20,8 @@ A pod's sync:
    worker when they are.
 2. **Containers**: `compute_pod_actions` on the sandbox's instances, executed by the pod's
    `PodRuntime`; then removed containers are stopped (KEP-5972).
-3. **Status** (`status.generate_pod_status`) handed to the status manager, with the statuses
+3. **Status** (`status.generate_pod_status`) handed to the status manager (which merges
+   what one sync publishes into one write: `StatusManager.hold`), with the statuses
    of removed containers still being stopped, `waiting` `Unallocated` (`Container addition
    pending node allocation`) for containers the API has but the node has not allocated, and
    `status.volumeStatuses` from the volume manager (plus `Pending` for volumes not allocated
@@ -145,6 +146,8 @@ class PodWorker:
         while not self.done:
             self.wake.clear()
             began = time.monotonic()
+            self.workers.sync_began()
+            self.deps.status.hold(self.uid)
             try:
                 delay = await self.sync()
             except asyncio.CancelledError:
@@ -154,6 +157,9 @@ class PodWorker:
             except Exception:
                 log.exception("syncing pod %s failed", format_pod(self.pod))
                 delay = settings.retry_delay
+            finally:
+                self.deps.status.release(self.uid)
+                self.workers.sync_ended()
             self.deps.on_sync_done("sync", time.monotonic() - began)
             if self.done:
                 break
@@ -463,6 +469,10 @@ class PodWorkers:
             lambda work: self.spawn(work))
         self._workers: dict[str, PodWorker] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        # Workers in a sync now; `_idle` is set while there are none.
+        self._syncing = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.on_worker_done: Callable[[str], None] = lambda uid: None
 
     def spawn(self, work: Awaitable[Any], *, pod: Mapping[str, Any] | None = None) -> None:
@@ -478,6 +488,23 @@ class PodWorkers:
                 log.error("background work%s failed", about, exc_info=finished.exception())
 
         task.add_done_callback(done)
+
+    def sync_began(self) -> None:
+        self._syncing += 1
+        self._idle.clear()
+
+    def sync_ended(self) -> None:
+        self._syncing -= 1
+        if self._syncing == 0:
+            self._idle.set()
+
+    def is_idle(self) -> bool:
+        """No pod worker is in a sync."""
+        return self._idle.is_set()
+
+    async def idle(self) -> None:
+        """Return once no pod worker is in a sync."""
+        await self._idle.wait()
 
     def is_terminal(self, uid: str) -> bool | None:
         """Whether the pod is terminal in its worker's view (a terminal phase, or its
