@@ -487,10 +487,7 @@ class PodRuntime:
     async def sandbox_status(self) -> SandboxStatus | None:
         if self.sandbox_id is None:
             return None
-        for s in await self.deps.runtime.list_pod_sandboxes():
-            if s.id == self.sandbox_id:
-                return s
-        return None
+        return await self.deps.runtime.pod_sandbox_status(self.sandbox_id)
 
     async def ensure_sandbox(self) -> SandboxStatus | None:
         runtime = self.deps.runtime
