@@ -155,3 +155,48 @@ async def test_without_quiet_events_go_at_once(deferred: bool) -> None:
         await recorder.pod(POD, events.NORMAL, events.SUCCESSFUL_ALLOCATION, "m",
                            deferred=deferred)
     assert api.event_reasons() == [events.SUCCESSFUL_ALLOCATION]
+
+
+async def test_a_hold_across_syncs_is_released_by_forget() -> None:
+    api = RecordingApi()
+    manager = StatusManager(api, max_hold=30.0)  # type: ignore[arg-type]
+    async with running(manager):
+        manager.hold("u1")
+        manager.set_pod_status(POD, {"phase": "Pending"})
+        manager.forget("u1")  # the pod is gone: nothing of it is held or written
+        manager.set_pod_status(POD, {"phase": "Running"})
+        await until(lambda: len(api.status_patches()) == 1)
+    assert api.status_patches() == [{"phase": "Running"}]
+
+
+async def test_queued_deferred_events_wait_again_when_a_sync_begins() -> None:
+    """Two deferred events pass the quiet check together; while the first is posted a sync
+    begins, so the second waits for the kubelet to be quiet again before it is posted."""
+    api = RecordingApi()
+    posting = asyncio.Event()
+    release_post = asyncio.Event()
+    create = api.create
+
+    async def slow_create(path: str, body: Any, **kw: Any) -> dict[str, Any]:
+        posting.set()
+        await release_post.wait()
+        return await create(path, body, **kw)
+
+    api.create = slow_create  # type: ignore[method-assign]
+    quiet_now = asyncio.Event()
+    quiet_now.set()
+    recorder = KubeletEvents(api, "node-1", quiet=quiet_now.wait,  # type: ignore[arg-type]
+                             is_quiet=quiet_now.is_set, max_defer=30.0)
+    first = asyncio.create_task(recorder.pod(POD, events.NORMAL, events.KILLING, "one",
+                                             deferred=True))
+    second = asyncio.create_task(recorder.pod(POD, events.NORMAL, events.PULLED, "two",
+                                              deferred=True))
+    await posting.wait()
+    quiet_now.clear()  # a sync begins while the first is being posted
+    release_post.set()
+    await first
+    await asyncio.sleep(0.05)
+    assert api.event_reasons() == [events.KILLING]
+    quiet_now.set()
+    await second
+    assert api.event_reasons() == [events.KILLING, events.PULLED]

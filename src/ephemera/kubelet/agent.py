@@ -226,7 +226,8 @@ class Kubelet:
         self.root_dir = config.root_dir
         self.metrics = KubeletMetrics(config.node_name)
         self.status = StatusManager(api)
-        self.events = KubeletEvents(api, config.node_name, quiet=self._quiet)
+        self.events = KubeletEvents(api, config.node_name, quiet=self._quiet,
+                                    is_quiet=self._is_quiet)
         self.node_config = NodeConfig(node_name=config.node_name, root_dir=config.root_dir,
                                       gates=config.gates, node_ip=config.node_ip,
                                       kubelet_port=config.port, max_pods=config.max_pods)
@@ -447,15 +448,16 @@ class Kubelet:
                             unallocated_volumes=volumes)
         self._volumes_changed()
 
+    def _is_quiet(self) -> bool:
+        """No pod worker is in a sync, no pod status waits to be written."""
+        return (self.workers is None or self.workers.is_idle()) and self.status.is_settled()
+
     async def _quiet(self) -> None:
-        """Return once no pod worker is in a sync and no pod status waits to be written
-        (what deferred events wait for)."""
-        while True:
+        """Return once the kubelet is quiet (`_is_quiet`: what deferred events wait for)."""
+        while not self._is_quiet():
             if self.workers is not None:
                 await self.workers.idle()
             await self.status.settled()
-            if (self.workers is None or self.workers.is_idle()) and self.status.is_settled():
-                return
 
     # -- allocation (KEP-6395 / KEP-5972; ephemera.kubelet.allocation) -------------------
 

@@ -116,21 +116,30 @@ class KubeletEvents:
 
     def __init__(self, api: ApiClient, node_name: str, *,
                  quiet: Callable[[], Awaitable[None]] | None = None,
+                 is_quiet: Callable[[], bool] | None = None,
                  max_defer: float = DEFAULT_MAX_DEFER) -> None:
         self.node_name = node_name
         self._recorder = _FieldPathRecorder(api, "kubelet", host=node_name)
         self._posting = asyncio.Lock()  # FIFO: one post in flight
         self.quiet = quiet
+        self.is_quiet = is_quiet
         self.max_defer = max_defer
 
     async def _record(self, ref: Mapping[str, Any], type_: str, reason: str,
                       message: str, deferred: bool = False) -> None:
-        if deferred and self.quiet is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.max_defer):
-                    await self.quiet()
-        async with self._posting:
-            await self._recorder.record(ref, type_, reason, message)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_defer
+        while True:
+            if deferred and self.quiet is not None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(deadline):
+                        await self.quiet()
+            async with self._posting:
+                # Its turn came after others' posts: if a sync began meanwhile, wait again.
+                if not deferred or self.is_quiet is None or self.is_quiet() or \
+                        loop.time() >= deadline:
+                    await self._recorder.record(ref, type_, reason, message)
+                    return
 
     async def pod(self, pod: Mapping[str, Any], type_: str, reason: str, message: str, *,
                   annotations: Mapping[str, str] | None = None, deferred: bool = False) -> None:

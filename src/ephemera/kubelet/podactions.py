@@ -189,9 +189,11 @@ class WaitForVolumes:
 
 @dataclass(frozen=True)
 class ClearWaiting:
-    """The container runs or is done for good: no waiting reason is shown for it."""
+    """The container runs or is done for good: no waiting reason is shown for it.
+    `volumes_pending`: it runs, and a change of its mounts waits for its volumes' setup."""
 
     name: str
+    volumes_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -352,15 +354,20 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
                 result.actions.append(kill)
                 continue
             if hot_plug and hotplug.wants_live(c):
-                if hotplug.mounts_stale(pod, c, latest) and volumes_ready_for(c):
-                    result.actions.append(LiveMountChange(c, latest))
+                if hotplug.mounts_stale(pod, c, latest):
+                    if volumes_ready_for(c):
+                        result.actions.append(LiveMountChange(c, latest))
+                    else:
+                        result.actions.append(ClearWaiting(name, volumes_pending=True))
                 else:
                     result.actions.append(ClearWaiting(name))
                 continue
             if mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
-                    "restartPolicy") in (RESTART_CONTAINER, hotplug.NOT_REQUIRED) and \
-                    volumes_ready_for(c):
-                result.actions.append(RestartForChange(c, latest))
+                    "restartPolicy") in (RESTART_CONTAINER, hotplug.NOT_REQUIRED):
+                if volumes_ready_for(c):
+                    result.actions.append(RestartForChange(c, latest))
+                else:
+                    result.actions.append(ClearWaiting(name, volumes_pending=True))
             else:
                 result.actions.append(ClearWaiting(name))
             continue
@@ -465,6 +472,9 @@ class PodRuntime:
         # Container name -> (reason, message) of its `waiting` state.
         self.waiting: dict[str, tuple[str, str]] = {}
         self.removed_statuses: list[Obj] = []  # statuses of removed containers
+        # The last `execute` left a container waiting for its dynamic volumes, which the
+        # volume manager is setting up (its notification wakes the worker).
+        self.awaiting_volumes = False
         self.cache = PodRuntimeCache()
 
     @property
@@ -547,6 +557,7 @@ class PodRuntime:
         """Run `actions` in order; the delay until the pod should be synced again (`IDLE`
         when the runtime's events will tell)."""
         next_delay = IDLE
+        self.awaiting_volumes = False
         for action in actions:
             if isinstance(action, StartContainer):
                 next_delay = min(next_delay, await self.start(action.container,
@@ -576,8 +587,10 @@ class PodRuntime:
                     action.container, action.running, sandbox))
             elif isinstance(action, WaitForVolumes):
                 self.waiting.setdefault(action.name, ("ContainerCreating", ""))
+                self.awaiting_volumes = True
             else:
                 self.waiting.pop(action.name, None)
+                self.awaiting_volumes |= action.volumes_pending
         return next_delay
 
     async def change_live(self, container: Mapping[str, Any], running: ContainerStatus,

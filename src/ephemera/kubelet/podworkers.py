@@ -121,6 +121,8 @@ class PodWorker:
         # The pod's storage is set up (the volume manager waits for it).
         self.storage_ready = self.deps.pod_storage is None
         self.failed_mount_reported: dict[str, str] = {}
+        # Statuses published are merged until the sync (or the volume wait) ends.
+        self.status_held = False
         # Containers and volumes the API has but the node has not allocated yet (KEP-6395).
         self.unallocated: list[Obj] = []
         self.unallocated_volumes: list[str] = []
@@ -147,7 +149,9 @@ class PodWorker:
             self.wake.clear()
             began = time.monotonic()
             self.workers.sync_began()
-            self.deps.status.hold(self.uid)
+            if not self.status_held:
+                self.deps.status.hold(self.uid)
+                self.status_held = True
             try:
                 delay = await self.sync()
             except asyncio.CancelledError:
@@ -158,7 +162,13 @@ class PodWorker:
                 log.exception("syncing pod %s failed", format_pod(self.pod))
                 delay = settings.retry_delay
             finally:
-                self.deps.status.release(self.uid)
+                # A change waiting for its allocation or its volumes keeps the hold: its
+                # `Pending` status and the restarted container's are one write when these
+                # are quick (else it is written after `max_hold`).
+                if self.done or not (self.pod_runtime.awaiting_volumes or self.unallocated
+                                     or self.unallocated_volumes):
+                    self.deps.status.release(self.uid)
+                    self.status_held = False
                 self.workers.sync_ended()
             self.deps.on_sync_done("sync", time.monotonic() - began)
             if self.done:
@@ -178,6 +188,7 @@ class PodWorker:
         return self.removed or bool(metadata(self.pod).get("deletionTimestamp"))
 
     async def sync(self) -> float:
+        self.pod_runtime.awaiting_volumes = False  # set again by this sync's actions
         if self.deleting():
             return await self.terminate()
         if self.eviction is not None and not self.evicted:

@@ -643,10 +643,12 @@ class StatusManager:
         self._pods.pop(uid, None)
         self._dirty.discard(uid)
         self._dirty_since.pop(uid, None)
+        self._held.pop(uid, None)
 
     def hold(self, uid: str) -> None:
-        """The pod's worker begins a sync: statuses it publishes before `release` are
-        merged into one write (the latest), unless the sync lasts longer than `max_hold`."""
+        """The pod's worker begins a sync (or a container waits for the volumes a change
+        needs): statuses it publishes before `release` are merged into one write (the
+        latest), unless that lasts longer than `max_hold` from the first of them."""
         self._held[uid] = self._held.get(uid, 0) + 1
 
     def release(self, uid: str) -> None:
