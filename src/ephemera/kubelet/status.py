@@ -597,9 +597,10 @@ class StatusManager:
         self._held: dict[str, int] = {}
         self._dirty_since: dict[str, float] = {}
         self._wake = asyncio.Event()
-        # Set while no status is waiting to be written or being written (`settled`).
+        # Set while no status is waiting to be written, held or being written (`settled`).
         self._settled = asyncio.Event()
         self._settled.set()
+        self._writing = False
         self.writes = 0  # PATCHes sent (metrics and tests)
 
     def observe(self, pod: Mapping[str, Any]) -> None:
@@ -644,12 +645,14 @@ class StatusManager:
         self._dirty.discard(uid)
         self._dirty_since.pop(uid, None)
         self._held.pop(uid, None)
+        self._refresh_settled()
 
     def hold(self, uid: str) -> None:
         """The pod's worker begins a sync (or a container waits for the volumes a change
         needs): statuses it publishes before `release` are merged into one write (the
         latest), unless that lasts longer than `max_hold` from the first of them."""
         self._held[uid] = self._held.get(uid, 0) + 1
+        self._settled.clear()
 
     def release(self, uid: str) -> None:
         """The pod's worker ended its sync: its status is written now if it changed."""
@@ -660,6 +663,13 @@ class StatusManager:
         self._held.pop(uid, None)
         if uid in self._dirty:
             self._wake.set()
+        self._refresh_settled()
+
+    def _refresh_settled(self) -> None:
+        if not self._dirty and not self._held and not self._writing:
+            self._settled.set()
+        else:
+            self._settled.clear()
 
     def _mark(self, uid: str) -> None:
         if uid not in self._dirty:
@@ -675,7 +685,8 @@ class StatusManager:
         return max(0.0, self._dirty_since.get(uid, now) + self.max_hold - now)
 
     def is_settled(self) -> bool:
-        """No status is waiting to be written, none is being written."""
+        """No status is waiting to be written, none is held (a pod worker in a sync, or a
+        change waiting for its volumes), none is being written."""
         return self._settled.is_set()
 
     async def settled(self) -> None:
@@ -726,16 +737,20 @@ class StatusManager:
             waits = [w for w in (self._held_for(uid, now) for uid in dirty) if w > 0]
             if waits:  # wake when the first held one is due (release wakes us earlier)
                 loop.call_later(min(waits), self._wake.set)
-            for uid in dirty:
-                if self._held_for(uid, now) > 0:
-                    self._dirty.add(uid)
-                    continue
-                self._dirty_since.pop(uid, None)
-                if not await self.write(uid):
-                    failed.append(uid)
+            self._writing = True
+            try:
+                for uid in dirty:
+                    if self._held_for(uid, now) > 0:
+                        self._dirty.add(uid)
+                        continue
+                    self._dirty_since.pop(uid, None)
+                    if not await self.write(uid):
+                        failed.append(uid)
+            finally:
+                self._writing = False
             if failed:
                 self._dirty.update(failed)
                 await asyncio.sleep(self.retry_interval)
                 self._wake.set()
-            elif not self._dirty:
-                self._settled.set()
+            else:
+                self._refresh_settled()
