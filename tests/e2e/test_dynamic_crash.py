@@ -1,10 +1,11 @@
 """`kill -9` of the kubelet in the middle of a KEP-6395 volume swap, on a real `ephemera up`
 with the real OCI runtime: a running container's Memory emptyDir and Secret volume (both
-tmpfs mounts on the host) are swapped for new ones through `kubectl patch
---subresource=dynamic`, and the kubelet is killed with SIGKILL at one of four points: as soon
-as the API acknowledged the change; once the allocation checkpoint holds it; once the new
-volume's host directory appears (set up in progress or done); once the runtime creates the
-container's next instance (the old one stopped, the old volumes about to be torn down).
+tmpfs mounts on the host) are swapped for new ones through a JSON patch of `pods/w/dynamic`
+(sent on an open connection, so that the kill follows at once), and the kubelet is killed
+with SIGKILL at one of four points: as soon as the API acknowledged the change; once the
+allocation checkpoint holds it; once the new volume's host directory appears (set up in
+progress or done); once the runtime creates the container's next instance (the old one
+stopped, the old volumes about to be torn down).
 `ephemera up` restarts the kubelet, which must end in the right state: the new volumes
 HostMounted and the old ones pruned from `volumeStatuses`, the container recreated with exactly
 the new mounts (seen from inside it with `kubectl exec`), `/allocated` showing the new spec,
@@ -38,7 +39,6 @@ from cluster import (
     kubelet_cluster_fixtures,
     mounted_names,
     mounts_under,
-    patch_dynamic,
     running,
     volume_dir,
     volume_phases,
@@ -111,17 +111,6 @@ def test_kubelet_killed_mid_swap_ends_in_the_right_state(k: Kubectl, crash_clust
     new_dirs = [volume_dir(cluster, uid, "empty-dir", "scratch-2"),
                 volume_dir(cluster, uid, "secret", "creds-2")]
 
-    volumes, mounts = task_volumes(2)
-    patch_dynamic(k, "w", [{"op": "add", "path": "/spec/volumes", "value": volumes},
-                           {"op": "add", "path": "/spec/containers/0/volumeMounts",
-                            "value": mounts}])
-    if kill_point == "allocated":
-        poll(lambda: _checkpoint_has(cluster, "scratch-2"), "the change checkpointed")
-    elif kill_point == "mounting":
-        poll(lambda: new_dirs[0].exists(), "scratch-2's host directory")
-    elif kill_point == "restarting":  # the runtime's directory of c's second instance
-        poll(lambda: (cluster.data_dir / "kubelet" / "pods" / uid / "containers" / "c" /
-                      "1").exists(), "c being recreated")
     want = {"keep", "scratch-2", "creds-2"}
 
     def swap_done(p: dict[str, Any]) -> bool:
@@ -129,9 +118,25 @@ def test_kubelet_killed_mid_swap_ends_in_the_right_state(k: Kubectl, crash_clust
                 and mounted_names(p) == want
                 and volume_phases(p) == dict.fromkeys(want, "HostMounted"))
 
+    # The change is sent and the kill follows on one open connection, no process spawned in
+    # between: a swap takes tens of milliseconds, and each kill must land inside it.
     api = RawApi(cluster)
     try:
-        api.request("GET", pod_path(str(k.namespace), "w"))  # connected before the kill
+        api.request("GET", pod_path(str(k.namespace), "w"))  # connected before the change
+        volumes, mounts = task_volumes(2)
+        code, reply = api.request(
+            "PATCH", pod_path(str(k.namespace), "w", "dynamic"),
+            [{"op": "add", "path": "/spec/volumes", "value": volumes},
+             {"op": "add", "path": "/spec/containers/0/volumeMounts", "value": mounts}],
+            content_type="application/json-patch+json")
+        assert code == 200, reply
+        if kill_point == "allocated":
+            poll(lambda: _checkpoint_has(cluster, "scratch-2"), "the change checkpointed")
+        elif kill_point == "mounting":
+            poll(lambda: new_dirs[0].exists(), "scratch-2's host directory")
+        elif kill_point == "restarting":  # the runtime's directory of c's second instance
+            poll(lambda: (cluster.data_dir / "kubelet" / "pods" / uid / "containers" / "c" /
+                          "1").exists(), "c being recreated")
 
         def left_by_the_kill() -> tuple[list[Path], dict[str, Any]]:
             """Read once the killed kubelet is dead: only a kubelet tears the old volumes

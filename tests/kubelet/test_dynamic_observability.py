@@ -314,3 +314,38 @@ async def test_admission_reads_the_current_allocatable(
         assert _sample(h, "kubelet_admission_rejections_total", reason="OutOfmemory") == 1.0
         node = await h.api.get(resource_path("nodes", name=h.kubelet.node_name))
         assert node["status"]["allocatable"]["memory"] == "500Mi"
+
+
+async def test_a_restart_swap_is_one_status_write_and_its_events_follow_it(
+        tmp_path: Path) -> None:
+    """Issue 12 item 5: the statuses of a swap's syncs (`Pending`, then `Unmounting` while
+    the container stops, then the restarted container) reach the API as one write when the
+    swap is quick (a second one prunes the old volume once torn down), and the swap's
+    Normal events are posted after that write."""
+    async with running_kubelet(tmp_path) as h:
+        first = await running_worker(h)
+        uid, old_id = first["metadata"]["uid"], container_status(first)["containerID"]
+        await wait_until(h.kubelet.status.is_settled)
+        runtime = h.kubelet.runtime
+        stop = runtime.stop_container
+
+        async def slow_stop(container_id: str, timeout: float) -> None:
+            await asyncio.sleep(0.05)  # as a real container's stop takes a while
+            await stop(container_id, timeout)
+
+        runtime.stop_container = slow_stop  # type: ignore[method-assign]
+        writes = h.kubelet.status.writes
+        keep = {"name": "keep", "emptyDir": {}}
+        await _edit_dynamic(h, [keep, {"name": "new", "emptyDir": {}}],
+                            [{"name": "new", "mountPath": "/keep"}])
+        done = await h.wait_pod("w", lambda p: _mounts(p) == ["new"]
+                                and container_status(p)["containerID"] != old_id
+                                and "running" in container_status(p)["state"])
+        await wait_until(lambda: [v["name"] for v in (h.kubelet.status.get(uid) or {})
+                                  .get("volumeStatuses") or []] == ["new"])
+        await wait_until(h.kubelet.status.is_settled)
+        assert h.kubelet.status.writes - writes == 2
+        started = await h.wait_event("w", lambda e: e["reason"] == "Started"
+                                     and e.get("count") == 2)
+        assert int(started["metadata"]["resourceVersion"]) > \
+            int(done["metadata"]["resourceVersion"])

@@ -541,3 +541,31 @@ async def test_memory_stats_read_the_container_pod_and_node_cgroups(
     await runtime.stop_container(container_id, 0)
     after = await runtime.memory_stats()
     assert after is not None and "hog" not in after.by_pod[sandbox.pod_uid].containers
+
+
+async def test_one_sandbox_s_status_and_containers_without_the_other_pods(
+        runtime: OciRuntime, busybox_layer: Path) -> None:
+    """`pod_sandbox_status` answers for one sandbox as the listing does (None once it is
+    gone), and a sandbox's container listing reads no state of another pod's containers."""
+    first = sandbox_config(name="one")
+    second = dataclasses.replace(sandbox_config(name="two"), pod_uid=str(uuid.uuid4()))
+    one = await runtime.run_pod_sandbox(first)
+    two = await runtime.run_pod_sandbox(second)
+    mine = await runtime.create_container(one, container_config(busybox_layer, "a", "true"),
+                                          first)
+    theirs = await runtime.create_container(two, container_config(busybox_layer, "b", "true"),
+                                            second)
+    listed = {s.id: s for s in await runtime.list_pod_sandboxes()}
+    assert await runtime.pod_sandbox_status(one) == listed[one]
+    assert (await runtime.pod_sandbox_status(two) or listed[one]).name == "two"
+    assert [c.id for c in await runtime.list_containers()] == [mine, theirs]  # learns both
+    # the other pod's record made unreadable: a listing of this sandbox never opens it
+    record = runtime._instance_dir(theirs) / "container.json"
+    saved = record.read_text()
+    record.write_text("{")
+    assert [c.id for c in await runtime.list_containers(one)] == [mine]
+    record.write_text(saved)
+    await runtime.remove_container(theirs)
+    await runtime.remove_pod_sandbox(two)
+    assert await runtime.pod_sandbox_status(two) is None
+    assert await runtime.pod_sandbox_status("no-such-sandbox") is None

@@ -229,8 +229,9 @@ class Kubelet:
         self.node_name = config.node_name
         self.root_dir = config.root_dir
         self.metrics = KubeletMetrics(config.node_name)
-        self.events = KubeletEvents(api, config.node_name)
         self.status = StatusManager(api)
+        self.events = KubeletEvents(api, config.node_name, quiet=self._quiet,
+                                    is_quiet=self._is_quiet)
         self.node_config = NodeConfig(node_name=config.node_name, root_dir=config.root_dir,
                                       gates=config.gates, node_ip=config.node_ip,
                                       kubelet_port=config.port, max_pods=config.max_pods)
@@ -451,6 +452,17 @@ class Kubelet:
                             unallocated_volumes=volumes)
         self._volumes_changed()
 
+    def _is_quiet(self) -> bool:
+        """No pod worker is in a sync, no pod status waits to be written."""
+        return (self.workers is None or self.workers.is_idle()) and self.status.is_settled()
+
+    async def _quiet(self) -> None:
+        """Return once the kubelet is quiet (`_is_quiet`: what deferred events wait for)."""
+        while not self._is_quiet():
+            if self.workers is not None:
+                await self.workers.idle()
+            await self.status.settled()
+
     # -- allocation (KEP-6395 / KEP-5972; ephemera.kubelet.allocation) -------------------
 
     def _image_present(self, ref: str) -> bool:
@@ -503,7 +515,8 @@ class Kubelet:
         log.info("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
         if self.workers is not None:
             self.workers.spawn(self.events.pod(pod, events.NORMAL,
-                                               events.SUCCESSFUL_ALLOCATION, message), pod=pod)
+                                               events.SUCCESSFUL_ALLOCATION, message,
+                                               deferred=True), pod=pod)
 
     def _volume_operation(self, operation: VolumeOperation) -> None:
         """Metrics and Normal events of dynamic volumes (KEP-6395); their failures are
@@ -523,7 +536,8 @@ class Kubelet:
             message = f'UnmountVolume.TearDown succeeded for volume "{operation.volume_name}"'
         md = pod.get("metadata") or {}
         log.info("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
-        self.workers.spawn(self.events.pod(pod, events.NORMAL, reason, message), pod=pod)
+        self.workers.spawn(self.events.pod(pod, events.NORMAL, reason, message, deferred=True),
+                           pod=pod)
 
     def allocated_pods(self) -> list[Obj]:
         """The allocated pods, status blank (`/allocatedPods`)."""

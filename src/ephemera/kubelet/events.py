@@ -5,13 +5,15 @@ source host the node name, repeats counted) and adds what the kubelet's events c
 others' do not: `involvedObject.fieldPath` naming the container (`spec.containers{c1}`,
 `spec.initContainers{i1}`), so `kubectl describe pod` shows them as upstream's do. The
 constants are the reasons; the helpers build the exact upstream messages. Posting is best
-effort: a failure is logged, never raised.
+effort: a failure is logged, never raised. Routine Normal events may be deferred until the
+kubelet is quiet (`KubeletEvents`), so that they never compete with a sync or a status write.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ephemera.client import ApiClient, EventRecorder
@@ -95,37 +97,66 @@ class _FieldPathRecorder(EventRecorder):
         return event
 
 
+# How long a deferred event may wait for the kubelet to be quiet (from when it was recorded).
+DEFAULT_MAX_DEFER = 1.0
+
+
 class KubeletEvents:
     """The kubelet's event recorder. Events are posted one at a time, in the order they were
     recorded (as upstream's broadcaster feeds its sink from one queue): a burst of them
     (a container restart makes five) then never crowds out the pod status write that the
-    status manager sends meanwhile."""
+    status manager sends meanwhile.
 
-    def __init__(self, api: ApiClient, node_name: str) -> None:
+    An event recorded with `deferred=True` (the routine Normal events of a start, a restart
+    or a volume change, always posted in the background) first waits until the kubelet is
+    quiet (`quiet`: no pod worker in a sync, no pod status waiting to be written), at most
+    `max_defer` seconds from when it was recorded: the sync and its status write, which a
+    client is waiting for, get the apiserver and the CPUs first. Upstream's recorder is
+    asynchronous too (a queue and a sink of its own) and promises no delivery time."""
+
+    def __init__(self, api: ApiClient, node_name: str, *,
+                 quiet: Callable[[], Awaitable[None]] | None = None,
+                 is_quiet: Callable[[], bool] | None = None,
+                 max_defer: float = DEFAULT_MAX_DEFER) -> None:
         self.node_name = node_name
         self._recorder = _FieldPathRecorder(api, "kubelet", host=node_name)
         self._posting = asyncio.Lock()  # FIFO: one post in flight
+        self.quiet = quiet
+        self.is_quiet = is_quiet
+        self.max_defer = max_defer
 
     async def _record(self, ref: Mapping[str, Any], type_: str, reason: str,
-                      message: str) -> None:
-        async with self._posting:
-            await self._recorder.record(ref, type_, reason, message)
+                      message: str, deferred: bool = False) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_defer
+        while True:
+            if deferred and self.quiet is not None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(deadline):
+                        await self.quiet()
+            async with self._posting:
+                # Its turn came after others' posts: if a sync began meanwhile, wait again.
+                if not deferred or self.is_quiet is None or self.is_quiet() or \
+                        loop.time() >= deadline:
+                    await self._recorder.record(ref, type_, reason, message)
+                    return
 
     async def pod(self, pod: Mapping[str, Any], type_: str, reason: str, message: str, *,
-                  annotations: Mapping[str, str] | None = None) -> None:
+                  annotations: Mapping[str, str] | None = None, deferred: bool = False) -> None:
         """An event about the pod as a whole (with `annotations` on the Event, as the
         eviction manager's `Evicted` events carry)."""
         ref = _ref(pod)
         if annotations:
             ref[_FieldPathRecorder.ANNOTATIONS_KEY] = dict(annotations)
-        await self._record(ref, type_, reason, message)
+        await self._record(ref, type_, reason, message, deferred)
 
     async def container(self, pod: Mapping[str, Any], container_name: str, type_: str,
-                        reason: str, message: str, *, init: bool = False) -> None:
+                        reason: str, message: str, *, init: bool = False,
+                        deferred: bool = False) -> None:
         """An event about one container of the pod (`fieldPath` names it)."""
         ref = _ref(pod)
         ref[_FieldPathRecorder.FIELD_PATH_KEY] = container_field_path(container_name, init=init)
-        await self._record(ref, type_, reason, message)
+        await self._record(ref, type_, reason, message, deferred)
 
     async def node(self, node: Mapping[str, Any], type_: str, reason: str,
                    message: str) -> None:

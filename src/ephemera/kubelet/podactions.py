@@ -189,9 +189,11 @@ class WaitForVolumes:
 
 @dataclass(frozen=True)
 class ClearWaiting:
-    """The container runs or is done for good: no waiting reason is shown for it."""
+    """The container runs or is done for good: no waiting reason is shown for it.
+    `volumes_pending`: it runs, and a change of its mounts waits for its volumes' setup."""
 
     name: str
+    volumes_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -352,15 +354,20 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
                 result.actions.append(kill)
                 continue
             if hot_plug and hotplug.wants_live(c):
-                if hotplug.mounts_stale(pod, c, latest) and volumes_ready_for(c):
-                    result.actions.append(LiveMountChange(c, latest))
+                if hotplug.mounts_stale(pod, c, latest):
+                    if volumes_ready_for(c):
+                        result.actions.append(LiveMountChange(c, latest))
+                    else:
+                        result.actions.append(ClearWaiting(name, volumes_pending=True))
                 else:
                     result.actions.append(ClearWaiting(name))
                 continue
             if mounts_differ(c, latest) and (c.get("dynamicVolumePolicy") or {}).get(
-                    "restartPolicy") in (RESTART_CONTAINER, hotplug.NOT_REQUIRED) and \
-                    volumes_ready_for(c):
-                result.actions.append(RestartForChange(c, latest))
+                    "restartPolicy") in (RESTART_CONTAINER, hotplug.NOT_REQUIRED):
+                if volumes_ready_for(c):
+                    result.actions.append(RestartForChange(c, latest))
+                else:
+                    result.actions.append(ClearWaiting(name, volumes_pending=True))
             else:
                 result.actions.append(ClearWaiting(name))
             continue
@@ -465,6 +472,9 @@ class PodRuntime:
         # Container name -> (reason, message) of its `waiting` state.
         self.waiting: dict[str, tuple[str, str]] = {}
         self.removed_statuses: list[Obj] = []  # statuses of removed containers
+        # The last `execute` left a container waiting for its dynamic volumes, which the
+        # volume manager is setting up (its notification wakes the worker).
+        self.awaiting_volumes = False
         self.cache = PodRuntimeCache()
 
     @property
@@ -487,10 +497,7 @@ class PodRuntime:
     async def sandbox_status(self) -> SandboxStatus | None:
         if self.sandbox_id is None:
             return None
-        for s in await self.deps.runtime.list_pod_sandboxes():
-            if s.id == self.sandbox_id:
-                return s
-        return None
+        return await self.deps.runtime.pod_sandbox_status(self.sandbox_id)
 
     async def ensure_sandbox(self) -> SandboxStatus | None:
         runtime = self.deps.runtime
@@ -550,6 +557,7 @@ class PodRuntime:
         """Run `actions` in order; the delay until the pod should be synced again (`IDLE`
         when the runtime's events will tell)."""
         next_delay = IDLE
+        self.awaiting_volumes = False
         for action in actions:
             if isinstance(action, StartContainer):
                 next_delay = min(next_delay, await self.start(action.container,
@@ -579,8 +587,10 @@ class PodRuntime:
                     action.container, action.running, sandbox))
             elif isinstance(action, WaitForVolumes):
                 self.waiting.setdefault(action.name, ("ContainerCreating", ""))
+                self.awaiting_volumes = True
             else:
                 self.waiting.pop(action.name, None)
+                self.awaiting_volumes |= action.volumes_pending
         return next_delay
 
     async def change_live(self, container: Mapping[str, Any], running: ContainerStatus,
@@ -744,10 +754,12 @@ class PodRuntime:
                                                       self.sandbox_config())
         except RuntimeError_ as err:
             return await self._start_failed(name, init, "CreateContainerError", str(err))
-        # Events are posted in the background (upstream's recorder is asynchronous too): the
-        # start does not wait for the apiserver.
+        # Events are posted in the background (upstream's recorder is asynchronous too) and
+        # deferred until the kubelet is quiet: the start does not wait for the apiserver, nor
+        # share it with them.
         self.host.spawn(deps.events.container(pod, name, events.NORMAL, events.CREATED,
-                                              f"Created container: {name}", init=init))
+                                              f"Created container: {name}", init=init,
+                                              deferred=True))
         try:
             await deps.runtime.start_container(cid)
         except RuntimeError_ as err:
@@ -755,7 +767,8 @@ class PodRuntime:
         self.waiting.pop(name, None)
         deps.on_container_started(self._container_kind(init), "")
         self.host.spawn(deps.events.container(pod, name, events.NORMAL, events.STARTED,
-                                              f"Started container {name}", init=init))
+                                              f"Started container {name}", init=init,
+                                              deferred=True))
         # Older instances go in the background, so the new one's status is not held up.
         self.host.spawn(self._prune_instances(name, attempt))
         return IDLE
@@ -784,7 +797,8 @@ class PodRuntime:
         if image is not None:
             self.host.spawn(deps.events.container(
                 pod, name, events.NORMAL, events.PULLED,
-                f'Container image "{ref}" already present on machine', init=init))
+                f'Container image "{ref}" already present on machine', init=init,
+                deferred=True))
             return image
         if policy == "Never":
             message = f'Container image "{ref}" is not present with pull policy of Never'
@@ -835,7 +849,7 @@ class PodRuntime:
         init = container.labels.get(LABEL_CONTAINER_TYPE) == "init"
         self.host.spawn(self.deps.events.container(
             self.pod, container.name, events.NORMAL, events.KILLING,
-            message or f"Stopping container {container.name}", init=init))
+            message or f"Stopping container {container.name}", init=init, deferred=True))
         try:
             await self.deps.runtime.stop_container(container.id, grace)
         except RuntimeError_ as err:

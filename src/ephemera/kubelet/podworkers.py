@@ -20,7 +20,8 @@ A pod's sync:
    worker when they are.
 2. **Containers**: `compute_pod_actions` on the sandbox's instances, executed by the pod's
    `PodRuntime`; then removed containers are stopped (KEP-5972).
-3. **Status** (`status.generate_pod_status`) handed to the status manager, with the statuses
+3. **Status** (`status.generate_pod_status`) handed to the status manager (which merges
+   what one sync publishes into one write: `StatusManager.hold`), with the statuses
    of removed containers still being stopped, `waiting` `Unallocated` (`Container addition
    pending node allocation`) for containers the API has but the node has not allocated, and
    `status.volumeStatuses` from the volume manager (plus `Pending` for volumes not allocated
@@ -120,6 +121,8 @@ class PodWorker:
         # The pod's storage is set up (the volume manager waits for it).
         self.storage_ready = self.deps.pod_storage is None
         self.failed_mount_reported: dict[str, str] = {}
+        # Statuses published are merged until the sync (or the volume wait) ends.
+        self.status_held = False
         # Containers and volumes the API has but the node has not allocated yet (KEP-6395).
         self.unallocated: list[Obj] = []
         self.unallocated_volumes: list[str] = []
@@ -145,6 +148,10 @@ class PodWorker:
         while not self.done:
             self.wake.clear()
             began = time.monotonic()
+            self.workers.sync_began()
+            if not self.status_held:
+                self.deps.status.hold(self.uid)
+                self.status_held = True
             try:
                 delay = await self.sync()
             except asyncio.CancelledError:
@@ -154,6 +161,15 @@ class PodWorker:
             except Exception:
                 log.exception("syncing pod %s failed", format_pod(self.pod))
                 delay = settings.retry_delay
+            finally:
+                # A change waiting for its allocation or its volumes keeps the hold: its
+                # `Pending` status and the restarted container's are one write when these
+                # are quick (else it is written after `max_hold`).
+                if self.done or not (self.pod_runtime.awaiting_volumes or self.unallocated
+                                     or self.unallocated_volumes):
+                    self.deps.status.release(self.uid)
+                    self.status_held = False
+                self.workers.sync_ended()
             self.deps.on_sync_done("sync", time.monotonic() - began)
             if self.done:
                 break
@@ -172,6 +188,7 @@ class PodWorker:
         return self.removed or bool(metadata(self.pod).get("deletionTimestamp"))
 
     async def sync(self) -> float:
+        self.pod_runtime.awaiting_volumes = False  # set again by this sync's actions
         if self.deleting():
             return await self.terminate()
         if self.eviction is not None and not self.evicted:
@@ -463,6 +480,10 @@ class PodWorkers:
             lambda work: self.spawn(work))
         self._workers: dict[str, PodWorker] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        # Workers in a sync now; `_idle` is set while there are none.
+        self._syncing = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.on_worker_done: Callable[[str], None] = lambda uid: None
 
     def spawn(self, work: Awaitable[Any], *, pod: Mapping[str, Any] | None = None) -> None:
@@ -478,6 +499,23 @@ class PodWorkers:
                 log.error("background work%s failed", about, exc_info=finished.exception())
 
         task.add_done_callback(done)
+
+    def sync_began(self) -> None:
+        self._syncing += 1
+        self._idle.clear()
+
+    def sync_ended(self) -> None:
+        self._syncing -= 1
+        if self._syncing == 0:
+            self._idle.set()
+
+    def is_idle(self) -> bool:
+        """No pod worker is in a sync."""
+        return self._idle.is_set()
+
+    async def idle(self) -> None:
+        """Return once no pod worker is in a sync."""
+        await self._idle.wait()
 
     def is_terminal(self, uid: str) -> bool | None:
         """Whether the pod is terminal in its worker's view (a terminal phase, or its

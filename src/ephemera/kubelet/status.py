@@ -32,7 +32,12 @@ once without one); a plain init container is ready once it has exited 0, as upst
 `StatusManager` keeps, per pod UID, the status last known to be in the API (from the pod
 informer and its own writes) and the status the kubelet wants; a background writer PATCHes
 `pods/NAME/status` (a merge patch of the changed top-level fields, with `metadata.uid` so a
-pod recreated under the same name is never written) only when they differ.
+pod recreated under the same name is never written) only when they differ. Statuses a pod
+worker publishes during one sync (`hold` ... `release`: the `Unmounting` shown before a
+restart's stop, then the restarted container) are merged into one write of the latest, unless
+the sync outlasts `max_hold` (a long stop: the intermediate status is written then, as
+before). Upstream's status manager merges the same way (it writes the latest status when its
+sync gets to the pod).
 """
 
 from __future__ import annotations
@@ -573,15 +578,29 @@ class _PodEntry:
     desired: Obj | None = None
 
 
+# How long a status published during its worker's sync may wait for the sync's end.
+DEFAULT_MAX_HOLD = 0.25
+
+
 class StatusManager:
     """Writes pod statuses to the API, only when they changed."""
 
-    def __init__(self, api: ApiClient, *, retry_interval: float = 1.0) -> None:
+    def __init__(self, api: ApiClient, *, retry_interval: float = 1.0,
+                 max_hold: float = DEFAULT_MAX_HOLD) -> None:
         self.api = api
         self.retry_interval = retry_interval
+        self.max_hold = max_hold
         self._pods: dict[str, _PodEntry] = {}
         self._dirty: set[str] = set()
+        # Pods whose worker is in a sync (`hold`): a status they publish meanwhile waits for
+        # the sync's end, at most `max_hold` seconds from when it was published.
+        self._held: dict[str, int] = {}
+        self._dirty_since: dict[str, float] = {}
         self._wake = asyncio.Event()
+        # Set while no status is waiting to be written, held or being written (`settled`).
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self._writing = False
         self.writes = 0  # PATCHes sent (metrics and tests)
 
     def observe(self, pod: Mapping[str, Any]) -> None:
@@ -624,10 +643,56 @@ class StatusManager:
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)
         self._dirty.discard(uid)
+        self._dirty_since.pop(uid, None)
+        self._held.pop(uid, None)
+        self._refresh_settled()
+
+    def hold(self, uid: str) -> None:
+        """The pod's worker begins a sync (or a container waits for the volumes a change
+        needs): statuses it publishes before `release` are merged into one write (the
+        latest), unless that lasts longer than `max_hold` from the first of them."""
+        self._held[uid] = self._held.get(uid, 0) + 1
+        self._settled.clear()
+
+    def release(self, uid: str) -> None:
+        """The pod's worker ended its sync: its status is written now if it changed."""
+        count = self._held.get(uid, 0) - 1
+        if count > 0:
+            self._held[uid] = count
+            return
+        self._held.pop(uid, None)
+        if uid in self._dirty:
+            self._wake.set()
+        self._refresh_settled()
+
+    def _refresh_settled(self) -> None:
+        if not self._dirty and not self._held and not self._writing:
+            self._settled.set()
+        else:
+            self._settled.clear()
 
     def _mark(self, uid: str) -> None:
+        if uid not in self._dirty:
+            self._dirty_since[uid] = asyncio.get_running_loop().time()
         self._dirty.add(uid)
+        self._settled.clear()
         self._wake.set()
+
+    def _held_for(self, uid: str, now: float) -> float:
+        """How much longer the pod's status waits for its worker's sync to end (0: due)."""
+        if uid not in self._held:
+            return 0.0
+        return max(0.0, self._dirty_since.get(uid, now) + self.max_hold - now)
+
+    def is_settled(self) -> bool:
+        """No status is waiting to be written, none is held (a pod worker in a sync, or a
+        change waiting for its volumes), none is being written."""
+        return self._settled.is_set()
+
+    async def settled(self) -> None:
+        """Return once no status is waiting to be written or being written (what the
+        kubelet's events wait for: a status write goes first)."""
+        await self._settled.wait()
 
     async def write(self, uid: str) -> bool:
         """Write the pod's desired status now if it differs; True when the API has it (or
@@ -667,10 +732,25 @@ class StatusManager:
             self._wake.clear()
             dirty, self._dirty = self._dirty, set()
             failed = []
-            for uid in dirty:
-                if not await self.write(uid):
-                    failed.append(uid)
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            waits = [w for w in (self._held_for(uid, now) for uid in dirty) if w > 0]
+            if waits:  # wake when the first held one is due (release wakes us earlier)
+                loop.call_later(min(waits), self._wake.set)
+            self._writing = True
+            try:
+                for uid in dirty:
+                    if self._held_for(uid, now) > 0:
+                        self._dirty.add(uid)
+                        continue
+                    self._dirty_since.pop(uid, None)
+                    if not await self.write(uid):
+                        failed.append(uid)
+            finally:
+                self._writing = False
             if failed:
                 self._dirty.update(failed)
                 await asyncio.sleep(self.retry_interval)
                 self._wake.set()
+            else:
+                self._refresh_settled()

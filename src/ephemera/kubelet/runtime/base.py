@@ -202,6 +202,14 @@ class RuntimeService(abc.ABC):
     @abc.abstractmethod
     async def list_pod_sandboxes(self) -> list[SandboxStatus]: ...
 
+    async def pod_sandbox_status(self, sandbox_id: str) -> SandboxStatus | None:
+        """One sandbox's status (CRI's `PodSandboxStatus`), None when it is gone; a runtime
+        may answer it without looking at the other sandboxes."""
+        for sandbox in await self.list_pod_sandboxes():
+            if sandbox.id == sandbox_id:
+                return sandbox
+        return None
+
     @abc.abstractmethod
     async def create_container(
         self, sandbox_id: str, config: ContainerConfig, sandbox: SandboxConfig

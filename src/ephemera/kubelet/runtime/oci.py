@@ -301,6 +301,9 @@ class OciRuntime(RuntimeService):
         self._sandbox_lock = threading.Lock()  # run_pod_sandbox is idempotent per pod UID
         self._meta_lock = threading.Lock()  # container.json rewrites (live mounts)
         self._host_ip: str | None = None
+        # container id -> its sandbox's (fixed at create): a sandbox's listing skips the
+        # other pods' containers without reading their state
+        self._sandbox_of: dict[str, str] = {}
         self._shim_server = ShimServer(self.state_dir / "shim-server.log")
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -471,14 +474,27 @@ class OciRuntime(RuntimeService):
             return ""
         return str(self._sandbox_dir(sandbox_id) / "ns" / "net")
 
-    async def list_pod_sandboxes(self) -> list[SandboxStatus]:
-        metas = await self._blocking(self._sandbox_metas)
-        result = []
+    def _checked_sandbox_metas(self, sandbox_id: str = "") -> list[dict[str, Any]]:
+        """The sandboxes' records (only `sandbox_id`'s when given), `ready` false where their
+        namespaces are gone (e.g. after a reboot); in a thread: the checks stat files."""
+        if sandbox_id:
+            try:
+                metas = [self._sandbox_meta(sandbox_id)]
+            except (NotFoundError, json.JSONDecodeError):
+                metas = []
+        else:
+            metas = self._sandbox_metas()
         for meta in metas:
-            if meta["ready"] and not all(  # e.g. after a reboot: the namespaces are gone
+            if meta["ready"] and not all(
                     os.path.ismount(self._sandbox_dir(meta["id"]) / "ns" / ns)
                     for ns in meta["namespaces"]):
                 meta["ready"] = False
+        return metas
+
+    async def _sandbox_statuses(self, sandbox_id: str = "") -> list[SandboxStatus]:
+        metas = await self._blocking(self._checked_sandbox_metas, sandbox_id)
+        result = []
+        for meta in metas:
             ip = ""
             if meta["host_network"] and meta["ready"]:
                 if self._host_ip is None:
@@ -488,6 +504,13 @@ class OciRuntime(RuntimeService):
                 id=meta["id"], pod_uid=meta["pod_uid"], namespace=meta["namespace"],
                 name=meta["name"], ready=meta["ready"], ip=ip, created_at=meta["created_at"]))
         return sorted(result, key=lambda s: s.created_at)
+
+    async def list_pod_sandboxes(self) -> list[SandboxStatus]:
+        return await self._sandbox_statuses()
+
+    async def pod_sandbox_status(self, sandbox_id: str) -> SandboxStatus | None:
+        found = await self._sandbox_statuses(sandbox_id)
+        return found[0] if found else None
 
     # -- containers: create --------------------------------------------------------------------
 
@@ -854,8 +877,12 @@ class OciRuntime(RuntimeService):
         def collect() -> list[ContainerStatus]:
             result = []
             for entry in self.containers_dir.iterdir():
+                known = self._sandbox_of.get(entry.name)
+                if sandbox_id and known is not None and known != sandbox_id:
+                    continue  # another pod's: its state is not read
                 with contextlib.suppress(NotFoundError):
                     status = self._status(entry.name)
+                    self._sandbox_of[entry.name] = status.sandbox_id
                     if not sandbox_id or status.sandbox_id == sandbox_id:
                         result.append(status)
             return sorted(result, key=lambda s: s.created_at)
@@ -1016,6 +1043,7 @@ class OciRuntime(RuntimeService):
                 _umount(point)
             shutil.rmtree(directory, ignore_errors=True)
             (self.containers_dir / container_id).unlink(missing_ok=True)
+            self._sandbox_of.pop(container_id, None)
             for parent in (directory.parent, directory.parent.parent):
                 with contextlib.suppress(OSError):
                     parent.rmdir()
