@@ -470,6 +470,11 @@ class Router:
                         request, self.registry, self.config.token_issuer,
                         list(self.config.api_audiences), target.namespace, target.name,
                         self.config.max_body_bytes)
+            elif sub == "portforward":
+                if method in ("GET", "POST"):
+                    return await nodeproxy.pod_port_forward(request, self.registry,
+                                                            target.resource, target.namespace,
+                                                            target.name, self.kubelets)
             elif sub in ("exec", "attach"):
                 if method in ("GET", "POST"):
                     return await nodeproxy.pod_stream(request, self.registry, target.resource,

@@ -62,8 +62,8 @@ from ephemera.api.goformat import go_quote
 from ephemera.apiserver.resources import Resource, core_resource
 from ephemera.client.goerrors import dial_error, request_error
 
-__all__ = ["KubeletClient", "kubelet_address", "node_proxy", "pod_log", "pod_stream",
-           "validate_container"]
+__all__ = ["KubeletClient", "kubelet_address", "node_proxy", "pod_log", "pod_port_forward",
+           "pod_stream", "validate_container"]
 
 ADDRESS_PREFERENCE = ("InternalIP", "Hostname", "InternalDNS", "ExternalIP", "ExternalDNS")
 LOG_OPTIONS = ("follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime",
@@ -372,6 +372,41 @@ async def pod_stream(request: web.Request, registry: Any, pods: Resource, namesp
         params.extend(("command", c) for c in request.query.getall("command", []))
     params.extend((kubelet_name, "1") for option, kubelet_name in STREAM_FLAGS
                   if _query_flag(request, option))
+    return await _relay_upgrade(request, kubelets, url, params)
+
+
+async def pod_port_forward(request: web.Request, registry: Any, pods: Resource,
+                           namespace: str, name: str, kubelets: KubeletClient
+                           ) -> web.StreamResponse:
+    """Serve `pods/NAME/portforward` (upstream's `PortForwardREST` + `PortForwardLocation`) by
+    relaying the WebSocket to the kubelet's `/portForward/NS/POD`, each `ports` value passed
+    as the kubelet's `port`: kubectl's `SPDY/3.1+portforward.k8s.io` and the Python client's
+    `v4.channel.k8s.io` pass through unchanged (`ephemera.kubelet.portforward` speaks them)."""
+    pod = await registry.get(pods, namespace, name)
+    node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+    if not node_name:
+        raise errors.bad_request(f"pod {name} does not have a host assigned")
+    node = await registry.get(core_resource("nodes"), "", node_name)
+    base = kubelet_url(kubelets, node)
+    if base is None:
+        raise errors.internal_error(f"node {node_name} does not report its kubelet's address")
+    path = "/".join(quote(part, safe="") for part in (namespace, name))
+    url = f"{base}/portForward/{path}"
+    params: list[tuple[str, str]] = []
+    for value in request.query.getall("ports", []):
+        for text in value.split(","):
+            try:
+                port = int(text)
+            except ValueError:
+                raise errors.bad_request(
+                    f'strconv.ParseInt: parsing {go_quote(text)}: invalid syntax') from None
+            params.append(("port", str(port)))
+    return await _relay_upgrade(request, kubelets, url, params)
+
+
+async def _relay_upgrade(request: web.Request, kubelets: KubeletClient, url: str,
+                         params: list[tuple[str, str]]) -> web.StreamResponse:
+    """A WebSocket request relayed to a WebSocket to the kubelet (see `pod_stream`)."""
     ssl_option = kubelets.ssl_for(False)
     if not _is_websocket(request):
         return await _relay_plain(request, kubelets, url, params, ssl_option)
