@@ -59,7 +59,7 @@ def _get(port: int) -> str:
 
 def test_kubectl_port_forward_reaches_httpd_in_the_pod(k: Kubectl) -> None:
     _web_pod(k)
-    with k.stream("port-forward", "pod/web", ":8080", "-v=6") as forward:
+    with k.stream("port-forward", "pod/web", ":8080", "-v=7") as forward:
         line = forward.wait_for_line(lambda text: FORWARDING.search(text) is not None)
         match = FORWARDING.search(line)
         assert match is not None and match.group(2) == "8080"
@@ -70,9 +70,11 @@ def test_kubectl_port_forward_reaches_httpd_in_the_pod(k: Kubectl) -> None:
             pages = list(pool.map(_get, [local, local]))
         assert [p.strip() for p in pages] == [PAGE, PAGE]
         assert forward.process.poll() is None
-    # kubectl spoke SPDY over a WebSocket, not the SPDY upgrade it falls back to
-    assert not any("falling back" in line.lower() for line in forward.stderr_lines), \
-        forward.stderr_lines
+    # kubectl spoke SPDY over a WebSocket (the tunnel's subprotocol), not the SPDY upgrade it
+    # falls back to
+    assert any("negotiated protocol: portforward.k8s.io" in line
+               for line in forward.stderr_lines)
+    assert not any("fallback" in line.lower() for line in forward.stderr_lines)
 
 
 def test_a_port_nobody_listens_on_gives_kubectls_error(k: Kubectl) -> None:
@@ -110,3 +112,21 @@ def test_the_python_clients_portforward(k: Kubectl) -> None:
     assert received.startswith(b"HTTP/1.")
     assert received.rstrip().endswith(PAGE.encode())
     assert forward.error(8080) is None
+
+
+def test_pods_proxy_relays_a_get_to_the_pods_port(k: Kubectl) -> None:
+    _web_pod(k)
+    base = f"/api/v1/namespaces/{k.namespace}/pods"
+    page = k("get", "--raw", f"{base}/web:8080/proxy/index.html")
+    assert page.stdout.strip() == PAGE
+    also = k("get", "--raw", f"{base}/http:web:8080/proxy/")  # httpd's directory index
+    assert PAGE in also.stdout
+    missing = k("get", "--raw", f"{base}/web:8080/proxy/nothing-here", check=False)
+    assert missing.returncode != 0 and "NotFound" in missing.stderr
+    refused = k("get", "--raw", f"{base}/web:9999/proxy/", check=False)
+    assert refused.returncode != 0
+    assert "ServiceUnavailable" in refused.stderr
+    assert "error trying to reach service: error forwarding port 9999 to pod" in refused.stderr
+    assert "connection refused" in refused.stderr
+    absent = k("get", "--raw", f"{base}/nobody:8080/proxy/", check=False)
+    assert 'pods "nobody" not found' in absent.stderr

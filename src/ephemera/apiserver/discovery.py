@@ -84,6 +84,8 @@ def subresource_verbs(subresource: str) -> tuple[str, ...]:
 
 
 def subresource_kind(resource: Resource, subresource: str) -> str:
+    if subresource == "proxy" and resource.plural == "pods":
+        return "PodProxyOptions"
     return _SUBRESOURCE_KIND.get(subresource, resource.kind)
 
 

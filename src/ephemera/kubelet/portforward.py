@@ -305,19 +305,23 @@ async def _serve_channels(ws: web.WebSocketResponse, target: PortForwardTarget,
         prefix = struct.pack("<H", port)
         await send(2 * index, prefix)
         await send(2 * index + 1, prefix)
-    sockets: dict[int, asyncio.StreamWriter] = {}
+    loop = asyncio.get_running_loop()
+    # Each port's connection once dialed (None when the dial failed or it has ended): data
+    # the client sends meanwhile waits for it.
+    sockets: dict[int, asyncio.Future[asyncio.StreamWriter | None]] = {
+        index: loop.create_future() for index in range(len(ports))}
 
     async def forward(index: int, port: int) -> None:
         try:
             reader, sock = await dial_pod(target, port)
         except OSError as err:
+            sockets[index].set_result(None)
             await send(2 * index + 1, forward_error(port, target, err).encode())
             return
-        sockets[index] = sock
+        sockets[index].set_result(sock)
         try:
             await _copy_out(reader, lambda chunk: send(2 * index, chunk))
         finally:
-            sockets.pop(index, None)
             sock.close()
 
     forwards = asyncio.ensure_future(asyncio.gather(
@@ -328,8 +332,11 @@ async def _serve_channels(ws: web.WebSocketResponse, target: PortForwardTarget,
             if message.type != WSMsgType.BINARY or not message.data:
                 continue
             channel, payload = message.data[0], message.data[1:]
-            sock = sockets.get(channel // 2)
-            if channel % 2 == 0 and sock is not None and payload:
+            waiting = sockets.get(channel // 2)
+            if channel % 2 != 0 or waiting is None or not payload:
+                continue
+            sock = await waiting
+            if sock is not None and not sock.is_closing():
                 with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                     sock.write(payload)
                     await sock.drain()
@@ -343,8 +350,11 @@ async def _serve_channels(ws: web.WebSocketResponse, target: PortForwardTarget,
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for sock in list(sockets.values()):
-            sock.close()
+        for waiting in sockets.values():
+            done = waiting.result() if waiting.done() else None
+            if done is not None:
+                done.close()
+            waiting.cancel()
 
 
 async def serve_port_forward(request: web.Request, host: PortForwardHost) -> web.StreamResponse:
