@@ -11,11 +11,13 @@ import hashlib
 import socket
 import struct
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from kubelet_harness import Harness, pod, running_kubelet
 
 from ephemera.kubelet import spdy
 from ephemera.kubelet.portforward import (
@@ -250,3 +252,79 @@ async def test_refusals_before_the_upgrade(kubelet: str) -> None:
         async with session.get(f"{kubelet}/p?port=80") as answer:
             assert answer.status == 400
             assert "over WebSocket only" in await answer.text()
+
+
+# -- through the in-process apiserver (fake runtime: the pod's namespace is the host's) -------
+
+
+async def _running_box(h: Harness) -> None:
+    await h.create(pod("box", argv=["sleep", "3600"]))
+    await h.wait_pod("box", lambda p: (p.get("status") or {}).get("phase") == "Running")
+
+
+async def test_pods_portforward_through_the_apiserver(tmp_path: Path, echo_port: int) -> None:
+    async with running_kubelet(tmp_path) as h:
+        await _running_box(h)
+        url = f"{h.api.server}/api/v1/namespaces/default/pods/box/portforward"
+        async with aiohttp.ClientSession() as client, client.ws_connect(
+                url, params={"ports": str(echo_port)}, protocols=("v4.channel.k8s.io",)) as ws:
+            assert ws.protocol == "v4.channel.k8s.io"
+            await ws.send_bytes(b"\x00ping")
+            got = b""
+            async with asyncio.timeout(10):
+                while b"echo:ping" not in got:
+                    message = await ws.receive()
+                    if message.data[0] == 0:
+                        got += message.data[1:]
+            assert got == struct.pack("<H", echo_port) + b"echo:ping"
+        base = f"{h.api.server}/api/v1/namespaces/default/pods"
+        async with aiohttp.ClientSession() as client:
+            async with client.get(f"{base}/nope/portforward", params={"ports": "80"}) as resp:
+                assert resp.status == 404
+                assert (await resp.json())["message"] == 'pods "nope" not found'
+            async with client.get(f"{base}/box/portforward", params={"ports": "x"}) as resp:
+                assert resp.status == 400
+                assert (await resp.json())["message"] == (
+                    'strconv.ParseInt: parsing "x": invalid syntax')
+
+
+async def _web(request: web.Request) -> web.Response:
+    body = await request.read()
+    return web.Response(status=201 if request.method == "POST" else 200,
+                        text=f"{request.method} {request.path_qs} {body.decode()} "
+                             f"auth={request.headers.get('Authorization', '-')}",
+                        headers={"X-Pod": "yes"})
+
+
+async def test_pods_proxy_through_the_apiserver(tmp_path: Path) -> None:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", _web)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with running_kubelet(tmp_path) as h:
+            await _running_box(h)
+            base = f"{h.api.server}/api/v1/namespaces/default/pods"
+            async with aiohttp.ClientSession() as client:
+                async with client.get(f"{base}/box:{port}/proxy/a/b?x=1") as resp:
+                    assert resp.status == 200 and resp.headers["X-Pod"] == "yes"
+                    assert await resp.text() == "GET /a/b?x=1  auth=-"
+                async with client.post(f"{base}/http:box:{port}/proxy/", data=b"sent",
+                                       headers={"Authorization": "Bearer secret"}) as resp:
+                    # the caller's credentials for the apiserver stay there
+                    assert (resp.status, await resp.text()) == (201, "POST / sent auth=-")
+                async with client.get(f"{base}/box:{_free_port()}/proxy/") as resp:
+                    assert resp.status == 503
+                    status = await resp.json()
+                    assert status["reason"] == "ServiceUnavailable"
+                    assert status["message"].startswith(
+                        "error trying to reach service: error forwarding port ")
+                async with client.get(f"{base}/https:box:{port}/proxy/") as resp:
+                    assert resp.status == 400
+                async with client.get(f"{base}/nope:{port}/proxy/") as resp:
+                    assert resp.status == 404
+    finally:
+        await runner.cleanup()
