@@ -2,7 +2,8 @@
 (SPDY/3.1 tunnelled over a WebSocket, `SPDY/3.1+portforward.k8s.io`, through the apiserver to
 the kubelet, which dials the port inside the pod's network namespace) to busybox `httpd`,
 two connections at once, a port nobody listens on (kubectl's error), and the official Python
-client's `portforward` (the `v4.channel.k8s.io` channel protocol)."""
+client's `portforward` (the `v4.channel.k8s.io` channel protocol), kr8s' `portforward`, and
+`pods/NAME:PORT/proxy` with `kubectl get --raw`."""
 
 from __future__ import annotations
 
@@ -130,3 +131,17 @@ def test_pods_proxy_relays_a_get_to_the_pods_port(k: Kubectl) -> None:
     assert "connection refused" in refused.stderr
     absent = k("get", "--raw", f"{base}/nobody:8080/proxy/", check=False)
     assert 'pods "nobody" not found' in absent.stderr
+
+
+# kr8s warns that it was not tested with the Kubernetes version ephemera reports.
+@pytest.mark.filterwarnings("ignore:Kubernetes version .* is not supported")
+def test_kr8s_portforward(k: Kubectl) -> None:
+    import kr8s
+    from kr8s.objects import Pod
+
+    _web_pod(k)
+    api = kr8s.api(kubeconfig=str(k.cluster.kubeconfig))
+    pod = Pod.get("web", namespace=k.namespace, api=api)
+    with pod.portforward(remote_port=8080, local_port="auto") as local:
+        assert _get(local).strip() == PAGE
+        assert _get(local).strip() == PAGE  # a second connection, its own WebSocket
