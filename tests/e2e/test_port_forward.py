@@ -17,12 +17,21 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import Cluster, Kubectl, namespaced_kubectl, run_kubelet_cluster, wait_pod
+from cluster import (
+    Cluster,
+    Kubectl,
+    as_identity,
+    namespaced_kubectl,
+    run_kubelet_cluster,
+    wait_pod,
+)
 
 pytestmark = pytest.mark.e2e
 
 NODE = "pf-node"
 PAGE = "hello through port-forward"
+BIG_LINE = b"0123456789abcde\n"
+BIG = BIG_LINE * (2 * 1024 * 1024 // len(BIG_LINE))  # 2 MiB, many SPDY frames each way
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> (\d+)")
 
 
@@ -38,6 +47,7 @@ def k(pf_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> It
 
 def _web_pod(k: Kubectl, name: str = "web") -> None:
     serve = (f"mkdir -p /www && echo '{PAGE}' > /www/index.html && "
+             f"yes {BIG_LINE.decode().strip()} | head -c {len(BIG)} > /www/big && "
              "exec httpd -f -p 8080 -h /www")
     pod: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
@@ -52,10 +62,14 @@ def _web_pod(k: Kubectl, name: str = "web") -> None:
              "the web pod to be Ready")
 
 
-def _get(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/index.html", timeout=20) as answer:
+def _get(port: int, path: str = "/index.html") -> str:
+    return _get_bytes(port, path).decode()
+
+
+def _get_bytes(port: int, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=20) as answer:
         body: bytes = answer.read()
-    return body.decode()
+    return body
 
 
 def test_kubectl_port_forward_reaches_httpd_in_the_pod(k: Kubectl) -> None:
@@ -70,6 +84,7 @@ def test_kubectl_port_forward_reaches_httpd_in_the_pod(k: Kubectl) -> None:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             pages = list(pool.map(_get, [local, local]))
         assert [p.strip() for p in pages] == [PAGE, PAGE]
+        assert _get_bytes(local, "/big") == BIG
         assert forward.process.poll() is None
     # kubectl spoke SPDY over a WebSocket (the tunnel's subprotocol), not the SPDY upgrade it
     # falls back to
@@ -145,3 +160,28 @@ def test_kr8s_portforward(k: Kubectl) -> None:
     with pod.portforward(remote_port=8080, local_port="auto") as local:
         assert _get(local).strip() == PAGE
         assert _get(local).strip() == PAGE  # a second connection, its own WebSocket
+
+
+def test_port_forward_needs_create_on_pods_portforward(k: Kubectl, tmp_path: Path) -> None:
+    _web_pod(k)
+    jane = as_identity(k, "jane", tmp_path)
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "forwarder"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                      {"apiGroups": [""], "resources": ["pods/portforward"],
+                       "verbs": ["get"]}]}
+    k("create", "-f", "-", input=yaml.safe_dump(role))
+    k("create", "rolebinding", "jane-forwarder", "--role=forwarder", "--user=jane")
+    with jane.stream("port-forward", "pod/web", ":8080") as forward:
+        code = forward.wait(30)
+    assert code != 0
+    assert any(f'User "jane" cannot create resource "pods/portforward" in API group "" in '
+               f'the namespace "{k.namespace}"' in line for line in forward.stderr_lines), \
+        forward.stderr_lines
+    role["rules"][1]["verbs"] = ["get", "create"]
+    k("apply", "-f", "-", input=yaml.safe_dump(role))
+    with jane.stream("port-forward", "pod/web", ":8080") as forward:
+        line = forward.wait_for_line(lambda text: FORWARDING.search(text) is not None)
+        match = FORWARDING.search(line)
+        assert match is not None
+        assert _get(int(match.group(1))).strip() == PAGE
