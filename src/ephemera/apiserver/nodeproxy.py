@@ -1,6 +1,7 @@
-"""What the apiserver asks of kubelets: `GET pods/NAME/log`, `pods/NAME/exec` and
-`pods/NAME/attach`, `GET pods/NAME/allocated`, and `GET nodes/NAME/proxy/<path>` (relayed to
-the kubelet's `<path>`, e.g. `/stats/summary`; other verbs are not proxied).
+"""What the apiserver asks of kubelets: `GET pods/NAME/log`, `pods/NAME/exec`,
+`pods/NAME/attach` and `pods/NAME/portforward`, `GET pods/NAME/allocated`, and `GET
+nodes/NAME/proxy/<path>` (relayed to the kubelet's `<path>`, e.g. `/stats/summary`; other
+verbs are not proxied).
 
 `pods/NAME/log` (upstream's `LogREST` + `LogLocation`):
 - the options `container`, `follow`, `previous`, `timestamps`, `tailLines`, `sinceSeconds`,
@@ -38,10 +39,17 @@ the kubelet's `<path>`, e.g. `/stats/summary`; other verbs are not proxied).
   protocols). A kubelet that refuses the upgrade has its status and text relayed as they
   are, as upstream's upgrade-aware proxy does (kubectl shows `unable to upgrade connection:
   container not found ("c")`). Any other request (SPDY) is passed to the kubelet as a plain
-  request and its answer relayed: ephemera does not speak SPDY, and kubectl uses
+  request and its answer relayed: ephemera does not serve the plain SPDY upgrade, and kubectl uses
   WebSockets unless the upgrade fails. A kubelet that cannot be reached is upstream's
   upgrade-aware proxy's 500 with no reason, `error dialing backend: dial tcp
   127.0.0.1:10250: connect: connection refused`.
+
+`GET|POST pods/NAME/portforward` (upstream's `PortForwardREST` + `PortForwardLocation`): an
+unbound pod is `pod p does not have a host assigned`; each `ports` value becomes the
+kubelet's `port`; the WebSocket is relayed to `/portForward/NS/POD` as exec's is, so kubectl's
+`SPDY/3.1+portforward.k8s.io` tunnel and the channel protocol pass through unchanged (the
+kubelet speaks them: `ephemera.kubelet.portforward`). Not a WebSocket (kubectl's plain SPDY
+fallback): relayed plainly, and the kubelet refuses it with a 400 that says so.
 """
 
 from __future__ import annotations
