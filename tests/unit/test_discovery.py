@@ -110,7 +110,12 @@ def test_aggregated_discovery_core() -> None:
     assert pods["scope"] == "Namespaced" and pods["singularResource"] == "pod"
     assert pods["shortNames"] == ["po"] and pods["categories"] == ["all"]
     subs = {s["subresource"]: s for s in pods["subresources"]}
-    assert set(subs) == {"status", "binding", "dynamic", "allocated", "log", "exec", "attach"}
+    assert set(subs) == {"status", "binding", "dynamic", "allocated", "log", "exec", "attach",
+                         "portforward", "proxy"}
+    assert subs["portforward"]["verbs"] == ["create", "get"]
+    assert subs["portforward"]["responseKind"]["kind"] == "PodPortForwardOptions"
+    assert subs["proxy"]["verbs"] == ["create", "delete", "get", "patch", "update"]
+    assert subs["proxy"]["responseKind"]["kind"] == "PodProxyOptions"
     assert subs["exec"]["verbs"] == ["create", "get"]
     assert subs["exec"]["responseKind"]["kind"] == "PodExecOptions"
     assert subs["attach"]["responseKind"]["kind"] == "PodAttachOptions"

@@ -27,7 +27,14 @@ from ephemera.api import errors
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
 from ephemera.api.listoptions import query_flag
-from ephemera.apiserver import authnreviews, discovery, nodeproxy, openapi, tokenrequest
+from ephemera.apiserver import (
+    authnreviews,
+    discovery,
+    nodeproxy,
+    openapi,
+    podproxy,
+    tokenrequest,
+)
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
 from ephemera.apiserver.admissioncontext import RegistryAdmissionContext
 from ephemera.apiserver.audit import AuditFilter, annotate_authorization
@@ -460,6 +467,11 @@ class Router:
                     return await nodeproxy.pod_log(request, self.registry, target.resource,
                                                    target.namespace, target.name,
                                                    self.kubelets)
+            elif sub == "proxy" and target.resource.plural == "pods":
+                if method in podproxy.PROXY_METHODS:
+                    return await podproxy.pod_proxy(request, self.registry, target.resource,
+                                                    target.namespace, target.name,
+                                                    self.kubelets)
             elif sub == "proxy":
                 if method == "GET":
                     return await nodeproxy.node_proxy(request, self.registry, target.name,
@@ -470,6 +482,11 @@ class Router:
                         request, self.registry, self.config.token_issuer,
                         list(self.config.api_audiences), target.namespace, target.name,
                         self.config.max_body_bytes)
+            elif sub == "portforward":
+                if method in ("GET", "POST"):
+                    return await nodeproxy.pod_port_forward(request, self.registry,
+                                                            target.resource, target.namespace,
+                                                            target.name, self.kubelets)
             elif sub in ("exec", "attach"):
                 if method in ("GET", "POST"):
                     return await nodeproxy.pod_stream(request, self.registry, target.resource,

@@ -40,6 +40,7 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "log": ("get",),
     "exec": ("create", "get"),
     "attach": ("create", "get"),
+    "portforward": ("create", "get"),
     "binding": ("create",),
     "finalize": ("update",),
     "proxy": ("create", "delete", "get", "patch", "update"),
@@ -47,6 +48,7 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
 }
 _SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding", "exec": "PodExecOptions",
                                      "attach": "PodAttachOptions",
+                                     "portforward": "PodPortForwardOptions",
                                      "proxy": "NodeProxyOptions", "token": "TokenRequest"}
 
 
@@ -82,6 +84,8 @@ def subresource_verbs(subresource: str) -> tuple[str, ...]:
 
 
 def subresource_kind(resource: Resource, subresource: str) -> str:
+    if subresource == "proxy" and resource.plural == "pods":
+        return "PodProxyOptions"
     return _SUBRESOURCE_KIND.get(subresource, resource.kind)
 
 

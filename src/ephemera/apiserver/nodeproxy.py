@@ -1,6 +1,7 @@
-"""What the apiserver asks of kubelets: `GET pods/NAME/log`, `pods/NAME/exec` and
-`pods/NAME/attach`, `GET pods/NAME/allocated`, and `GET nodes/NAME/proxy/<path>` (relayed to
-the kubelet's `<path>`, e.g. `/stats/summary`; other verbs are not proxied).
+"""What the apiserver asks of kubelets: `GET pods/NAME/log`, `pods/NAME/exec`,
+`pods/NAME/attach` and `pods/NAME/portforward`, `GET pods/NAME/allocated`, and `GET
+nodes/NAME/proxy/<path>` (relayed to the kubelet's `<path>`, e.g. `/stats/summary`; other
+verbs are not proxied).
 
 `pods/NAME/log` (upstream's `LogREST` + `LogLocation`):
 - the options `container`, `follow`, `previous`, `timestamps`, `tailLines`, `sinceSeconds`,
@@ -38,10 +39,17 @@ the kubelet's `<path>`, e.g. `/stats/summary`; other verbs are not proxied).
   protocols). A kubelet that refuses the upgrade has its status and text relayed as they
   are, as upstream's upgrade-aware proxy does (kubectl shows `unable to upgrade connection:
   container not found ("c")`). Any other request (SPDY) is passed to the kubelet as a plain
-  request and its answer relayed: ephemera does not speak SPDY, and kubectl uses
+  request and its answer relayed: ephemera does not serve the plain SPDY upgrade, and kubectl uses
   WebSockets unless the upgrade fails. A kubelet that cannot be reached is upstream's
   upgrade-aware proxy's 500 with no reason, `error dialing backend: dial tcp
   127.0.0.1:10250: connect: connection refused`.
+
+`GET|POST pods/NAME/portforward` (upstream's `PortForwardREST` + `PortForwardLocation`): an
+unbound pod is `pod p does not have a host assigned`; each `ports` value becomes the
+kubelet's `port`; the WebSocket is relayed to `/portForward/NS/POD` as exec's is, so kubectl's
+`SPDY/3.1+portforward.k8s.io` tunnel and the channel protocol pass through unchanged (the
+kubelet speaks them: `ephemera.kubelet.portforward`). Not a WebSocket (kubectl's plain SPDY
+fallback): relayed plainly, and the kubelet refuses it with a 400 that says so.
 """
 
 from __future__ import annotations
@@ -62,8 +70,8 @@ from ephemera.api.goformat import go_quote
 from ephemera.apiserver.resources import Resource, core_resource
 from ephemera.client.goerrors import dial_error, request_error
 
-__all__ = ["KubeletClient", "kubelet_address", "node_proxy", "pod_log", "pod_stream",
-           "validate_container"]
+__all__ = ["KubeletClient", "kubelet_address", "node_proxy", "pod_log", "pod_port_forward",
+           "pod_stream", "validate_container"]
 
 ADDRESS_PREFERENCE = ("InternalIP", "Hostname", "InternalDNS", "ExternalIP", "ExternalDNS")
 LOG_OPTIONS = ("follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime",
@@ -372,6 +380,41 @@ async def pod_stream(request: web.Request, registry: Any, pods: Resource, namesp
         params.extend(("command", c) for c in request.query.getall("command", []))
     params.extend((kubelet_name, "1") for option, kubelet_name in STREAM_FLAGS
                   if _query_flag(request, option))
+    return await _relay_upgrade(request, kubelets, url, params)
+
+
+async def pod_port_forward(request: web.Request, registry: Any, pods: Resource,
+                           namespace: str, name: str, kubelets: KubeletClient
+                           ) -> web.StreamResponse:
+    """Serve `pods/NAME/portforward` (upstream's `PortForwardREST` + `PortForwardLocation`) by
+    relaying the WebSocket to the kubelet's `/portForward/NS/POD`, each `ports` value passed
+    as the kubelet's `port`: kubectl's `SPDY/3.1+portforward.k8s.io` and the Python client's
+    `v4.channel.k8s.io` pass through unchanged (`ephemera.kubelet.portforward` speaks them)."""
+    pod = await registry.get(pods, namespace, name)
+    node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+    if not node_name:
+        raise errors.bad_request(f"pod {name} does not have a host assigned")
+    node = await registry.get(core_resource("nodes"), "", node_name)
+    base = kubelet_url(kubelets, node)
+    if base is None:
+        raise errors.internal_error(f"node {node_name} does not report its kubelet's address")
+    path = "/".join(quote(part, safe="") for part in (namespace, name))
+    url = f"{base}/portForward/{path}"
+    params: list[tuple[str, str]] = []
+    for value in request.query.getall("ports", []):
+        for text in value.split(","):
+            try:
+                port = int(text)
+            except ValueError:
+                raise errors.bad_request(
+                    f'strconv.ParseInt: parsing {go_quote(text)}: invalid syntax') from None
+            params.append(("port", str(port)))
+    return await _relay_upgrade(request, kubelets, url, params)
+
+
+async def _relay_upgrade(request: web.Request, kubelets: KubeletClient, url: str,
+                         params: list[tuple[str, str]]) -> web.StreamResponse:
+    """A WebSocket request relayed to a WebSocket to the kubelet (see `pod_stream`)."""
     ssl_option = kubelets.ssl_for(False)
     if not _is_websocket(request):
         return await _relay_plain(request, kubelets, url, params, ssl_option)

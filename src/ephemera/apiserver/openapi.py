@@ -72,6 +72,8 @@ _QUERY_PARAMETERS: dict[str, tuple[str, str]] = {
     "allowWatchBookmarks": ("boolean", "Let the watch send BOOKMARK events."),
     "sendInitialEvents": ("boolean", "Start the watch with the current objects as ADDED."),
     "command": ("string", "One argument of the program to run, given once per argument."),
+    "ports": ("integer", "A port of the pod to forward to; given once per port."),
+    "path": ("string", "The path of the request to the pod's port."),
     "container": ("string", "Which container; may be left out when the pod has only one."),
     "stdin": ("boolean", "Send input to the process on channel 0."),
     "stdout": ("boolean", "Receive what the process writes to its output on channel 1."),
@@ -86,6 +88,7 @@ _PATCH_QUERY = (*_WRITE_QUERY, "force")
 _DELETE_QUERY = ("dryRun", "gracePeriodSeconds", "orphanDependents", "propagationPolicy")
 _ATTACH_QUERY = ("container", "stderr", "stdin", "stdout", "tty")
 _EXEC_QUERY = ("command", *_ATTACH_QUERY)
+_PROXY_METHODS = ("get", "post", "put", "patch", "delete", "head", "options")
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,18 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               "connect", f"connect {method.upper()} requests to {sub} of "
                               f"{r.kind}", sgvk, query, responses={"200": None})
                    for method in ("get", "post")]
+        elif sub == "portforward":
+            sgvk = _gvk(r.group, r.version, f"{r.kind}PortForwardOptions")
+            ops = [_Operation(method, f"connect{gid}{method.capitalize()}{scoped}{r.kind}{title}",
+                              "connect", f"connect {method.upper()} requests to portforward of "
+                              f"{r.kind}", sgvk, ("ports",), responses={"200": None})
+                   for method in ("get", "post")]
+        elif sub == "proxy" and r.plural == "pods":
+            sgvk = _gvk(r.group, r.version, "PodProxyOptions")
+            ops = [_Operation(method, f"connect{gid}{method.capitalize()}{scoped}{r.kind}Proxy",
+                              "connect", f"connect {method.upper()} requests to proxy of Pod",
+                              sgvk, ("path",), responses={"200": None})
+                   for method in _PROXY_METHODS]
         elif sub == "finalize":
             ops = [_Operation("put", f"replace{gid}{scoped}{r.kind}{title}", "put",
                               f"Replace the finalizers of the given {r.kind}.", gvk,

@@ -67,7 +67,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "pods", "Pod", True, _core + "Pod", short_names=("po",),
              categories=("all",),
              subresources=("status", "binding", "dynamic", "allocated", "log", "exec",
-                           "attach")),
+                           "attach", "portforward", "proxy")),
     Resource("", "v1", "configmaps", "ConfigMap", True, _core + "ConfigMap",
              short_names=("cm",)),
     Resource("", "v1", "secrets", "Secret", True, _core + "Secret"),

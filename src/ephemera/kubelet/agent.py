@@ -110,6 +110,7 @@ from ephemera.kubelet.nodeshutdown import shut_down_node
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
+from ephemera.kubelet.portforward import PortForwardError, PortForwardTarget
 from ephemera.kubelet.prober.handlers import ProbeTarget
 from ephemera.kubelet.prober.manager import ProbeManager
 from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
@@ -714,6 +715,19 @@ class Kubelet:
         """The runtime id of the running container that exec and attach reach."""
         return await running_container_id(self.runtime, self._find_pod(namespace, pod_name),
                                           container)
+
+    async def port_forward_target(self, namespace: str, pod_name: str) -> PortForwardTarget:
+        """The sandbox and network namespace that port-forward connects inside."""
+        pod = self._find_pod(namespace, pod_name)
+        if pod is None:
+            raise PortForwardError("pod does not exist", 404)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        worker = self.workers.get(uid) if self.workers is not None else None
+        sandbox_id = worker.pod_runtime.sandbox_id if worker is not None else None
+        if sandbox_id is None:
+            raise PortForwardError(f'pod "{pod_name}" has no sandbox', 500)
+        netns = await self.runtime.pod_network_namespace(sandbox_id)
+        return PortForwardTarget(sandbox_id=sandbox_id, netns=netns)
 
     # -- main loop -----------------------------------------------------------------------
 

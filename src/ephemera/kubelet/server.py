@@ -8,6 +8,8 @@
 - `GET /metrics`: Prometheus text (`ephemera.kubelet.metrics.KubeletMetrics`).
 - `GET|POST /exec/NS/POD/CONTAINER`, `GET|POST /attach/NS/POD/CONTAINER`: WebSocket with the
   Kubernetes channel protocols (see `ephemera.kubelet.streaming`).
+- `GET|POST /portForward/NS/POD`: WebSocket port-forward, SPDY/3.1 tunnelled or the channel
+  protocol (see `ephemera.kubelet.portforward`).
 
 TLS with the kubelet's serving certificate. With a client CA, every path but `/healthz`
 needs a client certificate signed by it (the apiserver presents one), else 401, as upstream's
@@ -27,6 +29,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ephemera.kubelet.logs import LogHost, serve_container_logs
 from ephemera.kubelet.metrics import KubeletMetrics
+from ephemera.kubelet.portforward import PortForwardHost, serve_port_forward
 from ephemera.kubelet.streaming import StreamHost, serve_attach, serve_exec
 
 __all__ = [
@@ -38,7 +41,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class ServerHost(StreamHost, LogHost, Protocol):
+class ServerHost(StreamHost, LogHost, PortForwardHost, Protocol):
     """What the server asks the kubelet."""
 
     def admitted_pods(self) -> list[dict[str, Any]]: ...
@@ -122,6 +125,11 @@ def create_kubelet_app(host: ServerHost, metrics: KubeletMetrics, *,
     app.router.add_get("/allocatedPods", allocated_pods)
     app.router.add_get("/allocatedPods/", allocated_pods)
     app.router.add_get("/allocatedPods/{uid}", allocated_pod)
+    async def port_forward(request: web.Request) -> web.StreamResponse:
+        return await serve_port_forward(request, host)
+
+    for method in ("GET", "POST"):
+        app.router.add_route(method, "/portForward/{namespace}/{pod}", port_forward)
     for path, stream_handler in (("/exec", serve_exec), ("/attach", serve_attach)):
         async def stream(request: web.Request, serve: Any = stream_handler
                          ) -> web.StreamResponse:
