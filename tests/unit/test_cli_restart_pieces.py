@@ -105,6 +105,10 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_mounts_and_their_errors_match_the_help() -> None:
     assert dynamic.parse_mount("c:/data:ro") == dynamic.Mount("c", "/data", True)
     assert dynamic.parse_mount("c:/data") == dynamic.Mount("c", "/data", False)
+    # An explicit read-write mode is not taken as part of the path.
+    assert dynamic.parse_mount("c:/data:rw") == dynamic.Mount("c", "/data", False)
+    with pytest.raises(dynamic.CommandError):
+        dynamic.parse_mount("c::rw")
     with pytest.raises(dynamic.CommandError) as err:
         dynamic.parse_mount("c")
     assert str(err.value) == 'invalid --mount "c": expected CONTAINER:PATH[:ro]'
