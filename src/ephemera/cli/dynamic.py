@@ -725,4 +725,8 @@ async def status_text(api: ApiClient, pod_path: str) -> str:
     out.append("\n")
     out.append(table(["CONTAINER", "DESIRED MOUNTS", "ALLOCATED MOUNTS", "ACTUATED MOUNTS",
                       "STATE", "CONTAINER ID"], container_rows))
+    if allocated is not None and _spec_names(allocated) != _spec_names(pod):
+        why = await _allocation_failure(api, pod_path, pod, pod)
+        if why:  # the node refused (or defers) the change: say why, as `--wait` does
+            out.append(f"\nthe node has not allocated it: {why}\n")
     return "".join(out)
