@@ -372,3 +372,28 @@ async def test_logs_from_the_kubelet_and_through_the_apiserver(tmp_path: Path) -
             assert (await resp.json())["message"] == (
                 'PodLogOptions "talk" is invalid: tailLines: Invalid value: -1: must be '
                 'greater than or equal to 0')
+
+
+async def test_after_a_node_reboot_the_pod_turns_ready_again_at_the_new_start(
+        tmp_path: Path) -> None:
+    # Upstream's syncPod sets the status it finds before it acts: the containers are gone,
+    # so Ready turns False, then True again once they run (a new lastTransitionTime), even
+    # when the not-ready status is never written.
+    from ephemera.kubelet.nodeshutdown import shut_down_node
+
+    def ready(p: dict[str, Any]) -> dict[str, Any]:
+        return next(c for c in p["status"].get("conditions") or [] if c["type"] == "Ready")
+
+    async with running_kubelet(tmp_path) as h:
+        await h.create(pod("rb"))
+        p = await h.wait_pod("rb", lambda p: phase(p) == "Running" and
+                             ready(p)["status"] == "True")
+        before, old_id = ready(p)["lastTransitionTime"], cstatus(p)["containerID"]
+        await h.shutdown()
+        await shut_down_node(h.runtime, h.root, grace=0)
+        await asyncio.sleep(1.1)  # the transition times count whole seconds
+        await h.restart()
+        p = await h.wait_pod("rb", lambda p: cstatus(p).get("containerID") != old_id and
+                             "running" in cstatus(p)["state"] and
+                             ready(p)["status"] == "True")
+        assert ready(p)["lastTransitionTime"] > before

@@ -5,12 +5,14 @@ keeps a killed container down."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from kubelet_harness import container_status, pod, running_kubelet, wait_until
+from kubelet_harness import FAST, container_status, pod, running_kubelet, wait_until
 
 from ephemera.client import resource_path
+from ephemera.kubelet.backoff import BackOffPolicy
 
 
 def _condition(p: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -97,6 +99,22 @@ async def test_liveness_failure_restarts_the_container(tmp_path: Path) -> None:
         unhealthy = await h.wait_event("l", lambda e: e["reason"] == "Unhealthy")
         assert unhealthy["message"] == "Liveness probe failed: dead\n"
         assert unhealthy["count"] >= 2
+
+
+async def test_repeated_liveness_failures_back_off(tmp_path: Path) -> None:
+    # Upstream's doBackOff: the restart after the first kill is immediate (no exited
+    # instance yet), the second starts the back-off, the third waits in CrashLoopBackOff.
+    settings = dataclasses.replace(FAST, backoff=BackOffPolicy(60.0, 120.0))
+    async with running_kubelet(tmp_path, settings) as h:
+        await h.create(_with_probes("b", livenessProbe=_exec("fail", "dead",
+                                                             failureThreshold=1)))
+        p = await h.wait_pod("b", lambda p: bool(p["status"].get("containerStatuses")) and (
+            container_status(p)["state"].get("waiting") or {}).get("reason") ==
+            "CrashLoopBackOff")
+        assert container_status(p)["restartCount"] == 2
+        backoff = await h.wait_event("b", lambda e: e["reason"] == "BackOff")
+        assert backoff["message"] == \
+            f"Back-off restarting failed container c in pod b_default({p['metadata']['uid']})"
 
 
 async def test_liveness_failure_under_never_stops_it(tmp_path: Path) -> None:

@@ -59,3 +59,15 @@ def test_leader_elect_false_turns_it_off_and_names_move_the_lease() -> None:
                          "--leader-elect-resource-namespace", "elsewhere"])
     config = flags.leader_election_config(p, args, release_on_cancel=False)
     assert config is not None and (config.namespace, config.name) == ("elsewhere", "mine")
+
+
+def test_the_feature_gates_help_names_every_gate() -> None:
+    from ephemera.api.featuregates import DEFAULTS, DYNAMIC_VOLUME_HOT_PLUG
+    from ephemera.cli.flags import add_feature_gates
+
+    parser = argparse.ArgumentParser()
+    add_feature_gates(parser)
+    text = " ".join(parser.format_help().split())
+    assert DYNAMIC_VOLUME_HOT_PLUG in text
+    assert all(name in text for name in DEFAULTS)
+    assert "all default true" in text

@@ -76,6 +76,23 @@ def test_the_demo_pod_counts_once_ready_again_since_the_start() -> None:
     assert not started_again({}, SINCE)
 
 
+def test_the_demo_pod_counts_once_its_containers_run_since_the_start() -> None:
+    # The kubelet started the containers again before it wrote a not-ready status: the
+    # Ready condition keeps the last run's transition time.
+    def pod(ready: str, *started: str) -> dict[str, object]:
+        return {"status": {
+            "conditions": [{"type": "Ready", "status": ready,
+                            "lastTransitionTime": "2026-12-01T14:00:00Z"}],
+            "containerStatuses": [{"name": f"c{i}", "state": {"running": {"startedAt": at}}}
+                                  for i, at in enumerate(started)]}}
+
+    assert started_again(pod("True", "2026-12-01T15:00:00Z", "2026-12-01T15:00:02Z"), SINCE)
+    assert not started_again(pod("True", "2026-12-01T15:00:02Z", "2026-12-01T14:00:00Z"),
+                             SINCE)  # one container is the last run's
+    assert not started_again(pod("False", "2026-12-01T15:00:02Z"), SINCE)
+    assert not started_again(pod("True"), SINCE)  # no container status
+
+
 # --- kubectl dynamic: its arguments ----------------------------------------------------------
 
 
@@ -88,6 +105,10 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_mounts_and_their_errors_match_the_help() -> None:
     assert dynamic.parse_mount("c:/data:ro") == dynamic.Mount("c", "/data", True)
     assert dynamic.parse_mount("c:/data") == dynamic.Mount("c", "/data", False)
+    # An explicit read-write mode is not taken as part of the path.
+    assert dynamic.parse_mount("c:/data:rw") == dynamic.Mount("c", "/data", False)
+    with pytest.raises(dynamic.CommandError):
+        dynamic.parse_mount("c::rw")
     with pytest.raises(dynamic.CommandError) as err:
         dynamic.parse_mount("c")
     assert str(err.value) == 'invalid --mount "c": expected CONTAINER:PATH[:ro]'

@@ -60,3 +60,38 @@ def test_live_and_restart_exclude_each_other(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         _apply(["add-volume", "p", "--emptydir", "s", "--live", "--restart"], _pod())
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+class _Api:
+    """The reads `kubectl dynamic status` makes: the pod, its `/allocated`, its events."""
+
+    def __init__(self, pod: dict[str, Any], allocated: dict[str, Any],
+                 events: list[dict[str, Any]]) -> None:
+        self.pod, self.allocated, self.events = pod, allocated, events
+
+    async def get(self, path: str) -> dict[str, Any]:
+        return self.allocated if path.endswith("/allocated") else self.pod
+
+    async def list(self, path: str, **_: Any) -> dict[str, Any]:
+        return {"items": self.events}
+
+
+async def test_status_says_why_the_node_has_not_allocated_a_change() -> None:
+    from typing import cast
+
+    from ephemera.cli.dynamic import status_text
+    from ephemera.client import ApiClient
+
+    allocated = _pod()
+    allocated["metadata"] |= {"namespace": "default", "uid": "u"}
+    allocated["spec"]["nodeName"] = "vm"
+    pod = copy.deepcopy(allocated)
+    pod["spec"]["volumes"].append({"name": "s", "secret": {"secretName": "nosuch"}})
+    failed = {"reason": "FailedAllocation", "lastTimestamp": "2026-12-01T17:00:00Z",
+              "message": 'volume "s": secret "nosuch" not found'}
+    text = await status_text(cast(ApiClient, _Api(pod, allocated, [failed])), "/p")
+    assert text.splitlines()[-1] == \
+        'the node has not allocated it: volume "s": secret "nosuch" not found'
+    # Once allocated, no such line.
+    text = await status_text(cast(ApiClient, _Api(pod, pod, [failed])), "/p")
+    assert "has not allocated" not in text

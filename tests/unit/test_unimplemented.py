@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ephemera.kubelet.volumes.manager import default_plugins
 from ephemera.pods.unimplemented import (
+    MOUNTABLE_VOLUME_SOURCES,
     unimplemented_paths,
     unimplemented_warnings,
     unimplemented_warnings_on_update,
@@ -95,3 +97,22 @@ def test_reordered_containers_earn_no_new_warning() -> None:
                            {"name": "b", "image": "i"}])
     assert unimplemented_warnings_on_update(new, old) == [
         f"spec.containers[0].lifecycle: lifecycle hooks {NO_EFFECT}"]
+
+
+def test_a_volume_the_kubelet_cannot_mount_is_warned_about() -> None:
+    pod = spec(volumes=[{"name": "e", "emptyDir": {}},
+                        {"name": "h", "hostPath": {"path": "/srv"}},
+                        {"name": "n", "nfs": {"server": "x", "path": "/"}}])
+    assert unimplemented_warnings(pod) == [
+        "spec.volumes[1].hostPath: hostPath volumes cannot be mounted in ephemera (not "
+        "implemented): a container that mounts one does not start",
+        "spec.volumes[2].nfs: nfs volumes cannot be mounted in ephemera (not implemented): "
+        "a container that mounts one does not start"]
+    # An update warns about a newly added one only.
+    old = spec(volumes=pod["volumes"][:2])
+    assert [w.split(":")[0] for w in unimplemented_warnings_on_update(pod, old)] == [
+        "spec.volumes[2].nfs"]
+
+
+def test_the_mountable_sources_are_the_kubelets_plugins() -> None:
+    assert {p.source_key for p in default_plugins()} == set(MOUNTABLE_VOLUME_SOURCES)

@@ -96,14 +96,28 @@ async def _kubectl_output(base: list[str], *args: str) -> tuple[int, str]:
     return proc.returncode or 0, out.decode(errors="replace")
 
 
-def started_again(pod: dict[str, Any], since: dt.datetime) -> bool:
-    """The pod's Ready condition turned True at or after `since` (RFC 3339, seconds)."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready" and condition.get("status") == "True":
-            with contextlib.suppress(ValueError):
-                changed = dt.datetime.fromisoformat(str(condition.get("lastTransitionTime")))
-                return changed >= since
+def _at_or_after(stamp: Any, since: dt.datetime) -> bool:
+    with contextlib.suppress(ValueError, TypeError):
+        return dt.datetime.fromisoformat(str(stamp)) >= since
     return False
+
+
+def started_again(pod: dict[str, Any], since: dt.datetime) -> bool:
+    """The pod is Ready and this start's kubelet made it so (RFC 3339, seconds): its Ready
+    condition turned True at or after `since`, or every container runs since then (a pod
+    whose containers were started again before the kubelet wrote a not-ready status keeps
+    the last run's transition time)."""
+    status = pod.get("status") or {}
+    ready = next((c for c in status.get("conditions") or []
+                  if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return False
+    if _at_or_after(ready.get("lastTransitionTime"), since):
+        return True
+    containers = status.get("containerStatuses") or []
+    return bool(containers) and all(
+        _at_or_after(((c.get("state") or {}).get("running") or {}).get("startedAt"), since)
+        for c in containers)
 
 
 async def _wait_for_restarted_pod(base: list[str], since: dt.datetime,

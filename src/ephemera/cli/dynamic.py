@@ -133,7 +133,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                            help="the lifetime of the --project-token token (default 3600)")
     add_volume.add_argument("--mount", action="append", default=[], dest="mounts",
                             metavar="CONTAINER:PATH[:ro]",
-                            help="mount the volume at PATH in CONTAINER (repeatable)")
+                            help="mount the volume at PATH in CONTAINER, read-only with :ro "
+                                 "(repeatable)")
     _policy_options(add_volume)
     _wait_options(add_volume)
     add_volume.set_defaults(func=run, change=_add_volume_change)
@@ -159,7 +160,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_container.add_argument("--image", required=True, metavar="I")
     add_container.add_argument("--volume-mount", action="append", default=[],
                                dest="volume_mounts", metavar="VOLUME:PATH[:ro]",
-                               help="mount an existing volume of the pod (repeatable)")
+                               help="mount an existing volume of the pod at PATH, read-only with "
+                                    ":ro (repeatable)")
     add_container.command_after_dashes = True
     _wait_options(add_container)
     add_container.set_defaults(func=run, change=_add_container_change)
@@ -249,10 +251,11 @@ VOLUME_MOUNT_OPTION = ("--volume-mount", "VOLUME:PATH[:ro]")  # add-container: w
 
 
 def parse_mount(text: str, option: tuple[str, str] = MOUNT_OPTION) -> Mount:
-    """`OWNER:PATH[:ro]`, as `option` (its flag and the metavar its help shows) takes it."""
+    """`OWNER:PATH[:ro]`, as `option` (its flag and the metavar its help shows) takes it; an
+    explicit `:rw` (read-write, the default) is taken too rather than read as part of PATH."""
     owner, sep, rest = text.partition(":")
     read_only = rest.endswith(":ro")
-    if read_only:
+    if read_only or rest.endswith(":rw"):
         rest = rest[: -len(":ro")]
     if not sep or not owner or not rest:
         flag, metavar = option
@@ -722,4 +725,8 @@ async def status_text(api: ApiClient, pod_path: str) -> str:
     out.append("\n")
     out.append(table(["CONTAINER", "DESIRED MOUNTS", "ALLOCATED MOUNTS", "ACTUATED MOUNTS",
                       "STATE", "CONTAINER ID"], container_rows))
+    if allocated is not None and _spec_names(allocated) != _spec_names(pod):
+        why = await _allocation_failure(api, pod_path, pod, pod)
+        if why:  # the node refused (or defers) the change: say why, as `--wait` does
+            out.append(f"\nthe node has not allocated it: {why}\n")
     return "".join(out)

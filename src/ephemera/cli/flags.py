@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ephemera.api.featuregates import (
+    DEFAULTS,
     FeatureGateError,
     FeatureGates,
     parse_feature_gates,
@@ -121,9 +122,17 @@ def add_data_dir(parser: argparse.ArgumentParser) -> None:
 def add_feature_gates(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--feature-gates", type=feature_gates_arg, default=FeatureGates(), metavar="K=V,...",
-        help="feature gates (DynamicContainers, DynamicNodeLocalEphemeralVolumes, "
-             "PodLevelResources, PodLevelResourcesEphemeralStorage, ImageVolume, "
-             "NodeDeclaredFeatures; all default true)")
+        help=feature_gates_help())
+
+
+def feature_gates_help() -> str:
+    """The gates `--feature-gates` knows, from the one table of them (`DEFAULTS`)."""
+    on = [name for name, default in DEFAULTS.items() if default]
+    off = [name for name, default in DEFAULTS.items() if not default]
+    parts = [", ".join(on) + ("; all default true" if not off else ": default true")]
+    if off:
+        parts.append(", ".join(off) + ": default false")
+    return f"feature gates ({'; '.join(parts)})"
 
 
 def add_store_flags(parser: argparse.ArgumentParser) -> None:

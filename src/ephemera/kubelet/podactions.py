@@ -579,8 +579,14 @@ class PodRuntime:
                     max(action.grace, self.deps.settings.minimum_grace_period)
                 await self.kill(action.running, grace, action.message)
                 if action.restart:
+                    # Upstream's doBackOff looks at the container's last exited instance as
+                    # the sync saw it: the first restart is immediate, repeated ones back off.
+                    name = str(action.container.get("name"))
+                    exited = [c for c in instances.get(name, ())
+                              if c.state == ContainerState.EXITED and c.id != action.running.id]
                     next_delay = min(next_delay, await self.start(
-                        action.container, action.running, action.init, actuation=True))
+                        action.container, action.running, action.init, actuation=True,
+                        crashed=exited[-1] if exited else None))
             elif isinstance(action, LiveMountChange):
                 self.waiting.pop(str(action.container.get("name")), None)
                 next_delay = min(next_delay, await self.change_live(
@@ -670,26 +676,32 @@ class PodRuntime:
         return "init_container" if init else "container"
 
     async def start(self, container: Mapping[str, Any], latest: ContainerStatus | None,
-                    init: bool, *, actuation: bool = False) -> float:
+                    init: bool, *, actuation: bool = False,
+                    crashed: ContainerStatus | None = None) -> float:
         """Start (or restart) a container; the delay until the worker should look again
         (`IDLE` when the runtime's events will tell). The volumes it mounts count as in use
-        (`cache`) from now on."""
+        (`cache`) from now on. `crashed`: with `actuation`, an exited instance whose crash
+        back-off still applies (a restart after a failed liveness probe)."""
         names = frozenset(str(m.get("name")) for m in container.get("volumeMounts") or [])
         token = self.cache.starting(names)
         try:
-            return await self._create_and_start(container, latest, init, actuation=actuation)
+            return await self._create_and_start(container, latest, init, actuation=actuation,
+                                                crashed=crashed)
         finally:
             self.cache.started(token)
 
     async def _create_and_start(self, container: Mapping[str, Any],
                                 latest: ContainerStatus | None, init: bool, *,
-                                actuation: bool = False) -> float:
+                                actuation: bool = False,
+                                crashed: ContainerStatus | None = None) -> float:
         deps = self.deps
         pod = self.pod
         name = str(container.get("name"))
         key = f"{self.uid}/{name}"
         if latest is not None and latest.state == ContainerState.EXITED and not actuation:
-            finished = latest.finished_at or time.time()
+            crashed = latest
+        if crashed is not None:
+            finished = crashed.finished_at or time.time()
             left = self.crash_backoff.remaining(key, finished)
             if left > 0:
                 delay = self.crash_backoff.get(key)

@@ -129,6 +129,8 @@ class PodWorker:
         # Set by `PodWorkers.evict`: (grace seconds, reason, message, condition or None).
         self.eviction: tuple[float, str, str, Mapping[str, str] | None] | None = None
         self.evicted = False
+        # Whether this worker has acted on the pod's containers yet (see `_sync_running`).
+        self.acted = False
         # The pod's sandbox and containers in the runtime (`podactions`).
         self.pod_runtime = PodRuntime(self, self.deps, workers.crash_backoff,
                                       workers.image_backoff, workers.live_mounts)
@@ -213,10 +215,17 @@ class PodWorker:
             return 0.0
         sandbox = await pod_runtime.ensure_sandbox()
         instances: Instances = await pod_runtime.instances()
+        if not self.acted and not any(instances.values()) and \
+                (pod.get("status") or {}).get("containerStatuses"):
+            # A pod from before this kubelet's start whose containers are gone (a node
+            # reboot): as upstream's syncPod, set the status found before acting, so that
+            # Ready turns False here and True again once the containers run.
+            self.publish_status(instances, sandbox)
         actions = compute_pod_actions(pod, instances, pod_runtime.volumes_ready_for,
                                       self._failed_probe, self._started,
                                       hot_plug=self.deps.settings.hot_plug)
         next_delay = await pod_runtime.execute(actions.actions, instances, sandbox)
+        self.acted = True
         if actions.init_failed:
             self.terminal = True
         if actions.init_done:

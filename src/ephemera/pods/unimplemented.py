@@ -8,6 +8,11 @@ field is warned about when it is set to something that would change behaviour up
 `<path>: <what> has no effect in ephemera (not implemented)`, e.g.
 `spec.containers[0].lifecycle: lifecycle hooks have no effect in ephemera (not implemented)`.
 
+A volume whose source ephemera's kubelet has no plugin for (`hostPath`, `nfs`,
+`persistentVolumeClaim`, ...) is warned about too (`spec.volumes[0].hostPath: hostPath
+volumes cannot be mounted in ephemera (not implemented): a container that mounts one does not
+start`): the kubelet reports upstream's `no volume plugin matched` for it.
+
 The probes (`livenessProbe`, `readinessProbe`, `startupProbe`) are not listed: the kubelet's
 prober runs them. The README's "Accepted without effect (warned)" lists this table; a test
 keeps the two in step.
@@ -19,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["UNIMPLEMENTED", "Unimplemented", "unimplemented_paths", "unimplemented_warnings",
-           "unimplemented_warnings_on_update"]
+__all__ = ["MOUNTABLE_VOLUME_SOURCES", "UNIMPLEMENTED", "Unimplemented", "unimplemented_paths",
+           "unimplemented_warnings", "unimplemented_warnings_on_update"]
 
 # Where a field sits: on the pod spec, its securityContext or affinity; on each container
 # (`containers`, `initContainers`, `ephemeralContainers`), its securityContext or each of
@@ -98,6 +103,17 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
 )
 
 
+# The volume sources the kubelet has a plugin for (`ephemera.kubelet.volumes`; a test keeps
+# the two in step); any other source is warned about.
+MOUNTABLE_VOLUME_SOURCES = frozenset(
+    {"emptyDir", "configMap", "secret", "downwardAPI", "projected", "image"})
+
+
+def _volume_warning(at: str, source: str) -> str:
+    return (f"{at}.{source}: {source} volumes cannot be mounted in ephemera (not "
+            "implemented): a container that mounts one does not start")
+
+
 _PATTERN = {POD: "spec", POD_AFFINITY: "spec.affinity", POD_SECURITY: "spec.securityContext",
             CONTAINER: "spec.containers[*]", PORT: "spec.containers[*].ports[*]",
             CONTAINER_SECURITY: "spec.containers[*].securityContext"}
@@ -138,6 +154,10 @@ def _warnings(spec: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
                 for e in by_place.get(place, []) if _set(obj.get(e.key))]
 
     out = check(POD, spec, path, "spec")
+    for i, volume in _items(spec.get("volumes")):
+        out += [(f"volumes/{volume.get('name')}/{key}",
+                 _volume_warning(f"{path}.volumes[{i}]", key))
+                for key in volume if key != "name" and key not in MOUNTABLE_VOLUME_SOURCES]
     out += check(POD_AFFINITY, _d(spec.get("affinity")), f"{path}.affinity", "affinity")
     out += check(POD_SECURITY, _d(spec.get("securityContext")), f"{path}.securityContext",
                  "securityContext")
