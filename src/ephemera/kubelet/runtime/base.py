@@ -75,7 +75,7 @@ class SandboxStatus:
     namespace: str
     name: str
     ready: bool  # False once stopped
-    ip: str  # the pod IP (loopback-only private netns: "" or the host IP with hostNetwork)
+    ip: str  # the pod IP (from CNI, or the host IP with hostNetwork; "" if none)
     created_at: float  # unix seconds
 
 
@@ -201,6 +201,12 @@ class RuntimeService(abc.ABC):
 
     @abc.abstractmethod
     async def list_pod_sandboxes(self) -> list[SandboxStatus]: ...
+
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        """The CRI's UpdateRuntimeConfig: the node's `spec.podCIDR`, from which pod
+        sandboxes take their addresses (sandboxes made before it get loopback only, no
+        IP). A runtime without a pod network ignores it."""
+        return None
 
     @abc.abstractmethod
     async def create_container(
