@@ -321,7 +321,8 @@ class Cluster:
                 "--tls-cert-file", str(pki / "kubelet.crt"),
                 "--tls-private-key-file", str(pki / "kubelet.key"),
                 "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
-                "--stop-pods-on-exit", "--wait-for-pod-cidr", *self._eviction_flags(), *self._endpoint_flags(),
+                "--stop-pods-on-exit", "--wait-for-pod-cidr", *self._eviction_flags(),
+                *self._endpoint_flags(),
                 *self._common_flags()]
 
     def _eviction_flags(self) -> list[str]:
