@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 import json
 import signal
 import socket
@@ -217,7 +218,6 @@ def test_pods_on_the_two_nodes_get_disjoint_ranges_and_reach_each_other(k: Kubec
     """Issue 14, item 1: the joined node gets another /24 of the cluster CIDR from the node
     IPAM controller, and a pod on it reaches a pod on the first node over TCP (through the
     two nodes' bridges and the host's routes, no masquerade)."""
-    import ipaddress
     main = ipaddress.ip_network(k.json("get", "node", MAIN_NODE)["spec"]["podCIDR"])
     second = ipaddress.ip_network(k.json("get", "node", JOINED)["spec"]["podCIDR"])
     assert not main.overlaps(second)

@@ -7,6 +7,8 @@ no host-local lease and no veth is left behind."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from cluster import Cluster, Kubectl, namespaced_kubectl, run_kubelet_cluster, wait, wait_pod
+
+from ephemera.kubelet.runtime.cni import bridge_name
 
 pytestmark = pytest.mark.e2e
 
@@ -90,6 +94,26 @@ def test_two_pods_talk_over_their_ips_and_leave_nothing(k: Kubectl, net_cluster:
     k("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
     wait(lambda: not _leases(net_cluster), "the host-local leases to be released",
          net_cluster)
-    from ephemera.kubelet.runtime.cni import bridge_name
+    bridge = bridge_name((net_cluster.data_dir / "kubelet").resolve())
+    wait(lambda: not _veths_on(bridge), "no veth left on the pod bridge", net_cluster)
+
+
+def test_kill_9_of_the_kubelet_then_deleting_the_pods_leaks_no_lease_or_veth(
+        k: Kubectl, net_cluster: Cluster) -> None:
+    """DEL runs after a kubelet crash too: the pods' sandboxes (with their CNI results) are
+    adopted by the restarted kubelet, which tears their network down when the pods go."""
+    names = ["crash-a", "crash-b"]
+    k("create", "-f", "-", input=yaml.safe_dump_all([_pod(n, "sleep 3600") for n in names]))
+    ips = [wait_pod(k, n, lambda p: bool(p["status"].get("podIP")), "an IP")["status"]["podIP"]
+           for n in names]
+    assert sorted(_leases(net_cluster)) == sorted(ips)
+    old = net_cluster.pid_of("kubelet")
+    os.kill(old, signal.SIGKILL)
+    k("delete", "pods", *names, "--grace-period=1", "--wait=false")
+    wait(lambda: net_cluster.pid_of("kubelet") != old, "up to restart the kubelet",
+         net_cluster)
+    wait(lambda: not k.json("get", "pods")["items"], "the pods to be gone", net_cluster)
+    wait(lambda: not _leases(net_cluster), "the host-local leases to be released",
+         net_cluster)
     bridge = bridge_name((net_cluster.data_dir / "kubelet").resolve())
     wait(lambda: not _veths_on(bridge), "no veth left on the pod bridge", net_cluster)
