@@ -2,7 +2,8 @@
 the controller-manager's node IPAM, pods get addresses in it through the CNI bridge and
 host-local plugins (`kubectl get pods -o wide` shows them), two pods on the node talk over
 TCP (busybox `httpd` and `nc` to the other pod's IP), and deleting the pods runs CNI DEL:
-no host-local lease and no veth is left behind."""
+no host-local lease and no veth is left behind, also when the kubelet was killed with
+`kill -9` first; stopping `up` removes the bridge."""
 
 from __future__ import annotations
 
@@ -27,7 +28,13 @@ NODE = "net-node"
 
 @pytest.fixture(scope="module")
 def net_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from run_kubelet_cluster(tmp_path_factory, "net-cluster", NODE)
+    clusters: list[Cluster] = []
+    for cluster in run_kubelet_cluster(tmp_path_factory, "net-cluster", NODE):
+        clusters.append(cluster)
+        yield cluster
+    # stopping `up` (a node reboot) removed the pod bridge with the last sandbox
+    bridge = bridge_name((clusters[0].data_dir / "kubelet").resolve())
+    assert not Path(f"/sys/class/net/{bridge}").exists()
 
 
 @pytest.fixture

@@ -208,6 +208,11 @@ class RuntimeService(abc.ABC):
         IP). A runtime without a pod network ignores it."""
         return None
 
+    async def remove_pod_network(self) -> None:
+        """The node is shutting down and its sandboxes are gone: remove what the pod
+        network keeps on the host (the bridge). A runtime without one ignores it."""
+        return None
+
     @abc.abstractmethod
     async def create_container(
         self, sandbox_id: str, config: ContainerConfig, sandbox: SandboxConfig

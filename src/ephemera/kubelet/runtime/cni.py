@@ -127,6 +127,15 @@ class CniNetwork:
             return ""
         return str(conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"])
 
+    def remove_bridge(self) -> None:
+        """Delete this kubelet's bridge (its address and route go with it); nothing if it
+        is not there. Only once no sandbox is attached."""
+        if os.path.exists(f"/sys/class/net/{self.bridge}"):
+            result = subprocess.run(["ip", "link", "delete", self.bridge, "type", "bridge"],
+                                    capture_output=True, text=True, timeout=30)
+            if result.returncode != 0 and os.path.exists(f"/sys/class/net/{self.bridge}"):
+                raise CniError(f"deleting bridge {self.bridge}: {result.stderr.strip()}")
+
     # -- the exec protocol ---------------------------------------------------------------------
 
     def _env(self, command: str, pod: PodRef, netns: str, ifname: str) -> dict[str, str]:

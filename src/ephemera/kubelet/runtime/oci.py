@@ -476,6 +476,17 @@ class OciRuntime(RuntimeService):
         if (directory / "sandbox.json").exists():
             write_json(directory / "sandbox.json", meta)
 
+    async def remove_pod_network(self) -> None:
+        def remove() -> None:
+            if any(meta.get("network") for meta in self._sandbox_metas()):
+                return  # a sandbox still holds an address on the bridge
+            try:
+                self.network.remove_bridge()
+            except CniError as err:
+                raise RuntimeError_(str(err)) from None
+
+        await self._blocking(remove)
+
     async def update_runtime_config(self, pod_cidr: str) -> None:
         await self._blocking(self.network.configure, pod_cidr)
 
