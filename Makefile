@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= run-data
-# Debian packages the project needs, as "command:package" pairs.
-DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo mkfs.ext4:e2fsprogs
+# Debian packages the project needs, as "command:package" pairs; a command given as an
+# absolute path is checked as that file (the CNI plugins live in /usr/lib/cni, not on PATH).
+DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo mkfs.ext4:e2fsprogs /usr/lib/cni/bridge:containernetworking-plugins
 PYTEST_ARGS ?=
 
 .PHONY: run test setup debs lint unit bench clean
@@ -27,7 +28,10 @@ setup: debs $(VENV)/.installed
 debs:
 	@missing=""; for pair in $(DEB_NEEDS); do \
 	  cmd=$${pair%%:*}; pkg=$${pair##*:}; \
-	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	  case $$cmd in \
+	    /*) test -x $$cmd || missing="$$missing $$pkg" ;; \
+	    *) command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg" ;; \
+	  esac; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \

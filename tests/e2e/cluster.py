@@ -401,7 +401,11 @@ def assert_kubelet_clean(cluster: ClusterAccess, *, logs_and_runtime: bool = Fal
         return
     wait(lambda: not entries(kubelet_dir / "logs" / "pods"), "no pod logs left", cluster)
     for state in (kubelet_dir / "runtime").glob("*"):
-        if state.is_dir():
+        if state.name == "cni":  # the node's network config stays; no pod's IP lease may
+            leases = [p.name for p in state.glob("networks/*/*")
+                      if p.name != "lock" and not p.name.startswith("last_reserved_ip")]
+            assert not leases, f"IP leases left in {state}: {leases}"
+        elif state.is_dir():
             assert not entries(state), f"runtime state left in {state}: {entries(state)}"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 import json
 import signal
 import socket
@@ -211,3 +212,32 @@ def test_certificates_are_renewed_before_they_expire(joined: Joined, k: Kubectl)
     wait(lambda: k("logs", "late", check=False).stdout == "still reachable\n",
          "the pod's log after the renewals", k.cluster)
     assert k("exec", "late", "--", "echo", "ok").stdout == "ok\n"
+
+
+def test_pods_on_the_two_nodes_get_disjoint_ranges_and_reach_each_other(k: Kubectl) -> None:
+    """Issue 14, item 1: the joined node gets another /24 of the cluster CIDR from the node
+    IPAM controller, and a pod on it reaches a pod on the first node over TCP (through the
+    two nodes' bridges and the host's routes, no masquerade)."""
+    main = ipaddress.ip_network(k.json("get", "node", MAIN_NODE)["spec"]["podCIDR"])
+    second = ipaddress.ip_network(k.json("get", "node", JOINED)["spec"]["podCIDR"])
+    assert not main.overlaps(second)
+    server = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "main-server"},
+              "spec": {"nodeName": MAIN_NODE, "terminationGracePeriodSeconds": 1,
+                       "containers": [{"name": "c", "image": "busybox", "command": [
+                           "sh", "-c", "while true; do echo from-main | nc -l -p 7000; "
+                                       "done"]}]}}
+    k("create", "-f", "-", input=json.dumps(server))
+    k("wait", "--for=condition=Ready", "pod/main-server", "--timeout=90s", timeout=100)
+    busybox_on_joined(k, "second-client", "sleep 3600")
+    server_ip = k.json("get", "pod", "main-server")["status"]["podIP"]
+    client_ip = k.json("get", "pod", "second-client")["status"]["podIP"]
+    assert ipaddress.ip_address(server_ip) in main
+    assert ipaddress.ip_address(client_ip) in second
+
+    def answer() -> str | None:
+        result = k("exec", "second-client", "--", "nc", "-w", "2", server_ip, "7000",
+                   check=False)
+        return result.stdout if result.returncode == 0 and result.stdout else None
+
+    assert wait(answer, "the pod on the joined node to reach the first node's pod",
+                k.cluster).strip() == "from-main"

@@ -2,8 +2,8 @@
 kubectl: a readiness exec probe that never succeeds keeps the pod 0/1 with Ready False, and
 the pod becomes Ready when the file the probe reads appears; a liveness failure restarts the
 container (restartCount 1, upstream's Unhealthy and Killing events); httpGet and tcpSocket
-probes reach busybox `httpd` listening in the pod, through the pod's network namespace; a
-refused port and a 404 fail with upstream's messages."""
+probes reach busybox `httpd` listening on the pod's IP; a refused port and a 404 fail with
+upstream's messages (naming the pod IP)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,11 @@ def test_liveness_failure_restarts_the_container(k: Kubectl) -> None:
 
 def test_http_get_and_tcp_socket_probes_reach_the_pod(k: Kubectl) -> None:
     serve = "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www"
-    _create(k, _pod("web", serve,
+    # `web` listens on its pod IP only: the probes reach the pod at its IP, as upstream's
+    only_pod_ip = ("mkdir -p /www && echo ok > /www/index.html && "
+                   "ip=$(ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1) && "
+                   "exec httpd -f -p $ip:8080 -h /www")
+    _create(k, _pod("web", only_pod_ip,
                     ports=[{"name": "http", "containerPort": 8080}],
                     readinessProbe={"httpGet": {"path": "/index.html", "port": "http"},
                                     "periodSeconds": 1},
@@ -135,7 +139,9 @@ def test_http_get_and_tcp_socket_probes_reach_the_pod(k: Kubectl) -> None:
                  readinessProbe={"tcpSocket": {"port": 9999}, "periodSeconds": 1}))
     _event(k, "web404", "Unhealthy", "Readiness probe failed: HTTP probe failed with "
            "statuscode: 404")
-    _event(k, "closed", "Unhealthy", "Readiness probe failed: dial tcp 127.0.0.1:9999: "
+    closed_ip = wait_pod(k, "closed", lambda p: bool(p["status"].get("podIP")),
+                         "an IP")["status"]["podIP"]
+    _event(k, "closed", "Unhealthy", f"Readiness probe failed: dial tcp {closed_ip}:9999: "
            "connect: connection refused")
     assert _ready_column(k, "web404") == "0/1"
     assert _ready_column(k, "closed") == "0/1"

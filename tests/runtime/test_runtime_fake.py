@@ -194,3 +194,19 @@ async def test_live_mounts_are_modelled(tmp_path: Path) -> None:
     await adopted.stop_container(container_id, 0)
     with pytest.raises(LiveMountError, match="the container is not running"):
         await adopted.mount_live(container_id, Mount("/x", "/host/x"))
+
+
+async def test_sandboxes_take_addresses_from_the_pod_cidr_without_cni(tmp_path: Path) -> None:
+    runtime = FakeRuntime(tmp_path)
+    before = await runtime.run_pod_sandbox(SandboxConfig("u0", "ns", "early", "early"))
+    await runtime.update_runtime_config("10.244.7.0/24")
+    a = await runtime.run_pod_sandbox(SandboxConfig("u1", "ns", "a", "a"))
+    b = await runtime.run_pod_sandbox(SandboxConfig("u2", "ns", "b", "b"))
+    host = await runtime.run_pod_sandbox(SandboxConfig("u3", "ns", "h", "h", host_network=True))
+    ips = {s.id: s.ip for s in await runtime.list_pod_sandboxes()}
+    assert ips[before] == ""  # made before the node had a pod CIDR
+    assert (ips[a], ips[b]) == ("10.244.7.2", "10.244.7.3")  # .1 is the gateway
+    assert ips[host] == ""  # the kubelet reports the node's address for host-network pods
+    await runtime.remove_pod_sandbox(a)
+    c = await runtime.run_pod_sandbox(SandboxConfig("u4", "ns", "c", "c"))
+    assert {s.id: s.ip for s in await runtime.list_pod_sandboxes()}[c] == "10.244.7.2"

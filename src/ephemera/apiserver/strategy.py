@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
-from ephemera.api import errors, meta
+from ephemera.api import errors, field, meta
 from ephemera.api import validation as meta_validation
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
@@ -541,8 +541,32 @@ class RbacStrategy(Strategy):
         return errs
 
 
+def _pod_cidrs(node: Mapping[str, Any]) -> list[str]:
+    """The Node's pod CIDRs as upstream's internal type has them (v1 `podCIDR` alone is
+    the one-item list)."""
+    spec = node.get("spec") or {}
+    cidrs = [str(c) for c in spec.get("podCIDRs") or []]
+    return cidrs or ([str(spec["podCIDR"])] if spec.get("podCIDR") else [])
+
+
+class NodeStrategy(Strategy):
+    """Nodes: upstream's `ValidateNodeUpdate` rule that pod CIDRs, once set (by the node
+    IPAM controller), never change."""
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = super().update_errors(new, old, subresource)
+        before, after = _pod_cidrs(old), _pod_cidrs(new)
+        if before and (len(before) != len(after)
+                       or any(a != b for a, b in zip(before, after, strict=True))):
+            errs.append(field.forbidden("spec.podCIDRs", "node updates may not change "
+                                        'podCIDR except from "" to valid'))
+        return errs
+
+
 _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
+    ("", "nodes"): NodeStrategy,
     ("", "namespaces"): NamespaceStrategy,
     ("", "secrets"): SecretStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,

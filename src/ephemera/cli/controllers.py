@@ -1,7 +1,9 @@
 """`ephemera controller-manager`: the controllers (`ephemera.controllers`) in one process, as
 upstream's kube-controller-manager, talking to the apiserver named by `--kubeconfig`.
 
-It runs the node lifecycle controller (nodes whose kubelet stopped renewing its Lease are
+With `--allocate-node-cidrs` it runs the node IPAM controller (a `spec.podCIDR` of
+`--node-cidr-mask-size` bits from `--cluster-cidr` for every Node). It runs the node
+lifecycle controller (nodes whose kubelet stopped renewing its Lease are
 marked unknown and tainted), the service accounts controller (a `default` ServiceAccount in
 every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
 recomputed on pod and quota changes and every `--resync-period` seconds); with
@@ -38,6 +40,7 @@ from ephemera.controllers.certificates import (
     CertificateApprover,
     CertificateSigner,
 )
+from ephemera.controllers.nodeipam import DEFAULT_NODE_CIDR_MASK_SIZE, NodeIpamController
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_MONITOR_PERIOD,
@@ -82,6 +85,15 @@ def add_parser(subparsers: Any) -> None:
                         help="the longest a signed certificate lasts, a Go duration (default "
                              "8760h, one year); a CSR's spec.expirationSeconds may ask for "
                              "less")
+    parser.add_argument("--allocate-node-cidrs", action="store_true",
+                        help="give every Node a spec.podCIDR from --cluster-cidr (the node "
+                             "IPAM controller's range allocator)")
+    parser.add_argument("--cluster-cidr", default="", metavar="CIDR",
+                        help="the IPv4 range of pod addresses in the cluster")
+    parser.add_argument("--node-cidr-mask-size", type=int,
+                        default=DEFAULT_NODE_CIDR_MASK_SIZE, metavar="BITS",
+                        help="the prefix length of each node's pod CIDR "
+                             f"(default {DEFAULT_NODE_CIDR_MASK_SIZE})")
     parser.add_argument("--node-monitor-period", type=float, default=DEFAULT_MONITOR_PERIOD,
                         metavar="SECONDS", help=argparse.SUPPRESS)
     parser.set_defaults(func=lambda args: run(parser, args))
@@ -99,6 +111,13 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--resync-period must be positive")
     if (args.cluster_signing_cert_file is None) != (args.cluster_signing_key_file is None):
         parser.error("--cluster-signing-cert-file and --cluster-signing-key-file go together")
+    if args.allocate_node_cidrs:
+        if not args.cluster_cidr:
+            parser.error("--allocate-node-cidrs needs --cluster-cidr")
+        try:
+            NodeIpamController.check(args.cluster_cidr, args.node_cidr_mask_size)
+        except ValueError as err:
+            parser.error(f"--cluster-cidr: {err}")
     election = flags.leader_election_config(parser, args, release_on_cancel=False)
     try:
         config = load_kubeconfig(args.kubeconfig)
@@ -151,6 +170,9 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     accounts_task = asyncio.create_task(ServiceAccountsController(api).run(),
                                         name="serviceaccounts-controller")
     more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving")]
+    if args.allocate_node_cidrs:
+        ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
+        more.append(asyncio.create_task(ipam.run(), name="nodeipam"))
     if args.root_ca_file is not None:
         publisher = RootCACertPublisher(api, args.root_ca_file.read_text())
         more.append(asyncio.create_task(publisher.run(), name="root-ca-cert-publisher"))

@@ -119,6 +119,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         args.rotate_certificates = True
     if args.rotate_server_certificates is None:
         args.rotate_server_certificates = args.tls_cert_file is None
+    # `up`'s controller-manager gives every Node a pod CIDR: start pods only with it.
+    if not args.pod_cidr:
+        args.wait_for_pod_cidr = True
     return kubelet.run(parser, args)
 
 

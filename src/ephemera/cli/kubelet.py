@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import ipaddress
 import logging
 import signal
 import socket
@@ -51,6 +52,13 @@ log = logging.getLogger("ephemera.kubelet")
 
 DEFAULT_PORT = 10250
 USER_AGENT = "ephemera-kubelet"
+
+
+def _cidr(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text, strict=True))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_parser(subparsers: Any) -> None:
@@ -87,6 +95,12 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
                         help="the kubelet API's listen address (default 127.0.0.1)")
     parser.add_argument("--node-ip", default="127.0.0.1",
                         help="the node's InternalIP, also its pods' hostIP (default 127.0.0.1)")
+    parser.add_argument("--pod-cidr", default=None, type=_cidr, metavar="CIDR",
+                        help="the pod network's range on this node until its Node has a "
+                             "spec.podCIDR from the controller-manager (standalone kubelets)")
+    parser.add_argument("--wait-for-pod-cidr", action="store_true",
+                        help="start no pod before the Node has a spec.podCIDR (as `up` runs "
+                             "it, with the controller-manager's node IPAM)")
     parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
                         help="write the bound port there once serving")
     parser.add_argument("--tls-cert-file", type=Path, default=None, metavar="FILE")
@@ -321,7 +335,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
                               resync_period=args.sync_frequency)
     kubelet_config = KubeletConfig(
         node_name=node_name, root_dir=root_dir, gates=args.feature_gates,
-        address=args.address, port=args.port, node_ip=args.node_ip,
+        address=args.address, port=args.port, node_ip=args.node_ip, pod_cidr=args.pod_cidr or "",
+        wait_for_pod_cidr=args.wait_for_pod_cidr,
         client_ca_file=args.client_ca_file, ssl_context=ssl_context, port_file=args.port_file,
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
         node_status_interval=args.node_status_update_frequency,

@@ -40,6 +40,8 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
+import ipaddress
 import signal
 import socket
 import sys
@@ -138,6 +140,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--storage-limit-enforcement", action="store_true",
                         help="the kubelet sizes loop images to pods' ephemeral-storage limits "
                              "(writes past them fail with ENOSPC)")
+    parser.add_argument("--cluster-cidr", default=None, metavar="CIDR",
+                        help="the controller-manager's: the IPv4 range of pod addresses, a "
+                             "--node-cidr-mask-size block per node (default: a /20 in "
+                             "10.128.0.0/9 derived from the data dir, so that clusters on one "
+                             "machine do not overlap)")
+    parser.add_argument("--node-cidr-mask-size", type=int, default=24, metavar="BITS",
+                        help="the controller-manager's: each node's pod CIDR size (default 24)")
     parser.add_argument("--no-kubelet", action="store_true",
                         help="run no kubelet: a control plane without a node")
     parser.add_argument("--cluster-signing-duration", type=signing_duration, default=None,
@@ -153,6 +162,14 @@ def add_parser(subparsers: Any) -> None:
                         metavar="NAME,...",
                         help="passed to the apiserver: more names for its serving certificate")
     parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def default_cluster_cidr(data_dir: Path) -> str:
+    """A /20 of 10.128.0.0/9 chosen by the data dir's path (2048 of them), so that test
+    clusters side by side on one machine get different pod ranges and routes."""
+    digest = int(hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest(), 16)
+    base = ipaddress.IPv4Network("10.128.0.0/9")
+    return str(list(base.subnets(new_prefix=20))[digest % 2048])
 
 
 def say(line: str) -> None:
@@ -268,8 +285,19 @@ class Cluster:
                 "--root-ca-file", str(pki / "ca.crt"),
                 "--cluster-signing-cert-file", str(pki / "ca.crt"),
                 "--cluster-signing-key-file", str(pki / "ca.key"), *self._signing_duration(),
+                "--allocate-node-cidrs", "--cluster-cidr", self.cluster_cidr,
+                "--node-cidr-mask-size", str(self.args.node_cidr_mask_size),
                 *self._endpoint_flags(),
                 *self._common_flags()]
+
+    @property
+    def cluster_cidr(self) -> str:
+        """`--cluster-cidr`, else the one of the first member's data dir (with
+        --join-control-plane) or of this one."""
+        if self.args.cluster_cidr:
+            return str(self.args.cluster_cidr)
+        first = self.args.join_control_plane
+        return default_cluster_cidr(first.resolve() if first is not None else self.data_dir)
 
     def _signing_duration(self) -> list[str]:
         value = self.args.cluster_signing_duration
@@ -293,7 +321,8 @@ class Cluster:
                 "--tls-cert-file", str(pki / "kubelet.crt"),
                 "--tls-private-key-file", str(pki / "kubelet.key"),
                 "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
-                "--stop-pods-on-exit", *self._eviction_flags(), *self._endpoint_flags(),
+                "--stop-pods-on-exit", "--wait-for-pod-cidr", *self._eviction_flags(),
+                *self._endpoint_flags(),
                 *self._common_flags()]
 
     def _eviction_flags(self) -> list[str]:

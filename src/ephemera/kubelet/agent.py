@@ -137,6 +137,8 @@ class KubeletConfig:
     address: str = "127.0.0.1"  # where the HTTPS server listens
     port: int = 10250  # 0: a free port
     node_ip: str = "127.0.0.1"  # the InternalIP the Node reports (hostIP of its pods)
+    pod_cidr: str = ""  # --pod-cidr: until the Node has a spec.podCIDR (standalone kubelets)
+    wait_for_pod_cidr: bool = False  # start no pod before the Node has a podCIDR (`up`)
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     client_ca_file: Path | None = None
@@ -226,6 +228,7 @@ class Kubelet:
         self.config = config
         self.api = api
         self.runtime = runtime
+        self._pod_cidr = ""
         self.image_store = images
         self.node_name = config.node_name
         self.root_dir = config.root_dir
@@ -795,6 +798,39 @@ class Kubelet:
         if await self.node_agent.update_status():
             self.metrics.node_status_updates.inc()
             self._refresh_allocatable()
+        await self._sync_pod_cidr()
+
+    async def _set_pod_cidr(self, cidr: str) -> None:
+        log.info("node %s: pod CIDR %s", self.node_name, cidr)
+        await self.runtime.update_runtime_config(cidr)
+        self._pod_cidr = cidr
+
+    async def _sync_pod_cidr(self) -> None:
+        """Upstream's `updatePodCIDR`: hand the Node's `spec.podCIDR` to the runtime (the
+        CNI config) when it is set or changed."""
+        assert self.node_agent is not None
+        cidr = str(((self.node_agent.node or {}).get("spec") or {}).get("podCIDR") or "")
+        if cidr and cidr != self._pod_cidr:
+            await self._set_pod_cidr(cidr)
+
+    async def _await_pod_cidr(self, forever: bool = False) -> None:
+        """Until the node IPAM controller gives the Node a podCIDR, look every half second
+        for a minute (the status loop's interval would delay the first pods by up to its
+        period; after the minute the status loop alone picks it up)."""
+        assert self.node_agent is not None
+        attempt = 0
+        while forever or attempt < 120:
+            attempt += 1
+            if ((self.node_agent.node or {}).get("spec") or {}).get("podCIDR"):
+                return
+            await asyncio.sleep(0.5)
+            try:
+                self.node_agent.node = await self.api.get(
+                    resource_path("nodes", name=self.node_name))
+            except (StatusError, ApiUnavailable) as err:
+                log.debug("reading node %s: %s", self.node_name, getattr(err, "message", err))
+                continue
+            await self._sync_pod_cidr()
 
     def _refresh_allocatable(self) -> None:
         """Admission (new pods and pod changes) reads the node's current allocatable: the
@@ -869,8 +905,15 @@ class Kubelet:
                                         pressure_probe=self._pressure,
                                         images=self._images_for_status,
                                         report_interval=cfg.node_status_report_interval)
+            if cfg.pod_cidr:
+                await self._set_pod_cidr(cfg.pod_cidr)
             if not await self._register(stop):
                 return
+            await self._sync_pod_cidr()
+            if not self._pod_cidr and cfg.wait_for_pod_cidr:
+                await self._await_pod_cidr(forever=True)
+            elif not self._pod_cidr:
+                self._start(self._await_pod_cidr(), "pod-cidr")
             deps = WorkerDeps(
                 api=self.api, runtime=self.runtime, images=self.image_store,
                 volumes=self.volumes, status=self.status, events=self.events,

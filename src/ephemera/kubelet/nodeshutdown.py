@@ -6,8 +6,9 @@ A reboot ends every process and every mount and keeps the disk. So `shut_down_no
 1. stops every running container (SIGTERM, then SIGKILL after `grace` seconds; all at once,
    as upstream's graceful node shutdown does within its grace period);
 2. removes the containers and the pod sandboxes from the runtime (their namespaces, their
-   `/dev/shm`, their writable layers): the runtime keeps no state across the shutdown, as a
-   runtime whose state lives in `/run` after a reboot;
+   `/dev/shm`, their writable layers, their pod network: CNI DEL), then the pod network's
+   bridge: the runtime keeps no state across the shutdown, as a runtime whose state lives
+   in `/run` after a reboot;
 3. unmounts everything under `<root>/pods/`, deepest first: memory-backed volumes (emptyDir
    `medium: Memory`, secret, projected, downwardAPI tmpfs), image volumes and, with the
    loop-image accounting, the pod's image itself.
@@ -54,6 +55,7 @@ async def shut_down_node(runtime: RuntimeService, root_dir: Path, grace: float) 
         for container in await runtime.list_containers():  # any left without a sandbox
             with contextlib.suppress(RuntimeError_):
                 await runtime.remove_container(container.id)
+        await runtime.remove_pod_network()  # the bridge; kept while a sandbox holds on
     except RuntimeError_ as err:
         log.warning("node shutdown: %s", err)
     try:

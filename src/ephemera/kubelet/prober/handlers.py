@@ -19,8 +19,10 @@ thrown away and an `... probe errored and resulted in unknown state: ...` event 
   (`ephemera.kubelet.prober.grpcprobe`) that joins the pod's network namespace before grpcio
   starts its threads; SERVING is success, with upstream's failure messages otherwise.
 
-The network probes go to the pod's IP, or, while pods have only loopback (no pod IP), to
-127.0.0.1 inside the pod's network namespace (`netns`); `host` in httpGet/tcpSocket wins.
+The network probes go to the pod's IP, as upstream's, from inside the pod's network
+namespace (`netns`; the pod's own address answers there whatever the host's routes), or, for
+a pod with no IP (a sandbox made before its node had a pod CIDR), to 127.0.0.1 in there;
+`host` in httpGet/tcpSocket wins and is dialled from the host.
 """
 
 from __future__ import annotations

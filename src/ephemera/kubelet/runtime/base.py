@@ -75,7 +75,7 @@ class SandboxStatus:
     namespace: str
     name: str
     ready: bool  # False once stopped
-    ip: str  # the pod IP (loopback-only private netns: "" or the host IP with hostNetwork)
+    ip: str  # the pod IP (from CNI, or the host IP with hostNetwork; "" if none)
     created_at: float  # unix seconds
 
 
@@ -208,6 +208,17 @@ class RuntimeService(abc.ABC):
         for sandbox in await self.list_pod_sandboxes():
             if sandbox.id == sandbox_id:
                 return sandbox
+        return None
+
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        """The CRI's UpdateRuntimeConfig: the node's `spec.podCIDR`, from which pod
+        sandboxes take their addresses (sandboxes made before it get loopback only, no
+        IP). A runtime without a pod network ignores it."""
+        return None
+
+    async def remove_pod_network(self) -> None:
+        """The node is shutting down and its sandboxes are gone: remove what the pod
+        network keeps on the host (the bridge). A runtime without one ignores it."""
         return None
 
     @abc.abstractmethod

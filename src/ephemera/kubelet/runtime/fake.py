@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import ipaddress
 import json
 import secrets
 import time
@@ -104,6 +105,7 @@ class _Sandbox:
     host_network: bool
     created_at: float
     ready: bool = True
+    ip: str = ""  # from the pod CIDR (no CNI), "" without one
 
 
 class FakeRuntime(RuntimeService):
@@ -118,6 +120,7 @@ class FakeRuntime(RuntimeService):
         self.live_mount_errors: dict[str, int] = {}  # mount path -> errno (see _live_change)
         self.sandboxes: dict[str, _Sandbox] = {}
         self.containers: dict[str, _Container] = {}
+        self.pod_cidr = ""
         self.state_file = (Path(root) / "runtime" / "fake-state.json"
                            if root is not None and persist else None)
         if self.state_file is not None and self.state_file.exists():
@@ -172,9 +175,23 @@ class FakeRuntime(RuntimeService):
         sandbox_id = secrets.token_hex(32)
         self.sandboxes[sandbox_id] = _Sandbox(
             id=sandbox_id, pod_uid=config.pod_uid, namespace=config.namespace,
-            name=config.name, host_network=config.host_network, created_at=time.time())
+            name=config.name, host_network=config.host_network, created_at=time.time(),
+            ip="" if config.host_network else self._free_ip())
         self._save()
         return sandbox_id
+
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        self.pod_cidr = pod_cidr
+
+    def _free_ip(self) -> str:
+        """The lowest address of the pod CIDR after its gateway (the first) that no sandbox
+        holds, as host-local IPAM hands them out; "" without a pod CIDR or when it is full."""
+        if not self.pod_cidr:
+            return ""
+        used = {s.ip for s in self.sandboxes.values() if s.ip}
+        hosts = ipaddress.ip_network(self.pod_cidr).hosts()
+        next(hosts, None)
+        return next((str(ip) for ip in hosts if str(ip) not in used), "")
 
     async def stop_pod_sandbox(self, sandbox_id: str) -> None:
         self.calls.append(("stop_pod_sandbox", sandbox_id))
@@ -185,6 +202,7 @@ class FakeRuntime(RuntimeService):
             if container.sandbox_id == sandbox_id:
                 await self.stop_container(container.id, 0)
         sandbox.ready = False
+        sandbox.ip = ""  # released, as CNI DEL releases the lease
         self._save()
 
     async def remove_pod_sandbox(self, sandbox_id: str) -> None:
@@ -200,7 +218,7 @@ class FakeRuntime(RuntimeService):
 
     async def list_pod_sandboxes(self) -> list[SandboxStatus]:
         return [SandboxStatus(id=s.id, pod_uid=s.pod_uid, namespace=s.namespace, name=s.name,
-                              ready=s.ready, ip="", created_at=s.created_at)
+                              ready=s.ready, ip=s.ip, created_at=s.created_at)
                 for s in sorted(self.sandboxes.values(), key=lambda s: s.created_at)]
 
     # -- containers --------------------------------------------------------------------------

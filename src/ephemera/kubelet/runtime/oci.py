@@ -92,6 +92,7 @@ from ephemera.kubelet.runtime.base import (
     SandboxConfig,
     SandboxStatus,
 )
+from ephemera.kubelet.runtime.cni import CniError, CniNetwork, PodRef, result_ips
 
 T = TypeVar("T")
 
@@ -304,6 +305,7 @@ class OciRuntime(RuntimeService):
         # container id -> its sandbox's (fixed at create): a sandbox's listing skips the
         # other pods' containers without reading their state
         self._sandbox_of: dict[str, str] = {}
+        self.network = CniNetwork(self.root)
         self._shim_server = ShimServer(self.state_dir / "shim-server.log")
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -393,17 +395,21 @@ class OciRuntime(RuntimeService):
             if config.host_network:
                 args += ["true"]
             else:
-                args += ["/bin/sh", "-c", 'hostname "$1" && ip link set lo up', "sh", hostname]
+                args += ["/bin/sh", "-c", 'hostname "$1"', "sh", hostname]
             result = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True,
                                     text=True, timeout=30)
             if result.returncode != 0:
                 raise RuntimeError_(f"creating the namespaces of pod sandbox for "
                                     f"{config.namespace}/{config.name}: {result.stderr.strip()}")
+            if not config.host_network:
+                self._setup_network(meta, directory)
             (directory / "shm").mkdir()
             _mount("shm", directory / "shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
                    f"mode=1777,size={SHM_SIZE}")
             self._write_etc_files(directory, hostname, config.host_network)
         except BaseException:
+            with contextlib.suppress(CniError):
+                self._teardown_network(meta, directory)
             self._teardown_sandbox_mounts(directory)
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -429,6 +435,65 @@ class OciRuntime(RuntimeService):
             (directory / "resolv.conf").write_text("")
 
     @staticmethod
+    def _pod_ref(meta: dict[str, Any]) -> PodRef:
+        return PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["pod_uid"],
+                      sandbox_id=meta["id"])
+
+    def _setup_network(self, meta: dict[str, Any], directory: Path) -> None:
+        """CNI ADD for a new sandbox (containerd's `setupPodNetwork`); the result is written
+        into sandbox.json before anything else, so that a crash after it still gets its DEL."""
+        netns = str(directory / "ns" / "net")
+        if not self.network.pod_cidr():
+            # No pod CIDR yet (a kubelet without a Node podCIDR or --pod-cidr): loopback
+            # only, no pod IP, as before pods had a network.
+            try:
+                self.network.loopback("ADD", self._pod_ref(meta), netns)
+            except CniError as err:
+                raise RuntimeError_(f"failed to setup network for sandbox "
+                                    f"{go_quote(meta['id'])}: {err}") from None
+            return
+        meta["network"] = {"pending": True}
+        write_json(directory / "sandbox.json", meta)
+        try:
+            result = self.network.add(self._pod_ref(meta), netns)
+        except CniError as err:
+            raise RuntimeError_(f"failed to setup network for sandbox "
+                                f"{go_quote(meta['id'])}: {err}") from None
+        meta["network"] = {"result": result, "ips": result_ips(result)}
+        write_json(directory / "sandbox.json", meta)
+
+    def _teardown_network(self, meta: dict[str, Any], directory: Path) -> None:
+        """CNI DEL (containerd's `teardownPodNetwork`), once; the namespace may be gone
+        already (a reboot), then the plugins release the lease without it."""
+        network = meta.get("network")
+        if not network:
+            return
+        netns = directory / "ns" / "net"
+        path = str(netns) if os.path.ismount(netns) else ""
+        try:
+            self.network.delete(self._pod_ref(meta), path, network.get("result") or {})
+        except CniError as err:
+            raise RuntimeError_(f"failed to destroy network for sandbox "
+                                f"{go_quote(meta['id'])}: {err}") from None
+        meta.pop("network", None)
+        if (directory / "sandbox.json").exists():
+            write_json(directory / "sandbox.json", meta)
+
+    async def remove_pod_network(self) -> None:
+        def remove() -> None:
+            if any(meta.get("network") for meta in self._sandbox_metas()):
+                return  # a sandbox still holds an address on the bridge
+            try:
+                self.network.remove_bridge()
+            except CniError as err:
+                raise RuntimeError_(str(err)) from None
+
+        await self._blocking(remove)
+
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        await self._blocking(self.network.configure, pod_cidr)
+
+    @staticmethod
     def _teardown_sandbox_mounts(directory: Path) -> None:
         for point in mounts_under(directory):
             _umount(point)
@@ -441,6 +506,7 @@ class OciRuntime(RuntimeService):
         for status in await self.list_containers(sandbox_id):
             if status.state == ContainerState.RUNNING:
                 await self.stop_container(status.id, 0)
+        await self._blocking(self._teardown_network, meta, self._sandbox_dir(sandbox_id))
         await self._blocking(self._teardown_sandbox_mounts, self._sandbox_dir(sandbox_id))
         if meta["ready"]:
             meta["ready"] = False
@@ -500,6 +566,8 @@ class OciRuntime(RuntimeService):
                 if self._host_ip is None:
                     self._host_ip = await self._blocking(host_ipv4)
                 ip = self._host_ip
+            elif meta["ready"] and (meta.get("network") or {}).get("ips"):
+                ip = meta["network"]["ips"][0]
             result.append(SandboxStatus(
                 id=meta["id"], pod_uid=meta["pod_uid"], namespace=meta["namespace"],
                 name=meta["name"], ready=meta["ready"], ip=ip, created_at=meta["created_at"]))
