@@ -1242,17 +1242,22 @@ class OciRuntime(RuntimeService):
         status = await self._blocking(self._status, container_id)
         if status.state != ContainerState.RUNNING:
             raise RuntimeError_(f"container {container_id} is not running")
+        # The shim binds the socket just after start, then listens: until it listens, the
+        # socket is missing or refuses connections.
         deadline = time.monotonic() + 5
-        while not (directory / "attach.sock").exists():  # the shim binds it just after start
-            if time.monotonic() > deadline:
-                raise RuntimeError_(f"container {container_id}: its shim is not serving attach")
+        while True:
+            dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+            try:
+                reader, writer = await asyncio.open_unix_connection(
+                    f"/proc/self/fd/{dir_fd}/attach.sock")
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError_(
+                        f"container {container_id}: its shim is not serving attach") from None
+            finally:
+                os.close(dir_fd)
             await asyncio.sleep(0.01)
-        dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
-        try:
-            reader, writer = await asyncio.open_unix_connection(
-                f"/proc/self/fd/{dir_fd}/attach.sock")
-        finally:
-            os.close(dir_fd)
         return _attach_session(reader, writer, tty=bool(meta["tty"]))
 
 
