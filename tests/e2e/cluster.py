@@ -24,6 +24,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +39,7 @@ import pytest
 import yaml
 
 from ephemera.apiserver.certs import CertKey, issue_client_cert, write_kubeconfig
+from ephemera.cli.flags import read_ports
 from ephemera.kubelet.stats import loopdev
 from ephemera.kubelet.volumes import mounts
 
@@ -650,6 +652,18 @@ def kill_kubelet(cluster: ClusterAccess, while_down: Callable[[], Any] | None = 
             return False
 
     wait(replaced, "a new kubelet", cluster)
+
+    def serving() -> bool:  # `up` gives the new kubelet the old one's port
+        port = read_ports(cluster.data_dir).get("kubelet")
+        if not port:
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    wait(serving, "the new kubelet serving", cluster)
     return seen
 
 
