@@ -53,6 +53,11 @@ from ephemera.apiserver.rest import (
     respond,
 )
 from ephemera.apiserver.serviceaccounttoken import DEFAULT_ISSUER, TokenIssuer
+from ephemera.apiserver.serviceallocator import (
+    DEFAULT_NODE_PORT_RANGE,
+    DEFAULT_SERVICE_CIDR,
+    ServiceAllocations,
+)
 from ephemera.apiserver.watch import WatchSettings, serve_watch
 from ephemera.store import Store, StoreError
 
@@ -119,6 +124,9 @@ class ApiserverConfig:
     mount_service_account_token: bool = False
     # The audit log (`--audit-log-path`, `--audit-policy-file`); None: no auditing.
     audit: AuditFilter | None = None
+    # `--service-cluster-ip-range` and `--service-node-port-range` (upstream's defaults).
+    service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR
+    service_node_port_range: str = DEFAULT_NODE_PORT_RANGE
 
 
 REGISTRY = web.AppKey("registry", Registry)
@@ -141,6 +149,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         gates=config.feature_gates,
         mount_service_account_token=config.mount_service_account_token))
     registry = Registry(store, gates=config.feature_gates, admission=admission)
+    registry.set_write_hooks(core_resource("services"), ServiceAllocations(
+        store, config.service_cluster_ip_range, config.service_node_port_range))
     lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
     registry.add_create_hook(lifecycle.object_created)
     objects = ObjectCache(registry, CACHED_FOR_ADMISSION,
