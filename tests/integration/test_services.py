@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 from apiserver_fixtures import TABLE_ACCEPT, Api, serve
 
+from ephemera.apiserver.app import REGISTRY
+from ephemera.apiserver.identity import ApiserverIdentity
+from ephemera.apiserver.kubernetesservice import KubernetesServiceReconciler
+
 SVCS = "/api/v1/namespaces/default/services"
 MERGE = "application/merge-patch+json"
 
@@ -220,3 +224,36 @@ async def test_endpoints_and_endpointslices_are_served(api: Api) -> None:
     status, table, _ = await api.request("GET", f"{slices}/e-abc",
                                          headers={"Accept": TABLE_ACCEPT})
     assert table["rows"][0]["cells"][1:4] == ["IPv4", "8080", "10.244.0.5"]
+
+
+async def test_the_kubernetes_service_lists_the_live_apiservers(any_api: Api) -> None:
+    registry = any_api.app[REGISTRY]
+    one = ApiserverIdentity(registry, "https://127.0.0.1:6443", 6443, hostname="a")
+    two = ApiserverIdentity(registry, "https://127.0.0.2:6443", 6443, hostname="b")
+    await one.renew()
+    await two.renew()
+    reconciler = KubernetesServiceReconciler(registry, "10.96.0.1", 6443)
+    await reconciler.reconcile()
+    status, svc = await any_api.get(f"{SVCS}/kubernetes")
+    assert status == 200
+    assert svc["spec"]["clusterIP"] == "10.96.0.1"
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "protocol": "TCP",
+                                     "targetPort": 6443}]
+    _, eps = await any_api.get("/api/v1/namespaces/default/endpoints/kubernetes")
+    assert eps["subsets"] == [{"addresses": [{"ip": "127.0.0.1"}, {"ip": "127.0.0.2"}],
+                               "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]
+    slices = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    _, eps_slice = await any_api.get(f"{slices}/kubernetes")
+    assert [e["addresses"] for e in eps_slice["endpoints"]] == [["127.0.0.1"], ["127.0.0.2"]]
+    assert eps_slice["metadata"]["labels"]["kubernetes.io/service-name"] == "kubernetes"
+    # A stopped member drops out; an unchanged list writes nothing.
+    await two.stop()
+    await reconciler.reconcile()
+    _, eps = await any_api.get("/api/v1/namespaces/default/endpoints/kubernetes")
+    assert eps["subsets"][0]["addresses"] == [{"ip": "127.0.0.1"}]
+    await reconciler.reconcile()
+    _, again = await any_api.get("/api/v1/namespaces/default/endpoints/kubernetes")
+    assert again["metadata"]["resourceVersion"] == eps["metadata"]["resourceVersion"]
+    # The Service's cluster IP is allocated: no other service may take it.
+    status, body = await any_api.post(SVCS, service("other", cluster_ip="10.96.0.1"))
+    assert status == 422, body
