@@ -38,6 +38,7 @@ from ephemera.controllers.certificates import (
     CertificateApprover,
     CertificateSigner,
 )
+from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_MONITOR_PERIOD,
@@ -150,7 +151,9 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     node_task = asyncio.create_task(node_lifecycle.run(), name="nodelifecycle-controller")
     accounts_task = asyncio.create_task(ServiceAccountsController(api).run(),
                                         name="serviceaccounts-controller")
-    more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving")]
+    more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
+            asyncio.create_task(EndpointSliceController(api).run(),
+                                name="endpointslice-controller")]
     if args.root_ca_file is not None:
         publisher = RootCACertPublisher(api, args.root_ca_file.read_text())
         more.append(asyncio.create_task(publisher.run(), name="root-ca-cert-publisher"))
