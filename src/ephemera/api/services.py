@@ -156,6 +156,38 @@ def init_ip_families(svc: dict[str, Any]) -> None:
         spec["ipFamilies"] = ["IPv4"]
 
 
+def drop_type_dependent_fields(new: dict[str, Any], old: dict[str, Any]) -> None:
+    """The strategy's `dropTypeDependentFields` on update: a type change clears what the new
+    type has no use for (cluster IPs and IP families, node ports, the external traffic
+    policy, allocateLoadBalancerNodePorts), unless the client changed that field too."""
+    spec, old_spec = _spec(new), old.get("spec") or {}
+    if old_spec.get("type") != "ExternalName" and spec.get("type") == "ExternalName":
+        if (spec.get("clusterIP"), spec.get("clusterIPs")) == (old_spec.get("clusterIP"),
+                                                              old_spec.get("clusterIPs")):
+            spec.pop("clusterIP", None)
+            spec.pop("clusterIPs", None)
+        for key in ("ipFamilies", "ipFamilyPolicy"):
+            if spec.get(key) == old_spec.get(key):
+                spec.pop(key, None)
+    if needs_node_ports(old) and not needs_node_ports(new):
+        old_ports = [p.get("nodePort") for p in old_spec.get("ports") or []
+                     if isinstance(p, dict)]
+        if [p.get("nodePort") for p in _ports(spec)] == old_ports:
+            for port in _ports(spec):
+                port.pop("nodePort", None)
+    if old_spec.get("type") == "LoadBalancer" and spec.get("type") != "LoadBalancer" and \
+            spec.get("allocateLoadBalancerNodePorts") == \
+            old_spec.get("allocateLoadBalancerNodePorts"):
+        spec.pop("allocateLoadBalancerNodePorts", None)
+
+    def external(s: dict[str, Any]) -> bool:
+        return s.get("type") in ("NodePort", "LoadBalancer") or bool(s.get("externalIPs"))
+
+    if external(old_spec) and not external(spec) and \
+            spec.get("externalTrafficPolicy") == old_spec.get("externalTrafficPolicy"):
+        spec.pop("externalTrafficPolicy", None)
+
+
 def patch_allocated_values(new: dict[str, Any], old: dict[str, Any]) -> None:
     """The strategy's `patchAllocatedValues` on update: a client that leaves out the
     allocated cluster IPs or node ports keeps them (unless the type change drops them)."""

@@ -525,6 +525,7 @@ class ServiceStrategy(Strategy):
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         super().prepare_for_update(new, old)
         services.normalize_cluster_ips(new, old)
+        services.drop_type_dependent_fields(new, old)
         services.patch_allocated_values(new, old)
         services.init_ip_families(new)
 
