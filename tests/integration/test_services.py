@@ -14,6 +14,7 @@ from apiserver_fixtures import TABLE_ACCEPT, Api, serve
 from ephemera.apiserver.app import REGISTRY
 from ephemera.apiserver.identity import ApiserverIdentity
 from ephemera.apiserver.kubernetesservice import KubernetesServiceReconciler
+from ephemera.apiserver.serviceallocator import ServiceAllocations
 
 SVCS = "/api/v1/namespaces/default/services"
 MERGE = "application/merge-patch+json"
@@ -269,3 +270,23 @@ async def test_the_kubernetes_service_lists_the_live_apiservers(any_api: Api) ->
     # The Service's cluster IP is allocated: no other service may take it.
     status, body = await any_api.post(SVCS, service("other", cluster_ip="10.96.0.1"))
     assert status == 422, body
+
+
+async def test_repair_releases_a_leak_after_three_passes_and_restores_a_lost_one(
+        api: Api) -> None:
+    _, svc = await api.post(SVCS, service("held", kind="NodePort", cluster_ip="10.96.0.50",
+                                          ports=[{"port": 80, "nodePort": 30050}]))
+    allocations = ServiceAllocations(api.store)
+    leaked_ip = allocations.ip_range.index("10.96.0.60")
+    assert leaked_ip is not None
+    await allocations.ips.allocate([leaked_ip])  # an apiserver died before its write
+    held_ip = allocations.ip_range.index("10.96.0.50")
+    await allocations.ips.release([held_ip or 0])  # a lost allocation
+    stored = [svc]
+    assert await allocations.repair(stored) == ([], [])
+    assert held_ip in await allocations.ips.allocated()
+    assert await allocations.repair(stored) == ([], [])
+    assert await allocations.repair(stored) == (["10.96.0.60"], [])
+    assert leaked_ip not in await allocations.ips.allocated()
+    port = allocations.port_range.index(30050)
+    assert port in await allocations.ports.allocated()

@@ -57,6 +57,7 @@ from ephemera.apiserver.serviceallocator import (
     DEFAULT_NODE_PORT_RANGE,
     DEFAULT_SERVICE_CIDR,
     ServiceAllocations,
+    repair_periodically,
 )
 from ephemera.apiserver.watch import WatchSettings, serve_watch
 from ephemera.store import Store, StoreError
@@ -149,8 +150,9 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         gates=config.feature_gates,
         mount_service_account_token=config.mount_service_account_token))
     registry = Registry(store, gates=config.feature_gates, admission=admission)
-    registry.set_write_hooks(core_resource("services"), ServiceAllocations(
-        store, config.service_cluster_ip_range, config.service_node_port_range))
+    allocations = ServiceAllocations(store, config.service_cluster_ip_range,
+                                     config.service_node_port_range)
+    registry.set_write_hooks(core_resource("services"), allocations)
     lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
     registry.add_create_hook(lifecycle.object_created)
     objects = ObjectCache(registry, CACHED_FOR_ADMISSION,
@@ -189,6 +191,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         await lifecycle.resume()
         await objects.start()
         await authorization.start()
+        background.append(asyncio.get_running_loop().create_task(
+            repair_periodically(registry, allocations), name="service-allocation-repair"))
         if config.compaction_interval:
             background.append(asyncio.get_running_loop().create_task(
                 compact_periodically(store, config.compaction_interval), name="compactor"))

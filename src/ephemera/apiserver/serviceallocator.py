@@ -15,15 +15,18 @@ range first and only then in the lower part, which is kept for static choices (u
 
 The service hooks (`ServiceAllocations`) run on create, update and delete as upstream's
 service REST storage does (`alloc.go`: allocateCreate, allocateUpdate, releaseForDelete).
-Not done (yet): upstream's repair loops, which rebuild the bitmaps from the stored Services
-to recover what an apiserver that died between an allocation and its write leaked.
+Upstream's repair loops run in every apiserver every 3 minutes (`repair`): the values the
+stored Services hold are marked taken, and a taken value no Service holds (an apiserver died
+between the allocation and the write) is released once three passes in a row found it so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ipaddress
 import json
+import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,13 +36,20 @@ from ephemera.api import errors, meta, services
 from ephemera.api import field as fields
 from ephemera.api.field import FieldError, Path
 from ephemera.api.goformat import go_slice
+from ephemera.apiserver.registry import Registry
+from ephemera.apiserver.resources import core_resource
 from ephemera.store import KeyExists, KeyNotFound, RevisionMismatch, Store
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_CIDR = "10.96.0.0/12"
 DEFAULT_NODE_PORT_RANGE = "30000-32767"
 SERVICE_IPS_KEY = "/registry/ranges/serviceips"
 NODE_PORTS_KEY = "/registry/ranges/servicenodeports"
 CAS_ATTEMPTS = 64
+# upstream's numRepairsBeforeLeakCleanup, and its repair interval (seconds).
+LEAK_CHECKS = 3
+REPAIR_INTERVAL = 180.0
 # Told whether the write was stored (the registry's `FinishFn`).
 FinishFn = Callable[[bool], Awaitable[None]]
 
@@ -80,6 +90,10 @@ class Bitmap:
 
     def clear(self, i: int) -> None:
         self.bits[i >> 3] &= ~(1 << (i & 7)) & 0xFF
+
+    def allocated(self) -> list[int]:
+        return [n * 8 + bit for n, byte in enumerate(self.bits) if byte
+                for bit in range(8) if byte & (1 << bit)]
 
     def _free_in(self, lo: int, hi: int, rng: random.Random) -> int | None:
         if hi <= lo:
@@ -243,12 +257,38 @@ class StoreRange:
             await self._change(clear)
 
     async def allocated(self) -> list[int]:
-        kv = await self.store.get(self.key)
-        if kv is None:
-            return []
-        stored = json.loads(kv.value)
-        bitmap = Bitmap(self.size, self.offset, base64.b64decode(stored.get("data") or ""))
-        return [i for i in range(self.size) if bitmap.has(i)]
+        def read(bitmap: Bitmap) -> list[int]:
+            return bitmap.allocated()
+
+        result: list[int] = await self._change(read)
+        return result
+
+    async def repair(self, in_use: set[int], suspects: dict[int, int]) -> list[int]:
+        """upstream's repair loop for one range: every value in use is marked taken; a taken
+        value no service uses is a suspect, released once seen so `LEAK_CHECKS` times in a
+        row (it may belong to a create not yet stored). `suspects` (value: times seen) is
+        updated; returns the values released."""
+        def fix(bitmap: Bitmap) -> tuple[dict[int, int], list[int]]:
+            for i in in_use:
+                if i < bitmap.size:
+                    bitmap.set(i)
+            seen: dict[int, int] = {}
+            released: list[int] = []
+            for i in bitmap.allocated():
+                if i in in_use:
+                    continue
+                count = suspects.get(i, 0) + 1
+                if count >= LEAK_CHECKS:
+                    bitmap.clear(i)
+                    released.append(i)
+                else:
+                    seen[i] = count
+            return seen, released
+
+        seen, released = await self._change(fix)
+        suspects.clear()
+        suspects.update(seen)
+        return released
 
 
 @dataclass
@@ -273,6 +313,8 @@ class ServiceAllocations:
                               self.ip_range.size, self.ip_range.offset)
         self.ports = StoreRange(store, NODE_PORTS_KEY, str(self.port_range),
                                 self.port_range.size, self.port_range.offset)
+        self._ip_suspects: dict[int, int] = {}
+        self._port_suspects: dict[int, int] = {}
 
     def _invalid(self, svc: dict[str, Any], errs: list[FieldError]) -> errors.StatusError:
         return errors.invalid("Service", meta.name_of(svc), errs)
@@ -434,6 +476,18 @@ class ServiceAllocations:
         await self.ips.release(done.ips)
         await self.ports.release(done.ports)
 
+    async def repair(self, services_: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
+        """One pass of upstream's ClusterIP and NodePort repair loops over every stored
+        Service: allocations a Service holds are marked, leaks released after
+        `LEAK_CHECKS` passes. Returns the IPs and ports released."""
+        ips = {i for svc in services_ for i in self._ip_indexes(svc)}
+        ports = {i for svc in services_
+                 for i in self._indexes_of_ports(self._port_values(svc))}
+        freed_ips = await self.ips.repair(ips, self._ip_suspects)
+        freed_ports = await self.ports.repair(ports, self._port_suspects)
+        return ([self.ip_range.value(i) for i in freed_ips],
+                [self.port_range.value(i) for i in freed_ports])
+
     async def release_for_delete(self, svc: dict[str, Any]) -> None:
         """releaseForDelete: the deleted service's cluster IPs and node ports."""
         await self.rollback(Allocated(self._ip_indexes(svc),
@@ -462,3 +516,22 @@ class ServiceAllocations:
     async def after_delete(self, obj: dict[str, Any], dry_run: bool) -> None:
         if not dry_run:
             await self.release_for_delete(obj)
+
+
+async def repair_periodically(registry: Registry, allocations: ServiceAllocations,
+                              interval: float = REPAIR_INTERVAL) -> None:
+    """Run `ServiceAllocations.repair` over the stored Services now and every `interval`."""
+    services_resource = core_resource("services")
+    codec = registry.codec(services_resource)
+    while True:
+        try:
+            page = await registry.list(services_resource, "")
+            stored = [obj if obj is not None else codec.decode(kv)
+                      for kv, obj in zip(page.kvs, page.objects, strict=True)]
+            ips, ports = await allocations.repair(stored)
+            if ips or ports:
+                log.warning("released leaked service allocations: IPs %s, node ports %s",
+                            ips, ports)
+        except Exception as err:  # the store may be away: next time
+            log.warning("repairing the service allocations failed: %s", err)
+        await asyncio.sleep(interval)
