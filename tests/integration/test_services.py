@@ -241,8 +241,8 @@ async def test_endpoints_and_endpointslices_are_served(api: Api) -> None:
 
 async def test_the_kubernetes_service_lists_the_live_apiservers(any_api: Api) -> None:
     registry = any_api.app[REGISTRY]
-    one = ApiserverIdentity(registry, "https://127.0.0.1:6443", 6443, hostname="a")
-    two = ApiserverIdentity(registry, "https://127.0.0.2:6443", 6443, hostname="b")
+    one = ApiserverIdentity(registry, "https://10.0.0.1:6443", 6443, hostname="a")
+    two = ApiserverIdentity(registry, "https://10.0.0.2:6443", 6443, hostname="b")
     await one.renew()
     await two.renew()
     reconciler = KubernetesServiceReconciler(registry, "10.96.0.1", 6443)
@@ -253,20 +253,26 @@ async def test_the_kubernetes_service_lists_the_live_apiservers(any_api: Api) ->
     assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "protocol": "TCP",
                                      "targetPort": 6443}]
     _, eps = await any_api.get("/api/v1/namespaces/default/endpoints/kubernetes")
-    assert eps["subsets"] == [{"addresses": [{"ip": "127.0.0.1"}, {"ip": "127.0.0.2"}],
+    assert eps["subsets"] == [{"addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}],
                                "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]
     slices = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
     _, eps_slice = await any_api.get(f"{slices}/kubernetes")
-    assert [e["addresses"] for e in eps_slice["endpoints"]] == [["127.0.0.1"], ["127.0.0.2"]]
+    assert [e["addresses"] for e in eps_slice["endpoints"]] == [["10.0.0.1"], ["10.0.0.2"]]
     assert eps_slice["metadata"]["labels"]["kubernetes.io/service-name"] == "kubernetes"
     # A stopped member drops out; an unchanged list writes nothing.
     await two.stop()
     await reconciler.reconcile()
     _, eps = await any_api.get("/api/v1/namespaces/default/endpoints/kubernetes")
-    assert eps["subsets"][0]["addresses"] == [{"ip": "127.0.0.1"}]
+    assert eps["subsets"][0]["addresses"] == [{"ip": "10.0.0.1"}]
     await reconciler.reconcile()
     _, again = await any_api.get("/api/v1/namespaces/default/endpoints/kubernetes")
     assert again["metadata"]["resourceVersion"] == eps["metadata"]["resourceVersion"]
+    # A loopback member is not listed (Endpoints refuse loopback addresses).
+    local = ApiserverIdentity(registry, "https://127.0.0.1:6443", 6443, hostname="c")
+    await local.renew()
+    await reconciler.reconcile()
+    _, eps = await any_api.get("/api/v1/namespaces/default/endpoints/kubernetes")
+    assert eps["subsets"][0]["addresses"] == [{"ip": "10.0.0.1"}]
     # The Service's cluster IP is allocated: no other service may take it.
     status, body = await any_api.post(SVCS, service("other", cluster_ip="10.96.0.1"))
     assert status == 422, body

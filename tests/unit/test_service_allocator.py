@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ephemera.api import services
+from ephemera.api import endpoints, services
 from ephemera.apiserver.serviceallocator import Bitmap, IPRange, PortRange
 
 
@@ -136,3 +136,37 @@ def test_service_names_are_dns1035_labels() -> None:
     assert services.service_name_errors("web-1", False) == []
     assert services.service_name_errors("web-", True) == []
     assert services.service_name_errors("1web", False) != []
+
+
+@pytest.mark.parametrize(("body", "errors"), [
+    ({"subsets": [{"ports": [{"port": 80, "protocol": "TCP"}]}]},
+     ["subsets[0]: Required value: must specify `addresses` or `notReadyAddresses`"]),
+    ({"subsets": [{"addresses": [{"ip": "127.0.0.1"}, {"ip": "x"}]}]},
+     ['subsets[0].addresses[0].ip: Invalid value: "127.0.0.1": may not be in the loopback '
+      "range (127.0.0.0/8, ::1/128)",
+      'subsets[0].addresses[1].ip: Invalid value: "x": must be a valid IP address, (e.g. '
+      "10.9.8.7 or 2001:db8::ffff)"]),
+])
+def test_endpoints_validation(body: dict[str, Any], errors: list[str]) -> None:
+    endpoints.default_endpoints(body)
+    assert [str(e) for e in endpoints.validate_endpoints(body)] == errors
+
+
+@pytest.mark.parametrize(("body", "errors"), [
+    ({}, ["addressType: Required value"]),
+    ({"addressType": "IPv4", "endpoints": [{"addresses": []}, {"addresses": ["fe80::1"]}]},
+     ["endpoints[0].addresses: Required value: must contain at least 1 address",
+      'endpoints[1].addresses[0]: Invalid value: "fe80::1": must be a valid IPv4 address']),
+    ({"addressType": "IPv4", "ports": [{"name": "a", "port": 1}, {"name": "a", "port": 2}]},
+     ['ports[1].name: Duplicate value: "a"']),
+])
+def test_endpoint_slice_validation(body: dict[str, Any], errors: list[str]) -> None:
+    endpoints.default_endpoint_slice(body)
+    assert [str(e) for e in endpoints.validate_endpoint_slice(body)] == errors
+
+
+def test_endpoint_slice_address_type_is_immutable() -> None:
+    old = {"addressType": "IPv4"}
+    assert [str(e) for e in endpoints.validate_endpoint_slice_update(
+        {"addressType": "IPv6"}, old)] == [
+        'addressType: Invalid value: "IPv6": field is immutable']

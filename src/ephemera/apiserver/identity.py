@@ -12,10 +12,11 @@ The `kubernetes` Service's endpoints, which upstream's lease endpoint reconciler
 live apiservers, are derived from these leases (`ephemera.apiserver.kubernetesservice`): the
 lease carries the URL clients reach the apiserver at (annotation
 `ephemera.io/apiserver-url`), and a lease renewed within the reconciler's TTL (15 s) is a
-live endpoint (`ephemera.client.apiservers`, which clients read directly). On a graceful stop the apiserver deletes its lease, as the
-reconciler removes a stopping apiserver's endpoint; a killed one drops out after the TTL,
-and its lease is deleted by a live apiserver once it has expired (its 3600 s past the last
-renewal), checked at start and every hour, as upstream's identity lease garbage collector.
+live endpoint (`ephemera.client.apiservers`, which clients read directly). On a graceful
+stop the apiserver deletes its lease, as the reconciler removes a stopping apiserver's
+endpoint; a killed one drops out after the TTL, and its lease is deleted by a live apiserver
+once it has expired (its 3600 s past the last renewal), checked at start and every hour, as
+upstream's identity lease garbage collector.
 """
 
 from __future__ import annotations

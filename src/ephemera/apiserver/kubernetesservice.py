@@ -11,7 +11,9 @@ annotation gives the address and port. A write happens only when the lists diffe
 members of a control plane agree without churn. Members on different ports (several on one
 machine) get one Endpoints subset per port and one slice per port (`kubernetes`, then
 `kubernetes-<port>`); an address that is not an IP literal is left out, as Endpoints hold
-IPs only.
+IPs only, and so is a loopback or link-local one, which upstream's Endpoints validation
+refuses (pods could not reach it): a one-machine cluster on 127.0.0.1 lists none until the
+apiserver advertises an address pods reach (`--advertise-address`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from ephemera.api.endpoints import special_ip_errors
 from ephemera.api.errors import StatusError
 from ephemera.api.wellknown import (
     APISERVER_IDENTITY_LABEL,
@@ -70,6 +73,8 @@ def live_endpoints(leases: list[dict[str, Any]], now: datetime) -> dict[int, lis
             ip = str(ipaddress.ip_address(parts.hostname or ""))
             port = parts.port or 443
         except ValueError:
+            continue
+        if special_ip_errors(ip):  # loopback and the like: Endpoints refuse them
             continue
         found.setdefault(port, set()).add(ip)
     return {port: sorted(ips, key=ipaddress.ip_address) for port, ips in sorted(found.items())}

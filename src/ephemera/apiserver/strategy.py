@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
-from ephemera.api import errors, meta, services
+from ephemera.api import endpoints, errors, meta, services
 from ephemera.api import validation as meta_validation
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
@@ -537,6 +537,36 @@ class ServiceStrategy(Strategy):
         return errs
 
 
+class EndpointsStrategy(Strategy):
+    """Endpoints: `SetDefaults_EndpointPort`, `ValidateEndpoints` (`ephemera.api.endpoints`);
+    a PUT of a missing one creates it, as upstream's."""
+
+    allow_create_on_update = True
+
+    def default(self, obj: dict[str, Any]) -> None:
+        endpoints.default_endpoints(obj)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return endpoints.validate_endpoints(obj)
+
+
+class EndpointSliceStrategy(Strategy):
+    """EndpointSlices: the port defaults, `ValidateEndpointSlice`, an immutable
+    `addressType` (`ephemera.api.endpoints`)."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        endpoints.default_endpoint_slice(obj)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return endpoints.validate_endpoint_slice(obj)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        errs.extend(endpoints.validate_endpoint_slice_update(new, old))
+        return errs
+
+
 class CreateOnUpdateStrategy(Strategy):
     """Events and leases may be created by a PUT."""
 
@@ -578,6 +608,8 @@ class RbacStrategy(Strategy):
 
 _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "services"): ServiceStrategy,
+    ("", "endpoints"): EndpointsStrategy,
+    ("discovery.k8s.io", "endpointslices"): EndpointSliceStrategy,
     ("", "pods"): PodStrategy,
     ("", "namespaces"): NamespaceStrategy,
     ("", "secrets"): SecretStrategy,
