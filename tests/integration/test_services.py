@@ -296,3 +296,30 @@ async def test_repair_releases_a_leak_after_three_passes_and_restores_a_lost_one
     assert leaked_ip not in await allocations.ips.allocated()
     port = allocations.port_range.index(30050)
     assert port in await allocations.ports.allocated()
+
+
+async def test_load_balancer_local_gets_a_health_check_node_port(api: Api) -> None:
+    status, svc = await api.post(SVCS, service("lb", kind="LoadBalancer",
+                                               externalTrafficPolicy="Local",
+                                               healthCheckNodePort=30600))
+    assert status == 201, svc
+    assert svc["spec"]["healthCheckNodePort"] == 30600
+    assert 30000 <= svc["spec"]["ports"][0]["nodePort"] <= 32767
+    status, table, _ = await api.request("GET", f"{SVCS}/lb", headers={"Accept": TABLE_ACCEPT})
+    assert table["rows"][0]["cells"][3] == "<pending>"
+    status, body = await api.post(SVCS, service("np", kind="NodePort",
+                                                ports=[{"port": 80, "nodePort": 30600}]))
+    assert status == 422
+    assert body["message"].endswith("provided port is already allocated")
+    status, body = await api.post(SVCS, service("cl", healthCheckNodePort=30601))
+    assert status == 422
+    assert body["message"] == (
+        'Service "cl" is invalid: spec.healthCheckNodePort: Forbidden: may only be set when '
+        "`type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'")
+    status, updated = await api.patch(f"{SVCS}/lb", {"spec": {"externalTrafficPolicy":
+                                                               "Cluster"}}, MERGE)
+    assert status == 200, updated
+    assert "healthCheckNodePort" not in updated["spec"]
+    status, body = await api.post(SVCS, service("np", kind="NodePort",
+                                                ports=[{"port": 80, "nodePort": 30600}]))
+    assert status == 201, body

@@ -83,6 +83,13 @@ def needs_node_ports(svc: dict[str, Any]) -> bool:
     return kind == "LoadBalancer" and spec.get("allocateLoadBalancerNodePorts") is not False
 
 
+def needs_health_check(svc: dict[str, Any]) -> bool:
+    """`NeedsHealthCheck`: LoadBalancer services with `externalTrafficPolicy: Local` get a
+    `healthCheckNodePort`."""
+    spec = _spec(svc)
+    return spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"
+
+
 def needs_cluster_ip(svc: dict[str, Any]) -> bool:
     """Every type but ExternalName has cluster IPs, unless headless."""
     return _spec(svc).get("type") != "ExternalName" and not is_headless(svc)
@@ -175,6 +182,9 @@ def drop_type_dependent_fields(new: dict[str, Any], old: dict[str, Any]) -> None
         if [p.get("nodePort") for p in _ports(spec)] == old_ports:
             for port in _ports(spec):
                 port.pop("nodePort", None)
+    if needs_health_check(old) and not needs_health_check(new) and \
+            spec.get("healthCheckNodePort") == old_spec.get("healthCheckNodePort"):
+        spec.pop("healthCheckNodePort", None)
     if old_spec.get("type") == "LoadBalancer" and spec.get("type") != "LoadBalancer" and \
             spec.get("allocateLoadBalancerNodePorts") == \
             old_spec.get("allocateLoadBalancerNodePorts"):
@@ -197,6 +207,9 @@ def patch_allocated_values(new: dict[str, Any], old: dict[str, Any]) -> None:
             spec["clusterIP"] = old_spec["clusterIP"]
         if not spec.get("clusterIPs") and old_spec.get("clusterIPs"):
             spec["clusterIPs"] = list(old_spec["clusterIPs"])
+    if needs_health_check(new) and not spec.get("healthCheckNodePort") and \
+            old_spec.get("healthCheckNodePort"):
+        spec["healthCheckNodePort"] = old_spec["healthCheckNodePort"]
     if needs_node_ports(new):
         old_ports = {(p.get("protocol"), p.get("port")): p.get("nodePort")
                      for p in old_spec.get("ports") or [] if isinstance(p, dict)}
@@ -387,6 +400,10 @@ def validate_service(svc: dict[str, Any]) -> list[FieldError]:
                        "NodePort:0}")))
         seen_ports.add(key)
     errs.extend(_traffic_policy_errors(svc))
+    if spec.get("healthCheckNodePort") and not needs_health_check(svc):
+        errs.append(field.forbidden(_SPEC.child("healthCheckNodePort"),
+                                    "may only be set when `type` is 'LoadBalancer' and "
+                                    "`externalTrafficPolicy` is 'Local'"))
     return errs
 
 

@@ -414,6 +414,8 @@ class ServiceAllocations:
                 done.ips = await self._allocate_ip(svc, dry_run)
             if services.needs_node_ports(svc):
                 done.ports = await self._allocate_node_ports(svc, set(), dry_run)
+            if services.needs_health_check(svc):
+                done.ports += await self._allocate_health_check(svc, set(), dry_run)
         except BaseException:
             await self.rollback(done)
             raise
@@ -444,6 +446,9 @@ class ServiceAllocations:
                     if isinstance(port, dict) and new["spec"].get("type") == "ClusterIP":
                         port.pop("nodePort", None)
                 dropped.ports = sorted(self._indexes_of_ports(old_ports))
+            if services.needs_health_check(new):
+                done.ports += await self._allocate_health_check(new, old_ports, dry_run)
+                dropped.ports = sorted(self._indexes_of_ports(old_ports - self._port_values(new)))
         except BaseException:
             await self.rollback(done)
             raise
@@ -462,11 +467,50 @@ class ServiceAllocations:
 
     @staticmethod
     def _port_values(svc: dict[str, Any]) -> set[int]:
-        if not services.needs_node_ports(svc):
-            return set()
-        return {p["nodePort"] for p in (svc.get("spec") or {}).get("ports") or []
-                if isinstance(p, dict) and isinstance(p.get("nodePort"), int)
-                and p["nodePort"]}
+        """The node ports `svc` holds: its ports' and its health check's."""
+        spec = svc.get("spec") or {}
+        out: set[int] = set()
+        if services.needs_node_ports(svc):
+            out = {p["nodePort"] for p in spec.get("ports") or []
+                   if isinstance(p, dict) and isinstance(p.get("nodePort"), int)
+                   and p["nodePort"]}
+        health = spec.get("healthCheckNodePort")
+        if services.needs_health_check(svc) and isinstance(health, int) and health:
+            out.add(health)
+        return out
+
+    async def _allocate_health_check(self, svc: dict[str, Any], keep: set[int],
+                                     dry_run: bool) -> list[int]:
+        """The `healthCheckNodePort` (the given one, or the next free one)."""
+        spec = svc["spec"]
+        value = spec.get("healthCheckNodePort")
+        path = _SPEC.child("healthCheckNodePort")
+        if isinstance(value, int) and value:
+            if value in keep:
+                return []
+            i = self.port_range.index(value)
+            if i is None:
+                raise self._invalid(svc, [fields.invalid(
+                    path, value, "provided port is not in the valid range. The range of "
+                    f"valid ports is {self.port_range}")])
+            if dry_run:
+                return []
+            try:
+                await self.ports.allocate([i])
+            except AllocationError:
+                raise self._invalid(svc, [fields.invalid(path, value,
+                                                         ERR_ALLOCATED_PORT)]) from None
+            return [i]
+        if dry_run:
+            spec["healthCheckNodePort"] = self.port_range.base
+            return []
+        try:
+            (i,) = await self.ports.allocate_next(1)
+        except AllocationError:
+            raise errors.internal_error(
+                f"failed to allocate a nodePort: {ERR_FULL}") from None
+        spec["healthCheckNodePort"] = self.port_range.value(i)
+        return [i]
 
     def _indexes_of_ports(self, values: Iterable[int]) -> list[int]:
         return [i for i in (self.port_range.index(v) for v in values) if i is not None]
