@@ -323,3 +323,20 @@ async def test_load_balancer_local_gets_a_health_check_node_port(api: Api) -> No
     status, body = await api.post(SVCS, service("np", kind="NodePort",
                                                 ports=[{"port": 80, "nodePort": 30600}]))
     assert status == 201, body
+
+
+async def test_strategic_merge_patch_merges_ports_by_port(api: Api) -> None:
+    """The official Python client's e2e `test_service_apis`: a patch with another port adds
+    it (ports merge on `port`)."""
+    body = service("frontend", ports=[{"name": "port", "port": 80, "protocol": "TCP",
+                                       "targetPort": 80}])
+    body["metadata"]["resourceversion"] = "v1"  # an unknown field the client sends
+    status, created = await api.post(SVCS, body)
+    assert status == 201, created
+    body["spec"]["ports"] = [{"name": "new", "port": 8080, "protocol": "TCP",
+                              "targetPort": 8080}]
+    status, patched = await api.patch(f"{SVCS}/frontend", body,
+                                      "application/strategic-merge-patch+json")
+    assert status == 200, patched
+    assert sorted(p["port"] for p in patched["spec"]["ports"]) == [80, 8080]
+    assert patched["status"] == {"loadBalancer": {}}
