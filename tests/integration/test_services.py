@@ -340,3 +340,25 @@ async def test_strategic_merge_patch_merges_ports_by_port(api: Api) -> None:
     assert status == 200, patched
     assert sorted(p["port"] for p in patched["spec"]["ports"]) == [80, 8080]
     assert patched["status"] == {"loadBalancer": {}}
+
+
+async def test_status_update_validates_the_load_balancer_ingress(api: Api) -> None:
+    _, svc = await api.post(SVCS, service("lbs", kind="LoadBalancer"))
+    svc["status"] = {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}
+    status, updated = await api.put(f"{SVCS}/lbs/status", svc)
+    assert status == 200, updated
+    assert updated["status"]["loadBalancer"]["ingress"] == [{"ip": "192.0.2.10",
+                                                             "ipMode": "VIP"}]
+    updated["status"]["loadBalancer"]["ingress"] = [{"hostname": "192.0.2.11"}]
+    status, body = await api.put(f"{SVCS}/lbs/status", updated)
+    assert status == 422
+    assert body["message"] == (
+        'Service "lbs" is invalid: status.loadBalancer.ingress[0].hostname: Invalid value: '
+        '"192.0.2.11": must be a DNS name, not an IP address')
+    _, plain = await api.post(SVCS, service("plain"))
+    plain["status"] = {"loadBalancer": {"ingress": [{"ip": "192.0.2.12"}]}}
+    status, body = await api.put(f"{SVCS}/plain/status", plain)
+    assert status == 422
+    assert body["message"].endswith(
+        "status.loadBalancer.ingress: Forbidden: may only be used when `spec.type` is "
+        "'LoadBalancer'")

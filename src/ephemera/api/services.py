@@ -116,6 +116,12 @@ def default_service(svc: dict[str, Any]) -> None:
         spec.setdefault("internalTrafficPolicy", "Cluster")
     if kind == "LoadBalancer":
         spec.setdefault("allocateLoadBalancerNodePorts", True)
+    status = svc.get("status")
+    ingress = ((status or {}).get("loadBalancer") or {}).get("ingress") \
+        if isinstance(status, dict) else None
+    for item in ingress if isinstance(ingress, list) else []:
+        if isinstance(item, dict) and item.get("ip") and not item.get("ipMode"):
+            item["ipMode"] = "VIP"
     if spec.get("sessionAffinity") == "ClientIP":
         config = spec.setdefault("sessionAffinityConfig", {})
         if isinstance(config, dict):
@@ -418,6 +424,43 @@ def validate_service_update(new: dict[str, Any], old: dict[str, Any]) -> list[Fi
             errs.append(field.invalid(_SPEC.child("clusterIPs").index(0),
                                       ips[0] if ips else "", "may not change once set"))
     errs.extend(validate_service(new))
+    return errs
+
+
+LOAD_BALANCER_IP_MODES = ["Proxy", "VIP"]
+
+
+def validate_service_status(svc: dict[str, Any]) -> list[FieldError]:
+    """`ValidateServiceStatusUpdate` without the metadata checks: the load balancer's
+    ingress points (only on LoadBalancer services)."""
+    errs: list[FieldError] = []
+    status = svc.get("status")
+    balancer = status.get("loadBalancer") if isinstance(status, dict) else None
+    ingress = (balancer.get("ingress") if isinstance(balancer, dict) else None) or []
+    path = Path("status", "loadBalancer", "ingress")
+    if _spec(svc).get("type") != "LoadBalancer" and ingress:
+        return [field.forbidden(path, "may only be used when `spec.type` is 'LoadBalancer'")]
+    for i, item in enumerate(ingress):
+        item = item if isinstance(item, dict) else {}
+        item_path = path.index(i)
+        ip, mode, hostname = item.get("ip"), item.get("ipMode"), item.get("hostname")
+        if ip:
+            errs.extend(field.invalid(item_path.child("ip"), ip, m)
+                        for m in _valid_ip_errors(ip))
+        if mode is not None and not ip:
+            errs.append(field.forbidden(item_path.child("ipMode"),
+                                        "may not be specified when `ip` is not set"))
+        elif mode is not None and mode not in LOAD_BALANCER_IP_MODES:
+            errs.append(field.not_supported(item_path.child("ipMode"), mode,
+                                            LOAD_BALANCER_IP_MODES))
+        elif mode is None and ip:
+            errs.append(field.required(item_path.child("ipMode"),
+                                       "must be specified when `ip` is set"))
+        if hostname:
+            errs.extend(validate_dns1123_subdomain(str(hostname), item_path.child("hostname")))
+            if not _valid_ip_errors(hostname):
+                errs.append(field.invalid(item_path.child("hostname"), hostname,
+                                          "must be a DNS name, not an IP address"))
     return errs
 
 

@@ -534,6 +534,8 @@ class ServiceStrategy(Strategy):
         errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
         if not subresource:
             errs.extend(services.validate_service_update(new, old))
+        elif subresource == "status":
+            errs.extend(services.validate_service_status(new))
         return errs
 
 
