@@ -85,7 +85,8 @@ spec:
     assert cells(lines[0]) == ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
     row = cells(lines[1])
     assert row[0].startswith("backend-")
-    assert row[1:4] == ["IPv4", "80", "<unset>"]  # the pod has no IP: no endpoint
+    # The pod has no IP: upstream's placeholder slice, without ports or endpoints.
+    assert row[1:4] == ["IPv4", "<unset>", "<unset>"]
     out = kubectl("get", "svc,endpointslices").stdout
     assert "service/backend" in out and "endpointslice.discovery.k8s.io/backend-" in out
     described = kubectl("describe", "svc", "backend").stdout

@@ -145,11 +145,7 @@ def desired_slices(service: Obj, pods: Sequence[Obj]) -> list[tuple[PortKey, lis
         for i in range(0, len(endpoints), MAX_ENDPOINTS_PER_SLICE):
             out.append((ports, endpoints[i:i + MAX_ENDPOINTS_PER_SLICE]))
     if not out:
-        ports = tuple((str(p.get("name") or ""), p.get("targetPort")
-                       if isinstance(p.get("targetPort"), int) else p.get("port"),
-                       str(p.get("protocol") or "TCP"))
-                      for p in (service.get("spec") or {}).get("ports") or [])
-        out.append((ports, []))  # upstream keeps one empty slice per service
+        out.append(((), []))  # upstream's placeholder: one slice without ports or endpoints
     return out
 
 
@@ -216,6 +212,7 @@ class EndpointSliceController:
                               on_update=self._pod_updated,
                               on_delete=self._pod_changed)
         self.slices.add_handler(on_delete=self._slice_changed)
+        self.endpoints.add_handler(on_delete=self._service_changed)  # put back if ours
 
     def _enqueue(self, key: str) -> None:
         if key not in self._queued:
@@ -370,11 +367,14 @@ class EndpointSliceController:
         if current is None:
             try:
                 await self.api.create(resource_path("endpoints", namespace), body)
+                return
             except StatusError as err:
-                if err.code != 409:  # the informer has not seen it yet: next sync
+                if err.code != 409:
                     raise
-        else:
-            await self.api.update(resource_path("endpoints", namespace, name), body)
+            # The informer has not seen it yet: update the stored one.
+            stored = await self.api.get(resource_path("endpoints", namespace, name))
+            body["metadata"] = {**stored["metadata"], "labels": labels}
+        await self.api.update(resource_path("endpoints", namespace, name), body)
 
     async def run(self) -> None:
         informers = (self.services, self.pods, self.slices, self.endpoints)
