@@ -9,7 +9,7 @@ finished become endpoints:
   `kubernetes.io/service-name` and `endpointslice.kubernetes.io/managed-by:
   endpointslice-controller.k8s.io` (plus the Service's labels), owned by the Service; one
   endpoint per pod with `ready` (the pod's Ready condition, and not terminating; always with
-  `publishNotReadyAddresses`), `serving` (Ready, terminating or not), `terminating`
+  `publishNotReadyAddresses`), `serving` (the Ready condition, terminating or not), `terminating`
   (`deletionTimestamp`), `nodeName` and `targetRef`; ports resolved per pod (a named
   `targetPort` is the container port of that name and protocol; a pod without it is left
   out of that port, as upstream's `FindPort`), pods with the same resolved ports share
@@ -130,10 +130,10 @@ def desired_slices(service: Obj, pods: Sequence[Obj]) -> list[tuple[PortKey, lis
         except ValueError:
             continue
         terminating = bool(_md(pod).get("deletionTimestamp"))
-        serving = _ready(pod) or publish
+        serving = _ready(pod)
         endpoint: dict[str, Any] = {
             "addresses": [ip],
-            "conditions": {"ready": serving and (not terminating or publish),
+            "conditions": {"ready": publish or (serving and not terminating),
                            "serving": serving, "terminating": terminating},
             "targetRef": _target_ref(pod)}
         node = (pod.get("spec") or {}).get("nodeName")
