@@ -105,6 +105,11 @@ def test_defaults() -> None:
       "alpha-numeric characters (a-z, 0-9), and hyphens (-)"]),
     ({"type": "ExternalName", "externalName": ""},
      ["spec.externalName: Required value"]),
+    ({"loadBalancerSourceRanges": ["10.0.0.0/8", "nope"]},
+     ["spec.LoadBalancerSourceRanges: Forbidden: may only be used when `type` is "
+      "'LoadBalancer'",
+      'spec.LoadBalancerSourceRanges[1]: Invalid value: "nope": must be a valid CIDR value, '
+      "(e.g. 10.9.8.0/24 or 2001:db8::/64)"]),
     ({"sessionAffinity": "None", "sessionAffinityConfig": {"clientIP": {}}},
      ["spec.sessionAffinityConfig: Forbidden: must not be set when session affinity is None"]),
 ])

@@ -405,6 +405,24 @@ def validate_service(svc: dict[str, Any]) -> list[FieldError]:
                        "TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}, "
                        "NodePort:0}")))
         seen_ports.add(key)
+    ranges = spec.get("loadBalancerSourceRanges") or []
+    if ranges:
+        # upstream's path spells the field with a capital L (a historical accident).
+        ranges_path = _SPEC.child("LoadBalancerSourceRanges")
+        if kind != "LoadBalancer":
+            errs.append(field.forbidden(ranges_path,
+                                        "may only be used when `type` is 'LoadBalancer'"))
+        for i, value in enumerate(ranges):
+            text = str(value).strip()
+            try:
+                ipaddress.ip_network(text, strict=False)
+                valid = "/" in text
+            except ValueError:
+                valid = False
+            if not valid:
+                errs.append(field.invalid(ranges_path.index(i), text,
+                                          "must be a valid CIDR value, (e.g. 10.9.8.0/24 or "
+                                          "2001:db8::/64)"))
     errs.extend(_traffic_policy_errors(svc))
     if spec.get("healthCheckNodePort") and not needs_health_check(svc):
         errs.append(field.forbidden(_SPEC.child("healthCheckNodePort"),
