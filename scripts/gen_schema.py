@@ -41,8 +41,8 @@ META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 ROOTS = [
     CORE + k
     for k in ("Namespace", "Pod", "ConfigMap", "Secret", "ServiceAccount", "Node", "Event",
-              "ResourceQuota", "LimitRange", "Binding")
-] + ["io.k8s.api.coordination.v1.Lease"]
+              "ResourceQuota", "LimitRange", "Binding", "Service", "Endpoints")
+] + ["io.k8s.api.coordination.v1.Lease", "io.k8s.api.discovery.v1.EndpointSlice"]
 ROOTS += ["io.k8s.api.rbac.v1." + k
           for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
 ROOTS += ["io.k8s.api.authorization.v1." + k
@@ -478,6 +478,25 @@ DESCRIPTIONS: dict[str, str] = {
     "LocalSubjectAccessReview": "A SubjectAccessReview within one namespace.",
     "SelfSubjectRulesReview": "Lists what the requesting user may do in a namespace; the rules "
                               "are in status.",
+    # Services and their endpoints
+    "Service": "A stable virtual address and name in front of the pods its selector picks.",
+    "Service.spec": "The ports, selector, type and cluster IPs of the service.",
+    "Service.status": "What is observed of the service: load balancer ingress, conditions.",
+    "ServiceList": "A list of services.",
+    "ServiceSpec.clusterIP": "The virtual IP; allocated from the service range when empty, "
+                             "None for a headless service.",
+    "ServiceSpec.ports": "The ports the service answers on and where each one leads.",
+    "ServiceSpec.selector": "Labels of the pods that back the service.",
+    "ServiceSpec.type": "ClusterIP, NodePort, LoadBalancer or ExternalName.",
+    "ServicePort.targetPort": "The pod port, by number or by the name of a container port.",
+    "ServicePort.nodePort": "The port opened on every node for a NodePort service.",
+    "Endpoints": "The addresses and ports behind a service, the older form of "
+                 "EndpointSlices.",
+    "EndpointsList": "A list of endpoints objects.",
+    "EndpointSlice": "A share of the addresses and ports behind one service.",
+    "EndpointSliceList": "Endpoint slices, as a list request returns them.",
+    "io.k8s.api.discovery.v1.Endpoint:conditions": "Whether this address is ready, serving, "
+                                                   "terminating.",
 }
 # Fields every kind root has.
 _COMMON_ROOT_FIELDS = {"apiVersion": _API_VERSION, "kind": _KIND, "metadata": _METADATA}
@@ -526,12 +545,16 @@ def add_kep_fields(defs: dict[str, Any]) -> None:
 
 
 def add_descriptions(defs: dict[str, Any], roots: list[str]) -> None:
+    # A description names its type by the short name, or by the full one where two groups
+    # share it (core/v1 and discovery/v1 both have an EndpointPort).
     by_short: dict[str, str] = {}
+    ambiguous: set[str] = set()
     for name in defs:
         short = name.rsplit(".", 1)[-1]
         if short in by_short:
-            raise SystemExit(f"ambiguous short name {short}: {by_short[short]}, {name}")
+            ambiguous.add(short)
         by_short[short] = name
+        by_short[name] = name
     for root in roots:
         props = defs[root].get("properties", {})
         for field, text in (_COMMON_ROOT_FIELDS | {"metadata": _LIST_METADATA
@@ -542,7 +565,9 @@ def add_descriptions(defs: dict[str, Any], roots: list[str]) -> None:
         if root.endswith("List") and "items" in props:
             props["items"]["description"] = "The objects of the list."
     for key, text in DESCRIPTIONS.items():
-        type_name, _, field = key.partition(".")
+        type_name, _, field = (key.partition(":") if ":" in key else key.partition("."))
+        if type_name in ambiguous:
+            raise SystemExit(f"ambiguous short name {type_name} in description {key}")
         if type_name not in by_short:
             raise SystemExit(f"description for unknown type {type_name}")
         node = defs[by_short[type_name]]

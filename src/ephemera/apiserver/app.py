@@ -60,6 +60,12 @@ from ephemera.apiserver.rest import (
     respond,
 )
 from ephemera.apiserver.serviceaccounttoken import DEFAULT_ISSUER, TokenIssuer
+from ephemera.apiserver.serviceallocator import (
+    DEFAULT_NODE_PORT_RANGE,
+    DEFAULT_SERVICE_CIDR,
+    ServiceAllocations,
+    repair_periodically,
+)
 from ephemera.apiserver.watch import WatchSettings, serve_watch
 from ephemera.store import Store, StoreError
 
@@ -126,6 +132,9 @@ class ApiserverConfig:
     mount_service_account_token: bool = False
     # The audit log (`--audit-log-path`, `--audit-policy-file`); None: no auditing.
     audit: AuditFilter | None = None
+    # `--service-cluster-ip-range` and `--service-node-port-range` (upstream's defaults).
+    service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR
+    service_node_port_range: str = DEFAULT_NODE_PORT_RANGE
 
 
 REGISTRY = web.AppKey("registry", Registry)
@@ -148,6 +157,9 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         gates=config.feature_gates,
         mount_service_account_token=config.mount_service_account_token))
     registry = Registry(store, gates=config.feature_gates, admission=admission)
+    allocations = ServiceAllocations(store, config.service_cluster_ip_range,
+                                     config.service_node_port_range)
+    registry.set_write_hooks(core_resource("services"), allocations)
     lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
     registry.add_create_hook(lifecycle.object_created)
     objects = ObjectCache(registry, CACHED_FOR_ADMISSION,
@@ -186,6 +198,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         await lifecycle.resume()
         await objects.start()
         await authorization.start()
+        background.append(asyncio.get_running_loop().create_task(
+            repair_periodically(registry, allocations), name="service-allocation-repair"))
         if config.compaction_interval:
             background.append(asyncio.get_running_loop().create_task(
                 compact_periodically(store, config.compaction_interval), name="compactor"))

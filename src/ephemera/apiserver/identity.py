@@ -8,14 +8,15 @@ hashes the host name alone; ephemera hashes `<host>:<port>`, because several mem
 control plane may run on one machine (a restart on the same port takes its lease over, as a
 restart on the same host does upstream).
 
-ephemera serves no Services, so the `kubernetes` Service's endpoints, which upstream's lease
-endpoint reconciler keeps to the live apiservers, have this stand-in: the lease carries the
-URL clients reach the apiserver at (annotation `ephemera.io/apiserver-url`), and a lease
-renewed within the reconciler's TTL (15 s) is a live endpoint
-(`ephemera.client.apiservers`). On a graceful stop the apiserver deletes its lease, as the
-reconciler removes a stopping apiserver's endpoint; a killed one drops out after the TTL,
-and its lease is deleted by a live apiserver once it has expired (its 3600 s past the last
-renewal), checked at start and every hour, as upstream's identity lease garbage collector.
+The `kubernetes` Service's endpoints, which upstream's lease endpoint reconciler keeps to the
+live apiservers, are derived from these leases (`ephemera.apiserver.kubernetesservice`): the
+lease carries the URL clients reach the apiserver at (annotation
+`ephemera.io/apiserver-url`), and a lease renewed within the reconciler's TTL (15 s) is a
+live endpoint (`ephemera.client.apiservers`, which clients read directly). On a graceful
+stop the apiserver deletes its lease, as the reconciler removes a stopping apiserver's
+endpoint; a killed one drops out after the TTL, and its lease is deleted by a live apiserver
+once it has expired (its 3600 s past the last renewal), checked at start and every hour, as
+upstream's identity lease garbage collector.
 """
 
 from __future__ import annotations

@@ -18,7 +18,10 @@
   admission only through that seam (`Admission`: `admit`, `validate`); what the plugins read
   and write is their own context (`ephemera.apiserver.admissioncontext`), not the registry;
 - hooks run after a create is stored (`add_create_hook`; the namespace lifecycle creates a
-  new namespace's `default` ServiceAccount with one).
+  new namespace's `default` ServiceAccount with one);
+- a resource's write hooks (`set_write_hooks`), upstream's `BeginCreate` / `BeginUpdate` /
+  `AfterDelete`: they run after validation, just before the store write, and are told
+  whether the write happened (Services allocate and release cluster IPs and node ports).
 
 Per-kind rules come from `ephemera.apiserver.strategy`, with the gates the registry was built
 with.
@@ -32,7 +35,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -170,6 +173,22 @@ class DeleteResult:
 
 
 UpdateFn = Callable[[dict[str, Any] | None], Awaitable[dict[str, Any]]]
+# Told whether the write it prepared was stored (False: undo what was prepared).
+FinishFn = Callable[[bool], Awaitable[None]]
+
+
+class WriteHooks(Protocol):
+    """A resource's work around its store writes (upstream's BeginCreate, BeginUpdate and
+    AfterDelete): may change the object, raise a Status error, or return what to do once the
+    write succeeded or failed."""
+
+    async def begin_create(self, obj: dict[str, Any], dry_run: bool) -> FinishFn: ...
+
+    async def begin_update(self, new: dict[str, Any], old: dict[str, Any],
+                           dry_run: bool) -> FinishFn: ...
+
+    async def after_delete(self, obj: dict[str, Any], dry_run: bool) -> None: ...
+
 # Called with the resource and the stored object after a create (not on dryRun).
 CreateHook = Callable[[Resource, dict[str, Any]], Awaitable[None]]
 
@@ -186,6 +205,7 @@ class Registry:
         self._codecs: dict[Resource, Codec] = {}
         self._strategies: dict[Resource, Strategy] = {}
         self._create_hooks: list[CreateHook] = []
+        self._write_hooks: dict[Resource, WriteHooks] = {}
         # The revision of this registry's last write of each resource: what a watch-fed
         # cache must have seen to reflect this apiserver's own writes.
         self._write_revisions: dict[Resource, int] = {}
@@ -211,6 +231,16 @@ class Registry:
         if strategy is None:
             strategy = self._strategies[resource] = strategy_for(resource, self.gates)
         return strategy
+
+    def set_write_hooks(self, resource: Resource, hooks: WriteHooks) -> None:
+        """Run `hooks` around every write of `resource`."""
+        self._write_hooks[resource] = hooks
+
+    async def _after_delete(self, resource: Resource, obj: dict[str, Any],
+                            dry_run: bool) -> None:
+        hooks = self._write_hooks.get(resource)
+        if hooks is not None:
+            await hooks.after_delete(obj, dry_run)
 
     def add_create_hook(self, hook: CreateHook) -> None:
         """Run `hook` after every stored create (in order; a hook's failure is logged)."""
@@ -423,36 +453,57 @@ class Registry:
         codec = self.codec(resource)
         namespace = md.get("namespace") or ""
         attempts = GENERATE_NAME_ATTEMPTS if generated else 1
-        for attempt in range(attempts):
-            if generated:
-                md["name"] = meta.generate_name(md["generateName"])
-            if attempt == 0 and req is not None:
-                strategy.validate_create(obj)
-                req.obj = obj
-                await self.admission.validate(req)
-            name = md["name"]
-            key = resource.key(namespace, name)
-            data = codec.encode(obj)
-            if dry_run:
-                if await self.store.get(key) is not None:
-                    if generated and attempt + 1 < attempts:
-                        continue
-                    raise self._exists(resource, name, generated)
-                return obj
-            try:
-                kv = await self.store.create(key, data)
-            except KeyExists:
-                if generated and attempt + 1 < attempts:
+        finish: FinishFn | None = None
+        stored = False
+        try:
+            for attempt in range(attempts):
+                if generated:
+                    md["name"] = meta.generate_name(md["generateName"])
+                if attempt == 0 and req is not None:
+                    strategy.validate_create(obj)
+                    req.obj = obj
+                    await self.admission.validate(req)
+                hooks = self._write_hooks.get(resource)
+                if attempt == 0 and hooks is not None:
+                    finish = await hooks.begin_create(obj, dry_run)
+                result = await self._create_attempt(resource, obj, codec, namespace, generated,
+                                                    attempt + 1 < attempts, dry_run)
+                if result is None:
                     continue
-                raise self._exists(resource, name, generated) from None
-            self._wrote(resource, kv.mod_revision)
-            md["resourceVersion"] = str(kv.mod_revision)
-            log.info("created %s %s rv=%d", resource.plural, _ref(namespace, name),
-                     kv.mod_revision)
-            if self._create_hooks:
-                await self._created(resource, obj)
-            return obj
+                stored = not dry_run
+                return result
+        finally:
+            if finish is not None:
+                await finish(stored)
         raise AssertionError("unreachable")
+
+    async def _create_attempt(self, resource: Resource, obj: dict[str, Any], codec: Codec,
+                              namespace: str, generated: bool, retry: bool, dry_run: bool
+                              ) -> dict[str, Any] | None:
+        """One store create of `obj`; None: a generated name was taken, try another."""
+        md = meta.ensure_metadata(obj)
+        name = md["name"]
+        key = resource.key(namespace, name)
+        data = codec.encode(obj)
+        if dry_run:
+            if await self.store.get(key) is not None:
+                if generated and retry:
+                    return None
+                raise self._exists(resource, name, generated)
+            return obj
+        try:
+            kv = await self.store.create(key, data)
+        except KeyExists:
+            if generated and retry:
+                return None
+            raise self._exists(resource, name, generated) from None
+        self._wrote(resource, kv.mod_revision)
+        md["resourceVersion"] = str(kv.mod_revision)
+        log.info("created %s %s rv=%d", resource.plural, _ref(namespace, name),
+                 kv.mod_revision)
+        if self._create_hooks:
+            await self._created(resource, obj)
+        return obj
 
     @staticmethod
     def _exists(resource: Resource, name: str, generated: bool) -> StatusError:
@@ -489,14 +540,25 @@ class Registry:
                 return created, True
             if _same_object(new, current):
                 return current, False
+            hooks = self._write_hooks.get(resource)
+            finish = (await hooks.begin_update(new, current, dry_run) if hooks is not None
+                      else None)
             data = codec.encode(new)
             if dry_run:
+                if finish is not None:
+                    await finish(False)
                 meta.ensure_metadata(new)["resourceVersion"] = str(kv.mod_revision)
                 return new, False
             try:
                 stored = await self.store.update(key, data, kv.mod_revision)
-            except (RevisionMismatch, KeyNotFound):
-                continue
+            except BaseException as err:
+                if finish is not None:
+                    await finish(False)
+                if isinstance(err, RevisionMismatch | KeyNotFound):
+                    continue
+                raise
+            if finish is not None:
+                await finish(True)
             self._wrote(resource, stored.mod_revision)
             md = meta.ensure_metadata(new)
             md["resourceVersion"] = str(stored.mod_revision)
@@ -529,6 +591,7 @@ class Registry:
         meta.ensure_metadata(obj)["resourceVersion"] = str(deleted.mod_revision)
         log.info("deleted %s %s rv=%d", resource.plural, _ref(namespace, name),
                  deleted.mod_revision)
+        await self._after_delete(resource, obj, False)
         return obj
 
     async def delete(self, resource: Resource, namespace: str, name: str,
@@ -577,6 +640,7 @@ class Registry:
                          md.get("deletionGracePeriodSeconds"))
                 return DeleteResult(obj, False)
             if options.dry_run:
+                await self._after_delete(resource, obj, True)
                 return DeleteResult(obj, True)
             try:
                 deleted = await self.store.delete(key, kv.mod_revision)
@@ -586,6 +650,7 @@ class Registry:
             md["resourceVersion"] = str(deleted.mod_revision)
             log.info("deleted %s %s rv=%d", resource.plural, _ref(namespace, name),
                      deleted.mod_revision)
+            await self._after_delete(resource, obj, False)
             return DeleteResult(obj, True)
         raise errors.conflict(resource.plural, name, "too many concurrent updates, try again",
                               resource.group)

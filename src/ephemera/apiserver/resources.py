@@ -60,6 +60,7 @@ _rbac_group, _rbac = "rbac.authorization.k8s.io", "io.k8s.api.rbac.v1."
 _authz_group, _authz = "authorization.k8s.io", "io.k8s.api.authorization.v1."
 _authn_group, _authn = "authentication.k8s.io", "io.k8s.api.authentication.v1."
 _certificates_group = "certificates.k8s.io"
+_discovery_group = "discovery.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
@@ -76,6 +77,10 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "nodes", "Node", False, _core + "Node", short_names=("no",),
              subresources=("proxy", "status"), storage_prefix="minions"),
     Resource("", "v1", "events", "Event", True, _core + "Event", short_names=("ev",)),
+    Resource("", "v1", "services", "Service", True, _core + "Service", short_names=("svc",),
+             categories=("all",), subresources=("status",), storage_prefix="services/specs"),
+    Resource("", "v1", "endpoints", "Endpoints", True, _core + "Endpoints",
+             short_names=("ep",), storage_prefix="services/endpoints"),
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, _core + "ResourceQuota",
              short_names=("quota",), subresources=("status",)),
     Resource("", "v1", "limitranges", "LimitRange", True, _core + "LimitRange",
@@ -105,13 +110,16 @@ RESOURCES: tuple[Resource, ...] = (
              "CertificateSigningRequest", False,
              "io.k8s.api.certificates.v1.CertificateSigningRequest", short_names=("csr",),
              subresources=("approval", "status")),
+    Resource(_discovery_group, "v1", "endpointslices", "EndpointSlice", True,
+             "io.k8s.api.discovery.v1.EndpointSlice"),
 )
 
 # The group-versions served, in discovery order.
 GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io", "v1"),
                                                (_authz_group, "v1"), (_rbac_group, "v1"),
                                                (_authn_group, "v1"),
-                                               (_certificates_group, "v1"))
+                                               (_certificates_group, "v1"),
+                                               (_discovery_group, "v1"))
 
 
 def by_group_version(group: str, version: str) -> list[Resource]:

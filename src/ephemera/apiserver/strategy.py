@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
-from ephemera.api import errors, field, meta
+from ephemera.api import endpoints, errors, field, meta, services
 from ephemera.api import validation as meta_validation
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
@@ -502,6 +502,73 @@ class CertificateSigningRequestStrategy(Strategy):
         return super().update_errors(new, old, subresource) + csr.validate_status(new)
 
 
+class ServiceStrategy(Strategy):
+    """Services (`ephemera.api.services`): `SetDefaults_Service` on decode; ClusterIP and
+    ClusterIPs kept in step and single-stack IPv4 families on create and update; allocated
+    values a client leaves out kept on update; `ValidateService` / `ValidateServiceUpdate`.
+    Cluster IPs and node ports are allocated by the registry's write hooks
+    (`ephemera.apiserver.serviceallocator`), after validation."""
+
+    name_fn = staticmethod(services.service_name_errors)
+
+    def default(self, obj: dict[str, Any]) -> None:
+        services.default_service(obj)
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["status"] = {"loadBalancer": {}}
+        services.normalize_cluster_ips(obj)
+        services.init_ip_families(obj)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return services.validate_service(obj)
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_update(new, old)
+        services.normalize_cluster_ips(new, old)
+        services.drop_type_dependent_fields(new, old)
+        services.patch_allocated_values(new, old)
+        services.init_ip_families(new)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if not subresource:
+            errs.extend(services.validate_service_update(new, old))
+        elif subresource == "status":
+            errs.extend(services.validate_service_status(new))
+        return errs
+
+
+class EndpointsStrategy(Strategy):
+    """Endpoints: `SetDefaults_EndpointPort`, `ValidateEndpoints` (`ephemera.api.endpoints`);
+    a PUT of a missing one creates it, as upstream's."""
+
+    allow_create_on_update = True
+
+    def default(self, obj: dict[str, Any]) -> None:
+        endpoints.default_endpoints(obj)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return endpoints.validate_endpoints(obj)
+
+
+class EndpointSliceStrategy(Strategy):
+    """EndpointSlices: the port defaults, `ValidateEndpointSlice`, an immutable
+    `addressType` (`ephemera.api.endpoints`)."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        endpoints.default_endpoint_slice(obj)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return endpoints.validate_endpoint_slice(obj)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        errs.extend(endpoints.validate_endpoint_slice_update(new, old))
+        return errs
+
+
 class CreateOnUpdateStrategy(Strategy):
     """Events and leases may be created by a PUT."""
 
@@ -565,6 +632,9 @@ class NodeStrategy(Strategy):
 
 
 _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
+    ("", "services"): ServiceStrategy,
+    ("", "endpoints"): EndpointsStrategy,
+    ("discovery.k8s.io", "endpointslices"): EndpointSliceStrategy,
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "namespaces"): NamespaceStrategy,

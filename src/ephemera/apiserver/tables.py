@@ -482,6 +482,27 @@ ROLEBINDING_COLUMNS = [
     _col("Groups", "Groups in the roleBinding", priority=1),
     _col("ServiceAccounts", "ServiceAccounts in the roleBinding", priority=1),
 ]
+SERVICE_COLUMNS = [
+    _name_col(),
+    _col("Type", "The type of the service"),
+    _col("Cluster-IP", "The cluster IP of the service"),
+    _col("External-IP", "The external IP of the service"),
+    _col("Port(s)", "The ports of the service"),
+    _age_col(),
+    _col("Selector", "The labels of the pods that back the service.", priority=1),
+]
+ENDPOINTS_COLUMNS = [
+    _name_col(),
+    _col("Endpoints", "The addresses and ports behind the service."),
+    _age_col(),
+]
+ENDPOINTSLICE_COLUMNS = [
+    _name_col(),
+    _col("AddressType", "The type of the addresses of this slice: IPv4, IPv6 or FQDN."),
+    _col("Ports", "The ports of this slice's endpoints."),
+    _col("Endpoints", "The addresses of this slice's endpoints."),
+    _age_col(),
+]
 # Upstream's default table convertor, used for kinds without a printer (limitranges; roles
 # and clusterroles, whose upstream printer has the same columns).
 DEFAULT_COLUMNS = [_name_col(), _col("Created At", _AGE_DOC, type_="date")]
@@ -515,6 +536,102 @@ def _binding_cells(binding: Obj, now: datetime) -> list[Any]:
             _age(binding, now), ", ".join(users), ", ".join(groups), ", ".join(accounts)]
 
 
+def _service_external_ip(spec: Obj, status: Obj) -> str:
+    """upstream's `getServiceExternalIP` (not wide)."""
+    kind = spec.get("type")
+    external = [str(ip) for ip in spec.get("externalIPs") or []]
+    if kind in ("ClusterIP", "NodePort"):
+        return ",".join(external) if external else "<none>"
+    if kind == "LoadBalancer":
+        ingress = [str(i.get("ip") or i.get("hostname") or "")
+                   for i in _l(status, "loadBalancer", "ingress") if isinstance(i, dict)]
+        found = [x for x in ingress if x] + external
+        return ",".join(found) if found else "<pending>"
+    if kind == "ExternalName":
+        return str(spec.get("externalName") or "")
+    return "<unknown>"
+
+
+def _service_cells(svc: Obj, now: datetime) -> list[Any]:
+    """upstream's `printService`: ports as `port[:nodePort]/protocol`, selector as
+    `k=v,...` (both `<none>` when empty)."""
+    spec = _d(svc, "spec")
+    ports = []
+    for port in _l(svc, "spec", "ports"):
+        if not isinstance(port, dict):
+            continue
+        protocol = port.get("protocol") or "TCP"
+        if port.get("nodePort"):
+            ports.append(f"{port.get('port')}:{port['nodePort']}/{protocol}")
+        else:
+            ports.append(f"{port.get('port')}/{protocol}")
+    selector = _d(svc, "spec", "selector")
+    return [_name(svc, now), spec.get("type", ""), spec.get("clusterIP") or "<none>",
+            _service_external_ip(spec, _d(svc, "status")), ",".join(ports) or "<none>",
+            _age(svc, now),
+            ",".join(f"{k}={selector[k]}" for k in sorted(selector)) or "<none>"]
+
+
+def _join_host_port(host: str, port: Any) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _format_endpoints(endpoints: Obj) -> str:
+    """upstream's `formatEndpoints`: at most three `ip:port`, then `+ N more...`."""
+    subsets = [s for s in _l(endpoints, "subsets") if isinstance(s, dict)]
+    if not subsets:
+        return "<none>"
+    shown: list[str] = []
+    count, limit, more = 0, 3, False
+    for subset in subsets:
+        addresses = [str(a.get("ip", "")) for a in _l(subset, "addresses")
+                     if isinstance(a, dict)]
+        ports: list[Obj | None] = [p for p in _l(subset, "ports") if isinstance(p, dict)]
+        for port in ports or [None]:
+            count += len(addresses)
+            for ip in addresses:
+                if len(shown) == limit:
+                    more = True
+                    break
+                shown.append(ip if port is None else _join_host_port(ip, port.get("port")))
+    text = ",".join(shown)
+    return f"{text} + {count - limit} more..." if more else text
+
+
+def _list_with_more(shown: list[str], more: bool, count: int, limit: int) -> str:
+    text = ",".join(shown)
+    if more:
+        return f"{text} + {count - limit} more..."
+    return text or "<unset>"
+
+
+def _endpointslice_cells(eps: Obj, now: datetime) -> list[Any]:
+    """upstream's `printEndpointSlice` (`formatDiscoveryPorts`, `formatDiscoveryEndpoints`)."""
+    ports: list[str] = []
+    count, more = 0, False
+    for port in _l(eps, "ports"):
+        if not isinstance(port, dict):
+            continue
+        if len(ports) < 3:
+            number = port.get("port")
+            ports.append(str(number) if number is not None else str(port.get("name") or "*"))
+        else:
+            more = True
+        count += 1
+    port_text = _list_with_more(ports, more, count, 3)
+    addresses: list[str] = []
+    count, more = 0, False
+    for endpoint in _l(eps, "endpoints"):
+        for address in _l(endpoint, "addresses"):
+            if len(addresses) < 3:
+                addresses.append(str(address))
+            else:
+                more = True
+            count += 1
+    return [_name(eps, now), eps.get("addressType", ""), port_text,
+            _list_with_more(addresses, more, count, 3), _age(eps, now)]
+
+
 def _created_at(value: Any) -> str:
     t = parse_time(value)
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if t else ""
@@ -546,6 +663,10 @@ _PRINTERS = {
     ("", "serviceaccounts"): (SERVICEACCOUNT_COLUMNS, _simple(
         _name, lambda o, n: len(_l(o, "secrets")), _age)),
     ("", "resourcequotas"): (RESOURCEQUOTA_COLUMNS, _quota_cells),
+    ("", "services"): (SERVICE_COLUMNS, _service_cells),
+    ("", "endpoints"): (ENDPOINTS_COLUMNS, _simple(
+        _name, lambda o, n: _format_endpoints(o), _age)),
+    ("discovery.k8s.io", "endpointslices"): (ENDPOINTSLICE_COLUMNS, _endpointslice_cells),
     ("coordination.k8s.io", "leases"): (LEASE_COLUMNS, _simple(
         _name, lambda o, n: _d(o, "spec").get("holderIdentity") or "", _age)),
     ("rbac.authorization.k8s.io", "rolebindings"): (ROLEBINDING_COLUMNS, _binding_cells),

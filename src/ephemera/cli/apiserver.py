@@ -45,6 +45,7 @@ from ephemera.apiserver.serviceaccounttoken import (
     ensure_signing_key,
     load_public_keys,
 )
+from ephemera.apiserver.serviceallocator import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR
 from ephemera.cli import flags
 from ephemera.store import open_store
 
@@ -79,6 +80,15 @@ def add_parser(subparsers: Any) -> None:
                         default=None, metavar="FILE",
                         help="public keys that verify service account tokens (repeatable; "
                              "default the signing key's)")
+    parser.add_argument("--service-cluster-ip-range", type=_service_cidr,
+                        default=DEFAULT_SERVICE_CIDR, metavar="CIDR",
+                        help=f"the range of Services' cluster IPs (default "
+                             f"{DEFAULT_SERVICE_CIDR}); its first address is the kubernetes "
+                             "Service's")
+    parser.add_argument("--service-node-port-range", type=_port_range,
+                        default=DEFAULT_NODE_PORT_RANGE, metavar="FIRST-LAST",
+                        help=f"the range of Services' node ports (default "
+                             f"{DEFAULT_NODE_PORT_RANGE})")
     parser.add_argument("--api-audiences", type=lambda s: [a for a in s.split(",") if a],
                         default=None, metavar="AUD,...",
                         help="the audiences of this apiserver (default the issuer)")
@@ -196,13 +206,34 @@ def _audit(args: argparse.Namespace) -> AuditFilter | None:
     return AuditFilter(policy, log_file)
 
 
+def _service_cidr(text: str) -> str:
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if network.version != 4 or network.num_addresses < 8:
+        raise argparse.ArgumentTypeError(f"{text}: an IPv4 range of at least 8 addresses")
+    return str(network)
+
+
+def _port_range(text: str) -> str:
+    from ephemera.apiserver.serviceallocator import PortRange
+
+    try:
+        return str(PortRange.parse(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: not a port range FIRST-LAST") from None
+
+
 def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                 kubelet_client_ssl: Any = None, token_issuer: TokenIssuer | None = None,
                 api_audiences: Sequence[str] = (DEFAULT_ISSUER,),
                 mount_service_account_token: bool = False,
                 audit: AuditFilter | None = None,
                 authorization_modes: Sequence[str] | None = None,
-                anonymous_auth: bool = True) -> Any:
+                anonymous_auth: bool = True,
+                service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR,
+                service_node_port_range: str = DEFAULT_NODE_PORT_RANGE) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
 
     return create_app(store, ApiserverConfig(audit=audit, authenticator=authenticator,
@@ -213,7 +244,9 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                                              token_issuer=token_issuer,
                                              api_audiences=tuple(api_audiences),
                                              mount_service_account_token=(
-                                                 mount_service_account_token)))
+                                                 mount_service_account_token),
+                                             service_cluster_ip_range=service_cluster_ip_range,
+                                             service_node_port_range=service_node_port_range))
 
 
 def _token_authentication(args: argparse.Namespace, data_dir: Path, store: Any,
@@ -236,6 +269,8 @@ def _token_authentication(args: argparse.Namespace, data_dir: Path, store: Any,
 async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
     from ephemera.apiserver.app import REGISTRY
     from ephemera.apiserver.identity import ApiserverIdentity
+    from ephemera.apiserver.kubernetesservice import KubernetesServiceReconciler
+    from ephemera.apiserver.serviceallocator import IPRange
 
     data_dir: Path = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -258,7 +293,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
         # To kubelets: trust the cluster CA, present a cluster-admin client certificate.
         app = _create_app(store, authenticator, args.feature_gates, client_ssl_context(pki),
                           issuer, audiences, args.mount_service_account_token, audit,
-                          args.authorization_mode, args.anonymous_auth)
+                          args.authorization_mode, args.anonymous_auth,
+                          args.service_cluster_ip_range, args.service_node_port_range)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -275,6 +311,11 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
             identity = ApiserverIdentity(app[REGISTRY], advertised_url(args, port), port)
             identities.append(identity)
             identity.start()
+            service = KubernetesServiceReconciler(
+                app[REGISTRY], IPRange(ipaddress.ip_network(args.service_cluster_ip_range)
+                                       ).first(), port)
+            identities.append(service)
+            service.start()
             url = server_url(args.bind_address, port)
             if args.port_file is not None:
                 flags.write_atomic(args.port_file, f"{port}\n")

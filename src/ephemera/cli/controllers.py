@@ -40,6 +40,7 @@ from ephemera.controllers.certificates import (
     CertificateApprover,
     CertificateSigner,
 )
+from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.nodeipam import DEFAULT_NODE_CIDR_MASK_SIZE, NodeIpamController
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
@@ -169,7 +170,9 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     node_task = asyncio.create_task(node_lifecycle.run(), name="nodelifecycle-controller")
     accounts_task = asyncio.create_task(ServiceAccountsController(api).run(),
                                         name="serviceaccounts-controller")
-    more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving")]
+    more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
+            asyncio.create_task(EndpointSliceController(api).run(),
+                                name="endpointslice-controller")]
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
         more.append(asyncio.create_task(ipam.run(), name="nodeipam"))

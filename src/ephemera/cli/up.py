@@ -109,6 +109,10 @@ def add_parser(subparsers: Any) -> None:
                         help="passed to the apiserver")
     parser.add_argument("--mount-service-account-token", action="store_true",
                         help="passed to the apiserver: pods get a kube-api-access-* volume")
+    parser.add_argument("--service-cluster-ip-range", default=None, metavar="CIDR",
+                        help="passed to the apiserver (default 10.96.0.0/12)")
+    parser.add_argument("--service-node-port-range", default=None, metavar="FIRST-LAST",
+                        help="passed to the apiserver (default 30000-32767)")
     parser.add_argument("--audit-policy-file", type=Path, default=None, metavar="FILE",
                         help="passed to the apiserver (the audit log is "
                              f"<data-dir>/{AUDIT_LOG}; default policy: ephemera's)")
@@ -266,6 +270,10 @@ class Cluster:
         argv += ["--enable-bootstrap-token-auth"]
         if a.mount_service_account_token:
             argv += ["--mount-service-account-token"]
+        if a.service_cluster_ip_range is not None:
+            argv += ["--service-cluster-ip-range", a.service_cluster_ip_range]
+        if a.service_node_port_range is not None:
+            argv += ["--service-node-port-range", a.service_node_port_range]
         argv += ["--audit-log-path", str(self.data_dir / AUDIT_LOG)]
         if a.audit_policy_file is not None:
             argv += ["--audit-policy-file", str(a.audit_policy_file.resolve())]

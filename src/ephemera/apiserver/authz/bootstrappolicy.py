@@ -315,6 +315,21 @@ def controller_roles() -> list[dict[str, Any]]:
             rule(["create"], ["authorization.k8s.io"], ["subjectaccessreviews"]),
             _events(),
         ]),
+        # One loop serves both (`ephemera.controllers.endpointslice`), with upstream's roles.
+        cluster_role(CONTROLLER_PREFIX + "endpoint-controller", [
+            rule(READ, [""], ["pods", "services"]),
+            rule(["update"], [""], ["services/finalizers"]),
+            rule(["create", "delete", "get", "list", "update"], [""], ["endpoints"]),
+            rule(["create"], [""], ["endpoints/restricted"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "endpointslice-controller", [
+            rule(READ, [""], ["nodes", "pods", "services"]),
+            rule(["update"], [""], ["services/finalizers"]),
+            rule(["create", "delete", "get", "list", "update"], ["discovery.k8s.io"],
+                 ["endpointslices"]),
+            _events(),
+        ]),
         cluster_role(CONTROLLER_PREFIX + "root-ca-cert-publisher", [
             rule(["create", "update"], [""], ["configmaps"]),
             _events(),
