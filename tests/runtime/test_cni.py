@@ -57,7 +57,7 @@ def test_add_check_del(network: CniNetwork, tmp_path: Path) -> None:
         assert _leases(network) == ["10.127.251.2", "10.127.251.3"]
         network.check(pod1, one, first)
         _in(one, "ip", "addr", "del", "10.127.251.2/24", "dev", "eth0")
-        with pytest.raises(CniError, match="plugin type='bridge' failed \\(CHECK\\)"):
+        with pytest.raises(CniError, match='plugin type="bridge" failed \\(CHECK\\)'):
             network.check(pod1, one, first)
         network.delete(pod1, one, first)
         assert _leases(network) == ["10.127.251.3"]

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ephemera.api.goformat import go_quote
+
 CNI_VERSION = "1.0.0"
 NETWORK_NAME = "ephemera"
 CONFLIST_NAME = "10-ephemera.conflist"
@@ -157,13 +159,14 @@ class CniNetwork:
         kind = str(plugin.get("type", ""))
         binary = os.path.join(self.bin_dir, kind)
         if not self.bin_dir or not os.access(binary, os.X_OK):
-            raise CniError(f"failed to find plugin {kind!r} in path [{self.bin_dir}]")
+            raise CniError(f"failed to find plugin {go_quote(kind)} in path [{self.bin_dir}]")
         try:
             result = subprocess.run([binary], input=json.dumps(conf).encode(),
                                     env=self._env(command, pod, netns, ifname),
                                     capture_output=True, timeout=PLUGIN_TIMEOUT)
         except subprocess.TimeoutExpired:
-            raise CniError(f"plugin type={kind!r} timed out after {PLUGIN_TIMEOUT:g}s") from None
+            raise CniError(f"plugin type={go_quote(kind)} timed out after "
+                           f"{PLUGIN_TIMEOUT:g}s") from None
         out = result.stdout.decode(errors="replace").strip()
         if result.returncode != 0:
             try:
@@ -173,13 +176,13 @@ class CniNetwork:
                     message += f"; {error['details']}"
             except (json.JSONDecodeError, AttributeError):
                 message = out or result.stderr.decode(errors="replace").strip()
-            raise CniError(f"plugin type={kind!r} failed ({command}): {message}")
+            raise CniError(f"plugin type={go_quote(kind)} failed ({command}): {message}")
         if command != "ADD" or not out:
             return None
         try:
             answer: dict[str, Any] = json.loads(out)
         except json.JSONDecodeError:
-            raise CniError(f"plugin type={kind!r} answered no JSON: {out[:200]}") from None
+            raise CniError(f"plugin type={go_quote(kind)} answered no JSON: {out[:200]}") from None
         return answer
 
     def loopback(self, command: str, pod: PodRef, netns: str) -> None:

@@ -421,8 +421,8 @@ class FakeRuntime(RuntimeService):
         if argv[:1] == ["hang"] and container.state == ContainerState.RUNNING.value:
             if timeout:
                 await asyncio.sleep(timeout)
-                raise ExecTimeoutError(f"command {argv!r} in container {container_id} timed "
-                                       f"out after {timeout}s")
+                raise ExecTimeoutError(f"command {go_quote(' '.join(argv))} in container "
+                                       f"{container_id} timed out after {timeout}s")
             await asyncio.Event().wait()
         code, out = self._exec_output(container, argv)
         return ExecResult(exit_code=code, stdout=out, stderr=b"")

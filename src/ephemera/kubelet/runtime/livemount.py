@@ -49,9 +49,6 @@ import errno
 import json
 import os
 import socket
-import subprocess
-import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +56,7 @@ from typing import Any
 from ephemera.api.goformat import go_quote
 from ephemera.kubelet.runtime import mountns
 from ephemera.kubelet.runtime.base import LiveMountError
+from ephemera.kubelet.runtime.helperprocess import ServedHelper, isolated_command
 
 MOUNTNS = Path(mountns.__file__)
 
@@ -83,41 +81,20 @@ def components(container_path: str) -> list[str]:
 
 def helper_command(*options: str) -> list[str]:
     """argv of the mount helper: mountns.py in a fresh, isolated interpreter (stdlib only)."""
-    code = (f"import sys; sys.path.append({str(MOUNTNS.parent)!r}); import mountns; "
-            "sys.exit(mountns.main(sys.argv))")
-    return [sys.executable, "-I", "-S", "-c", code, "serve", *options]
+    return isolated_command(MOUNTNS, "serve", *options)
 
 
-class MountHelper:
+class MountHelper(ServedHelper):
     """The client of the mount helper process: started on first use, one request at a time,
     started again when it died. `request` returns None when no helper can run (the caller
     then forks); a request sent to a helper that then died without answering is reported as
     an EIO error, never sent again (it may have been done)."""
 
-    def __init__(self) -> None:
-        self.process: subprocess.Popen[bytes] | None = None
-        self.sock: socket.socket | None = None
-        self.lock = threading.Lock()
-
     def _spawn(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.process = subprocess.Popen(
-            helper_command(f"fd={theirs.fileno()}"), pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
-        theirs.close()
-        self.sock = ours
+        self.spawn(MOUNTNS, socket.SOCK_SEQPACKET)
 
     def _stop(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process = None
+        self.stop()
 
     def request(self, pidfd: int, request: dict[str, Any]) -> dict[str, Any] | None:
         message = json.dumps(request).encode()

@@ -63,7 +63,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -93,6 +92,7 @@ from ephemera.kubelet.runtime.base import (
     SandboxStatus,
 )
 from ephemera.kubelet.runtime.cni import CniError, CniNetwork, PodRef, result_ips
+from ephemera.kubelet.runtime.helperprocess import ServedHelper, isolated_command
 
 T = TypeVar("T")
 
@@ -100,11 +100,10 @@ SHIM = Path(__file__).with_name("shim.py")
 
 
 def shim_command(mode: str, *options: str) -> list[str]:
-    """argv running shim.py in a fresh, isolated interpreter (stdlib only). It is imported
-    rather than run as a script so that its compiled bytecode is cached (about 8 ms)."""
-    code = (f"import sys; sys.path.append({str(SHIM.parent)!r}); import shim; "
-            "sys.exit(shim.main(sys.argv))")
-    return [sys.executable, "-I", "-S", "-c", code, mode, *options]
+    """argv running shim.py in a fresh, isolated interpreter (stdlib only)."""
+    return isolated_command(SHIM, mode, *options)
+
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHM_SIZE = 64 * 1024 * 1024
 
@@ -216,37 +215,21 @@ def host_ipv4() -> str:
     return ""
 
 
-class ShimServer:
+class ShimServer(ServedHelper):
     """The kubelet side of shim.py's fork server: started on first use, one request at a
     time, restarted once if it died. `start()` returns None when the server is unusable
     (the caller then runs a launcher directly)."""
 
     def __init__(self, log_path: Path) -> None:
+        super().__init__()
         self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.sock: socket.socket | None = None
-        self.lock = threading.Lock()
 
     def _spawn(self) -> None:
-        ours, theirs = socket.socketpair()
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                shim_command("serve", f"fd={theirs.fileno()}"), pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        theirs.close()
-        self.sock = ours
+            self.spawn(SHIM, output=log)
 
     def _stop(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process = None
+        self.stop()
 
     def start(self, options: list[str]) -> bool | None:
         if any("\n" in option or "\0" in option for option in options):
@@ -1171,8 +1154,8 @@ class OciRuntime(RuntimeService):
                 except TimeoutError:
                     await _kill_exec(process, pid_file)
                     raise ExecTimeoutError(
-                        f"command {argv!r} in container {container_id} timed out after "
-                        f"{timeout}s") from None
+                        f"command {go_quote(' '.join(argv))} in container {container_id} "
+                        f"timed out after {timeout}s") from None
                 out.seek(0)
                 err.seek(0)
                 return ExecResult(exit_code=code, stdout=out.read(), stderr=err.read())
