@@ -1,7 +1,8 @@
-"""A real etcd server for tests: `EtcdServer` starts the `etcd` binary (Debian's etcd-server,
-3.4) on free loopback ports with a temporary data dir, waits until it answers `/health`, and
-stops it with SIGTERM on exit. `EtcdCluster` runs several members as one cluster (the chaos
-test kills and restarts them).
+"""A real etcd for tests: `EtcdCluster` runs `size` members of the `etcd` binary (Debian's
+etcd-server, 3.4) as one cluster on free loopback ports, each with a data dir and log under
+`base`, waits until they answer `/health`, and stops them with SIGTERM on exit; the chaos test
+kills and restarts members. `EtcdServer` is the one-member case most tests use (`.endpoint`,
+`.process`), in a temporary dir unless given one.
 
 It runs etcd with a short `--experimental-watch-progress-notify-interval` so that the etcd
 store's progress notifications (watch bookmarks) advance quickly in tests.
@@ -18,12 +19,13 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 ETCD_BINARY = "etcd"
+START_ATTEMPTS = 3  # a free port may be taken between probing it and etcd binding it
 
 
 class EtcdNotFound(RuntimeError):
@@ -35,131 +37,6 @@ def free_loopback_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-class EtcdServer:
-    """`with EtcdServer() as etcd:` → `etcd.endpoint` is `http://127.0.0.1:<port>`."""
-
-    def __init__(
-        self,
-        data_dir: Path | None = None,
-        *,
-        progress_notify_interval: str = "200ms",
-        start_timeout: float = 20.0,
-    ) -> None:
-        self._given_data_dir = data_dir
-        self._progress_notify_interval = progress_notify_interval
-        self._start_timeout = start_timeout
-        self._tmp: str | None = None
-        self.process: subprocess.Popen[bytes] | None = None
-        self.client_port = 0
-        self.peer_port = 0
-        self.data_dir: Path | None = None
-        self.log_path: Path | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
-
-    def start(self) -> None:
-        binary = shutil.which(ETCD_BINARY)
-        if binary is None:
-            raise EtcdNotFound("the etcd binary is missing (Debian package etcd-server)")
-        if self._given_data_dir is None:
-            self._tmp = tempfile.mkdtemp(prefix="ephemera-etcd-")
-            base = Path(self._tmp)
-        else:
-            base = self._given_data_dir
-            base.mkdir(parents=True, exist_ok=True)
-        self.data_dir = base / "data"
-        self.log_path = base / "etcd.log"
-        last_error = "not started"
-        for _attempt in range(3):  # a free port may be taken between probe and bind
-            self.client_port = free_loopback_port()
-            self.peer_port = free_loopback_port()
-            self._spawn(binary)
-            try:
-                self._wait_healthy()
-                return
-            except RuntimeError as error:
-                last_error = str(error)
-                self._terminate()
-        raise RuntimeError(f"etcd did not start: {last_error}")
-
-    def _spawn(self, binary: str) -> None:
-        assert self.data_dir is not None and self.log_path is not None
-        client = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        name = "ephemera-test"
-        args = [
-            binary,
-            "--name", name,
-            "--data-dir", str(self.data_dir),
-            "--listen-client-urls", client,
-            "--advertise-client-urls", client,
-            "--listen-peer-urls", peer,
-            "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{name}={peer}",
-            "--logger", "zap",
-            "--log-outputs", "stderr",
-            "--experimental-watch-progress-notify-interval", self._progress_notify_interval,
-        ]  # fmt: skip
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-
-    def _wait_healthy(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + self._start_timeout
-        url = f"{self.endpoint}/health"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"etcd exited with {self.process.returncode}: {self._log_tail()}"
-                )
-            with (
-                contextlib.suppress(OSError, ValueError),
-                urllib.request.urlopen(url, timeout=1) as response,
-            ):
-                if json.loads(response.read()).get("health") == "true":
-                    return
-            time.sleep(0.05)
-        raise RuntimeError(f"etcd not healthy after {self._start_timeout}s: {self._log_tail()}")
-
-    def _log_tail(self) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return self.log_path.read_text(errors="replace")[-2000:]
-
-    def _terminate(self) -> None:
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def stop(self) -> None:
-        self._terminate()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def __enter__(self) -> EtcdServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class EtcdCluster:
@@ -175,9 +52,12 @@ class EtcdCluster:
         self.size = size
         self._interval = progress_notify_interval
         self._start_timeout = start_timeout
-        self.client_ports = [free_loopback_port() for _ in range(size)]
-        self.peer_ports = [free_loopback_port() for _ in range(size)]
+        self._pick_ports()
         self.processes: list[subprocess.Popen[bytes] | None] = [None] * size
+
+    def _pick_ports(self) -> None:
+        self.client_ports = [free_loopback_port() for _ in range(self.size)]
+        self.peer_ports = [free_loopback_port() for _ in range(self.size)]
 
     def client_url(self, i: int) -> str:
         return f"http://127.0.0.1:{self.client_ports[i]}"
@@ -186,14 +66,17 @@ class EtcdCluster:
     def endpoints(self) -> str:
         return ",".join(self.client_url(i) for i in range(self.size))
 
+    def member_dir(self, i: int) -> Path:
+        return self.base / f"member-{i}"
+
     def log_path(self, i: int) -> Path:
-        return self.base / f"member-{i}" / "etcd.log"
+        return self.member_dir(i) / "etcd.log"
 
     def _spawn(self, i: int) -> None:
         binary = shutil.which(ETCD_BINARY)
         if binary is None:
             raise EtcdNotFound("the etcd binary is missing (Debian package etcd-server)")
-        member = self.base / f"member-{i}"
+        member = self.member_dir(i)
         member.mkdir(parents=True, exist_ok=True)
         peers = ",".join(f"m{j}=http://127.0.0.1:{self.peer_ports[j]}" for j in range(self.size))
         peer = f"http://127.0.0.1:{self.peer_ports[i]}"
@@ -220,6 +103,10 @@ class EtcdCluster:
             return bool(json.loads(response.read()).get("health") == "true")
         return False
 
+    def _log_tail(self, i: int) -> str:
+        path = self.log_path(i)
+        return path.read_text(errors="replace")[-2000:] if path.exists() else ""
+
     def _wait_healthy(self, members: range | list[int]) -> None:
         deadline = time.monotonic() + self._start_timeout
         for i in members:
@@ -227,16 +114,25 @@ class EtcdCluster:
                 process = self.processes[i]
                 if process is not None and process.poll() is not None:
                     raise RuntimeError(f"etcd member {i} exited with {process.returncode}: "
-                                       f"{self.log_path(i).read_text(errors='replace')[-2000:]}")
+                                       f"{self._log_tail(i)}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"etcd member {i} not healthy after "
-                                       f"{self._start_timeout}s")
+                                       f"{self._start_timeout}s: {self._log_tail(i)}")
                 time.sleep(0.05)
 
     def start(self) -> None:
-        for i in range(self.size):
-            self._spawn(i)
-        self._wait_healthy(range(self.size))
+        last_error = "not started"
+        for _attempt in range(START_ATTEMPTS):
+            for i in range(self.size):
+                self._spawn(i)
+            try:
+                self._wait_healthy(range(self.size))
+                return
+            except RuntimeError as error:
+                last_error = str(error)
+                self.stop()
+                self._pick_ports()
+        raise RuntimeError(f"etcd did not start: {last_error}")
 
     def kill(self, i: int) -> None:
         process = self.processes[i]
@@ -261,7 +157,7 @@ class EtcdCluster:
                 process.kill()
                 process.wait()
 
-    def __enter__(self) -> EtcdCluster:
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:
@@ -272,6 +168,36 @@ class EtcdCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+class EtcdServer(EtcdCluster):
+    """`with EtcdServer() as etcd:` → `etcd.endpoint` is `http://127.0.0.1:<port>`; its data
+    in `data_dir/data` and its log in `data_dir/etcd.log` (a temporary dir, removed on stop,
+    when no `data_dir` is given)."""
+
+    def __init__(self, data_dir: Path | None = None, *,
+                 progress_notify_interval: str = "200ms", start_timeout: float = 20.0) -> None:
+        self._tmp = None if data_dir is not None else tempfile.mkdtemp(prefix="ephemera-etcd-")
+        super().__init__(data_dir if data_dir is not None else Path(str(self._tmp)), 1,
+                         progress_notify_interval=progress_notify_interval,
+                         start_timeout=start_timeout)
+
+    def member_dir(self, i: int) -> Path:
+        return self.base
+
+    @property
+    def endpoint(self) -> str:
+        return self.client_url(0)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self.processes[0]
+
+    def stop(self) -> None:
+        super().stop()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
 
 if __name__ == "__main__":  # manual use: python tests/etcdserver.py

@@ -37,6 +37,7 @@ from typing import Any
 
 import pytest
 import yaml
+from processes import until
 
 from ephemera.apiserver.certs import CertKey, issue_client_cert, write_kubeconfig
 from ephemera.cli.flags import read_ports
@@ -342,18 +343,11 @@ def wait(check: Callable[[], Any], what: str, cluster: ClusterAccess | None = No
          timeout: float = KUBELET_WAIT) -> Any:
     """Poll `check` until it returns something truthy (returned); on timeout fail the test
     with the tail of the cluster's kubelet log."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            logs = ""
-            if cluster is not None:
-                log = cluster.data_dir / "logs" / "kubelet.log"
-                logs = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-            pytest.fail(f"timed out waiting for {what}\nkubelet log:\n{logs}")
-        time.sleep(0.2)
+    def kubelet_log() -> str:
+        log = cluster.data_dir / "logs" / "kubelet.log" if cluster is not None else None
+        tail = log.read_text(errors="replace")[-4000:] if log and log.exists() else ""
+        return f"kubelet log:\n{tail}"
+    return until(check, what, timeout, logs=kubelet_log, interval=0.2)
 
 
 def node_ready(cluster: ClusterAccess, node: str) -> bool:

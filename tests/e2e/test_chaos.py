@@ -49,6 +49,7 @@ from cluster import (
     release_leftovers,
     start_cluster,
 )
+from processes import until
 
 from ephemera.apiserver.certs import ensure_pki
 from etcdserver import EtcdCluster
@@ -65,18 +66,6 @@ SETTLE = 120.0  # bound on waiting for the pods to run after the traffic
 SWAP_PODS = ("swap-0", "swap-1")
 KINDS = ("etcd", "apiserver", "scheduler-leader", "controller-manager-leader", "kubelet")
 REQUEST_TIMEOUT = 10.0
-
-
-def until(check: Callable[[], Any], what: str, timeout: float, logs: Callable[[], str] = str
-          ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}\n{logs()}")
-        time.sleep(0.2)
 
 
 class Unavailable(Exception):

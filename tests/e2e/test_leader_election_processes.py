@@ -17,9 +17,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster import ClusterAccess
+from processes import WAIT, Proc, tails, until
 
 from ephemera.apiserver.certs import (
     CONTROLLER_MANAGER_USER,
@@ -46,37 +46,14 @@ TIMINGS = ["--leader-elect-lease-duration", f"{LEASE:g}s",
 # renewal at most one jittered retry later, waits one lease duration from then, and tries
 # again at most one jittered retry after; plus slack for requests on a loaded machine.
 TAKEOVER_BOUND = LEASE + 2 * RETRY * (1 + JITTER_FACTOR) + 3.0
-WAIT = 60.0
 
 
-@dataclass
-class Component:
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    @property
-    def identity(self) -> str:
-        for line in self.log.splitlines():
-            if "candidate " in line and " for lease " in line:
-                return line.split("candidate ", 1)[1].split(" for lease ", 1)[0]
-        return ""
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = WAIT,
-          logs: tuple[Component, ...] = ()) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            tails = "\n".join(f"--- {c.log_path.name}\n{c.log[-3000:]}" for c in logs)
-            pytest.fail(f"{what}: not within {timeout}s\n{tails}")
-        time.sleep(0.1)
+def identity(c: Proc) -> str:
+    """The candidate identity the component's log names ("" before it started electing)."""
+    for line in c.text().splitlines():
+        if "candidate " in line and " for lease " in line:
+            return line.split("candidate ", 1)[1].split(" for lease ", 1)[0]
+    return ""
 
 
 @pytest.fixture(scope="module")
@@ -87,19 +64,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterA
     data_dir = base / "data"
     data_dir.mkdir()
     port_file = data_dir / "port"
-    with open(base / "apiserver.log", "wb") as out:
-        apiserver = subprocess.Popen(
-            [sys.executable, "-m", "ephemera.cli", "apiserver", "--data-dir", str(data_dir),
-             "--port", "0", "--port-file", str(port_file),
-             "--write-kubeconfig", str(data_dir / "kubeconfig"),
-             "--audit-log-path", str(data_dir / "audit.log")],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    apiserver = Proc("apiserver", [
+        "apiserver", "--data-dir", str(data_dir), "--port", "0", "--port-file", str(port_file),
+        "--write-kubeconfig", str(data_dir / "kubeconfig"),
+        "--audit-log-path", str(data_dir / "audit.log")], base / "apiserver.log").start()
     try:
-        deadline = time.monotonic() + WAIT
-        while not (data_dir / "kubeconfig").exists():
-            assert apiserver.poll() is None, (base / "apiserver.log").read_text()
-            assert time.monotonic() < deadline, "the apiserver did not start"
-            time.sleep(0.05)
+        until(lambda: (data_dir / "kubeconfig").exists() or apiserver.process.poll() is not None,
+              "the apiserver to write its kubeconfig", logs=tails([apiserver]))
+        assert apiserver.process.poll() is None, apiserver.text()
         url = f"https://127.0.0.1:{port_file.read_text().strip()}"
         pki = ensure_pki(data_dir)
         write_client_kubeconfig(data_dir / "scheduler.kubeconfig", url, pki, SCHEDULER_USER)
@@ -109,31 +81,24 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterA
         home.mkdir()
         yield ClusterAccess(data_dir, home)
     finally:
-        apiserver.send_signal(signal.SIGTERM)
-        apiserver.wait(30)
+        apiserver.stop(30)
 
 
 @contextmanager
 def components(cp: ClusterAccess, command: str, count: int, *extra: str
-               ) -> Iterator[list[Component]]:
+               ) -> Iterator[list[Proc]]:
     kubeconfig = cp.data_dir / ("scheduler.kubeconfig" if command == "scheduler"
                                 else "controller-manager.kubeconfig")
-    started: list[Component] = []
+    started: list[Proc] = []
     try:
         for i in range(count):
-            log_path = cp.data_dir.parent / f"{command}-{i}-{time.monotonic_ns()}.log"
-            with open(log_path, "wb") as out:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "ephemera.cli", command, "--kubeconfig",
-                     str(kubeconfig), *TIMINGS, *extra],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            started.append(Component(process, log_path))
+            log = cp.data_dir.parent / f"{command}-{i}-{time.monotonic_ns()}.log"
+            started.append(Proc(f"{command}-{i}", [command, "--kubeconfig", str(kubeconfig),
+                                                   *TIMINGS, *extra], log).start())
         yield started
     finally:
         for c in started:
-            if c.process.poll() is None:
-                c.process.kill()
-            c.process.wait(30)
+            c.kill()
 
 
 def lease(cp: ClusterAccess, name: str) -> dict[str, Any]:
@@ -152,16 +117,16 @@ def micro(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def leader_and_follower(cp: ClusterAccess, name: str, pair: list[Component]
-                        ) -> tuple[Component, Component]:
+def leader_and_follower(cp: ClusterAccess, name: str, pair: list[Proc]
+                        ) -> tuple[Proc, Proc]:
     """Once both candidates are running and one holds the Lease: (leader, follower)."""
-    until(lambda: all(c.identity for c in pair), "both candidates started", logs=tuple(pair))
-    current = until(lambda: holder(cp, name), f"a holder of {name}", logs=tuple(pair))
-    leader = next(c for c in pair if c.identity == current)
+    until(lambda: all(identity(c) for c in pair), "both candidates started", logs=tails(pair))
+    current = until(lambda: holder(cp, name), f"a holder of {name}", logs=tails(pair))
+    leader = next(c for c in pair if identity(c) == current)
     follower = next(c for c in pair if c is not leader)
     # The follower has seen the leader's Lease (and so is waiting, not leading).
-    until(lambda: f"new leader of kube-system/{name}: {current}" in follower.log,
-          "the follower saw the leader", logs=tuple(pair))
+    until(lambda: f"new leader of kube-system/{name}: {current}" in follower.text(),
+          "the follower saw the leader", logs=tails(pair))
     return leader, follower
 
 
@@ -225,14 +190,15 @@ def test_two_schedulers_only_the_leader_binds_and_the_other_takes_over(
         leader, follower = leader_and_follower(cp, "kube-scheduler", pair)
         create(cp, [node("le-node-a"), node("le-node-b")])
         create(cp, pods("first", 20))
-        until(lambda: not unbound(cp, "first"), "the first pods bound", logs=(leader, follower))
-        scheduled = [line for line in leader.log.splitlines() if " scheduled default/first-"
+        until(lambda: not unbound(cp, "first"), "the first pods bound",
+              logs=tails([leader, follower]))
+        scheduled = [line for line in leader.text().splitlines() if " scheduled default/first-"
                      in line]
-        assert len(scheduled) == 20, leader.log[-3000:]
+        assert len(scheduled) == 20, leader.text()[-3000:]
         # The follower never scheduled: no loop started, no bind tried, none refused.
-        assert "scheduler default-scheduler started" not in follower.log
-        assert "default/first-" not in follower.log
-        assert "binding" not in follower.log and "already assigned" not in leader.log
+        assert "scheduler default-scheduler started" not in follower.text()
+        assert "default/first-" not in follower.text()
+        assert "binding" not in follower.text() and "already assigned" not in leader.text()
         # The apiserver saw one bind per pod, none refused.
         until(lambda: len(bind_attempts(cp)) >= 20, "the binds audited")
         assert sorted(bind_attempts(cp)) == sorted((f"first-{i}", 201) for i in range(20))
@@ -242,31 +208,31 @@ def test_two_schedulers_only_the_leader_binds_and_the_other_takes_over(
         leader.process.wait(30)
         last_renewal = max(last_renewal, micro(lease(cp, "kube-scheduler")["renewTime"]))
         create(cp, pods("second", 5))
-        until(lambda: holder(cp, "kube-scheduler") == follower.identity,
-              "the follower took the Lease over", logs=(follower,))
+        until(lambda: holder(cp, "kube-scheduler") == identity(follower),
+              "the follower took the Lease over", logs=tails([follower]))
         taken = lease(cp, "kube-scheduler")
         assert taken["leaseTransitions"] == 1
         gap = micro(taken["acquireTime"]) - last_renewal
         # Never before the dead leader's lease ran out, and within client-go's bound.
         assert LEASE <= gap <= TAKEOVER_BOUND, (gap, taken)
         until(lambda: not unbound(cp, "second"), "the new pods bound by the new leader",
-              logs=(follower,))
-        assert "successfully acquired lease kube-system/kube-scheduler" in follower.log
-        assert len([line for line in follower.log.splitlines()
+              logs=tails([follower]))
+        assert "successfully acquired lease kube-system/kube-scheduler" in follower.text()
+        assert len([line for line in follower.text().splitlines()
                     if " scheduled default/second-" in line]) == 5
         until(lambda: len(bind_attempts(cp)) >= 25, "the binds audited")
         assert sorted(bind_attempts(cp)) == sorted(
             [(f"first-{i}", 201) for i in range(20)] + [(f"second-{i}", 201) for i in range(5)])
         messages = election_events(cp, "kube-scheduler")
-        assert f"{leader.identity} became leader" in messages
-        assert f"{follower.identity} became leader" in messages
+        assert f"{identity(leader)} became leader" in messages
+        assert f"{identity(follower)} became leader" in messages
 
         # A stopped leader releases its Lease (kube-scheduler's ReleaseOnCancel).
         follower.process.send_signal(signal.SIGTERM)
         assert follower.process.wait(30) == 0
         released = lease(cp, "kube-scheduler")
         assert (released["holderIdentity"], released["leaseDurationSeconds"]) == ("", 1)
-        assert f"{follower.identity} stopped leading" in election_events(cp, "kube-scheduler")
+        assert f"{identity(follower)} stopped leading" in election_events(cp, "kube-scheduler")
 
 
 def test_two_controller_managers_one_leads_and_a_lost_lease_exits(
@@ -274,27 +240,27 @@ def test_two_controller_managers_one_leads_and_a_lost_lease_exits(
     cp = control_plane
     with components(cp, "controller-manager", 2) as pair:
         leader, follower = leader_and_follower(cp, "kube-controller-manager", pair)
-        until(lambda: "controller-manager: running against" in leader.log,
-              "the leader runs the controllers", logs=(leader,))
-        assert "controller-manager: running against" not in follower.log
+        until(lambda: "controller-manager: running against" in leader.text(),
+              "the leader runs the controllers", logs=tails([leader]))
+        assert "controller-manager: running against" not in follower.text()
 
         leader.process.send_signal(signal.SIGKILL)
         leader.process.wait(30)
-        until(lambda: holder(cp, "kube-controller-manager") == follower.identity,
-              "the follower took the Lease over", logs=(follower,))
-        until(lambda: "controller-manager: running against" in follower.log,
-              "the new leader runs the controllers", logs=(follower,))
+        until(lambda: holder(cp, "kube-controller-manager") == identity(follower),
+              "the follower took the Lease over", logs=tails([follower]))
+        until(lambda: "controller-manager: running against" in follower.text(),
+              "the new leader runs the controllers", logs=tails([follower]))
         # The controllers work: the new namespace gets its default ServiceAccount.
         cp.kubectl("create", "namespace", "le-fresh")
         until(lambda: cp.kubectl("get", "serviceaccount", "default", "-n", "le-fresh",
                                  check=False).returncode == 0,
-              "the default ServiceAccount", logs=(follower,))
+              "the default ServiceAccount", logs=tails([follower]))
 
         # Someone else takes the Lease: the leader cannot renew and exits 1.
         until(lambda: steal(cp, "kube-controller-manager", "someone-else"), "the Lease taken",
-              logs=(follower,))
+              logs=tails([follower]))
         assert follower.process.wait(WAIT) == 1
-        assert "leaderelection lost" in follower.log
+        assert "leaderelection lost" in follower.text()
 
 
 @pytest.mark.parametrize(("flags", "message"), [

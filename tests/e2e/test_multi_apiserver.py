@@ -36,6 +36,7 @@ import pytest
 import yaml
 from cluster import KUBECTL, release_leftovers, start_cluster
 from cryptography import x509
+from processes import Proc, tails, until
 
 from ephemera.api.wellknown import (
     APISERVER_IDENTITY_LABEL,
@@ -73,46 +74,9 @@ spec:
 """
 
 
-@dataclass
-class Proc:
-    """One component process and its log."""
-
-    name: str
-    argv: Sequence[str]
-    log: Path
-    process: subprocess.Popen[bytes] = field(init=False)
-
-    def start(self) -> Proc:
-        with open(self.log, "ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "ephemera.cli", *self.argv],
-                                            stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL)
-        return self
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 def wait_for(check: Any, what: str, procs: Sequence[Proc] = (),
              timeout: float = START_TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {p.name}\n{p.text()[-3000:]}" for p in procs)
-            pytest.fail(f"timed out waiting for {what}\n{logs}")
-        time.sleep(0.1)
+    return until(check, what, timeout, logs=tails(procs))
 
 
 def kubectl(kubeconfig: Path, home: Path, *args: str, server: str | None = None,

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from cluster import Cluster, cluster  # noqa: F401  (cluster is a fixture)
+from processes import until
 
 pytestmark = pytest.mark.e2e
 
@@ -35,27 +33,16 @@ def pod_manifest(name: str) -> str:
                  "resources": {"requests": {"ephemeral-storage": "1Gi"}}}})
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def quota_used(cluster: Cluster) -> dict[str, str]:  # noqa: F811
     out = cluster.kubectl("get", "resourcequota", "q", "-o", "json").stdout
     return dict(json.loads(out).get("status", {}).get("used") or {})
 
 
 def test_controller_releases_usage_after_a_pod_delete(cluster: Cluster) -> None:  # noqa: F811
-    wait_for(lambda: (cluster.data_dir / "run" / "controller-manager.pid").exists(),
+    until(lambda: (cluster.data_dir / "run" / "controller-manager.pid").exists(),
              "the controller-manager to start")
     cluster.kubectl("apply", "-f", "-", input=QUOTA)
-    wait_for(lambda: quota_used(cluster) == {"pods": "0", "requests.ephemeral-storage": "0"},
+    until(lambda: quota_used(cluster) == {"pods": "0", "requests.ephemeral-storage": "0"},
              "the controller to fill the quota's status")
 
     cluster.kubectl("apply", "-f", "-", input=pod_manifest("p1"))
@@ -68,7 +55,7 @@ def test_controller_releases_usage_after_a_pod_delete(cluster: Cluster) -> None:
     # The controller survives a kill -9 (the supervisor restarts it) and still releases.
     os.kill(cluster.pid_of("controller-manager"), signal.SIGKILL)
     cluster.kubectl("delete", "pod", "p1", "--wait=true")
-    wait_for(lambda: quota_used(cluster) == {"pods": "0", "requests.ephemeral-storage": "0"},
+    until(lambda: quota_used(cluster) == {"pods": "0", "requests.ephemeral-storage": "0"},
              "the deleted pod's usage to be released")
     cluster.kubectl("apply", "-f", "-", input=pod_manifest("p2"))
     assert quota_used(cluster) == {"pods": "1", "requests.ephemeral-storage": "1Gi"}
