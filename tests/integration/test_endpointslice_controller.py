@@ -111,6 +111,16 @@ async def test_slices_and_endpoints_follow_pods(tmp_path: Path) -> None:
         assert one["metadata"]["ownerReferences"][0]["kind"] == "Service"
         assert one["endpoints"][0]["targetRef"]["name"] == "a"
         assert one["endpoints"][0]["nodeName"] == "n1"
+        # The legacy Endpoints are written after the slices (a controller of their own).
+        async def endpoints_written() -> bool:
+            try:
+                eps = await api.get(resource_path("endpoints", "default", "web"))
+            except StatusError as err:
+                assert err.code == 404
+                return False
+            return len(eps.get("subsets") or []) == 2
+
+        await eventually(endpoints_written)
         eps = await api.get(resource_path("endpoints", "default", "web"))
         assert [[a["ip"] for a in s.get("addresses", [])] for s in eps["subsets"]] == [
             ["10.244.0.5"], []]

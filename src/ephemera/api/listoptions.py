@@ -20,18 +20,22 @@ one asks of the store. The one place for:
   | request                                    | reads                                      |
   |--------------------------------------------|--------------------------------------------|
   | list, get: resourceVersion unset           | the newest revision (consistent read)      |
-  | list, get: resourceVersion `0`             | any revision (ephemera: the newest); a     |
-  |                                            | list's `limit` is ignored, as the cache's  |
+  | list, get: resourceVersion `0`             | any revision: a list from the watch cache  |
+  |                                            | (its `limit` ignored, as upstream's), a    |
+  |                                            | get from the store                         |
   | list: `N`, match `Exact`                   | exactly revision N (410 once compacted)    |
   | list: `N` with a `limit`, no match         | exactly revision N (legacy exact match)    |
-  | list: `N`, `NotOlderThan` or no match;     | the newest revision, not older than N      |
-  | get: `N`                                   |                                            |
+  | list: `N`, `NotOlderThan` or no match;     | the newest revision, not older than N (the |
+  | get: `N`                                   | watch cache's once it has reached N)       |
   | list: a continue token                     | exactly the token's revision (410 with a   |
   |                                            | fresh token once compacted); a token of    |
   |                                            | revision -1: the newest                    |
   | watch: initial events                      | the state at the newest revision, not      |
-  |                                            | older than N, then the changes after it    |
-  | watch: `N` without initial events          | the changes after N                        |
+  |                                            | older than N (from the watch cache unless  |
+  |                                            | resourceVersion is unset), then the        |
+  |                                            | changes after it                           |
+  | watch: `N` without initial events          | the changes after N (from the watch cache  |
+  |                                            | while its window holds them)               |
   | watch: unset or `0` without initial events | the changes after the newest revision      |
 
   A revision newer than the store's waits for it at most `BLOCK_TIMEOUT` seconds (the watch
@@ -401,6 +405,14 @@ class ListRead:
     start_after: str = ""  # the key suffix a continue token continues after
     limit: int = 0  # at most this many items (0: all)
     continued: bool = False  # a continue token asked for it (its 410 carries a fresh one)
+    # The newest revision is asked for (no resourceVersion): read from the store, never from
+    # the watch cache. False: any revision not older than `min_revision` will do.
+    consistent: bool = True
+
+    @property
+    def cacheable(self) -> bool:
+        """The watch cache may serve it (resourceVersion `0`, or "not older than")."""
+        return not self.consistent and not self.revision and not self.continued
 
 
 def list_read(options: ListOptions) -> ListRead:
@@ -419,12 +431,12 @@ def list_read(options: ListOptions) -> ListRead:
         return ListRead(revision=max(token_revision, 0), start_after=start_after, limit=limit,
                         continued=True)
     revision = parse_resource_version(rv_text)
-    if rv_text == "0":
-        return ListRead()  # any revision, the whole list (the watch cache ignores the limit)
+    if rv_text == "0":  # any revision, the whole list (the watch cache ignores the limit)
+        return ListRead(consistent=False)
     match = options.resource_version_match
     if match == EXACT or (not match and limit and revision):
         return ListRead(revision=revision, limit=limit)
-    return ListRead(min_revision=revision, limit=limit)
+    return ListRead(min_revision=revision, limit=limit, consistent=not revision)
 
 
 @dataclass(frozen=True)
@@ -435,6 +447,12 @@ class WatchRead:
     min_revision: int = 0  # that state not older than this (0: any)
     after: int | None = None  # without initial events: the changes after this (None: now)
     end_bookmark: bool = False  # the `k8s.io/initial-events-end` bookmark after the state
+    consistent: bool = True  # that state at the newest revision (no resourceVersion)
+
+    @property
+    def initial_list(self) -> ListRead:
+        """The read of the initial state."""
+        return ListRead(min_revision=self.min_revision, consistent=self.consistent)
 
 
 def watch_read(options: ListOptions) -> WatchRead:
@@ -443,5 +461,6 @@ def watch_read(options: ListOptions) -> WatchRead:
     send = options.send_initial_events
     if send or (send is None and options.resource_version in ("", "0")):
         return WatchRead(initial_events=True, min_revision=revision,
-                         end_bookmark=bool(send) and options.allow_watch_bookmarks)
+                         end_bookmark=bool(send) and options.allow_watch_bookmarks,
+                         consistent=options.resource_version == "")
     return WatchRead(initial_events=False, after=revision or None)

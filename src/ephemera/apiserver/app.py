@@ -67,6 +67,7 @@ from ephemera.apiserver.serviceallocator import (
     repair_periodically,
 )
 from ephemera.apiserver.watch import WatchSettings, serve_watch
+from ephemera.apiserver.watchcache import WatchCache
 from ephemera.store import Store, StoreError
 
 log = logging.getLogger("ephemera.apiserver")
@@ -135,6 +136,8 @@ class ApiserverConfig:
     # `--service-cluster-ip-range` and `--service-node-port-range` (upstream's defaults).
     service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR
     service_node_port_range: str = DEFAULT_NODE_PORT_RANGE
+    # `--watch-cache`: serve the reads that need not be consistent from memory (watchcache).
+    watch_cache: bool = True
 
 
 REGISTRY = web.AppKey("registry", Registry)
@@ -156,7 +159,9 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     admission = build_chain(config.admission_plugins, AdmissionSettings(
         gates=config.feature_gates,
         mount_service_account_token=config.mount_service_account_token))
-    registry = Registry(store, gates=config.feature_gates, admission=admission)
+    cache = WatchCache(store) if config.watch_cache else None
+    registry = Registry(store, gates=config.feature_gates, admission=admission,
+                        watch_cache=cache)
     allocations = ServiceAllocations(store, config.service_cluster_ip_range,
                                      config.service_node_port_range)
     registry.set_write_hooks(core_resource("services"), allocations)
@@ -217,6 +222,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await lifecycle.close()
+        if cache is not None:
+            await cache.close()
 
     app.on_startup.append(startup)
     app.on_shutdown.append(shutdown)

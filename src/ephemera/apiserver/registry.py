@@ -57,6 +57,7 @@ from ephemera.apiserver.admission import Admission, AdmissionChain, AdmissionReq
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.strategy import Strategy, strategy_for
+from ephemera.apiserver.watchcache import ResourceCache, WatchCache
 from ephemera.store import (
     Compacted,
     FutureRevision,
@@ -198,8 +199,12 @@ class Registry:
     default) with the strategies of `gates` (ephemera's defaults by default)."""
 
     def __init__(self, store: Store, *, gates: FeatureGates | None = None,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, watch_cache: WatchCache | None = None
+                 ) -> None:
         self.store = store
+        # Serves the lists and watches that need not be consistent (`watchcache`); None:
+        # every read from the store (upstream's `--watch-cache=false`).
+        self.watch_cache = watch_cache
         self.gates = gates if gates is not None else FeatureGates()
         self.admission: Admission = admission if admission is not None else AdmissionChain()
         self._codecs: dict[Resource, Codec] = {}
@@ -359,14 +364,21 @@ class Registry:
         """A list of `resource` (in `namespace`, or everywhere when empty) filtered by
         `selection`, read as `read` says (`ephemera.api.listoptions`; None: all, now)."""
         read = read or ListRead()
-        if read.revision or read.min_revision:
-            await self.ensure_fresh(read.revision or read.min_revision)
         prefix = self._narrow(resource, namespace, selection) or resource.key_prefix(namespace)
+        source: Store | ResourceCache = self.store
+        if read.cacheable and self.watch_cache is not None:
+            cache = await self.watch_cache.ready(resource.key_prefix())
+            if cache is not None and cache.revision >= read.min_revision:
+                source = cache
+        if source is self.store and (read.revision or read.min_revision):
+            await self.ensure_fresh(read.revision or read.min_revision)
         start_after = prefix + read.start_after if read.continued else ""
         revision, limit = read.revision, read.limit
         codec = self.codec(resource)
         filtering = selection is not None and not selection.empty
         try:
+            if isinstance(source, ResourceCache):
+                return self._list_cached(source, prefix, selection, limit, codec)
             if not filtering:
                 result = await self.store.list(prefix, limit=limit, start_after=start_after,
                                                revision=revision)
@@ -407,6 +419,28 @@ class Registry:
         except FutureRevision as err:
             raise too_large_resource_version(err.requested, err.current) from None
 
+    @staticmethod
+    def _list_cached(cache: ResourceCache, prefix: str, selection: Selection | None,
+                     limit: int, codec: Codec) -> ListPage:
+        """A list from the watch cache: one snapshot at its revision, filtered in memory; a
+        `limit` cuts it with a continue token whose next pages come from the store at that
+        revision (as upstream's cacher pages)."""
+        result = cache.list(prefix)
+        kvs: list[KeyValue] = []
+        objects: list[dict[str, Any] | None] = []
+        filtering = selection is not None and not selection.empty
+        for i, kv in enumerate(result.kvs):
+            obj = codec.decode(kv) if filtering else None
+            if selection is not None and obj is not None and not selection.matches(obj):
+                continue
+            kvs.append(kv)
+            objects.append(obj)
+            if limit and len(kvs) >= limit and i + 1 < len(result.kvs):
+                token = encode_continue(kv.key[len(prefix):], result.revision)
+                remaining = None if filtering else len(result.kvs) - i - 1
+                return ListPage(kvs, objects, result.revision, token, remaining)
+        return ListPage(kvs, objects, result.revision)
+
     def _narrow(self, resource: Resource, namespace: str, selection: Selection | None
                 ) -> str | None:
         """A smaller key prefix implied by `metadata.name=` / `metadata.namespace=` terms."""
@@ -425,6 +459,11 @@ class Registry:
     async def watch(self, resource: Resource, namespace: str, after_revision: int,
                     selection: Selection | None = None) -> Watcher:
         prefix = self._narrow(resource, namespace, selection) or resource.key_prefix(namespace)
+        if self.watch_cache is not None:
+            cache = await self.watch_cache.ready(resource.key_prefix())
+            watcher = cache.watch(prefix, after_revision) if cache is not None else None
+            if watcher is not None:
+                return watcher
         return await self.store.watch(prefix, after_revision)
 
     # -- writes -----------------------------------------------------------------------------

@@ -132,9 +132,7 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
     start = 0
     try:
         if read.initial_events:
-            if read.min_revision:
-                await registry.ensure_fresh(read.min_revision)
-            page = await registry.list(res, target.namespace, sel)
+            page = await registry.list(res, target.namespace, sel, read.initial_list)
             start = page.revision
             for kv, obj in zip(page.kvs, page.objects, strict=True):
                 initial_chunks.append(stream.event("ADDED", kv, obj))

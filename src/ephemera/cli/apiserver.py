@@ -104,6 +104,11 @@ def add_parser(subparsers: Any) -> None:
                         help="requests without credentials are system:anonymous, for "
                              "authorization to decide (default true; off with AlwaysAllow); "
                              "false: they get 401")
+    parser.add_argument("--watch-cache", type=_go_bool, nargs="?", const=True, default=True,
+                        metavar="BOOL",
+                        help="serve lists with resourceVersion=0 or not older than N, and "
+                             "watches, from an in-memory cache per resource fed by one store "
+                             "watch (default true); false: every read from the store")
     parser.add_argument("--audit-log-path", type=Path, default=None, metavar="FILE",
                         help="write audit.k8s.io/v1 events there, one JSON line each "
                              "(default: no audit log)")
@@ -233,7 +238,8 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                 authorization_modes: Sequence[str] | None = None,
                 anonymous_auth: bool = True,
                 service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR,
-                service_node_port_range: str = DEFAULT_NODE_PORT_RANGE) -> Any:
+                service_node_port_range: str = DEFAULT_NODE_PORT_RANGE,
+                watch_cache: bool = True) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
 
     return create_app(store, ApiserverConfig(audit=audit, authenticator=authenticator,
@@ -246,7 +252,8 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                                              mount_service_account_token=(
                                                  mount_service_account_token),
                                              service_cluster_ip_range=service_cluster_ip_range,
-                                             service_node_port_range=service_node_port_range))
+                                             service_node_port_range=service_node_port_range,
+                                             watch_cache=watch_cache))
 
 
 def _token_authentication(args: argparse.Namespace, data_dir: Path, store: Any,
@@ -294,7 +301,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
         app = _create_app(store, authenticator, args.feature_gates, client_ssl_context(pki),
                           issuer, audiences, args.mount_service_account_token, audit,
                           args.authorization_mode, args.anonymous_auth,
-                          args.service_cluster_ip_range, args.service_node_port_range)
+                          args.service_cluster_ip_range, args.service_node_port_range,
+                          watch_cache=args.watch_cache)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

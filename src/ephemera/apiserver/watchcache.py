@@ -1,0 +1,215 @@
+"""The apiserver's watch cache, as upstream's cacher: per resource, the objects of the store
+held in memory and a window of recent events, fed by one store watch, from which the reads
+that may be served from a cache are served.
+
+- `ResourceCache` lists the resource's prefix once, then follows one store watch from that
+  revision: each event updates the objects, is appended to the history (the newest
+  `history` events; `window_start` is the revision after which the history is complete) and
+  is fanned out to the cache's watchers (a `WatchHub`: bounded buffers, so a slow watcher is
+  cut off (`WatcherDropped`) without holding the others back; idle watchers get progress
+  notifications at the cache's revision). When the store watch ends (dropped, compacted,
+  the store unreachable), the cache ends its watchers (their clients watch again from their
+  last resourceVersion) and lists again.
+- `WatchCache` holds one `ResourceCache` per resource prefix, started on first use.
+
+Which reads it serves is `ephemera.api.listoptions`' decision (`ListRead.consistent`,
+`WatchRead`) and the registry's: lists with `resourceVersion=0` and "not older than" lists
+the cache has reached, and every watch from a revision inside the window. Consistent reads
+(no resourceVersion) still go to the store, as upstream does without
+ConsistentListFromCache; so do exact-revision lists and continued pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import contextlib
+import logging
+
+from ephemera.store.base import (
+    Event,
+    KeyValue,
+    ListResult,
+    Progress,
+    Store,
+    StoreError,
+    Watcher,
+)
+from ephemera.store.watchhub import (
+    DEFAULT_PROGRESS_INTERVAL,
+    DEFAULT_WATCH_CAPACITY,
+    WatchHub,
+)
+
+log = logging.getLogger("ephemera.apiserver.watchcache")
+
+# Events kept per resource: upstream's cacher keeps between 100 and 100,000, sized by the
+# event rate; a fixed window is enough here (a watch from older than it goes to the store).
+DEFAULT_HISTORY = 10_000
+# How long a read waits for a cache that is (re)listing before it goes to the store.
+READY_TIMEOUT = 5.0
+RETRY_INTERVAL = 1.0
+# Above every character of a key: the end of a key prefix's range.
+_PREFIX_END = "\U0010ffff"
+
+
+class ResourceCache:
+    """The objects under one key prefix and their recent events (see the module's doc)."""
+
+    def __init__(self, store: Store, prefix: str, *, history: int = DEFAULT_HISTORY,
+                 watch_capacity: int = DEFAULT_WATCH_CAPACITY,
+                 progress_interval: float = DEFAULT_PROGRESS_INTERVAL) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.history_limit = history
+        self.items: dict[str, KeyValue] = {}
+        self._sorted_keys: list[str] | None = None
+        self.history: collections.deque[Event] = collections.deque()
+        self.window_start = 0  # the history holds every event with a revision above this
+        self.hub = WatchHub(0, capacity=watch_capacity, progress_interval=progress_interval)
+        self.ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def revision(self) -> int:
+        """Every event of the prefix up to this revision has been applied."""
+        return self.hub.revision
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"watch-cache {self.prefix}")
+
+    async def wait_ready(self, timeout: float = READY_TIMEOUT) -> bool:
+        self.start()
+        if self.ready.is_set():
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.ready.wait()
+        return self.ready.is_set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the store's errors and its transport's
+                log.warning("watch cache of %s: %s; listing again", self.prefix,
+                            err if isinstance(err, StoreError) else type(err).__name__)
+            self.ready.clear()
+            await self.hub.close()  # their clients watch again from their resourceVersion
+            await asyncio.sleep(RETRY_INTERVAL)
+
+    async def _follow(self) -> None:
+        listed = await self.store.list(self.prefix)
+        self.items = {kv.key: kv for kv in listed.kvs}
+        self._sorted_keys = None
+        self.history.clear()
+        self.window_start = listed.revision
+        self.hub.revision = listed.revision
+        watcher = await self.store.watch(self.prefix, listed.revision)
+        log.info("watch cache of %s: %d objects at revision %d", self.prefix,
+                 len(self.items), listed.revision)
+        self.ready.set()
+        try:
+            async for item in watcher:
+                if isinstance(item, Progress):
+                    self.hub.revision = max(self.hub.revision, item.revision)
+                else:
+                    self.apply(item)
+        finally:
+            await watcher.close()
+        raise StoreError("the store's watch ended")
+
+    def apply(self, event: Event) -> None:
+        """One committed event: the objects, the history, the watchers."""
+        key = event.kv.key
+        if event.type == "PUT":
+            if key not in self.items:
+                self._sorted_keys = None
+            self.items[key] = event.kv
+        elif self.items.pop(key, None) is not None:
+            self._sorted_keys = None
+        self.history.append(event)
+        if len(self.history) > self.history_limit:
+            self.window_start = self.history.popleft().revision
+        self.hub.publish((event,))
+
+    def list(self, prefix: str, *, limit: int = 0, start_after: str = "") -> ListResult:
+        """The keys under `prefix` (which lies under the cache's) after `start_after`, at
+        most `limit` (0: all), at the cache's revision; as `Store.list`."""
+        if self._sorted_keys is None:
+            self._sorted_keys = sorted(self.items)
+        keys = self._sorted_keys
+        low = bisect.bisect_left(keys, prefix)
+        if start_after:
+            low = max(low, bisect.bisect_right(keys, start_after))
+        high = bisect.bisect_left(keys, prefix + _PREFIX_END, low)
+        end = min(high, low + limit) if limit else high
+        kvs = [self.items[key] for key in keys[low:end]]
+        return ListResult(kvs, self.revision, end < high, high - end)
+
+    def watch(self, prefix: str, after_revision: int) -> Watcher | None:
+        """A watcher of the events under `prefix` after `after_revision`, or None when the
+        history no longer holds them all (the caller goes to the store)."""
+        if after_revision < self.window_start:
+            return None
+        watcher = self.hub.register(prefix, after_revision)
+        missed = []  # already published: replayed from the history, newest last
+        for event in reversed(self.history):
+            if event.revision <= after_revision:
+                break
+            if event.kv.key.startswith(prefix):
+                missed.append(event)
+        if missed:
+            missed.reverse()
+            watcher.set_replay(ReplayOnce(missed))
+        return watcher
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.hub.close()
+
+
+class ReplayOnce:
+    """A `BufferedWatcher` replay source that hands over one batch, then nothing."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self._events: list[Event] | None = events
+
+    async def __call__(self) -> list[Event]:
+        events, self._events = self._events or [], None
+        return events
+
+
+class WatchCache:
+    """One `ResourceCache` per resource key prefix, each started on first use."""
+
+    def __init__(self, store: Store, *, history: int = DEFAULT_HISTORY) -> None:
+        self.store = store
+        self.history = history
+        self._caches: dict[str, ResourceCache] = {}
+
+    async def ready(self, prefix: str) -> ResourceCache | None:
+        """The cache of the resource whose key prefix is `prefix`, once it has listed; None
+        when it has not within `READY_TIMEOUT` (the read goes to the store)."""
+        cache = self._caches.get(prefix)
+        if cache is None:
+            cache = self._caches[prefix] = ResourceCache(self.store, prefix,
+                                                         history=self.history)
+        return cache if await cache.wait_ready() else None
+
+    def watchers(self) -> int:
+        return sum(len(cache.hub) for cache in self._caches.values())
+
+    async def close(self) -> None:
+        caches, self._caches = self._caches, {}
+        for cache in caches.values():
+            await cache.close()

@@ -1,0 +1,142 @@
+"""The watch cache's answers against the store's, over HTTP: two apiservers on one store, one
+with the watch cache (`--watch-cache`, the default) and one without, asked the same lists
+and watches (resourceVersion `0`, "not older than", exact, paged with continue tokens,
+label and field selectors, initial events, a future resourceVersion, one older than both
+the cache's window and the store's compaction) must give the same items, events and
+errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apiserver_fixtures import Api, eventually, serve
+
+from ephemera.apiserver.app import REGISTRY
+from ephemera.store import Store, open_store
+
+CMS = "/api/v1/namespaces/default/configmaps"
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[Api, Api, Store]]:
+    store = open_store("sqlite", data_dir=tmp_path / "data", progress_interval=0.1)
+    try:
+        async for cached in serve(store):
+            async for uncached in serve(store, watch_cache=False):
+                yield cached, uncached, store
+    finally:
+        await store.close()
+
+
+def names(body: dict[str, Any]) -> list[str]:
+    return [item["metadata"]["name"] for item in body["items"]]
+
+
+async def all_pages(api: Api, query: str) -> list[str]:
+    got: list[str] = []
+    status, body = await api.get(f"{CMS}?{query}")
+    assert status == 200, body
+    got += names(body)
+    while body["metadata"].get("continue"):
+        status, body = await api.get(f"{CMS}?limit=2&continue={body['metadata']['continue']}")
+        assert status == 200, body
+        got += names(body)
+    return got
+
+
+async def watch_lines(api: Api, query: str) -> list[dict[str, Any]]:
+    """A watch's events until it times out (timeoutSeconds=1), bookmarks without their
+    resourceVersion (a periodic one may come at any revision)."""
+    response = await api.client.get(f"{CMS}?watch=true&timeoutSeconds=1&{query}")
+    assert response.status == 200
+    events = []
+    for line in (await response.read()).splitlines():
+        event = json.loads(line)
+        obj = event["object"]
+        if event["type"] == "BOOKMARK":
+            events.append({"type": "BOOKMARK",
+                           "annotations": obj["metadata"].get("annotations")})
+        elif event["type"] == "ERROR":
+            events.append({"type": "ERROR", "code": obj["code"], "message": obj["message"]})
+        else:
+            events.append({"type": event["type"], "name": obj["metadata"]["name"],
+                           "rv": obj["metadata"]["resourceVersion"],
+                           "data": obj.get("data")})
+    return events
+
+
+async def test_the_cache_answers_as_the_store_does(pair: tuple[Api, Api, Store]) -> None:
+    cached, uncached, store = pair
+    for i in range(7):
+        status, _ = await uncached.post(CMS, {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"cm-{i}", "labels": {"parity": "even" if i % 2 else "odd"}},
+            "data": {"i": str(i)}})
+        assert status == 201
+    first_rv = int((await uncached.get(CMS))[1]["metadata"]["resourceVersion"])
+    for i in (1, 4):
+        status, _ = await uncached.patch(f"{CMS}/cm-{i}", {"data": {"i": f"{i}+"}},
+                                         "application/merge-patch+json")
+        assert status == 200
+    assert (await uncached.delete(f"{CMS}/cm-5"))[0] == 200
+    current = await store.current_revision()
+    cache = cached.app[REGISTRY].watch_cache
+    assert cache is not None
+    resource = await cache.ready("/registry/configmaps/")
+    assert resource is not None
+
+    async def caught_up() -> bool:
+        return resource.revision >= current
+
+    await eventually(caught_up)
+
+    for query in ("resourceVersion=0", "resourceVersion=0&limit=2",
+                  f"resourceVersion={current}&resourceVersionMatch=NotOlderThan",
+                  f"resourceVersion={first_rv}&resourceVersionMatch=Exact",
+                  f"resourceVersion={first_rv}&limit=2",
+                  "resourceVersion=0&labelSelector=parity%3Deven",
+                  "resourceVersion=0&fieldSelector=metadata.name%3Dcm-3",
+                  f"resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=2",
+                  "limit=2"):
+        assert await all_pages(cached, query) == await all_pages(uncached, query), query
+    # the cache's lists carry its revision, which has reached the store's
+    body = (await cached.get(f"{CMS}?resourceVersion=0"))[1]
+    assert int(body["metadata"]["resourceVersion"]) == current
+
+    for query in (f"resourceVersion={first_rv}", f"resourceVersion={first_rv - 3}",
+                  "resourceVersion=0&sendInitialEvents=true&allowWatchBookmarks=true"
+                  "&resourceVersionMatch=NotOlderThan",
+                  f"resourceVersion={first_rv}&labelSelector=parity%3Dodd",
+                  f"resourceVersion={first_rv}&fieldSelector=metadata.name%3Dcm-4"):
+        assert await watch_lines(cached, query) == await watch_lines(uncached, query), query
+
+    # A revision from the future: both wait, then answer 504 Too large resource version.
+    for api in (cached, uncached):
+        api.app[REGISTRY].block_timeout = 0.2
+    future = f"resourceVersion={current + 50}&resourceVersionMatch=NotOlderThan"
+    answers = [await api.get(f"{CMS}?{future}") for api in (cached, uncached)]
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 504
+
+
+async def test_a_watch_older_than_the_window_and_the_compaction_is_410(
+        pair: tuple[Api, Api, Store]) -> None:
+    cached, uncached, store = pair
+    cache = cached.app[REGISTRY].watch_cache
+    assert cache is not None
+    cache.history = 2  # the configmaps' cache keeps two events
+    start = await store.current_revision()
+    for i in range(5):
+        assert (await uncached.post(CMS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                          "metadata": {"name": f"old-{i}"}}))[0] == 201
+    assert await cache.ready("/registry/configmaps/") is not None
+    await asyncio.sleep(0.1)
+    await store.compact(await store.current_revision())
+    answers = [await watch_lines(api, f"resourceVersion={start}") for api in (cached, uncached)]
+    assert answers[0] == answers[1]
+    assert answers[0][0]["type"] == "ERROR" and answers[0][0]["code"] == 410

@@ -1,0 +1,271 @@
+"""The watch cache (`ephemera.apiserver.watchcache`) against the store it caches, on both
+backends: after a random history of creates, updates and deletes under several prefixes,
+every list (whole, by sub-prefix, in pages) and every watch (from each revision of the
+window) the cache answers equals the store's answer at the same revision; a watch from
+before the window is refused (the registry then goes to the store); a slow watcher is cut
+off while the others keep receiving; the cache lists again when its store watch ends."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+
+from conftest import StoreFactory
+from ephemera.apiserver.watchcache import ResourceCache, WatchCache
+from ephemera.store import Store
+from ephemera.store.base import (
+    Event,
+    KeyNotFound,
+    ListResult,
+    Progress,
+    Watcher,
+    WatcherDropped,
+)
+
+PREFIX = "/registry/things/"
+NAMESPACES = ("a", "b", "c")
+
+
+async def random_history(store: Store, writes: int, seed: int, tag: str) -> None:
+    """Creates, updates and deletes of keys under PREFIX (three namespaces) and of keys
+    outside it, in a seeded random order."""
+    rng = random.Random(seed)
+    live: dict[str, int] = {}
+    for i in range(writes):
+        choice = rng.random()
+        if choice < 0.1:
+            await store.create(f"/registry/other/{tag}{i}", b"x")
+        elif choice < 0.5 or not live:
+            key = f"{PREFIX}{rng.choice(NAMESPACES)}/{tag}{i}"
+            live[key] = (await store.create(key, f"v{i}".encode())).mod_revision
+        elif choice < 0.8:
+            key = rng.choice(sorted(live))
+            live[key] = (await store.update(key, f"u{i}".encode(), live[key])).mod_revision
+        else:
+            key = rng.choice(sorted(live))
+            await store.delete(key, live.pop(key))
+
+
+async def caught_up(cache: ResourceCache, store: Store) -> None:
+    """Wait until the cache has applied everything the store has committed (a progress
+    notification carries it past writes outside its prefix)."""
+    target = await store.current_revision()
+    async with asyncio.timeout(10):
+        while cache.revision < target:
+            await asyncio.sleep(0.01)
+
+
+async def drain(watcher: Watcher, until_revision: int) -> list[tuple[str, str, bytes, int]]:
+    """The events of `watcher` up to `until_revision`, as comparable tuples."""
+    seen: list[tuple[str, str, bytes, int]] = []
+    if until_revision <= 0:
+        return seen
+    async with asyncio.timeout(10):
+        async for item in watcher:
+            if isinstance(item, Event):
+                seen.append((item.type, item.kv.key, item.kv.value, item.revision))
+            if item.revision >= until_revision:
+                break
+    return seen
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_lists_and_watches_equal_the_stores(make_store: StoreFactory, seed: int) -> None:
+    store = await make_store()
+    await random_history(store, 40, seed, "first")  # before the cache: its initial list
+    cache = WatchCache(store)
+    resource = await cache.ready(PREFIX)
+    assert resource is not None
+    start = resource.window_start
+    await random_history(store, 80, seed + 100, "then")  # after: its watch
+    await caught_up(resource, store)
+    revision = resource.revision
+    try:
+        for prefix in (PREFIX, *(f"{PREFIX}{ns}/" for ns in NAMESPACES)):
+            from_store = await store.list(prefix, revision=revision)
+            from_cache = resource.list(prefix)
+            assert from_cache.revision == revision
+            assert from_cache.kvs == from_store.kvs, prefix
+            # in pages of 3, each continuing after the last key
+            pages: list[bytes] = []
+            after = ""
+            while True:
+                page = resource.list(prefix, limit=3, start_after=after)
+                stored = await store.list(prefix, limit=3, start_after=after, revision=revision)
+                assert (page.kvs, page.more, page.remaining) == (
+                    stored.kvs, stored.more, stored.remaining)
+                pages += [kv.value for kv in page.kvs]
+                if not page.more:
+                    break
+                after = page.kvs[-1].key
+            assert pages == [kv.value for kv in from_store.kvs]
+        # every watch from inside the window sees what the store's watch sees
+        for after_revision in range(start, revision + 1, 7):
+            for prefix in (PREFIX, f"{PREFIX}b/"):
+                cached = resource.watch(prefix, after_revision)
+                assert cached is not None
+                stored_watch = await store.watch(prefix, after_revision)
+                try:
+                    expected = await drain(stored_watch, revision)
+                    assert await drain(cached, revision) == expected, (prefix, after_revision)
+                finally:
+                    await cached.close()
+                    await stored_watch.close()
+    finally:
+        await cache.close()
+
+
+async def test_a_watch_from_before_the_window_is_refused(make_store: StoreFactory) -> None:
+    store = await make_store()
+    await store.create(f"{PREFIX}a/first", b"1")
+    cache = WatchCache(store, history=3)
+    resource = await cache.ready(PREFIX)
+    assert resource is not None
+    listed_at = resource.window_start
+    try:
+        assert resource.watch(PREFIX, listed_at - 1) is None  # before the cache listed
+        for i in range(5):
+            await store.create(f"{PREFIX}a/o{i}", b"v")
+        await caught_up(resource, store)
+        assert len(resource.history) == 3
+        assert resource.window_start > listed_at
+        assert resource.watch(PREFIX, listed_at) is None
+        inside = resource.watch(PREFIX, resource.window_start)
+        assert inside is not None
+        events = await drain(inside, resource.revision)
+        assert [key for _, key, _, _ in events] == [f"{PREFIX}a/o{i}" for i in (2, 3, 4)]
+        await inside.close()
+    finally:
+        await cache.close()
+
+
+async def test_a_slow_watcher_is_cut_off_and_the_others_keep_receiving(
+        make_store: StoreFactory) -> None:
+    store = await make_store()
+    cache = WatchCache(store)
+    resource = await cache.ready(PREFIX)
+    assert resource is not None
+    resource.hub.capacity = 5
+    slow = resource.watch(PREFIX, resource.revision)
+    fast = resource.watch(PREFIX, resource.revision)
+    assert slow is not None and fast is not None
+    try:
+        received: list[str] = []
+
+        async def consume() -> None:
+            async for item in fast:
+                if isinstance(item, Event):
+                    received.append(item.kv.key)
+                    if len(received) == 20:
+                        return
+
+        consumer = asyncio.create_task(consume())
+        for i in range(20):
+            await store.create(f"{PREFIX}a/o{i:02}", b"v")
+            await asyncio.sleep(0)  # the fast one keeps up; the slow one never reads
+        async with asyncio.timeout(10):
+            await consumer
+        assert received == [f"{PREFIX}a/o{i:02}" for i in range(20)]
+        with pytest.raises(WatcherDropped):
+            async for _item in slow:
+                pass
+    finally:
+        await slow.close()
+        await fast.close()
+        await cache.close()
+
+
+class BreakableStore:
+    """The store, whose watches `break_watches()` ends with WatcherDropped (as a store
+    drops a watcher that fell behind)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.broken = asyncio.Event()
+        self.watches = 0
+
+    async def list(self, prefix: str, **kw: Any) -> ListResult:
+        return await self.store.list(prefix, **kw)
+
+    async def watch(self, prefix: str, after_revision: int) -> Watcher:
+        self.watches += 1
+        self.broken.clear()
+        return Breakable(await self.store.watch(prefix, after_revision), self.broken)
+
+    def break_watches(self) -> None:
+        self.broken.set()
+
+
+class Breakable(Watcher):
+    def __init__(self, inner: Watcher, broken: asyncio.Event) -> None:
+        self.inner = inner
+        self.broken = broken
+
+    def __aiter__(self) -> AsyncIterator[Event | Progress]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event | Progress]:
+        items = self.inner.__aiter__()
+        while True:
+            following = asyncio.ensure_future(items.__anext__())
+            breaking = asyncio.ensure_future(self.broken.wait())
+            done, _ = await asyncio.wait({following, breaking},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            breaking.cancel()
+            if following not in done:
+                following.cancel()
+                raise WatcherDropped("fell behind")
+            try:
+                yield following.result()
+            except StopAsyncIteration:
+                return
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_the_cache_lists_again_when_its_store_watch_ends(make_store: StoreFactory) -> None:
+    store = await make_store()
+    kv = await store.create(f"{PREFIX}a/x", b"1")
+    breakable = BreakableStore(store)
+    cache = WatchCache(cast(Store, breakable))
+    resource = await cache.ready(PREFIX)
+    assert resource is not None
+    watcher = resource.watch(PREFIX, resource.revision)
+    assert watcher is not None
+    try:
+        # The cache ends its watchers (their clients watch again) and lists again.
+        breakable.break_watches()
+        async with asyncio.timeout(10):
+            async for item in watcher:
+                assert isinstance(item, Progress)
+        async with asyncio.timeout(10):
+            while breakable.watches < 2 or not resource.ready.is_set():
+                await asyncio.sleep(0.02)
+        await store.update(kv.key, b"2", kv.mod_revision)
+        await caught_up(resource, store)
+        assert [k.value for k in resource.list(PREFIX).kvs] == [b"2"]
+    finally:
+        await watcher.close()
+        await cache.close()
+
+
+async def test_deletes_leave_the_list(make_store: StoreFactory) -> None:
+    store = await make_store()
+    cache = WatchCache(store)
+    resource = await cache.ready(PREFIX)
+    assert resource is not None
+    try:
+        kv = await store.create(f"{PREFIX}a/gone", b"1")
+        await store.create(f"{PREFIX}a/kept", b"2")
+        await store.delete(kv.key, kv.mod_revision)
+        await caught_up(resource, store)
+        assert [k.key for k in resource.list(PREFIX).kvs] == [f"{PREFIX}a/kept"]
+        with pytest.raises(KeyNotFound):
+            await store.delete(kv.key)
+    finally:
+        await cache.close()
