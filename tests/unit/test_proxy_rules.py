@@ -175,7 +175,7 @@ def test_client_ip_affinity_and_external_ips_come_back_as_warnings() -> None:
     rs = rules.build([service("sticky", sessionAffinity="ClientIP",
                               externalIPs=["192.0.2.10"])], [], CONFIG)
     assert [key for key, _ in rs.warnings] == ["ns/sticky", "ns/sticky"]
-    assert "ClientIP is not implemented" in rs.warnings[0][1]
+    assert rs.warnings[0][1].startswith("spec.sessionAffinity: ClientIP affinity has no effect")
     assert rs.stats.service_ports == 1
 
 

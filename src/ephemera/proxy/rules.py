@@ -28,7 +28,8 @@ pods, from the host and from elsewhere.
 Endpoints as upstream's `CategorizeEndpoints`: the ready ones (`ready` unset counts as
 ready); when none is ready, the ones both `serving` and `terminating`. Headless and
 ExternalName Services are skipped; `sessionAffinity: ClientIP` and `externalIPs` are not
-implemented and come back as warnings (the Service is balanced as with `None`).
+implemented and come back as warnings (`ephemera.api.services.unimplemented_warnings`, which
+the apiserver also answers with), the Service balanced as with `None`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ephemera.api.services import unimplemented_warnings
 
 Expr = dict[str, Any]
 Rule = list[Expr]
@@ -279,20 +282,6 @@ def service_ports(svc: Mapping[str, Any]) -> list[ServicePort]:
     return out
 
 
-def service_warnings(svc: Mapping[str, Any]) -> list[str]:
-    """What the Service asks for that the proxy does not do."""
-    spec = svc.get("spec") or {}
-    if not is_proxied(svc):
-        return []
-    out = []
-    if spec.get("sessionAffinity") == "ClientIP":
-        out.append("sessionAffinity ClientIP is not implemented by ephemera's proxy: "
-                   "connections are balanced as with None")
-    if spec.get("externalIPs"):
-        out.append("spec.externalIPs are not proxied by ephemera's proxy")
-    return out
-
-
 def slice_endpoints(slices: Iterable[Mapping[str, Any]]
                     ) -> dict[tuple[str, str, str], list[Endpoint]]:
     """The endpoints of every (`ns/service`, port name, protocol) from IPv4 EndpointSlices,
@@ -383,7 +372,7 @@ def build(services: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, A
     endpoints_of = slice_endpoints(slices)
     ordered = sorted(services, key=_key)
     for svc in ordered:
-        rs.warnings.extend((_key(svc), w) for w in service_warnings(svc))
+        rs.warnings.extend((_key(svc), w) for w in unimplemented_warnings(dict(svc)))
         for sp in service_ports(svc):
             _add_service_port(rs, sp, endpoints_of.get(
                 (f"{sp.namespace}/{sp.name}", sp.port_name, sp.protocol), []), config)
