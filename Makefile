@@ -51,6 +51,7 @@ bench: setup
 	$(BIN)/python -m bench.eviction
 	$(BIN)/python -m bench.dynamic_swap
 	$(BIN)/python -m bench.accounting
+	$(BIN)/python -m bench.service
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -8,8 +8,12 @@ stale rule), and stopping `up` removes the table."""
 from __future__ import annotations
 
 import ipaddress
+import json
+import math
 import os
 import signal
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,3 +160,27 @@ def test_kill_9_of_the_proxy_then_restart_replaces_the_table_without_stale_rules
     assert nft.list_tables().count(table) == 1
     log = (svc_cluster.data_dir / "logs" / "proxy.log").read_text()
     assert f"synced nftables table {table} (full)" in log.rsplit("starting proxy", 1)[1]
+
+
+def test_bench_service_reports_both_paths_side_by_side(svc_cluster: Cluster,
+                                                       tmp_path: Path) -> None:
+    """`bench.service` on this cluster (its own namespace), a few requests: both paths
+    answered every request, the ratios are numbers; it never checks a time."""
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.service", "--kubeconfig", str(svc_cluster.kubeconfig),
+         "--kubelet-dir", str(svc_cluster.data_dir / "kubelet"), "--namespace", "bench-smoke",
+         "--connections", "10", "--requests", "20", "--rounds", "2", "--json", str(out)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert "Left behind: nothing" in run.stdout
+    rows = [line for line in run.stdout.splitlines() if line.startswith(("| pod IP",
+                                                                          "| ClusterIP"))]
+    assert len(rows) == 2, run.stdout
+    saved = json.loads(out.read_text())
+    for path in ("pod IP", "ClusterIP"):
+        result = saved["results"][path]
+        assert (result["connect_count"], result["throughput_requests"],
+                result["failures"]) == (10, 20, 0)
+        assert math.isfinite(result["requests_per_s"]) and result["requests_per_s"] > 0
+    assert "round 2/2 (ClusterIP then pod IP)" in run.stderr
