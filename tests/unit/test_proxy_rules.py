@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
+from ephemera.cli.main import build_parser
+from ephemera.cli.up import Cluster as UpCluster
 from ephemera.client import ApiClient
 from ephemera.proxy import nft, rules
 from ephemera.proxy.proxier import Proxier, node_addresses
@@ -270,3 +273,17 @@ def test_the_proxier_syncs_full_first_then_partially_and_full_again_after_a_fail
     proxier.sync([], [], CONFIG)
     assert applied[-1][:2] == [{"add": table}, {"delete": table}]
     assert proxier.syncs == 3
+
+
+def test_proxy_flags_and_the_command_up_runs(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["proxy", "--cluster-cidr", "10.1.0.1/16"])
+    assert exit_info.value.code == 2
+    assert "'10.1.0.1/16': an IPv4 CIDR" in capsys.readouterr().err
+    args = build_parser().parse_args(["up", "--data-dir", str(tmp_path), "--node-name", "N1"])
+    cluster = UpCluster(args)
+    argv = cluster.proxy_argv()
+    assert argv[argv.index("--hostname-override") + 1] == "n1"
+    assert argv[argv.index("--cluster-cidr") + 1] == cluster.cluster_cidr
+    assert argv[argv.index("--kubeconfig") + 1] == str(tmp_path.resolve() / "proxy.kubeconfig")
