@@ -6,7 +6,10 @@ name), runtime `--runtime`, root dir `<data-dir>/kubelet`, with a client certifi
 `system:node:NAME` (group `system:nodes`) and a serving certificate issued from the data
 dir's CA, and a port kept in `ports.json`; stopping `up` shuts the node down as a reboot
 does and the next `up` brings its pods back (`ephemera.kubelet.nodeshutdown`), a kubelet
-that dies is restarted and adopts them; `--no-kubelet` leaves it out), picks a
+that dies is restarted and adopts them; `--no-kubelet` leaves it out; with it, when this
+runs as root with `nft`, the node's Service proxy `ephemera proxy` as `system:kube-proxy`,
+whose nftables table `up` also deletes once the proxy has stopped; `--no-proxy` leaves it
+out), picks a
 free port unless `--port` is given (reusing the data dir's last port when it is free, and
 keeping it across child restarts), writes the ports to `<data-dir>/ports.json`, and writes
 `<data-dir>/kubeconfig` only once the API answers (removed and written fresh at every start).
