@@ -264,8 +264,11 @@ def test_the_proxier_syncs_full_first_then_partially_and_full_again_after_a_fail
     table = {"table": {"family": "ip", "name": proxier.table}}
     proxier.sync([service("web")], [], CONFIG)
     assert applied[-1][:2] == [{"add": table}, {"delete": table}]
-    proxier.sync([service("web")], [eps("web", endpoint("10.200.0.5"))], CONFIG)
+    assert proxier.sync([service("web")], [eps("web", endpoint("10.200.0.5"))], CONFIG)
     assert {"delete": table} not in applied[-1]
+    # nothing changed: nothing applied, no sync counted
+    assert not proxier.sync([service("web")], [eps("web", endpoint("10.200.0.5"))], CONFIG)
+    assert len(applied) == 2
     failing = True
     with pytest.raises(nft.NftError):
         proxier.sync([], [], CONFIG)

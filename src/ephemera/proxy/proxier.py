@@ -98,15 +98,18 @@ class Proxier:
         return self.services.list(), self.slices.list(), config
 
     def sync(self, services: list[dict[str, Any]], slices: list[dict[str, Any]],
-             config: rules.ProxyConfig, *, full: bool = False) -> None:
+             config: rules.ProxyConfig, *, full: bool = False) -> bool:
         """Build the table and apply it (partial unless `full`, or nothing was applied
-        yet, or the base chains changed)."""
+        yet, or the base chains changed); False when a partial one had nothing to do."""
         started = time.monotonic()
         wanted = rules.build(services, slices, config)
         self._warn(wanted)
         old = self._applied
         full = full or old is None or any(
             old.chains.get(name) != wanted.chains.get(name) for name in rules.BASE_CHAINS)
+        if not full and old is not None and not self._stale and (
+                old.chains, old.maps, old.sets) == (wanted.chains, wanted.maps, wanted.sets):
+            return False  # an event that changes nothing in the table (a Node heartbeat)
         try:
             if full or old is None:
                 self._apply(nft.full_transaction(self.table, wanted))
@@ -128,6 +131,7 @@ class Proxier:
                  "full" if full else "partial", s.service_ports, s.endpoints, s.no_endpoints,
                  s.node_ports, ",".join(config.node_ips) or "no address",
                  (time.monotonic() - started) * 1000)
+        return True
 
     def _warn(self, rs: rules.Ruleset) -> None:
         """Log what a Service asks and the proxy does not do, once per Service and text."""
