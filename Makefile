@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 DATA_DIR ?= run-data
 # Debian packages the project needs, as "command:package" pairs; a command given as an
 # absolute path is checked as that file (the CNI plugins live in /usr/lib/cni, not on PATH).
-DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo mkfs.ext4:e2fsprogs /usr/lib/cni/bridge:containernetworking-plugins
+DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo mkfs.ext4:e2fsprogs /usr/lib/cni/bridge:containernetworking-plugins nft:nftables
 PYTEST_ARGS ?=
 
 .PHONY: run test setup debs lint unit bench clean
@@ -51,6 +51,7 @@ bench: setup
 	$(BIN)/python -m bench.eviction
 	$(BIN)/python -m bench.dynamic_swap
 	$(BIN)/python -m bench.accounting
+	$(BIN)/python -m bench.service
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -362,3 +362,16 @@ async def test_status_update_validates_the_load_balancer_ingress(api: Api) -> No
     assert body["message"].endswith(
         "status.loadBalancer.ingress: Forbidden: may only be used when `spec.type` is "
         "'LoadBalancer'")
+
+
+async def test_what_the_proxy_does_not_do_is_warned_about(api: Api) -> None:
+    status, _, response = await api.request("POST", SVCS, service(
+        "sticky", sessionAffinity="ClientIP", externalIPs=["192.0.2.10"]))
+    assert status == 201
+    assert response.headers.getall("Warning") == [
+        '299 - "spec.sessionAffinity: ClientIP affinity has no effect in ephemera (not '
+        'implemented): connections are balanced as with None"',
+        '299 - "spec.externalIPs: external IPs have no effect in ephemera (not implemented)"']
+    status, _, response = await api.request("POST", SVCS, service("plain"))
+    assert status == 201
+    assert "Warning" not in response.headers

@@ -501,3 +501,21 @@ def single_stack_errors(svc: dict[str, Any]) -> list[FieldError]:
                                   "when multiple IP families are specified, the service must "
                                   "be dual-stack"))
     return errs
+
+
+def unimplemented_warnings(svc: dict[str, Any]) -> list[str]:
+    """What a Service asks that ephemera's proxy does not do, said as the pod fields are
+    (`ephemera.pods.unimplemented`): the apiserver's `Warning`s on create and update, and
+    the proxy's log. Its zero values never warn; ExternalName and headless Services are not
+    proxied at all, so they do not either."""
+    spec = _spec(svc)
+    if spec.get("type") == "ExternalName" or spec.get("clusterIP") == CLUSTER_IP_NONE:
+        return []
+    out = []
+    if spec.get("sessionAffinity") == "ClientIP":
+        out.append("spec.sessionAffinity: ClientIP affinity has no effect in ephemera (not "
+                   "implemented): connections are balanced as with None")
+    if spec.get("externalIPs"):
+        out.append("spec.externalIPs: external IPs have no effect in ephemera (not "
+                   "implemented)")
+    return out

@@ -38,6 +38,7 @@ ADMIN_GROUPS = (MASTERS_GROUP,)
 # policy (`ephemera.apiserver.authz.bootstrappolicy`).
 SCHEDULER_USER = "system:kube-scheduler"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+PROXY_USER = "system:kube-proxy"  # `ephemera proxy` (kubeadm's kube-proxy binding)
 CLUSTER_NAME = "ephemera"
 
 CA_VALIDITY = dt.timedelta(days=3650)

@@ -522,6 +522,10 @@ class ServiceStrategy(Strategy):
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return services.validate_service(obj)
 
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        return [] if subresource else services.unimplemented_warnings(new)
+
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         super().prepare_for_update(new, old)
         services.normalize_cluster_ips(new, old)

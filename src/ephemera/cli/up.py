@@ -6,7 +6,10 @@ name), runtime `--runtime`, root dir `<data-dir>/kubelet`, with a client certifi
 `system:node:NAME` (group `system:nodes`) and a serving certificate issued from the data
 dir's CA, and a port kept in `ports.json`; stopping `up` shuts the node down as a reboot
 does and the next `up` brings its pods back (`ephemera.kubelet.nodeshutdown`), a kubelet
-that dies is restarted and adopts them; `--no-kubelet` leaves it out), picks a
+that dies is restarted and adopts them; `--no-kubelet` leaves it out; with it, when this
+runs as root with `nft`, the node's Service proxy `ephemera proxy` as `system:kube-proxy`,
+whose nftables table `up` also deletes once the proxy has stopped; `--no-proxy` leaves it
+out), picks a
 free port unless `--port` is given (reusing the data dir's last port when it is free, and
 keeping it across child restarts), writes the ports to `<data-dir>/ports.json`, and writes
 `<data-dir>/kubeconfig` only once the API answers (removed and written fresh at every start).
@@ -42,6 +45,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import ipaddress
+import os
 import signal
 import socket
 import sys
@@ -55,6 +59,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.wellknown import NODES_GROUP, node_username
 from ephemera.apiserver.certs import (
     CONTROLLER_MANAGER_USER,
+    PROXY_USER,
     SCHEDULER_USER,
     Pki,
     ensure_pki,
@@ -81,10 +86,13 @@ from ephemera.client import (
     load_kubeconfig,
     resource_path,
 )
+from ephemera.proxy.nft import NftError, delete_table_command, nft_binary, table_name
+from ephemera.proxy.nft import run as run_nft
 
 KUBECONFIG = "kubeconfig"
 SCHEDULER_KUBECONFIG = "scheduler.kubeconfig"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.kubeconfig"
+PROXY_KUBECONFIG = "proxy.kubeconfig"
 KUBELET_DIR = "kubelet"  # the kubelet's root dir (pods, volumes, logs, images, runtime)
 LOG_DIR = "logs"
 AUDIT_LOG = "audit/audit.log"  # every pods/dynamic request, by the default policy
@@ -153,6 +161,9 @@ def add_parser(subparsers: Any) -> None:
                         help="the controller-manager's: each node's pod CIDR size (default 24)")
     parser.add_argument("--no-kubelet", action="store_true",
                         help="run no kubelet: a control plane without a node")
+    parser.add_argument("--no-proxy", action="store_true",
+                        help="run no Service proxy for the node (by default `ephemera proxy` "
+                             "runs with the kubelet when this runs as root with nft)")
     parser.add_argument("--cluster-signing-duration", type=signing_duration, default=None,
                         metavar="DURATION",
                         help="the controller-manager's: how long certificates it signs for "
@@ -236,6 +247,7 @@ class Cluster:
         self.apiserver_port: int | None = None
         self.url = ""  # this member's apiserver, once it answers
         self.kubelet_port = 0
+        self.proxy_table = ""  # the table of the proxy `up` runs, once it runs one
         # Read now: the apiserver's readiness rewrites ports.json.
         self._last_kubelet_port = flags.read_ports(self.data_dir).get("kubelet")
 
@@ -333,6 +345,42 @@ class Cluster:
                 *self._endpoint_flags(),
                 *self._common_flags()]
 
+    def proxy_argv(self) -> list[str]:
+        return [sys.executable, "-m", "ephemera.cli", "proxy",
+                "--kubeconfig", str(self.data_dir / PROXY_KUBECONFIG),
+                "--hostname-override", self.node_name, "--cluster-cidr", self.cluster_cidr,
+                *self._endpoint_flags()]
+
+    def _proxy_unavailable(self) -> str:
+        """Why no proxy can run here ("" when one can)."""
+        if os.geteuid() != 0:
+            return "it needs root"
+        try:
+            nft_binary()
+        except NftError as err:
+            return str(err)
+        return ""
+
+    async def _start_proxy(self, url: str, pki: Pki) -> None:
+        if self.args.no_kubelet or self.args.no_proxy:
+            return
+        why = self._proxy_unavailable()
+        if why:
+            say(f"ephemera: no Service proxy: {why}; Services get no traffic")
+            return
+        write_client_kubeconfig(self.data_dir / PROXY_KUBECONFIG, url, pki, PROXY_USER)
+        self.proxy_table = table_name(self.cluster_cidr, self.node_name)
+        await self.supervisor.start(Component("proxy", self.proxy_argv))
+
+    def _remove_proxy_table(self) -> None:
+        """After the proxy stopped: its table goes even if it was stopped before it could
+        delete it itself (a SIGTERM while it was still starting)."""
+        if self.proxy_table:
+            try:
+                run_nft(delete_table_command(self.proxy_table))
+            except NftError as err:
+                say(f"ephemera: deleting nftables table {self.proxy_table} failed: {err}")
+
     def _eviction_flags(self) -> list[str]:
         extra: list[str] = []
         if self.args.eviction_interval is not None:
@@ -412,6 +460,7 @@ class Cluster:
             if not self.args.no_kubelet:
                 self.prepare_kubelet(url, pki)
                 await self.supervisor.start(Component("kubelet", self.kubelet_argv))
+            await self._start_proxy(url, pki)
             say(f"ephemera: the API answers at {url}")
             say(f"kubeconfig: {self.kubeconfig}")
             if not self.args.no_kubelet:
@@ -432,6 +481,7 @@ class Cluster:
             return 0
         finally:
             await self.supervisor.stop()
+            self._remove_proxy_table()
             say("ephemera: stopped")
 
     async def _node_bootstrap_rbac(self) -> None:

@@ -55,7 +55,7 @@ from ephemera.apiserver.authz.rbac import (
     covers,
 )
 from ephemera.apiserver.authz.rbacapi import AUTOUPDATE_ANNOTATION
-from ephemera.apiserver.certs import CONTROLLER_MANAGER_USER, SCHEDULER_USER
+from ephemera.apiserver.certs import CONTROLLER_MANAGER_USER, PROXY_USER, SCHEDULER_USER
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import Resource
 
@@ -227,6 +227,12 @@ def cluster_roles() -> list[dict[str, Any]]:
             rule(["create"], [""], ["serviceaccounts/token"]),
         ]),
         cluster_role("system:node", node_rules()),
+        cluster_role("system:node-proxier", [
+            rule(["list", "watch"], [""], ["endpoints", "services"]),
+            rule(READ, [""], ["nodes"]),
+            _events(),
+            rule(["list", "watch"], ["discovery.k8s.io"], ["endpointslices"]),
+        ]),
         cluster_role(NODE_BOOTSTRAPPER_ROLE, [
             rule(["create", *READ], ["certificates.k8s.io"], ["certificatesigningrequests"])]),
         cluster_role(NODE_CLIENT_ROLE, [
@@ -351,6 +357,9 @@ def cluster_role_bindings() -> list[dict[str, Any]]:
                              [subject("User", CONTROLLER_MANAGER_USER)]),
         cluster_role_binding("system:kube-scheduler", [subject("User", SCHEDULER_USER)]),
         cluster_role_binding("system:node", []),
+        # kubeadm binds `system:node-proxier` to kube-proxy's service account; ephemera's
+        # proxy has a client certificate of its own.
+        cluster_role_binding("system:node-proxier", [subject("User", PROXY_USER)]),
     ]
     for role in controller_roles():
         name = role["metadata"]["name"]
@@ -389,7 +398,7 @@ def namespace_role_bindings() -> list[dict[str, Any]]:
                      "annotations": {AUTOUPDATE_ANNOTATION: "true"}},
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": APISERVER_ENDPOINTS_READER},
         "subjects": [subject("Group", NODES_GROUP), subject("User", SCHEDULER_USER),
-                     subject("User", CONTROLLER_MANAGER_USER)],
+                     subject("User", CONTROLLER_MANAGER_USER), subject("User", PROXY_USER)],
     }]
 
 
