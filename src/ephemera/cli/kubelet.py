@@ -42,7 +42,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ephemera.api.featuregates import parse_go_bool
 from ephemera.cli import flags
 from ephemera.cli.dirlock import KUBELET_LOCK, DirLockedError, lock_dir
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
@@ -110,13 +109,13 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
     parser.add_argument("--cert-dir", type=Path, default=None, metavar="DIR",
                         help="where the serving certificate is kept, self-signed or from "
                              "the cluster (default <root-dir>/pki); not with --tls-cert-file")
-    parser.add_argument("--rotate-certificates", type=go_bool, nargs="?", const=True,
-                        default=None, metavar="BOOL",
+    parser.add_argument("--rotate-certificates", type=flags.go_bool_arg, nargs="?",
+                        const=True, default=None, metavar="BOOL",
                         help="renew the client certificate of --kubeconfig through a "
                              "CertificateSigningRequest at 70-90%% of its lifetime (default "
                              "false; true for ephemera join)")
-    parser.add_argument("--rotate-server-certificates", type=go_bool, nargs="?", const=True,
-                        default=None, metavar="BOOL",
+    parser.add_argument("--rotate-server-certificates", type=flags.go_bool_arg, nargs="?",
+                        const=True, default=None, metavar="BOOL",
                         help="get the serving certificate from the cluster through a "
                              "kubernetes.io/kubelet-serving CertificateSigningRequest for the "
                              "Node's addresses and renew it likewise (default false; true for "
@@ -189,13 +188,6 @@ def check_eviction_flags(parser: argparse.ArgumentParser, args: argparse.Namespa
             parse_reserved(value)
         except ValueError as err:
             parser.error(f"--{flag.replace('_', '-')}: {err}")
-
-
-def go_bool(text: str) -> bool:
-    try:
-        return parse_go_bool(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def positive_seconds(text: str) -> float:
