@@ -60,6 +60,16 @@ def _cidr(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _ip_list(text: str) -> list[str]:
+    out = []
+    for part in flags.endpoints_arg(text):
+        try:
+            out.append(str(ipaddress.ip_address(part)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: not an IP address") from None
+    return out
+
+
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "kubelet", help="run a node's agent (the kubelet)",
@@ -94,6 +104,17 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
                         help="the kubelet API's listen address (default 127.0.0.1)")
     parser.add_argument("--node-ip", default="127.0.0.1",
                         help="the node's InternalIP, also its pods' hostIP (default 127.0.0.1)")
+    parser.add_argument("--cluster-dns", type=_ip_list, action="append", default=[],
+                        metavar="IP,...",
+                        help="the cluster DNS servers' addresses: the nameservers of pods with "
+                             "dnsPolicy ClusterFirst (without it they get the host's, as "
+                             "with Default)")
+    parser.add_argument("--cluster-domain", default="", metavar="DOMAIN",
+                        help="the cluster's DNS domain, searched by ClusterFirst pods after "
+                             "<namespace>.svc.DOMAIN and svc.DOMAIN")
+    parser.add_argument("--resolv-conf", default="/etc/resolv.conf", metavar="FILE",
+                        help="the resolver configuration pods' DNS settings start from "
+                             "(default /etc/resolv.conf; \"\": none)")
     parser.add_argument("--pod-cidr", default=None, type=_cidr, metavar="CIDR",
                         help="the pod network's range on this node until its Node has a "
                              "spec.podCIDR from the controller-manager (standalone kubelets)")
@@ -336,7 +357,9 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         eviction_pressure_transition_period=args.eviction_pressure_transition_period,
         system_reserved=args.system_reserved, kube_reserved=args.kube_reserved,
         storage_accounting=args.storage_accounting,
-        storage_limit_enforcement=args.storage_limit_enforcement)
+        storage_limit_enforcement=args.storage_limit_enforcement,
+        cluster_dns=[ip for group in args.cluster_dns for ip in group],
+        cluster_domain=args.cluster_domain.strip("."), resolv_conf=args.resolv_conf)
     runtime = make_runtime(args.runtime, root_dir, node_name)
     images = ImageStore(root_dir)
     async with ApiClient(client_config, user_agent=USER_AGENT,

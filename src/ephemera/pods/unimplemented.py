@@ -55,7 +55,6 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     Unimplemented(POD, "shareProcessNamespace", "a PID namespace shared by the containers"),
     Unimplemented(POD, "hostUsers", "choosing user namespaces"),
     Unimplemented(POD, "hostAliases", "adding /etc/hosts entries"),
-    Unimplemented(POD, "dnsConfig", "DNS configuration"),
     Unimplemented(POD, "setHostnameAsFQDN", "the FQDN as hostname"),
     Unimplemented(POD, "subdomain", "a DNS subdomain"),
     Unimplemented(POD, "imagePullSecrets", "registry credentials"),

@@ -9,7 +9,8 @@ a hash of the root, see `cgroups.py`):
   kept alive as bind-mounted nsfs files (made by util-linux `unshare --net=FILE ...`, which
   also sets the hostname and brings loopback up; no pause process); `shm/`: the pod's
   /dev/shm (tmpfs); `hostname`, `hosts`, `resolv.conf` bound into every container unless
-  the kubelet mounts its own. With hostNetwork only IPC is private: network and UTS are
+  the kubelet mounts its own (`resolv.conf` from the sandbox config's DNS settings, else a
+  copy of the host's). With hostNetwork only IPC is private: network and UTS are
   the host's.
 - `<root>/runtime/containers/<id>`: a symlink to the container's instance directory
   `<root>/pods/<uid>/containers/<name>/<attempt>/`, which is the bundle: `config.json`,
@@ -77,6 +78,7 @@ from ephemera.kubelet.runtime.base import (
     ContainerConfig,
     ContainerState,
     ContainerStatus,
+    DnsConfig,
     ExecResult,
     ExecSession,
     ExecTimeoutError,
@@ -389,7 +391,7 @@ class OciRuntime(RuntimeService):
             (directory / "shm").mkdir()
             _mount("shm", directory / "shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
                    f"mode=1777,size={SHM_SIZE}")
-            self._write_etc_files(directory, hostname, config.host_network)
+            self._write_etc_files(directory, hostname, config.host_network, config.dns)
         except BaseException:
             with contextlib.suppress(CniError):
                 self._teardown_network(meta, directory)
@@ -401,7 +403,8 @@ class OciRuntime(RuntimeService):
         return sandbox_id
 
     @staticmethod
-    def _write_etc_files(directory: Path, hostname: str, host_network: bool) -> None:
+    def _write_etc_files(directory: Path, hostname: str, host_network: bool,
+                         dns: DnsConfig | None) -> None:
         if host_network:
             (directory / "hostname").write_text(socket.gethostname() + "\n")
             with contextlib.suppress(OSError):
@@ -412,6 +415,9 @@ class OciRuntime(RuntimeService):
             (directory / "hosts").write_text(
                 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
                 f"127.0.1.1\t{hostname}\n")
+        if dns is not None:
+            (directory / "resolv.conf").write_text(dns.resolv_conf())
+            return
         try:
             shutil.copyfile("/etc/resolv.conf", directory / "resolv.conf")
         except OSError:
