@@ -41,7 +41,7 @@ def _listen(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", port
 
 
-def _upstreams(text: str) -> list[Upstream]:
+def dns_upstreams(text: str) -> list[Upstream]:
     out = []
     for part in flags.endpoints_arg(text):
         try:
@@ -54,7 +54,7 @@ def _upstreams(text: str) -> list[Upstream]:
     return out
 
 
-def _domain(text: str) -> str:
+def dns_domain(text: str) -> str:
     domain = text.strip().strip(".").lower()
     labels = domain.split(".")
     if not domain or any(not label or len(label) > 63 for label in labels):
@@ -87,9 +87,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--listen", type=_listen, default=("0.0.0.0", 53), metavar="IP:PORT",
                         help="where to answer, UDP and TCP (default 0.0.0.0:53; port 0: a "
                              "free one, printed at start)")
-    parser.add_argument("--cluster-domain", type=_domain, default="cluster.local",
+    parser.add_argument("--cluster-domain", type=dns_domain, default="cluster.local",
                         metavar="DOMAIN", help="the zone answered (default cluster.local)")
-    parser.add_argument("--upstream", type=_upstreams, action="append", default=[],
+    parser.add_argument("--upstream", type=dns_upstreams, action="append", default=[],
                         metavar="IP[:PORT],...",
                         help="resolvers for names outside the cluster domain, tried in order "
                              "(default: none, such names are REFUSED)")
