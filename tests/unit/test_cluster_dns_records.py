@@ -10,6 +10,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
+from ephemera.clusterdns.publish import kube_dns_ip
 from ephemera.clusterdns.records import Answer, ClusterRecords, endpoint_hostname
 
 
@@ -208,3 +209,14 @@ def test_endpoint_hostname() -> None:
     assert endpoint_hostname("web-0", "10.0.0.1") == "web-0"
     assert endpoint_hostname("", "10.0.0.1") == "10-0-0-1"
     assert endpoint_hostname("", "fd00::") == "fd00--0"
+
+
+def test_service_without_an_address_yet_is_nxdomain(records: ClusterRecords) -> None:
+    records.set_service(svc("pending", ""))
+    assert ask(records, "pending.default.svc.cluster.local").rcode == dns.rcode.NXDOMAIN
+
+
+def test_kube_dns_ip_is_the_tenth_address() -> None:
+    assert kube_dns_ip("10.96.0.0/12") == "10.96.0.10"
+    assert kube_dns_ip("172.20.0.0/16") == "172.20.0.10"
+    assert kube_dns_ip("fd00:10:96::/108") == "fd00:10:96::a"

@@ -180,7 +180,7 @@ class ClusterRecords:
     @staticmethod
     def _cluster_ips(svc: Obj) -> list[str]:
         spec = svc.get("spec") or {}
-        ips = [str(ip) for ip in spec.get("clusterIPs") or []]
+        ips = [str(ip) for ip in spec.get("clusterIPs") or [] if ip]
         return ips or ([str(spec["clusterIP"])] if spec.get("clusterIP") else [])
 
     def _headless(self, svc: Obj) -> bool:
@@ -281,6 +281,8 @@ class ClusterRecords:
         ports = [(str(p.get("name") or ""), int(p.get("port") or 0),
                   str(p.get("protocol") or "TCP")) for p in spec.get("ports") or []]
         matched = False
+        if not self._cluster_ips(svc):
+            raise _NameError  # no address yet
         for pname, port, proto in ports or [("", -1, "")]:
             if self._port_matches(r, pname, proto):
                 matched = True
