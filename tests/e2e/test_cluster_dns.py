@@ -1,6 +1,7 @@
 """Cluster DNS in a real `ephemera up`: real pods' /etc/resolv.conf by dnsPolicy (read with
 `kubectl exec cat`), and the DNS server `up` runs behind the kube-dns Service, queried
-directly (pods reach it through the Service proxy, tested where that runs)."""
+directly (pods reach it through the Service proxy, tested where that runs): a ClusterIP
+Service, the `kubernetes` Service, a headless Service and its member pod's own name."""
 
 from __future__ import annotations
 
@@ -102,3 +103,16 @@ def test_up_runs_the_dns_server_behind_kube_dns(k: Kubectl, dns_cluster: Cluster
             for r in rrset} == {kubernetes["spec"]["clusterIP"]}
     assert ask(f"nope.{k.namespace}.svc.cluster.local").rcode() == dns.rcode.NXDOMAIN
     assert ask("example.com").rcode() == dns.rcode.REFUSED
+
+    # A headless Service and a pod whose subdomain names it: the pod's own name.
+    member = _pod("member", hostname="web-0", subdomain="members")
+    member["metadata"]["labels"] = {"app": "members"}
+    k("create", "-f", "-", input=yaml.safe_dump_all([member, {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "members"},
+        "spec": {"clusterIP": "None", "selector": {"app": "members"},
+                 "ports": [{"name": "http", "port": 80}]}}]))
+    pod_ip = wait_pod(k, "member", lambda p: p["status"].get("phase") == "Running"
+                      and bool(p["status"].get("podIP")), "running")["status"]["podIP"]
+    wait(lambda: answers(f"web-0.members.{k.namespace}.svc.cluster.local") == {pod_ip},
+         "the member's name to resolve", dns_cluster)
+    assert answers(f"members.{k.namespace}.svc.cluster.local") == {pod_ip}

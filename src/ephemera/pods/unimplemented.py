@@ -56,7 +56,6 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     Unimplemented(POD, "hostUsers", "choosing user namespaces"),
     Unimplemented(POD, "hostAliases", "adding /etc/hosts entries"),
     Unimplemented(POD, "setHostnameAsFQDN", "the FQDN as hostname"),
-    Unimplemented(POD, "subdomain", "a DNS subdomain"),
     Unimplemented(POD, "imagePullSecrets", "registry credentials"),
     Unimplemented(POD, "runtimeClassName", "choosing a RuntimeClass"),
     Unimplemented(POD, "topologySpreadConstraints", "topology spread scheduling"),
