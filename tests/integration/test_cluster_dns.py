@@ -217,3 +217,25 @@ async def test_server_waits_for_sync(tmp_path: Path) -> None:
                 "10.96.0.60"}
         finally:
             await dns_service.close()
+
+
+async def test_large_answers_truncated_over_udp_whole_over_tcp() -> None:
+    """100 endpoints do not fit in 512 bytes: UDP without EDNS gets TC (the client retries
+    over TCP), EDNS with a large buffer and TCP get them all."""
+    records = ClusterRecords("cluster.local")
+    records.set_namespace({"metadata": {"name": "default"}})
+    records.set_service({"metadata": {"namespace": "default", "name": "big"},
+                         "spec": {"clusterIP": "None", "ports": []}})
+    records.set_slice({"metadata": {"namespace": "default", "name": "big-1",
+                                    "labels": {"kubernetes.io/service-name": "big"}},
+                       "endpoints": [{"addresses": [f"10.2.0.{i}"]} for i in range(1, 101)]})
+    server = DnsServer(records)
+    query = dns.message.make_query("big.default.svc.cluster.local", "A")
+    udp = dns.message.from_wire(await server.handle(query.to_wire(), tcp=False) or b"")
+    assert udp.flags & dns.flags.TC and not udp.answer
+    tcp = dns.message.from_wire(await server.handle(query.to_wire(), tcp=True) or b"")
+    assert not tcp.flags & dns.flags.TC and len(addresses(tcp)) == 100
+    edns = dns.message.make_query("big.default.svc.cluster.local", "A", use_edns=0,
+                                  payload=4096)
+    reply = dns.message.from_wire(await server.handle(edns.to_wire(), tcp=False) or b"")
+    assert len(addresses(reply)) == 100 and reply.edns == 0
