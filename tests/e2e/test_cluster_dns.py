@@ -116,3 +116,7 @@ def test_up_runs_the_dns_server_behind_kube_dns(k: Kubectl, dns_cluster: Cluster
     wait(lambda: answers(f"web-0.members.{k.namespace}.svc.cluster.local") == {pod_ip},
          "the member's name to resolve", dns_cluster)
     assert answers(f"members.{k.namespace}.svc.cluster.local") == {pod_ip}
+    # Its /etc/hosts names it so too, as upstream's kubelet writes it.
+    hosts = k("exec", "member", "--", "cat", "/etc/hosts").stdout
+    assert hosts.startswith("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
+    assert hosts.endswith(f"{pod_ip}\tweb-0.members.{k.namespace}.svc.cluster.local\tweb-0\n")

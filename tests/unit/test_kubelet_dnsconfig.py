@@ -1,5 +1,6 @@
 """A pod's resolv.conf by its dnsPolicy (`ephemera.kubelet.dnsconfig`), as upstream's
-kubelet forms it (`pkg/kubelet/network/dns`), and the file the runtime writes from it."""
+kubelet forms it (`pkg/kubelet/network/dns`), the file the runtime writes from it, and the
+pod's managed /etc/hosts."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ephemera.kubelet.dnsconfig import (
     parse_resolv_conf,
 )
 from ephemera.kubelet.runtime.base import DnsConfig
+from ephemera.kubelet.runtime.oci import managed_hosts
 
 HOST = """# the host's
 nameserver 192.0.2.53
@@ -130,3 +132,13 @@ def test_limits(configurer: DnsConfigurer) -> None:
     assert len(" ".join(config.searches)) <= 2048 and config.searches == tuple(
         long[:len(config.searches)])
     assert len(events) == 1
+
+
+def test_managed_hosts() -> None:
+    header = ("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"
+              "::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
+              "fe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
+    assert managed_hosts("web-0", "db.team.svc.cluster.local", ["10.1.0.5"]) == (
+        header + "10.1.0.5\tweb-0.db.team.svc.cluster.local\tweb-0\n")
+    assert managed_hosts("p", "", ["10.1.0.6"]) == header + "10.1.0.6\tp\n"
+    assert managed_hosts("p", "", []) == header + "127.0.1.1\tp\n"

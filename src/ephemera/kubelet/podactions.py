@@ -490,9 +490,13 @@ class PodRuntime:
         md = metadata(self.pod)
         spec = pod_spec(self.pod)
         hostname = str(spec.get("hostname") or md.get("name") or "")[:63]
+        domain = self.deps.dns.cluster_domain if self.deps.dns is not None else ""
+        subdomain = str(spec.get("subdomain") or "")
         return SandboxConfig(pod_uid=self.uid, namespace=str(md.get("namespace") or ""),
                              name=str(md.get("name") or ""), hostname=hostname,
                              host_network=bool(spec.get("hostNetwork")),
+                             hostname_domain=f"{subdomain}.{md.get('namespace')}.svc.{domain}"
+                             if subdomain and domain else "",
                              labels={LABEL_POD_UID: self.uid,
                                      LABEL_POD_NAME: str(md.get("name") or ""),
                                      LABEL_POD_NAMESPACE: str(md.get("namespace") or "")})

@@ -84,6 +84,9 @@ class SandboxConfig:
     host_network: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     dns: DnsConfig | None = None  # None: the host's /etc/resolv.conf as it is
+    # `<subdomain>.<namespace>.svc.<cluster domain>` with a subdomain: the pod's /etc/hosts
+    # names it `<hostname>.<that>` (upstream's GeneratePodHostNameAndDomain).
+    hostname_domain: str = ""
 
 
 @dataclass(frozen=True)
