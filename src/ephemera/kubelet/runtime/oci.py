@@ -10,7 +10,8 @@ a hash of the root, see `cgroups.py`):
   also sets the hostname and brings loopback up; no pause process); `shm/`: the pod's
   /dev/shm (tmpfs); `hostname`, `hosts`, `resolv.conf` bound into every container unless
   the kubelet mounts its own (`resolv.conf` from the sandbox config's DNS settings, else a
-  copy of the host's). With hostNetwork only IPC is private: network and UTS are
+  copy of the host's; `hosts` upstream's managed file, `managed_hosts`, or with hostNetwork
+  a copy of the host's). With hostNetwork only IPC is private: network and UTS are
   the host's.
 - `<root>/runtime/containers/<id>`: a symlink to the container's instance directory
   `<root>/pods/<uid>/containers/<name>/<attempt>/`, which is the bundle: `config.json`,
