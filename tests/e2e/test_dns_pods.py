@@ -120,3 +120,26 @@ def test_up_runs_the_dns_server_behind_kube_dns(k: Kubectl, dns_cluster: Cluster
     hosts = k("exec", "member", "--", "cat", "/etc/hosts").stdout
     assert hosts.startswith("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
     assert hosts.endswith(f"{pod_ip}\tweb-0.members.{k.namespace}.svc.cluster.local\tweb-0\n")
+
+
+def test_nslookup_from_a_pod(k: Kubectl, dns_cluster: Cluster) -> None:
+    """A pod resolves a Service through its resolv.conf: the kube-dns ClusterIP, carried by
+    the Service proxy to the server's endpoint. Needs a node address pods reach (no
+    EndpointSlice is published for a loopback one): skipped without it."""
+    wait(lambda: k("get", "service", "kube-dns", "-n", "kube-system", check=False
+                   ).returncode == 0, "the kube-dns Service", dns_cluster)
+    slices = k.json("get", "endpointslices", "-n", "kube-system", "-l",
+                    "kubernetes.io/service-name=kube-dns")["items"]
+    if not slices:
+        pytest.skip("the node's address is loopback: kube-dns has no endpoint pods reach")
+    k("create", "service", "clusterip", "looked-up", "--tcp=80:8080")
+    ip = k.json("get", "service", "looked-up")["spec"]["clusterIP"]
+    k("create", "-f", "-", input=yaml.safe_dump(_pod("resolver")))
+    wait_pod(k, "resolver", lambda p: p["status"].get("phase") == "Running", "running")
+    name = f"looked-up.{k.namespace}.svc.cluster.local"
+
+    def resolved() -> bool:
+        out = k("exec", "resolver", "--", "nslookup", name, check=False)
+        return out.returncode == 0 and f"Address: {ip}" in out.stdout
+
+    wait(resolved, f"nslookup {name} in a pod", dns_cluster)
