@@ -94,7 +94,13 @@ async def test_slices_and_endpoints_follow_pods(tmp_path: Path) -> None:
 
         async def two_slices() -> bool:
             found = await slices_of(api, "web")
-            return len(found) == 2 and len(endpoints_view(found)) == 2
+            if len(found) != 2 or len(endpoints_view(found)) != 2:
+                return False
+            try:  # the Endpoints are written after the slices
+                await api.get(resource_path("endpoints", "default", "web"))
+            except StatusError:
+                return False
+            return True
 
         await eventually(two_slices)
         found = await slices_of(api, "web")

@@ -67,3 +67,18 @@ def test_legacy_subsets_split_ready_and_not_ready() -> None:
             "kind": "Pod", "namespace": "ns", "name": "a", "uid": "u-a"}}],
         "ports": [{"name": "web", "port": 8080, "protocol": "TCP"}]}]
     assert desired_slices(svc(), [])[0] == ((), [])
+
+
+def test_hostname_when_the_subdomain_is_the_service() -> None:
+    """Upstream's `ShouldSetHostname`: the pod's hostname on its endpoint when its subdomain
+    names the Service (the DNS name `<hostname>.<service>.<ns>.svc`), not otherwise."""
+    named = pod("web-0", "10.0.0.1", True)
+    named["spec"].update(hostname="web-0", subdomain="s")
+    other = pod("web-1", "10.0.0.2", True)
+    other["spec"].update(hostname="web-1", subdomain="elsewhere")
+    [(_, endpoints)] = desired_slices(svc(), [named, other])
+    assert {e["targetRef"]["name"]: e.get("hostname") for e in endpoints} == {
+        "web-0": "web-0", "web-1": None}
+    [subset] = desired_subsets(svc(), [named, other])
+    assert {a["targetRef"]["name"]: a.get("hostname") for a in subset["addresses"]} == {
+        "web-0": "web-0", "web-1": None}

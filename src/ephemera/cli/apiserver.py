@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ephemera.api.featuregates import FeatureGates, parse_go_bool
+from ephemera.api.featuregates import FeatureGates
 from ephemera.apiserver.audit import AuditFilter, AuditLog, PolicyError, load_policy
 from ephemera.apiserver.authn import Authenticator, StoreObjectReader, TokenFileError
 from ephemera.apiserver.authz.modes import DEFAULT_WITH_AUTHENTICATION, MODES
@@ -99,13 +99,13 @@ def add_parser(subparsers: Any) -> None:
                         metavar="MODE,...",
                         help=f"authorizers in order, of {', '.join(MODES)} (default "
                              f"{','.join(DEFAULT_WITH_AUTHENTICATION)})")
-    parser.add_argument("--anonymous-auth", type=_go_bool, nargs="?", const=True, default=True,
-                        metavar="BOOL",
+    parser.add_argument("--anonymous-auth", type=flags.go_bool_arg, nargs="?", const=True,
+                        default=True, metavar="BOOL",
                         help="requests without credentials are system:anonymous, for "
                              "authorization to decide (default true; off with AlwaysAllow); "
                              "false: they get 401")
-    parser.add_argument("--watch-cache", type=_go_bool, nargs="?", const=True, default=True,
-                        metavar="BOOL",
+    parser.add_argument("--watch-cache", type=flags.go_bool_arg, nargs="?", const=True,
+                        default=True, metavar="BOOL",
                         help="serve lists with resourceVersion=0 or not older than N, and "
                              "watches, from an in-memory cache per resource fed by one store "
                              "watch (default true); false: every read from the store")
@@ -139,13 +139,6 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
                         help="write the bound port there once serving (for --port 0)")
     parser.set_defaults(func=lambda args: run(parser, args))
-
-
-def _go_bool(text: str) -> bool:
-    try:
-        return parse_go_bool(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _ip_address(text: str) -> str:

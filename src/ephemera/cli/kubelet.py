@@ -42,7 +42,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ephemera.api.featuregates import parse_go_bool
 from ephemera.cli import flags
 from ephemera.cli.dirlock import KUBELET_LOCK, DirLockedError, lock_dir
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
@@ -59,6 +58,16 @@ def _cidr(text: str) -> str:
         return str(ipaddress.ip_network(text, strict=True))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _ip_list(text: str) -> list[str]:
+    out = []
+    for part in flags.endpoints_arg(text):
+        try:
+            out.append(str(ipaddress.ip_address(part)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: not an IP address") from None
+    return out
 
 
 def add_parser(subparsers: Any) -> None:
@@ -95,6 +104,17 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
                         help="the kubelet API's listen address (default 127.0.0.1)")
     parser.add_argument("--node-ip", default="127.0.0.1",
                         help="the node's InternalIP, also its pods' hostIP (default 127.0.0.1)")
+    parser.add_argument("--cluster-dns", type=_ip_list, action="append", default=[],
+                        metavar="IP,...",
+                        help="the cluster DNS servers' addresses: the nameservers of pods with "
+                             "dnsPolicy ClusterFirst (without it they get the host's, as "
+                             "with Default)")
+    parser.add_argument("--cluster-domain", default="", metavar="DOMAIN",
+                        help="the cluster's DNS domain, searched by ClusterFirst pods after "
+                             "<namespace>.svc.DOMAIN and svc.DOMAIN")
+    parser.add_argument("--resolv-conf", default="/etc/resolv.conf", metavar="FILE",
+                        help="the resolver configuration pods' DNS settings start from "
+                             "(default /etc/resolv.conf; \"\": none)")
     parser.add_argument("--pod-cidr", default=None, type=_cidr, metavar="CIDR",
                         help="the pod network's range on this node until its Node has a "
                              "spec.podCIDR from the controller-manager (standalone kubelets)")
@@ -110,13 +130,13 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
     parser.add_argument("--cert-dir", type=Path, default=None, metavar="DIR",
                         help="where the serving certificate is kept, self-signed or from "
                              "the cluster (default <root-dir>/pki); not with --tls-cert-file")
-    parser.add_argument("--rotate-certificates", type=go_bool, nargs="?", const=True,
-                        default=None, metavar="BOOL",
+    parser.add_argument("--rotate-certificates", type=flags.go_bool_arg, nargs="?",
+                        const=True, default=None, metavar="BOOL",
                         help="renew the client certificate of --kubeconfig through a "
                              "CertificateSigningRequest at 70-90%% of its lifetime (default "
                              "false; true for ephemera join)")
-    parser.add_argument("--rotate-server-certificates", type=go_bool, nargs="?", const=True,
-                        default=None, metavar="BOOL",
+    parser.add_argument("--rotate-server-certificates", type=flags.go_bool_arg, nargs="?",
+                        const=True, default=None, metavar="BOOL",
                         help="get the serving certificate from the cluster through a "
                              "kubernetes.io/kubelet-serving CertificateSigningRequest for the "
                              "Node's addresses and renew it likewise (default false; true for "
@@ -189,13 +209,6 @@ def check_eviction_flags(parser: argparse.ArgumentParser, args: argparse.Namespa
             parse_reserved(value)
         except ValueError as err:
             parser.error(f"--{flag.replace('_', '-')}: {err}")
-
-
-def go_bool(text: str) -> bool:
-    try:
-        return parse_go_bool(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def positive_seconds(text: str) -> float:
@@ -344,7 +357,9 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         eviction_pressure_transition_period=args.eviction_pressure_transition_period,
         system_reserved=args.system_reserved, kube_reserved=args.kube_reserved,
         storage_accounting=args.storage_accounting,
-        storage_limit_enforcement=args.storage_limit_enforcement)
+        storage_limit_enforcement=args.storage_limit_enforcement,
+        cluster_dns=[ip for group in args.cluster_dns for ip in group],
+        cluster_domain=args.cluster_domain.strip("."), resolv_conf=args.resolv_conf)
     runtime = make_runtime(args.runtime, root_dir, node_name)
     images = ImageStore(root_dir)
     async with ApiClient(client_config, user_agent=USER_AGENT,

@@ -20,6 +20,7 @@ COMMANDS = (
     "ephemera.cli.images",
     "ephemera.cli.kubelet",
     "ephemera.cli.proxy",
+    "ephemera.cli.dns",
     "ephemera.cli.join",
     "ephemera.cli.tokens",
     "ephemera.cli.dynamic",

@@ -22,6 +22,10 @@ candidate. Once the API answers it also creates kubeadm's node bootstrap RBAC ob
 (`ephemera.cli.nodebootstrap`), so that `ephemera join` works against it; the apiserver
 accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt` and
 approves and signs kubelet client CSRs with the data dir's CA.
+Once the node is Ready it runs the cluster DNS server (`ephemera dns`, `--cluster-domain`,
+`--dns-upstream`) on the Node's InternalIP at a port kept in `ports.json`, which keeps the
+`kube-system/kube-dns` Service (the 10th address of the service range) pointing at it; the
+kubelet gets that address as `--cluster-dns`.
 SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
 restart on the same data dir carries on with every object. One `up` per data dir: it holds
 `<data-dir>/up.lock` while it runs, and a second one exits 1 before starting anything,
@@ -70,12 +74,14 @@ from ephemera.apiserver.certs import (
     write_kubeconfig,
 )
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
+from ephemera.apiserver.serviceallocator import DEFAULT_SERVICE_CIDR
 from ephemera.cli import flags
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import plugin_path_hint, run_demo
 from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
+from ephemera.cli.dns import dns_domain, dns_upstreams
 from ephemera.cli.kubelet import check_eviction_flags, positive_seconds
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
@@ -86,6 +92,7 @@ from ephemera.client import (
     load_kubeconfig,
     resource_path,
 )
+from ephemera.clusterdns.publish import kube_dns_ip
 from ephemera.proxy.nft import NftError, delete_table_command, nft_binary, table_name
 from ephemera.proxy.nft import run as run_nft
 
@@ -172,6 +179,14 @@ def add_parser(subparsers: Any) -> None:
                         help="be another member of the control plane whose data dir this is "
                              "(same machine; needs --store etcd on its etcd): share its CA "
                              "and service account keys; a kubelet only with --node-name")
+    parser.add_argument("--cluster-domain", type=dns_domain, default="cluster.local",
+                        metavar="DOMAIN",
+                        help="the cluster DNS domain: answered by the DNS server (`ephemera "
+                             "dns`) and searched by pods (default cluster.local)")
+    parser.add_argument("--dns-upstream", type=dns_upstreams, action="append", default=[],
+                        metavar="IP[:PORT],...",
+                        help="the DNS server's resolvers for names outside the cluster domain "
+                             "(default: none, such names are refused)")
     flags.add_apiserver_endpoints(parser)
     parser.add_argument("--tls-san", type=flags.endpoints_arg, action="append", default=[],
                         metavar="NAME,...",
@@ -250,6 +265,8 @@ class Cluster:
         self.proxy_table = ""  # the table of the proxy `up` runs, once it runs one
         # Read now: the apiserver's readiness rewrites ports.json.
         self._last_kubelet_port = flags.read_ports(self.data_dir).get("kubelet")
+        self._last_dns_port = flags.read_ports(self.data_dir).get("dns")
+        self.dns_listen = ""  # IP:PORT of the DNS server, once the node's address is known
 
     # --- component command lines -------------------------------------------------------
 
@@ -342,6 +359,8 @@ class Cluster:
                 "--tls-private-key-file", str(pki / "kubelet.key"),
                 "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
                 "--stop-pods-on-exit", "--wait-for-pod-cidr", *self._eviction_flags(),
+                "--cluster-dns", self.cluster_dns_ip,
+                "--cluster-domain", self.args.cluster_domain,
                 *self._endpoint_flags(),
                 *self._common_flags()]
 
@@ -380,6 +399,46 @@ class Cluster:
                 run_nft(delete_table_command(self.proxy_table))
             except NftError as err:
                 say(f"ephemera: deleting nftables table {self.proxy_table} failed: {err}")
+    @property
+    def cluster_dns_ip(self) -> str:
+        """The kube-dns Service's ClusterIP: the 10th address of the service range."""
+        return kube_dns_ip(self.args.service_cluster_ip_range or DEFAULT_SERVICE_CIDR)
+
+    def dns_argv(self) -> list[str]:
+        argv = [sys.executable, "-m", "ephemera.cli", "dns",
+                "--kubeconfig", str(self.kubeconfig), "--listen", self.dns_listen,
+                "--cluster-domain", self.args.cluster_domain,
+                "--kube-dns-service-ip", self.cluster_dns_ip, *self._endpoint_flags()]
+        upstreams = [str(u) for group in self.args.dns_upstream for u in group]
+        return argv + (["--upstream", ",".join(upstreams)] if upstreams else [])
+
+    async def start_dns(self) -> None:
+        """Run the cluster DNS server on the node's InternalIP (where pods reach the node;
+        the bind address when the Node cannot be read) at a port kept in ports.json; it
+        keeps the kube-dns Service and its EndpointSlice pointing at itself."""
+        address = await self._node_ip() or self.args.bind_address
+        last = self._last_dns_port
+        port = last if last and port_is_free(last, address) else free_port(address)
+        ports = flags.read_ports(self.data_dir)
+        ports["dns"] = port
+        flags.write_ports(self.data_dir, ports)
+        host = f"[{address}]" if ":" in address else address
+        self.dns_listen = f"{host}:{port}"
+        await self.supervisor.start(Component("dns", self.dns_argv))
+        say(f"ephemera: cluster DNS for {self.args.cluster_domain} at {self.dns_listen} "
+            f"(Service kube-system/kube-dns, {self.cluster_dns_ip})")
+
+    async def _node_ip(self) -> str | None:
+        try:
+            async with ApiClient(load_kubeconfig(self.kubeconfig),
+                                 user_agent="ephemera-up") as api:
+                node = await api.get(resource_path("nodes", name=self.node_name))
+        except (StatusError, ApiUnavailable, KubeconfigError, OSError):
+            return None
+        for address in (node.get("status") or {}).get("addresses") or []:
+            if address.get("type") == "InternalIP" and address.get("address"):
+                return str(address["address"])
+        return None
 
     def _eviction_flags(self) -> list[str]:
         extra: list[str] = []
@@ -465,6 +524,8 @@ class Cluster:
             say(f"kubeconfig: {self.kubeconfig}")
             if not self.args.no_kubelet:
                 await self._wait_for_node(kubelet_started)
+                if self.args.join_control_plane is None and not self.stop.is_set():
+                    await self.start_dns()
             if self.args.demo and not self.stop.is_set():
                 await self._until_stopped(run_demo(
                     self.data_dir, self.kubeconfig, say,

@@ -10,7 +10,8 @@ finished become endpoints:
   endpointslice-controller.k8s.io` (plus the Service's labels), owned by the Service; one
   endpoint per pod with `ready` (the pod's Ready condition, and not terminating; always with
   `publishNotReadyAddresses`), `serving` (the Ready condition, terminating or not), `terminating`
-  (`deletionTimestamp`), `nodeName` and `targetRef`; ports resolved per pod (a named
+  (`deletionTimestamp`), `hostname` (the pod's, when its `subdomain` is the Service's
+  name), `nodeName` and `targetRef`; ports resolved per pod (a named
   `targetPort` is the container port of that name and protocol; a pod without it is left
   out of that port, as upstream's `FindPort`), pods with the same resolved ports share
   slices of at most 100 endpoints (upstream's `--max-endpoints-per-slice` default);
@@ -118,6 +119,18 @@ def _target_ref(pod: Obj) -> dict[str, Any]:
             "uid": md.get("uid")}
 
 
+def _hostname(service: Obj, pod: Obj) -> str:
+    """The endpoint's hostname: the pod's `hostname` when its `subdomain` is the Service's
+    name (in the same namespace), as upstream's `ShouldSetHostname`; the cluster DNS then
+    answers `<hostname>.<service>.<namespace>.svc.<domain>`."""
+    spec = pod.get("spec") or {}
+    hostname = str(spec.get("hostname") or "")
+    if hostname and spec.get("subdomain") == _md(service).get("name") and \
+            _md(pod).get("namespace") == _md(service).get("namespace"):
+        return hostname
+    return ""
+
+
 def desired_slices(service: Obj, pods: Sequence[Obj]) -> list[tuple[PortKey, list[dict[str, Any]]]]:
     """The endpoints of each slice the Service should have, by resolved ports."""
     publish = bool((service.get("spec") or {}).get("publishNotReadyAddresses"))
@@ -134,8 +147,10 @@ def desired_slices(service: Obj, pods: Sequence[Obj]) -> list[tuple[PortKey, lis
         endpoint: dict[str, Any] = {
             "addresses": [ip],
             "conditions": {"ready": publish or (serving and not terminating),
-                           "serving": serving, "terminating": terminating},
-            "targetRef": _target_ref(pod)}
+                           "serving": serving, "terminating": terminating}}
+        if _hostname(service, pod):
+            endpoint["hostname"] = _hostname(service, pod)
+        endpoint["targetRef"] = _target_ref(pod)
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             endpoint["nodeName"] = node
@@ -157,8 +172,10 @@ def desired_subsets(service: Obj, pods: Sequence[Obj]) -> list[dict[str, Any]]:
         terminating = bool(_md(pod).get("deletionTimestamp"))
         if terminating and not publish:
             continue
-        address: dict[str, Any] = {"ip": (pod.get("status") or {}).get("podIP"),
-                                   "targetRef": _target_ref(pod)}
+        address: dict[str, Any] = {"ip": (pod.get("status") or {}).get("podIP")}
+        if _hostname(service, pod):
+            address["hostname"] = _hostname(service, pod)
+        address["targetRef"] = _target_ref(pod)
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             address["nodeName"] = node

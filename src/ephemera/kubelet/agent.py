@@ -90,6 +90,7 @@ from ephemera.kubelet.allocation import (
     describe_change,
     insufficient,
 )
+from ephemera.kubelet.dnsconfig import DnsConfigurer
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction import admit_under_pressure
 from ephemera.kubelet.eviction.decision import DEFAULT_PRESSURE_TRANSITION_PERIOD
@@ -174,6 +175,11 @@ class KubeletConfig:
     # its ephemeral-storage limit (writes past it fail with ENOSPC).
     storage_accounting: str = "walk"
     storage_limit_enforcement: bool = False
+    # Pods' resolv.conf (`ephemera.kubelet.dnsconfig`): `--cluster-dns`, `--cluster-domain`,
+    # `--resolv-conf`.
+    cluster_dns: list[str] = field(default_factory=list)
+    cluster_domain: str = ""
+    resolv_conf: str = "/etc/resolv.conf"
 
 
 # --- admission ------------------------------------------------------------------------------
@@ -928,7 +934,9 @@ class Kubelet:
                 on_pod_started=self.metrics.pod_start_duration.observe,
                 on_sync_done=lambda op, s: self.metrics.pod_worker_duration.labels(
                     operation=op).observe(s),
-                pod_storage=self.accounting, probes=self.probes)
+                pod_storage=self.accounting, probes=self.probes,
+                dns=DnsConfigurer(list(cfg.cluster_dns), cfg.cluster_domain, cfg.resolv_conf,
+                                  [cfg.node_ip]))
             self.workers = PodWorkers(deps)
             self.workers.on_worker_done = self._worker_done
             self.volumes.set_in_use_checker(self._in_use)

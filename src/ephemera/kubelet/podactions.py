@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import shutil
@@ -78,6 +79,7 @@ from ephemera.api.errors import StatusError
 from ephemera.client import ApiUnavailable
 from ephemera.kubelet import containerconfig, events, hotplug
 from ephemera.kubelet.backoff import BackOff
+from ephemera.kubelet.dnsconfig import DnsConfigError
 from ephemera.kubelet.podutil import (
     LABEL_CONTAINER_NAME,
     LABEL_CONTAINER_TYPE,
@@ -97,6 +99,7 @@ from ephemera.kubelet.runtime.base import (
     ContainerConfig,
     ContainerState,
     ContainerStatus,
+    DnsConfig,
     RuntimeError_,
     SandboxConfig,
     SandboxStatus,
@@ -487,12 +490,33 @@ class PodRuntime:
         md = metadata(self.pod)
         spec = pod_spec(self.pod)
         hostname = str(spec.get("hostname") or md.get("name") or "")[:63]
+        domain = self.deps.dns.cluster_domain if self.deps.dns is not None else ""
+        subdomain = str(spec.get("subdomain") or "")
         return SandboxConfig(pod_uid=self.uid, namespace=str(md.get("namespace") or ""),
                              name=str(md.get("name") or ""), hostname=hostname,
                              host_network=bool(spec.get("hostNetwork")),
+                             hostname_domain=f"{subdomain}.{md.get('namespace')}.svc.{domain}"
+                             if subdomain and domain else "",
                              labels={LABEL_POD_UID: self.uid,
                                      LABEL_POD_NAME: str(md.get("name") or ""),
                                      LABEL_POD_NAMESPACE: str(md.get("namespace") or "")})
+
+    def pod_dns(self) -> DnsConfig | None:
+        """The sandbox's resolv.conf settings by the pod's dnsPolicy (`dnsconfig`), its
+        events posted in the background; None without a configurer (the host's file)."""
+        configurer = self.deps.dns
+        if configurer is None:
+            return None
+        config, dns_events = configurer.pod_dns(self.pod)
+        for event in dns_events:
+            if event.node:
+                self.host.spawn(self.deps.events.node({"metadata": {
+                    "name": self.deps.node_name}}, events.WARNING, event.reason,
+                    event.message))
+            else:
+                self.host.spawn(self.deps.events.pod(self.pod, events.WARNING, event.reason,
+                                                     event.message))
+        return config
 
     async def sandbox_status(self) -> SandboxStatus | None:
         if self.sandbox_id is None:
@@ -513,8 +537,9 @@ class PodRuntime:
                 await self.remove_runtime_state(grace=0)
             self.sandbox_id = None
         try:
-            self.sandbox_id = await runtime.run_pod_sandbox(self.sandbox_config())
-        except RuntimeError_ as err:
+            config = dataclasses.replace(self.sandbox_config(), dns=self.pod_dns())
+            self.sandbox_id = await runtime.run_pod_sandbox(config)
+        except (RuntimeError_, DnsConfigError) as err:
             await self.deps.events.pod(self.pod, events.WARNING,
                                        events.FAILED_CREATE_POD_SANDBOX,
                                        f"Failed to create pod sandbox: {err}")

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ephemera.client import ApiClient
 from ephemera.kubelet.backoff import BackOffPolicy
+from ephemera.kubelet.dnsconfig import DnsConfigurer
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.runtime.base import RuntimeService
 from ephemera.kubelet.status import ProbeStates, StatusManager
@@ -112,3 +113,5 @@ class WorkerDeps:
     pod_storage: PodStorage | None = None
     # Runs the containers' probes (None: none run; running containers are ready at once).
     probes: ProbesLike | None = None
+    # Forms each pod's resolv.conf by its dnsPolicy (None: the host's file as it is).
+    dns: DnsConfigurer | None = None

@@ -59,6 +59,23 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class DnsConfig:
+    """The sandbox's resolver configuration (the CRI's `DNSConfig`), written as its
+    /etc/resolv.conf."""
+
+    servers: tuple[str, ...] = ()
+    searches: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+
+    def resolv_conf(self) -> str:
+        """The file, as containerd writes it (`parseDNSOptions`): search, nameservers,
+        options."""
+        text = f"search {' '.join(self.searches)}\n" if self.searches else ""
+        text += "".join(f"nameserver {s}\n" for s in self.servers)
+        return text + (f"options {' '.join(self.options)}\n" if self.options else "")
+
+
+@dataclass(frozen=True)
 class SandboxConfig:
     pod_uid: str
     namespace: str
@@ -66,6 +83,10 @@ class SandboxConfig:
     hostname: str
     host_network: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    dns: DnsConfig | None = None  # None: the host's /etc/resolv.conf as it is
+    # `<subdomain>.<namespace>.svc.<cluster domain>` with a subdomain: the pod's /etc/hosts
+    # names it `<hostname>.<that>` (upstream's GeneratePodHostNameAndDomain).
+    hostname_domain: str = ""
 
 
 @dataclass(frozen=True)

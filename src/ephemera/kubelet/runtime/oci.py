@@ -9,7 +9,9 @@ a hash of the root, see `cgroups.py`):
   kept alive as bind-mounted nsfs files (made by util-linux `unshare --net=FILE ...`, which
   also sets the hostname and brings loopback up; no pause process); `shm/`: the pod's
   /dev/shm (tmpfs); `hostname`, `hosts`, `resolv.conf` bound into every container unless
-  the kubelet mounts its own. With hostNetwork only IPC is private: network and UTS are
+  the kubelet mounts its own (`resolv.conf` from the sandbox config's DNS settings, else a
+  copy of the host's; `hosts` upstream's managed file, `managed_hosts`, or with hostNetwork
+  a copy of the host's). With hostNetwork only IPC is private: network and UTS are
   the host's.
 - `<root>/runtime/containers/<id>`: a symlink to the container's instance directory
   `<root>/pods/<uid>/containers/<name>/<attempt>/`, which is the bundle: `config.json`,
@@ -215,6 +217,17 @@ def host_ipv4() -> str:
     return ""
 
 
+def managed_hosts(hostname: str, domain: str, ips: list[str]) -> str:
+    """The pod's /etc/hosts as upstream's kubelet writes it (`managedHostsFileContent`):
+    localhost and the IPv6 names, then each pod IP with `<hostname>.<domain>` (the pod's
+    `<subdomain>.<namespace>.svc.<cluster domain>`) and the hostname; without a pod IP
+    (no pod network yet) the hostname on 127.0.1.1, so that it still resolves."""
+    text = ("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
+            "fe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
+    names = f"{hostname}.{domain}\t{hostname}" if domain else hostname
+    return text + "".join(f"{ip}\t{names}\n" for ip in ips or ["127.0.1.1"])
+
 class ShimServer(ServedHelper):
     """The kubelet side of shim.py's fork server: started on first use, one request at a
     time, restarted once if it died. `start()` returns None when the server is unusable
@@ -389,7 +402,7 @@ class OciRuntime(RuntimeService):
             (directory / "shm").mkdir()
             _mount("shm", directory / "shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
                    f"mode=1777,size={SHM_SIZE}")
-            self._write_etc_files(directory, hostname, config.host_network)
+            self._write_etc_files(directory, hostname, config, meta)
         except BaseException:
             with contextlib.suppress(CniError):
                 self._teardown_network(meta, directory)
@@ -401,17 +414,21 @@ class OciRuntime(RuntimeService):
         return sandbox_id
 
     @staticmethod
-    def _write_etc_files(directory: Path, hostname: str, host_network: bool) -> None:
-        if host_network:
+    def _write_etc_files(directory: Path, hostname: str, config: SandboxConfig,
+                         meta: dict[str, Any]) -> None:
+        if config.host_network:
             (directory / "hostname").write_text(socket.gethostname() + "\n")
             with contextlib.suppress(OSError):
                 shutil.copyfile("/etc/hosts", directory / "hosts")
         else:
             (directory / "hostname").write_text(hostname + "\n")
         if not (directory / "hosts").exists():
-            (directory / "hosts").write_text(
-                "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-                f"127.0.1.1\t{hostname}\n")
+            ips = list((meta.get("network") or {}).get("ips") or [])
+            (directory / "hosts").write_text(managed_hosts(hostname, config.hostname_domain,
+                                                           ips))
+        if config.dns is not None:
+            (directory / "resolv.conf").write_text(config.dns.resolv_conf())
+            return
         try:
             shutil.copyfile("/etc/resolv.conf", directory / "resolv.conf")
         except OSError:
