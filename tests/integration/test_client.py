@@ -206,8 +206,10 @@ async def test_informer_cache_and_handlers(client: ApiClient) -> None:
 
 async def test_informer_lists_in_pages(client: ApiClient,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lists read `page_size` items at a time (client-go's pager), all at the first page's
-    resourceVersion, and the cache holds every page."""
+    """The first list asks for resourceVersion 0, which the watch cache answers whole; a
+    consistent list (after the version is gone) reads `page_size` items at a time
+    (client-go's pager), all at the first page's resourceVersion, and the cache holds
+    every page."""
     for i in range(5):
         await client.create(CONFIGMAPS, configmap(f"paged-{i}", {"app": "paged"}))
     await client.create(CONFIGMAPS, configmap("not-paged", {"app": "other"}))
@@ -224,8 +226,14 @@ async def test_informer_lists_in_pages(client: ApiClient,
     async with running(informer):
         assert sorted(o["metadata"]["name"] for o in informer.list()) == [
             f"paged-{i}" for i in range(5)]
-    assert [(a["limit"], bool(a["continue"])) for a in asked] == [
-        (2, False), (2, True), (2, True)]
+        assert [(a["limit"], a["resourceVersion"]) for a in asked] == [(2, "0")]
+        asked.clear()
+        informer.reflector._version_gone = True  # as after a watch's 410
+        await informer.reflector.relist()
+        assert sorted(o["metadata"]["name"] for o in informer.list()) == [
+            f"paged-{i}" for i in range(5)]
+    assert [(a["limit"], bool(a["continue"]), a["resourceVersion"]) for a in asked] == [
+        (2, False, None), (2, True, None), (2, True, None)]
     assert len({a["rv"] for a in asked}) == 1
     assert int(informer.resource_version) >= int(asked[0]["rv"])
 

@@ -33,11 +33,14 @@ class Source:
         self.scripts = [list(s) for s in scripts]
         self.expire_continue = expire_continue
         self.lists: list[tuple[int, str]] = []
+        self.list_versions: list[str] = []
         self.watches: list[str] = []
         self.idle = asyncio.Event()  # a watch waits with nothing more to play
 
-    async def list(self, limit: int, continue_token: str) -> ListChunk[str]:
+    async def list(self, limit: int, continue_token: str, resource_version: str = ""
+                   ) -> ListChunk[str]:
         self.lists.append((limit, continue_token))
+        self.list_versions.append(resource_version)
         if continue_token and self.expire_continue:
             self.expire_continue = False
             raise Expired("continue token expired")
@@ -95,8 +98,13 @@ async def test_lists_in_pages_at_the_first_page_s_version() -> None:
     reflector = Recording(source, sink, page_size=2)
     assert await reflector.relist() == "10"
     assert source.lists == [(2, ""), (2, "2"), (2, "4")]
+    # the first list at `0` (any: the watch cache), its next pages at the token's version
+    assert source.list_versions == ["0", "", ""]
     assert sink.log == [("replace", ["a", "b", "c", "d", "e"], "10")]
     assert reflector.has_synced and reflector.resource_version == "10"
+    # a list again reads not older than the last version, in one request
+    await reflector.relist()
+    assert (source.lists[-1], source.list_versions[-1]) == ((0, ""), "10")
 
 
 async def test_an_expired_continue_token_lists_again_in_one_request() -> None:
@@ -125,6 +133,9 @@ async def test_a_410_lists_again_at_once() -> None:
     await run_until_idle(reflector, source)
     assert len(source.lists) == 2 and reflector.pauses == []
     assert source.watches == ["10", "10"]  # the second list's version
+    # the version is gone: the list after the 410 is a consistent one (client-go's
+    # isLastSyncResourceVersionUnavailable)
+    assert source.list_versions == ["0", ""]
 
 
 async def test_failures_back_off_doubling_and_start_over_after_a_delivery() -> None:
@@ -155,12 +166,13 @@ async def test_a_failed_list_lists_again() -> None:
     calls = 0
     real_list = source.list
 
-    async def flaky(limit: int, continue_token: str) -> ListChunk[str]:
+    async def flaky(limit: int, continue_token: str, resource_version: str = ""
+                    ) -> ListChunk[str]:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise ListWatchError("connection refused")
-        return await real_list(limit, continue_token)
+        return await real_list(limit, continue_token, resource_version)
 
     source.list = flaky  # type: ignore[method-assign]
     reflector = Recording(source, Sink(), initial_backoff=0.5)
@@ -186,7 +198,8 @@ async def test_an_unexpected_error_is_retried_too(caplog: pytest.LogCaptureFixtu
 
 async def test_start_lists_first_and_raises_what_the_list_raises() -> None:
     class Failing(Source):
-        async def list(self, limit: int, continue_token: str) -> ListChunk[str]:
+        async def list(self, limit: int, continue_token: str, resource_version: str = ""
+                       ) -> ListChunk[str]:
             raise ListWatchError("unreachable")
 
     reflector = Recording(Failing(), Sink())

@@ -79,7 +79,9 @@ class StoreListerWatcher:
         self.store = store
         self.prefix = prefix
 
-    async def list(self, limit: int, continue_token: str) -> ListChunk[KeyValue]:
+    async def list(self, limit: int, continue_token: str, resource_version: str = ""
+                   ) -> ListChunk[KeyValue]:
+        """The store's newest state (every `resource_version` is satisfied by it)."""
         revision, start_after = 0, ""
         if continue_token:
             pinned, _, start_after = continue_token.partition("/")

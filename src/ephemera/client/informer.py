@@ -84,10 +84,12 @@ class ApiListerWatcher:
         self.watch_timeout = watch_timeout
         self.allow_bookmarks = allow_bookmarks
 
-    async def list(self, limit: int, continue_token: str) -> ListChunk[Obj]:
+    async def list(self, limit: int, continue_token: str, resource_version: str = ""
+                   ) -> ListChunk[Obj]:
         params: dict[str, Any] = {"labelSelector": self.label_selector,
                                   "fieldSelector": self.field_selector,
-                                  "limit": limit or None, "continue": continue_token or None}
+                                  "limit": limit or None, "continue": continue_token or None,
+                                  "resourceVersion": resource_version or None}
         try:
             page = await self.api.get(self.path, **params)
         except (StatusError, ApiUnavailable) as err:

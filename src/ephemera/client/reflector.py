@@ -8,7 +8,11 @@ contract keeps it so).
 
 The loop:
 
-- **List** in pages of `page_size` items (client-go's pager: `limit=500`, then `continue`;
+- **List** at the resource version client-go's `relistResourceVersion` picks: `0` the first
+  time (any: the apiserver's watch cache answers, ignoring the limit), then the last one
+  seen ("not older than", in one request: no limit), or "" (the newest, a consistent read)
+  after a watch answered 410 Expired, since that version is gone. Consistent lists come in
+  pages of `page_size` items (client-go's pager: `limit=500`, then `continue`;
   0: one request), every page read at the first page's resource version; when a continue
   token expires mid-list (`Expired`), the whole list is read again in one request (the
   pager's fallback to a full list). The sink gets everything at once
@@ -96,9 +100,12 @@ class ListChunk(Generic[T_co]):
 class ListerWatcher(Protocol[T_co, E_co]):
     """Where a `Reflector` reads from."""
 
-    async def list(self, limit: int, continue_token: str) -> ListChunk[T_co]:
+    async def list(self, limit: int, continue_token: str, resource_version: str = ""
+                   ) -> ListChunk[T_co]:
         """One page of at most `limit` items (0: all), after `continue_token` ("": the
-        first page). Raises `Expired` for an expired token, `ListWatchError` otherwise."""
+        first page), read at `resource_version` as a list's query reads it ("": the newest;
+        "0": any; N: not older than N). Raises `Expired` for an expired token,
+        `ListWatchError` otherwise."""
         ...
 
     def watch(self, resource_version: str) -> AsyncGenerator[tuple[str, E_co | None], None]:
@@ -131,6 +138,8 @@ class Reflector(Generic[T, E]):
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.resource_version = ""
+        # The last resource version is gone (a watch answered 410): list the newest.
+        self._version_gone = False
         self._synced = False
         self._ready = False
         # A watch delivered something since the last failure: the back-off starts over.
@@ -185,9 +194,11 @@ class Reflector(Generic[T, E]):
         items: list[T] = []
         token = ""
         resource_version = ""
+        at = self.relist_resource_version()
+        limit = self.page_size if at in ("", "0") else 0
         try:
             while True:
-                chunk = await self.source.list(self.page_size, token)
+                chunk = await self.source.list(limit, token, at if not token else "")
                 if not token:
                     resource_version = chunk.resource_version
                 items.extend(chunk.items)
@@ -204,8 +215,16 @@ class Reflector(Generic[T, E]):
         if self._synced:
             self.relists += 1
         self._synced = True
+        self._version_gone = False
         self._seen(resource_version)
         return resource_version
+
+    def relist_resource_version(self) -> str:
+        """client-go's `relistResourceVersion`: `0` before the first list, "" once the last
+        version is gone, else the last version seen."""
+        if self._version_gone:
+            return ""
+        return self.resource_version or "0"
 
     def _seen(self, resource_version: str) -> None:
         if resource_version:
@@ -225,6 +244,7 @@ class Reflector(Generic[T, E]):
             except Expired as err:
                 log.info("%s: %s; listing again", self.name, err)
                 self._ready = False
+                self._version_gone = True
                 continue
             except _WatchBroke as broke:
                 backoff = self._restarted(backoff)
