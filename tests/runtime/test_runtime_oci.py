@@ -269,6 +269,33 @@ async def test_exec_sync_output_exit_code_env_and_timeout(
         await runtime.exec_sync(container_id, ["sleep", "30"], timeout=0.3)
 
 
+def _v1_cgroups(proc_cgroup: str) -> dict[str, str]:
+    """The v1 hierarchies of a /proc/PID/cgroup text: controllers → path."""
+    return {controllers: path for _, controllers, path in
+            (line.split(":", 2) for line in proc_cgroup.splitlines()) if controllers}
+
+
+async def test_container_and_exec_processes_sit_in_the_container_s_cgroups(
+        runtime: OciRuntime, busybox_layer: Path) -> None:
+    """The container's init and an exec'd process are in the container's own cgroup in
+    every v1 hierarchy (crun: the shim and the exec wrapper move the runtime there through
+    each cgroup's `tasks` file; runc places them itself). No cgroup namespace: the
+    container sees the host's paths."""
+    sandbox = sandbox_config()
+    sandbox_id = await runtime.run_pod_sandbox(sandbox)
+    config = container_config(busybox_layer, "main", "sleep 1000")
+    container_id = await runtime.create_container(sandbox_id, config, sandbox)
+    await runtime.start_container(container_id)
+    status = await runtime.container_status(container_id)
+    assert status.state == ContainerState.RUNNING and status.pid
+    init = _v1_cgroups(Path(f"/proc/{status.pid}/cgroup").read_text())
+    assert len(init) >= 5 and all(
+        path.endswith(f"/pod{sandbox.pod_uid}/{container_id}") for path in init.values()), init
+    result = await runtime.exec_sync(container_id, ["cat", "/proc/self/cgroup"])
+    assert result.exit_code == 0
+    assert _v1_cgroups(result.stdout.decode()) == init
+
+
 async def test_interactive_exec_with_stdin_and_with_a_tty(
         runtime: OciRuntime, busybox_layer: Path) -> None:
     sandbox = sandbox_config()

@@ -1133,8 +1133,11 @@ class OciRuntime(RuntimeService):
             return command, pid_file
         command.append(container_id)
         if meta["cgroup_procs"]:  # crun without a cgroup manager: join the container's cgroups
+            # "0" to each v1 cgroup's `tasks` (the shell itself, one thread), not its pid to
+            # `cgroup.procs`: no RCU grace period per exec (shim.join_cgroup says why).
             command = ["/bin/sh", "-c",
-                       'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"',
+                       'while [ "$1" != -- ]; do echo 0 > "${1%/*}/tasks"; shift; done; shift; '
+                       'exec "$@"',
                        "sh", *meta["cgroup_procs"], "--", *command]
         return command, pid_file
 
