@@ -201,9 +201,16 @@ async def test_bind_mounts_rw_and_ro(runtime: OciRuntime, busybox_layer: Path,
     container_id, log = await run_to_exit(
         runtime, busybox_layer,
         "cat /etc/app/setting; echo written > /data/out; echo x > /etc/app/new; "
-        "echo rc=$?", tmp_path, mounts=mounts)
+        "echo rc=$?; grep -E ' /(data|etc/app) ' /proc/self/mountinfo", tmp_path,
+        mounts=mounts)
     lines = cri_lines(log)
     assert ("stdout", "F", "on") in lines
+    # Volumes are nosuid,nodev, as live mounts are (the per-mount options, field 6).
+    options = {text.split()[4]: set(text.split()[5].split(",")) for stream, _, text in lines
+               if stream == "stdout" and text.count(" ") > 6}
+    assert options.keys() == {"/data", "/etc/app"}, lines
+    assert options["/data"] >= {"rw", "nosuid", "nodev"}
+    assert options["/etc/app"] >= {"ro", "nosuid", "nodev"}
     assert ("stdout", "F", "rc=1") in lines
     assert any(stream == "stderr" and "Read-only file system" in text
                for stream, _, text in lines)

@@ -669,9 +669,11 @@ class OciRuntime(RuntimeService):
             if f"/etc/{name}" not in wanted:
                 mounts.append({"destination": f"/etc/{name}", "type": "bind",
                                "source": str(sandbox_dir / name), "options": ["rbind", "rw"]})
+        # Volumes are nosuid,nodev, as live mounts are (docs/design.md, "Volume mounts").
         mounts.extend(
             {"destination": m.container_path, "type": "bind", "source": m.host_path,
-             "options": ["rbind", m.propagation or "rprivate", "ro" if m.read_only else "rw"]}
+             "options": ["rbind", m.propagation or "rprivate", "ro" if m.read_only else "rw",
+                         "nosuid", "nodev"]}
             for m in config.mounts)
         namespaces: list[dict[str, str]] = [{"type": "pid"}, {"type": "mount"}]
         for ns, oci_name in (("net", "network"), ("ipc", "ipc"), ("uts", "uts")):
