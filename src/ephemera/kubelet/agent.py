@@ -928,7 +928,7 @@ class Kubelet:
                 on_pod_started=self.metrics.pod_start_duration.observe,
                 on_sync_done=lambda op, s: self.metrics.pod_worker_duration.labels(
                     operation=op).observe(s),
-                pod_storage=self.accounting, probes=self.probes)
+                pod_storage=self.accounting, probes=self.probes, quiet=self._quiet)
             self.workers = PodWorkers(deps)
             self.workers.on_worker_done = self._worker_done
             self.volumes.set_in_use_checker(self._in_use)
