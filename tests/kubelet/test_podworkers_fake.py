@@ -139,6 +139,27 @@ async def test_crash_loop_back_off_and_restart_count(tmp_path: Path) -> None:
         await h.wait_pod("crash", lambda p: cstatus(p).get("restartCount", 0) >= 3)
 
 
+async def test_old_instances_are_removed_once_the_kubelet_is_quiet(tmp_path: Path) -> None:
+    """Restarts keep the latest two instances; an older one is removed in the background
+    only once no pod worker syncs and no status waits to be written (the new instance's
+    status went first), not while the start's sync runs."""
+    async with running_kubelet(tmp_path) as h:
+        removals: list[tuple[str, bool]] = []
+        remove = h.runtime.remove_container
+
+        async def recording_remove(container_id: str) -> None:
+            removals.append((container_id, h.kubelet._is_quiet()))
+            await remove(container_id)
+
+        h.runtime.remove_container = recording_remove  # type: ignore[method-assign]
+        await h.create(pod("crash", argv=["exit", "3"]))
+        await h.wait_pod("crash", lambda p: cstatus(p).get("restartCount", 0) >= 3)
+        await wait_until(lambda: len(removals) >= 2)
+        assert all(quiet for _, quiet in removals), removals
+        listed = [c for c in await h.runtime.list_containers() if c.name == "c"]
+        assert len(listed) <= 3  # the two kept, and perhaps one about to go
+
+
 @pytest.mark.parametrize(("policy", "code", "expected"), [
     ("Never", "0", "Succeeded"), ("Never", "2", "Failed"), ("OnFailure", "0", "Succeeded")])
 async def test_restart_policies_end_the_pod(tmp_path: Path, policy: str, code: str,

@@ -201,9 +201,16 @@ async def test_bind_mounts_rw_and_ro(runtime: OciRuntime, busybox_layer: Path,
     container_id, log = await run_to_exit(
         runtime, busybox_layer,
         "cat /etc/app/setting; echo written > /data/out; echo x > /etc/app/new; "
-        "echo rc=$?", tmp_path, mounts=mounts)
+        "echo rc=$?; grep -E ' /(data|etc/app) ' /proc/self/mountinfo", tmp_path,
+        mounts=mounts)
     lines = cri_lines(log)
     assert ("stdout", "F", "on") in lines
+    # Volumes are nosuid,nodev, as live mounts are (the per-mount options, field 6).
+    options = {text.split()[4]: set(text.split()[5].split(",")) for stream, _, text in lines
+               if stream == "stdout" and text.count(" ") > 6}
+    assert options.keys() == {"/data", "/etc/app"}, lines
+    assert options["/data"] >= {"rw", "nosuid", "nodev"}
+    assert options["/etc/app"] >= {"ro", "nosuid", "nodev"}
     assert ("stdout", "F", "rc=1") in lines
     assert any(stream == "stderr" and "Read-only file system" in text
                for stream, _, text in lines)
@@ -267,6 +274,33 @@ async def test_exec_sync_output_exit_code_env_and_timeout(
     assert (result.exit_code, result.stdout) == (0, b"started\n")
     with pytest.raises(ExecTimeoutError):
         await runtime.exec_sync(container_id, ["sleep", "30"], timeout=0.3)
+
+
+def _v1_cgroups(proc_cgroup: str) -> dict[str, str]:
+    """The v1 hierarchies of a /proc/PID/cgroup text: controllers → path."""
+    return {controllers: path for _, controllers, path in
+            (line.split(":", 2) for line in proc_cgroup.splitlines()) if controllers}
+
+
+async def test_container_and_exec_processes_sit_in_the_container_s_cgroups(
+        runtime: OciRuntime, busybox_layer: Path) -> None:
+    """The container's init and an exec'd process are in the container's own cgroup in
+    every v1 hierarchy (crun: the shim and the exec wrapper move the runtime there through
+    each cgroup's `tasks` file; runc places them itself). No cgroup namespace: the
+    container sees the host's paths."""
+    sandbox = sandbox_config()
+    sandbox_id = await runtime.run_pod_sandbox(sandbox)
+    config = container_config(busybox_layer, "main", "sleep 1000")
+    container_id = await runtime.create_container(sandbox_id, config, sandbox)
+    await runtime.start_container(container_id)
+    status = await runtime.container_status(container_id)
+    assert status.state == ContainerState.RUNNING and status.pid
+    init = _v1_cgroups(Path(f"/proc/{status.pid}/cgroup").read_text())
+    assert len(init) >= 5 and all(
+        path.endswith(f"/pod{sandbox.pod_uid}/{container_id}") for path in init.values()), init
+    result = await runtime.exec_sync(container_id, ["cat", "/proc/self/cgroup"])
+    assert result.exit_code == 0
+    assert _v1_cgroups(result.stdout.decode()) == init
 
 
 async def test_interactive_exec_with_stdin_and_with_a_tty(

@@ -35,7 +35,6 @@ fields, as the strategy's PrepareForUpdate would.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from typing import Any
 
 from ephemera.api.errors import StatusError, bad_request
 from ephemera.api.goformat import go_quote
+from ephemera.api.jsoncopy import json_copy
 from ephemera.api.strategicpatch import (
     Node,
     canonical_json,
@@ -756,7 +756,7 @@ def _ignored_fields(subresource: str) -> list[FieldPath]:
 
 
 def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
+    out = json_copy(obj)
     meta = out.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
@@ -796,7 +796,7 @@ def _restore_reset_fields(result: dict[str, Any], live: dict[str, Any] | None,
             continue
         last = names[-1]
         if isinstance(source, dict) and last in source:
-            target[last] = copy.deepcopy(source[last])
+            target[last] = json_copy(source[last])
         else:
             target.pop(last, None)
 
@@ -1018,7 +1018,7 @@ def _apply(live: dict[str, Any] | None, applied: dict[str, Any], manager: str, f
         managers = _record(_empty_object(root), base, root, {}, BEFORE_FIRST_APPLY_MANAGER,
                            api_version, subresource, now, ignored)
 
-    config = copy.deepcopy(applied)
+    config = json_copy(applied)
     for path in ignored:
         _drop_path(config, path)
     # Duplicate keys are an error in the configuration (tolerated in live objects).
@@ -1105,7 +1105,7 @@ def _sync_last_applied(result: dict[str, Any], applied: dict[str, Any]) -> None:
     annotations = (result.get("metadata") or {}).get("annotations")
     if not isinstance(annotations, dict) or LAST_APPLIED_ANNOTATION not in annotations:
         return
-    config = copy.deepcopy(applied)
+    config = json_copy(applied)
     config_annotations = (config.get("metadata") or {}).get("annotations")
     if isinstance(config_annotations, dict):
         config_annotations.pop(LAST_APPLIED_ANNOTATION, None)

@@ -15,7 +15,6 @@ Errors, as upstream's patch handler gives them:
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
@@ -27,6 +26,7 @@ from ephemera.api import field
 from ephemera.api.errors import StatusError, bad_request, invalid, unsupported_media_type
 from ephemera.api.fieldvalidation import EXCEEDED_MAX_DEPTH, json_kind, too_deep
 from ephemera.api.goformat import go_quote
+from ephemera.api.jsoncopy import json_copy
 from ephemera.api.strategicpatch import strategic_merge_patch, unprocessable_entity
 
 JSON_PATCH = "application/json-patch+json"
@@ -82,8 +82,8 @@ def json_patch(live: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
         if not isinstance(op, dict):
             raise bad_request("error decoding patch: json: cannot unmarshal "
                               f"{json_kind(op)} into Go value of type handlers.jsonPatchOp")
-    doc: Any = copy.deepcopy(live)
-    for op in copy.deepcopy(ops):  # values must not be shared with the caller's operations
+    doc: Any = json_copy(live)
+    for op in json_copy(ops):  # values must not be shared with the caller's operations
         doc = _apply_operation(doc, op)
     if not isinstance(doc, dict):
         text = json.dumps(doc, separators=(",", ":"))
@@ -137,13 +137,13 @@ def _op_failure(kind: str, path: str, source: Any) -> str:
 
 def merge_patch(live: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     """RFC 7386: objects merge recursively, `null` removes a key, anything else replaces."""
-    result: dict[str, Any] = _merge_value(copy.deepcopy(live), patch)
+    result: dict[str, Any] = _merge_value(json_copy(live), patch)
     return result
 
 
 def _merge_value(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return json_copy(patch)
     if not isinstance(target, dict):
         target = {}
     for key, value in patch.items():

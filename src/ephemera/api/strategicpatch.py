@@ -27,12 +27,12 @@ This module also holds the small schema helpers (`field_node`, `items_node`, `ex
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 from ephemera.api import schema
 from ephemera.api.errors import StatusError
+from ephemera.api.jsoncopy import json_copy
 
 Node = dict[str, Any]
 
@@ -203,8 +203,8 @@ def strategic_merge_patch(live: dict[str, Any], patch: dict[str, Any],
                           definition: str) -> dict[str, Any]:
     """Apply a strategic merge patch to `live` (a JSON object of the kind named by
     `definition`, e.g. `io.k8s.api.core.v1.Pod`); returns a new dict, mutating neither."""
-    original = copy.deepcopy(live)
-    patch_copy = copy.deepcopy(patch)
+    original = json_copy(live)
+    patch_copy = json_copy(patch)
     try:
         return _merge_map(original, patch_copy, definition_node(definition))
     except _PatchError as err:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +38,7 @@ from typing import Any
 
 from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
+from ephemera.api.jsoncopy import json_copy
 from ephemera.api.listoptions import ListRead
 from ephemera.apiserver.admission.namespacelifecycle import (
     IMMORTAL_NAMESPACES,
@@ -256,7 +256,7 @@ class NamespaceLifecycle:
         async def drop_finalizer(current: dict[str, Any] | None) -> dict[str, Any]:
             if current is None:
                 raise errors.not_found("namespaces", name)
-            old = copy.deepcopy(current)
+            old = json_copy(current)
             spec = current.setdefault("spec", {})
             spec["finalizers"] = [f for f in spec.get("finalizers") or []
                                   if f != NAMESPACE_FINALIZER]

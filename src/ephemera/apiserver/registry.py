@@ -30,7 +30,6 @@ with.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -42,6 +41,7 @@ import orjson
 from ephemera.api import errors, meta
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import FeatureGates
+from ephemera.api.jsoncopy import json_copy
 from ephemera.api.listoptions import (
     BLOCK_TIMEOUT,
     CONTINUE_EXPIRED,
@@ -314,7 +314,7 @@ class Registry:
         strategy.default(new)
         old_md = meta.ensure_metadata(old)
         req = self.admission_request("UPDATE", resource, old_md.get("namespace") or "",
-                                     old_md.get("name") or "", new, copy.deepcopy(old),
+                                     old_md.get("name") or "", new, json_copy(old),
                                      subresource=subresource, user=user, dry_run=dry_run)
         await self.admission.admit(req)
         new = req.obj if req.obj is not None else new
@@ -573,7 +573,7 @@ class Registry:
                 # defaults too: a default a gate turned on since the write (KEP-6386's
                 # pod-level ephemeral-storage) lands on both sides of the update alike.
                 self.strategy(resource).default(current)
-            new = await update(copy.deepcopy(current) if current is not None else None)
+            new = await update(json_copy(current) if current is not None else None)
             if kv is None or current is None:
                 created = await self.create(resource, new, dry_run=dry_run, prepared=True)
                 return created, True
@@ -652,9 +652,9 @@ class Registry:
             obj = codec.decode(kv)
             md = meta.ensure_metadata(obj)
             _check_preconditions(resource, md, options)
-            req.old = copy.deepcopy(obj)
+            req.old = json_copy(obj)
             await self.admission.validate(req)
-            original = copy.deepcopy(obj)
+            original = json_copy(obj)
             outcome = strategy.before_delete(obj, options.grace_period_seconds)
             if outcome == "pending":
                 return DeleteResult(obj, False)

@@ -11,7 +11,6 @@ streams in `ephemera.apiserver.watch`.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -24,6 +23,7 @@ from ephemera.api import errors, field, fieldvalidation, listoptions, managedfie
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import parse_go_bool
 from ephemera.api.goformat import go_quote, go_value
+from ephemera.api.jsoncopy import json_copy
 from ephemera.api.selectors import Selection, SelectorError
 from ephemera.apiserver import tables
 from ephemera.apiserver.accept import parse_accept
@@ -298,7 +298,7 @@ class RestHandlers:
         decode_warnings = list(warnings)
 
         async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
-            new = copy.deepcopy(obj)
+            new = json_copy(obj)
             warnings[:] = [*decode_warnings, *strategy.warnings(new, current, sub)]
             if current is None:
                 if sub or not strategy.allow_create_on_update:
@@ -363,16 +363,16 @@ class RestHandlers:
                     raise errors.not_found(res.plural, target.name, res.group)
                 assert applied is not None
                 new = managedfields.server_side_apply(
-                    None, copy.deepcopy(applied), manager, bool(force), res.definition,
+                    None, json_copy(applied), manager, bool(force), res.definition,
                     res.api_version, sub)
                 ensure_namespace(new, res, target.namespace)
                 warnings.extend(strategy.warnings(new, None, sub))
                 return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
-            live = copy.deepcopy(current)
+            live = json_copy(current)
             if is_apply:
                 assert applied is not None
                 new = managedfields.server_side_apply(
-                    live, copy.deepcopy(applied), manager, bool(force), res.definition,
+                    live, json_copy(applied), manager, bool(force), res.definition,
                     res.api_version, sub)
             else:
                 new = patch.apply_patch(content_type, live, body, res.definition)

@@ -29,7 +29,6 @@ each applies.
 from __future__ import annotations
 
 import base64
-import copy
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
@@ -38,6 +37,7 @@ from ephemera.api import endpoints, errors, field, meta, services
 from ephemera.api import validation as meta_validation
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
+from ephemera.api.jsoncopy import json_copy
 from ephemera.api.validation import NameFn
 from ephemera.apiserver import csr
 from ephemera.apiserver.authz import rbacapi
@@ -234,7 +234,7 @@ class Strategy:
 
 def _copy_key(new: dict[str, Any], old: dict[str, Any], key: str) -> None:
     if key in old:
-        new[key] = copy.deepcopy(old[key])
+        new[key] = json_copy(old[key])
     else:
         new.pop(key, None)
 
@@ -294,7 +294,7 @@ class PodStrategy(Strategy):
         super().prepare_for_status_update(new, old)
         new_md, old_md = _md(new), _md(old)
         if "ownerReferences" in old_md:
-            new_md["ownerReferences"] = copy.deepcopy(old_md["ownerReferences"])
+            new_md["ownerReferences"] = json_copy(old_md["ownerReferences"])
         else:
             new_md.pop("ownerReferences", None)
         status = new.get("status")

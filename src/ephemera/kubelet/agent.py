@@ -934,7 +934,7 @@ class Kubelet:
                 on_pod_started=self.metrics.pod_start_duration.observe,
                 on_sync_done=lambda op, s: self.metrics.pod_worker_duration.labels(
                     operation=op).observe(s),
-                pod_storage=self.accounting, probes=self.probes,
+                pod_storage=self.accounting, probes=self.probes, quiet=self._quiet,
                 dns=DnsConfigurer(list(cfg.cluster_dns), cfg.cluster_domain, cfg.resolv_conf,
                                   [cfg.node_ip]))
             self.workers = PodWorkers(deps)

@@ -105,7 +105,7 @@ from ephemera.kubelet.runtime.base import (
     SandboxStatus,
 )
 from ephemera.kubelet.status import container_status
-from ephemera.kubelet.workerdeps import WorkerDeps
+from ephemera.kubelet.workerdeps import QUIET_WAIT, WorkerDeps
 
 __all__ = [
     "DEFAULT_GRACE_PERIOD",
@@ -867,7 +867,15 @@ class PodRuntime:
         return None
 
     async def _prune_instances(self, name: str, newest_attempt: int) -> None:
-        """Remove instances older than the ones kept, and their logs."""
+        """Remove instances older than the ones kept, and their logs: once the kubelet is
+        quiet (the new instance's status written; at most `QUIET_WAIT` seconds), so that the
+        runtime's delete (a process), the unmount and the removal of the old writable layer
+        do not share the CPUs with the start's status write. Upstream leaves dead
+        containers to its garbage collector, which runs every minute."""
+        if self.deps.quiet is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(QUIET_WAIT):
+                    await self.deps.quiet()
         keep = self.deps.settings.keep_instances
         instances = (await self.instances()).get(name, [])
         for old in instances:

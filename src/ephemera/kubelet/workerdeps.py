@@ -20,6 +20,7 @@ from ephemera.kubelet.status import ProbeStates, StatusManager
 
 __all__ = [
     "MINIMUM_GRACE_PERIOD",
+    "QUIET_WAIT",
     "ImageLookup",
     "PodStorage",
     "ProbesLike",
@@ -29,6 +30,9 @@ __all__ = [
 ]
 
 MINIMUM_GRACE_PERIOD = 2.0
+# How long background clean-up (an old container instance's removal) waits for the kubelet
+# to be quiet (`WorkerDeps.quiet`) before it runs anyway.
+QUIET_WAIT = 1.0
 
 
 class ImageLookup(Protocol):
@@ -115,3 +119,6 @@ class WorkerDeps:
     probes: ProbesLike | None = None
     # Forms each pod's resolv.conf by its dnsPolicy (None: the host's file as it is).
     dns: DnsConfigurer | None = None
+    # Returns once the kubelet is quiet (no pod worker in a sync, no pod status waiting to
+    # be written): what background clean-up waits for, at most `QUIET_WAIT` seconds.
+    quiet: Callable[[], Awaitable[None]] | None = None

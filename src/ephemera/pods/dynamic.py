@@ -142,7 +142,6 @@ the apiserver's NodeDeclaredFeatureValidator admission plugin answers it with up
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -155,6 +154,7 @@ from ephemera.api.featuregates import (
     gate_enabled,
 )
 from ephemera.api.field import FieldError, Path
+from ephemera.api.jsoncopy import json_copy
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.pods import resources, validation
 
@@ -393,7 +393,7 @@ def dynamic_update_base(new: Mapping[str, Any], old: Mapping[str, Any]) -> dict[
     their new order (added ones whole, kept ones with their new `volumeMounts` and
     `dynamicVolumePolicy`) and `spec.volumes`. What still differs from `new` is what a plain
     update may change (judged by `validate_pod_update`) or what may not change at all."""
-    base = copy.deepcopy(dict(old))
+    base = json_copy(dict(old))
     spec = base.get("spec")
     if not isinstance(spec, dict):
         return base
@@ -409,18 +409,18 @@ def dynamic_update_base(new: Mapping[str, Any], old: Mapping[str, Any]) -> dict[
         for item in new_list:
             name = _name(item) if isinstance(item, dict) else ""
             if name in old_by:
-                kept = copy.deepcopy(old_by[name][1])
+                kept = json_copy(old_by[name][1])
                 for member in DYNAMIC_CONTAINER_FIELDS:
                     if member in item:
-                        kept[member] = copy.deepcopy(item[member])
+                        kept[member] = json_copy(item[member])
                     else:
                         kept.pop(member, None)
                 merged.append(kept)
             else:
-                merged.append(copy.deepcopy(item))
+                merged.append(json_copy(item))
         spec[key] = merged
     if "volumes" in new_spec:
-        spec["volumes"] = copy.deepcopy(new_spec["volumes"])
+        spec["volumes"] = json_copy(new_spec["volumes"])
     else:
         spec.pop("volumes", None)
     return base

@@ -23,12 +23,12 @@ and admission runs again), the quota is over-charged until the controller recomp
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.jsoncopy import json_copy
 from ephemera.apiserver.admission import AdmissionContext, AdmissionPluginBase, AdmissionRequest
 from ephemera.apiserver.resources import core_resource
 from ephemera.pods import quota
@@ -119,7 +119,7 @@ async def _write_used(context: AdmissionContext, req: AdmissionRequest, item: qu
     async def write(current: dict[str, Any] | None) -> dict[str, Any]:
         if current is None:
             raise _QuotaGone
-        new = copy.deepcopy(current)
+        new = json_copy(current)
         status = new.get("status")
         if not isinstance(status, dict):
             status = new["status"] = {}

@@ -686,9 +686,11 @@ class OciRuntime(RuntimeService):
             if f"/etc/{name}" not in wanted:
                 mounts.append({"destination": f"/etc/{name}", "type": "bind",
                                "source": str(sandbox_dir / name), "options": ["rbind", "rw"]})
+        # Volumes are nosuid,nodev, as live mounts are (docs/design.md, "Volume mounts").
         mounts.extend(
             {"destination": m.container_path, "type": "bind", "source": m.host_path,
-             "options": ["rbind", m.propagation or "rprivate", "ro" if m.read_only else "rw"]}
+             "options": ["rbind", m.propagation or "rprivate", "ro" if m.read_only else "rw",
+                         "nosuid", "nodev"]}
             for m in config.mounts)
         namespaces: list[dict[str, str]] = [{"type": "pid"}, {"type": "mount"}]
         for ns, oci_name in (("net", "network"), ("ipc", "ipc"), ("uts", "uts")):
@@ -1150,8 +1152,11 @@ class OciRuntime(RuntimeService):
             return command, pid_file
         command.append(container_id)
         if meta["cgroup_procs"]:  # crun without a cgroup manager: join the container's cgroups
+            # "0" to each v1 cgroup's `tasks` (the shell itself, one thread), not its pid to
+            # `cgroup.procs`: no RCU grace period per exec (shim.join_cgroup says why).
             command = ["/bin/sh", "-c",
-                       'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"',
+                       'while [ "$1" != -- ]; do echo 0 > "${1%/*}/tasks"; shift; done; shift; '
+                       'exec "$@"',
                        "sh", *meta["cgroup_procs"], "--", *command]
         return command, pid_file
 

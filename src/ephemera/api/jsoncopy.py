@@ -1,0 +1,34 @@
+"""`json_copy`: a deep copy of a decoded JSON tree (API objects as the apiserver and the
+kubelet hold them: dicts, lists, strings, numbers, booleans, None).
+
+`copy.deepcopy` keeps a memo of every node it visits (for shared and cyclic references, which
+a decoded JSON tree never has) and dispatches through `__deepcopy__` lookups; on a pod it was
+the largest single cost of a `PUT pods/NAME/dynamic` (about a fifth of its CPU). This walks
+dicts and lists only, shares the immutable leaves, and hands anything else (a tuple, a
+set, an object) to `copy.deepcopy`, so it is never shallower than `deepcopy`."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def json_copy(value: T) -> T:
+    """A deep copy of `value`, fast for JSON trees (see the module docstring)."""
+    return _copy(value)
+
+
+def _copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {key: (item if type(item) in _ATOMS else _copy(item))
+                for key, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _ATOMS else _copy(item) for item in value]
+    if kind in _ATOMS:
+        return value
+    return copy.deepcopy(value)
