@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from kubelet_harness import Harness, pod, running_kubelet
 
+from ephemera.client import resource_path
 from ephemera.kubelet import spdy
 from ephemera.kubelet.portforward import (
     PortForwardError,
@@ -326,5 +327,66 @@ async def test_pods_proxy_through_the_apiserver(tmp_path: Path) -> None:
                     assert resp.status == 400
                 async with client.get(f"{base}/nope:{port}/proxy/") as resp:
                     assert resp.status == 404
+    finally:
+        await runner.cleanup()
+
+
+async def test_services_proxy_picks_a_ready_pod_endpoint(tmp_path: Path) -> None:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", _web)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with running_kubelet(tmp_path) as h:
+            await _running_box(h)
+            service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                       "spec": {"selector": {"app": "web"},
+                                "ports": [{"name": "http", "port": 80, "targetPort": port},
+                                          {"name": "none", "port": 81, "targetPort": 1}]}}
+            await h.api.create(resource_path("services", "default"), service)
+            await h.api.create(resource_path("services", "default"), {
+                "apiVersion": "v1", "kind": "Service", "metadata": {"name": "empty"},
+                "spec": {"selector": {"app": "none"}, "ports": [{"port": 80}]}})
+
+            def endpoint(pod_name: str, ip: str, ready: bool) -> dict[str, Any]:
+                return {"addresses": [ip], "conditions": {"ready": ready},
+                        "targetRef": {"kind": "Pod", "namespace": "default",
+                                      "name": pod_name}}
+
+            # a not-ready endpoint and one whose pod is gone are never picked
+            await h.api.create(
+                resource_path("endpointslices", "default", group="discovery.k8s.io"),
+                {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                 "metadata": {"name": "web-abc",
+                              "labels": {"kubernetes.io/service-name": "web"}},
+                 "addressType": "IPv4",
+                 "endpoints": [endpoint("box", "10.0.0.2", True),
+                               endpoint("sleepy", "10.0.0.3", False),
+                               endpoint("gone", "10.0.0.4", True)],
+                 "ports": [{"name": "http", "port": port, "protocol": "TCP"}]})
+            base = f"{h.api.server}/api/v1/namespaces/default/services"
+            async with aiohttp.ClientSession() as client:
+                for name in ("web:80", "web:http", "http:web:http"):
+                    for _ in range(3):
+                        async with client.get(f"{base}/{name}/proxy/a?x=1") as resp:
+                            assert resp.status == 200 and resp.headers["X-Pod"] == "yes"
+                            assert await resp.text() == "GET /a?x=1  auth=-"
+                async with client.post(f"{base}/web:80/proxy", data=b"sent") as resp:
+                    assert (resp.status, await resp.text()) == (201, "POST / sent auth=-")
+                expected = {
+                    "web:82": (503, 'no service port 82 found for service "web"'),
+                    "web:none": (503, 'no endpoints available for service "web"'),
+                    "web": (503, 'no endpoints available for service "web"'),  # unnamed
+                    "empty": (503, 'no endpoints available for service "empty"'),
+                    "nope:80": (404, 'services "nope" not found'),
+                    "a:b:c:d": (400, 'invalid service request "a:b:c:d"'),
+                }
+                for name, (code, message) in expected.items():
+                    async with client.get(f"{base}/{name}/proxy/") as resp:
+                        status = await resp.json()
+                        assert (resp.status, status["message"]) == (code, message), name
     finally:
         await runner.cleanup()
