@@ -13,6 +13,7 @@ import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -390,3 +391,54 @@ async def test_services_proxy_picks_a_ready_pod_endpoint(tmp_path: Path) -> None
                         assert (resp.status, status["message"]) == (code, message), name
     finally:
         await runner.cleanup()
+
+
+async def _raw_upgrade(server: str, path: str, protocol: str
+                       ) -> tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]:
+    """kubectl's plain SPDY upgrade on a raw connection: the answer's head, and the stream."""
+    where = urlsplit(server)
+    reader, writer = await asyncio.open_connection(where.hostname, where.port)
+    writer.write((f"POST {path} HTTP/1.1\r\nHost: {where.netloc}\r\nConnection: Upgrade\r\n"
+                  f"Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: {protocol}\r\n"
+                  "Content-Length: 0\r\n\r\n").encode())
+    async with asyncio.timeout(10):
+        head = await reader.readuntil(b"\r\n\r\n")
+    return head, reader, writer
+
+
+async def test_kubectls_plain_spdy_upgrade_is_tunnelled_to_the_kubelet(
+        tmp_path: Path, echo_port: int) -> None:
+    async with running_kubelet(tmp_path) as h:
+        await _running_box(h)
+        path = "/api/v1/namespaces/default/pods/box/portforward"
+        head, reader, writer = await _raw_upgrade(h.api.server, path, "portforward.k8s.io")
+        try:
+            assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+            assert b"\r\nUpgrade: SPDY/3.1\r\n" in head
+            assert b"\r\nX-Stream-Protocol-Version: portforward.k8s.io\r\n" in head
+            frames = spdy.FrameWriter()
+            headers = {"streamtype": ["error"], "port": [str(echo_port)], "requestid": ["0"]}
+            writer.write(frames.syn_stream(1, headers)
+                         + frames.syn_stream(3, {**headers, "streamtype": ["data"]})
+                         + b"".join(frames.data(3, b"ping", fin=True)))
+            parser = spdy.FrameReader()
+            got: list[spdy.Frame] = []
+
+            def data(stream_id: int) -> bytes:
+                return b"".join(f.data for f in got
+                                if isinstance(f, spdy.DataFrame) and f.stream_id == stream_id)
+
+            async with asyncio.timeout(10):
+                while data(3) != b"echo:pingbye":
+                    chunk = await reader.read(4096)
+                    assert chunk, got
+                    got.extend(parser.feed(chunk))
+        finally:
+            writer.close()
+        head, reader, writer = await _raw_upgrade(h.api.server, path, "v9.example")
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+        head, reader, writer = await _raw_upgrade(
+            h.api.server, path.replace("/box/", "/nope/"), "portforward.k8s.io")
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 404 Not Found\r\n")
