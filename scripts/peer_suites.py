@@ -13,10 +13,12 @@ repository and a virtualenv for each suite, given on the command line:
 - the Python client's venv has `kubernetes` (the release matching the tests), `pytest`,
   `pytest-timeout` and `pytest-asyncio`, and the two `e2e_test` folders copied into its
   installed package (the wheel leaves them out);
-- kr8s' venv has kr8s' dependencies and test dependencies (`kubernetes==36.0.3` for its
-  cast test); its tests run from the checkout (`PYTHONPATH`).
+- kr8s' venv has the kr8s release (for its dependencies and its version, written into the
+  checkout's `kr8s/_version.py` that hatch-vcs would make) and its test dependencies
+  (`kubernetes==36.0.3` for its cast test); its tests run from the checkout (`PYTHONPATH`).
 
-Nodes pull from no registry, so the images the suites name are stand-ins built here from the
+Nodes pull from no registry: the busybox base image is built (`ephemera images build-base`)
+and the other images the suites name are stand-ins built here from the
 busybox base layer and imported under those names: `nginx[:TAG]` runs busybox `httpd` on
 port 80 over `/usr/share/nginx/html`; `pause`, `ubuntu` sleep; all exit on TERM. (No stand-in
 for `python`: the client's `test_portforward_raw` runs a Python script in it.)
@@ -142,6 +144,8 @@ def stand_in_layout(layout: Path, script: str, base: bytes) -> None:
 
 
 def import_stand_ins(ephemera: Path, data_dir: Path) -> None:
+    subprocess.run([str(ephemera), "images", "build-base", "--root-dir",
+                    str(data_dir / "kubelet")], check=True, stdout=subprocess.DEVNULL)
     base = busybox_layer()
     for ref, script in STAND_INS.items():
         layout = data_dir / "stand-ins" / re.sub(r"[^a-z0-9.]+", "-", ref)
@@ -215,6 +219,13 @@ def main() -> int:
             (shim / "pytest_kind" / "cluster.py").write_text(PYTEST_KIND)
             (shim / "keep_cluster_option.py").write_text(KEEP_CLUSTER_PLUGIN)
             checkout = args.kr8s_checkout.resolve()
+            version = checkout / "kr8s" / "_version.py"
+            if not version.exists():  # hatch-vcs writes it at build time: the release's
+                installed = subprocess.run(
+                    [str(args.kr8s_python), "-c",
+                     "import importlib.metadata as m; print(m.version('kr8s'))"],
+                    check=True, capture_output=True, text=True).stdout.strip()
+                version.write_text(f"__version__ = {installed!r}\n")
             kr8s_env = {**env, "PYTHONPATH": f"{shim}:{checkout}"}
             run_suite("kr8s", [str(args.kr8s_python), "-m", "pytest", "-p",
                                "keep_cluster_option", "-p", "no:cacheprovider", "-o",
