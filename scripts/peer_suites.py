@@ -25,7 +25,8 @@ for `python`: the client's `test_portforward_raw` runs a Python script in it.)
 
 kr8s expects a kind cluster through `pytest-kind`'s `KindCluster`: a stand-in `pytest_kind`
 package (written to the data dir, put first on `PYTHONPATH`) whose `create()`/`delete()` do
-nothing, whose `kubeconfig_path` is ephemera's and whose `kubectl()` runs the real kubectl;
+nothing, whose `kubeconfig_path` is ephemera's and whose `kubectl_path` and `kubectl()` are
+the real kubectl;
 a small plugin registers `--keep-cluster`; coverage options are dropped from `addopts`.
 """
 
@@ -73,6 +74,7 @@ SUMMARY = re.compile(r"^=+ (.*\d+ (passed|failed).*) in [\d.]+s")
 PYTEST_KIND = '''\
 """Stand-in for pytest-kind's KindCluster: the ephemera cluster is already up."""
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -81,6 +83,7 @@ class KindCluster:
     def __init__(self, name="pytest-kind", image=None, **kwargs):
         self.name = name
         self.kubeconfig_path = Path(os.environ["EPHEMERA_KUBECONFIG"])
+        self.kubectl_path = Path(shutil.which("kubectl"))
 
     def create(self, *args, **kwargs):
         pass
