@@ -20,8 +20,10 @@ repository and a virtualenv for each suite, given on the command line:
 Nodes pull from no registry: the busybox base image is built (`ephemera images build-base`)
 and the other images the suites name are stand-ins built here from the
 busybox base layer and imported under those names: `nginx[:TAG]` runs busybox `httpd` on
-port 80 over `/usr/share/nginx/html`; `pause`, `ubuntu` sleep; all exit on TERM. (No stand-in
-for `python`: the client's `test_portforward_raw` runs a Python script in it.)
+port 80 over `/usr/share/nginx/html`; `pause`, `ubuntu` sleep; all exit on TERM; `python`
+adds the host's Debian Python (/usr/bin/python3.11, its standard library and the shared
+libraries they load) to busybox, for the client's `test_portforward_raw`, which runs a
+Python script in it (left out when the host has no such Python).
 
 kr8s expects a kind cluster through `pytest-kind`'s `KindCluster`: a stand-in `pytest_kind`
 package (written to the data dir, put first on `PYTHONPATH`) whose `create()`/`delete()` do
@@ -69,6 +71,7 @@ STAND_INS = {
     "registry.k8s.io/pause:3.9": SLEEP,
     "k8s.gcr.io/pause:2.0": SLEEP,
 }
+HOST_PYTHON = Path("/usr/bin/python3.11")  # Debian's, for the `python` stand-in
 SUMMARY = re.compile(r"^=+ (.*\d+ (passed|failed).*) in [\d.]+s")
 
 PYTEST_KIND = '''\
@@ -128,11 +131,11 @@ def _write_blob(layout: Path, data: bytes, media_type: str) -> dict[str, Any]:
     return {"mediaType": media_type, "digest": digest, "size": len(data)}
 
 
-def stand_in_layout(layout: Path, script: str, base: bytes) -> None:
-    """An OCI layout of busybox plus a layer with nginx's document root, running `script`."""
+def stand_in_layout(layout: Path, script: str, base: bytes, *more: bytes) -> None:
+    """An OCI layout of busybox plus a layer with nginx's document root (and `more` layers),
+    running `script`."""
     extra = _tar({"usr/share/nginx/html/index.html": (INDEX, 0o644)})
-    layers = [_write_blob(layout, base, MEDIA_TYPE_LAYER),
-              _write_blob(layout, extra, MEDIA_TYPE_LAYER)]
+    layers = [_write_blob(layout, layer, MEDIA_TYPE_LAYER) for layer in (base, extra, *more)]
     config = canonical_json({
         "architecture": host_architecture(), "os": "linux",
         "config": {"Env": [DEFAULT_PATH], "Cmd": ["/bin/sh", "-c", script]},
@@ -146,6 +149,50 @@ def stand_in_layout(layout: Path, script: str, base: bytes) -> None:
     (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
 
 
+def _shared_libraries(binaries: list[Path]) -> set[Path]:
+    """The shared libraries (and the loader) `ldd` names for `binaries`."""
+    found: set[Path] = set()
+    out = subprocess.run(["ldd", *map(str, binaries)], capture_output=True, text=True,
+                         check=False).stdout
+    for line in out.splitlines():
+        for word in line.split():
+            if word.startswith("/") and Path(word).exists():
+                found.add(Path(word))
+    return found
+
+
+def python_layer(python: Path = HOST_PYTHON) -> bytes:
+    """The host's Debian Python as a layer: the interpreter, its standard library (without
+    tests and installed packages) and the shared libraries they load, at their paths."""
+    stdlib = Path("/usr/lib") / python.name
+    skip = {"test", "site-packages", "dist-packages", "__pycache__", "idlelib", "tkinter"}
+    files = [p for p in stdlib.rglob("*")
+             if p.is_file() and not skip & set(p.relative_to(stdlib).parts)]
+    modules = [p for p in files if p.suffix == ".so"]
+    buf = BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        made: set[str] = set()
+        for path in sorted({python, *files, *_shared_libraries([python, *modules])}):
+            name = str(path).lstrip("/")
+            parts = Path(name).parts
+            for i in range(1, len(parts)):
+                directory = "/".join(parts[:i])
+                if directory not in made and directory not in ("bin", "usr"):
+                    info = tarfile.TarInfo(directory)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+                    made.add(directory)
+            data = path.read_bytes()  # the file a symlink names, at the symlink's path
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), path.stat().st_mode & 0o777
+            tar.addfile(info, BytesIO(data))
+        for alias in ("python", "python3"):
+            info = tarfile.TarInfo(f"usr/bin/{alias}")
+            info.type, info.linkname, info.mode = tarfile.SYMTYPE, python.name, 0o777
+            tar.addfile(info)
+    return buf.getvalue()
+
+
 def import_stand_ins(ephemera: Path, data_dir: Path) -> None:
     subprocess.run([str(ephemera), "images", "build-base", "--root-dir",
                     str(data_dir / "kubelet")], check=True, stdout=subprocess.DEVNULL)
@@ -153,9 +200,17 @@ def import_stand_ins(ephemera: Path, data_dir: Path) -> None:
     for ref, script in STAND_INS.items():
         layout = data_dir / "stand-ins" / re.sub(r"[^a-z0-9.]+", "-", ref)
         stand_in_layout(layout, script, base)
-        subprocess.run([str(ephemera), "images", "import", "--root-dir",
-                        str(data_dir / "kubelet"), "--name", ref, str(layout)],
-                       check=True, stdout=subprocess.DEVNULL)
+        _import(ephemera, data_dir, ref, layout)
+    if HOST_PYTHON.exists():
+        layout = data_dir / "stand-ins" / "python"
+        stand_in_layout(layout, "exec python3", base, python_layer())
+        _import(ephemera, data_dir, "docker.io/library/python:latest", layout)
+
+
+def _import(ephemera: Path, data_dir: Path, ref: str, layout: Path) -> None:
+    subprocess.run([str(ephemera), "images", "import", "--root-dir",
+                    str(data_dir / "kubelet"), "--name", ref, str(layout)],
+                   check=True, stdout=subprocess.DEVNULL)
 
 
 def start_cluster(ephemera: Path, data_dir: Path) -> subprocess.Popen[bytes]:
