@@ -18,6 +18,7 @@ from ephemera.kubelet.prober.netns import _setns
 
 __all__ = ["check", "main", "status_name"]
 
+
 def status_name(status: int) -> str:
     """The `ServingStatus` name Go prints for `status` (the number for one it does not know)."""
     from grpc_health.v1 import health_pb2
