@@ -124,7 +124,9 @@ EPHEMERA_CREATE_STEPS = [
     ("kubelet_seen", "kubelet: watch, admission (→ its first dir for the pod)"),
     ("volume_dir", "volume manager: emptyDir set up (→ volume dir)"),
     ("sandbox_begun", "pod worker: volume wait returns (→ sandbox begins)"),
-    ("sandbox_ready", "runtime: sandbox (namespaces, /dev/shm, /etc files)"),
+    ("network_began", "runtime: sandbox namespaces (unshare)"),
+    ("network_ready", "CNI ADD: loopback, bridge, host-local, portmap (→ pod IP)"),
+    ("sandbox_ready", "runtime: /dev/shm, /etc files (→ sandbox ready)"),
     ("container_created", "image, container config, overlay, config.json"),
     ("shim_began", "Created event, fork server → shim (→ shim.log)"),
     ("runtime_began", "shim: fork, the runtime's process set up (→ runtime.log)"),
@@ -497,6 +499,10 @@ def kubelet_milestones(kubelet_dir: Path, record: PodRecord) -> dict[str, float]
             if meta.get("pod_uid") == record.uid and meta.get("ready"):
                 found["sandbox_begun"] = float(meta["created_at"])
                 found["sandbox_ready"] = meta_path.stat().st_mtime
+                network = meta.get("network") or {}
+                if "began" in network and "done" in network:  # the CNI ADD's own times
+                    found["network_began"] = float(network["began"])
+                    found["network_ready"] = float(network["done"])
     with contextlib.suppress(OSError, ValueError, KeyError):
         found["container_created"] = float(
             json.loads((instance / "container.json").read_text())["created_at"])
@@ -919,6 +925,7 @@ def report(runs: Sequence[BackendRun], cfg: Config, machine: dict[str, str], com
         f"Started: {started.isoformat(timespec='seconds')}  ",
         *(f"{name.capitalize()}: {value}  " for name, value in machine.items()),
         f"Warm-up: {cfg.warmup} pods and {cfg.warmup} containers per floor, not counted  ",
+        f"Pod network: {network_summary(ours)}  ",
         *(f"Floor left out: {note}  " for note in floor_notes),
         "Left behind: " + ("nothing (no mount, runtime state or cgroup of the run)"
                            if not left else f"{'; '.join(left)} (cleaned up afterwards)"),
@@ -972,6 +979,16 @@ def report(runs: Sequence[BackendRun], cfg: Config, machine: dict[str, str], com
         f"Writes to the API per pod (the apiserver's log): {writes_summary(ours)}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def network_summary(run: BackendRun) -> str:
+    """How many measured pods had their sandbox attached by a CNI ADD, and its median."""
+    added = [t for t in (r.between("network_began", "network_ready") for r in run.records)
+             if not math.isnan(t)]
+    if not added:
+        return "no CNI ADD seen (no pod CIDR on the node: loopback only)"
+    return (f"{len(added)} of {len(run.records)} pods attached by CNI ADD "
+            f"(median {format_ms(percentile(added, 50))} ms)")
 
 
 def writes_summary(run: BackendRun) -> str:

@@ -24,7 +24,9 @@ EPHEMERA_CREATE_STEPS = [
     "kubelet: watch, admission (→ its first dir for the pod)",
     "volume manager: emptyDir set up (→ volume dir)",
     "pod worker: volume wait returns (→ sandbox begins)",
-    "runtime: sandbox (namespaces, /dev/shm, /etc files)",
+    "runtime: sandbox namespaces (unshare)",
+    "CNI ADD: loopback, bridge, host-local, portmap (→ pod IP)",
+    "runtime: /dev/shm, /etc files (→ sandbox ready)",
     "image, container config, overlay, config.json",
     "Created event, fork server → shim (→ shim.log)",
     "shim: fork, the runtime's process set up (→ runtime.log)",
@@ -76,6 +78,7 @@ def test_two_pods_report_every_row_and_ratio(tmp_path: Path) -> None:
     assert run.left_behind == []
     report = sections(run.stdout)
     assert "Left behind: nothing" in run.stdout, run.stdout
+    assert f"Pod network: {PODS} of {PODS} pods attached by CNI ADD (median " in run.stdout
 
     results = {(row[0], row[1]): row for row in table_rows(report["Results"])}
     for phase in PHASES:

@@ -23,6 +23,7 @@ from cluster import (
     as_identity,
     namespaced_kubectl,
     run_kubelet_cluster,
+    wait,
     wait_pod,
 )
 
@@ -45,15 +46,16 @@ def k(pf_cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> It
     yield from namespaced_kubectl(pf_cluster, tmp_path, request)
 
 
-def _web_pod(k: Kubectl, name: str = "web") -> None:
+def _web_pod(k: Kubectl, name: str = "web", labels: dict[str, str] | None = None) -> None:
     serve = (f"mkdir -p /www && echo '{PAGE}' > /www/index.html && "
              f"yes {BIG_LINE.decode().strip()} | head -c {len(BIG)} > /www/big && "
              "exec httpd -f -p 8080 -h /www")
     pod: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
         "spec": {"terminationGracePeriodSeconds": 1,
                  "containers": [{"name": "web", "image": "busybox",
                                  "command": ["sh", "-c", serve],
+                                 "ports": [{"name": "http", "containerPort": 8080}],
                                  "readinessProbe": {"tcpSocket": {"port": 8080},
                                                     "periodSeconds": 1}}]}}
     k("create", "-f", "-", input=yaml.safe_dump(pod))
@@ -185,3 +187,34 @@ def test_port_forward_needs_create_on_pods_portforward(k: Kubectl, tmp_path: Pat
         match = FORWARDING.search(line)
         assert match is not None
         assert _get(int(match.group(1))).strip() == PAGE
+
+
+def test_port_forward_and_proxy_to_a_service(k: Kubectl) -> None:
+    _web_pod(k, labels={"app": "web"})
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"selector": {"app": "web"},
+                        "ports": [{"name": "web", "port": 80, "targetPort": "http"}]}}
+    k("create", "-f", "-", input=yaml.safe_dump(service))
+    # kubectl resolves svc/web to a pod of its selector and the named targetPort to 8080
+    with k.stream("port-forward", "svc/web", ":80") as forward:
+        line = forward.wait_for_line(lambda text: FORWARDING.search(text) is not None)
+        match = FORWARDING.search(line)
+        assert match is not None and match.group(2) == "8080"
+        assert _get(int(match.group(1))).strip() == PAGE
+    # kubectl's plain SPDY/3.1 upgrade, which it falls back to when WebSockets are refused
+    with k.stream("port-forward", "svc/web", ":80", "-v=8",
+                  env={"KUBECTL_PORT_FORWARD_WEBSOCKETS": "false"}) as forward:
+        line = forward.wait_for_line(lambda text: FORWARDING.search(text) is not None)
+        match = FORWARDING.search(line)
+        assert match is not None
+        assert _get_bytes(int(match.group(1)), "/big") == BIG
+    assert any("Upgrade: SPDY/3.1" in line for line in forward.stderr_lines)
+    assert not any("SPDY/3.1+portforward.k8s.io" in line for line in forward.stderr_lines)
+    # services/proxy reaches the ready endpoint once the EndpointSlice lists it
+    base = f"/api/v1/namespaces/{k.namespace}/services"
+    wait(lambda: PAGE in k("get", "--raw", f"{base}/web:80/proxy/index.html",
+                            check=False).stdout, "the service proxy to reach the pod", k.cluster)
+    assert PAGE in k("get", "--raw", f"{base}/http:web:web/proxy/").stdout
+    nowhere = k("get", "--raw", f"{base}/web:81/proxy/", check=False)
+    assert nowhere.returncode != 0 and "ServiceUnavailable" in nowhere.stderr
+    assert "no service port 81 found for service" in nowhere.stderr

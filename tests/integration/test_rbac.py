@@ -314,3 +314,24 @@ async def test_escalate_is_asked_about_the_request_name(users: Users) -> None:
     status, body = await users.call("ed", "PUT", f"{RBAC}/clusterroles/named",
                                     {**created, "rules": [DYNAMIC_RULE]})
     assert status == 200, body
+
+
+async def test_services_proxy_needs_its_own_subresource(users: Users) -> None:
+    path = "/api/v1/namespaces/default/services/web:80/proxy/index.html"
+    status, body = await users.call("jane", "GET", path)
+    assert (status, body["message"]) == (403, (
+        'services "web:80" is forbidden: User "jane" cannot get resource "services/proxy" in '
+        'API group "" in the namespace "default"'))
+    status, _ = await users.call("admin", "POST", f"{RBAC}/namespaces/default/roles", role(
+        "proxy", [{"apiGroups": [""], "resources": ["services"], "verbs": ["get"]}]))
+    assert status == 201
+    status, _ = await users.call("admin", "POST", f"{RBAC}/namespaces/default/rolebindings",
+                                 binding("jane-proxy", "Role", "proxy", "jane"))
+    assert status == 201
+    status, _ = await users.call("jane", "GET", path)
+    assert status == 403  # get on services is not services/proxy
+    status, _ = await users.call("admin", "PUT", f"{RBAC}/namespaces/default/roles/proxy", role(
+        "proxy", [{"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get"]}]))
+    assert status == 200
+    status, body = await users.call("jane", "GET", path)
+    assert (status, body["message"]) == (404, 'services "web" not found')  # authorized

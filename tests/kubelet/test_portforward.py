@@ -13,12 +13,14 @@ import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
 from aiohttp import web
 from kubelet_harness import Harness, pod, running_kubelet
 
+from ephemera.client import resource_path
 from ephemera.kubelet import spdy
 from ephemera.kubelet.portforward import (
     PortForwardError,
@@ -328,3 +330,115 @@ async def test_pods_proxy_through_the_apiserver(tmp_path: Path) -> None:
                     assert resp.status == 404
     finally:
         await runner.cleanup()
+
+
+async def test_services_proxy_picks_a_ready_pod_endpoint(tmp_path: Path) -> None:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", _web)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with running_kubelet(tmp_path) as h:
+            await _running_box(h)
+            service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                       "spec": {"selector": {"app": "web"},
+                                "ports": [{"name": "http", "port": 80, "targetPort": port},
+                                          {"name": "none", "port": 81, "targetPort": 1}]}}
+            await h.api.create(resource_path("services", "default"), service)
+            await h.api.create(resource_path("services", "default"), {
+                "apiVersion": "v1", "kind": "Service", "metadata": {"name": "empty"},
+                "spec": {"selector": {"app": "none"}, "ports": [{"port": 80}]}})
+
+            def endpoint(pod_name: str, ip: str, ready: bool) -> dict[str, Any]:
+                return {"addresses": [ip], "conditions": {"ready": ready},
+                        "targetRef": {"kind": "Pod", "namespace": "default",
+                                      "name": pod_name}}
+
+            # a not-ready endpoint and one whose pod is gone are never picked
+            await h.api.create(
+                resource_path("endpointslices", "default", group="discovery.k8s.io"),
+                {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                 "metadata": {"name": "web-abc",
+                              "labels": {"kubernetes.io/service-name": "web"}},
+                 "addressType": "IPv4",
+                 "endpoints": [endpoint("box", "10.0.0.2", True),
+                               endpoint("sleepy", "10.0.0.3", False),
+                               endpoint("gone", "10.0.0.4", True)],
+                 "ports": [{"name": "http", "port": port, "protocol": "TCP"}]})
+            base = f"{h.api.server}/api/v1/namespaces/default/services"
+            async with aiohttp.ClientSession() as client:
+                for name in ("web:80", "web:http", "http:web:http"):
+                    for _ in range(3):
+                        async with client.get(f"{base}/{name}/proxy/a?x=1") as resp:
+                            assert resp.status == 200 and resp.headers["X-Pod"] == "yes"
+                            assert await resp.text() == "GET /a?x=1  auth=-"
+                async with client.post(f"{base}/web:80/proxy", data=b"sent") as resp:
+                    assert (resp.status, await resp.text()) == (201, "POST / sent auth=-")
+                expected = {
+                    "web:82": (503, 'no service port 82 found for service "web"'),
+                    "web:none": (503, 'no endpoints available for service "web"'),
+                    "web": (503, 'no endpoints available for service "web"'),  # unnamed
+                    "empty": (503, 'no endpoints available for service "empty"'),
+                    "nope:80": (404, 'services "nope" not found'),
+                    "a:b:c:d": (400, 'invalid service request "a:b:c:d"'),
+                }
+                for name, (code, message) in expected.items():
+                    async with client.get(f"{base}/{name}/proxy/") as resp:
+                        status = await resp.json()
+                        assert (resp.status, status["message"]) == (code, message), name
+    finally:
+        await runner.cleanup()
+
+
+async def _raw_upgrade(server: str, path: str, protocol: str
+                       ) -> tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]:
+    """kubectl's plain SPDY upgrade on a raw connection: the answer's head, and the stream."""
+    where = urlsplit(server)
+    reader, writer = await asyncio.open_connection(where.hostname, where.port)
+    writer.write((f"POST {path} HTTP/1.1\r\nHost: {where.netloc}\r\nConnection: Upgrade\r\n"
+                  f"Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: {protocol}\r\n"
+                  "Content-Length: 0\r\n\r\n").encode())
+    async with asyncio.timeout(10):
+        head = await reader.readuntil(b"\r\n\r\n")
+    return head, reader, writer
+
+
+async def test_kubectls_plain_spdy_upgrade_is_tunnelled_to_the_kubelet(
+        tmp_path: Path, echo_port: int) -> None:
+    async with running_kubelet(tmp_path) as h:
+        await _running_box(h)
+        path = "/api/v1/namespaces/default/pods/box/portforward"
+        head, reader, writer = await _raw_upgrade(h.api.server, path, "portforward.k8s.io")
+        try:
+            assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+            assert b"\r\nUpgrade: SPDY/3.1\r\n" in head
+            assert b"\r\nX-Stream-Protocol-Version: portforward.k8s.io\r\n" in head
+            frames = spdy.FrameWriter()
+            headers = {"streamtype": ["error"], "port": [str(echo_port)], "requestid": ["0"]}
+            writer.write(frames.syn_stream(1, headers)
+                         + frames.syn_stream(3, {**headers, "streamtype": ["data"]})
+                         + b"".join(frames.data(3, b"ping", fin=True)))
+            parser = spdy.FrameReader()
+            got: list[spdy.Frame] = []
+
+            def data(stream_id: int) -> bytes:
+                return b"".join(f.data for f in got
+                                if isinstance(f, spdy.DataFrame) and f.stream_id == stream_id)
+
+            async with asyncio.timeout(10):
+                while data(3) != b"echo:pingbye":
+                    chunk = await reader.read(4096)
+                    assert chunk, got
+                    got.extend(parser.feed(chunk))
+        finally:
+            writer.close()
+        head, reader, writer = await _raw_upgrade(h.api.server, path, "v9.example")
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+        head, reader, writer = await _raw_upgrade(
+            h.api.server, path.replace("/box/", "/nope/"), "portforward.k8s.io")
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 404 Not Found\r\n")

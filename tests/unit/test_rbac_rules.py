@@ -145,6 +145,8 @@ def test_default_bindings() -> None:
      ("update", "", "namespaces", "finalize", "ns1", "ns1")),
     ("GET", "/api/v1/nodes/n1/proxy/stats/summary", {},
      ("get", "", "nodes", "proxy", "", "n1")),
+    ("POST", "/api/v1/namespaces/ns1/services/http:web:80/proxy/a/b", {},
+     ("create", "", "services", "proxy", "ns1", "http:web:80")),
     ("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/a/rolebindings", {},
      ("create", "rbac.authorization.k8s.io", "rolebindings", "", "a", "")),
 ])

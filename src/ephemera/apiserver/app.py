@@ -33,6 +33,7 @@ from ephemera.apiserver import (
     nodeproxy,
     openapi,
     podproxy,
+    serviceproxy,
     tokenrequest,
 )
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
@@ -493,6 +494,11 @@ class Router:
                     return await podproxy.pod_proxy(request, self.registry, target.resource,
                                                     target.namespace, target.name,
                                                     self.kubelets)
+            elif sub == "proxy" and target.resource.plural == "services":
+                if method in podproxy.PROXY_METHODS:
+                    return await serviceproxy.service_proxy(request, self.registry,
+                                                            target.resource, target.namespace,
+                                                            target.name, self.kubelets)
             elif sub == "proxy":
                 if method == "GET":
                     return await nodeproxy.node_proxy(request, self.registry, target.name,

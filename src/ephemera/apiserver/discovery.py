@@ -84,8 +84,8 @@ def subresource_verbs(subresource: str) -> tuple[str, ...]:
 
 
 def subresource_kind(resource: Resource, subresource: str) -> str:
-    if subresource == "proxy" and resource.plural == "pods":
-        return "PodProxyOptions"
+    if subresource == "proxy" and resource.plural in ("pods", "services"):
+        return f"{resource.kind}ProxyOptions"
     return _SUBRESOURCE_KIND.get(subresource, resource.kind)
 
 

@@ -48,8 +48,10 @@ verbs are not proxied).
 unbound pod is `pod p does not have a host assigned`; each `ports` value becomes the
 kubelet's `port`; the WebSocket is relayed to `/portForward/NS/POD` as exec's is, so kubectl's
 `SPDY/3.1+portforward.k8s.io` tunnel and the channel protocol pass through unchanged (the
-kubelet speaks them: `ephemera.kubelet.portforward`). Not a WebSocket (kubectl's plain SPDY
-fallback): relayed plainly, and the kubelet refuses it with a 400 that says so.
+kubelet speaks them: `ephemera.kubelet.portforward`). kubectl's plain `Upgrade: SPDY/3.1`
+(its fallback, and older clients' only way) is carried to the kubelet in that same WebSocket
+tunnel (`ephemera.apiserver.spdyupgrade`). Any other request is relayed plainly, and the
+kubelet refuses it with a 400 that says so.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from aiohttp import web
 from ephemera.api import errors, field
 from ephemera.api.errors import StatusError
 from ephemera.api.goformat import go_quote
+from ephemera.apiserver import spdyupgrade
 from ephemera.apiserver.resources import Resource, core_resource
 from ephemera.client.goerrors import dial_error, request_error
 
@@ -409,7 +412,29 @@ async def pod_port_forward(request: web.Request, registry: Any, pods: Resource,
                 raise errors.bad_request(
                     f'strconv.ParseInt: parsing {go_quote(text)}: invalid syntax') from None
             params.append(("port", str(port)))
+    if spdyupgrade.is_spdy_upgrade(request):
+        return await _spdy_port_forward(request, kubelets, url, params)
     return await _relay_upgrade(request, kubelets, url, params)
+
+
+async def _spdy_port_forward(request: web.Request, kubelets: KubeletClient, url: str,
+                             params: list[tuple[str, str]]) -> web.StreamResponse:
+    """kubectl's plain SPDY upgrade, carried to the kubelet in the WebSocket tunnel
+    (`ephemera.apiserver.spdyupgrade`)."""
+    protocol = spdyupgrade.negotiate(request)
+    if protocol is None:
+        return spdyupgrade.refusal(request)
+    ssl_option = kubelets.ssl_for(False)
+    try:
+        upstream = await kubelets.session().ws_connect(
+            url, params=params, protocols=(spdyupgrade.SPDY_WEBSOCKET,), ssl=ssl_option,
+            autoping=True, max_msg_size=MAX_STREAM_MESSAGE_BYTES,
+            timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0))
+    except aiohttp.WSServerHandshakeError:
+        return await _relay_plain(request, kubelets, url, params, ssl_option)
+    except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        raise errors.unknown("error dialing backend: " + _dial_error(url, err)) from None
+    return await spdyupgrade.tunnel_spdy(request, upstream, protocol)
 
 
 async def _relay_upgrade(request: web.Request, kubelets: KubeletClient, url: str,

@@ -206,10 +206,11 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               "connect", f"connect {method.upper()} requests to portforward of "
                               f"{r.kind}", sgvk, ("ports",), responses={"200": None})
                    for method in ("get", "post")]
-        elif sub == "proxy" and r.plural == "pods":
-            sgvk = _gvk(r.group, r.version, "PodProxyOptions")
+        elif sub == "proxy" and r.plural in ("pods", "services"):
+            sgvk = _gvk(r.group, r.version, f"{r.kind}ProxyOptions")
             ops = [_Operation(method, f"connect{gid}{method.capitalize()}{scoped}{r.kind}Proxy",
-                              "connect", f"connect {method.upper()} requests to proxy of Pod",
+                              "connect",
+                              f"connect {method.upper()} requests to proxy of {r.kind}",
                               sgvk, ("path",), responses={"200": None})
                    for method in _PROXY_METHODS]
         elif sub == "finalize":

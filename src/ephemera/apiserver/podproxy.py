@@ -1,5 +1,7 @@
 """`pods/[SCHEME:]NAME[:PORT]/proxy[/PATH]`: an HTTP request relayed to a port of a pod
-(upstream's pod `ProxyREST` + `ResourceLocation`).
+(upstream's pod `ProxyREST` + `ResourceLocation`), and the one relay to a pod's port that
+`services/NAME/proxy` uses too (`relay_to_pod`; `ephemera.apiserver.serviceproxy` picks the
+pod).
 
 - The name is split as upstream's `SplitSchemeNamePort`: `web`, `web:8080`, `http:web:8080`;
   a port left out is the first declared `containerPort` of the pod's containers, else 80.
@@ -32,11 +34,13 @@ from aiohttp import web
 
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_quote
 from ephemera.apiserver.nodeproxy import KubeletClient, kubelet_url
 from ephemera.apiserver.resources import Resource, core_resource
 from ephemera.client.goerrors import dial_error
 
-__all__ = ["PROXY_METHODS", "PortUnreachable", "pod_proxy", "split_scheme_name_port"]
+__all__ = ["PROXY_METHODS", "PortUnreachable", "pod_proxy", "proxy_path", "relay_to_pod",
+           "split_scheme_name_port"]
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate",
                         "proxy-authorization", "te", "trailer", "transfer-encoding",
@@ -83,9 +87,9 @@ def _named_port(pod: Mapping[str, Any], text: str) -> int | None:
     return None
 
 
-def _proxy_path(request: web.Request, raw_name: str) -> str:
+def proxy_path(request: web.Request, plural: str, raw_name: str) -> str:
     raw = request.raw_path.split("?", 1)[0]
-    marker = f"/pods/{raw_name}/proxy"
+    marker = f"/{plural}/{raw_name}/proxy"
     at = raw.find(marker)
     rest = raw[at + len(marker):] if at >= 0 else ""
     return rest if rest.startswith("/") else "/" + rest
@@ -155,7 +159,7 @@ async def pod_proxy(request: web.Request, registry: Any, pods: Resource, namespa
     """Serve `pods/NAME[:PORT]/proxy[/PATH]`."""
     parts = split_scheme_name_port(raw_name)
     if parts is None:
-        raise errors.bad_request(f"invalid request {raw_name}")
+        raise errors.bad_request(f"invalid pod request {go_quote(raw_name)}")
     scheme, name, port_text = parts
     pod = await registry.get(pods, namespace, name)
     if scheme == "https":
@@ -172,6 +176,16 @@ async def pod_proxy(request: web.Request, registry: Any, pods: Resource, namespa
         port = named
     if not 0 < port <= 0xFFFF:
         raise errors.bad_request(f"invalid port {port_text} for pod {name}")
+    return await relay_to_pod(request, registry, kubelets, pod, port,
+                              proxy_path(request, "pods", raw_name))
+
+
+async def relay_to_pod(request: web.Request, registry: Any, kubelets: KubeletClient,
+                       pod: Mapping[str, Any], port: int, path: str) -> web.StreamResponse:
+    """Relay `request` to `path` on `port` of `pod` through the pod's kubelet and answer what
+    the pod answered (see the module's docstring)."""
+    md = pod.get("metadata") or {}
+    namespace, name = str(md.get("namespace") or ""), str(md.get("name") or "")
     node_name = str((pod.get("spec") or {}).get("nodeName") or "")
     if not node_name:
         raise errors.bad_request(f"pod {name} does not have a host assigned")
@@ -181,7 +195,7 @@ async def pod_proxy(request: web.Request, registry: Any, pods: Resource, namespa
         raise errors.internal_error(f"node {node_name} does not report its kubelet's address")
     url = f"{base}/portForward/{quote(namespace, safe='')}/{quote(name, safe='')}"
     body = await request.read()
-    payload = _http_request(request, _proxy_path(request, raw_name), f"{name}:{port}", body)
+    payload = _http_request(request, path, f"{name}:{port}", body)
     try:
         answer = await asyncio.wait_for(_exchange(kubelets, url, port, payload),
                                         PROXY_TIMEOUT)

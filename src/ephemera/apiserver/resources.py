@@ -25,6 +25,9 @@ class Resource:
     singular: str = ""
     # Keys under `/registry/<storage prefix>/`; upstream etcd layout.
     storage_prefix: str = ""
+    # A DELETE that removes the object answers the object, not a Success Status (upstream's
+    # registry `ReturnDeletedObject`: pods, namespaces and services among the kinds served).
+    returns_deleted_object: bool = False
 
     @property
     def api_version(self) -> str:
@@ -64,11 +67,13 @@ _discovery_group = "discovery.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
-             short_names=("ns",), subresources=("status", "finalize"), verbs=NAMESPACE_VERBS),
+             short_names=("ns",), subresources=("status", "finalize"), verbs=NAMESPACE_VERBS,
+             returns_deleted_object=True),
     Resource("", "v1", "pods", "Pod", True, _core + "Pod", short_names=("po",),
              categories=("all",),
              subresources=("status", "binding", "dynamic", "allocated", "log", "exec",
-                           "attach", "portforward", "proxy")),
+                           "attach", "portforward", "proxy"),
+             returns_deleted_object=True),
     Resource("", "v1", "configmaps", "ConfigMap", True, _core + "ConfigMap",
              short_names=("cm",)),
     Resource("", "v1", "secrets", "Secret", True, _core + "Secret"),
@@ -78,7 +83,8 @@ RESOURCES: tuple[Resource, ...] = (
              subresources=("proxy", "status"), storage_prefix="minions"),
     Resource("", "v1", "events", "Event", True, _core + "Event", short_names=("ev",)),
     Resource("", "v1", "services", "Service", True, _core + "Service", short_names=("svc",),
-             categories=("all",), subresources=("status",), storage_prefix="services/specs"),
+             categories=("all",), subresources=("proxy", "status"),
+             storage_prefix="services/specs", returns_deleted_object=True),
     Resource("", "v1", "endpoints", "Endpoints", True, _core + "Endpoints",
              short_names=("ep",), storage_prefix="services/endpoints"),
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, _core + "ResourceQuota",

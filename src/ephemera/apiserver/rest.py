@@ -508,7 +508,7 @@ class RestHandlers:
         if res.plural == "namespaces" and not res.group and not result.deleted \
                 and not options.dry_run:
             self.lifecycle.finalize(target.name)
-        if result.deleted and res.plural not in ("pods", "namespaces"):
+        if result.deleted and not res.returns_deleted_object:
             md = result.obj.get("metadata") or {}
             details: dict[str, Any] = {"name": md.get("name", "")}
             if res.group:

@@ -4,8 +4,8 @@ joins the network namespace (before grpcio starts any thread), calls
 `grpc.health.v1.Health/Check` and prints `{"outcome": ..., "output": ...}` with upstream's
 messages (`pkg/probe/grpc`). It imports nothing of ephemera but `netns`, so it starts fast.
 
-The two health messages are encoded by hand (one string field in the request, one enum field
-in the answer) so that no generated protobuf module is needed.
+The health messages are grpcio-health-checking's (`grpc_health.v1`, the gRPC project's
+generated `health.proto`), imported with grpcio after `setns`.
 """
 
 from __future__ import annotations
@@ -16,60 +16,17 @@ from typing import Any
 
 from ephemera.kubelet.prober.netns import _setns
 
-__all__ = ["check", "main"]
-
-# grpc.health.v1.HealthCheckResponse.ServingStatus
-SERVING_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+__all__ = ["check", "main", "status_name"]
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+def status_name(status: int) -> str:
+    """The `ServingStatus` name Go prints for `status` (the number for one it does not know)."""
+    from grpc_health.v1 import health_pb2
 
-
-def encode_request(service: str) -> bytes:
-    data = service.encode()
-    return b"\x0a" + _varint(len(data)) + data if data else b""
-
-
-def decode_status(message: bytes) -> int:
-    """The `status` (field 1, varint) of a HealthCheckResponse; 0 when absent."""
-    i = 0
-    status = 0
-    while i < len(message):
-        key = message[i]
-        i += 1
-        if key & 0x07 == 0:  # varint
-            value = shift = 0
-            while True:
-                byte = message[i]
-                i += 1
-                value |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            if key >> 3 == 1:
-                status = value
-        elif key & 0x07 == 2:  # length-delimited: skip
-            length = shift = 0
-            while True:
-                byte = message[i]
-                i += 1
-                length |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            i += length
-        else:
-            break
-    return status
+    try:
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
+    except ValueError:
+        return str(status)
 
 
 def _go_duration(seconds: float) -> str:
@@ -79,6 +36,7 @@ def _go_duration(seconds: float) -> str:
 def check(host: str, port: int, service: str, timeout: float,
           user_agent: str) -> tuple[str, str]:
     import grpc  # after setns: grpcio's threads start in the pod's namespace
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     quoted = json.dumps(address)
@@ -89,11 +47,9 @@ def check(host: str, port: int, service: str, timeout: float,
         except grpc.FutureTimeoutError:
             return "failure", (f"timeout: failed to connect service {quoted} within "
                                f"{_go_duration(timeout)}: context deadline exceeded")
-        call = channel.unary_unary("/grpc.health.v1.Health/Check",
-                                   request_serializer=lambda b: b,
-                                   response_deserializer=lambda b: b)
+        stub = health_pb2_grpc.HealthStub(channel)
         try:
-            answer: bytes = call(encode_request(service), timeout=timeout)
+            answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         except grpc.RpcError as err:
             code = err.code() if hasattr(err, "code") else None
             details = err.details() if hasattr(err, "details") else str(err)
@@ -107,10 +63,10 @@ def check(host: str, port: int, service: str, timeout: float,
             go_code = "".join(part.capitalize() for part in name.split("_"))
             return "failure", (f"error: health rpc probe failed: rpc error: code = {go_code} "
                                f"desc = {details}")
-        status = decode_status(answer)
-        if status != 1:
+        status = int(answer.status)
+        if status != health_pb2.HealthCheckResponse.SERVING:
             return "failure", (f"service unhealthy (responded with "
-                               f"{json.dumps(SERVING_STATUS.get(status, str(status)))})")
+                               f"{json.dumps(status_name(status))})")
         return "success", "service healthy"
     finally:
         channel.close()

@@ -452,14 +452,16 @@ class OciRuntime(RuntimeService):
                 raise RuntimeError_(f"failed to setup network for sandbox "
                                     f"{go_quote(meta['id'])}: {err}") from None
             return
-        meta["network"] = {"pending": True}
+        began = time.time()  # ADD's times stay in sandbox.json (bench/pod_start reads them)
+        meta["network"] = {"pending": True, "began": began}
         write_json(directory / "sandbox.json", meta)
         try:
             result = self.network.add(self._pod_ref(meta), netns)
         except CniError as err:
             raise RuntimeError_(f"failed to setup network for sandbox "
                                 f"{go_quote(meta['id'])}: {err}") from None
-        meta["network"] = {"result": result, "ips": result_ips(result)}
+        meta["network"] = {"result": result, "ips": result_ips(result), "began": began,
+                           "done": time.time()}
         write_json(directory / "sandbox.json", meta)
 
     def _teardown_network(self, meta: dict[str, Any], directory: Path) -> None:
