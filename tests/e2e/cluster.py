@@ -40,6 +40,7 @@ import yaml
 
 from ephemera.apiserver.certs import CertKey, issue_client_cert, write_kubeconfig
 from ephemera.cli.flags import read_ports
+from ephemera.kubelet.runtime import nodeaddress
 from ephemera.kubelet.stats import loopdev
 from ephemera.kubelet.volumes import mounts
 
@@ -657,8 +658,9 @@ def kill_kubelet(cluster: ClusterAccess, while_down: Callable[[], Any] | None = 
         port = read_ports(cluster.data_dir).get("kubelet")
         if not port:
             return False
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        try:  # on the node address `up` made (the Node's InternalIP)
+            address = nodeaddress.current_address(cluster.data_dir / "kubelet") or "127.0.0.1"
+            socket.create_connection((address, port), timeout=1).close()
         except OSError:
             return False
         return True

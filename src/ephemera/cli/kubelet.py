@@ -91,10 +91,12 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"the kubelet API's port (default {DEFAULT_PORT}; 0 picks a free "
                              "one)")
-    parser.add_argument("--address", default="127.0.0.1",
-                        help="the kubelet API's listen address (default 127.0.0.1)")
-    parser.add_argument("--node-ip", default="127.0.0.1",
-                        help="the node's InternalIP, also its pods' hostIP (default 127.0.0.1)")
+    parser.add_argument("--address", default=None, type=_listen_address, metavar="IP",
+                        help="the kubelet API's listen address (default: the node's IP)")
+    parser.add_argument("--node-ip", default=None, type=_node_ip, metavar="IP",
+                        help="the node's InternalIP, also its pods' hostIP (default: an "
+                             "address of 198.18.0.0/15 on an interface of its own, "
+                             "ephn<hash of the root dir>, which its pods reach)")
     parser.add_argument("--pod-cidr", default=None, type=_cidr, metavar="CIDR",
                         help="the pod network's range on this node until its Node has a "
                              "spec.podCIDR from the controller-manager (standalone kubelets)")
@@ -168,6 +170,39 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
                         help="with loop images, size a pod's image to its ephemeral-storage "
                              "limit: a write past it fails with ENOSPC (beyond upstream; "
                              "eviction still applies)")
+
+
+def _node_ip(text: str) -> str:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+    if address.is_unspecified:
+        raise argparse.ArgumentTypeError(f"{text!r}: the node's own address, not unspecified")
+    return str(address)
+
+
+def _listen_address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+
+
+def node_address(root_dir: Path, node_ip: str | None) -> tuple[str, bool]:
+    """The node's InternalIP: `--node-ip`, else the address of the root dir's own
+    interface (`ephemera.kubelet.runtime.nodeaddress`), made now; loopback, with a warning,
+    where it cannot be made (no CAP_NET_ADMIN). True when the interface is the kubelet's."""
+    from ephemera.kubelet.runtime import nodeaddress
+
+    if node_ip:
+        return node_ip, False
+    try:
+        return nodeaddress.ensure(root_dir), True
+    except nodeaddress.NodeAddressError as err:
+        log.warning("kubelet: no node address of its own (%s); using 127.0.0.1, which pods "
+                    "cannot reach (pass --node-ip)", err)
+        return "127.0.0.1", False
 
 
 def check_eviction_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -325,6 +360,7 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         # Until the cluster signs one (--rotate-server-certificates), or for good.
         cert, key = ensure_self_signed(cert_dir, node_name)
     ssl_context = kubelet_ssl_context(cert, key, args.client_ca_file)
+    node_ip, own_interface = node_address(root_dir, args.node_ip)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -335,7 +371,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
                               resync_period=args.sync_frequency)
     kubelet_config = KubeletConfig(
         node_name=node_name, root_dir=root_dir, gates=args.feature_gates,
-        address=args.address, port=args.port, node_ip=args.node_ip, pod_cidr=args.pod_cidr or "",
+        address=args.address or node_ip, port=args.port, node_ip=node_ip,
+        pod_cidr=args.pod_cidr or "",
         wait_for_pod_cidr=args.wait_for_pod_cidr,
         client_ca_file=args.client_ca_file, ssl_context=ssl_context, port_file=args.port_file,
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
@@ -367,5 +404,14 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+    if own_interface and args.stop_pods_on_exit:
+        # The node shut down as at a reboot: its address goes too (kept otherwise, for the
+        # pods that keep running; the next start finds it).
+        from ephemera.kubelet.runtime import nodeaddress
+
+        try:
+            nodeaddress.remove(root_dir)
+        except nodeaddress.NodeAddressError as err:
+            log.warning("kubelet: %s", err)
     log.info("kubelet %s stopped", node_name)
     return 0

@@ -65,8 +65,9 @@ from ephemera.apiserver.certs import (
     write_kubeconfig,
 )
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
+from ephemera.apiserver.serviceallocator import DEFAULT_SERVICE_CIDR
 from ephemera.cli import flags
-from ephemera.cli.apiserver import server_url
+from ephemera.cli.apiserver import server_url, serving_names
 from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import plugin_path_hint, run_demo
@@ -81,6 +82,7 @@ from ephemera.client import (
     load_kubeconfig,
     resource_path,
 )
+from ephemera.kubelet.runtime import nodeaddress
 
 KUBECONFIG = "kubeconfig"
 SCHEDULER_KUBECONFIG = "scheduler.kubeconfig"
@@ -101,8 +103,12 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--port", type=int, default=None,
                         help="the apiserver's port (default: the data dir's last port if "
                              "free, else a free one)")
-    parser.add_argument("--bind-address", default="127.0.0.1",
-                        help="the apiserver's listen address (default 127.0.0.1)")
+    parser.add_argument("--bind-address", default=None, metavar="IP",
+                        help="the apiserver's listen and advertise address (default: the "
+                             "node address, on an interface up makes, which pods reach)")
+    parser.add_argument("--node-ip", default=None, metavar="IP",
+                        help="the kubelet's InternalIP (default: the node address, as for "
+                             "--bind-address)")
     flags.add_store_flags(parser)
     flags.add_feature_gates(parser)
     parser.add_argument("--token-auth-file", type=Path, default=None, metavar="FILE",
@@ -236,8 +242,38 @@ class Cluster:
         self.apiserver_port: int | None = None
         self.url = ""  # this member's apiserver, once it answers
         self.kubelet_port = 0
+        self.bind_address = str(args.bind_address or "")  # set by choose_addresses
+        self.node_ip = str(args.node_ip or "")
+        self.own_interface = False
         # Read now: the apiserver's readiness rewrites ports.json.
         self._last_kubelet_port = flags.read_ports(self.data_dir).get("kubelet")
+
+    # --- the node address ----------------------------------------------------------------
+
+    def choose_addresses(self) -> None:
+        """The apiserver's bind address and the kubelet's node IP: those given, else the
+        node address of the kubelet's root dir, on an interface made now
+        (`ephemera.kubelet.runtime.nodeaddress`; loopback, with a warning, where it cannot
+        be made)."""
+        if self.bind_address and self.node_ip:
+            return
+        self.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            address = nodeaddress.ensure(self.kubelet_dir)
+            self.own_interface = True
+        except nodeaddress.NodeAddressError as err:
+            say(f"ephemera: no node address of its own ({err}); using 127.0.0.1, which pods "
+                "cannot reach (pass --bind-address and --node-ip)")
+            address = "127.0.0.1"
+        self.bind_address = self.bind_address or address
+        self.node_ip = self.node_ip or address
+
+    def release_addresses(self) -> None:
+        if self.own_interface:
+            try:
+                nodeaddress.remove(self.kubelet_dir)
+            except nodeaddress.NodeAddressError as err:
+                say(f"ephemera: {err}")
 
     # --- component command lines -------------------------------------------------------
 
@@ -259,7 +295,7 @@ class Cluster:
     def apiserver_argv(self) -> list[str]:
         a = self.args
         argv = [sys.executable, "-m", "ephemera.cli", "apiserver",
-                "--data-dir", str(self.data_dir), "--bind-address", a.bind_address,
+                "--data-dir", str(self.data_dir), "--bind-address", self.bind_address,
                 "--store", a.store, "--port-file", str(self.apiserver_port_file)]
         # Once the port is known, every restart binds the same one (the kubeconfig has it).
         argv += ["--port", str(self.apiserver_port if self.apiserver_port is not None else 0)]
@@ -326,6 +362,7 @@ class Cluster:
                 "--kubeconfig", str(self.kubelet_dir / KUBECONFIG),
                 "--node-name", self.node_name, "--root-dir", str(self.kubelet_dir),
                 "--runtime", self.args.runtime, "--port", str(self.kubelet_port),
+                "--node-ip", self.node_ip,
                 "--tls-cert-file", str(pki / "kubelet.crt"),
                 "--tls-private-key-file", str(pki / "kubelet.key"),
                 "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
@@ -359,14 +396,15 @@ class Cluster:
         client = issue_client_cert(pki.ca, node_username(name), (NODES_GROUP,))
         write_kubeconfig(self.kubelet_dir / KUBECONFIG, url, pki.ca.cert_pem, client.cert_pem,
                          client.key_pem, user=node_username(name))
-        serving = issue_serving_cert(pki.ca, [name, "127.0.0.1", "localhost"])
+        serving = issue_serving_cert(pki.ca, [name, self.node_ip, "127.0.0.1", "localhost"])
         kubelet_pki = self.kubelet_dir / "pki"
         kubelet_pki.mkdir(parents=True, exist_ok=True)
         key_path = kubelet_pki / "kubelet.key"
         flags.write_atomic(key_path, serving.key_pem.decode(), 0o600)
         flags.write_atomic(kubelet_pki / "kubelet.crt", serving.cert_pem.decode())
         last = self._last_kubelet_port
-        self.kubelet_port = last if last and port_is_free(last) else free_port()
+        self.kubelet_port = (last if last and port_is_free(last, self.node_ip)
+                             else free_port(self.node_ip))
         ports = flags.read_ports(self.data_dir)
         ports["kubelet"] = self.kubelet_port
         flags.write_ports(self.data_dir, ports)
@@ -375,7 +413,7 @@ class Cluster:
         if self.args.port is not None:
             return int(self.args.port)
         last = flags.read_ports(self.data_dir).get("apiserver")
-        if last and port_is_free(last, self.args.bind_address or "0.0.0.0"):
+        if last and port_is_free(last, self.bind_address or "0.0.0.0"):
             return last
         return None  # the apiserver picks one and reports it in its port file
 
@@ -388,7 +426,10 @@ class Cluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig.unlink(missing_ok=True)
         self.apiserver_port_file.unlink(missing_ok=True)
-        pki = ensure_pki(self.data_dir, [self.args.bind_address])
+        self.choose_addresses()
+        pki = ensure_pki(self.data_dir, serving_names(
+            self.bind_address, None, [n for names in self.args.tls_san for n in names],
+            self.args.service_cluster_ip_range or DEFAULT_SERVICE_CIDR))
         self.apiserver_port = self._initial_port()
         say(f"ephemera: starting a cluster on {self.data_dir} (logs in "
             f"{self.supervisor.log_dir})")
@@ -432,6 +473,7 @@ class Cluster:
             return 0
         finally:
             await self.supervisor.stop()
+            self.release_addresses()
             say("ephemera: stopped")
 
     async def _node_bootstrap_rbac(self) -> None:
@@ -497,7 +539,7 @@ class Cluster:
                 if self.apiserver_port is None:
                     self.apiserver_port = self._read_port_file()
                 if self.apiserver_port is not None:
-                    url = server_url(self.args.bind_address, self.apiserver_port)
+                    url = server_url(self.bind_address, self.apiserver_port)
                     with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
                         async with session.get(url + READY_PATH, ssl=ssl_ctx) as resp:
                             if resp.status == 200:
