@@ -137,6 +137,11 @@ def start_cluster(data_dir: Path, home: Path, extra_args: Sequence[str] = (),
     kubeconfig = data_dir / "kubeconfig"
     kubeconfig.unlink(missing_ok=True)  # a previous run's; `up` writes it fresh when ready
     output_path = data_dir.parent / f"{data_dir.name}-up-{time.monotonic_ns()}.out"
+    if not any(a.startswith("--mount-service-account-token") for a in extra_args):
+        # `up` mounts kube-api-access-* into every pod, as upstream; the suite's manifests
+        # and their exact volume lists predate that, so clusters here leave it off unless a
+        # module asks (tests/e2e/test_in_cluster_api.py, test_authn_kubectl.py).
+        extra_args = [*extra_args, "--mount-service-account-token=false"]
     with open(output_path, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "ephemera.cli", "up", "--data-dir", str(data_dir),

@@ -92,9 +92,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--api-audiences", type=lambda s: [a for a in s.split(",") if a],
                         default=None, metavar="AUD,...",
                         help="the audiences of this apiserver (default the issuer)")
-    parser.add_argument("--mount-service-account-token", action="store_true",
+    parser.add_argument("--mount-service-account-token", type=_go_bool, nargs="?",
+                        const=True, default=True, metavar="BOOL",
                         help="mount a kube-api-access-* volume (token, ca.crt, namespace) "
-                             "into pods, as upstream always does")
+                             "into pods unless automountServiceAccountToken is false, as "
+                             "upstream always does (default true; false is ephemera's, for "
+                             "a control plane without the controller-manager that publishes "
+                             "kube-root-ca.crt)")
     parser.add_argument("--authorization-mode", type=_authorization_modes, default=None,
                         metavar="MODE,...",
                         help=f"authorizers in order, of {', '.join(MODES)} (default "

@@ -72,7 +72,7 @@ from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import plugin_path_hint, run_demo
 from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
-from ephemera.cli.kubelet import check_eviction_flags, positive_seconds
+from ephemera.cli.kubelet import check_eviction_flags, go_bool, positive_seconds
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
 from ephemera.client import (
@@ -113,8 +113,10 @@ def add_parser(subparsers: Any) -> None:
     flags.add_feature_gates(parser)
     parser.add_argument("--token-auth-file", type=Path, default=None, metavar="FILE",
                         help="passed to the apiserver")
-    parser.add_argument("--mount-service-account-token", action="store_true",
-                        help="passed to the apiserver: pods get a kube-api-access-* volume")
+    parser.add_argument("--mount-service-account-token", type=go_bool, nargs="?", const=True,
+                        default=True, metavar="BOOL",
+                        help="passed to the apiserver: pods get a kube-api-access-* volume "
+                             "(default true, as upstream)")
     parser.add_argument("--service-cluster-ip-range", default=None, metavar="CIDR",
                         help="passed to the apiserver (default 10.96.0.0/12)")
     parser.add_argument("--service-node-port-range", default=None, metavar="FIRST-LAST",
@@ -304,8 +306,8 @@ class Cluster:
         if a.token_auth_file is not None:
             argv += ["--token-auth-file", str(a.token_auth_file.resolve())]
         argv += ["--enable-bootstrap-token-auth"]
-        if a.mount_service_account_token:
-            argv += ["--mount-service-account-token"]
+        if not a.mount_service_account_token:
+            argv += ["--mount-service-account-token=false"]
         if a.service_cluster_ip_range is not None:
             argv += ["--service-cluster-ip-range", a.service_cluster_ip_range]
         if a.service_node_port_range is not None:
