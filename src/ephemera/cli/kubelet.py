@@ -5,6 +5,9 @@
 
 It registers the Node, runs the pods bound to it (`ephemera.kubelet.agent.Kubelet`) and
 serves its HTTPS API on `--address:--port` (0 picks a free port, written to `--port-file`).
+The Node's InternalIP is `--node-ip`, else an address of its own on an interface it makes
+(`ephemera.kubelet.runtime.nodeaddress`), deleted at exit with `--stop-pods-on-exit`;
+`--address` defaults to it.
 Its serving certificate is `--tls-cert-file`/`--tls-private-key-file` (`ephemera up` issues
 one from the cluster CA); without them a self-signed one is made in `--cert-dir`
 (`<root-dir>/pki/`), as upstream's kubelet does (the apiserver, which checks kubelet

@@ -19,6 +19,11 @@ candidate. Once the API answers it also creates kubeadm's node bootstrap RBAC ob
 (`ephemera.cli.nodebootstrap`), so that `ephemera join` works against it; the apiserver
 accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt` and
 approves and signs kubelet client CSRs with the data dir's CA.
+Before starting anything it makes the node address of its kubelet's root dir (an address of
+198.18.0.0/15 on an interface of its own, `ephemera.kubelet.runtime.nodeaddress`) unless
+`--bind-address` and `--node-ip` are both given: the apiserver listens on and advertises it
+(so pods reach it through the `kubernetes` Service's endpoints) and the kubelet reports it as
+the Node's InternalIP; the interface is deleted when `up` stops.
 SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
 restart on the same data dir carries on with every object. One `up` per data dir: it holds
 `<data-dir>/up.lock` while it runs, and a second one exits 1 before starting anything,
