@@ -460,8 +460,9 @@ def _processes_using(real: str) -> list[tuple[int, str]]:
 
 def release_leftovers(path: Path) -> list[str]:
     """Stop, unmount and detach what is left under `path`: the containers of runtime state
-    dirs there (`runc --root DIR delete --force`), the processes using it (SIGKILL), its mounts
-    and the loop devices bound to files there. What was found, one line each ([] when nothing
+    dirs there (`runc --root DIR delete --force`), the processes using it (SIGKILL), its mounts,
+    the node address interfaces of kubelet roots there and the loop devices bound to files
+    there. What was found, one line each ([] when nothing
     was)."""
     real = os.path.realpath(path)
     if not os.path.isdir(real):
@@ -484,6 +485,13 @@ def release_leftovers(path: Path) -> list[str]:
         mounts.unmount_all_under(path)
     except OSError as err:
         found.append(f"could not unmount: {err}")
+    for name in os.listdir("/sys/class/net"):  # node address interfaces of roots under it
+        alias = Path(f"/sys/class/net/{name}/ifalias")
+        if name.startswith(nodeaddress.PREFIX) and alias.exists() and \
+                alias.read_text().strip().startswith(real + os.sep):
+            found.append(f"interface {name}")
+            subprocess.run(["ip", "link", "delete", name], capture_output=True, timeout=30,
+                           check=False)
     for device in loop_devices_under(path):  # autoclear ones went with their mounts
         found.append(f"loop device {device} ({loopdev.backing_file(device)})")
         try:
