@@ -304,6 +304,10 @@ class Cluster:
         argv = [sys.executable, "-m", "ephemera.cli", "apiserver",
                 "--data-dir", str(self.data_dir), "--bind-address", self.bind_address,
                 "--store", a.store, "--port-file", str(self.apiserver_port_file)]
+        if self.bind_address in ("0.0.0.0", "::") and self.node_ip != "127.0.0.1":
+            # Listening everywhere: pods are told the node address (upstream advertises the
+            # host's first non-loopback address).
+            argv += ["--advertise-address", self.node_ip]
         # Once the port is known, every restart binds the same one (the kubeconfig has it).
         argv += ["--port", str(self.apiserver_port if self.apiserver_port is not None else 0)]
         if a.etcd_endpoints:
@@ -435,7 +439,7 @@ class Cluster:
         self.apiserver_port_file.unlink(missing_ok=True)
         self.choose_addresses()
         pki = ensure_pki(self.data_dir, serving_names(
-            self.bind_address, None, [n for names in self.args.tls_san for n in names],
+            self.bind_address, self.node_ip, [n for names in self.args.tls_san for n in names],
             self.args.service_cluster_ip_range or DEFAULT_SERVICE_CIDR))
         self.apiserver_port = self._initial_port()
         say(f"ephemera: starting a cluster on {self.data_dir} (logs in "
