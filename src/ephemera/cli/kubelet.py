@@ -94,9 +94,9 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"the kubelet API's port (default {DEFAULT_PORT}; 0 picks a free "
                              "one)")
-    parser.add_argument("--address", default=None, type=_listen_address, metavar="IP",
+    parser.add_argument("--address", default=None, type=listen_address, metavar="IP",
                         help="the kubelet API's listen address (default: the node's IP)")
-    parser.add_argument("--node-ip", default=None, type=_node_ip, metavar="IP",
+    parser.add_argument("--node-ip", default=None, type=node_ip_arg, metavar="IP",
                         help="the node's InternalIP, also its pods' hostIP (default: an "
                              "address of 198.18.0.0/15 on an interface of its own, "
                              "ephn<hash of the root dir>, which its pods reach)")
@@ -175,7 +175,7 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
                              "eviction still applies)")
 
 
-def _node_ip(text: str) -> str:
+def node_ip_arg(text: str) -> str:
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
@@ -185,7 +185,7 @@ def _node_ip(text: str) -> str:
     return str(address)
 
 
-def _listen_address(text: str) -> str:
+def listen_address(text: str) -> str:
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:

@@ -77,7 +77,13 @@ from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import plugin_path_hint, run_demo
 from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
-from ephemera.cli.kubelet import check_eviction_flags, go_bool, positive_seconds
+from ephemera.cli.kubelet import (
+    check_eviction_flags,
+    go_bool,
+    listen_address,
+    node_ip_arg,
+    positive_seconds,
+)
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
 from ephemera.client import (
@@ -108,10 +114,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--port", type=int, default=None,
                         help="the apiserver's port (default: the data dir's last port if "
                              "free, else a free one)")
-    parser.add_argument("--bind-address", default=None, metavar="IP",
+    parser.add_argument("--bind-address", default=None, type=listen_address, metavar="IP",
                         help="the apiserver's listen and advertise address (default: the "
                              "node address, on an interface up makes, which pods reach)")
-    parser.add_argument("--node-ip", default=None, metavar="IP",
+    parser.add_argument("--node-ip", default=None, type=node_ip_arg, metavar="IP",
                         help="the kubelet's InternalIP (default: the node address, as for "
                              "--bind-address)")
     flags.add_store_flags(parser)
