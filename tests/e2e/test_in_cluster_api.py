@@ -36,7 +36,7 @@ from cryptography import x509
 
 from ephemera.kubelet.runtime import nodeaddress
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("in-cluster-api")]
 
 THROUGH_CLUSTER_IP = False  # True once `up` runs the Service proxy
 NODE = "in-cluster"
