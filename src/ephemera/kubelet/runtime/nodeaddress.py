@@ -35,6 +35,7 @@ from pathlib import Path
 NODE_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
 PREFIX = "ephn"
 IP_TIMEOUT = 30.0
+IFALIAS_MAX = 256  # Linux's IFALIASZ, with its terminating NUL
 
 
 class NodeAddressError(Exception):
@@ -134,7 +135,8 @@ def ensure(root: Path) -> str:
             return mine[0]
     else:
         _checked("link", "add", name, "type", "bridge")
-    _checked("link", "set", name, "alias", str(root))
+    if len(str(root).encode()) < IFALIAS_MAX:  # a longer one is never swept
+        _checked("link", "set", name, "alias", str(root))
     for address in candidates(root):
         if address in held:
             continue
