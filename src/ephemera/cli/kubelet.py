@@ -246,8 +246,9 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def ensure_self_signed(pki: Path, node_name: str) -> tuple[Path, Path]:
-    """A self-signed serving certificate for the kubelet in the directory `pki` (kept)."""
+def ensure_self_signed(pki: Path, node_name: str, node_ip: str = "") -> tuple[Path, Path]:
+    """A self-signed serving certificate for the kubelet in the directory `pki` (kept): the
+    node name, localhost, 127.0.0.1 and the node's IP, as upstream's."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -269,7 +270,9 @@ def ensure_self_signed(pki: Path, node_name: str) -> tuple[Path, Path]:
             .not_valid_after(now + dt.timedelta(days=365))
             .add_extension(x509.SubjectAlternativeName(
                 [x509.DNSName(node_name), x509.DNSName("localhost"),
-                 x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                 *[x509.IPAddress(ipaddress.ip_address(ip))
+                   for ip in dict.fromkeys(["127.0.0.1", node_ip]) if ip]]),
+                critical=False)
             .sign(key, hashes.SHA256()))
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
                                            serialization.PrivateFormat.PKCS8,
@@ -354,6 +357,7 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
     node_name = (args.node_name or socket.gethostname()).lower()
     root_dir: Path = args.root_dir.resolve()
     root_dir.mkdir(parents=True, exist_ok=True)
+    node_ip, own_interface = node_address(root_dir, args.node_ip)
     cert, key = args.tls_cert_file, args.tls_private_key_file
     cert_dir: Path = (args.cert_dir or root_dir / "pki").resolve()
     serving_store = PemStore(cert_dir, "kubelet-server")
@@ -361,9 +365,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         cert, key = serving_store.current_path, None  # the pair's file holds both
     elif cert is None:
         # Until the cluster signs one (--rotate-server-certificates), or for good.
-        cert, key = ensure_self_signed(cert_dir, node_name)
+        cert, key = ensure_self_signed(cert_dir, node_name, node_ip)
     ssl_context = kubelet_ssl_context(cert, key, args.client_ca_file)
-    node_ip, own_interface = node_address(root_dir, args.node_ip)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
