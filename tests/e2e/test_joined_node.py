@@ -5,7 +5,8 @@ kubectl:
 
 - the joined kubelet's serving certificate comes from a `kubernetes.io/kubelet-serving` CSR
   that it made as `system:node:NAME` for its Node's addresses, auto-approved; a TLS client
-  that trusts only the cluster CA accepts it for 127.0.0.1 (as the apiserver does);
+  that trusts only the cluster CA accepts it for the node's own address (as the apiserver
+  does), where the kubelet listens, and no other joined node has that address;
 - `kubectl logs`, `exec`, `attach`, `cp` and `pods/NAME/allocated` work on a pod on it;
 - with 30 s certificates, the kubelet renews its client and serving certificates before they
   expire (at 70-90% of the lifetime), without a restart: the node stays Ready past the first
@@ -42,6 +43,8 @@ from cluster import (
 )
 from cryptography import x509
 
+from ephemera.kubelet.runtime import nodeaddress
+
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("joined")]
 
 MAIN_NODE = "join-main"
@@ -65,12 +68,18 @@ class Joined:
         data = doc["users"][0]["user"]["client-certificate-data"]
         return x509.load_pem_x509_certificate(base64.b64decode(data))
 
+    def address(self) -> str:
+        """The joined node's own address (198.18.0.0/15, on the interface its kubelet
+        made), where its kubelet listens."""
+        return nodeaddress.current_address(self.root)
+
     def served_certificate(self) -> x509.Certificate:
         """What a new TLS connection to the kubelet gets, checked against the cluster CA
-        and the address 127.0.0.1 (an error if it does not verify)."""
+        and the node's address (an error if it does not verify)."""
         ctx = ssl.create_default_context(cafile=str(self.cluster.ca_path))
-        with socket.create_connection(("127.0.0.1", self.port()), timeout=10) as raw, \
-                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        address = self.address()
+        with socket.create_connection((address, self.port()), timeout=10) as raw, \
+                ctx.wrap_socket(raw, server_hostname=address) as tls:
             der = tls.getpeercert(binary_form=True)
         assert der is not None
         return x509.load_der_x509_certificate(der)
@@ -150,7 +159,7 @@ def test_the_joined_kubelet_serves_with_a_cluster_signed_certificate(joined: Joi
     assert cert.subject.rfc4514_string() == f"CN=system:node:{JOINED},O=system:nodes"
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == [JOINED]
-    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == [joined.address()]
 
 
 def _verified(joined: Joined) -> x509.Certificate | None:
@@ -241,3 +250,32 @@ def test_pods_on_the_two_nodes_get_disjoint_ranges_and_reach_each_other(k: Kubec
 
     assert wait(answer, "the pod on the joined node to reach the first node's pod",
                 k.cluster).strip() == "from-main"
+
+
+def test_each_node_has_its_own_address_which_pods_reach(joined: Joined, k: Kubectl) -> None:
+    """Issue 14, item 2: each kubelet's InternalIP is an address of 198.18.0.0/15 on an
+    interface of its own (never the machine's), distinct per node; its pods' hostIP follows,
+    and a pod on the joined node reaches the first node's kubelet and the apiserver there."""
+    def internal_ip(node: str) -> str:
+        addresses = k.json("get", "node", node)["status"]["addresses"]
+        return next(a["address"] for a in addresses if a["type"] == "InternalIP")
+
+    main_ip, second_ip = internal_ip(MAIN_NODE), internal_ip(JOINED)
+    node_range = ipaddress.ip_network("198.18.0.0/15")
+    assert main_ip != second_ip
+    assert {ipaddress.ip_address(main_ip), ipaddress.ip_address(second_ip)} <= set(
+        node_range)
+    assert second_ip == joined.address()
+    busybox_on_joined(k, "addr-client", "sleep 3600")
+    pod = k.json("get", "pod", "addr-client")
+    assert pod["status"]["hostIP"] == second_ip
+    assert pod["status"]["hostIPs"] == [{"ip": second_ip}]
+    slice_ = k.json("get", "endpointslice", "kubernetes", "-n", "default")
+    api_ip, api_port = slice_["endpoints"][0]["addresses"][0], slice_["ports"][0]["port"]
+    assert api_ip == main_ip  # `up` runs the apiserver on its node's address
+    kubelet_port = k.json("get", "node", MAIN_NODE)["status"]["daemonEndpoints"][
+        "kubeletEndpoint"]["Port"]
+    for port in (api_port, kubelet_port):
+        reached = k("exec", "addr-client", "--", "sh", "-c",
+                    f"nc -w 2 {api_ip} {port} </dev/null && echo open", check=False)
+        assert reached.stdout == "open\n", reached.stderr

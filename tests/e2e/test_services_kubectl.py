@@ -9,6 +9,8 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from cluster import Cluster, Kubectl, kubectl, namespace_for, shared_cluster, wait  # noqa: F401
@@ -109,17 +111,25 @@ def test_the_kubernetes_service_points_at_the_apiserver(kubectl: Kubectl,  # noq
     assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "protocol": "TCP",
                                      "targetPort": port}]
 
-    # The apiserver advertises 127.0.0.1, which Endpoints refuse (pods could not reach it):
-    # the Endpoints and the slice are there, without addresses.
-    def present() -> dict[str, object] | None:
+    # The apiserver listens on and advertises the node address `up` made (198.18.0.0/15),
+    # which pods reach: the Endpoints and the slice list it.
+    address = urlsplit(shared_cluster.server).hostname or ""
+    assert ipaddress.ip_address(address) in ipaddress.ip_network("198.18.0.0/15")
+
+    def present() -> dict[str, Any] | None:
         got = kubectl("get", "endpoints", "kubernetes", "-n", "default", "-o", "json",
                       check=False)
         return json.loads(got.stdout) if got.returncode == 0 else None
 
     eps = wait(present, "the kubernetes endpoints")
-    assert "subsets" not in eps
+    assert eps["subsets"] == [{"addresses": [{"ip": address}],
+                               "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]
     slice_ = kubectl.json("get", "endpointslices", "kubernetes", "-n", "default")
     assert slice_["metadata"]["labels"]["kubernetes.io/service-name"] == "kubernetes"
+    assert [e["addresses"] for e in slice_["endpoints"]] == [[address]]
+    assert slice_["ports"] == [{"name": "https", "port": port, "protocol": "TCP"}]
+    nodes = wait(lambda: kubectl.json("get", "nodes")["items"], "the node")
+    assert {"type": "InternalIP", "address": address} in nodes[0]["status"]["addresses"]
 
 
 @pytest.fixture

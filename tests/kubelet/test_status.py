@@ -78,6 +78,16 @@ def test_a_new_pod_waits_in_container_creating() -> None:
     assert status["hostIPs"] == [{"ip": "127.0.0.1"}] and status["startTime"] == NOW
 
 
+def test_a_host_network_pod_has_the_nodes_address_whatever_the_sandbox_says() -> None:
+    pod = make_pod("c", hostNetwork=True)
+    sandbox = SandboxStatus(id="s", pod_uid="u1", namespace="ns", name="p", ready=True,
+                            ip="192.0.2.2", created_at=1.0)  # a runtime's external address
+    status = generate_pod_status(pod, PodRuntimeView(sandbox=sandbox, runtime_name="runc"),
+                                 host_ip="198.18.0.7", now=NOW)
+    assert status["podIP"] == status["hostIP"] == "198.18.0.7"
+    assert status["podIPs"] == status["hostIPs"] == [{"ip": "198.18.0.7"}]
+
+
 def test_pods_with_init_containers_wait_in_pod_initializing() -> None:
     pod = make_pod("c", init=("i1", "i2"))
     status = status_of(pod, containers={"i1": [inst("i1", ContainerState.RUNNING)]})

@@ -89,3 +89,33 @@ def test_share_identity_copies_the_shared_files_and_refuses_another_ca(tmp_path:
         share_identity(first, second)
     with pytest.raises(ControlPlaneError, match="a --data-dir of its own"):
         share_identity(first, first)
+
+
+def test_node_address_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ephemera.cli.up import Cluster
+
+    data = ["up", "--data-dir", str(tmp_path / "d")]
+    assert "'node.example' is not an IP address" in usage_error(
+        [*data, "--node-ip", "node.example"], capsys)
+    assert "'0.0.0.0': the node's own address" in usage_error(
+        [*data, "--node-ip", "0.0.0.0"], capsys)
+    assert "'lb' is not an IP address" in usage_error([*data, "--bind-address", "lb"], capsys)
+    assert "'x' is not an IP address" in usage_error(
+        ["kubelet", "--kubeconfig", "k", "--root-dir", "r", "--address", "x"], capsys)
+    # Both given: no interface is made; listening everywhere advertises the node address.
+    cluster = Cluster(build_parser().parse_args(
+        [*data, "--bind-address", "0.0.0.0", "--node-ip", "198.18.0.9"]))
+    cluster.choose_addresses()
+    assert not cluster.own_interface
+    api = cluster.apiserver_argv()
+    assert api[api.index("--bind-address") + 1] == "0.0.0.0"
+    assert api[api.index("--advertise-address") + 1] == "198.18.0.9"
+    kubelet = cluster.kubelet_argv()
+    assert kubelet[kubelet.index("--node-ip") + 1] == "198.18.0.9"
+    assert "--mount-service-account-token=false" not in api  # upstream's default: mounted
+    off = Cluster(build_parser().parse_args(
+        [*data, "--bind-address", "198.18.0.9", "--node-ip", "198.18.0.9",
+         "--mount-service-account-token=false"]))
+    off.choose_addresses()
+    argv = off.apiserver_argv()
+    assert "--mount-service-account-token=false" in argv and "--advertise-address" not in argv

@@ -92,9 +92,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--api-audiences", type=lambda s: [a for a in s.split(",") if a],
                         default=None, metavar="AUD,...",
                         help="the audiences of this apiserver (default the issuer)")
-    parser.add_argument("--mount-service-account-token", action="store_true",
+    parser.add_argument("--mount-service-account-token", type=flags.go_bool_arg, nargs="?",
+                        const=True, default=True, metavar="BOOL",
                         help="mount a kube-api-access-* volume (token, ca.crt, namespace) "
-                             "into pods, as upstream always does")
+                             "into pods unless automountServiceAccountToken is false, as "
+                             "upstream always does (default true; false is ephemera's, for "
+                             "a control plane without the controller-manager that publishes "
+                             "kube-root-ca.crt)")
     parser.add_argument("--authorization-mode", type=_authorization_modes, default=None,
                         metavar="MODE,...",
                         help=f"authorizers in order, of {', '.join(MODES)} (default "
@@ -158,6 +162,18 @@ def _authorization_modes(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: a comma-separated list of {', '.join(MODES)}")
     return modes
+
+
+def serving_names(bind_address: str, advertise_address: str | None, tls_san: Sequence[str],
+                  service_cluster_ip_range: str) -> list[str]:
+    """What the data dir's serving certificate covers beyond the default names (localhost,
+    `kubernetes`, `kubernetes.default`, `kubernetes.default.svc`,
+    `kubernetes.default.svc.cluster.local`, loopback): the bind and advertise addresses, the
+    `kubernetes` Service's ClusterIP (the range's first address) and every `--tls-san`."""
+    from ephemera.apiserver.serviceallocator import IPRange
+
+    cluster_ip = IPRange(ipaddress.ip_network(service_cluster_ip_range)).first()
+    return [bind_address, advertise_address or "", str(cluster_ip), *tls_san]
 
 
 def server_url(host: str, port: int) -> str:
@@ -274,8 +290,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
 
     data_dir: Path = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    pki = ensure_pki(data_dir, [args.bind_address, args.advertise_address or "",
-                                *args.tls_san])
+    pki = ensure_pki(data_dir, serving_names(args.bind_address, args.advertise_address,
+                                             args.tls_san, args.service_cluster_ip_range))
     store = open_store(args.store, data_dir=data_dir, endpoints=args.etcd_endpoints)
     audit: AuditFilter | None = None
     try:

@@ -7,7 +7,8 @@ lifecycle controller (nodes whose kubelet stopped renewing its Lease are
 marked unknown and tainted), the service accounts controller (a `default` ServiceAccount in
 every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
 recomputed on pod and quota changes and every `--resync-period` seconds); with
-`--root-ca-file` the root CA publisher (`kube-root-ca.crt` in every namespace); always the
+the root CA publisher (`kube-root-ca.crt` in every namespace: `--root-ca-file`, else the
+kubeconfig's CA, as upstream; none when both are missing); always the
 CSR approver (kubelet client certificates of bootstrapping and renewing nodes; kubelet
 serving certificates whose names are the Node's addresses), and with
 `--cluster-signing-cert-file`/`--cluster-signing-key-file` the CSR signer (certificates
@@ -76,7 +77,8 @@ def add_parser(subparsers: Any) -> None:
                         help="a node whose heartbeat is older than this is marked unknown "
                              f"(default {DEFAULT_GRACE_PERIOD:g})")
     parser.add_argument("--root-ca-file", type=Path, default=None, metavar="FILE",
-                        help="publish this CA as ConfigMap kube-root-ca.crt in every namespace")
+                        help="publish this CA as ConfigMap kube-root-ca.crt in every namespace "
+                             "(default: the --kubeconfig's CA)")
     parser.add_argument("--cluster-signing-cert-file", type=Path, default=None, metavar="FILE",
                         help="the CA certificate that signs approved client CSRs")
     parser.add_argument("--cluster-signing-key-file", type=Path, default=None, metavar="FILE",
@@ -124,6 +126,13 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         config = load_kubeconfig(args.kubeconfig)
     except (KubeconfigError, OSError) as err:
         parser.error(f"--kubeconfig: {err}")
+    # What the root CA publisher publishes: --root-ca-file, else the kubeconfig's CA, as
+    # upstream's controller-manager falls back to its client's CAData.
+    try:
+        args.root_ca = (args.root_ca_file.read_text() if args.root_ca_file is not None
+                        else (config.ca_pem or b"").decode())
+    except OSError as err:
+        parser.error(f"--root-ca-file: {err}")
     try:
         return asyncio.run(_serve(config, args, election))
     except KeyboardInterrupt:
@@ -176,8 +185,8 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
         more.append(asyncio.create_task(ipam.run(), name="nodeipam"))
-    if args.root_ca_file is not None:
-        publisher = RootCACertPublisher(api, args.root_ca_file.read_text())
+    if args.root_ca:
+        publisher = RootCACertPublisher(api, args.root_ca)
         more.append(asyncio.create_task(publisher.run(), name="root-ca-cert-publisher"))
     if args.cluster_signing_cert_file is not None:
         signer = CertificateSigner(api, args.cluster_signing_cert_file,

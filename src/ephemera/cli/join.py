@@ -72,7 +72,7 @@ def add_parser(subparsers: Any) -> None:
                          help="the new apiserver's port (default: a free one)")
     control.add_argument("--apiserver-advertise-address", default=None, metavar="IP",
                          help="the address the new apiserver listens and is reached at "
-                              "(default 127.0.0.1)")
+                              "(default: the new member's own node address, as `up`)")
     parser.set_defaults(func=lambda args: run(parser, args))
 
 

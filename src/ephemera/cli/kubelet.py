@@ -5,6 +5,9 @@
 
 It registers the Node, runs the pods bound to it (`ephemera.kubelet.agent.Kubelet`) and
 serves its HTTPS API on `--address:--port` (0 picks a free port, written to `--port-file`).
+The Node's InternalIP is `--node-ip`, else an address of its own on an interface it makes
+(`ephemera.kubelet.runtime.nodeaddress`), deleted at exit with `--stop-pods-on-exit`;
+`--address` defaults to it.
 Its serving certificate is `--tls-cert-file`/`--tls-private-key-file` (`ephemera up` issues
 one from the cluster CA); without them a self-signed one is made in `--cert-dir`
 (`<root-dir>/pki/`), as upstream's kubelet does (the apiserver, which checks kubelet
@@ -100,10 +103,12 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"the kubelet API's port (default {DEFAULT_PORT}; 0 picks a free "
                              "one)")
-    parser.add_argument("--address", default="127.0.0.1",
-                        help="the kubelet API's listen address (default 127.0.0.1)")
-    parser.add_argument("--node-ip", default="127.0.0.1",
-                        help="the node's InternalIP, also its pods' hostIP (default 127.0.0.1)")
+    parser.add_argument("--address", default=None, type=listen_address, metavar="IP",
+                        help="the kubelet API's listen address (default: the node's IP)")
+    parser.add_argument("--node-ip", default=None, type=node_ip_arg, metavar="IP",
+                        help="the node's InternalIP, also its pods' hostIP (default: an "
+                             "address of 198.18.0.0/15 on an interface of its own, "
+                             "ephn<hash of the root dir>, which its pods reach)")
     parser.add_argument("--cluster-dns", type=_ip_list, action="append", default=[],
                         metavar="IP,...",
                         help="the cluster DNS servers' addresses: the nameservers of pods with "
@@ -190,6 +195,39 @@ def add_node_arguments(parser: argparse.ArgumentParser, *,
                              "eviction still applies)")
 
 
+def node_ip_arg(text: str) -> str:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+    if address.is_unspecified:
+        raise argparse.ArgumentTypeError(f"{text!r}: the node's own address, not unspecified")
+    return str(address)
+
+
+def listen_address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address") from None
+
+
+def node_address(root_dir: Path, node_ip: str | None) -> tuple[str, bool]:
+    """The node's InternalIP: `--node-ip`, else the address of the root dir's own
+    interface (`ephemera.kubelet.runtime.nodeaddress`), made now; loopback, with a warning,
+    where it cannot be made (no CAP_NET_ADMIN). True when the interface is the kubelet's."""
+    from ephemera.kubelet.runtime import nodeaddress
+
+    if node_ip:
+        return node_ip, False
+    try:
+        return nodeaddress.ensure(root_dir), True
+    except nodeaddress.NodeAddressError as err:
+        log.warning("kubelet: no node address of its own (%s); using 127.0.0.1, which pods "
+                    "cannot reach (pass --node-ip)", err)
+        return "127.0.0.1", False
+
+
 def check_eviction_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Exit with a usage error for a bad `--eviction-hard`, `--system-reserved` or
     `--kube-reserved` (those `args` has and set), before anything starts."""
@@ -221,8 +259,9 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def ensure_self_signed(pki: Path, node_name: str) -> tuple[Path, Path]:
-    """A self-signed serving certificate for the kubelet in the directory `pki` (kept)."""
+def ensure_self_signed(pki: Path, node_name: str, node_ip: str = "") -> tuple[Path, Path]:
+    """A self-signed serving certificate for the kubelet in the directory `pki` (kept): the
+    node name, localhost, 127.0.0.1 and the node's IP, as upstream's."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -244,7 +283,9 @@ def ensure_self_signed(pki: Path, node_name: str) -> tuple[Path, Path]:
             .not_valid_after(now + dt.timedelta(days=365))
             .add_extension(x509.SubjectAlternativeName(
                 [x509.DNSName(node_name), x509.DNSName("localhost"),
-                 x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                 *[x509.IPAddress(ipaddress.ip_address(ip))
+                   for ip in dict.fromkeys(["127.0.0.1", node_ip]) if ip]]),
+                critical=False)
             .sign(key, hashes.SHA256()))
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
                                            serialization.PrivateFormat.PKCS8,
@@ -329,6 +370,7 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
     node_name = (args.node_name or socket.gethostname()).lower()
     root_dir: Path = args.root_dir.resolve()
     root_dir.mkdir(parents=True, exist_ok=True)
+    node_ip, own_interface = node_address(root_dir, args.node_ip)
     cert, key = args.tls_cert_file, args.tls_private_key_file
     cert_dir: Path = (args.cert_dir or root_dir / "pki").resolve()
     serving_store = PemStore(cert_dir, "kubelet-server")
@@ -336,7 +378,7 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
         cert, key = serving_store.current_path, None  # the pair's file holds both
     elif cert is None:
         # Until the cluster signs one (--rotate-server-certificates), or for good.
-        cert, key = ensure_self_signed(cert_dir, node_name)
+        cert, key = ensure_self_signed(cert_dir, node_name, node_ip)
     ssl_context = kubelet_ssl_context(cert, key, args.client_ca_file)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -348,7 +390,8 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
                               resync_period=args.sync_frequency)
     kubelet_config = KubeletConfig(
         node_name=node_name, root_dir=root_dir, gates=args.feature_gates,
-        address=args.address, port=args.port, node_ip=args.node_ip, pod_cidr=args.pod_cidr or "",
+        address=args.address or node_ip, port=args.port, node_ip=node_ip,
+        pod_cidr=args.pod_cidr or "",
         wait_for_pod_cidr=args.wait_for_pod_cidr,
         client_ca_file=args.client_ca_file, ssl_context=ssl_context, port_file=args.port_file,
         max_pods=args.max_pods, settings=settings, stop_pods_on_exit=args.stop_pods_on_exit,
@@ -382,5 +425,14 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+    if own_interface and args.stop_pods_on_exit:
+        # The node shut down as at a reboot: its address goes too (kept otherwise, for the
+        # pods that keep running; the next start finds it).
+        from ephemera.kubelet.runtime import nodeaddress
+
+        try:
+            nodeaddress.remove(root_dir)
+        except nodeaddress.NodeAddressError as err:
+            log.warning("kubelet: %s", err)
     log.info("kubelet %s stopped", node_name)
     return 0

@@ -22,6 +22,11 @@ candidate. Once the API answers it also creates kubeadm's node bootstrap RBAC ob
 (`ephemera.cli.nodebootstrap`), so that `ephemera join` works against it; the apiserver
 accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt` and
 approves and signs kubelet client CSRs with the data dir's CA.
+Before starting anything it makes the node address of its kubelet's root dir (an address of
+198.18.0.0/15 on an interface of its own, `ephemera.kubelet.runtime.nodeaddress`) unless
+`--bind-address` and `--node-ip` are both given: the apiserver listens on and advertises it
+(so pods reach it through the `kubernetes` Service's endpoints) and the kubelet reports it as
+the Node's InternalIP; the interface is deleted when `up` stops.
 Once the node is Ready it runs the cluster DNS server (`ephemera dns`, `--cluster-domain`,
 `--dns-upstream`) on the Node's InternalIP at a port kept in `ports.json`, which keeps the
 `kube-system/kube-dns` Service (the 10th address of the service range) pointing at it; the
@@ -76,13 +81,18 @@ from ephemera.apiserver.certs import (
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
 from ephemera.apiserver.serviceallocator import DEFAULT_SERVICE_CIDR
 from ephemera.cli import flags
-from ephemera.cli.apiserver import server_url
+from ephemera.cli.apiserver import server_url, serving_names
 from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import plugin_path_hint, run_demo
 from ephemera.cli.dirlock import UP_LOCK, DirLockedError, lock_dir
 from ephemera.cli.dns import dns_domain, dns_upstreams
-from ephemera.cli.kubelet import check_eviction_flags, positive_seconds
+from ephemera.cli.kubelet import (
+    check_eviction_flags,
+    listen_address,
+    node_ip_arg,
+    positive_seconds,
+)
 from ephemera.cli.nodebootstrap import ensure_node_bootstrap_rbac
 from ephemera.cli.supervisor import Component, Supervisor
 from ephemera.client import (
@@ -93,6 +103,7 @@ from ephemera.client import (
     resource_path,
 )
 from ephemera.clusterdns.publish import kube_dns_ip
+from ephemera.kubelet.runtime import nodeaddress
 from ephemera.proxy.nft import NftError, delete_table_command, nft_binary, table_name
 from ephemera.proxy.nft import run as run_nft
 
@@ -116,14 +127,20 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--port", type=int, default=None,
                         help="the apiserver's port (default: the data dir's last port if "
                              "free, else a free one)")
-    parser.add_argument("--bind-address", default="127.0.0.1",
-                        help="the apiserver's listen address (default 127.0.0.1)")
+    parser.add_argument("--bind-address", default=None, type=listen_address, metavar="IP",
+                        help="the apiserver's listen and advertise address (default: the "
+                             "node address, on an interface up makes, which pods reach)")
+    parser.add_argument("--node-ip", default=None, type=node_ip_arg, metavar="IP",
+                        help="the kubelet's InternalIP (default: the node address, as for "
+                             "--bind-address)")
     flags.add_store_flags(parser)
     flags.add_feature_gates(parser)
     parser.add_argument("--token-auth-file", type=Path, default=None, metavar="FILE",
                         help="passed to the apiserver")
-    parser.add_argument("--mount-service-account-token", action="store_true",
-                        help="passed to the apiserver: pods get a kube-api-access-* volume")
+    parser.add_argument("--mount-service-account-token", type=flags.go_bool_arg, nargs="?",
+                        const=True, default=True, metavar="BOOL",
+                        help="passed to the apiserver: pods get a kube-api-access-* volume "
+                             "(default true, as upstream)")
     parser.add_argument("--service-cluster-ip-range", default=None, metavar="CIDR",
                         help="passed to the apiserver (default 10.96.0.0/12)")
     parser.add_argument("--service-node-port-range", default=None, metavar="FIRST-LAST",
@@ -263,10 +280,40 @@ class Cluster:
         self.url = ""  # this member's apiserver, once it answers
         self.kubelet_port = 0
         self.proxy_table = ""  # the table of the proxy `up` runs, once it runs one
+        self.bind_address = str(args.bind_address or "")  # set by choose_addresses
+        self.node_ip = str(args.node_ip or "")
+        self.own_interface = False
         # Read now: the apiserver's readiness rewrites ports.json.
         self._last_kubelet_port = flags.read_ports(self.data_dir).get("kubelet")
         self._last_dns_port = flags.read_ports(self.data_dir).get("dns")
         self.dns_listen = ""  # IP:PORT of the DNS server, once the node's address is known
+
+    # --- the node address ----------------------------------------------------------------
+
+    def choose_addresses(self) -> None:
+        """The apiserver's bind address and the kubelet's node IP: those given, else the
+        node address of the kubelet's root dir, on an interface made now
+        (`ephemera.kubelet.runtime.nodeaddress`; loopback, with a warning, where it cannot
+        be made)."""
+        if self.bind_address and self.node_ip:
+            return
+        self.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            address = nodeaddress.ensure(self.kubelet_dir)
+            self.own_interface = True
+        except nodeaddress.NodeAddressError as err:
+            say(f"ephemera: no node address of its own ({err}); using 127.0.0.1, which pods "
+                "cannot reach (pass --bind-address and --node-ip)")
+            address = "127.0.0.1"
+        self.bind_address = self.bind_address or address
+        self.node_ip = self.node_ip or address
+
+    def release_addresses(self) -> None:
+        if self.own_interface:
+            try:
+                nodeaddress.remove(self.kubelet_dir)
+            except nodeaddress.NodeAddressError as err:
+                say(f"ephemera: {err}")
 
     # --- component command lines -------------------------------------------------------
 
@@ -288,8 +335,12 @@ class Cluster:
     def apiserver_argv(self) -> list[str]:
         a = self.args
         argv = [sys.executable, "-m", "ephemera.cli", "apiserver",
-                "--data-dir", str(self.data_dir), "--bind-address", a.bind_address,
+                "--data-dir", str(self.data_dir), "--bind-address", self.bind_address,
                 "--store", a.store, "--port-file", str(self.apiserver_port_file)]
+        if self.bind_address in ("0.0.0.0", "::") and self.node_ip != "127.0.0.1":
+            # Listening everywhere: pods are told the node address (upstream advertises the
+            # host's first non-loopback address).
+            argv += ["--advertise-address", self.node_ip]
         # Once the port is known, every restart binds the same one (the kubeconfig has it).
         argv += ["--port", str(self.apiserver_port if self.apiserver_port is not None else 0)]
         if a.etcd_endpoints:
@@ -297,8 +348,8 @@ class Cluster:
         if a.token_auth_file is not None:
             argv += ["--token-auth-file", str(a.token_auth_file.resolve())]
         argv += ["--enable-bootstrap-token-auth"]
-        if a.mount_service_account_token:
-            argv += ["--mount-service-account-token"]
+        if not a.mount_service_account_token:
+            argv += ["--mount-service-account-token=false"]
         if a.service_cluster_ip_range is not None:
             argv += ["--service-cluster-ip-range", a.service_cluster_ip_range]
         if a.service_node_port_range is not None:
@@ -355,6 +406,7 @@ class Cluster:
                 "--kubeconfig", str(self.kubelet_dir / KUBECONFIG),
                 "--node-name", self.node_name, "--root-dir", str(self.kubelet_dir),
                 "--runtime", self.args.runtime, "--port", str(self.kubelet_port),
+                "--node-ip", self.node_ip,
                 "--tls-cert-file", str(pki / "kubelet.crt"),
                 "--tls-private-key-file", str(pki / "kubelet.key"),
                 "--client-ca-file", str(self.data_dir / "pki" / "ca.crt"),
@@ -466,14 +518,15 @@ class Cluster:
         client = issue_client_cert(pki.ca, node_username(name), (NODES_GROUP,))
         write_kubeconfig(self.kubelet_dir / KUBECONFIG, url, pki.ca.cert_pem, client.cert_pem,
                          client.key_pem, user=node_username(name))
-        serving = issue_serving_cert(pki.ca, [name, "127.0.0.1", "localhost"])
+        serving = issue_serving_cert(pki.ca, [name, self.node_ip, "127.0.0.1", "localhost"])
         kubelet_pki = self.kubelet_dir / "pki"
         kubelet_pki.mkdir(parents=True, exist_ok=True)
         key_path = kubelet_pki / "kubelet.key"
         flags.write_atomic(key_path, serving.key_pem.decode(), 0o600)
         flags.write_atomic(kubelet_pki / "kubelet.crt", serving.cert_pem.decode())
         last = self._last_kubelet_port
-        self.kubelet_port = last if last and port_is_free(last) else free_port()
+        self.kubelet_port = (last if last and port_is_free(last, self.node_ip)
+                             else free_port(self.node_ip))
         ports = flags.read_ports(self.data_dir)
         ports["kubelet"] = self.kubelet_port
         flags.write_ports(self.data_dir, ports)
@@ -482,7 +535,7 @@ class Cluster:
         if self.args.port is not None:
             return int(self.args.port)
         last = flags.read_ports(self.data_dir).get("apiserver")
-        if last and port_is_free(last, self.args.bind_address or "0.0.0.0"):
+        if last and port_is_free(last, self.bind_address or "0.0.0.0"):
             return last
         return None  # the apiserver picks one and reports it in its port file
 
@@ -495,7 +548,10 @@ class Cluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.kubeconfig.unlink(missing_ok=True)
         self.apiserver_port_file.unlink(missing_ok=True)
-        pki = ensure_pki(self.data_dir, [self.args.bind_address])
+        self.choose_addresses()
+        pki = ensure_pki(self.data_dir, serving_names(
+            self.bind_address, self.node_ip, [n for names in self.args.tls_san for n in names],
+            self.args.service_cluster_ip_range or DEFAULT_SERVICE_CIDR))
         self.apiserver_port = self._initial_port()
         say(f"ephemera: starting a cluster on {self.data_dir} (logs in "
             f"{self.supervisor.log_dir})")
@@ -543,6 +599,7 @@ class Cluster:
         finally:
             await self.supervisor.stop()
             self._remove_proxy_table()
+            self.release_addresses()
             say("ephemera: stopped")
 
     async def _node_bootstrap_rbac(self) -> None:
@@ -608,7 +665,7 @@ class Cluster:
                 if self.apiserver_port is None:
                     self.apiserver_port = self._read_port_file()
                 if self.apiserver_port is not None:
-                    url = server_url(self.args.bind_address, self.apiserver_port)
+                    url = server_url(self.bind_address, self.apiserver_port)
                     with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
                         async with session.get(url + READY_PATH, ssl=ssl_ctx) as resp:
                             if resp.status == 200:

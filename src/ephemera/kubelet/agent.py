@@ -90,6 +90,7 @@ from ephemera.kubelet.allocation import (
     describe_change,
     insufficient,
 )
+from ephemera.kubelet.containerconfig import ContainerConfigError
 from ephemera.kubelet.dnsconfig import DnsConfigurer
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction import admit_under_pressure
@@ -116,6 +117,7 @@ from ephemera.kubelet.prober.handlers import ProbeTarget
 from ephemera.kubelet.prober.manager import ProbeManager
 from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, RuntimeService
 from ephemera.kubelet.server import create_kubelet_app, kubelet_ssl_context
+from ephemera.kubelet.serviceenv import service_env
 from ephemera.kubelet.stats import StatsProvider, make_accounting
 from ephemera.kubelet.status import StatusManager, rejected_status
 from ephemera.kubelet.streaming import running_container_id
@@ -263,6 +265,8 @@ class Kubelet:
         self.pods_informer = Informer(api, resource_path("pods"),
                                       field_selector=f"spec.nodeName={config.node_name}",
                                       name=f"pods on {config.node_name}")
+        # Every Service, for the pods' service environment variables (`serviceenv`).
+        self.services_informer = Informer(api, resource_path("services"), name="services")
         self.admitted: set[str] = set()
         self.rejected: set[str] = set()
         self.allocation = AllocationManager(
@@ -328,6 +332,19 @@ class Kubelet:
 
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.objects.get_secret(namespace, name)
+
+    def service_env(self, pod: Mapping[str, Any]) -> dict[str, str]:
+        """The pod's service environment variables; upstream's error until the Services
+        were listed once (the container start fails with CreateContainerConfigError and is
+        retried)."""
+        if not self.services_informer.has_synced:
+            raise ContainerConfigError("services have not yet been read at least once, "
+                                       "cannot construct envvars")
+        spec = pod.get("spec") or {}
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+        links = spec.get("enableServiceLinks")
+        return service_env(self.services_informer.list(), namespace,
+                           True if links is None else bool(links))
 
     @property
     def node_allocatable_cpu_millis(self) -> int:
@@ -925,7 +942,7 @@ class Kubelet:
                 volumes=self.volumes, status=self.status, events=self.events,
                 root_dir=cfg.root_dir, node_name=self.node_name, host_ip=cfg.node_ip,
                 get_configmap=self.get_configmap, get_secret=self.get_secret,
-                node_allocatable=self.node_allocatable,
+                node_allocatable=self.node_allocatable, service_env=self.service_env,
                 settings=dataclasses.replace(
                     cfg.settings, hot_plug=cfg.settings.hot_plug
                     and gate_enabled(cfg.gates, DYNAMIC_VOLUME_HOT_PLUG)),
@@ -950,11 +967,16 @@ class Kubelet:
             self._start(self.relister.run(), "relister")
             self._start(self.volumes.run(), "volume-manager")
             self._start(self.pods_informer.run(), "pod-informer")
+            self._start(self.services_informer.run(), "service-informer")
             self._start(self._periodic(cfg.node_status_interval, self._update_node_status,
                                        "updating the node status"), "node-status")
             self._start(self._periodic(cfg.lease_renew_interval, self._renew_lease,
                                        "renewing the node lease"), "node-lease")
-            waiter = asyncio.ensure_future(self.pods_informer.wait_synced())
+            async def synced() -> None:
+                await self.pods_informer.wait_synced()
+                await self.services_informer.wait_synced()
+
+            waiter = asyncio.ensure_future(synced())
             stopper = asyncio.ensure_future(stop.wait())
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()

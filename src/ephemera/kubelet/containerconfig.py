@@ -7,7 +7,9 @@ does (`kubelet_pods.go` `makeEnvironmentVariables`, `makeMounts`,
   defined so far; `valueFrom` `configMapKeyRef`, `secretKeyRef`, `fieldRef` (the downward API:
   `metadata.name`, `.namespace`, `.uid`, `.labels['k']`, `.annotations['k']`, `spec.nodeName`,
   `spec.serviceAccountName`, `status.hostIP(s)`, `status.podIP(s)`) and `resourceFieldRef`);
-  a later name replaces an earlier one in place. A missing ConfigMap, Secret or key that is not
+  a later name replaces an earlier one in place; then the service variables
+  (`serviceenv`, given as `service_env`) the pod does not define, which `$(VAR)` in `env`
+  can name too. A missing ConfigMap, Secret or key that is not
   `optional` raises `ContainerConfigError` with upstream's message (`configmap "x" not
   found`, `couldn't find key k in ConfigMap ns/x`), which the pod worker reports as
   `CreateContainerConfigError`.
@@ -180,7 +182,8 @@ def _set(env: list[tuple[str, str]], index: dict[str, int], name: str, value: st
 async def build_env(pod: Mapping[str, Any], container: Mapping[str, Any],
                     image_env: Sequence[tuple[str, str]], *, get_configmap: Lookup,
                     get_secret: Lookup, host_ip: str, pod_ip: str,
-                    node_allocatable: Mapping[str, Any] | None = None
+                    node_allocatable: Mapping[str, Any] | None = None,
+                    service_env: Mapping[str, str] | None = None
                     ) -> list[tuple[str, str]]:
     """The container's environment, in order (see the module docstring)."""
     md = pod.get("metadata") or {}
@@ -190,6 +193,7 @@ async def build_env(pod: Mapping[str, Any], container: Mapping[str, Any],
     for name, value in image_env:
         _set(env, index, name, value)
     pod_defined: dict[str, str] = {}
+    services = dict(service_env or {})
     configmaps: dict[str, dict[str, Any] | None] = {}
     secrets: dict[str, dict[str, Any] | None] = {}
 
@@ -232,7 +236,7 @@ async def build_env(pod: Mapping[str, Any], container: Mapping[str, Any],
         value_from = entry.get("valueFrom")
         if not value_from:
             pod_defined[name] = expand(str(entry.get("value") or ""),
-                                       {**dict(env), **pod_defined})
+                                       {**dict(env), **services, **pod_defined})
             continue
         if value_from.get("fieldRef"):
             path = str(value_from["fieldRef"].get("fieldPath") or "")
@@ -274,6 +278,9 @@ async def build_env(pod: Mapping[str, Any], container: Mapping[str, Any],
             pod_defined[name] = _decode_secret(data[key])
     for name, value in pod_defined.items():
         _set(env, index, name, value)
+    for name, value in services.items():  # after the pod's own, unless it defines them
+        if name not in pod_defined:
+            _set(env, index, name, value)
     return env
 
 

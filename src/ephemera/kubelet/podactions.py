@@ -639,7 +639,8 @@ class PodRuntime:
                     self.pod, container, (), get_configmap=deps.get_configmap,
                     get_secret=deps.get_secret, host_ip=deps.host_ip,
                     pod_ip=sandbox.ip if sandbox is not None else "",
-                    node_allocatable=deps.node_allocatable))
+                    node_allocatable=deps.node_allocatable,
+                    service_env=deps.service_env(self.pod)))
         delay = await self.live_mounts.actuate(
             self.pod, container, running, deps.volumes.mounted_volumes(self.uid), env)
         return delay if delay > 0 else IDLE
@@ -760,7 +761,7 @@ class PodRuntime:
             env = await containerconfig.build_env(
                 pod, container, image.env, get_configmap=deps.get_configmap,
                 get_secret=deps.get_secret, host_ip=deps.host_ip, pod_ip=pod_ip,
-                node_allocatable=deps.node_allocatable)
+                node_allocatable=deps.node_allocatable, service_env=deps.service_env(pod))
             env_map = dict(env)
             volume_dirs = deps.volumes.mounted_volumes(self.uid)
             mounts = await asyncio.to_thread(containerconfig.build_mounts, pod, container,

@@ -513,7 +513,7 @@ def generate_pod_status(pod: Mapping[str, Any], view: PodRuntimeView, *, host_ip
         status["hostIP"] = host_ip
         status["hostIPs"] = [{"ip": host_ip}]
     pod_ip = view.sandbox.ip if view.sandbox is not None else ""
-    if not pod_ip and _spec(pod).get("hostNetwork") and view.sandbox is not None:
+    if _spec(pod).get("hostNetwork") and view.sandbox is not None:
         pod_ip = host_ip  # a host-network pod has the node's address
     if pod_ip:
         status["podIP"] = pod_ip

@@ -105,6 +105,9 @@ class WorkerDeps:
     get_configmap: Callable[[str, str], Awaitable[dict[str, Any] | None]]
     get_secret: Callable[[str, str], Awaitable[dict[str, Any] | None]]
     node_allocatable: Mapping[str, Any] = field(default_factory=dict)
+    # The service environment variables of a pod (`serviceenv`); raises
+    # ContainerConfigError while the Services have not been listed yet.
+    service_env: Callable[[Mapping[str, Any]], Mapping[str, str]] = lambda pod: {}
     settings: WorkerSettings = field(default_factory=WorkerSettings)
     # Called when the set of pods whose volumes are needed changes.
     on_volumes_changed: Callable[[], None] = lambda: None

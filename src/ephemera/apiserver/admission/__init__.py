@@ -162,7 +162,7 @@ class AdmissionSettings:
 
     gates: FeatureGates = field(default_factory=FeatureGates)
     # ServiceAccount: mount the `kube-api-access-*` token volume into pods (upstream always
-    # does; ephemera only when the apiserver is asked to, see the plugin).
+    # does, and so does `ephemera apiserver` unless told otherwise; see the plugin).
     mount_service_account_token: bool = False
 
 

@@ -13,14 +13,14 @@ on pod creates (the main resource):
   (`a mirror pod may not reference secrets`).
 
 - with `AdmissionSettings.mount_service_account_token` (`ephemera apiserver
-  --mount-service-account-token`), and unless `automountServiceAccountToken` is false on the
-  pod (or, the pod saying nothing, on the ServiceAccount): every init and main container
+  --mount-service-account-token`, true by default as upstream; an app made in process, as
+  the tests make them, leaves it off unless asked), and unless
+  `automountServiceAccountToken` is false on the pod (or, the pod saying nothing, on the
+  ServiceAccount): every init and main container
   without a mount at `/var/run/secrets/kubernetes.io/serviceaccount` gets a read-only mount of
   a projected volume `kube-api-access-<5 random>` (added unless the pod has one): a
   `serviceAccountToken` (`token`, 3607 seconds), `ca.crt` from the ConfigMap
-  `kube-root-ca.crt` and the pod's `namespace` (upstream's `TokenVolumeSource`). Upstream
-  always mounts it; ephemera leaves it to the flag so that pods keep exactly the volumes they
-  were created with unless asked.
+  `kube-root-ca.crt` and the pod's `namespace` (upstream's `TokenVolumeSource`).
 
 Upstream's serviceaccounts controller creates the `default` ServiceAccount of every
 namespace; in ephemera the apiserver's namespace lifecycle does it too, when the namespace is

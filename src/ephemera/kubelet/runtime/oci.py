@@ -203,20 +203,6 @@ def _sort_mounts(mounts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(mounts, key=lambda m: len(Path(m["destination"]).parts))
 
 
-def host_ipv4() -> str:
-    """The host's first global IPv4 address (for hostNetwork pods), "" if none."""
-    try:
-        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
-                             capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    for line in out.splitlines():
-        fields = line.split()
-        if "inet" in fields:
-            return fields[fields.index("inet") + 1].split("/")[0]
-    return ""
-
-
 def managed_hosts(hostname: str, domain: str, ips: list[str]) -> str:
     """The pod's /etc/hosts as upstream's kubelet writes it (`managedHostsFileContent`):
     localhost and the IPv6 names, then each pod IP with `<hostname>.<domain>` (the pod's
@@ -297,7 +283,6 @@ class OciRuntime(RuntimeService):
         self._executor: ThreadPoolExecutor | None = None  # blocking work, off the event loop
         self._sandbox_lock = threading.Lock()  # run_pod_sandbox is idempotent per pod UID
         self._meta_lock = threading.Lock()  # container.json rewrites (live mounts)
-        self._host_ip: str | None = None
         # container id -> its sandbox's (fixed at create): a sandbox's listing skips the
         # other pods' containers without reading their state
         self._sandbox_of: dict[str, str] = {}
@@ -564,11 +549,10 @@ class OciRuntime(RuntimeService):
         result = []
         for meta in metas:
             ip = ""
-            if meta["host_network"] and meta["ready"]:
-                if self._host_ip is None:
-                    self._host_ip = await self._blocking(host_ipv4)
-                ip = self._host_ip
-            elif meta["ready"] and (meta.get("network") or {}).get("ips"):
+            # A host-network sandbox has no address of its own (the kubelet reports the
+            # node's, as upstream's does for containerd's empty one).
+            if not meta["host_network"] and meta["ready"] and (
+                    meta.get("network") or {}).get("ips"):
                 ip = meta["network"]["ips"][0]
             result.append(SandboxStatus(
                 id=meta["id"], pod_uid=meta["pod_uid"], namespace=meta["namespace"],
