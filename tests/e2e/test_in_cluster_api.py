@@ -38,7 +38,7 @@ from ephemera.kubelet.runtime import nodeaddress
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("in-cluster-api")]
 
-THROUGH_CLUSTER_IP = False  # True once `up` runs the Service proxy
+THROUGH_CLUSTER_IP = True  # through the ClusterIP (up runs the proxy); False: the endpoint
 NODE = "in-cluster"
 KUBECTL = os.path.realpath(shutil.which("kubectl") or "/usr/bin/kubectl")
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
