@@ -32,7 +32,14 @@ from typing import Any
 
 from ephemera.cli import flags
 from ephemera.cli.tokens import duration
-from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
+from ephemera.client import (
+    ApiClient,
+    EventRecorder,
+    Informer,
+    KubeconfigError,
+    load_kubeconfig,
+    resource_path,
+)
 from ephemera.client.apiservers import discovering
 from ephemera.client.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
 from ephemera.controllers.certificates import (
@@ -40,12 +47,18 @@ from ephemera.controllers.certificates import (
     CertificateApprover,
     CertificateSigner,
 )
+from ephemera.controllers.deployment import DeploymentController
 from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.nodeipam import DEFAULT_NODE_CIDR_MASK_SIZE, NodeIpamController
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_MONITOR_PERIOD,
     NodeLifecycleController,
+)
+from ephemera.controllers.replicaset import (
+    REPLICASET,
+    REPLICATIONCONTROLLER,
+    ReplicaSetController,
 )
 from ephemera.controllers.resourcequota import DEFAULT_RESYNC_PERIOD, ResourceQuotaController
 from ephemera.controllers.rootcacertpublisher import RootCACertPublisher
@@ -173,6 +186,7 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
             asyncio.create_task(EndpointSliceController(api).run(),
                                 name="endpointslice-controller")]
+    more.extend(_workload_controllers(api))
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
         more.append(asyncio.create_task(ipam.run(), name="nodeipam"))
@@ -202,3 +216,23 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
                   task.exception())
         return 1
     return 0
+
+
+def _workload_controllers(api: ApiClient) -> list[asyncio.Task[None]]:
+    """The ReplicaSet, ReplicationController and Deployment controllers on shared
+    informers (pods, replicasets, replicationcontrollers, deployments)."""
+    pods = Informer(api, resource_path("pods"), name="pods")
+    sets = Informer(api, resource_path("replicasets", group="apps"), name="replicasets")
+    rcs = Informer(api, resource_path("replicationcontrollers"), name="replicationcontrollers")
+    deployments = Informer(api, resource_path("deployments", group="apps"), name="deployments")
+    runners = {
+        "pods-informer": pods.run(), "replicasets-informer": sets.run(),
+        "replicationcontrollers-informer": rcs.run(),
+        "deployments-informer": deployments.run(),
+        "replicaset-controller": ReplicaSetController(api, pods, sets,
+                                                      kind=REPLICASET).run(),
+        "replicationcontroller-controller": ReplicaSetController(
+            api, pods, rcs, kind=REPLICATIONCONTROLLER).run(),
+        "deployment-controller": DeploymentController(api, deployments, sets, pods).run(),
+    }
+    return [asyncio.create_task(coro, name=name) for name, coro in runners.items()]

@@ -334,6 +334,30 @@ def controller_roles() -> list[dict[str, Any]]:
             rule(["create", "update"], [""], ["configmaps"]),
             _events(),
         ]),
+        # Workloads (`ephemera.controllers.replicaset`, `ephemera.controllers.deployment`).
+        cluster_role(CONTROLLER_PREFIX + "deployment-controller", [
+            rule(["get", "list", "watch", "update"], ["extensions", "apps"], ["deployments"]),
+            rule(["update"], ["extensions", "apps"], ["deployments/status"]),
+            rule(["update"], ["extensions", "apps"], ["deployments/finalizers"]),
+            rule(["get", "list", "watch", "create", "update", "patch", "delete"],
+                 ["apps", "extensions"], ["replicasets"]),
+            rule(["get", "list", "watch", "update"], [""], ["pods"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "replicaset-controller", [
+            rule(["get", "list", "watch", "update"], ["apps", "extensions"], ["replicasets"]),
+            rule(["update"], ["apps", "extensions"], ["replicasets/status"]),
+            rule(["update"], ["apps", "extensions"], ["replicasets/finalizers"]),
+            rule(["list", "watch", "patch", "create", "delete"], [""], ["pods"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "replication-controller", [
+            rule(["get", "list", "watch", "update"], [""], ["replicationcontrollers"]),
+            rule(["update"], [""], ["replicationcontrollers/status"]),
+            rule(["update"], [""], ["replicationcontrollers/finalizers"]),
+            rule(["list", "watch", "patch", "create", "delete"], [""], ["pods"]),
+            _events(),
+        ]),
     ]
 
 
