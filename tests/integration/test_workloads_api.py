@@ -261,3 +261,19 @@ async def test_statefulset_daemonset_controllerrevision(api: Api) -> None:
     assert status == 422
     assert body["message"] == ('ControllerRevision.apps "r1" is invalid: data: Required '
                                "value: data is mandatory")
+
+
+async def test_warnings_for_what_no_controller_acts_on(api: Api) -> None:
+    d = deployment("web")
+    d["spec"]["template"]["spec"]["hostAliases"] = [{"ip": "10.0.0.1", "hostnames": ["a"]}]
+    status, _, response = await api.request("POST", DEPLOYS, d)
+    assert status == 201
+    warnings = response.headers.getall("Warning", [])
+    assert any("spec.template.spec.hostAliases" in w for w in warnings), warnings
+    ds = deployment("agent", replicas=None)
+    ds["kind"] = "DaemonSet"
+    status, _, response = await api.request("POST", "/apis/apps/v1/namespaces/default/daemonsets",
+                                            ds)
+    assert status == 201
+    assert any("no DaemonSet controller runs in ephemera (not implemented)" in w
+               for w in response.headers.getall("Warning", [])), response.headers

@@ -649,6 +649,27 @@ class WorkloadStrategy(Strategy):
     def default(self, obj: dict[str, Any]) -> None:
         workloads.default_workload(self.resource.plural, obj, self.gates)
 
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        """The template's fields accepted without effect (`pods.unimplemented`, at
+        `spec.template.spec`), and on create of a kind no controller of ephemera runs
+        (StatefulSets, DaemonSets) that nothing will make its pods."""
+        if subresource:
+            return []
+        template = _spec(new).get("template")
+        spec = _spec(template) if isinstance(template, dict) else {}
+        path = "spec.template.spec"
+        if old is None:
+            out = unimplemented_warnings(spec, path)
+            kind = self.resource.kind
+            if self.resource.plural in (workloads.STATEFULSETS, workloads.DAEMONSETS):
+                out.append(f"{kind}: no {kind} controller runs in ephemera (not "
+                           "implemented): no pods are made from its template")
+            return out
+        old_template = _spec(old).get("template")
+        return unimplemented_warnings_on_update(
+            spec, _spec(old_template) if isinstance(old_template, dict) else {}, path)
+
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         if self.has_status:
             obj["status"] = {}

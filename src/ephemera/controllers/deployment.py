@@ -473,7 +473,7 @@ class DeploymentController:
 
     async def _scale_down_old(self, old: list[Obj], all_sets: list[Obj], d: Obj) -> int:
         min_available = du.replicas(d) - du.max_unavailable_of(d)
-        available = du.available_replica_count(all_sets)
+        available = du.available_lower_bound(all_sets)
         if available <= min_available:
             return 0
         to_scale = available - min_available

@@ -146,6 +146,23 @@ def available_replica_count(sets: Sequence[Obj | None]) -> int:
     return sum(status_int(rs, "availableReplicas") for rs in sets if rs is not None)
 
 
+def pods_upper_bound(sets: Sequence[Obj | None]) -> int:
+    """At most how many pods the ReplicaSets have or are making: each one's `spec.replicas`,
+    or its `status.replicas` while pods of a scale-down are not yet deleted. Upstream sums
+    `spec.replicas` alone, which lets a new ReplicaSet's pods appear before an old one's
+    surplus is deleted; ephemera counts both, so `maxSurge` holds at every moment."""
+    return sum(max(replicas(rs), status_int(rs, "replicas")) for rs in sets if rs is not None)
+
+
+def available_lower_bound(sets: Sequence[Obj | None]) -> int:
+    """At least how many pods are available: each one's `status.availableReplicas`, but no
+    more than its `spec.replicas` (a status written before a scale-down's deletions were
+    seen still counts the deleted pods). Upstream sums the status alone; the bound keeps
+    `maxUnavailable` at every moment."""
+    return sum(min(replicas(rs), status_int(rs, "availableReplicas"))
+               for rs in sets if rs is not None)
+
+
 # --- revisions and annotations ------------------------------------------------------------
 
 
@@ -257,7 +274,7 @@ def new_rs_new_replicas(deployment: Obj, all_sets: Sequence[Obj | None], new_rs:
     if not is_rolling_update(deployment):
         return replicas(deployment)
     surge = max_surge_of(deployment)
-    current = replica_count(all_sets)
+    current = pods_upper_bound(all_sets)
     max_total = replicas(deployment) + surge
     if current >= max_total:
         return replicas(new_rs)
