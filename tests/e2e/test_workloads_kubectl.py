@@ -7,6 +7,7 @@ desired pods."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -174,3 +175,61 @@ def test_kill_controller_manager_during_scale_up(k: Kubectl, fake_cluster: Clust
     time.sleep(1)  # nothing more comes
     pods = k.json("get", "pods")["items"]
     assert len([p for p in pods if p["metadata"]["name"].startswith("burst-")]) == 25
+
+
+POOL = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: pool}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: pool}}
+  template:
+    metadata: {labels: {app: pool}}
+    spec:
+      containers:
+      - name: worker
+        image: busybox
+        command: [sleep, "3600"]
+        dynamicVolumePolicy: {restartPolicy: RestartContainer}
+"""
+
+
+def test_dynamic_volumes_keep_the_pod_a_replica(k: Kubectl) -> None:
+    """KEP-6395 with a Deployment: a pod that got a volume through `/dynamic` keeps its
+    ReplicaSet, its pod-template-hash and its place as a replica (nothing replaces it); a
+    rollout replaces it with pods that have the template's volumes only."""
+    k("apply", "-f", "-", input=POOL)
+    rollout(k, "pool")
+    before = live_pods(k, "pool-")
+    assert len(before) == 2
+    target = before[0]
+    name, uid = target["metadata"]["name"], target["metadata"]["uid"]
+    patch = [{"op": "add", "path": "/spec/volumes", "value": [
+                 {"name": "scratch", "emptyDir": {}}]},
+             {"op": "add", "path": "/spec/containers/0/volumeMounts", "value": [
+                 {"name": "scratch", "mountPath": "/scratch"}]}]
+    k("patch", "pod", name, "--subresource=dynamic", "--type=json", "-p", json.dumps(patch))
+
+    def mounted() -> bool:
+        pod = k.json("get", "pod", name)
+        return any(v.get("name") == "scratch" and v.get("hostPhase") == "HostMounted"
+                   for v in pod["status"].get("volumeStatuses") or [])
+    wait(mounted, "the dynamic volume to be mounted")
+    time.sleep(1)  # the controllers have seen the change
+    after = {p["metadata"]["name"]: p for p in live_pods(k, "pool-")}
+    assert set(after) == {p["metadata"]["name"] for p in before}
+    changed = after[name]
+    assert changed["metadata"]["uid"] == uid
+    assert changed["metadata"]["labels"] == target["metadata"]["labels"]
+    assert changed["metadata"]["ownerReferences"] == target["metadata"]["ownerReferences"]
+    (rs,) = k.json("get", "replicasets")["items"]
+    assert (rs["status"]["replicas"], rs["status"].get("readyReplicas")) == (2, 2)
+
+    k("rollout", "restart", "deployment/pool")
+    rollout(k, "pool")
+    wait(lambda: name not in {p["metadata"]["name"] for p in k.json("get", "pods")["items"]},
+         "the changed pod to be replaced")
+    fresh = live_pods(k, "pool-")
+    assert len(fresh) == 2
+    assert all(not p["spec"].get("volumes") for p in fresh)
