@@ -1,7 +1,7 @@
-"""The ReplicaSet, ReplicationController and Deployment controllers against an in-process
-apiserver, with a stand-in kubelet that marks pods Running and Ready: exact pod counts
-through bursts, adoption and release, upstream's events and status, rolling updates and
-rollback through ReplicaSets' templates."""
+"""The ReplicaSet, ReplicationController, Deployment and DaemonSet controllers against an
+in-process apiserver, with a stand-in kubelet that marks pods Running and Ready: exact pod
+counts through bursts, adoption and release, upstream's events and status, rolling updates
+and rollback through ReplicaSets' templates, a DaemonSet following nodes and taints."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from apiserver_fixtures import eventually
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.client import ApiClient, Informer, resource_path
 from ephemera.client.kubeconfig import ClientConfig
+from ephemera.controllers.daemonset import DaemonSetController
 from ephemera.controllers.deployment import DeploymentController
 from ephemera.controllers.replicaset import (
     REPLICASET,
@@ -77,12 +78,17 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             sets = Informer(api, resource_path("replicasets", group="apps"))
             rcs = Informer(api, resource_path("replicationcontrollers"))
             deployments = Informer(api, resource_path("deployments", group="apps"))
+            daemonsets = Informer(api, resource_path("daemonsets", group="apps"))
+            nodes = Informer(api, resource_path("nodes"))
+            revisions = Informer(api, resource_path("controllerrevisions", group="apps"))
             mine = Informer(api, resource_path("pods"))
             ready: set[str] = {"*"}
             coros = [pods.run(), sets.run(), rcs.run(), deployments.run(), mine.run(),
                      ReplicaSetController(api, pods, sets, kind=REPLICASET).run(),
                      ReplicaSetController(api, pods, rcs, kind=REPLICATIONCONTROLLER).run(),
                      DeploymentController(api, deployments, sets, pods).run(),
+                     daemonsets.run(), nodes.run(), revisions.run(),
+                     DaemonSetController(api, daemonsets, pods, nodes, revisions).run(),
                      _kubelet(api, mine, ready)]
             tasks = [asyncio.create_task(c) for c in coros]
             await mine.wait_synced()
@@ -300,3 +306,66 @@ async def test_deployment_scales_and_pauses(tmp_path: Path) -> None:
         await c.api.patch(f"{DEPLOYS}/web", {"spec": {"paused": False}}, patch_type="merge")
         await eventually(lambda: _complete(c.api, "web", 5), timeout=30)
         assert len(await _sets(c.api)) == 2
+
+
+async def _node(api: ApiClient, name: str) -> None:
+    await api.create(resource_path("nodes"), {
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
+                                                        "labels": {"kind": "worker"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+async def test_daemonset_follows_nodes_and_taints(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        for name in ("n1", "n2"):
+            await _node(c.api, name)
+        ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+              "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                       "template": {**template("agent"),
+                                    "spec": {**template("agent")["spec"],
+                                             "nodeSelector": {"kind": "worker"}}}}}
+        path = resource_path("daemonsets", "default", group="apps")
+        await c.api.create(path, ds)
+
+        def nodes_of() -> list[str]:
+            out = []
+            for p in c.active_pods("agent-"):
+                terms = p["spec"]["affinity"]["nodeAffinity"][
+                    "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                out.append(terms[0]["matchFields"][0]["values"][0])
+            return sorted(out)
+        await eventually(lambda: nodes_of() == ["n1", "n2"])
+        pod = c.active_pods("agent-")[0]
+        assert {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                "effect": "NoExecute"} in pod["spec"]["tolerations"]
+        await _node(c.api, "n3")  # a node joins
+        await eventually(lambda: nodes_of() == ["n1", "n2", "n3"])
+
+        async def status_is(**want: int) -> bool:
+            got = (await c.api.get(f"{path}/agent")).get("status") or {}
+            return all(got.get(k, 0) == v for k, v in want.items())
+        await eventually(lambda: status_is(desiredNumberScheduled=3, numberReady=3,
+                                           numberAvailable=3))
+
+        # NoExecute evicts; NoSchedule keeps the pod but it is no longer desired
+        await c.api.patch(resource_path("nodes", name="n3"), {"spec": {"taints": [
+            {"key": "dedicated", "value": "x", "effect": "NoExecute"}]}}, patch_type="merge")
+        await eventually(lambda: nodes_of() == ["n1", "n2"])
+        await c.api.patch(resource_path("nodes", name="n2"), {"spec": {"taints": [
+            {"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}}, patch_type="merge")
+        await eventually(lambda: status_is(desiredNumberScheduled=1, numberMisscheduled=1))
+        assert nodes_of() == ["n1", "n2"]
+        events = await _events(c.api, "agent")
+        assert sum(1 for r, _ in events if r == "SuccessfulCreate") == 3
+        assert sum(1 for r, _ in events if r == "SuccessfulDelete") == 1
+
+        # a new template rolls node by node; each template is a ControllerRevision
+        await c.api.patch(f"{path}/agent", {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "busybox:1.37"}]}}}}, patch_type="strategic")
+
+        def images() -> set[str]:
+            return {p["spec"]["containers"][0]["image"] for p in c.active_pods("agent-")}
+        await eventually(lambda: images() == {"busybox:1.37"}, timeout=20)
+        revisions = await c.api.get(resource_path("controllerrevisions", "default",
+                                                  group="apps"))
+        assert sorted(r["revision"] for r in revisions["items"]) == [1, 2]

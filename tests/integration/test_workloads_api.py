@@ -270,10 +270,10 @@ async def test_warnings_for_what_no_controller_acts_on(api: Api) -> None:
     assert status == 201
     warnings = response.headers.getall("Warning", [])
     assert any("spec.template.spec.hostAliases" in w for w in warnings), warnings
-    ds = deployment("agent", replicas=None)
-    ds["kind"] = "DaemonSet"
-    status, _, response = await api.request("POST", "/apis/apps/v1/namespaces/default/daemonsets",
-                                            ds)
+    sts = deployment("db")
+    sts["kind"] = "StatefulSet"
+    status, _, response = await api.request(
+        "POST", "/apis/apps/v1/namespaces/default/statefulsets", sts)
     assert status == 201
-    assert any("no DaemonSet controller runs in ephemera (not implemented)" in w
+    assert any("no StatefulSet controller runs in ephemera (not implemented)" in w
                for w in response.headers.getall("Warning", [])), response.headers

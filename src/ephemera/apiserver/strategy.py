@@ -652,8 +652,8 @@ class WorkloadStrategy(Strategy):
     def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
                  subresource: str = "") -> list[str]:
         """The template's fields accepted without effect (`pods.unimplemented`, at
-        `spec.template.spec`), and on create of a kind no controller of ephemera runs
-        (StatefulSets, DaemonSets) that nothing will make its pods."""
+        `spec.template.spec`), and on create of a StatefulSet (no controller of ephemera
+        runs them) that nothing will make its pods."""
         if subresource:
             return []
         template = _spec(new).get("template")
@@ -662,7 +662,7 @@ class WorkloadStrategy(Strategy):
         if old is None:
             out = unimplemented_warnings(spec, path)
             kind = self.resource.kind
-            if self.resource.plural in (workloads.STATEFULSETS, workloads.DAEMONSETS):
+            if self.resource.plural == workloads.STATEFULSETS:
                 out.append(f"{kind}: no {kind} controller runs in ephemera (not "
                            "implemented): no pods are made from its template")
             return out

@@ -47,6 +47,7 @@ from ephemera.controllers.certificates import (
     CertificateApprover,
     CertificateSigner,
 )
+from ephemera.controllers.daemonset import DaemonSetController
 from ephemera.controllers.deployment import DeploymentController
 from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.nodeipam import DEFAULT_NODE_CIDR_MASK_SIZE, NodeIpamController
@@ -219,20 +220,27 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
 
 
 def _workload_controllers(api: ApiClient) -> list[asyncio.Task[None]]:
-    """The ReplicaSet, ReplicationController and Deployment controllers on shared
-    informers (pods, replicasets, replicationcontrollers, deployments)."""
+    """The ReplicaSet, ReplicationController, Deployment and DaemonSet controllers on shared
+    informers."""
     pods = Informer(api, resource_path("pods"), name="pods")
     sets = Informer(api, resource_path("replicasets", group="apps"), name="replicasets")
     rcs = Informer(api, resource_path("replicationcontrollers"), name="replicationcontrollers")
     deployments = Informer(api, resource_path("deployments", group="apps"), name="deployments")
+    daemonsets = Informer(api, resource_path("daemonsets", group="apps"), name="daemonsets")
+    nodes = Informer(api, resource_path("nodes"), name="nodes")
+    revisions = Informer(api, resource_path("controllerrevisions", group="apps"),
+                         name="controllerrevisions")
     runners = {
         "pods-informer": pods.run(), "replicasets-informer": sets.run(),
         "replicationcontrollers-informer": rcs.run(),
-        "deployments-informer": deployments.run(),
+        "deployments-informer": deployments.run(), "daemonsets-informer": daemonsets.run(),
+        "nodes-informer": nodes.run(), "controllerrevisions-informer": revisions.run(),
         "replicaset-controller": ReplicaSetController(api, pods, sets,
                                                       kind=REPLICASET).run(),
         "replicationcontroller-controller": ReplicaSetController(
             api, pods, rcs, kind=REPLICATIONCONTROLLER).run(),
         "deployment-controller": DeploymentController(api, deployments, sets, pods).run(),
+        "daemonset-controller": DaemonSetController(api, daemonsets, pods, nodes,
+                                                    revisions).run(),
     }
     return [asyncio.create_task(coro, name=name) for name, coro in runners.items()]

@@ -344,6 +344,17 @@ def controller_roles() -> list[dict[str, Any]]:
             rule(["get", "list", "watch", "update"], [""], ["pods"]),
             _events(),
         ]),
+        cluster_role(CONTROLLER_PREFIX + "daemon-set-controller", [
+            rule(["get", "list", "watch"], ["extensions", "apps"], ["daemonsets"]),
+            rule(["update"], ["extensions", "apps"], ["daemonsets/status"]),
+            rule(["update"], ["extensions", "apps"], ["daemonsets/finalizers"]),
+            rule(["list", "watch"], [""], ["nodes"]),
+            rule(["list", "watch", "create", "delete", "patch"], [""], ["pods"]),
+            rule(["create"], [""], ["pods/binding"]),
+            rule(["get", "list", "watch", "create", "delete", "update", "patch"], ["apps"],
+                 ["controllerrevisions"]),
+            _events(),
+        ]),
         cluster_role(CONTROLLER_PREFIX + "replicaset-controller", [
             rule(["get", "list", "watch", "update"], ["apps", "extensions"], ["replicasets"]),
             rule(["update"], ["apps", "extensions"], ["replicasets/status"]),
