@@ -1,7 +1,8 @@
-"""The ReplicaSet, ReplicationController, Deployment and DaemonSet controllers against an
-in-process apiserver, with a stand-in kubelet that marks pods Running and Ready: exact pod
-counts through bursts, adoption and release, upstream's events and status, rolling updates
-and rollback through ReplicaSets' templates, a DaemonSet following nodes and taints."""
+"""The ReplicaSet, ReplicationController, Deployment, DaemonSet and StatefulSet controllers
+against an in-process apiserver, with a stand-in kubelet that marks pods Running and Ready:
+exact pod counts through bursts, adoption and release, upstream's events and status, rolling
+updates and rollback through ReplicaSets' templates, a DaemonSet following nodes and taints,
+a StatefulSet in order."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ephemera.controllers.replicaset import (
     REPLICATIONCONTROLLER,
     ReplicaSetController,
 )
+from ephemera.controllers.statefulset import StatefulSetController
 from ephemera.store import open_store
 
 RSS = resource_path("replicasets", "default", group="apps")
@@ -81,6 +83,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             daemonsets = Informer(api, resource_path("daemonsets", group="apps"))
             nodes = Informer(api, resource_path("nodes"))
             revisions = Informer(api, resource_path("controllerrevisions", group="apps"))
+            statefulsets = Informer(api, resource_path("statefulsets", group="apps"))
             mine = Informer(api, resource_path("pods"))
             ready: set[str] = {"*"}
             coros = [pods.run(), sets.run(), rcs.run(), deployments.run(), mine.run(),
@@ -89,6 +92,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
                      DeploymentController(api, deployments, sets, pods).run(),
                      daemonsets.run(), nodes.run(), revisions.run(),
                      DaemonSetController(api, daemonsets, pods, nodes, revisions).run(),
+                     statefulsets.run(),
+                     StatefulSetController(api, statefulsets, pods, revisions).run(),
                      _kubelet(api, mine, ready)]
             tasks = [asyncio.create_task(c) for c in coros]
             await mine.wait_synced()
@@ -369,3 +374,47 @@ async def test_daemonset_follows_nodes_and_taints(tmp_path: Path) -> None:
         revisions = await c.api.get(resource_path("controllerrevisions", "default",
                                                   group="apps"))
         assert sorted(r["revision"] for r in revisions["items"]) == [1, 2]
+
+
+async def test_statefulset_goes_in_order(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        added: list[str] = []
+        deleted: list[str] = []
+        c.pods.add_handler(on_add=lambda p: added.append(p["metadata"]["name"]),
+                           on_delete=lambda p: deleted.append(p["metadata"]["name"]))
+        c.ready.clear()
+        c.ready.update({"db-0"})  # db-1 stays unready: db-2 must wait for it
+        sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+               "spec": {"replicas": 3, "serviceName": "db",
+                        "selector": {"matchLabels": {"app": "db"}}, "template": template("db")}}
+        path = resource_path("statefulsets", "default", group="apps")
+        await c.api.create(path, sts)
+        await eventually(lambda: added == ["db-0", "db-1"])
+        await asyncio.sleep(0.5)
+        assert added == ["db-0", "db-1"]
+        c.ready.add("*")
+        await eventually(lambda: added == ["db-0", "db-1", "db-2"])
+        pod = await c.api.get(f"{PODS}/db-1")
+        assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("db-1", "db")
+        assert pod["metadata"]["labels"]["apps.kubernetes.io/pod-index"] == "1"
+
+        async def status_is(**want: Any) -> bool:
+            got = (await c.api.get(f"{path}/db")).get("status") or {}
+            return all(got.get(k) == v for k, v in want.items())
+        await eventually(lambda: status_is(replicas=3, readyReplicas=3, updatedReplicas=3))
+
+        # a new template replaces the pods from the highest ordinal down
+        await c.api.patch(f"{path}/db", {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "busybox:1.37"}]}}}}, patch_type="strategic")
+        await eventually(lambda: deleted == ["db-2", "db-1", "db-0"], timeout=20)
+        await eventually(lambda: status_is(updatedReplicas=3, currentReplicas=3))
+        got = await c.api.get(f"{path}/db")
+        assert got["status"]["currentRevision"] == got["status"]["updateRevision"]
+
+        # scale-down: highest ordinal first
+        deleted.clear()
+        await c.api.patch(f"{path}/db/scale", {"spec": {"replicas": 1}}, patch_type="merge")
+        await eventually(lambda: deleted == ["db-2", "db-1"])
+        events = await _events(c.api, "db")
+        assert ("SuccessfulCreate", "create Pod db-0 in StatefulSet db successful") in events
+        assert ("SuccessfulDelete", "delete Pod db-2 in StatefulSet db successful") in events

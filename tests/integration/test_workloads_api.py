@@ -272,8 +272,11 @@ async def test_warnings_for_what_no_controller_acts_on(api: Api) -> None:
     assert any("spec.template.spec.hostAliases" in w for w in warnings), warnings
     sts = deployment("db")
     sts["kind"] = "StatefulSet"
+    sts["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "data"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
     status, _, response = await api.request(
         "POST", "/apis/apps/v1/namespaces/default/statefulsets", sts)
     assert status == 201
-    assert any("no StatefulSet controller runs in ephemera (not implemented)" in w
-               for w in response.headers.getall("Warning", [])), response.headers
+    assert any("spec.volumeClaimTemplates: ephemera serves no PersistentVolumeClaims (not "
+               "implemented)" in w for w in response.headers.getall("Warning", [])), \
+        response.headers

@@ -652,8 +652,8 @@ class WorkloadStrategy(Strategy):
     def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
                  subresource: str = "") -> list[str]:
         """The template's fields accepted without effect (`pods.unimplemented`, at
-        `spec.template.spec`), and on create of a StatefulSet (no controller of ephemera
-        runs them) that nothing will make its pods."""
+        `spec.template.spec`), and on create of a StatefulSet with volumeClaimTemplates that
+        ephemera makes no claims."""
         if subresource:
             return []
         template = _spec(new).get("template")
@@ -662,9 +662,11 @@ class WorkloadStrategy(Strategy):
         if old is None:
             out = unimplemented_warnings(spec, path)
             kind = self.resource.kind
-            if self.resource.plural == workloads.STATEFULSETS:
-                out.append(f"{kind}: no {kind} controller runs in ephemera (not "
-                           "implemented): no pods are made from its template")
+            if self.resource.plural == workloads.STATEFULSETS and \
+                    _spec(new).get("volumeClaimTemplates"):
+                out.append("spec.volumeClaimTemplates: ephemera serves no "
+                           "PersistentVolumeClaims (not implemented): the pods' claim volumes "
+                           f"are never mounted and their containers do not start ({kind})")
             return out
         old_template = _spec(old).get("template")
         return unimplemented_warnings_on_update(

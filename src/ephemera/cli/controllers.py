@@ -64,6 +64,7 @@ from ephemera.controllers.replicaset import (
 from ephemera.controllers.resourcequota import DEFAULT_RESYNC_PERIOD, ResourceQuotaController
 from ephemera.controllers.rootcacertpublisher import RootCACertPublisher
 from ephemera.controllers.serviceaccounts import ServiceAccountsController
+from ephemera.controllers.statefulset import StatefulSetController
 
 log = logging.getLogger("ephemera.controllers")
 
@@ -220,8 +221,8 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
 
 
 def _workload_controllers(api: ApiClient) -> list[asyncio.Task[None]]:
-    """The ReplicaSet, ReplicationController, Deployment and DaemonSet controllers on shared
-    informers."""
+    """The ReplicaSet, ReplicationController, Deployment, DaemonSet and StatefulSet
+    controllers on shared informers."""
     pods = Informer(api, resource_path("pods"), name="pods")
     sets = Informer(api, resource_path("replicasets", group="apps"), name="replicasets")
     rcs = Informer(api, resource_path("replicationcontrollers"), name="replicationcontrollers")
@@ -230,11 +231,14 @@ def _workload_controllers(api: ApiClient) -> list[asyncio.Task[None]]:
     nodes = Informer(api, resource_path("nodes"), name="nodes")
     revisions = Informer(api, resource_path("controllerrevisions", group="apps"),
                          name="controllerrevisions")
+    statefulsets = Informer(api, resource_path("statefulsets", group="apps"),
+                            name="statefulsets")
     runners = {
         "pods-informer": pods.run(), "replicasets-informer": sets.run(),
         "replicationcontrollers-informer": rcs.run(),
         "deployments-informer": deployments.run(), "daemonsets-informer": daemonsets.run(),
         "nodes-informer": nodes.run(), "controllerrevisions-informer": revisions.run(),
+        "statefulsets-informer": statefulsets.run(),
         "replicaset-controller": ReplicaSetController(api, pods, sets,
                                                       kind=REPLICASET).run(),
         "replicationcontroller-controller": ReplicaSetController(
@@ -242,5 +246,7 @@ def _workload_controllers(api: ApiClient) -> list[asyncio.Task[None]]:
         "deployment-controller": DeploymentController(api, deployments, sets, pods).run(),
         "daemonset-controller": DaemonSetController(api, daemonsets, pods, nodes,
                                                     revisions).run(),
+        "statefulset-controller": StatefulSetController(api, statefulsets, pods,
+                                                        revisions).run(),
     }
     return [asyncio.create_task(coro, name=name) for name, coro in runners.items()]

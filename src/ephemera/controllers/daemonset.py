@@ -364,7 +364,7 @@ class DaemonSetController:
     async def _ensure_revision(self, ds: Obj) -> str:
         """The hash of the current template, kept as a ControllerRevision."""
         template = (ds.get("spec") or {}).get("template") or {}
-        collision = (ds.get("status") or {}).get("collisionCount")
+        collision = (ds.get("status") or {}).get("collisionCount") or None
         current = du.compute_hash(template, collision)
         namespace, name = str(_md(ds).get("namespace")), str(_md(ds).get("name"))
         owned = [r for r in self.revisions.list() if _md(r).get("namespace") == namespace

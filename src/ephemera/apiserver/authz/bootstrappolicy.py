@@ -355,6 +355,18 @@ def controller_roles() -> list[dict[str, Any]]:
                  ["controllerrevisions"]),
             _events(),
         ]),
+        cluster_role(CONTROLLER_PREFIX + "statefulset-controller", [
+            rule(["list", "watch"], [""], ["pods"]),
+            rule(["get", "list", "watch"], ["apps"], ["statefulsets"]),
+            rule(["update"], ["apps"], ["statefulsets/status"]),
+            rule(["update"], ["apps"], ["statefulsets/finalizers"]),
+            rule(["get", "create", "delete", "update", "patch"], [""], ["pods"]),
+            rule(["get", "create", "delete", "update", "patch", "list", "watch"], ["apps"],
+                 ["controllerrevisions"]),
+            rule(["get", "create"], [""], ["persistentvolumeclaims"]),
+            rule(["update", "delete"], [""], ["persistentvolumeclaims"]),
+            _events(),
+        ]),
         cluster_role(CONTROLLER_PREFIX + "replicaset-controller", [
             rule(["get", "list", "watch", "update"], ["apps", "extensions"], ["replicasets"]),
             rule(["update"], ["apps", "extensions"], ["replicasets/status"]),
