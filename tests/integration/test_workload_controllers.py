@@ -410,6 +410,10 @@ async def test_statefulset_goes_in_order(tmp_path: Path) -> None:
         await eventually(lambda: status_is(updatedReplicas=3, currentReplicas=3))
         got = await c.api.get(f"{path}/db")
         assert got["status"]["currentRevision"] == got["status"]["updateRevision"]
+        assert got["status"]["updateRevision"].startswith("db-")
+        pod = await c.api.get(f"{PODS}/db-0")
+        assert pod["metadata"]["labels"]["controller-revision-hash"] == \
+            got["status"]["updateRevision"]
 
         # scale-down: highest ordinal first
         deleted.clear()

@@ -187,6 +187,7 @@ async def test_replicaset_and_replicationcontroller(api: Api) -> None:
     status, body = await api.post(RSS, rs)
     assert status == 201, body
     assert "strategy" not in body["spec"]
+    assert body["status"] == {"replicas": 0}  # `replicas` is not omitempty upstream
     rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc"},
           "spec": {"template": {"metadata": {"labels": {"app": "rc"}},
                                 "spec": {"containers": [{"name": "c", "image": "b"}]}}}}
@@ -248,6 +249,8 @@ async def test_statefulset_daemonset_controllerrevision(api: Api) -> None:
     assert body["spec"]["updateStrategy"] == {
         "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
     assert body["spec"]["templateGeneration"] == 1
+    assert body["status"] == {"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                              "desiredNumberScheduled": 0, "numberReady": 0}
     status, body = await api.patch(
         "/apis/apps/v1/namespaces/default/daemonsets/agent",
         {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "b:2"}]}}}},

@@ -674,7 +674,7 @@ class WorkloadStrategy(Strategy):
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         if self.has_status:
-            obj["status"] = {}
+            obj["status"] = workloads.initial_status(self.resource.plural)
         if self.resource.plural != workloads.CONTROLLERREVISIONS:
             _md(obj)["generation"] = 1
         if self.resource.plural == workloads.DAEMONSETS:

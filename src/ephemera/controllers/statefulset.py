@@ -1,9 +1,9 @@
 """The StatefulSet controller, as upstream's `pkg/controller/statefulset` in its main lines:
 pods with stable names `<set>-<ordinal>` (from `spec.ordinals.start`), labelled
 `statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index` and
-`controller-revision-hash`, with `hostname` the pod's name and `subdomain` the set's
-`serviceName`; each template is a ControllerRevision (`<set>-<hash>`) and the status carries
-`currentRevision` and `updateRevision`.
+`controller-revision-hash` (the revision's name, as upstream), with `hostname` the pod's name
+and `subdomain` the set's `serviceName`; each template is a ControllerRevision
+(`<set>-<hash>`) and the status carries `currentRevision` and `updateRevision`.
 
 - `OrderedReady`: one pod at a time, in ordinal order, each only once every lower one is
   Running and Ready; scale-down from the highest ordinal, one at a time, only while the
@@ -285,8 +285,9 @@ class StatefulSetController:
         revision the set has, kept as ControllerRevisions."""
         template = (sts.get("spec") or {}).get("template") or {}
         collision = (sts.get("status") or {}).get("collisionCount") or None
-        current = du.compute_hash(template, collision)
         namespace, name = str(_md(sts).get("namespace")), str(_md(sts).get("name"))
+        # upstream names a StatefulSet's revisions (label and status) by the revision's name
+        current = f"{name}-{du.compute_hash(template, collision)}"
         owned = [r for r in self.revisions.list() if _md(r).get("namespace") == namespace
                  and (controller_of(r) or {}).get("uid") == _md(sts).get("uid")]
         templates: dict[str, Obj] = {}
@@ -299,7 +300,7 @@ class StatefulSetController:
         if current not in templates:
             revision = max((_int(r.get("revision")) for r in owned), default=0) + 1
             body = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
-                    "metadata": {"name": f"{name}-{current}", "namespace": namespace,
+                    "metadata": {"name": current, "namespace": namespace,
                                  "labels": {**((template.get("metadata") or {}).get("labels")
                                                or {}), HASH_LABEL: current},
                                  "ownerReferences": [{

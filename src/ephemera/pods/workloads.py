@@ -515,6 +515,20 @@ def validate_workload_status(plural: str, new: Mapping[str, Any], old: Mapping[s
     return errs
 
 
+# The status fields upstream's JSON always writes (not `omitempty`): a new object's status.
+_REQUIRED_STATUS = {
+    REPLICASETS: ("replicas",), REPLICATIONCONTROLLERS: ("replicas",),
+    STATEFULSETS: ("replicas",),
+    DAEMONSETS: ("currentNumberScheduled", "numberMisscheduled", "desiredNumberScheduled",
+                 "numberReady"),
+}
+
+
+def initial_status(plural: str) -> dict[str, Any]:
+    """The status of a new object: upstream's zero status as its JSON shows it."""
+    return {key: 0 for key in _REQUIRED_STATUS.get(plural, ())}
+
+
 def spec_changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
     """Whether an update changes the spec (which bumps `metadata.generation`)."""
     return new.get("spec") != old.get("spec")
