@@ -422,3 +422,24 @@ async def test_statefulset_goes_in_order(tmp_path: Path) -> None:
         events = await _events(c.api, "db")
         assert ("SuccessfulCreate", "create Pod db-0 in StatefulSet db successful") in events
         assert ("SuccessfulDelete", "delete Pod db-2 in StatefulSet db successful") in events
+
+
+async def test_progress_deadline_exceeded(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        c.ready.clear()  # no pod ever becomes ready
+        await c.api.create(DEPLOYS, deployment("stuck", 2, progressDeadlineSeconds=2))
+
+        async def timed_out() -> bool:
+            d = await c.api.get(f"{DEPLOYS}/stuck")
+            cond = next((x for x in (d.get("status") or {}).get("conditions") or []
+                         if x["type"] == "Progressing"), {})
+            return (cond.get("status"), cond.get("reason")) == ("False",
+                                                                 "ProgressDeadlineExceeded")
+        await eventually(timed_out, timeout=15)
+        d = await c.api.get(f"{DEPLOYS}/stuck")
+        cond = next(x for x in d["status"]["conditions"] if x["type"] == "Progressing")
+        (rs_name,) = (await _sets(c.api))
+        assert cond["message"] == f'ReplicaSet "{rs_name}" has timed out progressing.'
+        available = next(x for x in d["status"]["conditions"] if x["type"] == "Available")
+        assert (available["status"], available["reason"]) == ("False",
+                                                              "MinimumReplicasUnavailable")
