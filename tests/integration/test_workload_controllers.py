@@ -374,6 +374,20 @@ async def test_daemonset_follows_nodes_and_taints(tmp_path: Path) -> None:
         revisions = await c.api.get(resource_path("controllerrevisions", "default",
                                                   group="apps"))
         assert sorted(r["revision"] for r in revisions["items"]) == [1, 2]
+        first = min(revisions["items"], key=lambda r: r["revision"])["metadata"]["name"]
+
+        # back to the first template (a rollback): its revision becomes the newest, 3
+        await c.api.patch(f"{path}/agent", {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "busybox:1.36"}]}}}}, patch_type="strategic")
+        await eventually(lambda: images() == {"busybox:1.36"}, timeout=20)
+
+        async def first_is_newest() -> bool:
+            got = await c.api.get(resource_path("controllerrevisions", "default", first,
+                                                group="apps"))
+            return bool(got["revision"] == 3)
+        await eventually(first_is_newest)
+        pod = c.active_pods("agent-")[0]
+        assert pod["metadata"]["labels"]["pod-template-generation"] == "3"
 
 
 async def test_statefulset_goes_in_order(tmp_path: Path) -> None:

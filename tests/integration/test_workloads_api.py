@@ -248,7 +248,9 @@ async def test_statefulset_daemonset_controllerrevision(api: Api) -> None:
     assert status == 201, body
     assert body["spec"]["updateStrategy"] == {
         "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
-    assert body["spec"]["templateGeneration"] == 1
+    generation = "deprecated.daemonset.template.generation"
+    assert body["metadata"]["annotations"] == {generation: "1"}
+    assert "templateGeneration" not in body["spec"]  # not a v1 field
     assert body["status"] == {"currentNumberScheduled": 0, "numberMisscheduled": 0,
                               "desiredNumberScheduled": 0, "numberReady": 0}
     status, body = await api.patch(
@@ -256,7 +258,7 @@ async def test_statefulset_daemonset_controllerrevision(api: Api) -> None:
         {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "b:2"}]}}}},
         STRATEGIC)
     assert status == 200, body
-    assert body["spec"]["templateGeneration"] == 2
+    assert body["metadata"]["annotations"] == {generation: "2"}
 
     cr = {"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "r1"},
           "revision": 1}

@@ -638,7 +638,8 @@ class NodeStrategy(Strategy):
 class WorkloadStrategy(Strategy):
     """Deployments, ReplicaSets, StatefulSets, DaemonSets, ControllerRevisions and
     ReplicationControllers: v1 defaults, an empty status and generation 1 on create, the
-    generation bumped on a spec change (a DaemonSet's templateGeneration with its template),
+    generation bumped on a spec change (a DaemonSet's template generation annotation with its
+    template),
     the kind's validation on create, update and `/scale` (which writes `spec.replicas`),
     the status rules on `/status`."""
 
@@ -678,9 +679,8 @@ class WorkloadStrategy(Strategy):
         if self.resource.plural != workloads.CONTROLLERREVISIONS:
             _md(obj)["generation"] = 1
         if self.resource.plural == workloads.DAEMONSETS:
-            spec = obj.get("spec")
-            if isinstance(spec, dict) and not spec.get("templateGeneration"):
-                spec["templateGeneration"] = 1
+            annotations = _md(obj).setdefault("annotations", {})
+            annotations[workloads.DAEMONSET_TEMPLATE_GENERATION] = "1"
 
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return workloads.validate_workload_spec(self.resource.plural, obj, self.gates)
@@ -690,12 +690,18 @@ class WorkloadStrategy(Strategy):
         if self.resource.plural == workloads.CONTROLLERREVISIONS:
             return
         if self.resource.plural == workloads.DAEMONSETS:
-            new_spec, old_spec = new.get("spec"), old.get("spec") or {}
-            if isinstance(new_spec, dict) and \
-                    new_spec.get("template") != old_spec.get("template"):
-                new_spec["templateGeneration"] = (old_spec.get("templateGeneration") or 0) + 1
-            elif isinstance(new_spec, dict) and "templateGeneration" in old_spec:
-                new_spec["templateGeneration"] = old_spec["templateGeneration"]
+            key = workloads.DAEMONSET_TEMPLATE_GENERATION
+            old_value = (_md(old).get("annotations") or {}).get(key)
+            annotations = _md(new).setdefault("annotations", {})
+            if _spec(new).get("template") != _spec(old).get("template"):
+                try:
+                    annotations[key] = str(int(old_value or 0) + 1)
+                except ValueError:
+                    annotations[key] = "1"
+            elif old_value is not None:
+                annotations[key] = old_value
+            else:
+                annotations.pop(key, None)
         if workloads.spec_changed(new, old):
             _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
 

@@ -35,8 +35,9 @@ from ephemera.controllers import deploymentutil as du
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.expectations import Expectations
+from ephemera.controllers.history import bump_revision
 from ephemera.controllers.workqueue import WorkQueue
-from ephemera.pods.workloads import scaled_value
+from ephemera.pods.workloads import DAEMONSET_TEMPLATE_GENERATION, scaled_value
 from ephemera.scheduler.plugins import Taint, effective_taints, matches_node_affinity, tolerates
 
 __all__ = ["DaemonSetController", "node_should_run"]
@@ -330,7 +331,7 @@ class DaemonSetController:
             pod["metadata"].setdefault("labels", {})
             pod["metadata"]["labels"][HASH_LABEL] = current_hash
             pod["metadata"]["labels"][GENERATION_LABEL] = str(
-                (ds.get("spec") or {}).get("templateGeneration") or 1)
+                (_md(ds).get("annotations") or {}).get(DAEMONSET_TEMPLATE_GENERATION) or "1")
             pod["spec"] = daemon_pod_spec(template, node)
             try:
                 created = await self.api.create(resource_path("pods", namespace), pod)
@@ -369,9 +370,11 @@ class DaemonSetController:
         namespace, name = str(_md(ds).get("namespace")), str(_md(ds).get("name"))
         owned = [r for r in self.revisions.list() if _md(r).get("namespace") == namespace
                  and (controller_of(r) or {}).get("uid") == _md(ds).get("uid")]
-        if any((_md(r).get("labels") or {}).get(HASH_LABEL) == current for r in owned):
-            return current
         revision = max((_int(r.get("revision")) for r in owned), default=0) + 1
+        existing = [r for r in owned if (_md(r).get("labels") or {}).get(HASH_LABEL) == current]
+        if existing:
+            await bump_revision(self.api, existing[0], revision)
+            return current
         body = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
                 "metadata": {"name": f"{name}-{current}", "namespace": namespace,
                              "labels": {**((template.get("metadata") or {}).get("labels")
@@ -440,3 +443,4 @@ class DaemonSetController:
                 raise
             if err.code == 409:
                 self.queue.add_after(_key(ds), 0.1)
+

@@ -36,6 +36,7 @@ from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, 
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
+from ephemera.controllers.history import bump_revision
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["StatefulSetController"]
@@ -297,8 +298,11 @@ class StatefulSetController:
             t.pop("$patch", None)
             if h:
                 templates[str(h)] = t
+        revision = max((_int(r.get("revision")) for r in owned), default=0) + 1
+        for r in owned:
+            if (_md(r).get("labels") or {}).get(HASH_LABEL) == current:
+                await bump_revision(self.api, r, revision)
         if current not in templates:
-            revision = max((_int(r.get("revision")) for r in owned), default=0) + 1
             body = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
                     "metadata": {"name": current, "namespace": namespace,
                                  "labels": {**((template.get("metadata") or {}).get("labels")

@@ -26,6 +26,9 @@ DEPLOYMENTS, REPLICASETS, STATEFULSETS = "deployments", "replicasets", "stateful
 DAEMONSETS, CONTROLLERREVISIONS = "daemonsets", "controllerrevisions"
 REPLICATIONCONTROLLERS = "replicationcontrollers"
 
+# apps/v1 keeps a DaemonSet's template generation (internal `spec.templateGeneration`) in
+# this annotation; the server sets it, and bumps it with the template.
+DAEMONSET_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 DEFAULT_MAX_SURGE = DEFAULT_MAX_UNAVAILABLE = "25%"
 DEFAULT_REVISION_HISTORY_LIMIT = 10
 DEFAULT_PROGRESS_DEADLINE_SECONDS = 600
@@ -399,7 +402,6 @@ def validate_workload_spec(plural: str, obj: Mapping[str, Any], gates: Mapping[s
         errs.extend(_template_errors(plural, spec, path, gates, old_template,
                                      _selector_matches(spec)))
         errs.extend(_nonnegative(spec, "minReadySeconds", path))
-        errs.extend(_nonnegative(spec, "templateGeneration", path))
         errs.extend(_validate_daemonset_strategy(spec.get("updateStrategy"),
                                                  path.child("updateStrategy")))
         errs.extend(_nonnegative(spec, "revisionHistoryLimit", path))
@@ -427,8 +429,7 @@ def validate_workload_spec(plural: str, obj: Mapping[str, Any], gates: Mapping[s
 def validate_workload_update(plural: str, new: Mapping[str, Any], old: Mapping[str, Any],
                              gates: Mapping[str, bool]) -> list[FieldError]:
     """The update rules beyond the spec's validation: apps/v1 selectors are immutable, a
-    StatefulSet changes only some fields, a DaemonSet's templateGeneration only moves up
-    with its template, a ControllerRevision's data is immutable."""
+    StatefulSet changes only some fields, a ControllerRevision's data is immutable."""
     errs = validate_workload_spec(plural, new, gates, old)
     new_spec, old_spec = _spec(new), _spec(old)
     if plural == CONTROLLERREVISIONS:
@@ -445,18 +446,6 @@ def validate_workload_update(plural: str, new: Mapping[str, Any], old: Mapping[s
                 "'ordinals', 'template', 'updateStrategy', "
                 "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"))
         return errs
-    if plural == DAEMONSETS:
-        gen_new = _int(new_spec.get("templateGeneration"))
-        gen_old = _int(old_spec.get("templateGeneration"))
-        changed = new_spec.get("template") != old_spec.get("template")
-        tpath = Path("spec", "templateGeneration")
-        if gen_new < gen_old:
-            errs.append(field.invalid(tpath, gen_new, "must not be decremented"))
-        if gen_new == gen_old and changed:
-            errs.append(field.invalid(tpath, gen_new, "must be incremented upon template update"))
-        elif gen_new > gen_old and not changed:
-            errs.append(field.invalid(tpath, gen_new,
-                                      "must not be incremented without template update"))
     if plural in (DEPLOYMENTS, REPLICASETS, DAEMONSETS) and \
             new_spec.get("selector") != old_spec.get("selector"):
         errs.append(field.invalid(Path("spec", "selector"),
