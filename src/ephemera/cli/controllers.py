@@ -11,7 +11,9 @@ recomputed on pod and quota changes and every `--resync-period` seconds); with
 CSR approver (kubelet client certificates of bootstrapping and renewing nodes; kubelet
 serving certificates whose names are the Node's addresses), and with
 `--cluster-signing-cert-file`/`--cluster-signing-key-file` the CSR signer (certificates
-last `--cluster-signing-duration`, default a year). It stops cleanly on
+last `--cluster-signing-duration`, default a year). It runs the workload controllers
+(ReplicaSets, ReplicationControllers, Deployments, DaemonSets, StatefulSets) on shared pod,
+ReplicaSet, node and ControllerRevision informers. It stops cleanly on
 SIGTERM or SIGINT; when the apiserver is unreachable the informers retry with back-off.
 
 With `--leader-elect` (the default, as upstream) the controllers run only while this process
