@@ -51,6 +51,11 @@ ROOTS += ["io.k8s.api.authorization.v1." + k
 ROOTS += ["io.k8s.api.authentication.v1." + k
           for k in ("TokenRequest", "TokenReview", "SelfSubjectReview")]
 ROOTS += ["io.k8s.api.certificates.v1.CertificateSigningRequest"]
+# Workloads (apps/v1, core/v1 ReplicationController) and the autoscaling/v1 Scale of their
+# `scale` subresource.
+ROOTS += ["io.k8s.api.apps.v1." + k
+          for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision")]
+ROOTS += [CORE + "ReplicationController", "io.k8s.api.autoscaling.v1.Scale"]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
 
 # --- KEP-6395 API additions (the KEP's "API Changes" section) ------------------------------
@@ -497,6 +502,38 @@ DESCRIPTIONS: dict[str, str] = {
     "EndpointSliceList": "Endpoint slices, as a list request returns them.",
     "io.k8s.api.discovery.v1.Endpoint:conditions": "Whether this address is ready, serving, "
                                                    "terminating.",
+    # Workloads
+    "Deployment": "Keeps a number of pods of one template running and rolls them to a new "
+                  "template through ReplicaSets.",
+    "Deployment.spec": "The wanted pods: how many, their template, and how a rollout goes.",
+    "Deployment.status": "What the deployment controller last saw of the rollout.",
+    "DeploymentList": "A list of deployments.",
+    "ReplicaSet": "Keeps a number of pods that match its selector running, made from its "
+                  "template.",
+    "ReplicaSet.spec": "How many pods, which ones count (selector), and the template.",
+    "ReplicaSet.status": "The pods the replica set controller counted last.",
+    "ReplicaSetList": "A list of replica sets.",
+    "ReplicationController": "The core group's older form of a ReplicaSet, selecting pods "
+                             "by a map of labels.",
+    "ReplicationController.spec": "How many pods, their labels and their template.",
+    "ReplicationController.status": "The pods the controller counted last.",
+    "ReplicationControllerList": "A list of replication controllers.",
+    "StatefulSet": "Runs pods with stable names and ordinals, created and removed in order.",
+    "StatefulSet.spec": "How many pods, their template, order and update strategy.",
+    "StatefulSet.status": "The pods the stateful set controller counted last.",
+    "StatefulSetList": "A list of stateful sets.",
+    "DaemonSet": "Runs one pod of its template on every eligible node.",
+    "DaemonSet.spec": "The template, its selector and how its pods are replaced.",
+    "DaemonSet.status": "How many nodes run the pod, and how many should.",
+    "DaemonSetList": "A list of daemon sets.",
+    "ControllerRevision": "A stored snapshot of a controller's template at one revision.",
+    "ControllerRevisionList": "A list of controller revisions.",
+    "PersistentVolumeClaim": "A request for storage; ephemera serves it only inside a "
+                             "StatefulSet's volumeClaimTemplates.",
+    "Scale": "The replica count of a scalable object, read and written through its scale "
+             "subresource.",
+    "Scale.spec": "The wanted number of replicas.",
+    "Scale.status": "The observed number of replicas and the pods' selector as text.",
 }
 # Fields every kind root has.
 _COMMON_ROOT_FIELDS = {"apiVersion": _API_VERSION, "kind": _KIND, "metadata": _METADATA}

@@ -49,7 +49,7 @@ def test_group_list_has_coordination_but_not_core() -> None:
     assert group["preferredVersion"] == {"groupVersion": "coordination.k8s.io/v1",
                                          "version": "v1"}
     assert api_group("coordination.k8s.io") is not None
-    assert api_group("apps") is None
+    assert api_group("example.com") is None
     assert api_group("") is None
 
 

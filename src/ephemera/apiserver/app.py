@@ -33,6 +33,7 @@ from ephemera.apiserver import (
     nodeproxy,
     openapi,
     podproxy,
+    scale,
     serviceproxy,
     tokenrequest,
 )
@@ -476,6 +477,9 @@ class Router:
             if sub == "binding":
                 if method == "POST":
                     return await handlers.bind(request, target)
+            elif sub == "scale":
+                return await scale.handle_scale(request, target, self.registry,
+                                                self.config.max_body_bytes)
             elif sub == "finalize":
                 if method == "PUT":
                     return await handlers.update(request, target)

@@ -49,7 +49,10 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
 _SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding", "exec": "PodExecOptions",
                                      "attach": "PodAttachOptions",
                                      "portforward": "PodPortForwardOptions",
-                                     "proxy": "NodeProxyOptions", "token": "TokenRequest"}
+                                     "proxy": "NodeProxyOptions", "token": "TokenRequest",
+                                     "scale": "Scale"}
+# Subresources whose kind is of another group-version (upstream's `scale`: autoscaling/v1).
+_SUBRESOURCE_GROUP_VERSION: dict[str, tuple[str, str]] = {"scale": ("autoscaling", "v1")}
 
 
 def version_info() -> dict[str, Any]:
@@ -161,6 +164,8 @@ def _subresource_entry(r: Resource, sub: str) -> dict[str, Any]:
         "kind": subresource_kind(r, sub),
         "verbs": list(subresource_verbs(sub)),
     }
+    if sub in _SUBRESOURCE_GROUP_VERSION:
+        entry["group"], entry["version"] = _SUBRESOURCE_GROUP_VERSION[sub]
     return entry
 
 
@@ -199,8 +204,8 @@ def _discovery_resource(r: Resource) -> dict[str, Any]:
             {
                 "subresource": sub,
                 "responseKind": {
-                    "group": r.group,
-                    "version": r.version,
+                    "group": _SUBRESOURCE_GROUP_VERSION.get(sub, (r.group, r.version))[0],
+                    "version": _SUBRESOURCE_GROUP_VERSION.get(sub, (r.group, r.version))[1],
                     "kind": subresource_kind(r, sub),
                 },
                 "verbs": list(subresource_verbs(sub)),

@@ -34,6 +34,7 @@ STATUS = META + "Status"
 DELETE_OPTIONS = META + "DeleteOptions"
 PATCH = META + "Patch"
 BINDING = "io.k8s.api.core.v1.Binding"
+SCALE = "io.k8s.api.autoscaling.v1.Scale"
 
 PATCH_CONTENT_TYPES = (
     "application/json-patch+json",
@@ -213,6 +214,18 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               f"connect {method.upper()} requests to proxy of {r.kind}",
                               sgvk, ("path",), responses={"200": None})
                    for method in _PROXY_METHODS]
+        elif sub == "scale":
+            sgvk = _gvk("autoscaling", "v1", "Scale")
+            ops = [
+                _Operation("get", f"read{gid}{scoped}{r.kind}{title}", "get",
+                           f"Read the scale of the given {r.kind}.", sgvk,
+                           responses={"200": SCALE}),
+                _Operation("put", f"replace{gid}{scoped}{r.kind}{title}", "put",
+                           f"Replace the scale of the given {r.kind}.", sgvk, _WRITE_QUERY,
+                           body=SCALE, responses={"200": SCALE, "201": SCALE}),
+                _patch_op(f"patch{gid}{scoped}{r.kind}{title}",
+                          f"Patch the scale of the given {r.kind}.", sgvk, SCALE),
+            ]
         elif sub == "finalize":
             ops = [_Operation("put", f"replace{gid}{scoped}{r.kind}{title}", "put",
                               f"Replace the finalizers of the given {r.kind}.", gvk,

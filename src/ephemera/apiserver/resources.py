@@ -64,6 +64,7 @@ _authz_group, _authz = "authorization.k8s.io", "io.k8s.api.authorization.v1."
 _authn_group, _authn = "authentication.k8s.io", "io.k8s.api.authentication.v1."
 _certificates_group = "certificates.k8s.io"
 _discovery_group = "discovery.k8s.io"
+_apps_group, _apps = "apps", "io.k8s.api.apps.v1."
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
@@ -118,6 +119,20 @@ RESOURCES: tuple[Resource, ...] = (
              subresources=("approval", "status")),
     Resource(_discovery_group, "v1", "endpointslices", "EndpointSlice", True,
              "io.k8s.api.discovery.v1.EndpointSlice"),
+    # Workloads (`ephemera.pods.workloads`; their controllers in `ephemera.controllers`).
+    Resource("", "v1", "replicationcontrollers", "ReplicationController", True,
+             _core + "ReplicationController", short_names=("rc",), categories=("all",),
+             subresources=("scale", "status"), storage_prefix="controllers"),
+    Resource(_apps_group, "v1", "deployments", "Deployment", True, _apps + "Deployment",
+             short_names=("deploy",), categories=("all",), subresources=("scale", "status")),
+    Resource(_apps_group, "v1", "replicasets", "ReplicaSet", True, _apps + "ReplicaSet",
+             short_names=("rs",), categories=("all",), subresources=("scale", "status")),
+    Resource(_apps_group, "v1", "statefulsets", "StatefulSet", True, _apps + "StatefulSet",
+             short_names=("sts",), categories=("all",), subresources=("scale", "status")),
+    Resource(_apps_group, "v1", "daemonsets", "DaemonSet", True, _apps + "DaemonSet",
+             short_names=("ds",), categories=("all",), subresources=("status",)),
+    Resource(_apps_group, "v1", "controllerrevisions", "ControllerRevision", True,
+             _apps + "ControllerRevision"),
 )
 
 # The group-versions served, in discovery order.
@@ -125,7 +140,8 @@ GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io
                                                (_authz_group, "v1"), (_rbac_group, "v1"),
                                                (_authn_group, "v1"),
                                                (_certificates_group, "v1"),
-                                               (_discovery_group, "v1"))
+                                               (_discovery_group, "v1"),
+                                               (_apps_group, "v1"))
 
 
 def by_group_version(group: str, version: str) -> list[Resource]:

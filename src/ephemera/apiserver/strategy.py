@@ -42,6 +42,7 @@ from ephemera.api.validation import NameFn
 from ephemera.apiserver import csr
 from ephemera.apiserver.authz import rbacapi
 from ephemera.apiserver.resources import Resource
+from ephemera.pods import workloads
 from ephemera.pods.defaults import default_pod, drop_disabled_pod_fields
 from ephemera.pods.dynamic import validate_dynamic_update
 from ephemera.pods.limitrange import default_limit_range, validate_limit_range
@@ -635,6 +636,90 @@ class NodeStrategy(Strategy):
         return errs
 
 
+# --- workloads (`ephemera.pods.workloads`) ---------------------------------------------------
+
+
+class WorkloadStrategy(Strategy):
+    """Deployments, ReplicaSets, StatefulSets, DaemonSets, ControllerRevisions and
+    ReplicationControllers: v1 defaults, an empty status and generation 1 on create, the
+    generation bumped on a spec change (a DaemonSet's template generation annotation with its
+    template),
+    the kind's validation on create, update and `/scale` (which writes `spec.replicas`),
+    the status rules on `/status`."""
+
+    @property
+    def name_is_dns_label(self) -> bool:  # type: ignore[override]
+        return self.resource.plural == workloads.STATEFULSETS
+
+    def default(self, obj: dict[str, Any]) -> None:
+        workloads.default_workload(self.resource.plural, obj, self.gates)
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        """The template's fields accepted without effect (`pods.unimplemented`, at
+        `spec.template.spec`), and on create of a StatefulSet with volumeClaimTemplates that
+        ephemera makes no claims."""
+        if subresource:
+            return []
+        template = _spec(new).get("template")
+        spec = _spec(template) if isinstance(template, dict) else {}
+        path = "spec.template.spec"
+        if old is None:
+            out = unimplemented_warnings(spec, path)
+            kind = self.resource.kind
+            if self.resource.plural == workloads.STATEFULSETS and \
+                    _spec(new).get("volumeClaimTemplates"):
+                out.append("spec.volumeClaimTemplates: ephemera serves no "
+                           "PersistentVolumeClaims (not implemented): the pods' claim volumes "
+                           f"are never mounted and their containers do not start ({kind})")
+            return out
+        old_template = _spec(old).get("template")
+        return unimplemented_warnings_on_update(
+            spec, _spec(old_template) if isinstance(old_template, dict) else {}, path)
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        if self.has_status:
+            obj["status"] = workloads.initial_status(self.resource.plural)
+        if self.resource.plural != workloads.CONTROLLERREVISIONS:
+            _md(obj)["generation"] = 1
+        if self.resource.plural == workloads.DAEMONSETS:
+            annotations = _md(obj).setdefault("annotations", {})
+            annotations[workloads.DAEMONSET_TEMPLATE_GENERATION] = "1"
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return workloads.validate_workload_spec(self.resource.plural, obj, self.gates)
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_update(new, old)
+        if self.resource.plural == workloads.CONTROLLERREVISIONS:
+            return
+        if self.resource.plural == workloads.DAEMONSETS:
+            key = workloads.DAEMONSET_TEMPLATE_GENERATION
+            old_value = (_md(old).get("annotations") or {}).get(key)
+            annotations = _md(new).setdefault("annotations", {})
+            if _spec(new).get("template") != _spec(old).get("template"):
+                try:
+                    annotations[key] = str(int(old_value or 0) + 1)
+                except ValueError:
+                    annotations[key] = "1"
+            elif old_value is not None:
+                annotations[key] = old_value
+            else:
+                annotations.pop(key, None)
+        if workloads.spec_changed(new, old):
+            _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if subresource in ("", "scale"):
+            errs.extend(workloads.validate_workload_update(self.resource.plural, new, old,
+                                                           self.gates))
+        elif subresource == "status":
+            errs.extend(workloads.validate_workload_status(self.resource.plural, new, old))
+        return errs
+
+
 _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "services"): ServiceStrategy,
     ("", "endpoints"): EndpointsStrategy,
@@ -650,6 +735,10 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     **{(rbacapi.RBAC_GROUP, plural): RbacStrategy
        for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},
+    ("", workloads.REPLICATIONCONTROLLERS): WorkloadStrategy,
+    **{("apps", plural): WorkloadStrategy
+       for plural in (workloads.DEPLOYMENTS, workloads.REPLICASETS, workloads.STATEFULSETS,
+                      workloads.DAEMONSETS, workloads.CONTROLLERREVISIONS)},
 }
 
 

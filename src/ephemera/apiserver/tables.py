@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from ephemera.api import labelselector
 from ephemera.apiserver.accept import parse_accept
 from ephemera.apiserver.resources import Resource
 
@@ -649,6 +650,108 @@ def _age(obj: Obj, now: datetime) -> str:
     return since(_d(obj, "metadata").get("creationTimestamp"), now)
 
 
+# Workloads (upstream's printers.go column texts).
+
+_CONTAINERS_COL = _col("Containers", "Names of each container in the template.", priority=1)
+_IMAGES_COL = _col("Images", "Images referenced by each container in the template.",
+                   priority=1)
+_SELECTOR_COL = _col("Selector", "Label selector for pods.", priority=1)
+DEPLOYMENT_COLUMNS = [
+    _name_col(),
+    _col("Ready", "Number of the pod with ready state"),
+    _col("Up-to-date", "Total number of non-terminated pods targeted by this deployment that "
+                       "have the desired template spec.", type_="integer"),
+    _col("Available", "Total number of available pods (ready for at least minReadySeconds) "
+                      "targeted by this deployment.", type_="integer"),
+    _age_col(), _CONTAINERS_COL, _IMAGES_COL, _SELECTOR_COL,
+]
+REPLICASET_COLUMNS = [
+    _name_col(),
+    _col("Desired", "Number of desired pods.", type_="integer"),
+    _col("Current", "Number of actual running pods.", type_="integer"),
+    _col("Ready", "Number of ready pods.", type_="integer"),
+    _age_col(), _CONTAINERS_COL, _IMAGES_COL, _SELECTOR_COL,
+]
+STATEFULSET_COLUMNS = [
+    _name_col(),
+    _col("Ready", "Number of the pod with ready state"),
+    _age_col(), _CONTAINERS_COL, _IMAGES_COL,
+]
+DAEMONSET_COLUMNS = [
+    _name_col(),
+    _col("Desired", "The desired number of pods.", type_="integer"),
+    _col("Current", "The current number of pods.", type_="integer"),
+    _col("Ready", "The number of pods ready.", type_="integer"),
+    _col("Up-to-date", "The number of pods updated.", type_="integer"),
+    _col("Available", "The number of pods available.", type_="integer"),
+    _col("Node Selector", "The node selector of the template's pods."),
+    _age_col(), _CONTAINERS_COL, _IMAGES_COL, _SELECTOR_COL,
+]
+CONTROLLERREVISION_COLUMNS = [
+    _name_col(),
+    _col("Controller", "Controller of the object."),
+    _col("Revision", "Revision of the ControllerRevision.", type_="integer"),
+    _age_col(),
+]
+
+
+def _template_cells(obj: Obj) -> list[str]:
+    containers = _l(obj, "spec", "template", "spec", "containers")
+    return [",".join(str(_d(c).get("name", "")) for c in containers),
+            ",".join(str(_d(c).get("image", "")) for c in containers)]
+
+
+def _selector_text(obj: Obj) -> str:
+    selector = _d(obj, "spec").get("selector")
+    if isinstance(selector, Mapping) and "matchLabels" not in selector and \
+            "matchExpressions" not in selector:  # a ReplicationController's map
+        return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>"
+    return labelselector.format_label_selector(selector if isinstance(selector, dict)
+                                               else None)
+
+
+def _deployment_cells(obj: Obj, now: datetime) -> list[Any]:
+    spec, status = _d(obj, "spec"), _d(obj, "status")
+    return [_name(obj, now), f"{_int(status.get('readyReplicas'))}/{_int(spec.get('replicas'))}",
+            _int(status.get("updatedReplicas")), _int(status.get("availableReplicas")),
+            _age(obj, now), *_template_cells(obj), _selector_text(obj)]
+
+
+def _replicaset_cells(obj: Obj, now: datetime) -> list[Any]:
+    spec, status = _d(obj, "spec"), _d(obj, "status")
+    return [_name(obj, now), _int(spec.get("replicas")), _int(status.get("replicas")),
+            _int(status.get("readyReplicas")), _age(obj, now), *_template_cells(obj),
+            _selector_text(obj)]
+
+
+def _statefulset_cells(obj: Obj, now: datetime) -> list[Any]:
+    spec, status = _d(obj, "spec"), _d(obj, "status")
+    return [_name(obj, now), f"{_int(status.get('readyReplicas'))}/{_int(spec.get('replicas'))}",
+            _age(obj, now), *_template_cells(obj)]
+
+
+def _daemonset_cells(obj: Obj, now: datetime) -> list[Any]:
+    status = _d(obj, "status")
+    node_selector = _d(obj, "spec", "template", "spec", "nodeSelector")
+    return [_name(obj, now), _int(status.get("desiredNumberScheduled")),
+            _int(status.get("currentNumberScheduled")), _int(status.get("numberReady")),
+            _int(status.get("updatedNumberScheduled")), _int(status.get("numberAvailable")),
+            ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())) or "<none>",
+            _age(obj, now), *_template_cells(obj), _selector_text(obj)]
+
+
+def _controllerrevision_cells(obj: Obj, now: datetime) -> list[Any]:
+    controller = "<none>"
+    for ref in _l(obj, "metadata", "ownerReferences"):
+        ref = _d(ref)
+        if ref.get("controller"):
+            group = str(ref.get("apiVersion", "")).split("/")[0] if "/" in str(
+                ref.get("apiVersion", "")) else ""
+            kind = f"{ref.get('kind', '')}.{group}" if group else str(ref.get("kind", ""))
+            controller = f"{kind.lower()}/{ref.get('name', '')}"
+    return [_name(obj, now), controller, _int(obj.get("revision")), _age(obj, now)]
+
+
 _PRINTERS: dict[tuple[str, str], tuple[list[dict[str, Any]], Callable[[Obj, datetime], list[Any]]]]
 _PRINTERS = {
     ("", "pods"): (POD_COLUMNS, _pod_cells),
@@ -671,6 +774,12 @@ _PRINTERS = {
         _name, lambda o, n: _d(o, "spec").get("holderIdentity") or "", _age)),
     ("rbac.authorization.k8s.io", "rolebindings"): (ROLEBINDING_COLUMNS, _binding_cells),
     ("rbac.authorization.k8s.io", "clusterrolebindings"): (ROLEBINDING_COLUMNS, _binding_cells),
+    ("apps", "deployments"): (DEPLOYMENT_COLUMNS, _deployment_cells),
+    ("apps", "replicasets"): (REPLICASET_COLUMNS, _replicaset_cells),
+    ("", "replicationcontrollers"): (REPLICASET_COLUMNS, _replicaset_cells),
+    ("apps", "statefulsets"): (STATEFULSET_COLUMNS, _statefulset_cells),
+    ("apps", "daemonsets"): (DAEMONSET_COLUMNS, _daemonset_cells),
+    ("apps", "controllerrevisions"): (CONTROLLERREVISION_COLUMNS, _controllerrevision_cells),
 }
 _DEFAULT_PRINTER = (DEFAULT_COLUMNS, _simple(
     _name, lambda o, n: _created_at(_d(o, "metadata").get("creationTimestamp"))))

@@ -12,7 +12,9 @@ kubeconfig's CA, as upstream; none when both are missing); always the
 CSR approver (kubelet client certificates of bootstrapping and renewing nodes; kubelet
 serving certificates whose names are the Node's addresses), and with
 `--cluster-signing-cert-file`/`--cluster-signing-key-file` the CSR signer (certificates
-last `--cluster-signing-duration`, default a year). It stops cleanly on
+last `--cluster-signing-duration`, default a year). It runs the workload controllers
+(ReplicaSets, ReplicationControllers, Deployments, DaemonSets, StatefulSets) on shared pod,
+ReplicaSet, node and ControllerRevision informers. It stops cleanly on
 SIGTERM or SIGINT; when the apiserver is unreachable the informers retry with back-off.
 
 With `--leader-elect` (the default, as upstream) the controllers run only while this process
@@ -33,7 +35,14 @@ from typing import Any
 
 from ephemera.cli import flags
 from ephemera.cli.tokens import duration
-from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
+from ephemera.client import (
+    ApiClient,
+    EventRecorder,
+    Informer,
+    KubeconfigError,
+    load_kubeconfig,
+    resource_path,
+)
 from ephemera.client.apiservers import discovering
 from ephemera.client.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
 from ephemera.controllers.certificates import (
@@ -41,6 +50,8 @@ from ephemera.controllers.certificates import (
     CertificateApprover,
     CertificateSigner,
 )
+from ephemera.controllers.daemonset import DaemonSetController
+from ephemera.controllers.deployment import DeploymentController
 from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.nodeipam import DEFAULT_NODE_CIDR_MASK_SIZE, NodeIpamController
 from ephemera.controllers.nodelifecycle import (
@@ -48,9 +59,15 @@ from ephemera.controllers.nodelifecycle import (
     DEFAULT_MONITOR_PERIOD,
     NodeLifecycleController,
 )
+from ephemera.controllers.replicaset import (
+    REPLICASET,
+    REPLICATIONCONTROLLER,
+    ReplicaSetController,
+)
 from ephemera.controllers.resourcequota import DEFAULT_RESYNC_PERIOD, ResourceQuotaController
 from ephemera.controllers.rootcacertpublisher import RootCACertPublisher
 from ephemera.controllers.serviceaccounts import ServiceAccountsController
+from ephemera.controllers.statefulset import StatefulSetController
 
 log = logging.getLogger("ephemera.controllers")
 
@@ -182,6 +199,7 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
             asyncio.create_task(EndpointSliceController(api).run(),
                                 name="endpointslice-controller")]
+    more.extend(_workload_controllers(api))
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
         more.append(asyncio.create_task(ipam.run(), name="nodeipam"))
@@ -211,3 +229,35 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
                   task.exception())
         return 1
     return 0
+
+
+def _workload_controllers(api: ApiClient) -> list[asyncio.Task[None]]:
+    """The ReplicaSet, ReplicationController, Deployment, DaemonSet and StatefulSet
+    controllers on shared informers."""
+    pods = Informer(api, resource_path("pods"), name="pods")
+    sets = Informer(api, resource_path("replicasets", group="apps"), name="replicasets")
+    rcs = Informer(api, resource_path("replicationcontrollers"), name="replicationcontrollers")
+    deployments = Informer(api, resource_path("deployments", group="apps"), name="deployments")
+    daemonsets = Informer(api, resource_path("daemonsets", group="apps"), name="daemonsets")
+    nodes = Informer(api, resource_path("nodes"), name="nodes")
+    revisions = Informer(api, resource_path("controllerrevisions", group="apps"),
+                         name="controllerrevisions")
+    statefulsets = Informer(api, resource_path("statefulsets", group="apps"),
+                            name="statefulsets")
+    runners = {
+        "pods-informer": pods.run(), "replicasets-informer": sets.run(),
+        "replicationcontrollers-informer": rcs.run(),
+        "deployments-informer": deployments.run(), "daemonsets-informer": daemonsets.run(),
+        "nodes-informer": nodes.run(), "controllerrevisions-informer": revisions.run(),
+        "statefulsets-informer": statefulsets.run(),
+        "replicaset-controller": ReplicaSetController(api, pods, sets,
+                                                      kind=REPLICASET).run(),
+        "replicationcontroller-controller": ReplicaSetController(
+            api, pods, rcs, kind=REPLICATIONCONTROLLER).run(),
+        "deployment-controller": DeploymentController(api, deployments, sets, pods).run(),
+        "daemonset-controller": DaemonSetController(api, daemonsets, pods, nodes,
+                                                    revisions).run(),
+        "statefulset-controller": StatefulSetController(api, statefulsets, pods,
+                                                        revisions).run(),
+    }
+    return [asyncio.create_task(coro, name=name) for name, coro in runners.items()]

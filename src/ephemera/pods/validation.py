@@ -1604,6 +1604,26 @@ def validate_pod_create(pod: Mapping[str, Any], gates: Mapping[str, bool]) -> li
     return errs
 
 
+def validate_pod_template_spec(template: Mapping[str, Any], path: Path,
+                               gates: Mapping[str, bool],
+                               old: Mapping[str, Any] | None = None) -> list[FieldError]:
+    """`ValidatePodTemplateSpec` on a defaulted template (`spec.template` of the workload
+    kinds): labels and annotations on the template's own path (`<path>.labels`), the pod's
+    annotation rules, the pod spec with the same rules as a pod's (both KEPs' fields
+    included; a feature the old template uses stays valid with its gate off) and no
+    ephemeral containers."""
+    md, spec = _md(template), _spec(template)
+    opts = _Options.of(gates, old)
+    errs = v.validate_labels(md.get("labels"), path.child("labels"))
+    errs.extend(v.validate_annotations(md.get("annotations"), path.child("annotations")))
+    errs.extend(_validate_pod_annotations(md, spec, path.child("annotations")))
+    errs.extend(_validate_pod_spec(spec, md, path.child("spec"), opts))
+    if spec.get("ephemeralContainers"):
+        errs.append(field.forbidden(path.child("spec", "ephemeralContainers"),
+                                    "ephemeral containers not allowed in pod template"))
+    return errs
+
+
 # --- updates ------------------------------------------------------------------------------
 
 # Pointer fields of the Go types: for these an explicit zero value is not the same as unset.

@@ -340,6 +340,53 @@ def controller_roles() -> list[dict[str, Any]]:
             rule(["create", "update"], [""], ["configmaps"]),
             _events(),
         ]),
+        # Workloads (`ephemera.controllers.replicaset`, `ephemera.controllers.deployment`).
+        cluster_role(CONTROLLER_PREFIX + "deployment-controller", [
+            rule(["get", "list", "watch", "update"], ["extensions", "apps"], ["deployments"]),
+            rule(["update"], ["extensions", "apps"], ["deployments/status"]),
+            rule(["update"], ["extensions", "apps"], ["deployments/finalizers"]),
+            rule(["get", "list", "watch", "create", "update", "patch", "delete"],
+                 ["apps", "extensions"], ["replicasets"]),
+            rule(["get", "list", "watch", "update"], [""], ["pods"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "daemon-set-controller", [
+            rule(["get", "list", "watch"], ["extensions", "apps"], ["daemonsets"]),
+            rule(["update"], ["extensions", "apps"], ["daemonsets/status"]),
+            rule(["update"], ["extensions", "apps"], ["daemonsets/finalizers"]),
+            rule(["list", "watch"], [""], ["nodes"]),
+            rule(["list", "watch", "create", "delete", "patch"], [""], ["pods"]),
+            rule(["create"], [""], ["pods/binding"]),
+            rule(["get", "list", "watch", "create", "delete", "update", "patch"], ["apps"],
+                 ["controllerrevisions"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "statefulset-controller", [
+            rule(["list", "watch"], [""], ["pods"]),
+            rule(["get", "list", "watch"], ["apps"], ["statefulsets"]),
+            rule(["update"], ["apps"], ["statefulsets/status"]),
+            rule(["update"], ["apps"], ["statefulsets/finalizers"]),
+            rule(["get", "create", "delete", "update", "patch"], [""], ["pods"]),
+            rule(["get", "create", "delete", "update", "patch", "list", "watch"], ["apps"],
+                 ["controllerrevisions"]),
+            rule(["get", "create"], [""], ["persistentvolumeclaims"]),
+            rule(["update", "delete"], [""], ["persistentvolumeclaims"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "replicaset-controller", [
+            rule(["get", "list", "watch", "update"], ["apps", "extensions"], ["replicasets"]),
+            rule(["update"], ["apps", "extensions"], ["replicasets/status"]),
+            rule(["update"], ["apps", "extensions"], ["replicasets/finalizers"]),
+            rule(["list", "watch", "patch", "create", "delete"], [""], ["pods"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "replication-controller", [
+            rule(["get", "list", "watch", "update"], [""], ["replicationcontrollers"]),
+            rule(["update"], [""], ["replicationcontrollers/status"]),
+            rule(["update"], [""], ["replicationcontrollers/finalizers"]),
+            rule(["list", "watch", "patch", "create", "delete"], [""], ["pods"]),
+            _events(),
+        ]),
     ]
 
 

@@ -1,0 +1,108 @@
+"""The `scale` subresource of Deployments, ReplicaSets, StatefulSets and
+ReplicationControllers, as upstream's ScaleREST: GET answers the parent as an autoscaling/v1
+Scale (`ephemera.pods.workloads.scale_of`); PUT and PATCH (JSON, merge and strategic merge
+patches of the Scale) validate the Scale (`ValidateScale`, 422 of kind `Scale.autoscaling`),
+check its resourceVersion against the parent's (409) and write `spec.replicas` into the
+parent through the registry's update (the parent's defaults, admission, validation and
+generation rules), answering the new Scale. Server-side apply of a Scale is not served
+(415), a departure listed in the README."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from aiohttp import web
+
+from ephemera.api import errors, meta, patch
+from ephemera.api.errors import StatusError
+from ephemera.apiserver.body import decode_object, read_body
+from ephemera.apiserver.registry import Registry
+from ephemera.apiserver.resources import Resource
+from ephemera.apiserver.rest import (
+    PATCH_APPLY,
+    PATCH_TYPES,
+    Target,
+    check_kind,
+    dry_run,
+    field_manager,
+    method_not_allowed,
+    record_update,
+    request_user,
+    respond,
+)
+from ephemera.pods import workloads
+
+SCALE_DEFINITION = "io.k8s.api.autoscaling.v1.Scale"
+
+
+def _invalid(name: str, errs: list[Any]) -> StatusError:
+    return errors.invalid("Scale", name, errs, "autoscaling")
+
+
+async def handle_scale(request: web.Request, target: Target, registry: Registry,
+                       max_body_bytes: int) -> web.Response:
+    """GET, PUT or PATCH of `<parent>/NAME/scale`."""
+    res = target.resource
+    if request.method == "GET":
+        obj = await registry.get(res, target.namespace, target.name)
+        return respond(workloads.scale_of(res.plural, obj))
+    if request.method not in ("PUT", "PATCH"):
+        raise method_not_allowed()
+    is_patch = request.method == "PATCH"
+    content_type = request.content_type.split(";")[0].strip().lower()
+    if is_patch and content_type not in PATCH_TYPES:
+        raise errors.unsupported_media_type()
+    if is_patch and content_type == PATCH_APPLY:
+        raise StatusError(415, "UnsupportedMediaType",
+                          "server-side apply of the scale subresource is not supported")
+    body = await read_body(request, max_body_bytes)
+    options_kind = "PatchOptions" if is_patch else "UpdateOptions"
+    dry = dry_run(request.query.getall("dryRun", []), options_kind)
+    manager = request.query.get("fieldManager", "") or field_manager(request)
+    user = request_user(request)
+    sent: dict[str, Any] | None = None
+    if not is_patch:
+        sent, _ = decode_object(body, "Scale")
+        check_kind(sent, "autoscaling/v1", "Scale")
+    result_scale: dict[str, Any] = {}
+
+    async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
+        if current is None:
+            raise errors.not_found(res.plural, target.name, res.group)
+        old_scale = workloads.scale_of(res.plural, current)
+        if sent is not None:
+            new_scale = copy.deepcopy(sent)
+        else:
+            new_scale = patch.apply_patch(content_type, copy.deepcopy(old_scale), body,
+                                          SCALE_DEFINITION)
+        smd = meta.ensure_metadata(new_scale)
+        if (smd.get("name") or target.name) != target.name:
+            raise errors.bad_request(f"the name of the object ({smd.get('name')}) does not "
+                                     f"match the name on the URL ({target.name})")
+        smd["name"] = target.name
+        smd["namespace"] = target.namespace
+        errs = workloads.validate_scale(new_scale)
+        if errs:
+            raise _invalid(target.name, errs)
+        current_rv = (current.get("metadata") or {}).get("resourceVersion")
+        wanted = smd.get("resourceVersion")
+        if wanted and wanted != current_rv:
+            raise errors.conflict(res.plural, target.name, group=res.group)
+        replicas = (new_scale.get("spec") or {}).get("replicas")
+        new = copy.deepcopy(current)
+        spec = new.setdefault("spec", {})
+        spec["replicas"] = replicas if isinstance(replicas, int) else 0
+        new = record_update(current, new, manager, res, "scale")
+        stored = await registry.prepare_update(res, new, current, subresource="scale",
+                                               user=user, dry_run=dry)
+        return stored
+
+    result, _ = await registry.update(res, target.namespace, target.name, compute,
+                                      dry_run=dry)
+    result_scale = workloads.scale_of(res.plural, result)
+    return respond(result_scale)
+
+
+def serves_scale(resource: Resource) -> bool:
+    return "scale" in resource.subresources
