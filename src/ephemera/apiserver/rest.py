@@ -498,6 +498,7 @@ class RestHandlers:
                                       "both set"))
         if errs:
             raise errors.invalid("DeleteOptions", "", errs, group="meta.k8s.io")
+        options.orphan_dependents = orphan
         return options
 
     async def delete(self, request: web.Request, target: Target) -> web.Response:

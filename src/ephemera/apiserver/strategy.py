@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from ephemera.api import endpoints, errors, field, meta, services
 from ephemera.api import validation as meta_validation
+from ephemera.api.deletion import GCPolicy
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
 from ephemera.api.validation import NameFn
@@ -81,6 +82,9 @@ class Strategy:
     name_is_dns_label = False
     # The kind's own name rule when it is neither a DNS subdomain nor a DNS label.
     name_fn: NameFn | None = None
+    # What a DELETE without options does to the dependents (upstream's
+    # DefaultGarbageCollectionPolicy; `ephemera.api.deletion`).
+    gc_policy: GCPolicy = "DeleteDependents"
 
     # -- defaults ---------------------------------------------------------------------------
 
@@ -575,6 +579,13 @@ class CreateOnUpdateStrategy(Strategy):
     allow_create_on_update = True
 
 
+class EventStrategy(CreateOnUpdateStrategy):
+    """Events: created by PUT too, and no part of garbage collection (no finalizer from a
+    DELETE's propagationPolicy)."""
+
+    gc_policy: GCPolicy = "Unsupported"
+
+
 class RbacStrategy(Strategy):
     """Roles, ClusterRoles and their bindings (`ephemera.apiserver.authz.rbacapi`): binding
     defaults, path-segment names, the kind's rules, an immutable roleRef; a PUT may create
@@ -640,7 +651,7 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "namespaces"): NamespaceStrategy,
     ("", "secrets"): SecretStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
-    ("", "events"): CreateOnUpdateStrategy,
+    ("", "events"): EventStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("coordination.k8s.io", "leases"): CreateOnUpdateStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,

@@ -4,7 +4,8 @@ upstream's kube-controller-manager, talking to the apiserver named by `--kubecon
 With `--allocate-node-cidrs` it runs the node IPAM controller (a `spec.podCIDR` of
 `--node-cidr-mask-size` bits from `--cluster-cidr` for every Node). It runs the node
 lifecycle controller (nodes whose kubelet stopped renewing its Lease are
-marked unknown and tainted), the service accounts controller (a `default` ServiceAccount in
+marked unknown and tainted), the garbage collector (dependents of deleted owners, through
+`metadata.ownerReferences`), the service accounts controller (a `default` ServiceAccount in
 every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
 recomputed on pod and quota changes and every `--resync-period` seconds); with
 `--root-ca-file` the root CA publisher (`kube-root-ca.crt` in every namespace); always the
@@ -41,6 +42,7 @@ from ephemera.controllers.certificates import (
     CertificateSigner,
 )
 from ephemera.controllers.endpointslice import EndpointSliceController
+from ephemera.controllers.garbagecollector import GarbageCollector
 from ephemera.controllers.nodeipam import DEFAULT_NODE_CIDR_MASK_SIZE, NodeIpamController
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
@@ -172,7 +174,8 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
                                         name="serviceaccounts-controller")
     more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
             asyncio.create_task(EndpointSliceController(api).run(),
-                                name="endpointslice-controller")]
+                                name="endpointslice-controller"),
+            asyncio.create_task(GarbageCollector(api).run(), name="garbage-collector")]
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
         more.append(asyncio.create_task(ipam.run(), name="nodeipam"))
