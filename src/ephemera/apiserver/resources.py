@@ -61,6 +61,7 @@ _authz_group, _authz = "authorization.k8s.io", "io.k8s.api.authorization.v1."
 _authn_group, _authn = "authentication.k8s.io", "io.k8s.api.authentication.v1."
 _certificates_group = "certificates.k8s.io"
 _discovery_group = "discovery.k8s.io"
+_batch_group = "batch"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
@@ -112,6 +113,11 @@ RESOURCES: tuple[Resource, ...] = (
              subresources=("approval", "status")),
     Resource(_discovery_group, "v1", "endpointslices", "EndpointSlice", True,
              "io.k8s.api.discovery.v1.EndpointSlice"),
+    # batch/v1 (`ephemera.batch`; the Job and CronJob controllers in the controller-manager)
+    Resource(_batch_group, "v1", "jobs", "Job", True, "io.k8s.api.batch.v1.Job",
+             categories=("all",), subresources=("status",)),
+    Resource(_batch_group, "v1", "cronjobs", "CronJob", True, "io.k8s.api.batch.v1.CronJob",
+             short_names=("cj",), categories=("all",), subresources=("status",)),
 )
 
 # The group-versions served, in discovery order.
@@ -119,7 +125,8 @@ GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io
                                                (_authz_group, "v1"), (_rbac_group, "v1"),
                                                (_authn_group, "v1"),
                                                (_certificates_group, "v1"),
-                                               (_discovery_group, "v1"))
+                                               (_discovery_group, "v1"),
+                                               (_batch_group, "v1"))
 
 
 def by_group_version(group: str, version: str) -> list[Resource]:

@@ -43,6 +43,7 @@ from ephemera.api.validation import NameFn
 from ephemera.apiserver import csr
 from ephemera.apiserver.authz import rbacapi
 from ephemera.apiserver.resources import Resource
+from ephemera.batch import cronjobs, jobs
 from ephemera.pods.defaults import default_pod, drop_disabled_pod_fields
 from ephemera.pods.dynamic import validate_dynamic_update
 from ephemera.pods.limitrange import default_limit_range, validate_limit_range
@@ -234,6 +235,11 @@ class Strategy:
 
     def has_finalizers(self, obj: dict[str, Any]) -> bool:
         return bool(_md(obj).get("finalizers"))
+
+    def delete_warnings(self, policy_given: bool) -> list[str]:
+        """`Warning` texts of a DELETE (`policy_given`: it named a propagation policy or
+        orphanDependents). None by default."""
+        return []
 
 
 def _copy_key(new: dict[str, Any], old: dict[str, Any], key: str) -> None:
@@ -642,6 +648,75 @@ class NodeStrategy(Strategy):
         return errs
 
 
+# --- batch/v1 (`ephemera.batch`) ----------------------------------------------------------
+
+JOB_DELETE_WARNING = ("child pods are preserved by default when jobs are deleted; set "
+                      "propagationPolicy=Background to remove them or set "
+                      "propagationPolicy=Orphan to suppress this warning")
+
+
+class _SpecGenerationStrategy(Strategy):
+    """A kind with spec and status: status cleared on create and kept on update, generation
+    1 on create and bumped when the spec changes."""
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["status"] = {}
+        _md(obj)["generation"] = 1
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_update(new, old)
+        if new.get("spec") != old.get("spec"):
+            _md(new)["generation"] = _md(old).get("generation", 0) + 1
+
+
+class JobStrategy(_SpecGenerationStrategy):
+    """Jobs: `SetDefaults_Job`, the generated selector and template labels, `ValidateJob`
+    and `ValidateJobUpdate` (`ephemera.batch.jobs`). A DELETE without options orphans the
+    pods (batch/v1's default, kept for compatibility) and says so in a warning."""
+
+    gc_policy: GCPolicy = "OrphanDependents"
+
+    def default(self, obj: dict[str, Any]) -> None:
+        jobs.default_job(obj, self.gates)
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        super().prepare_for_create(obj)
+        jobs.generate_selector(obj)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return jobs.validate_job(obj, self.gates)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if not subresource:
+            errs.extend(jobs.validate_job_update(new, old, self.gates))
+        elif subresource == "status":
+            errs.extend(jobs.validate_job_status(new))
+        return errs
+
+    def delete_warnings(self, policy_given: bool) -> list[str]:
+        return [] if policy_given else [JOB_DELETE_WARNING]
+
+
+class CronJobStrategy(_SpecGenerationStrategy):
+    """CronJobs: `SetDefaults_CronJob`, `ValidateCronJobCreate` and `ValidateCronJobUpdate`
+    (`ephemera.batch.cronjobs`)."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        cronjobs.default_cronjob(obj, self.gates)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return cronjobs.validate_cronjob(obj, self.gates)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if not subresource:
+            errs.extend(cronjobs.validate_cronjob_update(new, old, self.gates))
+        return errs
+
+
 _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "services"): ServiceStrategy,
     ("", "endpoints"): EndpointsStrategy,
@@ -657,6 +732,8 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     **{(rbacapi.RBAC_GROUP, plural): RbacStrategy
        for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},
+    ("batch", "jobs"): JobStrategy,
+    ("batch", "cronjobs"): CronJobStrategy,
 }
 
 
