@@ -5,7 +5,8 @@ With `--allocate-node-cidrs` it runs the node IPAM controller (a `spec.podCIDR` 
 `--node-cidr-mask-size` bits from `--cluster-cidr` for every Node). It runs the node
 lifecycle controller (nodes whose kubelet stopped renewing its Lease are
 marked unknown and tainted), the garbage collector (dependents of deleted owners, through
-`metadata.ownerReferences`), the service accounts controller (a `default` ServiceAccount in
+`metadata.ownerReferences`), the Job and TTL-after-finished controllers, the service
+accounts controller (a `default` ServiceAccount in
 every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
 recomputed on pod and quota changes and every `--resync-period` seconds); with
 `--root-ca-file` the root CA publisher (`kube-root-ca.crt` in every namespace); always the
@@ -43,6 +44,7 @@ from ephemera.controllers.certificates import (
 )
 from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.garbagecollector import GarbageCollector
+from ephemera.controllers.job import JobController
 from ephemera.controllers.nodeipam import DEFAULT_NODE_CIDR_MASK_SIZE, NodeIpamController
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
@@ -52,6 +54,7 @@ from ephemera.controllers.nodelifecycle import (
 from ephemera.controllers.resourcequota import DEFAULT_RESYNC_PERIOD, ResourceQuotaController
 from ephemera.controllers.rootcacertpublisher import RootCACertPublisher
 from ephemera.controllers.serviceaccounts import ServiceAccountsController
+from ephemera.controllers.ttlafterfinished import TTLAfterFinishedController
 
 log = logging.getLogger("ephemera.controllers")
 
@@ -175,7 +178,10 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
             asyncio.create_task(EndpointSliceController(api).run(),
                                 name="endpointslice-controller"),
-            asyncio.create_task(GarbageCollector(api).run(), name="garbage-collector")]
+            asyncio.create_task(GarbageCollector(api).run(), name="garbage-collector"),
+            asyncio.create_task(JobController(api).run(), name="job-controller"),
+            asyncio.create_task(TTLAfterFinishedController(api).run(),
+                                name="ttl-after-finished-controller")]
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
         more.append(asyncio.create_task(ipam.run(), name="nodeipam"))

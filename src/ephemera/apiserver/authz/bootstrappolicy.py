@@ -297,6 +297,28 @@ def controller_roles() -> list[dict[str, Any]]:
             rule(["get", "list", "watch", "patch", "update", "delete"], ["*"], ["*"]),
             _events(),
         ]),
+        cluster_role(CONTROLLER_PREFIX + "job-controller", [
+            rule(["get", "list", "watch", "update", "patch"], ["batch"], ["jobs"]),
+            rule(["update"], ["batch"], ["jobs/status"]),
+            rule(["update"], ["batch"], ["jobs/finalizers"]),
+            # `get` beyond upstream: ephemera reads a pod afresh before removing its
+            # tracking finalizer.
+            rule(["get", "list", "watch", "create", "delete", "patch"], [""], ["pods"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "cronjob-controller", [
+            rule(["get", "list", "watch", "update"], ["batch"], ["cronjobs"]),
+            rule(["get", "list", "watch", "create", "update", "delete", "patch"], ["batch"],
+                 ["jobs"]),
+            rule(["update"], ["batch"], ["cronjobs/status"]),
+            rule(["update"], ["batch"], ["cronjobs/finalizers"]),
+            rule(["list", "delete"], [""], ["pods"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "ttl-after-finished-controller", [
+            rule(["get", "list", "watch", "delete"], ["batch"], ["jobs"]),
+            _events(),
+        ]),
         cluster_role(CONTROLLER_PREFIX + "resourcequota-controller", [
             rule(["list", "watch"], ["*"], ["*"]),
             rule(["update"], [""], ["resourcequotas/status"]),

@@ -42,7 +42,7 @@ from ephemera.controllers.garbagecollector.graph import (
     owner_refs,
     plan,
 )
-from ephemera.controllers.garbagecollector.queue import WorkQueue
+from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["GarbageCollector", "ServedResource"]
 

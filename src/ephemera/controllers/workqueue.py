@@ -55,7 +55,13 @@ class WorkQueue(Generic[K]):
         """Add `key` again after its back-off (doubling from `base_delay` per failure)."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        delay = min(self.base_delay * (2 ** failures), self.max_delay)
+        self.add_after(key, min(self.base_delay * (2 ** failures), self.max_delay))
+
+    def add_after(self, key: K, delay: float) -> None:
+        """Add `key` once `delay` seconds have passed."""
+        if delay <= 0:
+            self.add(key)
+            return
         loop = asyncio.get_running_loop()
         handle: asyncio.TimerHandle
 
