@@ -28,9 +28,12 @@ from ephemera.batch.jobs import default_job_spec_template, validate_job_spec
 
 __all__ = [
     "CONCURRENCY_POLICIES",
+    "Due",
     "Schedule",
     "ScheduleError",
     "default_cronjob",
+    "job_name",
+    "most_recent_due",
     "parse_schedule",
     "time_zone",
     "validate_cronjob",
@@ -226,3 +229,50 @@ def validate_cronjob_update(new: Mapping[str, Any], old: Mapping[str, Any],
     """upstream's `ValidateCronJobUpdate` beyond the object metadata (no name length limit,
     so that older long-named CronJobs can still be changed)."""
     return _validate_spec(_d(new.get("spec")), _d(old.get("spec")), gates)
+
+
+# --- the controller's schedule arithmetic ---------------------------------------------------
+
+MAX_MISSED = 100  # upstream counts missed start times up to this many, then warns
+
+
+@dataclass(frozen=True)
+class Due:
+    """The most recent start time due (None: none since `earliest`), how many were missed
+    before it, and the next one after now."""
+
+    scheduled: datetime | None
+    missed: int
+    next_time: datetime
+
+
+def _aware(t: datetime, zone: ZoneInfo | None) -> datetime:
+    return t.astimezone(zone) if zone is not None else t
+
+
+def most_recent_due(schedule: Schedule, earliest: datetime, now: datetime,
+                    zone: ZoneInfo | None) -> Due:
+    """upstream's `mostRecentScheduleTime`: walk the start times after `earliest` up to
+    `now` (in the CronJob's zone)."""
+    if schedule.zone:
+        zone = ZoneInfo(schedule.zone)
+    t = schedule.next_after(_aware(earliest, zone))
+    scheduled: datetime | None = None
+    count = 0
+    while t <= now:
+        scheduled = t
+        count += 1
+        if count > MAX_MISSED + 1 and schedule.every is None:
+            # skip ahead: only the latest matters (the count is only for the warning)
+            t = schedule.next_after(_aware(now - timedelta(minutes=2), zone))
+            while t <= now:
+                scheduled = t
+                t = schedule.next_after(t)
+            break
+        t = schedule.next_after(t)
+    return Due(scheduled, max(0, count - 1), t)
+
+
+def job_name(cronjob_name: str, scheduled: datetime) -> str:
+    """upstream's `getJobName`: the name and the scheduled time in minutes since the epoch."""
+    return f"{cronjob_name}-{int(scheduled.timestamp()) // 60}"

@@ -5,7 +5,7 @@ With `--allocate-node-cidrs` it runs the node IPAM controller (a `spec.podCIDR` 
 `--node-cidr-mask-size` bits from `--cluster-cidr` for every Node). It runs the node
 lifecycle controller (nodes whose kubelet stopped renewing its Lease are
 marked unknown and tainted), the garbage collector (dependents of deleted owners, through
-`metadata.ownerReferences`), the Job and TTL-after-finished controllers, the service
+`metadata.ownerReferences`), the Job, CronJob and TTL-after-finished controllers, the service
 accounts controller (a `default` ServiceAccount in
 every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
 recomputed on pod and quota changes and every `--resync-period` seconds); with
@@ -42,6 +42,7 @@ from ephemera.controllers.certificates import (
     CertificateApprover,
     CertificateSigner,
 )
+from ephemera.controllers.cronjob import CronJobController
 from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.garbagecollector import GarbageCollector
 from ephemera.controllers.job import JobController
@@ -180,6 +181,7 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
                                 name="endpointslice-controller"),
             asyncio.create_task(GarbageCollector(api).run(), name="garbage-collector"),
             asyncio.create_task(JobController(api).run(), name="job-controller"),
+            asyncio.create_task(CronJobController(api).run(), name="cronjob-controller"),
             asyncio.create_task(TTLAfterFinishedController(api).run(),
                                 name="ttl-after-finished-controller")]
     if args.allocate_node_cidrs:
