@@ -63,6 +63,7 @@ PACKAGES = {
     "k8s.io/api/coordination/v1": "coordination.k8s.io/v1",
     "k8s.io/api/policy/v1": "policy/v1",
     "k8s.io/api/events/v1": "events.k8s.io/v1",
+    "k8s.io/api/batch/v1": "batch/v1",
 }
 
 META = "k8s.io.apimachinery.pkg.apis.meta.v1."
