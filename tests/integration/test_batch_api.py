@@ -165,3 +165,15 @@ async def test_cronjob_defaults_validation_and_table(api: Api) -> None:
         "Name", "Schedule", "Timezone", "Suspend", "Active", "Last Schedule", "Age"]
     assert table["rows"][0]["cells"][:6] == ["tick", "*/5 * * * *", "<none>", "False", 0,
                                              "<none>"]
+
+
+async def test_fields_without_effect_are_warned(api: Api) -> None:
+    body = job("warned", completions=2, completionMode="Indexed", backoffLimitPerIndex=1)
+    body["spec"]["template"]["spec"]["hostAliases"] = [{"ip": "10.0.0.1",
+                                                        "hostnames": ["x"]}]
+    status, created, response = await api.request("POST", JOBS, body)
+    assert status == 201, created
+    warnings = response.headers.getall("Warning")
+    assert any("spec.backoffLimitPerIndex: per-index backoff limits have no effect in "
+               "ephemera (not implemented)" in w for w in warnings)
+    assert any("spec.template.spec.hostAliases:" in w for w in warnings)

@@ -698,6 +698,13 @@ class JobStrategy(_SpecGenerationStrategy):
     def delete_warnings(self, policy_given: bool) -> list[str]:
         return [] if policy_given else [JOB_DELETE_WARNING]
 
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        if subresource:
+            return []
+        return jobs.unimplemented_job_warnings(
+            new.get("spec") or {}, None if old is None else (old.get("spec") or {}))
+
 
 class CronJobStrategy(_SpecGenerationStrategy):
     """CronJobs: `SetDefaults_CronJob`, `ValidateCronJobCreate` and `ValidateCronJobUpdate`
@@ -708,6 +715,16 @@ class CronJobStrategy(_SpecGenerationStrategy):
 
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return cronjobs.validate_cronjob(obj, self.gates)
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        if subresource:
+            return []
+
+        def job_spec(obj: dict[str, Any]) -> dict[str, Any]:
+            return ((obj.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}
+        return jobs.unimplemented_job_warnings(
+            job_spec(new), None if old is None else job_spec(old), "spec.jobTemplate.spec")
 
     def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
                       ) -> list[FieldError]:

@@ -18,6 +18,7 @@ from ephemera.api.field import FieldError, Path
 from ephemera.api.goformat import go_string_map
 from ephemera.api.labelselector import selector_matches, validate_label_selector
 from ephemera.pods.defaults import default_pod_template
+from ephemera.pods.unimplemented import unimplemented_warnings, unimplemented_warnings_on_update
 from ephemera.pods.validation import validate_pod_spec
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "default_job_spec_template",
     "generate_selector",
     "has_condition",
+    "unimplemented_job_warnings",
     "validate_job",
     "validate_job_spec",
     "validate_job_status",
@@ -408,3 +410,31 @@ def validate_job_status(job: Mapping[str, Any]) -> list[FieldError]:
     for name in ("active", "succeeded", "failed", "ready", "terminating"):
         errs.extend(_nonnegative(status, name, Path("status")))
     return errs
+
+
+# JobSpec fields the apiserver accepts but ephemera's Job controller does not act on.
+_UNIMPLEMENTED_JOB_FIELDS = {
+    "successPolicy": "success policies",
+    "backoffLimitPerIndex": "per-index backoff limits",
+    "maxFailedIndexes": "maxFailedIndexes (it needs backoffLimitPerIndex)",
+}
+NO_EFFECT = "have no effect in ephemera (not implemented)"
+
+
+def unimplemented_job_warnings(spec: Mapping[str, Any], old_spec: Mapping[str, Any] | None,
+                               path: str = "spec") -> list[str]:
+    """The `Warning` texts of a JobSpec at `path` (`spec`, or a CronJob's
+    `spec.jobTemplate.spec`): its fields the controller ignores, and its pod template's
+    (`ephemera.pods.unimplemented`); on update only those newly set."""
+    out: list[str] = []
+    for name, what in _UNIMPLEMENTED_JOB_FIELDS.items():
+        if spec.get(name) is not None and (old_spec is None or old_spec.get(name) is None):
+            out.append(f"{path}.{name}: {what} {NO_EFFECT}")
+    template_spec = _d(_d(spec.get("template")).get("spec"))
+    at = f"{path}.template.spec"
+    if old_spec is None:
+        out.extend(unimplemented_warnings(template_spec, at))
+    else:
+        out.extend(unimplemented_warnings_on_update(
+            template_spec, _d(_d(old_spec.get("template")).get("spec")), at))
+    return out

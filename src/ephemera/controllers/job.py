@@ -13,7 +13,8 @@ been seen, so a burst of events never makes too many pods. A failed pod is repla
 back-off of `backoff_base` seconds doubling per failure up to `backoff_max` (upstream: 10 s
 to 6 min). Events: `SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `Suspended`,
 `Resumed`, and the failure reason (`BackoffLimitExceeded`, `DeadlineExceeded`,
-`PodFailurePolicy`). Pods are not adopted by selector (only pods this controller created,
+`PodFailurePolicy`). A Job whose `spec.managedBy` names another controller is left to it.
+Pods are not adopted by selector (only pods this controller created,
 which carry the controller reference, are the Job's).
 """
 
@@ -43,6 +44,7 @@ EXPECTATIONS_TIMEOUT = 300.0  # upstream's ExpectationsTimeout
 DEFAULT_BACKOFF_BASE = 10.0
 DEFAULT_BACKOFF_MAX = 360.0
 WORKERS = 4
+MANAGED_BY = "kubernetes.io/job-controller"
 ORPHAN_PREFIX = "\0orphan:"  # queue keys of pods to release that have no Job
 
 
@@ -240,6 +242,9 @@ class JobController:
         if job is None:
             await self._release_orphans()
             return
+        managed_by = (job.get("spec") or {}).get("managedBy")
+        if managed_by and managed_by != MANAGED_BY:
+            return  # another controller's (upstream's JobManagedBy)
         if not self._satisfied(key):
             return
         uid = str(_md(job).get("uid"))
