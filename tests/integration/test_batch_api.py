@@ -177,3 +177,26 @@ async def test_fields_without_effect_are_warned(api: Api) -> None:
     assert any("spec.backoffLimitPerIndex: per-index backoff limits have no effect in "
                "ephemera (not implemented)" in w for w in warnings)
     assert any("spec.template.spec.hostAliases:" in w for w in warnings)
+
+
+async def test_server_side_apply_and_strategic_merge_patch(api: Api) -> None:
+    applied = job("applied", completions=2)
+    status, created = await api.patch(f"{JOBS}/applied?fieldManager=me", applied,
+                                      "application/apply-patch+yaml")
+    assert status == 201, created
+    assert created["spec"]["completions"] == 2
+    assert created["spec"]["selector"]["matchLabels"]
+    managers = [m["manager"] for m in created["metadata"]["managedFields"]]
+    assert managers == ["me"]
+    # a strategic merge patch of the template's containers merges by name
+    patch = {"spec": {"parallelism": 2, "template": {"spec": {"containers": [
+        {"name": "c", "env": [{"name": "A", "value": "1"}]}]}}}}
+    status, patched = await api.patch(f"{JOBS}/applied", patch,
+                                      "application/strategic-merge-patch+json")
+    assert status == 422  # the template is immutable...
+    assert any(f == "spec.template" for f, _ in causes(patched))
+    status, patched = await api.patch(f"{JOBS}/applied", {"spec": {"parallelism": 2}},
+                                      "application/strategic-merge-patch+json")
+    assert status == 200, patched  # ...parallelism is not
+    assert patched["spec"]["parallelism"] == 2
+    assert patched["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:1.36"
