@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from cluster import Cluster, Kubectl, namespace_for, start_cluster, wait
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gc-batch")]
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +90,9 @@ def test_delete_cascade_orphan_keeps_the_dependents(k: Kubectl) -> None:
     owned(k)
     k("delete", "configmap", "owner", "--cascade=orphan")  # waits until the owner is gone
     assert names(k) == {"configmap/free", "configmap/dep", "pod/worker"}
-    for kind, name in (("configmap", "dep"), ("pod", "worker")):
-        assert "ownerReferences" not in k.json("get", kind, name)["metadata"]
+    wait(lambda: all("ownerReferences" not in k.json("get", kind, name)["metadata"]
+                     for kind, name in (("configmap", "dep"), ("pod", "worker"))),
+         "the dependents to lose their reference to the owner")
 
 
 JOB = """

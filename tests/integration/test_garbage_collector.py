@@ -90,8 +90,11 @@ async def test_background_deletes_the_dependents_and_leaves_the_rest(api: ApiCli
     await cm(api, "ownerless")
     await api.delete(f"{CMS}/owner", {"propagationPolicy": "Background"})
     await eventually(lambda: _expect(api, {"other", "shared", "ownerless"}))
-    shared = await api.get(f"{CMS}/shared")
-    assert [r["name"] for r in shared["metadata"]["ownerReferences"]] == ["other"]
+
+    async def only_other() -> bool:
+        shared = await api.get(f"{CMS}/shared")
+        return [r["name"] for r in shared["metadata"]["ownerReferences"]] == ["other"]
+    await eventually(only_other)
 
 
 async def _expect(api: ApiClient, wanted: set[str]) -> bool:
@@ -124,10 +127,13 @@ async def test_orphan_keeps_the_dependents_without_the_reference(api: ApiClient)
     deleting = await api.delete(f"{CMS}/owner", {"propagationPolicy": "Orphan"})
     assert deleting["metadata"]["finalizers"] == ["orphan"]
     await eventually(lambda: gone(api, "owner"))
-    dep = await api.get(f"{CMS}/dep")
-    assert "ownerReferences" not in dep["metadata"]
-    shared = await api.get(f"{CMS}/shared")
-    assert [r["name"] for r in shared["metadata"]["ownerReferences"]] == ["other"]
+
+    async def orphaned() -> bool:
+        dep = await api.get(f"{CMS}/dep")
+        shared = await api.get(f"{CMS}/shared")
+        return "ownerReferences" not in dep["metadata"] and \
+            [r["name"] for r in shared["metadata"]["ownerReferences"]] == ["other"]
+    await eventually(orphaned)
     assert await names(api) == {"other", "dep", "shared"}
 
 

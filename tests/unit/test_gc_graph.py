@@ -150,3 +150,10 @@ def test_plan(kwargs: dict[str, Any], expected: Plan) -> None:
                             "has_dependents": False, "dependent_deleting_dependents": False}
     args.update(kwargs)
     assert plan(**args) == expected
+
+
+def test_a_dependent_seen_after_its_owner_began_foreground_deletion_is_queued() -> None:
+    g = Graph()
+    g.observe("add", ident("owner", "o1"), md("o1", deleting=["foregroundDeletion"]))
+    changes = g.observe("add", ident("late", "l1"), md("l1", ("owner", "o1", False)))
+    assert uids(changes.attempt_to_delete) == ["l1"]

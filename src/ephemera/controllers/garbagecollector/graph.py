@@ -182,6 +182,10 @@ class Graph:
                 changes.attempt_to_delete.append(owner)  # does it exist?
                 continue
             owner.dependents[node.identity.uid] = node
+            if owner.deleting_dependents:
+                # seen only after its owner began deleting in the foreground (upstream
+                # would wait for the owner to go): delete it now, as the owner asked
+                changes.attempt_to_delete.append(node)
             owner_namespace = owner.identity.namespace
             if owner_namespace and owner_namespace != node.identity.namespace:
                 if not owner.virtual:
