@@ -163,3 +163,20 @@ async def test_indexed_job_and_ttl(api: ApiClient) -> None:
         listed = await api.get(JOBS)
         return not listed["items"] and not await pods_of(api, "idx")
     await eventually(gone)  # completed, then deleted with its pods by the TTL controller
+
+
+async def test_a_job_deleted_in_the_foreground_goes_after_its_pods(api: ApiClient) -> None:
+    await api.create(JOBS, job("fg", completions=3, parallelism=3))
+
+    async def three() -> bool:
+        return len(running(await pods_of(api, "fg"))) == 3
+    await eventually(three)
+    await api.delete(f"{JOBS}/fg", {"propagationPolicy": "Foreground"})
+
+    async def all_gone() -> bool:
+        listed = await api.get(JOBS)
+        return not listed["items"] and not await pods_of(api, "fg")
+    await eventually(all_gone)  # no replacement pods were made meanwhile
+    events = await api.get(resource_path("events", "default"))
+    assert sum(1 for e in events["items"] if e["involvedObject"].get("name") == "fg"
+               and e["reason"] == "SuccessfulCreate") == 3

@@ -249,6 +249,14 @@ class JobController:
             return
         uid = str(_md(job).get("uid"))
         pods = list(self._pods_of.get(uid, {}).values())
+        if _md(job).get("deletionTimestamp"):
+            # being deleted (in the foreground, say): no new pods, and none of its pods
+            # waits for it to be counted
+            for pod in pods:
+                if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
+                    await self._release(str(_md(pod).get("namespace")),
+                                        str(_md(pod).get("name")))
+            return
         failures = int((job.get("status") or {}).get("failed") or 0) + len(
             ((job.get("status") or {}).get("uncountedTerminatedPods") or {}).get("failed") or [])
         backoff = self._backoff_remaining(uid, failures)
