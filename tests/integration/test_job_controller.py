@@ -114,10 +114,16 @@ async def test_five_completions_two_at_a_time(api: ApiClient) -> None:
     pods = await pods_of(api, "five")
     assert len(pods) == 5
     assert all(FINALIZER not in (p["metadata"].get("finalizers") or []) for p in pods)
-    events = await api.get(resource_path("events", "default"))
-    reasons = [e["reason"] for e in events["items"]
-               if e["involvedObject"].get("name") == "five"]
-    assert reasons.count("SuccessfulCreate") == 5 and "Completed" in reasons
+
+    async def reasons() -> list[str]:
+        events = await api.get(resource_path("events", "default"))
+        return [e["reason"] for e in events["items"]
+                if e["involvedObject"].get("name") == "five"]
+
+    async def completed_event() -> bool:  # recorded right after the status is written
+        return "Completed" in await reasons()
+    await eventually(completed_event)
+    assert (await reasons()).count("SuccessfulCreate") == 5
 
 
 async def test_backoff_limit_exceeded(api: ApiClient) -> None:
