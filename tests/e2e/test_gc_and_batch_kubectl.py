@@ -149,8 +149,9 @@ def test_job_past_its_backoff_limit_fails(k: Kubectl) -> None:
     assert (failed["reason"], failed["message"]) == (
         "BackoffLimitExceeded", "Job has reached the specified backoff limit")
     assert job_row(k, "doomed")[:3] == ["doomed", "Failed", "0/1"]
-    events = k("get", "events", "--field-selector", "involvedObject.name=doomed").stdout
-    assert "BackoffLimitExceeded" in events
+    wait(lambda: "BackoffLimitExceeded" in k(
+        "get", "events", "--field-selector", "involvedObject.name=doomed").stdout,
+        "the BackoffLimitExceeded event")  # recorded right after the status
 
 
 def test_create_cronjob_and_a_job_from_it(k: Kubectl) -> None:
