@@ -56,6 +56,7 @@ ROOTS += ["io.k8s.api.certificates.v1.CertificateSigningRequest"]
 ROOTS += ["io.k8s.api.apps.v1." + k
           for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision")]
 ROOTS += [CORE + "ReplicationController", "io.k8s.api.autoscaling.v1.Scale"]
+ROOTS += ["io.k8s.api.batch.v1." + k for k in ("Job", "CronJob")]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
 
 # --- KEP-6395 API additions (the KEP's "API Changes" section) ------------------------------
@@ -534,6 +535,30 @@ DESCRIPTIONS: dict[str, str] = {
              "subresource.",
     "Scale.spec": "The wanted number of replicas.",
     "Scale.status": "The observed number of replicas and the pods' selector as text.",
+    # batch/v1
+    "Job": "Runs pods until a number of them have succeeded, or gives up.",
+    "Job.spec": "How many pods to run, how many at once, and when to give up.",
+    "Job.status": "Counts of the job's pods and the job's conditions.",
+    "JobList": "A list of jobs.",
+    "JobSpec.completions": "How many pods must succeed for the job to complete.",
+    "JobSpec.parallelism": "At most this many pods run at the same time.",
+    "JobSpec.backoffLimit": "Failed pods tolerated before the job fails (default 6).",
+    "JobSpec.activeDeadlineSeconds": "Seconds the job may run before it is failed.",
+    "JobSpec.ttlSecondsAfterFinished": "Seconds after finishing before the job is deleted.",
+    "JobSpec.completionMode": "NonIndexed, or Indexed: each pod gets its own index.",
+    "JobSpec.suspend": "While true, no pods are started and running ones are stopped.",
+    "JobSpec.selector": "The label query over the job's pods; generated unless manual.",
+    "JobSpec.manualSelector": "Set the selector yourself instead of having one generated.",
+    "JobSpec.template": "The pods the job creates.",
+    "CronJob": "Starts jobs on a cron schedule.",
+    "CronJob.spec": "The schedule and the job to start on it.",
+    "CronJob.status": "The running jobs and when one was last started.",
+    "CronJobList": "A list of cron jobs.",
+    "CronJobSpec.schedule": "When to start a job, in cron format (five fields).",
+    "CronJobSpec.timeZone": "Where the schedule is read: an IANA zone name such as Europe/Paris.",
+    "CronJobSpec.concurrencyPolicy": "Allow, Forbid or Replace runs that would overlap.",
+    "CronJobSpec.suspend": "While true, no new jobs are started.",
+    "CronJobSpec.jobTemplate": "The job to start on each run.",
 }
 # Fields every kind root has.
 _COMMON_ROOT_FIELDS = {"apiVersion": _API_VERSION, "kind": _KIND, "metadata": _METADATA}

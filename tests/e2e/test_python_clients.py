@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -211,11 +212,19 @@ def test_dynamic_client_subresources_apply_watch_delete(api_client: client.ApiCl
     assert seen[:2] in ([("ADDED", "d1"), ("ADDED", "d2")], [("ADDED", "d2"), ("ADDED", "d1")])
     assert {event_type for event_type, _ in seen[2:]} <= {"MODIFIED"}  # controllers, if any
 
+    # Foreground: the pod waits with the foregroundDeletion finalizer until the garbage
+    # collector has seen it has no dependents, then goes.
     deleted = pods.delete(name="d1", namespace=namespace, propagation_policy="Foreground")
     assert deleted.metadata.name == "d1"
-    with pytest.raises(NotFoundError) as missing:
-        pods.get(name="d1", namespace=namespace)
-    assert json.loads(missing.value.body)["message"] == 'pods "d1" not found'
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            pods.get(name="d1", namespace=namespace)
+        except NotFoundError as missing:
+            assert json.loads(missing.body)["message"] == 'pods "d1" not found'
+            break
+        assert time.monotonic() < deadline, "the pod deleted in the foreground stayed"
+        time.sleep(0.1)
 
 
 def test_core_v1_api_raw_json(api_client: client.ApiClient, namespace: str) -> None:

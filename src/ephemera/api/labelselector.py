@@ -135,3 +135,11 @@ def go_label_selector(selector: Any) -> GoText:
                          f"Values:{values_text}}}")
         exprs_text = "[]v1.LabelSelectorRequirement{" + ", ".join(items) + "}"
     return GoText(f"v1.LabelSelector{{MatchLabels:{labels_text}, MatchExpressions:{exprs_text}}}")
+
+
+def selector_matches(selector: Mapping[str, Any] | None,
+                     labels: Mapping[str, str] | None) -> bool:
+    """Whether a spec's `selector` selects an object labelled `labels`: a missing selector
+    selects nothing (`labels.Nothing`), an empty one everything, an unconvertible one
+    nothing."""
+    return selector is not None and matches(selector, labels)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ephemera.api import field, meta
+from ephemera.api.deletion import FOREGROUND_FINALIZER, ORPHAN_FINALIZER
 from ephemera.api.field import FieldError, Path
 
 __all__ = [
@@ -47,8 +48,8 @@ MAX_INT32 = 2**31 - 1
 
 # k/k `helper.IsStandardFinalizerName`
 STANDARD_FINALIZERS = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
-_ORPHAN = "orphan"
-_FOREGROUND = "foregroundDeletion"
+_ORPHAN = ORPHAN_FINALIZER
+_FOREGROUND = FOREGROUND_FINALIZER
 
 NameFn = Callable[[str, bool], list[str]]
 

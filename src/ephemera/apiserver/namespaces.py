@@ -10,7 +10,9 @@ plugin, `ephemera.apiserver.admission.namespacelifecycle`):
   created right after its namespace finds it (upstream leaves this to the serviceaccounts
   controller, which ephemera's controller-manager runs too);
 - deleting a namespace marks it Terminating; a background task then deletes everything in
-  it (pods gracefully, so a bound pod waits for its node), removes the `kubernetes`
+  it (pods gracefully, so a bound pod waits for its node; with `propagationPolicy:
+  Background`, as upstream's namespace controller, so no object waits for the garbage
+  collector's finalizers), removes the `kubernetes`
   finalizer and deletes the namespace. Terminating namespaces found at startup are resumed;
 - `NamespaceCache` (upstream's namespace informer for the admission plugin): the namespaces
   as a watch on the store shows them, so that the plugin need not read the store on every
@@ -37,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ephemera.api import errors, meta
+from ephemera.api.deletion import BACKGROUND
 from ephemera.api.errors import StatusError
 from ephemera.api.jsoncopy import json_copy
 from ephemera.api.listoptions import ListRead
@@ -237,7 +240,7 @@ class NamespaceLifecycle:
                     obj_name = kv.key.rsplit("/", 1)[-1]
                     try:
                         result = await self.registry.delete(resource, namespace, obj_name,
-                                                            DeleteOptions())
+                                                            DeleteOptions(propagation_policy=BACKGROUND))
                     except StatusError as err:
                         if err.code == 404:
                             continue

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import orjson
 
 from ephemera.api import errors, meta
+from ephemera.api.deletion import gc_finalizers
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.jsoncopy import json_copy
@@ -162,6 +163,7 @@ class ListPage:
 class DeleteOptions:
     grace_period_seconds: int | None = None
     propagation_policy: str | None = None
+    orphan_dependents: bool | None = None  # the legacy option (before propagationPolicy)
     precondition_uid: str | None = None
     precondition_resource_version: str | None = None
     dry_run: bool = False
@@ -601,7 +603,8 @@ class Registry:
             self._wrote(resource, stored.mod_revision)
             md = meta.ensure_metadata(new)
             md["resourceVersion"] = str(stored.mod_revision)
-            if self._should_delete_during_update(new, current):
+            if self._should_delete_during_update(new, current) and \
+                    not self.strategy(resource).has_finalizers(new):
                 await self._delete_now(resource, namespace, name, stored, new)
                 return new, False
             log.info("updated %s %s rv=%d", resource.plural, _ref(namespace, name),
@@ -658,6 +661,15 @@ class Registry:
             outcome = strategy.before_delete(obj, options.grace_period_seconds)
             if outcome == "pending":
                 return DeleteResult(obj, False)
+            finalizers = gc_finalizers(md.get("finalizers") or [],
+                                       orphan_dependents=options.orphan_dependents,
+                                       policy=options.propagation_policy,
+                                       default=strategy.gc_policy)
+            if finalizers is not None:
+                if finalizers:
+                    md["finalizers"] = finalizers
+                else:
+                    md.pop("finalizers", None)
             held = strategy.has_finalizers(obj)
             if held and not md.get("deletionTimestamp"):
                 md["deletionTimestamp"] = meta.now_rfc3339()

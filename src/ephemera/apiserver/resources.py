@@ -65,6 +65,7 @@ _authn_group, _authn = "authentication.k8s.io", "io.k8s.api.authentication.v1."
 _certificates_group = "certificates.k8s.io"
 _discovery_group = "discovery.k8s.io"
 _apps_group, _apps = "apps", "io.k8s.api.apps.v1."
+_batch_group = "batch"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
@@ -133,6 +134,11 @@ RESOURCES: tuple[Resource, ...] = (
              short_names=("ds",), categories=("all",), subresources=("status",)),
     Resource(_apps_group, "v1", "controllerrevisions", "ControllerRevision", True,
              _apps + "ControllerRevision"),
+    # batch/v1 (`ephemera.batch`; the Job and CronJob controllers in the controller-manager)
+    Resource(_batch_group, "v1", "jobs", "Job", True, "io.k8s.api.batch.v1.Job",
+             categories=("all",), subresources=("status",)),
+    Resource(_batch_group, "v1", "cronjobs", "CronJob", True, "io.k8s.api.batch.v1.CronJob",
+             short_names=("cj",), categories=("all",), subresources=("status",)),
 )
 
 # The group-versions served, in discovery order.
@@ -141,7 +147,8 @@ GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io
                                                (_authn_group, "v1"),
                                                (_certificates_group, "v1"),
                                                (_discovery_group, "v1"),
-                                               (_apps_group, "v1"))
+                                               (_apps_group, "v1"),
+                                               (_batch_group, "v1"))
 
 
 def by_group_version(group: str, version: str) -> list[Resource]:

@@ -498,6 +498,7 @@ class RestHandlers:
                                       "both set"))
         if errs:
             raise errors.invalid("DeleteOptions", "", errs, group="meta.k8s.io")
+        options.orphan_dependents = orphan
         return options
 
     async def delete(self, request: web.Request, target: Target) -> web.Response:
@@ -505,6 +506,8 @@ class RestHandlers:
         options = await self.delete_options(request)
         result = await self.registry.delete(res, target.namespace, target.name, options,
                                             user=request_user(request))
+        warnings = self.registry.strategy(res).delete_warnings(
+            options.propagation_policy is not None or options.orphan_dependents is not None)
         if res.plural == "namespaces" and not res.group and not result.deleted \
                 and not options.dry_run:
             self.lifecycle.finalize(target.name)
@@ -515,8 +518,8 @@ class RestHandlers:
                 details["group"] = res.group
             details["kind"] = res.plural
             details["uid"] = md.get("uid", "")
-            return respond(errors.success_status(details))
-        return respond(result.obj)
+            return respond(errors.success_status(details), warnings=warnings)
+        return respond(result.obj, warnings=warnings)
 
     async def delete_collection(self, request: web.Request, target: Target) -> web.Response:
         res = target.resource

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from ephemera.api import endpoints, errors, field, meta, services
 from ephemera.api import validation as meta_validation
+from ephemera.api.deletion import GCPolicy
 from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import FieldError
 from ephemera.api.jsoncopy import json_copy
@@ -42,6 +43,7 @@ from ephemera.api.validation import NameFn
 from ephemera.apiserver import csr
 from ephemera.apiserver.authz import rbacapi
 from ephemera.apiserver.resources import Resource
+from ephemera.batch import cronjobs, jobs
 from ephemera.pods import workloads
 from ephemera.pods.defaults import default_pod, drop_disabled_pod_fields
 from ephemera.pods.dynamic import validate_dynamic_update
@@ -82,6 +84,9 @@ class Strategy:
     name_is_dns_label = False
     # The kind's own name rule when it is neither a DNS subdomain nor a DNS label.
     name_fn: NameFn | None = None
+    # What a DELETE without options does to the dependents (upstream's
+    # DefaultGarbageCollectionPolicy; `ephemera.api.deletion`).
+    gc_policy: GCPolicy = "DeleteDependents"
 
     # -- defaults ---------------------------------------------------------------------------
 
@@ -231,6 +236,11 @@ class Strategy:
 
     def has_finalizers(self, obj: dict[str, Any]) -> bool:
         return bool(_md(obj).get("finalizers"))
+
+    def delete_warnings(self, policy_given: bool) -> list[str]:
+        """`Warning` texts of a DELETE (`policy_given`: it named a propagation policy or
+        orphanDependents). None by default."""
+        return []
 
 
 def _copy_key(new: dict[str, Any], old: dict[str, Any], key: str) -> None:
@@ -580,6 +590,13 @@ class CreateOnUpdateStrategy(Strategy):
     allow_create_on_update = True
 
 
+class EventStrategy(CreateOnUpdateStrategy):
+    """Events: created by PUT too, and no part of garbage collection (no finalizer from a
+    DELETE's propagationPolicy)."""
+
+    gc_policy: GCPolicy = "Unsupported"
+
+
 class RbacStrategy(Strategy):
     """Roles, ClusterRoles and their bindings (`ephemera.apiserver.authz.rbacapi`): binding
     defaults, path-segment names, the kind's rules, an immutable roleRef; a PUT may create
@@ -720,6 +737,92 @@ class WorkloadStrategy(Strategy):
         return errs
 
 
+# --- batch/v1 (`ephemera.batch`) ----------------------------------------------------------
+
+JOB_DELETE_WARNING = ("child pods are preserved by default when jobs are deleted; set "
+                      "propagationPolicy=Background to remove them or set "
+                      "propagationPolicy=Orphan to suppress this warning")
+
+
+class _SpecGenerationStrategy(Strategy):
+    """A kind with spec and status: status cleared on create and kept on update, generation
+    1 on create and bumped when the spec changes."""
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["status"] = {}
+        _md(obj)["generation"] = 1
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_update(new, old)
+        if new.get("spec") != old.get("spec"):
+            _md(new)["generation"] = _md(old).get("generation", 0) + 1
+
+
+class JobStrategy(_SpecGenerationStrategy):
+    """Jobs: `SetDefaults_Job`, the generated selector and template labels, `ValidateJob`
+    and `ValidateJobUpdate` (`ephemera.batch.jobs`). A DELETE without options orphans the
+    pods (batch/v1's default, kept for compatibility) and says so in a warning."""
+
+    gc_policy: GCPolicy = "OrphanDependents"
+
+    def default(self, obj: dict[str, Any]) -> None:
+        jobs.default_job(obj, self.gates)
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        super().prepare_for_create(obj)
+        jobs.generate_selector(obj)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return jobs.validate_job(obj, self.gates)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if not subresource:
+            errs.extend(jobs.validate_job_update(new, old, self.gates))
+        elif subresource == "status":
+            errs.extend(jobs.validate_job_status(new))
+        return errs
+
+    def delete_warnings(self, policy_given: bool) -> list[str]:
+        return [] if policy_given else [JOB_DELETE_WARNING]
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        if subresource:
+            return []
+        return jobs.unimplemented_job_warnings(
+            new.get("spec") or {}, None if old is None else (old.get("spec") or {}))
+
+
+class CronJobStrategy(_SpecGenerationStrategy):
+    """CronJobs: `SetDefaults_CronJob`, `ValidateCronJobCreate` and `ValidateCronJobUpdate`
+    (`ephemera.batch.cronjobs`)."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        cronjobs.default_cronjob(obj, self.gates)
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return cronjobs.validate_cronjob(obj, self.gates)
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        if subresource:
+            return []
+
+        def job_spec(obj: dict[str, Any]) -> dict[str, Any]:
+            return ((obj.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}
+        return jobs.unimplemented_job_warnings(
+            job_spec(new), None if old is None else job_spec(old), "spec.jobTemplate.spec")
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if not subresource:
+            errs.extend(cronjobs.validate_cronjob_update(new, old, self.gates))
+        return errs
+
+
 _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "services"): ServiceStrategy,
     ("", "endpoints"): EndpointsStrategy,
@@ -729,7 +832,7 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "namespaces"): NamespaceStrategy,
     ("", "secrets"): SecretStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
-    ("", "events"): CreateOnUpdateStrategy,
+    ("", "events"): EventStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("coordination.k8s.io", "leases"): CreateOnUpdateStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
@@ -739,6 +842,8 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     **{("apps", plural): WorkloadStrategy
        for plural in (workloads.DEPLOYMENTS, workloads.REPLICASETS, workloads.STATEFULSETS,
                       workloads.DAEMONSETS, workloads.CONTROLLERREVISIONS)},
+    ("batch", "jobs"): JobStrategy,
+    ("batch", "cronjobs"): CronJobStrategy,
 }
 
 

@@ -752,6 +752,83 @@ def _controllerrevision_cells(obj: Obj, now: datetime) -> list[Any]:
     return [_name(obj, now), controller, _int(obj.get("revision")), _age(obj, now)]
 
 
+# --- batch/v1 (upstream's `printJob`, `printCronJob`) -----------------------------------------
+
+JOB_COLUMNS = [
+    _name_col(),
+    _col("Status", "Whether the job runs, is suspended, completed or failed."),
+    _col("Completions", "Pods succeeded out of the completions wanted."),
+    _col("Duration", "How long the job has run, or took."),
+    _age_col(),
+    _CONTAINERS_COL, _IMAGES_COL,
+    _col("Selector", "The label query over the job's pods.", priority=1),
+]
+CRONJOB_COLUMNS = [
+    _name_col(),
+    _col("Schedule", "The cron schedule the jobs are started on."),
+    _col("Timezone", "The time zone of the schedule."),
+    _col("Suspend", "Whether new runs are held back.", type_="boolean"),
+    _col("Active", "How many of its jobs are running.", type_="integer"),
+    _col("Last Schedule", "When a job was last started."),
+    _age_col(),
+    _CONTAINERS_COL, _IMAGES_COL,
+    _col("Selector", "The label query over the jobs' pods.", priority=1),
+]
+
+
+def _container_cells(template_spec: Obj) -> tuple[str, str]:
+    """upstream's `layoutContainerCells`: names and images, comma-separated."""
+    containers = [c for c in _l(template_spec, "containers") if isinstance(c, Mapping)]
+    return (",".join(str(c.get("name", "")) for c in containers),
+            ",".join(str(c.get("image", "")) for c in containers))
+
+
+def _job_cells(job: Obj, now: datetime) -> list[Any]:
+    spec, status, meta = _d(job, "spec"), _d(job, "status"), _d(job, "metadata")
+    succeeded = _int(status.get("succeeded"))
+    if spec.get("completions") is not None:
+        completions = f"{succeeded}/{_int(spec.get('completions'))}"
+    elif _int(spec.get("parallelism")) > 1:
+        completions = f"{succeeded}/1 of {_int(spec.get('parallelism'))}"
+    else:
+        completions = f"{succeeded}/1"
+    start, end = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
+    duration = ""
+    if start is not None:
+        duration = human_duration(((end or now) - start).total_seconds())
+    conditions = _l(status, "conditions")
+    if _has_true_condition(conditions, "Complete"):
+        state = "Complete"
+    elif _has_true_condition(conditions, "Failed"):
+        state = "Failed"
+    elif meta.get("deletionTimestamp"):
+        state = "Terminating"
+    elif _has_true_condition(conditions, "Suspended"):
+        state = "Suspended"
+    elif _has_true_condition(conditions, "FailureTarget"):
+        state = "FailureTarget"
+    elif _has_true_condition(conditions, "SuccessCriteriaMet"):
+        state = "SuccessCriteriaMet"
+    else:
+        state = "Running"
+    names, images = _container_cells(_d(spec, "template", "spec"))
+    return [meta.get("name", ""), state, completions, duration, _age(job, now), names, images,
+            labelselector.format_label_selector(spec.get("selector"))]
+
+
+def _cronjob_cells(cronjob: Obj, now: datetime) -> list[Any]:
+    spec, status = _d(cronjob, "spec"), _d(cronjob, "status")
+    last = status.get("lastScheduleTime")
+    job_spec = _d(spec, "jobTemplate", "spec")
+    names, images = _container_cells(_d(job_spec, "template", "spec"))
+    suspend = spec.get("suspend")
+    return [_name(cronjob, now), spec.get("schedule", ""), spec.get("timeZone") or "<none>",
+            "<unset>" if suspend is None else ("True" if suspend else "False"),
+            len(_l(status, "active")), since(last, now) if last else "<none>",
+            _age(cronjob, now), names, images,
+            labelselector.format_label_selector(job_spec.get("selector"))]
+
+
 _PRINTERS: dict[tuple[str, str], tuple[list[dict[str, Any]], Callable[[Obj, datetime], list[Any]]]]
 _PRINTERS = {
     ("", "pods"): (POD_COLUMNS, _pod_cells),
@@ -780,6 +857,8 @@ _PRINTERS = {
     ("apps", "statefulsets"): (STATEFULSET_COLUMNS, _statefulset_cells),
     ("apps", "daemonsets"): (DAEMONSET_COLUMNS, _daemonset_cells),
     ("apps", "controllerrevisions"): (CONTROLLERREVISION_COLUMNS, _controllerrevision_cells),
+    ("batch", "jobs"): (JOB_COLUMNS, _job_cells),
+    ("batch", "cronjobs"): (CRONJOB_COLUMNS, _cronjob_cells),
 }
 _DEFAULT_PRINTER = (DEFAULT_COLUMNS, _simple(
     _name, lambda o, n: _created_at(_d(o, "metadata").get("creationTimestamp"))))

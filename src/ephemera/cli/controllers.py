@@ -4,7 +4,9 @@ upstream's kube-controller-manager, talking to the apiserver named by `--kubecon
 With `--allocate-node-cidrs` it runs the node IPAM controller (a `spec.podCIDR` of
 `--node-cidr-mask-size` bits from `--cluster-cidr` for every Node). It runs the node
 lifecycle controller (nodes whose kubelet stopped renewing its Lease are
-marked unknown and tainted), the service accounts controller (a `default` ServiceAccount in
+marked unknown and tainted), the garbage collector (dependents of deleted owners, through
+`metadata.ownerReferences`), the Job, CronJob and TTL-after-finished controllers, the service
+accounts controller (a `default` ServiceAccount in
 every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
 recomputed on pod and quota changes and every `--resync-period` seconds); with
 the root CA publisher (`kube-root-ca.crt` in every namespace: `--root-ca-file`, else the
@@ -50,9 +52,12 @@ from ephemera.controllers.certificates import (
     CertificateApprover,
     CertificateSigner,
 )
+from ephemera.controllers.cronjob import CronJobController
 from ephemera.controllers.daemonset import DaemonSetController
 from ephemera.controllers.deployment import DeploymentController
 from ephemera.controllers.endpointslice import EndpointSliceController
+from ephemera.controllers.garbagecollector import GarbageCollector
+from ephemera.controllers.job import JobController
 from ephemera.controllers.nodeipam import DEFAULT_NODE_CIDR_MASK_SIZE, NodeIpamController
 from ephemera.controllers.nodelifecycle import (
     DEFAULT_GRACE_PERIOD,
@@ -68,6 +73,7 @@ from ephemera.controllers.resourcequota import DEFAULT_RESYNC_PERIOD, ResourceQu
 from ephemera.controllers.rootcacertpublisher import RootCACertPublisher
 from ephemera.controllers.serviceaccounts import ServiceAccountsController
 from ephemera.controllers.statefulset import StatefulSetController
+from ephemera.controllers.ttlafterfinished import TTLAfterFinishedController
 
 log = logging.getLogger("ephemera.controllers")
 
@@ -198,7 +204,12 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
                                         name="serviceaccounts-controller")
     more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
             asyncio.create_task(EndpointSliceController(api).run(),
-                                name="endpointslice-controller")]
+                                name="endpointslice-controller"),
+            asyncio.create_task(GarbageCollector(api).run(), name="garbage-collector"),
+            asyncio.create_task(JobController(api).run(), name="job-controller"),
+            asyncio.create_task(CronJobController(api).run(), name="cronjob-controller"),
+            asyncio.create_task(TTLAfterFinishedController(api).run(),
+                                name="ttl-after-finished-controller")]
     more.extend(_workload_controllers(api))
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)

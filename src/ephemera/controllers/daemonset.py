@@ -142,7 +142,7 @@ class DaemonSetController:
         self.recorder = recorder or EventRecorder(api, "daemonset-controller")
         self.workers = workers
         self.clock = clock
-        self.queue = WorkQueue()
+        self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations()
         self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
         sets.add_handler(on_add=self._enqueue, on_update=lambda o, n: self._enqueue(n),
@@ -210,7 +210,7 @@ class DaemonSetController:
         try:
             await asyncio.gather(*tasks)
         finally:
-            self.queue.shut_down()
+            self.queue.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

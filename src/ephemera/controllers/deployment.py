@@ -87,7 +87,7 @@ class DeploymentController:
         self.recorder = recorder or EventRecorder(api, "deployment-controller")
         self.workers = workers
         self.clock = clock
-        self.queue = WorkQueue()
+        self.queue: WorkQueue[str] = WorkQueue()
         self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
         deployments.add_handler(on_add=self._enqueue,
                                 on_update=lambda old, new: self._enqueue(new),
@@ -150,7 +150,7 @@ class DeploymentController:
         try:
             await asyncio.gather(*tasks)
         finally:
-            self.queue.shut_down()
+            self.queue.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

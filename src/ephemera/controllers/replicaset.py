@@ -145,7 +145,7 @@ class ReplicaSetController:
         self.workers = workers
         self.burst_replicas = burst_replicas
         self.clock = clock
-        self.queue = WorkQueue()
+        self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations()
         self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
         sets.add_handler(on_add=lambda rs: self.queue.add(_key(rs)),
@@ -236,7 +236,7 @@ class ReplicaSetController:
         try:
             await asyncio.gather(*tasks)
         finally:
-            self.queue.shut_down()
+            self.queue.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

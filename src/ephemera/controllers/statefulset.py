@@ -92,7 +92,7 @@ class StatefulSetController:
         self.recorder = recorder or EventRecorder(api, "statefulset-controller")
         self.workers = workers
         self.clock = clock
-        self.queue = WorkQueue()
+        self.queue: WorkQueue[str] = WorkQueue()
         self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
         sets.add_handler(on_add=self._enqueue, on_update=lambda o, n: self._enqueue(n))
         pods.add_handler(on_add=self._pod_changed, on_update=lambda o, n: self._pod_changed(n),
@@ -120,7 +120,7 @@ class StatefulSetController:
         try:
             await asyncio.gather(*tasks)
         finally:
-            self.queue.shut_down()
+            self.queue.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -375,21 +375,20 @@ def default_pod(pod: dict[str, Any], gates: Mapping[str, bool]) -> None:
         _default_host_network_ports(containers)
         _default_host_network_ports(init_containers)
 
-    _default_pod_spec(spec, gates)
+    default_pod_spec(spec, gates)
 
 
 def default_pod_template(template: dict[str, Any], gates: Mapping[str, bool]) -> None:
-    """The defaults of a pod template (`spec.template` of the workload kinds) in place:
-    upstream's SetDefaults_PodSpec and those of the containers and volumes, not
-    SetDefaults_Pod's (no `enableServiceLinks`, no requests from limits), as upstream
-    defaults a PodTemplateSpec."""
+    """The defaults of a pod template's spec (a workload's `spec.template`): upstream
+    defaults a PodTemplateSpec with `SetDefaults_PodSpec` and the container and volume
+    defaults, not with the Pod-only `SetDefaults_Pod`."""
     spec = _dict(template.get("spec"))
     if spec is not None:
-        _default_pod_spec(spec, gates)
+        default_pod_spec(spec, gates)
 
 
-def _default_pod_spec(spec: dict[str, Any], gates: Mapping[str, bool]) -> None:
-    # SetDefaults_PodSpec
+def default_pod_spec(spec: dict[str, Any], gates: Mapping[str, bool]) -> None:
+    """`SetDefaults_PodSpec`, then the volumes' and containers' defaults."""
     if not spec.get("dnsPolicy"):
         spec["dnsPolicy"] = "ClusterFirst"
     if not spec.get("restartPolicy"):

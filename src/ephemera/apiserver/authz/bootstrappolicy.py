@@ -12,7 +12,8 @@ Node authorizer serves kubelets), the node bootstrap roles (`system:node-bootstr
 `...:nodeclient`, `...:selfnodeclient`; kubeadm's bindings of them are `ephemera up`'s,
 `ephemera.cli.nodebootstrap`) and the controller roles of the controllers ephemera runs.
 
-`pods/dynamic` (KEP-6395, KEP-5972) is in no default role but `cluster-admin`: `edit` grants
+`pods/dynamic` (KEP-6395, KEP-5972) is in no user-facing default role but `cluster-admin`
+(the garbage collector's `*` grants it, as upstream's): `edit` grants
 `pods`, which does not match the subresource. ephemera's controller-manager runs its
 controllers under its own identity (upstream's `--use-service-account-credentials=false`), so
 the controller roles are bound to `system:kube-controller-manager` as well as to their
@@ -295,6 +296,33 @@ def controller_roles() -> list[dict[str, Any]]:
             rule(["patch", "update"], [""], ["pods/status"]),
             rule(["delete", "list"], [""], ["pods"]),
             rule(["get"], [""], ["pods"]),
+            _events(),
+        ]),
+        # Reads and writes any resource: owners and dependents may be of every kind.
+        cluster_role(CONTROLLER_PREFIX + "generic-garbage-collector", [
+            rule(["get", "list", "watch", "patch", "update", "delete"], ["*"], ["*"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "job-controller", [
+            rule(["get", "list", "watch", "update", "patch"], ["batch"], ["jobs"]),
+            rule(["update"], ["batch"], ["jobs/status"]),
+            rule(["update"], ["batch"], ["jobs/finalizers"]),
+            # `get` beyond upstream: ephemera reads a pod afresh before removing its
+            # tracking finalizer.
+            rule(["get", "list", "watch", "create", "delete", "patch"], [""], ["pods"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "cronjob-controller", [
+            rule(["get", "list", "watch", "update"], ["batch"], ["cronjobs"]),
+            rule(["get", "list", "watch", "create", "update", "delete", "patch"], ["batch"],
+                 ["jobs"]),
+            rule(["update"], ["batch"], ["cronjobs/status"]),
+            rule(["update"], ["batch"], ["cronjobs/finalizers"]),
+            rule(["list", "delete"], [""], ["pods"]),
+            _events(),
+        ]),
+        cluster_role(CONTROLLER_PREFIX + "ttl-after-finished-controller", [
+            rule(["get", "list", "watch", "delete"], ["batch"], ["jobs"]),
             _events(),
         ]),
         cluster_role(CONTROLLER_PREFIX + "resourcequota-controller", [

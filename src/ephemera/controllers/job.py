@@ -1,0 +1,365 @@
+"""The Job controller, as upstream's `pkg/controller/job`: informers on Jobs and on pods,
+a work queue of Jobs, and a sync that runs `ephemera.batch.jobsync.compute` over a Job's
+pods (those whose controller reference is the Job) and carries out its decision: the status
+first (through `/status`, guarded by resourceVersion), then the pods' tracking finalizers
+removed, pods deleted and created.
+
+Pods are created from the template with the Job as controller owner
+(`blockOwnerDeletion`), the `batch.kubernetes.io/job-tracking` finalizer and, for an Indexed
+Job, the completion index (annotation and label `batch.kubernetes.io/job-completion-index`,
+hostname `<job>-<index>`, the `JOB_COMPLETION_INDEX` variable). Expectations (upstream's
+`ControllerExpectations`) hold a Job's next sync until the pods it created or deleted have
+been seen, so a burst of events never makes too many pods. A failed pod is replaced after a
+back-off of `backoff_base` seconds doubling per failure up to `backoff_max` (upstream: 10 s
+to 6 min). Events: `SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `Suspended`,
+`Resumed`, and the failure reason (`BackoffLimitExceeded`, `DeadlineExceeded`,
+`PodFailurePolicy`). A Job whose `spec.managedBy` names another controller is left to it.
+Pods are not adopted by selector (only pods this controller created,
+which carry the controller reference, are the Job's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ephemera.api.errors import StatusError
+from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER
+from ephemera.batch.jobsync import compute
+from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.controllers.workqueue import WorkQueue
+
+__all__ = ["JobController", "job_pod"]
+
+log = logging.getLogger("ephemera.controllers.job")
+
+JOBS = "/apis/batch/v1/jobs"
+EXPECTATIONS_TIMEOUT = 300.0  # upstream's ExpectationsTimeout
+DEFAULT_BACKOFF_BASE = 10.0
+DEFAULT_BACKOFF_MAX = 360.0
+WORKERS = 4
+MANAGED_BY = "kubernetes.io/job-controller"
+ORPHAN_PREFIX = "\0orphan:"  # queue keys of pods to release that have no Job
+
+
+def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    return f"{_md(obj).get('namespace', '')}/{_md(obj).get('name', '')}"
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in _md(obj).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Job" and \
+                str(ref.get("apiVersion", "")).startswith("batch/"):
+            return str(ref.get("uid"))
+    return None
+
+
+def job_pod(job: Mapping[str, Any], index: int | None) -> dict[str, Any]:
+    """The pod the Job's controller creates (with `index` for an Indexed Job)."""
+    md = _md(job)
+    template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+    tmd = template.get("metadata") or {}
+    name = str(md.get("name"))
+    pod_md: dict[str, Any] = {
+        "generateName": f"{name}-" if index is None else f"{name}-{index}-",
+        "namespace": md.get("namespace"),
+        "labels": dict(tmd.get("labels") or {}),
+        "annotations": dict(tmd.get("annotations") or {}),
+        "finalizers": [*(tmd.get("finalizers") or []), JOB_TRACKING_FINALIZER],
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                             "uid": md.get("uid"), "controller": True,
+                             "blockOwnerDeletion": True}]}
+    spec = template.get("spec") or {}
+    if index is not None:
+        pod_md["annotations"][JOB_COMPLETION_INDEX] = str(index)
+        pod_md["labels"][JOB_COMPLETION_INDEX] = str(index)
+        if not spec.get("hostname"):
+            spec["hostname"] = f"{name}-{index}"
+        env = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{JOB_COMPLETION_INDEX}']"}}}
+        for key in ("initContainers", "containers"):
+            for c in spec.get(key) or []:
+                if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in c.get("env") or []):
+                    c["env"] = [*(c.get("env") or []), env]
+    if not pod_md["annotations"]:
+        del pod_md["annotations"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_md, "spec": spec}
+
+
+class JobController:
+    """`run()` until cancelled."""
+
+    def __init__(self, api: ApiClient, recorder: EventRecorder | None = None, *,
+                 backoff_base: float = DEFAULT_BACKOFF_BASE,
+                 backoff_max: float = DEFAULT_BACKOFF_MAX, workers: int = WORKERS) -> None:
+        self.api = api
+        self.recorder = recorder or EventRecorder(api, "job-controller")
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.workers = workers
+        self.jobs = Informer(api, JOBS, name="jobs")
+        self.pods = Informer(api, resource_path("pods"), name="job pods")
+        self.queue: WorkQueue[str] = WorkQueue(base_delay=0.05, max_delay=30.0)
+        self._pods_of: dict[str, dict[str, dict[str, Any]]] = {}  # job uid -> pod key -> pod
+        self._job_key_of: dict[str, str] = {}  # job uid -> namespace/name
+        # job key -> (creations, deletions still to be seen, deadline)
+        self._expectations: dict[str, tuple[int, int, float]] = {}
+        self._last_failure: dict[str, tuple[int, float]] = {}  # job uid -> (failures, when)
+        self.jobs.add_handler(on_add=self._job_changed,
+                              on_update=lambda old, new: self._job_changed(new),
+                              on_delete=self._job_deleted)
+        self.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated,
+                              on_delete=self._pod_deleted)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _job_changed(self, job: dict[str, Any]) -> None:
+        self._job_key_of[str(_md(job).get("uid"))] = _key(job)
+        self.queue.add(_key(job))
+
+    def _job_deleted(self, job: dict[str, Any]) -> None:
+        uid = str(_md(job).get("uid"))
+        self._job_key_of.pop(uid, None)
+        self._expectations.pop(_key(job), None)
+        self._last_failure.pop(uid, None)
+        # its pods' finalizers must still go
+        self.queue.add(_key(job))
+
+    def _enqueue_owner(self, pod: Mapping[str, Any]) -> None:
+        uid = controller_uid(pod)
+        if uid is None:
+            return
+        key = self._job_key_of.get(uid) or f"{_md(pod).get('namespace', '')}/" + next(
+            (str(r.get("name")) for r in _md(pod).get("ownerReferences") or []
+             if r.get("uid") == uid), "")
+        self.queue.add(key)
+
+    def _observed(self, pod: Mapping[str, Any], created: bool) -> None:
+        uid = controller_uid(pod)
+        key = self._job_key_of.get(uid or "")
+        if key is None or key not in self._expectations:
+            return
+        adds, dels, deadline = self._expectations[key]
+        self._expectations[key] = (adds - 1, dels, deadline) if created else (adds, dels - 1,
+                                                                               deadline)
+
+    def _untracked(self, pod: Mapping[str, Any]) -> None:
+        """A pod without a Job controller (orphaned): it keeps no tracking finalizer."""
+        for pods in self._pods_of.values():
+            pods.pop(_key(pod), None)
+        if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
+            self.queue.add(ORPHAN_PREFIX + _key(pod))
+
+    def _pod_added(self, pod: dict[str, Any]) -> None:
+        uid = controller_uid(pod)
+        if uid is None:
+            self._untracked(pod)
+            return
+        self._pods_of.setdefault(uid, {})[_key(pod)] = pod
+        self._observed(pod, True)
+        self._enqueue_owner(pod)
+
+    def _pod_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        uid = controller_uid(new)
+        if uid is None:
+            self._untracked(new)
+            return
+        self._pods_of.setdefault(uid, {})[_key(new)] = new
+        if _md(new).get("deletionTimestamp") and not _md(old).get("deletionTimestamp"):
+            self._observed(new, False)
+        self._enqueue_owner(new)
+
+    def _pod_deleted(self, pod: dict[str, Any]) -> None:
+        uid = controller_uid(pod)
+        if uid is None:
+            return
+        pods = self._pods_of.get(uid, {})
+        pods.pop(_key(pod), None)
+        if not pods:
+            self._pods_of.pop(uid, None)
+        if not _md(pod).get("deletionTimestamp"):
+            self._observed(pod, False)
+        self._enqueue_owner(pod)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self.jobs.run(), name="job-informer"),
+                 asyncio.create_task(self.pods.run(), name="job-pod-informer")]
+        try:
+            await self.jobs.wait_synced()
+            await self.pods.wait_synced()
+            workers = [asyncio.create_task(self._worker(), name=f"job-worker-{i}")
+                       for i in range(self.workers)]
+            tasks += workers
+            await asyncio.gather(*workers)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self.queue.close()
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self.sync(key)
+                self.queue.forget(key)
+            except asyncio.CancelledError:
+                raise
+            except (StatusError, ApiUnavailable) as err:
+                log.info("job %s: sync failed, retrying: %s", key,
+                         getattr(err, "message", err))
+                self.queue.add_rate_limited(key)
+            except Exception:
+                log.exception("job %s: sync failed", key)
+                self.queue.add_rate_limited(key)
+            finally:
+                self.queue.done(key)
+
+    def _satisfied(self, key: str) -> bool:
+        adds, dels, deadline = self._expectations.get(key, (0, 0, 0.0))
+        return (adds <= 0 and dels <= 0) or time.monotonic() > deadline
+
+    async def sync(self, key: str) -> None:
+        if key.startswith(ORPHAN_PREFIX):
+            namespace, name = key[len(ORPHAN_PREFIX):].split("/", 1)
+            await self._release(namespace, name)
+            return
+        job = self.jobs.get(key)
+        if job is None:
+            await self._release_orphans()
+            return
+        managed_by = (job.get("spec") or {}).get("managedBy")
+        if managed_by and managed_by != MANAGED_BY:
+            return  # another controller's (upstream's JobManagedBy)
+        if not self._satisfied(key):
+            return
+        uid = str(_md(job).get("uid"))
+        pods = list(self._pods_of.get(uid, {}).values())
+        if _md(job).get("deletionTimestamp"):
+            # being deleted (in the foreground, say): no new pods, and none of its pods
+            # waits for it to be counted
+            for pod in pods:
+                if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
+                    await self._release(str(_md(pod).get("namespace")),
+                                        str(_md(pod).get("name")))
+            return
+        failures = int((job.get("status") or {}).get("failed") or 0) + len(
+            ((job.get("status") or {}).get("uncountedTerminatedPods") or {}).get("failed") or [])
+        backoff = self._backoff_remaining(uid, failures)
+        plan = compute(job, pods, datetime.now(UTC), backoff_remaining=backoff)
+        if plan.new_failures:
+            self._last_failure[uid] = (failures + 1, time.monotonic())
+        namespace, name = key.split("/", 1)
+        if plan.status != (job.get("status") or {}):
+            body = dict(job, apiVersion="batch/v1", kind="Job", status=plan.status)
+            await self.api.update(resource_path("jobs", namespace, name, "status",
+                                                group="batch"), body)
+        for event_type, reason, message in plan.events:
+            await self.recorder.record(job, event_type, reason, message, kind="Job",
+                                       api_version="batch/v1")
+        for pod_name in plan.release:
+            await self._release(namespace, pod_name)
+        if plan.delete or plan.create:
+            self._expectations[key] = (len(plan.create), len(plan.delete),
+                                       time.monotonic() + EXPECTATIONS_TIMEOUT)
+        for pod_name in plan.delete:
+            await self._delete_pod(job, namespace, pod_name)
+        await self._create_pods(job, namespace, plan.create)
+        if plan.requeue_after is not None:
+            self.queue.add_after(key, plan.requeue_after)
+
+    def _backoff_remaining(self, uid: str, failures: int) -> float:
+        if failures <= 0 or uid not in self._last_failure:
+            return 0.0
+        count, when = self._last_failure[uid]
+        delay = min(self.backoff_base * (2 ** max(0, count - 1)), self.backoff_max)
+        return max(0.0, when + delay - time.monotonic())
+
+    async def _release(self, namespace: str, pod_name: str) -> None:
+        """Remove the tracking finalizer (the pod is counted in the Job's status)."""
+        path = resource_path("pods", namespace, pod_name)
+        for _ in range(5):
+            try:
+                pod = await self.api.get(path)
+            except StatusError as err:
+                if err.code == 404:
+                    return
+                raise
+            finalizers = list(_md(pod).get("finalizers") or [])
+            if JOB_TRACKING_FINALIZER not in finalizers:
+                return
+            kept = [f for f in finalizers if f != JOB_TRACKING_FINALIZER]
+            try:
+                await self.api.patch(path, {"metadata": {
+                    "finalizers": kept or None,
+                    "resourceVersion": _md(pod).get("resourceVersion")}}, patch_type="merge")
+                return
+            except StatusError as err:
+                if err.code == 404:
+                    return
+                if err.code != 409:
+                    raise
+
+    async def _release_orphans(self) -> None:
+        """Pods of Jobs that are gone keep no tracking finalizer."""
+        for uid in [u for u in self._pods_of if u not in self._job_key_of]:
+            for pod in list(self._pods_of.get(uid, {}).values()):
+                if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
+                    await self._release(str(_md(pod).get("namespace")),
+                                        str(_md(pod).get("name")))
+
+    async def _delete_pod(self, job: Mapping[str, Any], namespace: str, name: str) -> None:
+        try:
+            await self.api.delete(resource_path("pods", namespace, name))
+        except StatusError as err:
+            if err.code != 404:
+                raise
+            self._observed_gone(job)
+            return
+        await self.recorder.record(job, "Normal", "SuccessfulDelete", f"Deleted pod: {name}",
+                                   kind="Job", api_version="batch/v1")
+
+    def _observed_gone(self, job: Mapping[str, Any]) -> None:
+        key = _key(job)
+        if key in self._expectations:
+            adds, dels, deadline = self._expectations[key]
+            self._expectations[key] = (adds, dels - 1, deadline)
+
+    async def _create_pods(self, job: Mapping[str, Any], namespace: str,
+                           indexes: list[int | None]) -> None:
+        """Create in batches of 1, 2, 4... (upstream's slow start): a first failure stops
+        the rest."""
+        key = _key(job)
+        remaining = list(indexes)
+        batch = 1
+        while remaining:
+            now, remaining = remaining[:batch], remaining[batch:]
+            results = await asyncio.gather(*(self._create_one(job, namespace, i) for i in now),
+                                           return_exceptions=True)
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                adds, dels, deadline = self._expectations.get(key, (0, 0, 0.0))
+                self._expectations[key] = (adds - len(failed) - len(remaining), dels, deadline)
+                raise failed[0]
+            batch *= 2
+
+    async def _create_one(self, job: Mapping[str, Any], namespace: str,
+                          index: int | None) -> None:
+        created = await self.api.create(resource_path("pods", namespace), job_pod(job, index))
+        await self.recorder.record(job, "Normal", "SuccessfulCreate",
+                                   f"Created pod: {_md(created).get('name')}", kind="Job",
+                                   api_version="batch/v1")

@@ -1,0 +1,111 @@
+"""The TTL-after-finished controller, as upstream's `pkg/controller/ttlafterfinished`: a
+Job with `spec.ttlSecondsAfterFinished` is deleted (in the foreground, so its pods go
+first; with its UID as precondition) that many seconds after it finished: its
+`completionTime`, or the time its `Failed` condition became true."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ephemera.api.errors import StatusError
+from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
+from ephemera.controllers.workqueue import WorkQueue
+
+__all__ = ["TTLAfterFinishedController", "expires_in"]
+
+log = logging.getLogger("ephemera.controllers.ttlafterfinished")
+
+
+def _parse(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def expires_in(job: Mapping[str, Any], now: datetime) -> float | None:
+    """Seconds until the finished Job expires (<= 0: now); None: it never does (no TTL, or
+    not finished)."""
+    ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
+    if not isinstance(ttl, int) or (job.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    status = job.get("status") or {}
+    finished: datetime | None = None
+    for c in status.get("conditions") or []:
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            finished = _parse(status.get("completionTime")) if c.get("type") == "Complete" \
+                else None
+            finished = finished or _parse(c.get("lastTransitionTime"))
+    if finished is None:
+        return None
+    return (finished - now).total_seconds() + ttl
+
+
+class TTLAfterFinishedController:
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+        self.jobs = Informer(api, "/apis/batch/v1/jobs", name="ttl jobs")
+        self.queue: WorkQueue[str] = WorkQueue(base_delay=0.5, max_delay=30.0)
+        self.jobs.add_handler(on_add=self._changed,
+                              on_update=lambda old, new: self._changed(new))
+
+    def _changed(self, job: Mapping[str, Any]) -> None:
+        if expires_in(job, datetime.now(UTC)) is not None:
+            md = job.get("metadata") or {}
+            self.queue.add(f"{md.get('namespace')}/{md.get('name')}")
+
+    async def run(self) -> None:
+        informer = asyncio.create_task(self.jobs.run(), name="ttl-informer")
+        try:
+            await self.jobs.wait_synced()
+            while True:
+                key = await self.queue.get()
+                try:
+                    await self._sync(key)
+                    self.queue.forget(key)
+                except (StatusError, ApiUnavailable) as err:
+                    log.info("job %s: TTL check failed, retrying: %s", key, err)
+                    self.queue.add_rate_limited(key)
+                finally:
+                    self.queue.done(key)
+        finally:
+            informer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await informer
+            self.queue.close()
+
+    async def _sync(self, key: str) -> None:
+        namespace, name = key.split("/", 1)
+        path = resource_path("jobs", namespace, name, group="batch")
+        job = self.jobs.get(key)
+        if job is None:
+            return
+        left = expires_in(job, datetime.now(UTC))
+        if left is None:
+            return
+        if left > 0:
+            self.queue.add_after(key, left)
+            return
+        try:  # the cache may be stale: read it fresh before deleting
+            fresh = await self.api.get(path)
+        except StatusError as err:
+            if err.code == 404:
+                return
+            raise
+        left = expires_in(fresh, datetime.now(UTC))
+        if left is None or left > 0:
+            if left is not None:
+                self.queue.add_after(key, left)
+            return
+        log.info("ttl-after-finished: cleaning up job %s", key)
+        try:
+            await self.api.delete(path, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                         "propagationPolicy": "Foreground",
+                                         "preconditions": {"uid": fresh["metadata"]["uid"]}})
+        except StatusError as err:
+            if err.code not in (404, 409):
+                raise
