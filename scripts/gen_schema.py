@@ -51,6 +51,9 @@ ROOTS += ["io.k8s.api.authorization.v1." + k
 ROOTS += ["io.k8s.api.authentication.v1." + k
           for k in ("TokenRequest", "TokenReview", "SelfSubjectReview")]
 ROOTS += ["io.k8s.api.certificates.v1.CertificateSigningRequest"]
+ROOTS += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1." + k
+          for k in ("CustomResourceDefinition", "CustomResourceDefinitionList")]
+ROOTS += ["io.k8s.api.autoscaling.v1.Scale"]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
 
 # --- KEP-6395 API additions (the KEP's "API Changes" section) ------------------------------
@@ -445,6 +448,9 @@ DESCRIPTIONS: dict[str, str] = {
     "TokenReviewStatus.user": "The user the token authenticates as.",
     "SelfSubjectReview": "Asks who the caller is authenticated as (kubectl auth whoami).",
     "SelfSubjectReviewStatus.userInfo": "The caller's user name, uid, groups and extras.",
+    "Scale": "The replica count of a resource that has a scale subresource, and its selector.",
+    "CustomResourceDefinition": "A new resource kind this server is to serve: its group, "
+                                "names, scope, versions and each version's schema.",
     "CertificateSigningRequest": "A request for a certificate signed by a named signer, "
                                  "approved or denied, then issued.",
     "CertificateSigningRequestList": "A list of certificate signing requests.",

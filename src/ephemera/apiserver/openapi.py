@@ -10,8 +10,9 @@
   validation, client-side apply (strategic merge patch) and explain read.
 - `/openapi/v2`: `openapi_v2_document()`, the same in Swagger 2.0 (JSON).
 
-Everything here is pure and computed once: the `*_bytes` functions return the cached
-serialized bodies, the dict functions fresh copies.
+Everything here is pure and computed once per set of served resources (the custom
+resources of CRDs change it: `ephemera.apiserver.resources.generation`): the `*_bytes`
+functions return the cached serialized bodies, the dict functions fresh copies.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from functools import cache
 from typing import Any
 
 from ephemera.api import schema
-from ephemera.apiserver.resources import GROUP_VERSIONS, Resource, by_group_version
+from ephemera.apiserver.resources import (
+    Resource,
+    by_group_version,
+    generation,
+    served_group_versions,
+)
 
 V2_REF = "#/definitions/"
 V3_REF = "#/components/schemas/"
@@ -247,9 +253,24 @@ def _patch_op(operation_id: str, description: str, gvk: dict[str, str],
                       responses={"200": definition, "201": definition})
 
 
+_cached_generation = 0
+
+
+def _fresh() -> None:
+    """Forget what was computed from an older set of served resources."""
+    global _cached_generation
+    current = generation()
+    if current != _cached_generation:
+        _group_version_items.cache_clear()
+        _v3_document_bytes.cache_clear()
+        _v3_index_bytes.cache_clear()
+        _v2_document_bytes.cache_clear()
+        _cached_generation = current
+
+
 @cache
 def _group_version_items(group: str, version: str) -> tuple[_PathItem, ...]:
-    if (group, version) not in GROUP_VERSIONS:
+    if (group, version) not in served_group_versions():
         raise KeyError(f"group-version {group}/{version} is not served")
     items: list[_PathItem] = []
     for r in by_group_version(group, version):
@@ -409,9 +430,14 @@ def openapi_v3_path(group: str, version: str) -> str:
     return f"apis/{group}/{version}" if group else f"api/{version}"
 
 
-@cache
 def openapi_v3_document_bytes(group: str, version: str) -> bytes:
     """The serialized v3 document of a group-version; KeyError if it is not served."""
+    _fresh()
+    return _v3_document_bytes(group, version)
+
+
+@cache
+def _v3_document_bytes(group: str, version: str) -> bytes:
     doc = _build_v3_document(group, version)
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -427,14 +453,19 @@ def document_hash(group: str, version: str) -> str:
     return hashlib.sha512(openapi_v3_document_bytes(group, version)).hexdigest().upper()
 
 
-@cache
 def openapi_v3_index_bytes() -> bytes:
+    _fresh()
+    return _v3_index_bytes()
+
+
+@cache
+def _v3_index_bytes() -> bytes:
     paths = {
         openapi_v3_path(g, v): {
             "serverRelativeURL": f"/openapi/v3/{openapi_v3_path(g, v)}?hash="
                                  f"{document_hash(g, v)}"
         }
-        for g, v in GROUP_VERSIONS
+        for g, v in served_group_versions()
     }
     return json.dumps({"paths": paths}, separators=(",", ":")).encode()
 
@@ -455,7 +486,7 @@ def openapi_v3_document_for_path(path: str) -> bytes | None:
         gv = (parts[1], parts[2])
     else:
         return None
-    if gv not in GROUP_VERSIONS:
+    if gv not in served_group_versions():
         return None
     return openapi_v3_document_bytes(*gv)
 
@@ -505,11 +536,16 @@ def _v2_operation(op: _Operation, tag: str) -> dict[str, Any]:
     return out
 
 
-@cache
 def openapi_v2_document_bytes() -> bytes:
+    _fresh()
+    return _v2_document_bytes()
+
+
+@cache
+def _v2_document_bytes() -> bytes:
     paths: dict[str, Any] = {}
     used: set[str] = set()
-    for group, version in GROUP_VERSIONS:
+    for group, version in served_group_versions():
         items = _group_version_items(group, version)
         used.update(_used_definitions(items))
         tag = _tag(group, version)

@@ -136,7 +136,7 @@ def field_manager(request: web.Request) -> str:
 
 def selection(request: web.Request, resource: Resource) -> Selection:
     try:
-        return Selection.parse(resource.kind, request.query.get("labelSelector"),
+        return Selection.parse(resource.selector_kind, request.query.get("labelSelector"),
                                request.query.get("fieldSelector"))
     except SelectorError as err:
         raise errors.bad_request(str(err)) from None
@@ -264,7 +264,8 @@ class RestHandlers:
         manager = field_manager(request)
         warnings = fieldvalidation.check(obj, res.definition,
                                          request.query.get("fieldValidation"), res.kind,
-                                         res.version, duplicates, options_kind)
+                                         res.version, duplicates, options_kind,
+                                         check_types=not res.custom)
         return obj, dry, manager, warnings
 
     # -- create -----------------------------------------------------------------------------
@@ -333,6 +334,8 @@ class RestHandlers:
         content_type = request.content_type.split(";")[0].strip().lower()
         if content_type not in PATCH_TYPES:
             raise errors.unsupported_media_type()
+        if res.custom and content_type == PATCH_STRATEGIC:
+            raise errors.unsupported_media_type(custom=True)
         body = await read_body(request, self.max_body_bytes)
         dry = dry_run(request.query.getall("dryRun", []), "PatchOptions")
         force = query_bool(request, "force")
@@ -434,7 +437,7 @@ class RestHandlers:
                        directive: str) -> list[str]:
         """Field validation of a patched object: wrong types 422, unknown fields 422
         (Strict), dropped with warnings (Warn) or silently (Ignore)."""
-        err = fieldvalidation.type_errors(new, res.definition)
+        err = None if res.custom else fieldvalidation.type_errors(new, res.definition)
         if err is not None:
             text = go_quote(json.dumps(new, separators=(",", ":"), ensure_ascii=False))
             message = f"Invalid value: {text}: {err}"

@@ -1,0 +1,92 @@
+"""`x-kubernetes-validations`: CEL rules compiled and evaluated with cel-python (`celpy`).
+
+A rule sees the value of its schema node as `self` and, on an update where the old object
+has a value at the same place, that old value as `oldSelf`; a rule that names `oldSelf` (a
+transition rule) is skipped when there is no old value, as upstream skips it. A rule that
+evaluates to false is a field error at the node's path (or at `fieldPath`), with the
+`message`, the string `messageExpression` evaluates to, or upstream's `failed rule: RULE`,
+of the rule's `reason` (default `FieldValueInvalid`).
+
+What upstream has and cel-python has not: the Kubernetes CEL libraries (`isSorted`,
+`quantity()`, `url()`, `ip()`, ...) and the static cost estimate; rules are evaluated without
+a cost limit here (the README lists this).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import celpy
+from celpy.celparser import CELParseError
+
+_OLD_SELF = re.compile(r"\boldSelf\b")
+
+# `reason` -> the field error type its failure is reported as.
+REASONS = {"FieldValueInvalid": "Invalid", "FieldValueForbidden": "Forbidden",
+           "FieldValueRequired": "Required", "FieldValueDuplicate": "Duplicate"}
+
+
+class CompileError(Exception):
+    """A rule or messageExpression that does not compile (the text is celpy's)."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    program: Any
+    transition: bool
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    """celpy's environment, made once. celpy raises the interpreter's recursion limit
+    when it makes one; the limit the rest of ephemera is written against is put back (CEL
+    rules are short)."""
+    limit = sys.getrecursionlimit()
+    try:
+        return celpy.Environment()
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+@lru_cache(maxsize=4096)
+def compile_rule(text: str) -> Compiled:
+    """The rule compiled (cached by its text); CompileError when it does not parse."""
+    env = _environment()
+    try:
+        ast = env.compile(text)
+        program = env.program(ast)
+    except CELParseError as err:
+        raise CompileError(_one_line(str(err))) from None
+    except Exception as err:  # celpy's own failures while building the program
+        raise CompileError(_one_line(str(err))) from None
+    return Compiled(program, bool(_OLD_SELF.search(text)))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+
+
+class EvalError(Exception):
+    """A rule that could not be evaluated (no such key, wrong types, ...)."""
+
+
+def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = False) -> Any:
+    """The rule's result as a Python value: bool for rules, str for message expressions."""
+    activation: dict[str, Any] = {"self": celpy.json_to_cel(value)}
+    if has_old:
+        activation["oldSelf"] = celpy.json_to_cel(old)
+    try:
+        result = compiled.program.evaluate(activation)
+    except Exception as err:
+        raise EvalError(_one_line(str(err.args[0]) if err.args else str(err))) from None
+    if isinstance(result, celpy.celtypes.BoolType):
+        return bool(result)
+    if isinstance(result, celpy.celtypes.StringType):
+        return str(result)
+    if isinstance(result, Exception):
+        raise EvalError(_one_line(str(result.args[0]) if result.args else str(result)))
+    return result
