@@ -521,8 +521,11 @@ def _refs(node: Any, out: set[str]) -> None:
 
 
 def _strip_prose(node: Any) -> Any:
+    """Without the descriptions (strings; a property named `description`, as
+    JSONSchemaProps has, is a schema and stays)."""
     if isinstance(node, dict):
-        return {k: _strip_prose(v) for k, v in node.items() if k != "description"}
+        return {k: _strip_prose(v) for k, v in node.items()
+                if not (k == "description" and isinstance(v, str))}
     if isinstance(node, list):
         return [_strip_prose(v) for v in node]
     return node
