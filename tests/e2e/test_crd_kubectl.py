@@ -2,15 +2,19 @@
 `ephemera up` (one cluster for the module): apply of a CRD and `kubectl wait` for
 Established, `explain`, `apply`, `get` with the printer columns, by short name and by
 category, `edit`, validation and CEL errors as kubectl prints them, the status and scale
-subresources, another served version, and deletion of the CRD with its objects."""
+subresources, another served version, and deletion of the CRD with its objects; then a kopf
+operator (`kopf_operator/`, run with `kopf run`) reacting to creates, updates and deletes."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from cluster import Kubectl, kubectl, shared_cluster  # noqa: F401  (fixtures)
+from cluster import Kubectl, kubectl, shared_cluster, wait  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.e2e
 
@@ -156,3 +160,59 @@ def test_deleting_a_crd_deletes_its_objects(kubectl: Kubectl,  # noqa: F811
             or 'Unable to list "stable.example.com/v1, Resource=widgets": the server could '
                "not find the requested resource" in result.stderr), result.stderr
     assert "widgets" not in k("api-resources", "--api-group=stable.example.com").stdout
+
+
+# --- a kopf operator --------------------------------------------------------------------------
+
+OPERATOR = Path(__file__).parent / "kopf_operator" / "crontab_operator.py"
+
+
+def _events(k: Kubectl, name: str) -> dict[str, str]:
+    listed = k.json("get", "events", "--field-selector", f"involvedObject.name={name}")
+    return {e["reason"]: e["message"] for e in listed["items"]}
+
+
+def test_kopf_operator_reacts_to_create_update_and_delete(crontabs: Kubectl,
+                                                          tmp_path: Path) -> None:
+    k = crontabs
+    deleted_log = tmp_path / "deleted.log"
+    deleted_log.touch()
+    argv = [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace",
+            str(k.namespace), str(OPERATOR)]
+    env = {**os.environ, "KUBECONFIG": str(k.cluster.kubeconfig), "HOME": str(k.home),
+           "CRONTAB_DELETED_LOG": str(deleted_log)}
+    output = tmp_path / "kopf.out"
+    with open(output, "wb") as out:
+        operator = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+    try:
+        k("apply", "-f", CRONTAB)
+        got = wait(lambda: (lambda o: o if o.get("status", {}).get("phase") == "Scheduled"
+                            else None)(k.json("get", "ct", "nightly")),
+                   "kopf handled the create", timeout=30)
+        assert got["status"]["created"] == {"image": "busybox:1.36"}
+        assert "kopf.zalando.org/KopfFinalizerMarker" in got["metadata"]["finalizers"]
+        assert wait(lambda: _events(k, "nightly").get("Scheduled"), "the create event",
+                    timeout=30) == "nightly runs busybox:1.36"
+
+        k("patch", "crontab", "nightly", "--type=merge", "-p",
+          '{"spec":{"image":"busybox:1.37"}}')
+        got = wait(lambda: (lambda o: o if o.get("status", {}).get("phase") == "Updated"
+                            else None)(k.json("get", "ct", "nightly")),
+                   "kopf handled the update", timeout=30)
+        assert got["status"]["image"] == "busybox:1.37"
+        assert wait(lambda: _events(k, "nightly").get("ImageChanged"), "the update event",
+                    timeout=30) == "busybox:1.36 -> busybox:1.37"
+
+        k("delete", "crontab", "nightly", "--timeout=30s")
+        assert deleted_log.read_text() == f"{k.namespace}/nightly\n"
+        assert k("get", "ct", "nightly", check=False).returncode == 1
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(15)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait()
+    log = output.read_text(errors="replace")
+    assert "Traceback" not in log, log
