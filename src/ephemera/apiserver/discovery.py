@@ -49,7 +49,8 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
 _SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding", "exec": "PodExecOptions",
                                      "attach": "PodAttachOptions",
                                      "portforward": "PodPortForwardOptions",
-                                     "proxy": "NodeProxyOptions", "token": "TokenRequest"}
+                                     "proxy": "NodeProxyOptions", "token": "TokenRequest",
+                                     "scale": "Scale"}
 
 
 def version_info() -> dict[str, Any]:
@@ -198,11 +199,10 @@ def _discovery_resource(r: Resource) -> dict[str, Any]:
         entry["subresources"] = [
             {
                 "subresource": sub,
-                "responseKind": {
-                    "group": r.group,
-                    "version": r.version,
-                    "kind": subresource_kind(r, sub),
-                },
+                "responseKind": (
+                    {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+                    if sub == "scale" else
+                    {"group": r.group, "version": r.version, "kind": subresource_kind(r, sub)}),
                 "verbs": list(subresource_verbs(sub)),
             }
             for sub in r.subresources

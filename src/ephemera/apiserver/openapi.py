@@ -40,6 +40,7 @@ STATUS = META + "Status"
 DELETE_OPTIONS = META + "DeleteOptions"
 PATCH = META + "Patch"
 BINDING = "io.k8s.api.core.v1.Binding"
+SCALE = "io.k8s.api.autoscaling.v1.Scale"
 
 PATCH_CONTENT_TYPES = (
     "application/json-patch+json",
@@ -173,7 +174,7 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               responses={"200": r.definition, "201": r.definition}))
     if "patch" in verbs:
         ops.append(_patch_op(f"patch{gid}{scoped}{r.kind}", f"Patch the given {r.kind}.",
-                             gvk, r.definition))
+                             gvk, r.definition, r.custom))
     if "delete" in verbs:
         ops.append(_Operation("delete", f"delete{gid}{scoped}{r.kind}", "delete",
                               f"Delete the given {r.kind}.", gvk, _DELETE_QUERY,
@@ -224,16 +225,18 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               _WRITE_QUERY, body=r.definition,
                               responses={"200": r.definition, "201": r.definition})]
         else:
+            # `scale` reads and writes an autoscaling/v1 Scale, the others the kind itself
+            body, sgvk = ((SCALE, _gvk("autoscaling", "v1", "Scale")) if sub == "scale"
+                          else (r.definition, gvk))
             ops = [
                 _Operation("get", f"read{gid}{scoped}{r.kind}{title}", "get",
-                           f"Read the {sub} of the given {r.kind}.", gvk,
-                           responses={"200": r.definition}),
+                           f"Read the {sub} of the given {r.kind}.", sgvk,
+                           responses={"200": body}),
                 _Operation("put", f"replace{gid}{scoped}{r.kind}{title}", "put",
-                           f"Replace the {sub} of the given {r.kind}.", gvk, _WRITE_QUERY,
-                           body=r.definition,
-                           responses={"200": r.definition, "201": r.definition}),
+                           f"Replace the {sub} of the given {r.kind}.", sgvk, _WRITE_QUERY,
+                           body=body, responses={"200": body, "201": body}),
                 _patch_op(f"patch{gid}{scoped}{r.kind}{title}",
-                          f"Patch the {sub} of the given {r.kind}.", gvk, r.definition),
+                          f"Patch the {sub} of the given {r.kind}.", sgvk, body, r.custom),
             ]
         items.append(_PathItem(sub_path, (*name_param, *ns_param), tuple(ops)))
 
@@ -247,9 +250,12 @@ def _path_items(r: Resource) -> list[_PathItem]:
 
 
 def _patch_op(operation_id: str, description: str, gvk: dict[str, str],
-              definition: str) -> _Operation:
+              definition: str, custom: bool = False) -> _Operation:
+    """A patch operation; custom resources take no strategic merge patch."""
+    types = (tuple(t for t in PATCH_CONTENT_TYPES if "strategic" not in t) if custom
+             else PATCH_CONTENT_TYPES)
     return _Operation("patch", operation_id, "patch", description, gvk, _PATCH_QUERY,
-                      body=PATCH, body_types=PATCH_CONTENT_TYPES,
+                      body=PATCH, body_types=types,
                       responses={"200": definition, "201": definition})
 
 
