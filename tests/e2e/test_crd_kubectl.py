@@ -14,7 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster import Kubectl, kubectl, shared_cluster, wait  # noqa: F401  (fixtures)
+from cluster import (  # noqa: F401  (fixtures)
+    Kubectl,
+    as_identity,
+    kubectl,
+    shared_cluster,
+    wait,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -160,6 +166,25 @@ def test_deleting_a_crd_deletes_its_objects(kubectl: Kubectl,  # noqa: F811
             or 'Unable to list "stable.example.com/v1, Resource=widgets": the server could '
                "not find the requested resource" in result.stderr), result.stderr
     assert "widgets" not in k("api-resources", "--api-group=stable.example.com").stdout
+
+
+def test_rbac_applies_to_custom_resources(crontabs: Kubectl, tmp_path: Path) -> None:
+    k = crontabs
+    k("apply", "-f", CRONTAB)
+    alice = as_identity(k, "alice", tmp_path)
+    denied = alice("get", "crontabs", check=False)
+    assert denied.returncode == 1
+    assert denied.stderr.strip() == (
+        'Error from server (Forbidden): crontabs.stable.example.com is forbidden: User "alice" '
+        'cannot list resource "crontabs" in API group "stable.example.com" in the namespace '
+        f'"{k.namespace}"')
+    k("create", "role", "crontab-reader", "--verb=get,list", "--resource=crontabs")
+    k("create", "rolebinding", "alice-reads", "--role=crontab-reader", "--user=alice")
+    assert alice("get", "crontabs", "-o", "name").stdout == \
+        "crontab.stable.example.com/nightly\n"
+    denied = alice("delete", "crontab", "nightly", check=False)
+    assert 'cannot delete resource "crontabs" in API group "stable.example.com"' \
+        in denied.stderr
 
 
 # --- a kopf operator --------------------------------------------------------------------------
