@@ -5,6 +5,7 @@ defaulting, pruning, CEL, status and scale, printer columns, selectors, and dele
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from apiserver_fixtures import TABLE_ACCEPT, Api, eventually
@@ -321,3 +322,36 @@ async def test_deleting_the_crd_deletes_its_objects(api: Api) -> None:
     assert status == 404
     status, groups = await api.get("/apis")
     assert "stable.example.com" not in {g["name"] for g in groups["groups"]}
+
+
+async def test_deleting_a_namespace_deletes_its_custom_resources(api: Api) -> None:
+    await make_crd(api)
+    await api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                          "metadata": {"name": "tmp"}})
+    status, _ = await api.post("/apis/stable.example.com/v1/namespaces/tmp/crontabs",
+                               crontab("in-tmp"))
+    assert status == 201
+    status, _ = await api.delete("/api/v1/namespaces/tmp")
+    assert status == 200
+
+    async def gone() -> bool:
+        status, _ = await api.get("/api/v1/namespaces/tmp")
+        return status == 404
+
+    await eventually(gone)
+    assert await api.store.get("/registry/stable.example.com/crontabs/tmp/in-tmp") is None
+
+
+async def test_watch_streams_custom_resources_in_the_version_asked(api: Api) -> None:
+    await make_crd(api)
+    _, listed = await api.get(CT)
+    rv = listed["metadata"]["resourceVersion"]
+    await api.post(CT, crontab("w"))
+    response = await api.client.get(
+        f"/apis/stable.example.com/v1beta1/namespaces/default/crontabs?watch=true"
+        f"&resourceVersion={rv}&timeoutSeconds=1")
+    text = await response.text()
+    first = json.loads(text.splitlines()[0])
+    assert first["type"] == "ADDED"
+    assert first["object"]["apiVersion"] == "stable.example.com/v1beta1"
+    assert first["object"]["metadata"]["name"] == "w"
