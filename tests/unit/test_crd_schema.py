@@ -251,3 +251,28 @@ def test_version_priority_and_printer_jsonpath() -> None:
         {"name": "N", "type": "integer", "jsonPath": ".spec.items[0]"}])
     assert [c["name"] for c in columns] == ["Name", "Ready", "N"]
     assert cells({"metadata": {"name": "x"}, **obj}, datetime.now(UTC)) == ["x", "True", 1]
+
+
+def test_kubernetes_cel_library_subset_and_unsupported_functions_warn() -> None:
+    root = {"type": "object", "properties": {"spec": {
+        "type": "object",
+        "properties": {"hosts": {"type": "array", "items": {"type": "string"}},
+                       "name": {"type": "string"}},
+        "x-kubernetes-validations": [
+            {"rule": "self.hosts.all(h, !isIP(h))", "message": "hosts cannot be IPs"},
+            {"rule": "self.name.lowerAscii() == self.name", "message": "lower case only"},
+            {"rule": "'%s-%d'.format([self.name, 3]) == self.name + '-3'"},
+            {"rule": "self.name.split('-').size() <= 3 && ['a', 'b'].join('/') == 'a/b'"},
+            {"rule": "[1, 2, 3].isSorted() && [1, 2].sum() == 3 && isCIDR('10.0.0.0/8')"},
+            {"rule": "isFancy(self.name)"},
+            {"rule": "self.missing == 1", "message": "never"},
+        ]}}}
+    errors, warnings = crschema.validate_with_warnings(
+        {"spec": {"hosts": ["a.example", "10.1.2.3"], "name": "Web"}}, root)
+    assert [str(e) for e in errors] == [
+        'spec: Invalid value: "object": hosts cannot be IPs',
+        'spec: Invalid value: "object": lower case only',
+        'spec: Invalid value: "object": no such key: missing',
+    ]
+    assert warnings == ['spec: x-kubernetes-validations rule "isFancy(self.name)" was not '
+                        'checked: ephemera\'s CEL has no function "isFancy"']

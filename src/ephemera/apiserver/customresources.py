@@ -166,6 +166,16 @@ class CustomResourceStrategy(Strategy):
         if self.schema is not None:
             crschema.default(obj, self.schema)
 
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        """The rules of the schema that could not be checked (they call a CEL function
+        ephemera has not), as `Warning` headers."""
+        if self.schema is None or not crschema.has_rules(self.schema):
+            return []
+        obj = copy.deepcopy(new)
+        crschema.default(obj, self.schema)
+        return crschema.validate_with_warnings(obj, self.schema, old)[1]
+
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         if self.terminating:
             raise errors.StatusError(

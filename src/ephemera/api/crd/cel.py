@@ -7,9 +7,10 @@ evaluates to false is a field error at the node's path (or at `fieldPath`), with
 `message`, the string `messageExpression` evaluates to, or upstream's `failed rule: RULE`,
 of the rule's `reason` (default `FieldValueInvalid`).
 
-What upstream has and cel-python has not: the Kubernetes CEL libraries (`isSorted`,
-`quantity()`, `url()`, `ip()`, ...) and the static cost estimate; rules are evaluated without
-a cost limit here (the README lists this).
+cel-python has the standard CEL functions; `ephemera.api.crd.cellib` adds the most used
+of Kubernetes' libraries. A rule that calls a function neither has is not enforced: its
+evaluation raises `Unsupported`, which the caller reports as a warning. There is no static
+cost estimate; rules are evaluated without a cost limit (the README lists both).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 
 import celpy
 from celpy.celparser import CELParseError
+
+from ephemera.api.crd.cellib import FUNCTIONS
 
 _OLD_SELF = re.compile(r"\boldSelf\b")
 
@@ -58,7 +61,7 @@ def compile_rule(text: str) -> Compiled:
     env = _environment()
     try:
         ast = env.compile(text)
-        program = env.program(ast)
+        program = env.program(ast, functions=FUNCTIONS)
     except CELParseError as err:
         raise CompileError(_one_line(str(err))) from None
     except Exception as err:  # celpy's own failures while building the program
@@ -74,6 +77,28 @@ class EvalError(Exception):
     """A rule that could not be evaluated (no such key, wrong types, ...)."""
 
 
+class Unsupported(EvalError):
+    """A rule that calls a function this CEL has not (the function's name)."""
+
+
+_UNDECLARED = re.compile(r"undeclared reference to '([^']+)'")
+_NO_SUCH_MEMBER = re.compile(r"no such member in mapping: '([^']*)'")
+
+
+def _eval_error(err: BaseException) -> EvalError:
+    """celpy's error as a short message in upstream's words where they exist; never the
+    evaluator's internals (its activation's repr)."""
+    text = str(err.args[0]) if getattr(err, "args", None) else str(err)
+    undeclared = _UNDECLARED.search(text)
+    if undeclared:
+        return Unsupported(undeclared.group(1))
+    member = _NO_SUCH_MEMBER.search(text)
+    if member:
+        return EvalError(f"no such key: {member.group(1)}")
+    text = text.split(" (in activation", 1)[0]
+    return EvalError(_one_line(text)[:200] or "evaluation failed")
+
+
 def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = False) -> Any:
     """The rule's result as a Python value: bool for rules, str for message expressions."""
     activation: dict[str, Any] = {"self": celpy.json_to_cel(value)}
@@ -82,11 +107,11 @@ def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = Fa
     try:
         result = compiled.program.evaluate(activation)
     except Exception as err:
-        raise EvalError(_one_line(str(err.args[0]) if err.args else str(err))) from None
+        raise _eval_error(err) from None
+    if isinstance(result, Exception):
+        raise _eval_error(result)
     if isinstance(result, celpy.celtypes.BoolType):
         return bool(result)
     if isinstance(result, celpy.celtypes.StringType):
         return str(result)
-    if isinstance(result, Exception):
-        raise EvalError(_one_line(str(result.args[0]) if result.args else str(result)))
     return result

@@ -100,6 +100,7 @@ class _Walk:
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
         self.rule_errors: list[FieldError] = []
+        self.unchecked: list[str] = []  # warnings: rules calling a function CEL lacks
         self.blocking = False
 
     def type_error(self, path: Path, value: Any, want: str) -> None:
@@ -298,6 +299,12 @@ class _Walk:
                 continue
             try:
                 ok = cel.evaluate(compiled, value, old, has_old)
+            except cel.Unsupported as err:
+                where = f"{path}: " if str(path) else ""
+                self.unchecked.append(
+                    f"{where}x-kubernetes-validations rule {_q(rule['rule'])} was not "
+                    f"checked: ephemera's CEL has no function {_q(str(err))}")
+                continue
             except cel.EvalError as err:
                 self.rule_errors.append(field.invalid(path, s.get("type") or "object",
                                                       str(err)))
@@ -351,22 +358,30 @@ def _matches(value: Any, s: Any) -> bool:
 def validate(obj: Any, schema: Schema, old: Any = None) -> list[FieldError]:
     """The schema's errors of `obj` (an update's `old` for transition rules), then its CEL
     rules' errors; CEL is skipped with upstream's note when a value has the wrong type."""
+    return validate_with_warnings(obj, schema, old)[0]
+
+
+def validate_with_warnings(obj: Any, schema: Schema, old: Any = None
+                           ) -> tuple[list[FieldError], list[str]]:
+    """`validate`'s errors, and the warnings of the rules that were not checked (they call a
+    function this CEL has not)."""
     walk = _Walk()
     walk.check(obj, schema, Path(), old, old is not None)
-    if walk.blocking and walk.rule_errors is not None:
-        if _has_rules(schema):
-            return [*walk.errors, FieldError("Invalid", "", NOT_CHECKED, None)]
-        return walk.errors
-    return [*walk.errors, *walk.rule_errors]
+    if walk.blocking:
+        if has_rules(schema):
+            return [*walk.errors, FieldError("Invalid", "", NOT_CHECKED, None)], []
+        return walk.errors, []
+    return [*walk.errors, *walk.rule_errors], walk.unchecked
 
 
-def _has_rules(s: Any) -> bool:
+def has_rules(s: Any) -> bool:
+    """Whether a schema has x-kubernetes-validations anywhere."""
     if isinstance(s, Mapping):
         if s.get("x-kubernetes-validations"):
             return True
-        return any(_has_rules(v) for v in s.values())
+        return any(has_rules(v) for v in s.values())
     if isinstance(s, list):
-        return any(_has_rules(v) for v in s)
+        return any(has_rules(v) for v in s)
     return False
 
 
