@@ -11,6 +11,7 @@ conversion (`spec.conversion.strategy`) is a 422 naming this server.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -441,10 +442,13 @@ def _walk_structural(node: Obj, path: Path, errs: list[FieldError], *, root: boo
         if reason is not None and reason not in cel.REASONS:
             errs.append(field.not_supported(rpath.child("reason"), reason, list(cel.REASONS)))
     if "default" in node and not root:
+        # as upstream: the default with the defaults inside it applied must validate
+        value = copy.deepcopy(node["default"])
+        crschema.default(value, node)
         dpath = str(path.child("default"))
         errs.extend(FieldError(e.type, dpath + (f".{e.field}" if e.field else ""),
                                e.detail.strip(), e.bad_value)
-                    for e in crschema.validate(node["default"], node))
+                    for e in crschema.validate(value, node))
     for name, sub in props.items():
         if isinstance(sub, dict):
             _walk_structural(sub, path.child("properties").key(name), errs)
