@@ -11,8 +11,8 @@ from typing import Any
 from ephemera.api import fieldvalidation, schema
 from ephemera.api.crd import definition as crddef
 from ephemera.api.crd import schema as crschema
+from ephemera.api.crd.naming import names_and_conditions, version_priority
 from ephemera.apiserver import tables
-from ephemera.apiserver.customresources import names_and_conditions, version_priority
 
 ROOT: dict[str, Any] = {
     "type": "object",

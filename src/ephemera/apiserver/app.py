@@ -30,6 +30,7 @@ from ephemera.api.listoptions import query_flag
 from ephemera.apiserver import (
     authnreviews,
     customresources,
+    customscale,
     discovery,
     nodeproxy,
     openapi,
@@ -502,7 +503,7 @@ class Router:
                     return await nodeproxy.node_proxy(request, self.registry, target.name,
                                                       self.kubelets)
             elif sub == "scale" and target.resource.custom:
-                return await customresources.serve_scale(request, self.registry, target,
+                return await customscale.serve_scale(request, self.registry, target,
                                                          self.config.max_body_bytes)
             elif sub == "token":
                 if method == "POST":

@@ -14,8 +14,8 @@
   definitions, Table printer, selectable fields and strategy. A CRD is reconciled within its
   own create request (so its resources are served when the create returns) and on every
   change the CRD watch delivers.
-- `serve_scale`: the `scale` subresource (`autoscaling/v1` Scale over the CRD's replica
-  paths).
+The pure rules are `ephemera.api.crd` (naming: names and conditions); the `scale`
+subresource is `ephemera.apiserver.customscale`.
 
 One apiserver per process serves the custom resources of its store (the resource table is
 the process's, `ephemera.apiserver.resources.set_custom_resources`).
@@ -26,25 +26,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
-
-from ephemera.api import errors, field, meta, patch, schema, selectors
+from ephemera.api import errors, field, meta, schema, selectors
 from ephemera.api.crd import definition as crddef
 from ephemera.api.crd import schema as crschema
+from ephemera.api.crd.naming import (
+    names_and_conditions,
+    set_condition,
+    version_priority,
+)
 from ephemera.api.field import FieldError
 from ephemera.api.validation import validate_object_meta_update
 from ephemera.apiserver import tables
-from ephemera.apiserver.body import read_body
 from ephemera.apiserver.informers import Informer
-from ephemera.apiserver.registry import DeleteOptions, Registry, dumps
+from ephemera.apiserver.registry import DeleteOptions, Registry
 from ephemera.apiserver.resources import Resource, lookup, set_custom_resources
-from ephemera.apiserver.rest import Target, method_not_allowed, request_user, respond
 from ephemera.apiserver.strategy import DeleteOutcome, Strategy
 
 log = logging.getLogger("ephemera.apiserver")
@@ -69,28 +68,6 @@ def _d(obj: Any, key: str) -> dict[str, Any]:
 def _l(obj: Any, key: str) -> list[Any]:
     value = obj.get(key) if isinstance(obj, Mapping) else None
     return value if isinstance(value, list) else []
-
-
-def _set_condition(crd: dict[str, Any], condition: dict[str, Any]) -> None:
-    """upstream's `SetCRDCondition`: the transition time moves only with the status."""
-    conditions = crd.setdefault("status", {}).setdefault("conditions", [])
-    for i, old in enumerate(conditions):
-        if old.get("type") == condition["type"]:
-            if old.get("status") == condition["status"]:
-                condition["lastTransitionTime"] = old.get("lastTransitionTime")
-            else:
-                condition["lastTransitionTime"] = meta.now_rfc3339()
-            conditions[i] = condition
-            return
-    condition["lastTransitionTime"] = meta.now_rfc3339()
-    conditions.append(condition)
-
-
-def _condition(crd: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in _l(_d(crd, "status"), "conditions"):
-        if isinstance(c, dict) and c.get("type") == type_:
-            return c
-    return None
 
 
 # --- the CRD strategy --------------------------------------------------------------------------
@@ -138,7 +115,7 @@ class CRDStrategy(Strategy):
             finalizers = md.setdefault("finalizers", [])
             if CLEANUP_FINALIZER not in finalizers:
                 finalizers.append(CLEANUP_FINALIZER)
-            _set_condition(obj, {"type": "Terminating", "status": "True",
+            set_condition(obj, {"type": "Terminating", "status": "True",
                                  "reason": "InstanceDeletionPending",
                                  "message": "CustomResourceDefinition marked for deletion; "
                                             "CustomResource deletion will begin soon"})
@@ -229,101 +206,7 @@ class CustomResourceStrategy(Strategy):
             md["generation"] = int(meta.ensure_metadata(old).get("generation") or 0) + 1
 
 
-# --- naming -----------------------------------------------------------------------------------
-
-
-def _accepted_names_in_group(crds: list[dict[str, Any]], group: str, skip: str
-                             ) -> tuple[set[str], set[str]]:
-    resources: set[str] = set()
-    kinds: set[str] = set()
-    for crd in crds:
-        if meta.name_of(crd) == skip or _d(crd, "spec").get("group") != group:
-            continue
-        names = _d(_d(crd, "status"), "acceptedNames")
-        resources.update(str(n) for n in (names.get("plural"), names.get("singular")) if n)
-        resources.update(str(n) for n in _l(names, "shortNames"))
-        kinds.update(str(n) for n in (names.get("kind"), names.get("listKind")) if n)
-    return resources, kinds
-
-
-def _fresh(requested: str, accepted: str, used: set[str]) -> str | None:
-    """upstream's `equalToAcceptedOrFresh`: None when fine, else the conflict message."""
-    if requested == accepted or requested not in used:
-        return None
-    return f'"{requested}" is already in use'
-
-
-def names_and_conditions(crd: dict[str, Any], crds: list[dict[str, Any]]
-                         ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """upstream's naming controller: the accepted names, `NamesAccepted` and the
-    `Established` condition it leaves for the establishing controller."""
-    spec = _d(crd, "spec")
-    resources, kinds = _accepted_names_in_group(crds, str(spec.get("group") or ""),
-                                                meta.name_of(crd))
-    requested = _d(spec, "names")
-    accepted = _d(_d(crd, "status"), "acceptedNames")
-    new = copy.deepcopy(accepted)
-    condition: dict[str, Any] = {"type": crddef.NAMES_ACCEPTED, "status": "Unknown"}
-
-    def conflict(reason: str, message: str) -> None:
-        condition.update(status="False", reason=reason, message=message)
-
-    for key, reason, used in (("plural", "PluralConflict", resources),
-                              ("singular", "SingularConflict", resources)):
-        message = _fresh(str(requested.get(key) or ""), str(accepted.get(key) or ""), used)
-        if message:
-            conflict(reason, message)
-        elif requested.get(key):
-            new[key] = requested[key]
-    short_conflict = None
-    for short in _l(requested, "shortNames"):
-        if short not in _l(accepted, "shortNames") and short in resources:
-            short_conflict = f'"{short}" is already in use'
-            break
-    if short_conflict:
-        conflict("ShortNamesConflict", short_conflict)
-    elif requested.get("shortNames"):
-        new["shortNames"] = list(requested["shortNames"])
-    else:
-        new.pop("shortNames", None)
-    for key, reason in (("kind", "KindConflict"), ("listKind", "ListKindConflict")):
-        message = _fresh(str(requested.get(key) or ""), str(accepted.get(key) or ""), kinds)
-        if message:
-            conflict(reason, message)
-        elif requested.get(key):
-            new[key] = requested[key]
-    if requested.get("categories"):
-        new["categories"] = list(requested["categories"])
-    else:
-        new.pop("categories", None)
-    if condition["status"] == "Unknown":
-        condition.update(status="True", reason="NoConflicts", message="no conflicts found")
-    established = copy.deepcopy(_condition(crd, crddef.ESTABLISHED)) or {
-        "type": crddef.ESTABLISHED, "status": "False", "reason": "NotAccepted",
-        "message": "not all names are accepted"}
-    if established.get("status") != "True" and condition["status"] == "True":
-        # The establishing controller's step, at once: nothing here waits for HA peers.
-        established = {"type": crddef.ESTABLISHED, "status": "True",
-                       "reason": "InitialNamesAccepted",
-                       "message": "the initial names have been accepted"}
-    return new, condition, established
-
-
 # --- serving -----------------------------------------------------------------------------------
-
-
-_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
-
-
-def version_priority(name: str) -> tuple[int, int, int, str]:
-    """upstream's `version.CompareKubeAwareVersionStrings` as a sort key (highest first):
-    GA before beta before alpha, higher numbers first, then the others alphabetically."""
-    m = _VERSION.match(name)
-    if m is None:
-        return (3, 0, 0, name)
-    major, stage, minor = int(m.group(1)), m.group(2), int(m.group(3) or 0)
-    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
-    return (rank, -major, -minor, name)
 
 
 def _served_versions(crd: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -429,8 +312,8 @@ class CustomResources:
         names, accepted, established = names_and_conditions(crd, crds)
         wanted = copy.deepcopy(crd)
         wanted.setdefault("status", {})["acceptedNames"] = names
-        _set_condition(wanted, accepted)
-        _set_condition(wanted, established)
+        set_condition(wanted, accepted)
+        set_condition(wanted, established)
         if wanted.get("status") == crd.get("status"):
             return
         expected_rv = meta.ensure_metadata(crd).get("resourceVersion")
@@ -537,89 +420,3 @@ class CustomResources:
         schema.set_custom_definitions(defs)
         tables.set_custom_printers(printers)
         set_custom_resources(tuple(r for r, _ in entries), tuple(ordered))
-
-
-# --- the scale subresource -------------------------------------------------------------------
-
-
-def _scale_paths(registry: Registry, resource: Resource) -> dict[str, Any]:
-    strategy = registry.strategy(resource)
-    scale = getattr(strategy, "scale", None)
-    if not isinstance(scale, dict):
-        raise errors.not_found(resource.plural, "", resource.group)
-    return scale
-
-
-def _to_scale(obj: dict[str, Any], scale: Mapping[str, Any]) -> dict[str, Any]:
-    md = meta.ensure_metadata(obj)
-    spec = tables.jsonpath_values(obj, str(scale.get("specReplicasPath") or ""))
-    status = tables.jsonpath_values(obj, str(scale.get("statusReplicasPath") or ""))
-    out: dict[str, Any] = {
-        "kind": "Scale", "apiVersion": "autoscaling/v1",
-        "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                         "creationTimestamp") if k in md},
-        "spec": {"replicas": spec[0]} if spec and isinstance(spec[0], int) else {},
-        "status": {"replicas": status[0] if status and isinstance(status[0], int) else 0},
-    }
-    selector_path = scale.get("labelSelectorPath")
-    if isinstance(selector_path, str):
-        selector = tables.jsonpath_values(obj, selector_path)
-        if selector and isinstance(selector[0], str):
-            out["status"]["selector"] = selector[0]
-    return out
-
-
-def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
-    parts = path.strip(".").split(".")
-    node = obj
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = node[part] = {}
-        node = child
-    node[parts[-1]] = value
-
-
-async def serve_scale(request: web.Request, registry: Registry, target: Target,
-                      max_body_bytes: int) -> web.Response:
-    """GET, PUT and PATCH (JSON and merge patches) of `NAME/scale`."""
-    res = target.resource
-    scale = _scale_paths(registry, res)
-    if request.method == "GET":
-        obj = await registry.get(res, target.namespace, target.name)
-        return respond(_to_scale(obj, scale))
-    if request.method not in ("PUT", "PATCH"):
-        raise method_not_allowed()
-    body = await read_body(request, max_body_bytes)
-    content_type = request.content_type.split(";")[0].strip().lower()
-
-    async def update(current: dict[str, Any] | None) -> dict[str, Any]:
-        if current is None:
-            raise errors.not_found(res.plural, target.name, res.group)
-        old_scale = _to_scale(copy.deepcopy(current), scale)
-        if request.method == "PUT":
-            try:
-                new_scale = json.loads(body)
-            except ValueError as err:
-                raise errors.bad_request(f"error decoding Scale: {err}") from None
-        elif content_type in (patch.JSON_PATCH, patch.MERGE_PATCH):
-            new_scale = patch.apply_patch(content_type, old_scale, body, "")
-        else:
-            raise errors.unsupported_media_type(custom=True)
-        if not isinstance(new_scale, dict):
-            raise errors.bad_request("the body must be a Scale object")
-        wanted_rv = _d(new_scale, "metadata").get("resourceVersion")
-        if wanted_rv and wanted_rv != meta.ensure_metadata(current).get("resourceVersion"):
-            raise errors.conflict(res.plural, target.name, group=res.group)
-        replicas = _d(new_scale, "spec").get("replicas")
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            raise errors.invalid("Scale", target.name, [field.invalid(
-                "spec.replicas", replicas, "must be greater than or equal to 0")],
-                group="autoscaling")
-        new = copy.deepcopy(current)
-        _set_path(new, str(scale.get("specReplicasPath")), replicas)
-        return await registry.prepare_update(res, new, current, subresource="scale",
-                                             user=request_user(request))
-
-    result, _ = await registry.update(res, target.namespace, target.name, update)
-    return web.Response(body=dumps(_to_scale(result, scale)), content_type="application/json")
