@@ -333,12 +333,13 @@ class CustomResources:
         md = meta.ensure_metadata(crd)
         if CLEANUP_FINALIZER not in (md.get("finalizers") or []):
             return False
-        served = [r for r, _ in resources_of(crd)]
+        served = resources_of(crd)
         remaining = 0
         if served:
-            resource = next((r for r in served if r.version == r.storage_version), served[0])
-            if resource not in self._served:
-                self._install([(resource, crddef.versions(crd)[0])], {})
+            resource, version = next(((r, v) for r, v in served
+                                      if r.version == r.storage_version), served[0])
+            if resource not in self._served:  # never established: nothing routes to it
+                self._install([(resource, version)], {})
             page = await self.registry.list(resource, "")
             prefix = resource.key_prefix()
             for kv in page.kvs:
