@@ -276,3 +276,21 @@ def test_kubernetes_cel_library_subset_and_unsupported_functions_warn() -> None:
     ]
     assert warnings == ['spec: x-kubernetes-validations rule "isFancy(self.name)" was not '
                         'checked: ephemera\'s CEL has no function "isFancy"']
+
+
+def test_embedded_resources_need_apiversion_kind_and_valid_metadata() -> None:
+    root = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "template": {"type": "object", "x-kubernetes-embedded-resource": True,
+                     "x-kubernetes-preserve-unknown-fields": True}}}}}
+    assert messages({"spec": {"template": {"metadata": {"name": "a/b"}}}}, root) == [
+        "spec.template.apiVersion: Required value: must not be empty",
+        "spec.template.kind: Required value: must not be empty",
+        "spec.template.metadata.name: Invalid value: \"a/b\": may not contain '/'",
+    ]
+    assert messages({"spec": {"template": {"apiVersion": "v1", "kind": "Pod",
+                                           "metadata": {"labels": {"app": "x"}}}}},
+                    root) == []
+    # the served definition gives an embedded resource ObjectMeta's fields (and pruning)
+    served = crschema.definition(root, "example.com", "v1", "Thing")
+    template = served["properties"]["spec"]["properties"]["template"]
+    assert template["properties"]["metadata"] == {"$ref": f"#/definitions/{crschema.OBJECT_META}"}

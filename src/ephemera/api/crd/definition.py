@@ -15,7 +15,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ephemera.api import field, meta, services
+from ephemera.api import field, meta
 from ephemera.api.crd import cel
 from ephemera.api.crd import schema as crschema
 from ephemera.api.field import FieldError, Path
@@ -100,7 +100,7 @@ def condition_true(crd: Mapping[str, Any], type_: str) -> bool:
 
 
 def _dns1035(value: str) -> list[str]:
-    return services.service_name_errors(value, False)
+    return crschema.dns1035_label_errors(value)
 
 
 def _name_fn(crd: Obj) -> Any:

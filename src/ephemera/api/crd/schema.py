@@ -30,6 +30,8 @@ from typing import Any
 from ephemera.api import field
 from ephemera.api.crd import cel
 from ephemera.api.field import FieldError, Path
+from ephemera.api.services import service_name_errors
+from ephemera.api.validation import path_segment_name, validate_object_meta
 
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 LIST_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"
@@ -212,6 +214,8 @@ class _Walk:
     def _object(self, value: dict[str, Any], s: Schema, path: Path,
                 old: dict[str, Any] | None, has_old: bool) -> None:
         props: Mapping[str, Any] = s.get("properties") or {}
+        if s.get("x-kubernetes-embedded-resource"):
+            self.errors.extend(_embedded_resource_errors(value, path))
         for name in s.get("required") or ():
             if name not in value:
                 self.errors.append(field.required(path.child(name)))
@@ -314,6 +318,37 @@ class _Walk:
             self.rule_errors.append(_rule_failure(rule, value, old, has_old, s, path))
 
 
+def _embedded_resource_errors(value: dict[str, Any], path: Path) -> list[FieldError]:
+    """upstream's `validateEmbeddedResource`: apiVersion and kind set and well formed, and
+    the metadata as ObjectMeta (a missing name is allowed)."""
+    errs: list[FieldError] = []
+    for key in ("apiVersion", "kind"):
+        if key not in value:
+            errs.append(field.required(path.child(key), "must not be empty"))
+    for key, item in value.items():
+        if key in ("apiVersion", "kind"):
+            if not isinstance(item, str):
+                errs.append(field.invalid(path.child(key), item, "must be a string"))
+            elif not item:
+                errs.append(field.invalid(path.child(key), item, "must not be empty"))
+            elif key == "apiVersion" and item.count("/") > 1:
+                errs.append(field.invalid(path.child(key), item,
+                                          f"unexpected GroupVersion string: {item}"))
+            elif key == "kind" and (msgs := dns1035_label_errors(item.lower())):
+                errs.append(field.invalid(path.child(key), item,
+                                          "may have mixed case, but should otherwise match: "
+                                          + ",".join(msgs)))
+        elif key == "metadata" and isinstance(item, dict):
+            md = dict(item)
+            md.setdefault("name", "fakename")  # upstream's: a name is not required here
+            if not md["name"]:
+                md["name"] = "fakename"
+            errs.extend(validate_object_meta(md, namespaced=bool(md.get("namespace")),
+                                             name_fn=path_segment_name,
+                                             path=path.child("metadata")))
+    return errs
+
+
 def _rule_failure(rule: Mapping[str, Any], value: Any, old: Any, has_old: bool, s: Schema,
                   path: Path) -> FieldError:
     message = rule.get("message") or f"failed rule: {_rule_text(rule['rule'])}"
@@ -333,6 +368,11 @@ def _rule_failure(rule: Mapping[str, Any], value: Any, old: Any, has_old: bool, 
     if kind in ("Invalid", "Duplicate"):
         return FieldError(kind, str(where), message, s.get("type") or "object")
     return FieldError(kind, str(where), message)
+
+
+def dns1035_label_errors(value: str) -> list[str]:
+    """`IsDNS1035Label`."""
+    return service_name_errors(value, False)
 
 
 def _rule_text(text: str) -> str:
