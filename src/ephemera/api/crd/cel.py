@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import celpy
-from celpy.celparser import CELParseError
-
-from ephemera.api.crd.cellib import FUNCTIONS
+# celpy (and its grammar) is imported when the first rule is compiled, not with the
+# apiserver: it costs a second or more of start-up.
 
 _OLD_SELF = re.compile(r"\boldSelf\b")
 
@@ -44,13 +42,20 @@ class Compiled:
 
 
 @lru_cache(maxsize=1)
+def _celpy() -> Any:
+    import celpy
+
+    return celpy
+
+
+@lru_cache(maxsize=1)
 def _environment() -> Any:
     """celpy's environment, made once. celpy raises the interpreter's recursion limit
     when it makes one; the limit the rest of ephemera is written against is put back (CEL
     rules are short)."""
     limit = sys.getrecursionlimit()
     try:
-        return celpy.Environment()
+        return _celpy().Environment()
     finally:
         sys.setrecursionlimit(limit)
 
@@ -58,13 +63,13 @@ def _environment() -> Any:
 @lru_cache(maxsize=4096)
 def compile_rule(text: str) -> Compiled:
     """The rule compiled (cached by its text); CompileError when it does not parse."""
+    from ephemera.api.crd.cellib import FUNCTIONS
+
     env = _environment()
     try:
         ast = env.compile(text)
         program = env.program(ast, functions=FUNCTIONS)
-    except CELParseError as err:
-        raise CompileError(_one_line(str(err))) from None
-    except Exception as err:  # celpy's own failures while building the program
+    except Exception as err:  # celpy's parse error, or its failures building the program
         raise CompileError(_one_line(str(err))) from None
     return Compiled(program, bool(_OLD_SELF.search(text)))
 
@@ -101,6 +106,7 @@ def _eval_error(err: BaseException) -> EvalError:
 
 def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = False) -> Any:
     """The rule's result as a Python value: bool for rules, str for message expressions."""
+    celpy = _celpy()
     activation: dict[str, Any] = {"self": celpy.json_to_cel(value)}
     if has_old:
         activation["oldSelf"] = celpy.json_to_cel(old)
