@@ -355,3 +355,16 @@ async def test_watch_streams_custom_resources_in_the_version_asked(api: Api) -> 
     assert first["type"] == "ADDED"
     assert first["object"]["apiVersion"] == "stable.example.com/v1beta1"
     assert first["object"]["metadata"]["name"] == "w"
+
+
+async def test_a_body_of_another_version_or_kind_is_refused_as_upstream(api: Api) -> None:
+    await make_crd(api)
+    status, body = await api.post(CT, crontab("v", "stable.example.com/v2"))
+    assert (status, body["message"]) == (400, (
+        "the API version in the data (stable.example.com/v2) does not match the expected API "
+        "version (stable.example.com/v1)"))
+    other = {**crontab("k"), "kind": "SomethingElse"}
+    status, body = await api.post(CT, other)
+    assert (status, body["message"]) == (422, (
+        'SomethingElse.stable.example.com "k" is invalid: kind: Invalid value: '
+        '"SomethingElse": must be CronTab'))

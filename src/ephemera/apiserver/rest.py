@@ -145,9 +145,10 @@ def selection(request: web.Request, resource: Resource) -> Selection:
 # --- bodies --------------------------------------------------------------------------------
 
 
-def check_kind(obj: dict[str, Any], api_version: str, kind: str) -> None:
+def check_kind(obj: dict[str, Any], api_version: str, kind: str, custom: bool = False
+               ) -> None:
     """The body's kind and apiVersion must be the endpoint's (defaulted when absent);
-    otherwise upstream's decode error."""
+    otherwise upstream's decode error (a custom resource's: its unstructured decoder's)."""
     got_kind = obj.get("kind") or kind
     got_version = obj.get("apiVersion") or api_version
     if not isinstance(got_kind, str) or not isinstance(got_version, str):
@@ -156,6 +157,13 @@ def check_kind(obj: dict[str, Any], api_version: str, kind: str) -> None:
     if got_kind == kind and got_version == api_version:
         obj["kind"], obj["apiVersion"] = kind, api_version
         return
+    if custom:
+        if got_version != api_version:
+            raise errors.bad_request(f"the API version in the data ({got_version}) does not "
+                                     f"match the expected API version ({api_version})")
+        group = api_version.rpartition("/")[0]
+        raise errors.invalid(got_kind, meta.name_of(obj), [
+            field.invalid("kind", got_kind, f"must be {kind}")], group)
     version = got_version.rpartition("/")[2]
     head = f'{got_kind} in version {go_quote(version)} cannot be handled as a {kind}: '
     if (got_version, got_kind) in _KNOWN_KINDS:
@@ -259,7 +267,7 @@ class RestHandlers:
         `options_kind` (`CreateOptions`, `UpdateOptions`) names the options in errors."""
         body = await read_body(request, self.max_body_bytes)
         obj, duplicates = decode_object(body, res.kind)
-        check_kind(obj, res.api_version, res.kind)
+        check_kind(obj, res.api_version, res.kind, res.custom)
         dry = dry_run(request.query.getall("dryRun", []), options_kind)
         manager = field_manager(request)
         warnings = fieldvalidation.check(obj, res.definition,
