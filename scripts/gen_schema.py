@@ -52,11 +52,13 @@ ROOTS += ["io.k8s.api.authentication.v1." + k
           for k in ("TokenRequest", "TokenReview", "SelfSubjectReview")]
 ROOTS += ["io.k8s.api.certificates.v1.CertificateSigningRequest"]
 # Workloads (apps/v1, core/v1 ReplicationController) and the autoscaling/v1 Scale of their
-# `scale` subresource.
+# `scale` subresource (custom resources' `scale` too).
 ROOTS += ["io.k8s.api.apps.v1." + k
           for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision")]
 ROOTS += [CORE + "ReplicationController", "io.k8s.api.autoscaling.v1.Scale"]
 ROOTS += ["io.k8s.api.batch.v1." + k for k in ("Job", "CronJob")]
+ROOTS += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1." + k
+          for k in ("CustomResourceDefinition", "CustomResourceDefinitionList")]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
 
 # --- KEP-6395 API additions (the KEP's "API Changes" section) ------------------------------
@@ -451,6 +453,8 @@ DESCRIPTIONS: dict[str, str] = {
     "TokenReviewStatus.user": "The user the token authenticates as.",
     "SelfSubjectReview": "Asks who the caller is authenticated as (kubectl auth whoami).",
     "SelfSubjectReviewStatus.userInfo": "The caller's user name, uid, groups and extras.",
+    "CustomResourceDefinition": "A new resource kind this server is to serve: its group, "
+                                "names, scope, versions and each version's schema.",
     "CertificateSigningRequest": "A request for a certificate signed by a named signer, "
                                  "approved or denied, then issued.",
     "CertificateSigningRequestList": "A list of certificate signing requests.",
@@ -577,8 +581,11 @@ def _refs(node: Any, out: set[str]) -> None:
 
 
 def _strip_prose(node: Any) -> Any:
+    """Without the descriptions (strings; a property named `description`, as
+    JSONSchemaProps has, is a schema and stays)."""
     if isinstance(node, dict):
-        return {k: _strip_prose(v) for k, v in node.items() if k != "description"}
+        return {k: _strip_prose(v) for k, v in node.items()
+                if not (k == "description" and isinstance(v, str))}
     if isinstance(node, list):
         return [_strip_prose(v) for v in node]
     return node

@@ -136,11 +136,16 @@ def not_acceptable(message: str) -> StatusError:
     return StatusError(406, "NotAcceptable", message)
 
 
-def unsupported_media_type() -> StatusError:
+def unsupported_media_type(*, custom: bool = False) -> StatusError:
+    """415 for a patch type the resource does not take (custom resources take no strategic
+    merge patch)."""
+    types = ("application/json-patch+json, application/merge-patch+json, "
+             "application/apply-patch+yaml")
+    if not custom:
+        types += ", application/strategic-merge-patch+json"
     return StatusError(415, "UnsupportedMediaType",
                        "the body of the request was in an unknown format - accepted media types "
-                       "include: application/json-patch+json, application/merge-patch+json, "
-                       "application/apply-patch+yaml, application/strategic-merge-patch+json")
+                       f"include: {types}")
 
 
 def request_entity_too_large(limit: int) -> StatusError:

@@ -21,6 +21,7 @@ _TYPES: dict[str, tuple[str, str]] = {
     "Required": ("FieldValueRequired", "Required value"),
     "Duplicate": ("FieldValueDuplicate", "Duplicate value"),
     "Invalid": ("FieldValueInvalid", "Invalid value"),
+    "TypeInvalid": ("FieldValueTypeInvalid", "Invalid value"),
     "NotSupported": ("FieldValueNotSupported", "Unsupported value"),
     "Forbidden": ("FieldValueForbidden", "Forbidden"),
     "TooLong": ("FieldValueTooLong", "Too long"),
@@ -28,7 +29,7 @@ _TYPES: dict[str, tuple[str, str]] = {
     "Internal": ("InternalError", "Internal error"),
 }
 # Types whose body shows the bad value.
-_SHOWS_VALUE = {"NotFound", "Duplicate", "Invalid", "NotSupported", "TooMany"}
+_SHOWS_VALUE = {"NotFound", "Duplicate", "Invalid", "TypeInvalid", "NotSupported", "TooMany"}
 
 _OMIT = object()
 

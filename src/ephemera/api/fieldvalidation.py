@@ -570,16 +570,17 @@ def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
 
 def check(obj: Any, definition: str, field_validation: str | None, kind: str,
           version: str, duplicates: list[str] | None = None,
-          options_kind: str = "CreateOptions") -> list[str]:
+          options_kind: str = "CreateOptions", *, check_types: bool = True) -> list[str]:
     """Field validation of a create or update body, as the apiserver's decoder does it.
 
     Raises the 422 of a bad `fieldValidation` value; the 400 decode error for a value of the
     wrong type (whatever the directive); with Strict, the 400 strict decoding error naming
     the unknown fields, then the `duplicates` (from `loads_json`). With Warn and Ignore the
     unknown fields are dropped from `obj` in place; the returned list holds the `Warning`
-    texts to send (empty for Ignore)."""
+    texts to send (empty for Ignore). `check_types=False` leaves the types to the caller
+    (a custom resource's schema validation reports them, not a Go decoder)."""
     mode = directive(field_validation, options_kind)
-    err = type_errors(obj, definition)
+    err = type_errors(obj, definition) if check_types else None
     if err is not None:
         raise decode_error(kind, version, err)
     dups = list(duplicates or ())

@@ -40,3 +40,20 @@ def definition_for(api_version: str, kind: str) -> str | None:
             if gvk["group"] == group and gvk["version"] == version and gvk["kind"] == kind:
                 return name
     return None
+
+
+_custom_names: set[str] = set()
+
+
+def set_custom_definitions(defs: dict[str, dict[str, Any]]) -> None:
+    """Serve `defs` (the custom resources' definitions, by name) besides the built-in ones,
+    replacing the previous set; a name of a built-in definition is never replaced."""
+    table = definitions()
+    for name in _custom_names:
+        table.pop(name, None)
+    _custom_names.clear()
+    for name, node in defs.items():
+        if name not in table:
+            table[name] = node
+            _custom_names.add(name)
+    definition_for.cache_clear()

@@ -11,7 +11,7 @@ escaped with backslashes. Duplicated terms are allowed (kr8s sends
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -432,6 +432,15 @@ _BY_KIND: dict[str, dict[str, FieldGetter]] = {
     "Node": {"spec.unschedulable": lambda o: _text(bool(_get(o, "spec", "unschedulable")))},
     "Secret": {"type": _path("type")},
 }
+
+
+def set_kind_fields(kind: str, fields: Mapping[str, Sequence[str]] | None) -> None:
+    """The selectable fields of a kind known at run time (a custom resource's
+    `selectableFields`, by their paths); None forgets the kind."""
+    if fields is None:
+        _BY_KIND.pop(kind, None)
+        return
+    _BY_KIND[kind] = {name: _path(*path) for name, path in fields.items()}
 
 
 def selectable_fields(kind: str) -> frozenset[str]:

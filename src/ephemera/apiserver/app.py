@@ -29,6 +29,8 @@ from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
 from ephemera.api.listoptions import query_flag
 from ephemera.apiserver import (
     authnreviews,
+    customresources,
+    customscale,
     discovery,
     nodeproxy,
     openapi,
@@ -53,7 +55,12 @@ from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
 from ephemera.apiserver.informers import ObjectCache
 from ephemera.apiserver.namespaces import NamespaceLifecycle
 from ephemera.apiserver.registry import Registry
-from ephemera.apiserver.resources import GROUP_VERSIONS, Resource, core_resource, lookup
+from ephemera.apiserver.resources import (
+    Resource,
+    core_resource,
+    lookup,
+    served_group_versions,
+)
 from ephemera.apiserver.rest import (
     USER,
     RestHandlers,
@@ -169,6 +176,9 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     registry.set_write_hooks(core_resource("services"), allocations)
     lifecycle = NamespaceLifecycle(registry, retry_interval=config.namespace_retry_interval)
     registry.add_create_hook(lifecycle.object_created)
+    crds = customresources.CustomResources(registry,
+                                           retry_interval=config.namespace_retry_interval)
+    registry.add_create_hook(crds.object_created)
     objects = ObjectCache(registry, CACHED_FOR_ADMISSION,
                           retry_interval=config.namespace_retry_interval)
     modes = config.authorization_modes
@@ -200,6 +210,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     background: list[asyncio.Task[None]] = []
 
     async def startup(app: web.Application) -> None:
+        await crds.start()
         if config.create_default_namespaces:
             await lifecycle.ensure_defaults()
         await lifecycle.resume()
@@ -216,6 +227,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
 
     async def cleanup(app: web.Application) -> None:
         await router.kubelets.close()
+        await crds.close()
         await authorization.stop()
         await objects.close()
         for task in background:
@@ -391,7 +403,7 @@ class Router:
                     raise not_found_path()
                 return self._get_only(request, group)
             group_name, version = segments[1], segments[2]
-            if (group_name, version) not in GROUP_VERSIONS:
+            if (group_name, version) not in served_group_versions():
                 raise not_found_path()
             if len(segments) == 3:
                 return self._get_only(request,
@@ -507,6 +519,9 @@ class Router:
                 if method == "GET":
                     return await nodeproxy.node_proxy(request, self.registry, target.name,
                                                       self.kubelets)
+            elif sub == "scale" and target.resource.custom:
+                return await customscale.serve_scale(request, self.registry, target,
+                                                         self.config.max_body_bytes)
             elif sub == "token":
                 if method == "POST":
                     return await tokenrequest.create_token(

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from ephemera.apiserver.accept import parse_accept
-from ephemera.apiserver.resources import GROUP_VERSIONS, Resource, by_group_version
+from ephemera.apiserver.resources import Resource, by_group_version, served_group_versions
 
 KUBERNETES_MAJOR = "1"
 KUBERNETES_MINOR = "38"
@@ -109,7 +109,7 @@ def _group_version_ref(group: str, version: str) -> dict[str, str]:
 def api_group_list() -> dict[str, Any]:
     """The body of `GET /apis` (`APIGroupList`); the core group is not listed, as upstream."""
     groups: dict[str, list[str]] = {}
-    for group, version in GROUP_VERSIONS:
+    for group, version in served_group_versions():
         if group:
             groups.setdefault(group, []).append(version)
     return {
@@ -128,7 +128,7 @@ def api_group_list() -> dict[str, Any]:
 
 def api_group(group: str) -> dict[str, Any] | None:
     """The body of `GET /apis/<group>` (`APIGroup`), or None when the group is not served."""
-    versions = [v for g, v in GROUP_VERSIONS if g == group and group]
+    versions = [v for g, v in served_group_versions() if g == group and group]
     if not versions:
         return None
     return {
@@ -172,7 +172,7 @@ def _subresource_entry(r: Resource, sub: str) -> dict[str, Any]:
 def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
     """The body of `GET /api/v1` or `GET /apis/<group>/<version>` (`APIResourceList`), with
     subresources as their own `plural/sub` entries; None when the group-version is not served."""
-    if (group, version) not in GROUP_VERSIONS:
+    if (group, version) not in served_group_versions():
         return None
     entries: list[dict[str, Any]] = []
     for r in by_group_version(group, version):
@@ -220,7 +220,7 @@ def aggregated_discovery(core: bool) -> dict[str, Any]:
     v2 is asked for; send it with `AGGREGATED_DISCOVERY_CONTENT_TYPE` (a plain
     `application/json` content type makes kubectl silently see no resources)."""
     groups: dict[str, list[str]] = {}
-    for group, version in GROUP_VERSIONS:
+    for group, version in served_group_versions():
         if bool(group) != core:
             groups.setdefault(group, []).append(version)
     items: list[dict[str, Any]] = []

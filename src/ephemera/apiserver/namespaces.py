@@ -51,7 +51,7 @@ from ephemera.apiserver.admission.namespacelifecycle import (
 from ephemera.apiserver.admission.serviceaccount import DEFAULT_SERVICE_ACCOUNT, SERVICE_ACCOUNTS
 from ephemera.apiserver.informers import Reflector
 from ephemera.apiserver.registry import LIST_PAGE, Codec, DeleteOptions, Registry
-from ephemera.apiserver.resources import RESOURCES, Resource
+from ephemera.apiserver.resources import Resource, served_resources
 from ephemera.apiserver.strategy import NAMESPACE_FINALIZER
 from ephemera.store import Event, KeyValue, Store
 
@@ -229,9 +229,11 @@ class NamespaceLifecycle:
     async def _delete_content(self, namespace: str) -> int:
         """Delete everything in the namespace; return how many objects are still there."""
         remaining = 0
-        for resource in RESOURCES:
+        for resource in served_resources():
             if not resource.namespaced or "delete" not in resource.verbs:
                 continue  # cluster-scoped, or never stored (localsubjectaccessreviews)
+            if resource.custom and resource.version != resource.storage_version:
+                continue  # the same objects as the storage version's
             prefix = resource.key_prefix(namespace)
             read = ListRead(limit=LIST_PAGE)
             while True:  # in pages: a namespace may hold more than fits one read

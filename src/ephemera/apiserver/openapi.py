@@ -10,8 +10,9 @@
   validation, client-side apply (strategic merge patch) and explain read.
 - `/openapi/v2`: `openapi_v2_document()`, the same in Swagger 2.0 (JSON).
 
-Everything here is pure and computed once: the `*_bytes` functions return the cached
-serialized bodies, the dict functions fresh copies.
+Everything here is pure and computed once per set of served resources (the custom
+resources of CRDs change it: `ephemera.apiserver.resources.generation`): the `*_bytes`
+functions return the cached serialized bodies, the dict functions fresh copies.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from functools import cache
 from typing import Any
 
 from ephemera.api import schema
-from ephemera.apiserver.resources import GROUP_VERSIONS, Resource, by_group_version
+from ephemera.apiserver.resources import (
+    Resource,
+    by_group_version,
+    generation,
+    served_group_versions,
+)
 
 V2_REF = "#/definitions/"
 V3_REF = "#/components/schemas/"
@@ -168,7 +174,7 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               responses={"200": r.definition, "201": r.definition}))
     if "patch" in verbs:
         ops.append(_patch_op(f"patch{gid}{scoped}{r.kind}", f"Patch the given {r.kind}.",
-                             gvk, r.definition))
+                             gvk, r.definition, r.custom))
     if "delete" in verbs:
         ops.append(_Operation("delete", f"delete{gid}{scoped}{r.kind}", "delete",
                               f"Delete the given {r.kind}.", gvk, _DELETE_QUERY,
@@ -232,16 +238,18 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               _WRITE_QUERY, body=r.definition,
                               responses={"200": r.definition, "201": r.definition})]
         else:
+            # `scale` reads and writes an autoscaling/v1 Scale, the others the kind itself
+            body, sgvk = ((SCALE, _gvk("autoscaling", "v1", "Scale")) if sub == "scale"
+                          else (r.definition, gvk))
             ops = [
                 _Operation("get", f"read{gid}{scoped}{r.kind}{title}", "get",
-                           f"Read the {sub} of the given {r.kind}.", gvk,
-                           responses={"200": r.definition}),
+                           f"Read the {sub} of the given {r.kind}.", sgvk,
+                           responses={"200": body}),
                 _Operation("put", f"replace{gid}{scoped}{r.kind}{title}", "put",
-                           f"Replace the {sub} of the given {r.kind}.", gvk, _WRITE_QUERY,
-                           body=r.definition,
-                           responses={"200": r.definition, "201": r.definition}),
+                           f"Replace the {sub} of the given {r.kind}.", sgvk, _WRITE_QUERY,
+                           body=body, responses={"200": body, "201": body}),
                 _patch_op(f"patch{gid}{scoped}{r.kind}{title}",
-                          f"Patch the {sub} of the given {r.kind}.", gvk, r.definition),
+                          f"Patch the {sub} of the given {r.kind}.", sgvk, body, r.custom),
             ]
         items.append(_PathItem(sub_path, (*name_param, *ns_param), tuple(ops)))
 
@@ -255,15 +263,33 @@ def _path_items(r: Resource) -> list[_PathItem]:
 
 
 def _patch_op(operation_id: str, description: str, gvk: dict[str, str],
-              definition: str) -> _Operation:
+              definition: str, custom: bool = False) -> _Operation:
+    """A patch operation; custom resources take no strategic merge patch."""
+    types = (tuple(t for t in PATCH_CONTENT_TYPES if "strategic" not in t) if custom
+             else PATCH_CONTENT_TYPES)
     return _Operation("patch", operation_id, "patch", description, gvk, _PATCH_QUERY,
-                      body=PATCH, body_types=PATCH_CONTENT_TYPES,
+                      body=PATCH, body_types=types,
                       responses={"200": definition, "201": definition})
+
+
+_cached_generation = 0
+
+
+def _fresh() -> None:
+    """Forget what was computed from an older set of served resources."""
+    global _cached_generation
+    current = generation()
+    if current != _cached_generation:
+        _group_version_items.cache_clear()
+        _v3_document_bytes.cache_clear()
+        _v3_index_bytes.cache_clear()
+        _v2_document_bytes.cache_clear()
+        _cached_generation = current
 
 
 @cache
 def _group_version_items(group: str, version: str) -> tuple[_PathItem, ...]:
-    if (group, version) not in GROUP_VERSIONS:
+    if (group, version) not in served_group_versions():
         raise KeyError(f"group-version {group}/{version} is not served")
     items: list[_PathItem] = []
     for r in by_group_version(group, version):
@@ -423,9 +449,14 @@ def openapi_v3_path(group: str, version: str) -> str:
     return f"apis/{group}/{version}" if group else f"api/{version}"
 
 
-@cache
 def openapi_v3_document_bytes(group: str, version: str) -> bytes:
     """The serialized v3 document of a group-version; KeyError if it is not served."""
+    _fresh()
+    return _v3_document_bytes(group, version)
+
+
+@cache
+def _v3_document_bytes(group: str, version: str) -> bytes:
     doc = _build_v3_document(group, version)
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -441,14 +472,19 @@ def document_hash(group: str, version: str) -> str:
     return hashlib.sha512(openapi_v3_document_bytes(group, version)).hexdigest().upper()
 
 
-@cache
 def openapi_v3_index_bytes() -> bytes:
+    _fresh()
+    return _v3_index_bytes()
+
+
+@cache
+def _v3_index_bytes() -> bytes:
     paths = {
         openapi_v3_path(g, v): {
             "serverRelativeURL": f"/openapi/v3/{openapi_v3_path(g, v)}?hash="
                                  f"{document_hash(g, v)}"
         }
-        for g, v in GROUP_VERSIONS
+        for g, v in served_group_versions()
     }
     return json.dumps({"paths": paths}, separators=(",", ":")).encode()
 
@@ -469,7 +505,7 @@ def openapi_v3_document_for_path(path: str) -> bytes | None:
         gv = (parts[1], parts[2])
     else:
         return None
-    if gv not in GROUP_VERSIONS:
+    if gv not in served_group_versions():
         return None
     return openapi_v3_document_bytes(*gv)
 
@@ -519,11 +555,16 @@ def _v2_operation(op: _Operation, tag: str) -> dict[str, Any]:
     return out
 
 
-@cache
 def openapi_v2_document_bytes() -> bytes:
+    _fresh()
+    return _v2_document_bytes()
+
+
+@cache
+def _v2_document_bytes() -> bytes:
     paths: dict[str, Any] = {}
     used: set[str] = set()
-    for group, version in GROUP_VERSIONS:
+    for group, version in served_group_versions():
         items = _group_version_items(group, version)
         used.update(_used_definitions(items))
         tag = _tag(group, version)

@@ -113,12 +113,13 @@ class Codec:
         object.__setattr__(self, "prefix", head[:-1] + b',"metadata":{')
 
     def encode(self, obj: dict[str, Any]) -> bytes:
-        """Store bytes: kind, apiVersion and metadata (without resourceVersion) first."""
+        """Store bytes: kind, apiVersion (a custom resource's storage version) and metadata
+        (without resourceVersion) first."""
         md = obj.get("metadata") or {}
         if "resourceVersion" in md:
             md = {k: v for k, v in md.items() if k != "resourceVersion"}
         out: dict[str, Any] = {"kind": self.resource.kind,
-                               "apiVersion": self.resource.api_version, "metadata": md}
+                               "apiVersion": self.resource.storage_api_version, "metadata": md}
         for key, value in obj.items():
             if key not in out:
                 out[key] = value
@@ -127,6 +128,9 @@ class Codec:
     def decode(self, kv: KeyValue) -> dict[str, Any]:
         obj: dict[str, Any] = loads(kv.value)
         meta.ensure_metadata(obj)["resourceVersion"] = str(kv.mod_revision)
+        if self.resource.custom:
+            # The None conversion of custom resources: only apiVersion changes.
+            obj["apiVersion"] = self.resource.api_version
         return obj
 
     def raw(self, kv: KeyValue) -> bytes:
@@ -238,6 +242,15 @@ class Registry:
         if strategy is None:
             strategy = self._strategies[resource] = strategy_for(resource, self.gates)
         return strategy
+
+    def set_strategy(self, resource: Resource, strategy: Strategy) -> None:
+        """Use `strategy` for `resource` (a custom resource's, built from its CRD)."""
+        self._strategies[resource] = strategy
+
+    def forget(self, resource: Resource) -> None:
+        """Drop what was kept for a resource no longer served (a removed CRD version)."""
+        self._strategies.pop(resource, None)
+        self._codecs.pop(resource, None)
 
     def set_write_hooks(self, resource: Resource, hooks: WriteHooks) -> None:
         """Run `hooks` around every write of `resource`."""

@@ -28,6 +28,13 @@ class Resource:
     # A DELETE that removes the object answers the object, not a Success Status (upstream's
     # registry `ReturnDeletedObject`: pods, namespaces and services among the kinds served).
     returns_deleted_object: bool = False
+    # A custom resource (`ephemera.apiserver.customresources`): stored under
+    # `/registry/<group>/<plural>/`, served from its CustomResourceDefinition.
+    custom: bool = False
+    # A custom resource's storage version (objects are stored as its apiVersion).
+    storage_version: str = ""
+    # The list kind when it is not KIND + "List" (a CRD's `names.listKind`).
+    list_kind_name: str = ""
 
     @property
     def api_version(self) -> str:
@@ -43,7 +50,20 @@ class Resource:
 
     @property
     def list_kind(self) -> str:
-        return f"{self.kind}List"
+        return self.list_kind_name or f"{self.kind}List"
+
+    @property
+    def selector_kind(self) -> str:
+        """The key of the kind's selectable fields (`ephemera.api.selectors`): the kind, or
+        for a custom resource kind, version and group (two CRDs may share a kind)."""
+        return f"{self.kind}.{self.version}.{self.group}" if self.custom else self.kind
+
+    @property
+    def storage_api_version(self) -> str:
+        """The apiVersion objects are stored as (a custom resource's storage version)."""
+        if self.custom and self.storage_version:
+            return f"{self.group}/{self.storage_version}"
+        return self.api_version
 
     def key_prefix(self, namespace: str = "") -> str:
         """The store prefix of all objects, or of those of one namespace, ending in `/`."""
@@ -54,8 +74,8 @@ class Resource:
 
     def key(self, namespace: str, name: str) -> str:
         if self.namespaced:
-            return f"/registry/{self.storage_prefix or self.plural}/{namespace}/{name}"
-        return f"/registry/{self.storage_prefix or self.plural}/{name}"
+            return f"{self.key_prefix(namespace)}{name}"
+        return f"{self.key_prefix()}{name}"
 
 
 _core = "io.k8s.api.core.v1."
@@ -66,6 +86,7 @@ _certificates_group = "certificates.k8s.io"
 _discovery_group = "discovery.k8s.io"
 _apps_group, _apps = "apps", "io.k8s.api.apps.v1."
 _batch_group = "batch"
+_apiextensions_group = "apiextensions.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
@@ -139,6 +160,12 @@ RESOURCES: tuple[Resource, ...] = (
              categories=("all",), subresources=("status",)),
     Resource(_batch_group, "v1", "cronjobs", "CronJob", True, "io.k8s.api.batch.v1.CronJob",
              short_names=("cj",), categories=("all",), subresources=("status",)),
+    Resource(_apiextensions_group, "v1", "customresourcedefinitions",
+             "CustomResourceDefinition", False,
+             "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+             short_names=("crd", "crds"), categories=("api-extensions",),
+             subresources=("status",),
+             storage_prefix=f"{_apiextensions_group}/customresourcedefinitions"),
 )
 
 # The group-versions served, in discovery order.
@@ -148,15 +175,50 @@ GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io
                                                (_certificates_group, "v1"),
                                                (_discovery_group, "v1"),
                                                (_apps_group, "v1"),
-                                               (_batch_group, "v1"))
+                                               (_batch_group, "v1"),
+                                               (_apiextensions_group, "v1"))
+
+
+# --- custom resources --------------------------------------------------------------------
+# The resources of the established CustomResourceDefinitions
+# (`ephemera.apiserver.customresources` sets them): consulted after the static table above by
+# routing, discovery, OpenAPI and storage, so a built-in entry never changes meaning. One
+# apiserver per process, as upstream (the table is the process's).
+
+_custom: tuple[Resource, ...] = ()
+_custom_group_versions: tuple[tuple[str, str], ...] = ()
+_generation = 0
+
+
+def set_custom_resources(resources: tuple[Resource, ...],
+                         group_versions: tuple[tuple[str, str], ...]) -> None:
+    """Serve `resources` (in `group_versions`, discovery order) besides the static table."""
+    global _custom, _custom_group_versions, _generation
+    static = set(GROUP_VERSIONS)
+    _custom = tuple(r for r in resources if (r.group, r.version) not in static)
+    _custom_group_versions = tuple(gv for gv in group_versions if gv not in static)
+    _generation += 1
+
+
+def generation() -> int:
+    """Changes whenever the served set does (the key of what is cached from it)."""
+    return _generation
+
+
+def served_resources() -> tuple[Resource, ...]:
+    return RESOURCES + _custom
+
+
+def served_group_versions() -> tuple[tuple[str, str], ...]:
+    return GROUP_VERSIONS + _custom_group_versions
 
 
 def by_group_version(group: str, version: str) -> list[Resource]:
-    return [r for r in RESOURCES if r.group == group and r.version == version]
+    return [r for r in served_resources() if r.group == group and r.version == version]
 
 
 def lookup(group: str, version: str, plural: str) -> Resource | None:
-    for r in RESOURCES:
+    for r in served_resources():
         if r.group == group and r.version == version and r.plural == plural:
             return r
     return None
@@ -172,7 +234,7 @@ def core_resource(plural: str) -> Resource:
 
 
 def by_kind(api_version: str, kind: str) -> Resource | None:
-    for r in RESOURCES:
+    for r in served_resources():
         if r.api_version == api_version and r.kind == kind:
             return r
     return None

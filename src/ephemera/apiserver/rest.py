@@ -136,7 +136,7 @@ def field_manager(request: web.Request) -> str:
 
 def selection(request: web.Request, resource: Resource) -> Selection:
     try:
-        return Selection.parse(resource.kind, request.query.get("labelSelector"),
+        return Selection.parse(resource.selector_kind, request.query.get("labelSelector"),
                                request.query.get("fieldSelector"))
     except SelectorError as err:
         raise errors.bad_request(str(err)) from None
@@ -145,9 +145,10 @@ def selection(request: web.Request, resource: Resource) -> Selection:
 # --- bodies --------------------------------------------------------------------------------
 
 
-def check_kind(obj: dict[str, Any], api_version: str, kind: str) -> None:
+def check_kind(obj: dict[str, Any], api_version: str, kind: str, custom: bool = False
+               ) -> None:
     """The body's kind and apiVersion must be the endpoint's (defaulted when absent);
-    otherwise upstream's decode error."""
+    otherwise upstream's decode error (a custom resource's: its unstructured decoder's)."""
     got_kind = obj.get("kind") or kind
     got_version = obj.get("apiVersion") or api_version
     if not isinstance(got_kind, str) or not isinstance(got_version, str):
@@ -156,6 +157,13 @@ def check_kind(obj: dict[str, Any], api_version: str, kind: str) -> None:
     if got_kind == kind and got_version == api_version:
         obj["kind"], obj["apiVersion"] = kind, api_version
         return
+    if custom:
+        if got_version != api_version:
+            raise errors.bad_request(f"the API version in the data ({got_version}) does not "
+                                     f"match the expected API version ({api_version})")
+        group = api_version.rpartition("/")[0]
+        raise errors.invalid(got_kind, meta.name_of(obj), [
+            field.invalid("kind", got_kind, f"must be {kind}")], group)
     version = got_version.rpartition("/")[2]
     head = f'{got_kind} in version {go_quote(version)} cannot be handled as a {kind}: '
     if (got_version, got_kind) in _KNOWN_KINDS:
@@ -259,12 +267,13 @@ class RestHandlers:
         `options_kind` (`CreateOptions`, `UpdateOptions`) names the options in errors."""
         body = await read_body(request, self.max_body_bytes)
         obj, duplicates = decode_object(body, res.kind)
-        check_kind(obj, res.api_version, res.kind)
+        check_kind(obj, res.api_version, res.kind, res.custom)
         dry = dry_run(request.query.getall("dryRun", []), options_kind)
         manager = field_manager(request)
         warnings = fieldvalidation.check(obj, res.definition,
                                          request.query.get("fieldValidation"), res.kind,
-                                         res.version, duplicates, options_kind)
+                                         res.version, duplicates, options_kind,
+                                         check_types=not res.custom)
         return obj, dry, manager, warnings
 
     # -- create -----------------------------------------------------------------------------
@@ -333,6 +342,8 @@ class RestHandlers:
         content_type = request.content_type.split(";")[0].strip().lower()
         if content_type not in PATCH_TYPES:
             raise errors.unsupported_media_type()
+        if res.custom and content_type == PATCH_STRATEGIC:
+            raise errors.unsupported_media_type(custom=True)
         body = await read_body(request, self.max_body_bytes)
         dry = dry_run(request.query.getall("dryRun", []), "PatchOptions")
         force = query_bool(request, "force")
@@ -434,7 +445,7 @@ class RestHandlers:
                        directive: str) -> list[str]:
         """Field validation of a patched object: wrong types 422, unknown fields 422
         (Strict), dropped with warnings (Warn) or silently (Ignore)."""
-        err = fieldvalidation.type_errors(new, res.definition)
+        err = None if res.custom else fieldvalidation.type_errors(new, res.definition)
         if err is not None:
             text = go_quote(json.dumps(new, separators=(",", ":"), ensure_ascii=False))
             message = f"Invalid value: {text}: {err}"

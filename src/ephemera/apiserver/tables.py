@@ -8,6 +8,8 @@ kubectl hides `priority: 1` columns unless `-o wide`. Pure functions over plain 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -864,13 +866,31 @@ _DEFAULT_PRINTER = (DEFAULT_COLUMNS, _simple(
     _name, lambda o, n: _created_at(_d(o, "metadata").get("creationTimestamp"))))
 
 
+Printer = tuple[list[dict[str, Any]], Callable[[Obj, datetime], list[Any]]]
+# The printers of custom resources (their CRD's additionalPrinterColumns), set by
+# `ephemera.apiserver.customresources`.
+_custom_printers: dict[Resource, Printer] = {}
+
+
+def set_custom_printers(printers: Mapping[Resource, Printer]) -> None:
+    _custom_printers.clear()
+    _custom_printers.update(printers)
+
+
+def _printer(resource: Resource) -> Printer:
+    custom = _custom_printers.get(resource)
+    if custom is not None:
+        return custom
+    return _PRINTERS.get((resource.group, resource.plural), _DEFAULT_PRINTER)
+
+
 def column_definitions(resource: Resource) -> list[dict[str, Any]]:
-    columns, _ = _PRINTERS.get((resource.group, resource.plural), _DEFAULT_PRINTER)
+    columns, _ = _printer(resource)
     return [dict(c) for c in columns]
 
 
 def row_cells(resource: Resource, obj: Obj, now: datetime | None = None) -> list[Any]:
-    _, cells = _PRINTERS.get((resource.group, resource.plural), _DEFAULT_PRINTER)
+    _, cells = _printer(resource)
     return cells(obj, now or datetime.now(UTC))
 
 
@@ -946,3 +966,95 @@ def parse_include_object(value: str | None) -> IncludeObject:
     if value == "None":
         return "None"
     return "PartialObjectMetadata"
+
+
+# ---------------------------------------------------------------------------------------------
+# Custom resources: a CRD version's additionalPrinterColumns
+
+
+_JSONPATH_STEP = re.compile(r"""\.([^.\[]+)|\[(\d+|\*)\]"""
+                            r"""|\[\?\(@\.([\w.-]+)\s*==\s*["']([^"']*)["']\)\]""")
+
+
+def jsonpath_values(obj: Any, path: str) -> list[Any]:
+    """The values kubectl's JSONPath subset used by printer columns finds in `obj`: fields
+    (`.status.replicas`), indexes (`[0]`, `[*]`) and equality filters
+    (`.status.conditions[?(@.type=="Ready")].status`)."""
+    values: list[Any] = [obj]
+    text = path.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    pos = 0
+    while pos < len(text):
+        m = _JSONPATH_STEP.match(text, pos)
+        if m is None:
+            return []
+        pos = m.end()
+        name, index, key, wanted = m.groups()
+        out: list[Any] = []
+        for value in values:
+            if name is not None:
+                if isinstance(value, Mapping) and name in value:
+                    out.append(value[name])
+            elif index is not None:
+                if isinstance(value, list):
+                    if index == "*":
+                        out.extend(value)
+                    elif int(index) < len(value):
+                        out.append(value[int(index)])
+            elif isinstance(value, list):
+                for item in value:
+                    found = jsonpath_values(item, "." + key)
+                    if found and str(found[0]) == wanted:
+                        out.append(item)
+        values = out
+    return values
+
+
+def _custom_cell(type_: str, values: list[Any]) -> Any:
+    """upstream's `cellForJSONValue`: the first value, as the column's type says (None when
+    there is none or it has another type)."""
+    if not values:
+        return None
+    value = values[0]
+    if type_ == "string":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float):
+            return str(value)
+        return json.dumps(value, separators=(",", ":"))
+    if type_ == "integer":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return int(value) if float(value).is_integer() else None
+    if type_ == "number":
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if type_ == "boolean":
+        return value if isinstance(value, bool) else None
+    if type_ == "date":
+        return value if isinstance(value, str) and parse_time(value) is not None else None
+    return None
+
+
+def custom_printer(columns: Iterable[Mapping[str, Any]]) -> Printer:
+    """The Table columns and cells of a custom resource version: Name, then its
+    additionalPrinterColumns (an `Age` column of the creation time when it has none, as
+    upstream)."""
+    specs = list(columns) or [{"name": "Age", "type": "date",
+                               "jsonPath": ".metadata.creationTimestamp",
+                               "description": _AGE_DOC}]
+    definitions = [_name_col()] + [
+        _col(str(c.get("name", "")), str(c.get("description") or ""),
+             type_=str(c.get("type", "string")), priority=int(c.get("priority") or 0),
+             format_=str(c.get("format") or "")) for c in specs]
+
+    def cells(obj: Obj, now: datetime) -> list[Any]:
+        row: list[Any] = [_d(obj, "metadata").get("name", "")]
+        for c in specs:
+            row.append(_custom_cell(str(c.get("type", "string")),
+                                    jsonpath_values(obj, str(c.get("jsonPath", "")))))
+        return row
+
+    return definitions, cells

@@ -1,0 +1,123 @@
+"""`x-kubernetes-validations`: CEL rules compiled and evaluated with cel-python (`celpy`).
+
+A rule sees the value of its schema node as `self` and, on an update where the old object
+has a value at the same place, that old value as `oldSelf`; a rule that names `oldSelf` (a
+transition rule) is skipped when there is no old value, as upstream skips it. A rule that
+evaluates to false is a field error at the node's path (or at `fieldPath`), with the
+`message`, the string `messageExpression` evaluates to, or upstream's `failed rule: RULE`,
+of the rule's `reason` (default `FieldValueInvalid`).
+
+cel-python has the standard CEL functions; `ephemera.api.crd.cellib` adds the most used
+of Kubernetes' libraries. A rule that calls a function neither has is not enforced: its
+evaluation raises `Unsupported`, which the caller reports as a warning. There is no static
+cost estimate; rules are evaluated without a cost limit (the README lists both).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+# celpy (and its grammar) is imported when the first rule is compiled, not with the
+# apiserver: it costs a second or more of start-up.
+
+_OLD_SELF = re.compile(r"\boldSelf\b")
+
+# `reason` -> the field error type its failure is reported as.
+REASONS = {"FieldValueInvalid": "Invalid", "FieldValueForbidden": "Forbidden",
+           "FieldValueRequired": "Required", "FieldValueDuplicate": "Duplicate"}
+
+
+class CompileError(Exception):
+    """A rule or messageExpression that does not compile (the text is celpy's)."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    program: Any
+    transition: bool
+
+
+@lru_cache(maxsize=1)
+def _celpy() -> Any:
+    import celpy
+
+    return celpy
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    """celpy's environment, made once. celpy raises the interpreter's recursion limit
+    when it makes one; the limit the rest of ephemera is written against is put back (CEL
+    rules are short)."""
+    limit = sys.getrecursionlimit()
+    try:
+        return _celpy().Environment()
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+@lru_cache(maxsize=4096)
+def compile_rule(text: str) -> Compiled:
+    """The rule compiled (cached by its text); CompileError when it does not parse."""
+    from ephemera.api.crd.cellib import FUNCTIONS
+
+    env = _environment()
+    try:
+        ast = env.compile(text)
+        program = env.program(ast, functions=FUNCTIONS)
+    except Exception as err:  # celpy's parse error, or its failures building the program
+        raise CompileError(_one_line(str(err))) from None
+    return Compiled(program, bool(_OLD_SELF.search(text)))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+
+
+class EvalError(Exception):
+    """A rule that could not be evaluated (no such key, wrong types, ...)."""
+
+
+class Unsupported(EvalError):
+    """A rule that calls a function this CEL has not (the function's name)."""
+
+
+_UNDECLARED = re.compile(r"undeclared reference to '([^']+)'")
+_NO_SUCH_MEMBER = re.compile(r"no such member in mapping: '([^']*)'")
+
+
+def _eval_error(err: BaseException) -> EvalError:
+    """celpy's error as a short message in upstream's words where they exist; never the
+    evaluator's internals (its activation's repr)."""
+    text = str(err.args[0]) if getattr(err, "args", None) else str(err)
+    undeclared = _UNDECLARED.search(text)
+    if undeclared:
+        return Unsupported(undeclared.group(1))
+    member = _NO_SUCH_MEMBER.search(text)
+    if member:
+        return EvalError(f"no such key: {member.group(1)}")
+    text = text.split(" (in activation", 1)[0]
+    return EvalError(_one_line(text)[:200] or "evaluation failed")
+
+
+def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = False) -> Any:
+    """The rule's result as a Python value: bool for rules, str for message expressions."""
+    celpy = _celpy()
+    activation: dict[str, Any] = {"self": celpy.json_to_cel(value)}
+    if has_old:
+        activation["oldSelf"] = celpy.json_to_cel(old)
+    try:
+        result = compiled.program.evaluate(activation)
+    except Exception as err:
+        raise _eval_error(err) from None
+    if isinstance(result, Exception):
+        raise _eval_error(result)
+    if isinstance(result, celpy.celtypes.BoolType):
+        return bool(result)
+    if isinstance(result, celpy.celtypes.StringType):
+        return str(result)
+    return result

@@ -1,0 +1,414 @@
+"""CustomResourceDefinitions through their life with the real kubectl on a real
+`ephemera up` (one cluster for the module): apply of a CRD and `kubectl wait` for
+Established, `explain`, `apply`, `get` with the printer columns, by short name and by
+category, `edit`, validation and CEL errors as kubectl prints them, the status and scale
+subresources, another served version, and deletion of the CRD with its objects; then a kopf
+operator (`kopf_operator/`, run with `kopf run`) reacting to creates, updates and deletes;
+and the warm-pool example operator with real containers (see its section below)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster import (
+    LOOP,
+    Kubectl,
+    as_identity,
+    exec_in,
+    kubelet_cluster_fixtures,
+    wait,
+)
+
+pytestmark = pytest.mark.e2e
+
+# One cluster (with a node: the warm pool runs real containers) for the whole module.
+crd_cluster, k = kubelet_cluster_fixtures("crd_cluster", "crd-cluster", "crd-node")
+
+MANIFESTS = Path(__file__).parent / "manifests"
+CRD = str(MANIFESTS / "crontab-crd.yaml")
+CRONTAB = str(MANIFESTS / "crontab.yaml")
+CRD_NAME = "crontabs.stable.example.com"
+
+
+@pytest.fixture
+def crontabs(k: Kubectl) -> Kubectl:
+    """The module's CRD applied (idempotent) and Established."""
+    k("apply", "-f", CRD)
+    k("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")
+    return k
+
+
+def script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\nset -e\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_crd_apply_explain_get_with_columns_short_names_and_categories(
+        crontabs: Kubectl) -> None:
+    k = crontabs
+    crd = k.json("get", "crd", CRD_NAME)
+    conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert conditions == {"NamesAccepted": "True", "Established": "True"}
+    assert "crontabs.stable.example.com" in k("get", "crds").stdout
+
+    explained = k("explain", "crontab.spec").stdout
+    assert "KIND:       CronTab" in explained
+    assert "cronSpec\t<string> -required-" in explained
+    assert "The schedule, in cron format." in explained
+
+    assert k("apply", "-f", CRONTAB).stdout == "crontab.stable.example.com/nightly created\n"
+    assert k("apply", "-f", CRONTAB).stdout == \
+        "crontab.stable.example.com/nightly unchanged\n"
+    table = k("get", "crontabs").stdout.splitlines()
+    assert table[0].split() == ["NAME", "SPEC", "REPLICAS", "AGE"]
+    assert table[1].split()[:7] == ["nightly", "*", "*", "*", "*", "*/5", "1"]
+    assert k("get", "ct", "nightly", "-o", "name").stdout == \
+        "crontab.stable.example.com/nightly\n"
+    assert "crontab.stable.example.com/nightly" in k("get", "all", "-o", "name").stdout
+    got = k.json("get", "crontab", "nightly")
+    assert got["spec"]["replicas"] == 1 and got["spec"]["maxReplicas"] == 10
+    # the other served version, with apiVersion rewritten
+    beta = k.json("get", "crontabs.v1beta1.stable.example.com", "nightly")
+    assert beta["apiVersion"] == "stable.example.com/v1beta1"
+    assert beta["spec"]["cronSpec"] == "* * * * */5"
+
+
+def test_crd_edit_server_side_apply_and_field_selector(crontabs: Kubectl,
+                                                       tmp_path: Path) -> None:
+    k = crontabs
+    k("apply", "-f", CRONTAB)
+    editor = script(tmp_path / "editor.sh",
+                    "sed -i 's/busybox:1.36/busybox:1.37/' \"$1\"\n")
+    result = k("edit", "crontab", "nightly", env={"EDITOR": editor, "KUBE_EDITOR": editor})
+    assert result.stdout == "crontab.stable.example.com/nightly edited\n"
+    assert k.json("get", "ct", "nightly")["spec"]["image"] == "busybox:1.37"
+    applied = tmp_path / "ssa.yaml"
+    applied.write_text(Path(CRONTAB).read_text().replace(
+        '  - name: A\n    value: "1"\n', '  - name: B\n    value: "2"\n'))
+    out = k("apply", "--server-side", "--field-manager=tester", "--force-conflicts", "-f",
+            str(applied))
+    assert out.stdout == "crontab.stable.example.com/nightly serverside-applied\n"
+    env = k.json("get", "ct", "nightly")["spec"]["env"]
+    # a list-type map: the new manager's entry is merged with the one the other owns
+    assert {e["name"]: e["value"] for e in env} == {"A": "1", "B": "2"}
+    names = k("get", "crontabs", "--field-selector", "metadata.name=nightly",
+              "-o", "name").stdout
+    assert names == "crontab.stable.example.com/nightly\n"
+
+
+def test_crd_validation_and_cel_errors_as_kubectl_prints_them(crontabs: Kubectl,
+                                                              tmp_path: Path) -> None:
+    k = crontabs
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(CRONTAB).read_text().replace("nightly", "bad").replace(
+        'cronSpec: "* * * * */5"', "cronSpec: 7\n  replicas: -1"))
+    result = k("apply", "-f", str(bad), check=False)
+    assert result.returncode == 1
+    assert 'The CronTab "bad" is invalid: ' in result.stderr
+    assert ('spec.cronSpec: Invalid value: "integer": spec.cronSpec in body must be of type '
+            'string: "integer"') in result.stderr
+    assert ("spec.replicas: Invalid value: -1: spec.replicas in body should be greater than "
+            "or equal to 0") in result.stderr
+    cel = tmp_path / "cel.yaml"
+    cel.write_text(Path(CRONTAB).read_text().replace("nightly", "cel").replace(
+        "image: busybox:1.36", "image: busybox:1.36\n  replicas: 20\n  maxReplicas: 3"))
+    result = k("apply", "-f", str(cel), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(
+        'The CronTab "cel" is invalid: spec: Invalid value: "object": replicas must not '
+        "exceed maxReplicas")
+
+
+def test_crd_status_and_scale_subresources(crontabs: Kubectl) -> None:
+    k = crontabs
+    k("apply", "-f", CRONTAB)
+    status = json.dumps({"status": {"replicas": 1, "phase": "Running",
+                                    "selector": "app=nightly"}})
+    k("patch", "crontab", "nightly", "--subresource=status", "--type=merge", "-p", status)
+    got = k.json("get", "crontab", "nightly")
+    assert got["status"]["phase"] == "Running"
+    assert k("scale", "crontab", "nightly", "--replicas=3").stdout == \
+        "crontab.stable.example.com/nightly scaled\n"
+    got = k.json("get", "crontab", "nightly")
+    assert got["spec"]["replicas"] == 3
+    scale = json.loads(k("get", "--raw", f"/apis/stable.example.com/v1/namespaces/"
+                                         f"{k.namespace}/crontabs/nightly/scale").stdout)
+    assert scale["spec"] == {"replicas": 3}
+    assert scale["status"] == {"replicas": 1, "selector": "app=nightly"}
+    # a spec write keeps the status the status subresource wrote
+    k("patch", "crontab", "nightly", "--type=merge", "-p",
+      '{"spec":{"image":"busybox:1.38"},"status":{"phase":"Lost"}}')
+    assert k.json("get", "crontab", "nightly")["status"]["phase"] == "Running"
+
+
+def test_deleting_a_crd_deletes_its_objects(k: Kubectl, tmp_path: Path) -> None:
+    other = tmp_path / "widgets.yaml"
+    other.write_text(Path(CRD).read_text()
+                     .replace("crontabs", "widgets").replace("crontab", "widget")
+                     .replace("CronTab", "Widget").replace("shortNames: [ct]",
+                                                           "shortNames: [wd]"))
+    k("apply", "-f", str(other))
+    k("wait", "--for=condition=Established", "crd/widgets.stable.example.com",
+      "--timeout=30s")
+    widget = tmp_path / "widget.yaml"
+    widget.write_text(Path(CRONTAB).read_text().replace("CronTab", "Widget"))
+    k("apply", "-f", str(widget))
+    assert k("get", "widgets", "-o", "name").stdout == "widget.stable.example.com/nightly\n"
+    assert k("delete", "crd", "widgets.stable.example.com", "--timeout=30s").stdout == \
+        'customresourcedefinition.apiextensions.k8s.io "widgets.stable.example.com" deleted\n'
+    result = k("get", "widgets", check=False)
+    assert result.returncode == 1
+    # kubectl's discovery cache may still name the resource: then the list is a 404
+    assert ('the server doesn\'t have a resource type "widgets"' in result.stderr
+            or 'Unable to list "stable.example.com/v1, Resource=widgets": the server could '
+               "not find the requested resource" in result.stderr), result.stderr
+    assert "widgets" not in k("api-resources", "--api-group=stable.example.com").stdout
+
+
+def test_rbac_applies_to_custom_resources(crontabs: Kubectl, tmp_path: Path) -> None:
+    k = crontabs
+    k("apply", "-f", CRONTAB)
+    alice = as_identity(k, "alice", tmp_path)
+    denied = alice("get", "crontabs", check=False)
+    assert denied.returncode == 1
+    assert denied.stderr.strip() == (
+        'Error from server (Forbidden): crontabs.stable.example.com is forbidden: User "alice" '
+        'cannot list resource "crontabs" in API group "stable.example.com" in the namespace '
+        f'"{k.namespace}"')
+    k("create", "role", "crontab-reader", "--verb=get,list", "--resource=crontabs")
+    k("create", "rolebinding", "alice-reads", "--role=crontab-reader", "--user=alice")
+    assert alice("get", "crontabs", "-o", "name").stdout == \
+        "crontab.stable.example.com/nightly\n"
+    denied = alice("delete", "crontab", "nightly", check=False)
+    assert 'cannot delete resource "crontabs" in API group "stable.example.com"' \
+        in denied.stderr
+
+
+# --- a kopf operator --------------------------------------------------------------------------
+
+OPERATOR = Path(__file__).parent / "kopf_operator" / "crontab_operator.py"
+
+
+def _events(k: Kubectl, name: str) -> dict[str, str]:
+    listed = k.json("get", "events", "--field-selector", f"involvedObject.name={name}")
+    return {e["reason"]: e["message"] for e in listed["items"]}
+
+
+def test_kopf_operator_reacts_to_create_update_and_delete(crontabs: Kubectl,
+                                                          tmp_path: Path) -> None:
+    k = crontabs
+    deleted_log = tmp_path / "deleted.log"
+    deleted_log.touch()
+    argv = [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace",
+            str(k.namespace), str(OPERATOR)]
+    env = {**os.environ, "KUBECONFIG": str(k.cluster.kubeconfig), "HOME": str(k.home),
+           "CRONTAB_DELETED_LOG": str(deleted_log)}
+    output = tmp_path / "kopf.out"
+    with open(output, "wb") as out:
+        operator = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+    try:
+        k("apply", "-f", CRONTAB)
+        got = wait(lambda: (lambda o: o if o.get("status", {}).get("phase") == "Scheduled"
+                            else None)(k.json("get", "ct", "nightly")),
+                   "kopf handled the create", timeout=30)
+        assert got["status"]["created"] == {"image": "busybox:1.36"}
+        assert "kopf.zalando.org/KopfFinalizerMarker" in got["metadata"]["finalizers"]
+        assert wait(lambda: _events(k, "nightly").get("Scheduled"), "the create event",
+                    timeout=30) == "nightly runs busybox:1.36"
+
+        k("patch", "crontab", "nightly", "--type=merge", "-p",
+          '{"spec":{"image":"busybox:1.37"}}')
+        got = wait(lambda: (lambda o: o if o.get("status", {}).get("phase") == "Updated"
+                            else None)(k.json("get", "ct", "nightly")),
+                   "kopf handled the update", timeout=30)
+        assert got["status"]["image"] == "busybox:1.37"
+        assert wait(lambda: _events(k, "nightly").get("ImageChanged"), "the update event",
+                    timeout=30) == "busybox:1.36 -> busybox:1.37"
+
+        k("delete", "crontab", "nightly", "--timeout=30s")
+        assert deleted_log.read_text() == f"{k.namespace}/nightly\n"
+        assert k("get", "ct", "nightly", check=False).returncode == 1
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(15)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait()
+    log = output.read_text(errors="replace")
+    assert "Traceback" not in log, log
+
+
+# --- the warm-pool example (examples/warm-pool/) ----------------------------------------------
+# Its operator runs with `kopf run` as its ServiceAccount (the example's RBAC, through a token
+# kubeconfig), keeps a pool of ready pods, binds claims with their Secrets swapped in live
+# (`pods/NAME/dynamic`, no restart), queues a claim while the pool is empty, returns a
+# released pod to the pool without the claim's Secret, and, killed with SIGKILL and started
+# again, binds the next claim exactly once.
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "warm-pool"
+TOKEN_PATH = "/var/run/claim/secret/token"
+
+
+def _sa_kubeconfig(k: Kubectl, path: Path) -> Path:
+    """A kubeconfig for the operator's ServiceAccount (a TokenRequest token)."""
+    token = k.cluster.kubectl("create", "token", "warm-pool-operator", "-n", "warm-pool",
+                              "--duration=1h").stdout.strip()
+    admin = yaml.safe_load(k.cluster.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": cluster["name"],
+                                                      "user": "operator"}}],
+        "current-context": "operator"}))
+    return path
+
+
+class Operator:
+    def __init__(self, k: Kubectl, kubeconfig: Path, log: Path) -> None:
+        self.k, self.kubeconfig, self.log = k, kubeconfig, log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace",
+                str(self.k.namespace), str(EXAMPLE / "operator.py")]
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(argv, env=env, stdout=out,
+                                            stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def warm_pool_operator(k: Kubectl, tmp_path: Path) -> Iterator[Operator]:
+    k.cluster.kubectl("apply", "-f", str(EXAMPLE / "crds.yaml"))
+    k.cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                      "crd/warmpools.warmpool.ephemera.dev", "crd/claims.warmpool.ephemera.dev")
+    k.cluster.kubectl("create", "namespace", "warm-pool", check=False)
+    k.cluster.kubectl("apply", "-f", str(EXAMPLE / "rbac.yaml"))
+    running = Operator(k, _sa_kubeconfig(k, tmp_path / "operator.kubeconfig"),
+                       tmp_path / "operator.log")
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+        log = running.log.read_text(errors="replace")
+        assert "Traceback" not in log or "CancelledError" in log, log[-6000:]
+
+
+def _claim(name: str, secret: str) -> dict[str, Any]:
+    return {"apiVersion": "warmpool.ephemera.dev/v1alpha1", "kind": "Claim",
+            "metadata": {"name": name}, "spec": {"poolName": "pool", "secretName": secret}}
+
+
+def _bound(k: Kubectl, name: str) -> dict[str, Any] | None:
+    claim: dict[str, Any] = k.json("get", "claim", name)
+    conditions = {c["type"]: c["status"] for c in (claim.get("status") or {}).get(
+        "conditions") or []}
+    return claim if conditions.get("Ready") == "True" else None
+
+
+def _bound_pods(k: Kubectl) -> dict[str, str]:
+    """pod -> claim uid, for the pool's pods that carry a claim."""
+    pods = k.json("get", "pods", "-l", "warmpool.ephemera.dev/pool=pool")["items"]
+    return {p["metadata"]["name"]: p["metadata"]["labels"]["warmpool.ephemera.dev/claim"]
+            for p in pods if "warmpool.ephemera.dev/claim" in p["metadata"]["labels"]}
+
+
+def _free_pods(k: Kubectl) -> list[str]:
+    pods = k.json("get", "pods", "-l", "warmpool.ephemera.dev/pool=pool")["items"]
+    return [p["metadata"]["name"] for p in pods
+            if "warmpool.ephemera.dev/claim" not in p["metadata"]["labels"]
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def test_warm_pool_claims_bind_live_queue_recycle_and_survive_an_operator_kill(
+        k: Kubectl, warm_pool_operator: Operator) -> None:
+    operator = warm_pool_operator
+    for n in range(1, 5):
+        k("create", "secret", "generic", f"s{n}", f"--from-literal=token=secret-{n}")
+    pool = {"apiVersion": "warmpool.ephemera.dev/v1alpha1", "kind": "WarmPool",
+            "metadata": {"name": "pool"},
+            "spec": {"replicas": 2, "template": {
+                "metadata": {"labels": {"app": "sandbox"}},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                    {"name": "c", "image": "busybox", "command": ["sh", "-c", LOOP]}]}}}}
+    k("create", "-f", "-", input=json.dumps(pool))
+    wait(lambda: (k.json("get", "warmpool", "pool").get("status") or {}).get("available") == 2,
+         "two ready pods in the pool", k.cluster, timeout=120)
+
+    # two claims bind at once
+    k("create", "-f", "-", input=yaml.safe_dump_all([_claim("c1", "s1"), _claim("c2", "s2")]))
+    c1 = wait(lambda: _bound(k, "c1"), "c1 bound", k.cluster)
+    c2 = wait(lambda: _bound(k, "c2"), "c2 bound", k.cluster)
+    pod1, pod2 = c1["status"]["podName"], c2["status"]["podName"]
+    assert pod1 != pod2
+    assert c1["status"]["bindMilliseconds"] >= 0
+    assert exec_in(k, pod1, "c", f"cat {TOKEN_PATH}") == "secret-1"
+    assert exec_in(k, pod2, "c", f"cat {TOKEN_PATH}") == "secret-2"
+    assert exec_in(k, pod1, "c", "ls /var/run/claim/secret") == "token\n"  # only its own
+    started = exec_in(k, pod1, "c", "cut -d' ' -f22 /proc/1/stat")
+    pod = k.json("get", "pod", pod1)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0  # swapped in live
+
+    # an empty pool (scaled to 0 through the scale subresource): a claim waits
+    assert k("scale", "warmpool", "pool", "--replicas=0").stdout == \
+        "warmpool.warmpool.ephemera.dev/pool scaled\n"
+    wait(lambda: len(_free_pods(k)) == 0, "no free pod left", k.cluster)
+    k("create", "-f", "-", input=json.dumps(_claim("c3", "s3")))
+    wait(lambda: (k.json("get", "claim", "c3").get("status") or {}).get("phase") == "Pending",
+         "c3 queued", k.cluster)
+    pending = k.json("get", "claim", "c3")["status"]
+    assert pending["conditions"][0]["reason"] == "NoPodAvailable"
+    k("scale", "warmpool", "pool", "--replicas=2")
+    c3 = wait(lambda: _bound(k, "c3"), "c3 bound once the pool refilled", k.cluster,
+              timeout=120)
+    pod3 = c3["status"]["podName"]
+    assert pod3 not in (pod1, pod2)
+    assert exec_in(k, pod3, "c", f"cat {TOKEN_PATH}") == "secret-3"
+
+    # releasing c1 swaps its secret out; the pod goes back to the pool, same process
+    k("delete", "claim", "c1", "--timeout=60s")
+    wait(lambda: pod1 not in _bound_pods(k), "pod1 back in the pool", k.cluster)
+    assert exec_in(k, pod1, "c", f"test -e {TOKEN_PATH} && echo present || echo gone") \
+        == "gone\n"
+    assert exec_in(k, pod1, "c", "cut -d' ' -f22 /proc/1/stat") == started
+
+    # the operator killed, a claim created while it is down, the operator back
+    operator.stop(signal.SIGKILL)
+    k("create", "-f", "-", input=json.dumps(_claim("c4", "s4")))
+    operator.start()
+    c4 = wait(lambda: _bound(k, "c4"), "c4 bound after the restart", k.cluster, timeout=90)
+    pod4 = c4["status"]["podName"]
+    assert exec_in(k, pod4, "c", f"cat {TOKEN_PATH}") == "secret-4"
+    bound = _bound_pods(k)
+    assert sorted(bound.values()) == sorted({*bound.values()})  # no claim holds two pods
+    assert len(bound) == 3  # c2, c3, c4
+    for pod_name in bound:
+        tokens = exec_in(k, pod_name, "c", f"cat {TOKEN_PATH}")
+        assert tokens in ("secret-2", "secret-3", "secret-4")
+    events = k.json("get", "events", "--field-selector", "involvedObject.name=c2")["items"]
+    assert any(e["reason"] == "Bound" for e in events)

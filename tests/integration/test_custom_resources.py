@@ -1,0 +1,370 @@
+"""CustomResourceDefinitions on the in-process apiserver: conditions, serving of every
+served version (namespaced and cluster-scoped), discovery and OpenAPI, schema validation,
+defaulting, pruning, CEL, status and scale, printer columns, selectors, and deletion."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from apiserver_fixtures import TABLE_ACCEPT, Api, eventually
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+CT = "/apis/stable.example.com/v1/namespaces/default/crontabs"
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "spec": {
+            "type": "object",
+            "required": ["cronSpec"],
+            "x-kubernetes-validations": [
+                {"rule": "self.replicas <= self.maxReplicas",
+                 "message": "replicas must not exceed maxReplicas"},
+                {"rule": "!has(self.image) || self.image != 'bad'",
+                 "messageExpression": "'image ' + self.image + ' is not allowed'"},
+            ],
+            "properties": {
+                "cronSpec": {"type": "string",
+                             "pattern": r"^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$"},
+                "image": {"type": "string"},
+                "replicas": {"type": "integer", "minimum": 0, "default": 1},
+                "maxReplicas": {"type": "integer", "default": 10},
+                "port": {"x-kubernetes-int-or-string": True},
+                "mode": {"type": "string", "enum": ["a", "b"]},
+                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                          "x-kubernetes-list-map-keys": ["name"],
+                          "items": {"type": "object", "required": ["name"],
+                                    "properties": {"name": {"type": "string"},
+                                                   "port": {"type": "integer"}}}},
+            },
+        },
+        "status": {"type": "object", "properties": {
+            "replicas": {"type": "integer"}, "phase": {"type": "string"},
+            "selector": {"type": "string"}}},
+    },
+}
+
+
+def crd(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "crontabs.stable.example.com"},
+        "spec": {
+            "group": "stable.example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "crontabs", "kind": "CronTab", "shortNames": ["ct"],
+                      "categories": ["all"]},
+            "versions": [
+                {"name": "v1", "served": True, "storage": True,
+                 "schema": {"openAPIV3Schema": copy.deepcopy(SCHEMA)},
+                 "subresources": {"status": {}, "scale": {
+                     "specReplicasPath": ".spec.replicas",
+                     "statusReplicasPath": ".status.replicas",
+                     "labelSelectorPath": ".status.selector"}},
+                 "additionalPrinterColumns": [
+                     {"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"},
+                     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"}],
+                 "selectableFields": [{"jsonPath": ".spec.image"}]},
+                {"name": "v1beta1", "served": True, "storage": False,
+                 "schema": {"openAPIV3Schema": copy.deepcopy(SCHEMA)}},
+            ],
+        },
+    }
+    body["spec"].update(overrides)
+    return body
+
+
+def crontab(name: str, api_version: str = "stable.example.com/v1", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": "CronTab", "metadata": {"name": name},
+            "spec": {"cronSpec": "* * * * */5", **spec}}
+
+
+async def make_crd(api: Api, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    status, created = await api.post(CRDS, body or crd())
+    assert status == 201, created
+    return created
+
+
+async def test_crd_is_established_and_served_when_its_create_returns(api: Api) -> None:
+    created = await make_crd(api)
+    assert created["spec"]["names"]["singular"] == "crontab"
+    assert created["spec"]["names"]["listKind"] == "CronTabList"
+    assert created["spec"]["conversion"] == {"strategy": "None"}
+    status, got = await api.get(f"{CRDS}/crontabs.stable.example.com")
+    conditions = {c["type"]: c for c in got["status"]["conditions"]}
+    assert conditions["NamesAccepted"]["status"] == "True"
+    assert conditions["NamesAccepted"]["reason"] == "NoConflicts"
+    assert conditions["Established"]["status"] == "True"
+    assert conditions["Established"]["reason"] == "InitialNamesAccepted"
+    assert got["status"]["acceptedNames"]["shortNames"] == ["ct"]
+    assert got["status"]["storedVersions"] == ["v1"]
+    status, body = await api.post(CT, crontab("a"))
+    assert status == 201, body
+    # the group's discovery prefers v1 over v1beta1; both are listed
+    status, group = await api.get("/apis/stable.example.com")
+    assert group["preferredVersion"]["version"] == "v1"
+    assert [v["version"] for v in group["versions"]] == ["v1", "v1beta1"]
+    status, resources = await api.get("/apis/stable.example.com/v1")
+    names = {r["name"]: r for r in resources["resources"]}
+    assert set(names) == {"crontabs", "crontabs/status", "crontabs/scale"}
+    assert names["crontabs"]["shortNames"] == ["ct"]
+    assert names["crontabs"]["categories"] == ["all"]
+    assert names["crontabs"]["namespaced"] is True
+
+
+async def test_versions_share_storage_and_apiversion_is_rewritten(api: Api) -> None:
+    await make_crd(api)
+    status, body = await api.post(
+        "/apis/stable.example.com/v1beta1/namespaces/default/crontabs",
+        crontab("old", "stable.example.com/v1beta1"))
+    assert status == 201, body
+    assert body["apiVersion"] == "stable.example.com/v1beta1"
+    raw = await api.store.get("/registry/stable.example.com/crontabs/default/old")
+    assert raw is not None and b'"apiVersion":"stable.example.com/v1"' in raw.value
+    status, got = await api.get(f"{CT}/old")
+    assert got["apiVersion"] == "stable.example.com/v1"
+    status, listed = await api.get("/apis/stable.example.com/v1beta1/crontabs")
+    assert [i["apiVersion"] for i in listed["items"]] == ["stable.example.com/v1beta1"]
+
+
+async def test_defaults_pruning_and_int_or_string(api: Api) -> None:
+    await make_crd(api)
+    body = crontab("d", port="http", extra={"anything": {"goes": 1}}, bogus=True)
+    status, created = await api.post(CT, body)
+    assert status == 201
+    spec = created["spec"]
+    assert spec["replicas"] == 1 and spec["maxReplicas"] == 10
+    assert spec["port"] == "http"
+    assert spec["extra"] == {"anything": {"goes": 1}}
+    assert "bogus" not in spec
+    status, strict = await api.post(f"{CT}?fieldValidation=Strict", crontab("s", bogus=1))
+    assert status == 400
+    assert strict["message"] == ('CronTab in version "v1" cannot be handled as a CronTab: '
+                                 'strict decoding error: unknown field "spec.bogus"')
+
+
+async def test_schema_errors_have_upstream_messages(api: Api) -> None:
+    await make_crd(api)
+    status, body = await api.post(CT, crontab("bad", replicas="three", mode="c"))
+    assert status == 422
+    assert body["message"] == (
+        'CronTab.stable.example.com "bad" is invalid: ['
+        'spec.replicas: Invalid value: "string": spec.replicas in body must be of type '
+        'integer: "string", spec.mode: Unsupported value: "c": supported values: "a", "b", '
+        'Invalid value: "null": some validation rules were not checked because the '
+        "object was invalid; correct the existing errors to complete validation, "
+        'spec.replicas: Invalid value: "three": should be an integer]')
+    causes = {c["field"]: c for c in body["details"]["causes"][:2]}
+    assert causes["spec.replicas"]["reason"] == "FieldValueTypeInvalid"
+    assert causes["spec.mode"]["reason"] == "FieldValueNotSupported"
+    status, body = await api.post(CT, {"apiVersion": "stable.example.com/v1", "kind": "CronTab",
+                                       "metadata": {"name": "nospec"}, "spec": {}})
+    assert status == 422
+    assert "spec.cronSpec: Required value" in body["message"]
+    status, body = await api.post(CT, crontab("pat", cronSpec="nope"))
+    assert "spec.cronSpec in body should match" in body["message"]
+    status, body = await api.post(CT, crontab(
+        "dup", ports=[{"name": "a", "port": 1}, {"name": "a", "port": 2}]))
+    assert status == 422
+    assert 'spec.ports[1]: Duplicate value: {"name":"a"}' \
+        in body["message"]
+
+
+async def test_cel_rules_and_message_expression(api: Api) -> None:
+    await make_crd(api)
+    status, body = await api.post(CT, crontab("c1", replicas=20, maxReplicas=5))
+    assert status == 422
+    assert body["message"] == ('CronTab.stable.example.com "c1" is invalid: spec: Invalid '
+                               'value: "object": replicas must not exceed maxReplicas')
+    status, body = await api.post(CT, crontab("c2", image="bad"))
+    assert status == 422
+    assert body["message"].endswith('spec: Invalid value: "object": image bad is not allowed')
+
+
+async def test_status_and_scale_subresources(api: Api) -> None:
+    await make_crd(api)
+    status, created = await api.post(CT, {**crontab("s"), "status": {"replicas": 9}})
+    assert status == 201 and "status" not in created
+    assert created["metadata"]["generation"] == 1
+    obj = copy.deepcopy(created)
+    obj["status"] = {"replicas": 2, "phase": "Running", "selector": "app=x"}
+    status, updated = await api.put(f"{CT}/s/status", obj)
+    assert status == 200, updated
+    assert updated["status"]["phase"] == "Running"
+    assert updated["metadata"]["generation"] == 1
+    status, scale = await api.get(f"{CT}/s/scale")
+    assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
+    assert scale["spec"] == {"replicas": 1}
+    assert scale["status"] == {"replicas": 2, "selector": "app=x"}
+    status, scaled = await api.patch(f"{CT}/s/scale", {"spec": {"replicas": 4}},
+                                     content_type="application/merge-patch+json")
+    assert status == 200, scaled
+    assert scaled["spec"]["replicas"] == 4
+    status, got = await api.get(f"{CT}/s")
+    assert got["spec"]["replicas"] == 4
+    assert got["metadata"]["generation"] == 2
+    assert got["status"]["phase"] == "Running"
+    # a main-resource write keeps the status
+    got["status"] = {"phase": "Lost"}
+    status, kept = await api.put(f"{CT}/s", got)
+    assert kept["status"]["phase"] == "Running"
+    status, _ = await api.patch(f"{CT}/s", {"spec": {"replicas": 2}},
+                                content_type="application/strategic-merge-patch+json")
+    assert status == 415
+
+
+async def test_table_columns_and_selectors(api: Api) -> None:
+    await make_crd(api)
+    await api.post(CT, crontab("t1", image="nginx"))
+    await api.post(CT, crontab("t2", image="busybox"))
+    status, table = await api.get(CT, headers={"Accept": TABLE_ACCEPT})
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Spec", "Replicas"]
+    assert table["rows"][0]["cells"] == ["t1", "* * * * */5", 1]
+    status, listed = await api.get(f"{CT}?fieldSelector=spec.image=busybox")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["t2"]
+    status, listed = await api.get(f"{CT}?fieldSelector=metadata.name=t1")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["t1"]
+    status, body = await api.get(f"{CT}?fieldSelector=spec.cronSpec=x")
+    assert status == 400 and body["message"] == "field label not supported: spec.cronSpec"
+
+
+async def test_cluster_scoped_and_openapi(api: Api) -> None:
+    body = crd(scope="Cluster")
+    body["spec"]["versions"] = body["spec"]["versions"][:1]
+    await make_crd(api, body)
+    status, created = await api.post("/apis/stable.example.com/v1/crontabs", crontab("c"))
+    assert status == 201, created
+    assert "namespace" not in created["metadata"]
+    status, doc = await api.get("/openapi/v3/apis/stable.example.com/v1")
+    assert status == 200
+    schemas = doc["components"]["schemas"]
+    assert "com.example.stable.v1.CronTab" in schemas
+    spec = schemas["com.example.stable.v1.CronTab"]["properties"]["spec"]
+    assert spec["properties"]["cronSpec"]["type"] == "string"
+    status, index = await api.get("/openapi/v3")
+    assert "apis/stable.example.com/v1" in index["paths"]
+
+
+async def test_crd_validation_messages(api: Api) -> None:
+    bad = crd(group="example")
+    bad["metadata"]["name"] = "wrong"
+    bad["spec"]["versions"][1]["storage"] = True
+    status, body = await api.post(CRDS, bad)
+    assert status == 422
+    message = body["message"]
+    assert 'metadata.name: Invalid value: "wrong": must be spec.names.plural+"."+spec.group' \
+        in message
+    assert 'spec.group: Invalid value: "example": should be a domain with at least one dot' \
+        in message
+    assert "must have exactly one version marked as storage version" in message
+    webhook = crd(conversion={"strategy": "Webhook"})
+    status, body = await api.post(CRDS, webhook)
+    assert status == 422
+    assert "spec.conversion.strategy: Forbidden: Webhook conversion is not supported" \
+        in body["message"]
+    nontyped = crd()
+    nontyped["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"]["loose"] = {"description": "no type"}
+    status, body = await api.post(CRDS, nontyped)
+    assert status == 422
+    assert ("spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[loose].type: "
+            "Required value: must not be empty for specified object fields") in body["message"]
+    badrule = crd()
+    badrule["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "x-kubernetes-validations"] = [{"rule": "self.replicas <="}]
+    status, body = await api.post(CRDS, badrule)
+    assert status == 422
+    assert "x-kubernetes-validations[0].rule: Invalid value" in body["message"]
+    assert "compilation failed" in body["message"]
+    await make_crd(api)
+    status, created = await api.get(f"{CRDS}/crontabs.stable.example.com")
+    created["spec"]["scope"] = "Cluster"
+    status, body = await api.put(f"{CRDS}/crontabs.stable.example.com", created)
+    assert status == 422
+    assert 'spec.scope: Invalid value: "Cluster": field is immutable' in body["message"]
+
+
+async def test_names_conflict_is_not_accepted(api: Api) -> None:
+    await make_crd(api)
+    other = crd()
+    other["metadata"]["name"] = "crontabz.stable.example.com"
+    other["spec"]["names"] = {"plural": "crontabz", "kind": "CronTab"}
+    status, _ = await api.post(CRDS, other)
+    assert status == 201
+    status, got = await api.get(f"{CRDS}/crontabz.stable.example.com")
+    conditions = {c["type"]: c for c in got["status"]["conditions"]}
+    assert conditions["NamesAccepted"]["status"] == "False"
+    # upstream checks kind, then listKind: the last conflict is the one reported
+    assert conditions["NamesAccepted"]["reason"] == "ListKindConflict"
+    assert conditions["NamesAccepted"]["message"] == '"CronTabList" is already in use'
+    assert conditions["Established"]["status"] == "False"
+    status, _ = await api.get("/apis/stable.example.com/v1/namespaces/default/crontabz")
+    assert status == 404
+
+
+async def test_deleting_the_crd_deletes_its_objects(api: Api) -> None:
+    await make_crd(api)
+    await api.post(CT, crontab("x"))
+    status, _ = await api.delete(f"{CRDS}/crontabs.stable.example.com")
+    assert status == 200
+
+    async def gone() -> bool:
+        status, _ = await api.get(f"{CRDS}/crontabs.stable.example.com")
+        return status == 404
+
+    await eventually(gone)
+    assert await api.store.get("/registry/stable.example.com/crontabs/default/x") is None
+    status, _ = await api.get(CT)
+    assert status == 404
+    status, groups = await api.get("/apis")
+    assert "stable.example.com" not in {g["name"] for g in groups["groups"]}
+
+
+async def test_deleting_a_namespace_deletes_its_custom_resources(api: Api) -> None:
+    await make_crd(api)
+    await api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                          "metadata": {"name": "tmp"}})
+    status, _ = await api.post("/apis/stable.example.com/v1/namespaces/tmp/crontabs",
+                               crontab("in-tmp"))
+    assert status == 201
+    status, _ = await api.delete("/api/v1/namespaces/tmp")
+    assert status == 200
+
+    async def gone() -> bool:
+        status, _ = await api.get("/api/v1/namespaces/tmp")
+        return status == 404
+
+    await eventually(gone)
+    assert await api.store.get("/registry/stable.example.com/crontabs/tmp/in-tmp") is None
+
+
+async def test_watch_streams_custom_resources_in_the_version_asked(api: Api) -> None:
+    await make_crd(api)
+    _, listed = await api.get(CT)
+    rv = listed["metadata"]["resourceVersion"]
+    await api.post(CT, crontab("w"))
+    response = await api.client.get(
+        f"/apis/stable.example.com/v1beta1/namespaces/default/crontabs?watch=true"
+        f"&resourceVersion={rv}&timeoutSeconds=1")
+    text = await response.text()
+    first = json.loads(text.splitlines()[0])
+    assert first["type"] == "ADDED"
+    assert first["object"]["apiVersion"] == "stable.example.com/v1beta1"
+    assert first["object"]["metadata"]["name"] == "w"
+
+
+async def test_a_body_of_another_version_or_kind_is_refused_as_upstream(api: Api) -> None:
+    await make_crd(api)
+    status, body = await api.post(CT, crontab("v", "stable.example.com/v2"))
+    assert (status, body["message"]) == (400, (
+        "the API version in the data (stable.example.com/v2) does not match the expected API "
+        "version (stable.example.com/v1)"))
+    other = {**crontab("k"), "kind": "SomethingElse"}
+    status, body = await api.post(CT, other)
+    assert (status, body["message"]) == (422, (
+        'SomethingElse.stable.example.com "k" is invalid: kind: Invalid value: '
+        '"SomethingElse": must be CronTab'))
