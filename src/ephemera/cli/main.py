@@ -19,6 +19,7 @@ COMMANDS = (
     "ephemera.cli.controllers",
     "ephemera.cli.images",
     "ephemera.cli.kubelet",
+    "ephemera.cli.hollow",
     "ephemera.cli.join",
     "ephemera.cli.tokens",
     "ephemera.cli.dynamic",
