@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apiserver_fixtures import Api, eventually
+from apiserver_fixtures import Api
 
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ClientConfig, resource_path
@@ -47,8 +47,8 @@ async def _cluster(api: Api, tmp_path: Path) -> AsyncIterator[tuple[ApiClient, H
         config = HollowConfig(
             count=NODES, root_dir=tmp_path / "hollow",
             capacity=parse_capacity("cpu=2,memory=4Gi,pods=30,ephemeral-storage=10Gi"),
-            labels=parse_labels("ephemera.io/hollow=true"), lease_renew_interval=1.0,
-            node_status_interval=1.0, relist_period=0.2, reconcile_period=0.1,
+            labels=parse_labels("ephemera.io/hollow=true"), lease_renew_interval=2.0,
+            node_status_interval=5.0, relist_period=0.5, reconcile_period=0.5,
             settings=WorkerSettings(resync_period=1.0, relist_period=0.2, retry_delay=0.2,
                                     minimum_grace_period=0.0, mount_wait_slice=0.2))
         nodes = HollowNodes(client, config)
@@ -73,6 +73,15 @@ async def _get(client: ApiClient, name: str) -> Obj | None:
         if err.code == 404:
             return None
         raise
+
+
+async def eventually(check: Any, timeout: float) -> None:
+    """Wait until `check()` is truthy, polling every 0.25 s (a list of 100 pods is not
+    free on a loaded machine)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.25)
 
 
 def _volume_phase(pod: Obj, name: str) -> str | None:
