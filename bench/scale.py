@@ -397,8 +397,13 @@ def report(results: list[dict[str, Any]]) -> str:
          "peak RSS MiB"], rows)
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the processes started as Ctrl-C does
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="ephemera-scale-"))
     results = []
     try:

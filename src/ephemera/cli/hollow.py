@@ -94,6 +94,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "per second at most (default 200)")
 
 
+HOLLOW_FLAGS = ("node_name_prefix", "capacity", "labels", "register_with_taints",
+                "pod_lifetime", "node_status_interval", "heartbeat_qps")
+
+
+def hollow_flags(args: argparse.Namespace) -> list[str]:
+    """The flags of `add_arguments` as parsed, spelled back for an `ephemera hollow-nodes`
+    child (`up --hollow-nodes`)."""
+    argv = ["--node-name-prefix", args.node_name_prefix,
+            "--capacity", ",".join(f"{k}={v}" for k, v in args.capacity.items()),
+            "--node-status-interval", str(args.node_status_interval),
+            "--heartbeat-qps", str(args.heartbeat_qps)]
+    if args.labels:
+        argv += ["--labels", ",".join(f"{k}={v}" for k, v in args.labels.items())]
+    if args.register_with_taints:
+        argv += ["--register-with-taints", ",".join(
+            f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}"
+            for t in args.register_with_taints)]
+    if args.pod_lifetime is not None:
+        argv += ["--pod-lifetime", str(args.pod_lifetime)]
+    return argv
+
+
+def hollow_flags_given(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The hollow-node flags set to something other than their defaults."""
+    return [f"--{name.replace('_', '-')}" for name in HOLLOW_FLAGS
+            if getattr(args, name) != parser.get_default(name)]
+
+
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "hollow-nodes", help="run many simulated nodes in one process",

@@ -19,6 +19,11 @@ candidate. Once the API answers it also creates kubeadm's node bootstrap RBAC ob
 (`ephemera.cli.nodebootstrap`), so that `ephemera join` works against it; the apiserver
 accepts bootstrap tokens and the controller-manager publishes `kube-root-ca.crt` and
 approves and signs kubelet client CSRs with the data dir's CA.
+`--hollow-nodes N` adds one `ephemera hollow-nodes` child running N simulated nodes
+(`ephemera.kubelet.hollow`; the hollow-node flags `--node-name-prefix`, `--capacity`,
+`--labels`, `--register-with-taints`, `--pod-lifetime`... go to it, and are refused without
+it) with the admin kubeconfig (one identity for many Nodes: the Node authorizer would
+confine a `system:node:NAME` to one) and `<data-dir>/hollow` as its root dir.
 SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
 restart on the same data dir carries on with every object. One `up` per data dir: it holds
 `<data-dir>/up.lock` while it runs, and a second one exits 1 before starting anything,
@@ -65,7 +70,7 @@ from ephemera.apiserver.certs import (
     write_kubeconfig,
 )
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
-from ephemera.cli import flags
+from ephemera.cli import flags, hollow
 from ephemera.cli.apiserver import server_url
 from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
@@ -86,6 +91,7 @@ KUBECONFIG = "kubeconfig"
 SCHEDULER_KUBECONFIG = "scheduler.kubeconfig"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.kubeconfig"
 KUBELET_DIR = "kubelet"  # the kubelet's root dir (pods, volumes, logs, images, runtime)
+HOLLOW_DIR = "hollow"  # the hollow nodes' root dir (`--hollow-nodes`)
 LOG_DIR = "logs"
 AUDIT_LOG = "audit/audit.log"  # every pods/dynamic request, by the default policy
 RUN_DIR = "run"
@@ -153,6 +159,11 @@ def add_parser(subparsers: Any) -> None:
                         help="the controller-manager's: each node's pod CIDR size (default 24)")
     parser.add_argument("--no-kubelet", action="store_true",
                         help="run no kubelet: a control plane without a node")
+    parser.add_argument("--hollow-nodes", type=int, default=0, metavar="N",
+                        help="also run N simulated nodes in one `ephemera hollow-nodes` child "
+                             "(fake runtime, admin credentials, root <data-dir>/hollow); the "
+                             "hollow-node flags below apply to them")
+    hollow.add_arguments(parser)
     parser.add_argument("--cluster-signing-duration", type=signing_duration, default=None,
                         metavar="DURATION",
                         help="the controller-manager's: how long certificates it signs for "
@@ -202,6 +213,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     check_eviction_flags(parser, args)
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
+    if args.hollow_nodes < 0:
+        parser.error("--hollow-nodes must not be negative")
+    unused = hollow.hollow_flags_given(parser, args)
+    if unused and not args.hollow_nodes:
+        parser.error(f"{', '.join(unused)}: only with --hollow-nodes")
     if args.join_control_plane is not None and args.store != "etcd":
         parser.error("--join-control-plane needs --store etcd (the first member's etcd)")
     try:  # before anything starts: one `up` per data dir
@@ -333,6 +349,12 @@ class Cluster:
                 *self._endpoint_flags(),
                 *self._common_flags()]
 
+    def hollow_nodes_argv(self) -> list[str]:
+        return [sys.executable, "-m", "ephemera.cli", "hollow-nodes",
+                "--kubeconfig", str(self.kubeconfig), "--count", str(self.args.hollow_nodes),
+                "--root-dir", str(self.data_dir / HOLLOW_DIR), *hollow.hollow_flags(self.args),
+                *self._endpoint_flags(), *self._common_flags()]
+
     def _eviction_flags(self) -> list[str]:
         extra: list[str] = []
         if self.args.eviction_interval is not None:
@@ -412,6 +434,8 @@ class Cluster:
             if not self.args.no_kubelet:
                 self.prepare_kubelet(url, pki)
                 await self.supervisor.start(Component("kubelet", self.kubelet_argv))
+            if self.args.hollow_nodes:
+                await self.supervisor.start(Component("hollow-nodes", self.hollow_nodes_argv))
             say(f"ephemera: the API answers at {url}")
             say(f"kubeconfig: {self.kubeconfig}")
             if not self.args.no_kubelet:
