@@ -22,8 +22,9 @@ one heartbeat scheduler that renews every Lease each `lease_renew_interval` and 
 Node status each `node_status_interval` (written on change or every
 `node_status_report_interval`, upstream's 5 min), each node at its own random phase
 (jitter) and all together under `heartbeat_qps` with at most `heartbeat_concurrency`
-requests in flight, and one relister (PLEG) that lists each node's fake runtime once per
-`relist_period`, spread over it.
+requests in flight (a node whose previous one is still in flight skips its turn), and one
+relister (PLEG) that lists each node's fake runtime once per `relist_period`, spread over
+it.
 
 Not simulated: the kubelet's HTTPS API (logs, exec, port-forward, metrics, stats), probes,
 node-pressure eviction, images (every image is present), Secret/ConfigMap contents (their
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import heapq
 import logging
 import random
@@ -159,7 +161,7 @@ class HollowConfig:
     node_status_interval: float = 60.0  # how often each Node's status is checked
     node_status_report_interval: float = 300.0  # upstream's nodeStatusReportFrequency
     heartbeat_qps: float = 200.0  # leases and node statuses together, whole process
-    heartbeat_concurrency: int = 16
+    heartbeat_concurrency: int = 64
     register_concurrency: int = 16
     relist_period: float = 5.0
     reconcile_period: float = 1.0
@@ -477,6 +479,10 @@ class _RateLimiter:
             await asyncio.sleep((1 - self.tokens) / self.qps)
 
 
+def _discard(keys: set[tuple[str, str]], key: tuple[str, str], _done: Any) -> None:
+    keys.discard(key)
+
+
 class HollowNodes:
     """All the hollow nodes of one process and what they share (module docstring)."""
 
@@ -556,6 +562,7 @@ class HollowNodes:
             queue.append((now + random.uniform(0, cfg.node_status_interval), i, "status", name))
         heapq.heapify(queue)
         pending: set[asyncio.Task[Any]] = set()
+        busy: set[tuple[str, str]] = set()
         while not stop.is_set():
             due, i, kind, name = queue[0]
             wait = due - time.monotonic()
@@ -565,15 +572,17 @@ class HollowNodes:
                 continue
             heapq.heappop(queue)
             node = self.nodes[name]
-            if kind == "lease":
-                task = asyncio.ensure_future(self._renew(node))
-                interval = cfg.lease_renew_interval
-            else:
-                task = asyncio.ensure_future(self._status(node))
-                interval = cfg.node_status_interval
+            interval = cfg.lease_renew_interval if kind == "lease" else \
+                cfg.node_status_interval
+            heapq.heappush(queue, (due + interval, i, kind, name))
+            if (kind, name) in busy:  # the previous one is still under way: skip this turn
+                continue
+            busy.add((kind, name))
+            task = asyncio.ensure_future(self._renew(node) if kind == "lease" else
+                                         self._status(node))
             pending.add(task)
             task.add_done_callback(pending.discard)
-            heapq.heappush(queue, (due + interval, i, kind, name))
+            task.add_done_callback(functools.partial(_discard, busy, (kind, name)))
             await asyncio.sleep(0)
         for task in pending:
             task.cancel()
