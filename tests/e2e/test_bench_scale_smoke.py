@@ -41,4 +41,5 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
     assert set(result["rss_mib"]) == {"apiserver", "scheduler", "controller-manager",
                                       "hollow-nodes"}
     assert all(value > 0 for value in result["rss_mib"].values())
+    assert set(result["cpu_seconds_until_running"]) == {*result["rss_mib"], "client"}
     assert "| sqlite |" in run.stdout

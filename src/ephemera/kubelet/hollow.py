@@ -11,7 +11,8 @@ through the real pod workers (`podworkers`, `podactions`: sandbox, containers, r
 KEP-6395 actuation, termination), the real volume manager (desired/actual state, the
 reconciler, `volumeStatuses` `Pending` -> `HostMounted` -> `Unmounting`) with volume plugins
 that set nothing up on disk (`HollowVolumePlugin`), the real status manager, and the fake
-runtime (`runtime.fake`, in memory). Containers run until stopped, or `pod_lifetime`
+runtime (`runtime.fake`, in memory; pods get addresses from the Node's `spec.podCIDR` once
+a status check has seen it). Containers run until stopped, or `pod_lifetime`
 seconds when set (then exit 0: `Always` pods restart, counted in `restartCount`; `Never` and
 `OnFailure` pods end `Succeeded`); a container whose command the fake runtime knows (`exit
 1`, `sleep 5`...) behaves as the fake runtime says.
@@ -599,6 +600,10 @@ class HollowNodes:
 
         if await self._limited(update, "updating the node status", node) and any(written):
             self.status_writes += 1
+        # The Node's podCIDR (the controller-manager's node IPAM) gives its pods their IPs.
+        cidr = str(((node.node_agent.node or {}).get("spec") or {}).get("podCIDR") or "")
+        if cidr and cidr != node.runtime.pod_cidr:
+            await node.runtime.update_runtime_config(cidr)
 
     async def _relists(self, stop: asyncio.Event) -> None:
         """Each node's runtime listed once per `relist_period`, spread over it."""
