@@ -1,6 +1,8 @@
 """Hollow nodes (`ephemera.kubelet.hollow`) against the in-process apiserver with the real
 scheduler: 20 nodes register Ready with Leases, 100 pods spread over them and run, a
-`/dynamic` volume addition goes Pending -> HostMounted in the pod's status, a pod too big
+`/dynamic` volume addition reaches HostMounted in the pod's volumeStatuses (the volume
+manager's Pending comes first, but the status write may merge it away) and restarts the
+container, a `restartPolicy: Never` pod whose container exits 0 ends Succeeded, a pod too big
 for a node (pod-level ephemeral-storage) is rejected by the kubelet's admission, and a
 graceful delete ends with the pod object gone. One apiserver and one hollow-nodes process
 for the whole scenario, to stay quick."""
@@ -118,7 +120,7 @@ async def test_hollow_nodes_run_pods_dynamic_changes_and_deletions(api: Api,
         assert set(per_node) <= set(nodes.nodes) and len(per_node) > NODES // 2
         assert all(p["status"]["containerStatuses"][0]["ready"] for p in pods)
 
-        # A /dynamic volume change: Pending (not allocated or not set up) -> HostMounted.
+        # A /dynamic volume change: HostMounted once set up, the container restarted.
         worker = _pod("worker", volumes=[{"name": "keep", "emptyDir": {}}])
         main = worker["spec"]["containers"][0]
         main["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
@@ -136,6 +138,17 @@ async def test_hollow_nodes_run_pods_dynamic_changes_and_deletions(api: Api,
         assert after is not None
         status = after["status"]["containerStatuses"][0]
         assert status["restartCount"] == 1 and "running" in status["state"]
+
+        # A container that ends: restartPolicy decides (Never: the pod Succeeded).
+        done = _pod("done", restartPolicy="Never")
+        done["spec"]["containers"][0]["command"] = ["exit", "0"]
+        await client.create(resource_path("pods", "default"), done)
+
+        async def succeeded() -> bool:
+            got = await _get(client, "done")
+            return got is not None and got["status"].get("phase") == "Succeeded"
+
+        await eventually(succeeded, timeout=30)
 
         # The kubelet's admission: pod-level ephemeral-storage beyond the node's capacity.
         big = _pod("big", nodeName=next(iter(nodes.nodes)),
