@@ -119,6 +119,8 @@ async def test_hollow_nodes_run_pods_dynamic_changes_and_deletions(api: Api,
         per_node = Counter(p["spec"]["nodeName"] for p in pods)
         assert set(per_node) <= set(nodes.nodes) and len(per_node) > NODES // 2
         assert all(p["status"]["containerStatuses"][0]["ready"] for p in pods)
+        assert [p["status"]["containerStatuses"][0]["restartCount"] for p in pods] == \
+            [0] * PODS
 
         # A /dynamic volume change: HostMounted once set up, the container restarted.
         worker = _pod("worker", volumes=[{"name": "keep", "emptyDir": {}}])
