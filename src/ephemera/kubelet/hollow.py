@@ -560,7 +560,11 @@ class HollowNodes:
         queue: list[tuple[float, int, str, str]] = []
         for i, name in enumerate(self.nodes):
             queue.append((now + random.uniform(0, cfg.lease_renew_interval), i, "lease", name))
-            queue.append((now + random.uniform(0, cfg.node_status_interval), i, "status", name))
+            # The first status check comes within a lease interval (it also picks up the
+            # podCIDR the controller-manager assigns after registration), the next ones
+            # every `node_status_interval`.
+            first = min(cfg.node_status_interval, cfg.lease_renew_interval)
+            queue.append((now + random.uniform(0, first), i, "status", name))
         heapq.heapify(queue)
         pending: set[asyncio.Task[Any]] = set()
         busy: set[tuple[str, str]] = set()
