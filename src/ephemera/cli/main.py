@@ -21,6 +21,7 @@ COMMANDS = (
     "ephemera.cli.kubelet",
     "ephemera.cli.proxy",
     "ephemera.cli.dns",
+    "ephemera.cli.hollow",
     "ephemera.cli.join",
     "ephemera.cli.tokens",
     "ephemera.cli.dynamic",

@@ -31,6 +31,11 @@ Once the node is Ready it runs the cluster DNS server (`ephemera dns`, `--cluste
 `--dns-upstream`) on the Node's InternalIP at a port kept in `ports.json`, which keeps the
 `kube-system/kube-dns` Service (the 10th address of the service range) pointing at it; the
 kubelet gets that address as `--cluster-dns`.
+`--hollow-nodes N` adds one `ephemera hollow-nodes` child running N simulated nodes
+(`ephemera.kubelet.hollow`; the hollow-node flags `--node-name-prefix`, `--capacity`,
+`--labels`, `--register-with-taints`, `--pod-lifetime`... go to it, and are refused without
+it) with the admin kubeconfig (one identity for many Nodes: the Node authorizer would
+confine a `system:node:NAME` to one) and `<data-dir>/hollow` as its root dir.
 SIGINT or SIGTERM stops the children and exits 0. The store lives in the data dir, so a
 restart on the same data dir carries on with every object. One `up` per data dir: it holds
 `<data-dir>/up.lock` while it runs, and a second one exits 1 before starting anything,
@@ -80,7 +85,7 @@ from ephemera.apiserver.certs import (
 )
 from ephemera.apiserver.server import client_ssl_context, free_port, port_is_free
 from ephemera.apiserver.serviceallocator import DEFAULT_SERVICE_CIDR
-from ephemera.cli import flags
+from ephemera.cli import flags, hollow
 from ephemera.cli.apiserver import server_url, serving_names
 from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
@@ -112,6 +117,7 @@ SCHEDULER_KUBECONFIG = "scheduler.kubeconfig"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.kubeconfig"
 PROXY_KUBECONFIG = "proxy.kubeconfig"
 KUBELET_DIR = "kubelet"  # the kubelet's root dir (pods, volumes, logs, images, runtime)
+HOLLOW_DIR = "hollow"  # the hollow nodes' root dir (`--hollow-nodes`)
 LOG_DIR = "logs"
 AUDIT_LOG = "audit/audit.log"  # every pods/dynamic request, by the default policy
 RUN_DIR = "run"
@@ -188,6 +194,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--no-proxy", action="store_true",
                         help="run no Service proxy for the node (by default `ephemera proxy` "
                              "runs with the kubelet when this runs as root with nft)")
+    parser.add_argument("--hollow-nodes", type=int, default=0, metavar="N",
+                        help="also run N simulated nodes in one `ephemera hollow-nodes` child "
+                             "(fake runtime, admin credentials, root <data-dir>/hollow); the "
+                             "hollow-node flags below apply to them")
+    hollow.add_arguments(parser)
     parser.add_argument("--cluster-signing-duration", type=signing_duration, default=None,
                         metavar="DURATION",
                         help="the controller-manager's: how long certificates it signs for "
@@ -245,6 +256,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     check_eviction_flags(parser, args)
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
+    if args.hollow_nodes < 0:
+        parser.error("--hollow-nodes must not be negative")
+    unused = hollow.hollow_flags_given(parser, args)
+    if unused and not args.hollow_nodes:
+        parser.error(f"{', '.join(unused)}: only with --hollow-nodes")
     if args.join_control_plane is not None and args.store != "etcd":
         parser.error("--join-control-plane needs --store etcd (the first member's etcd)")
     try:  # before anything starts: one `up` per data dir
@@ -451,6 +467,7 @@ class Cluster:
                 run_nft(delete_table_command(self.proxy_table))
             except NftError as err:
                 say(f"ephemera: deleting nftables table {self.proxy_table} failed: {err}")
+
     @property
     def cluster_dns_ip(self) -> str:
         """The kube-dns Service's ClusterIP: the 10th address of the service range."""
@@ -491,6 +508,12 @@ class Cluster:
             if address.get("type") == "InternalIP" and address.get("address"):
                 return str(address["address"])
         return None
+
+    def hollow_nodes_argv(self) -> list[str]:
+        return [sys.executable, "-m", "ephemera.cli", "hollow-nodes",
+                "--kubeconfig", str(self.kubeconfig), "--count", str(self.args.hollow_nodes),
+                "--root-dir", str(self.data_dir / HOLLOW_DIR), *hollow.hollow_flags(self.args),
+                *self._endpoint_flags(), *self._common_flags()]
 
     def _eviction_flags(self) -> list[str]:
         extra: list[str] = []
@@ -576,6 +599,8 @@ class Cluster:
                 self.prepare_kubelet(url, pki)
                 await self.supervisor.start(Component("kubelet", self.kubelet_argv))
             await self._start_proxy(url, pki)
+            if self.args.hollow_nodes:
+                await self.supervisor.start(Component("hollow-nodes", self.hollow_nodes_argv))
             say(f"ephemera: the API answers at {url}")
             say(f"kubeconfig: {self.kubeconfig}")
             if not self.args.no_kubelet:

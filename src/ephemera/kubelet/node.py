@@ -41,7 +41,7 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -296,6 +296,10 @@ class NodeConfig:
     runtime_version: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     reservation: Reservation | None = None  # what allocatable holds back (the kubelet's)
+    # A fixed capacity instead of the machine's (simulated nodes, `ephemera.kubelet.hollow`).
+    capacity: Mapping[str, str] | None = None
+    # Taints the Node is registered with (upstream's `--register-with-taints`).
+    taints: Sequence[Mapping[str, str]] = ()
 
 
 # (type, reason and message when fine, reason and message under pressure), upstream's order.
@@ -325,14 +329,19 @@ class NodeStatusBuilder:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.capacity = machine_capacity(config.root_dir, config.max_pods)
+        self.capacity = self._capacity()
         self.info = node_info(config.runtime_version)
+
+    def _capacity(self) -> dict[str, str]:
+        if self.config.capacity is not None:
+            return dict(self.config.capacity)
+        return machine_capacity(self.config.root_dir, self.config.max_pods)
 
     def build(self, previous: Mapping[str, Any] | None, *, pressure: Pressure,
               runtime_ready: bool = True, runtime_message: str = "",
               images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         cfg = self.config
-        self.capacity = machine_capacity(cfg.root_dir, cfg.max_pods)
+        self.capacity = self._capacity()
         now = now_rfc3339()
         old = {c.get("type"): c for c in (previous or {}).get("conditions") or []
                if isinstance(c, dict)}
@@ -387,7 +396,8 @@ def node_object(config: NodeConfig, status: dict[str, Any]) -> dict[str, Any]:
             "metadata": {"name": config.node_name, "labels": node_labels(config),
                          "annotations": {
                              "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
-            "spec": {}, "status": status}
+            "spec": {"taints": [dict(t) for t in config.taints]} if config.taints else {},
+            "status": status}
 
 
 class NodeAgent:

@@ -1,0 +1,440 @@
+"""The scale benchmark (`python -m bench.scale`): a control plane without `up` (an `ephemera
+apiserver` on SQLite or etcd, an `ephemera scheduler` and an `ephemera controller-manager`,
+each its own process) and ONE `ephemera hollow-nodes` process with N simulated nodes; then,
+per store:
+
+1. the time until all N Nodes are Ready;
+2. P pods created by C concurrent clients (keep-alive HTTPS connections, the admin
+   kubeconfig's client certificate), while a sampler measures gets of single pods and
+   paginated lists (`limit=500` with `continue`) and K watches on all pods stay open;
+3. the time from the first create until every pod is Running (polled with paginated
+   lists), and pods per second end to end;
+4. one list of all pods (unpaginated);
+5. the peak RSS of every process (apiserver, etcd, scheduler, controller-manager,
+   hollow-nodes; each with its children), sampled every second, and the CPU time each
+   used from the first create until every pod ran.
+
+The full run is `--nodes 1000 --pods 30000 --clients 8 --watches 1000 --stores sqlite,etcd`
+(issue 17's targets: 30,000 pods Running in under 5 minutes, mutating calls p99 under 1 s);
+`--quick` is a smoke-sized run. Results: Markdown on stdout, JSON with `--json PATH`;
+progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench.common import (
+    REPO_ROOT,
+    Apiserver,
+    CpuMeter,
+    format_ms,
+    log,
+    machine_description,
+    markdown_table,
+    percentile,
+    start_etcd,
+)
+
+STORES = ("sqlite", "etcd")
+FULL = {"nodes": 1000, "pods": 30000, "clients": 8, "watches": 1000}
+QUICK = {"nodes": 5, "pods": 50, "clients": 2, "watches": 5}
+PAGE_SIZE = 500
+NAMESPACE = "default"
+STOP_TIMEOUT = 30.0
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of `pid` and its descendants (0 when gone)."""
+    total = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                pending += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+@dataclass
+class Component:
+    """One control-plane or node process started from the `ephemera` command line."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "ephemera.cli", *self.argv], stdout=out,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
+
+    def check(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{self.name} exited {self.process.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class Latencies:
+    values: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"count": len(self.values), "errors": self.errors,
+                "p50_ms": round(percentile(self.values, 50) * 1000, 2) if self.values else None,
+                "p99_ms": round(percentile(self.values, 99) * 1000, 2) if self.values else None}
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name,
+                                                            "labels": {"app": "scale"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "10m",
+                                                                "memory": "16Mi"}}}]}}
+
+
+class Run:
+    """One store's run (see the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace, store: str, work_dir: Path) -> None:
+        self.args = args
+        self.store = store
+        self.work_dir = work_dir
+        self.etcd: Any = None
+        self.apiserver = Apiserver(work_dir / "apiserver", store)
+        self.components: list[Component] = []
+        self.rss_peak: dict[str, int] = {}
+        self.result: dict[str, Any] = {"store": store}
+
+    # -- processes --
+
+    def start(self) -> None:
+        if self.store == "etcd":
+            self.etcd = start_etcd(self.work_dir / "etcd")
+            self.apiserver.etcd_endpoints = [self.etcd.endpoint]
+        self.apiserver.start()
+        kubeconfig = str(self.apiserver.kubeconfig)
+        logs = self.work_dir
+        a = self.args
+        self.components = [
+            Component("scheduler", ["scheduler", "--kubeconfig", kubeconfig],
+                      logs / "scheduler.log"),
+            Component("controller-manager", ["controller-manager", "--kubeconfig", kubeconfig],
+                      logs / "controller-manager.log"),
+            Component("hollow-nodes", ["hollow-nodes", "--kubeconfig", kubeconfig,
+                                       "--count", str(a.nodes),
+                                       "--capacity", f"pods={max(110, 2 * a.pods // a.nodes)}"
+                                       ",cpu=64,memory=256Gi",
+                                       "--root-dir", str(self.work_dir / "hollow")],
+                      logs / "hollow-nodes.log"),
+        ]
+        for component in self.components:
+            component.start()
+
+    def pids(self) -> dict[str, int]:
+        pids = {"apiserver": self.apiserver.pid}
+        if self.etcd is not None:
+            pids["etcd"] = self.etcd.process.pid
+        for component in self.components:
+            if component.process is not None:
+                pids[component.name] = component.process.pid
+        return pids
+
+    def stop(self) -> None:
+        for component in reversed(self.components):
+            component.stop()
+        self.apiserver.stop()
+        if self.etcd is not None:
+            self.etcd.stop()
+
+    async def _sample_rss(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for name, pid in self.pids().items():
+                self.rss_peak[name] = max(self.rss_peak.get(name, 0), _rss_bytes(pid))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    # -- the measured part --
+
+    async def measure(self) -> dict[str, Any]:
+        a = self.args
+        url = self.apiserver.url
+        connector = aiohttp.TCPConnector(ssl=self.apiserver.ssl_context or False,
+                                         limit=a.clients + a.watches + 8)
+        stop_sampling = asyncio.Event()
+        rss = asyncio.create_task(self._sample_rss(stop_sampling))
+        async with aiohttp.ClientSession(url, connector=connector,
+                                         timeout=aiohttp.ClientTimeout(total=None)) as http:
+            began = time.monotonic()
+            await self._wait_nodes_ready(http)
+            self.result["nodes_ready_seconds"] = round(time.monotonic() - began, 2)
+            log(f"[{self.store}] {a.nodes} nodes Ready in {self.result['nodes_ready_seconds']}s")
+            watch_stop = asyncio.Event()
+            watch_events = [0] * a.watches
+            watches = [asyncio.create_task(self._watch(http, i, watch_events, watch_stop))
+                       for i in range(a.watches)]
+            creates, gets, lists = Latencies(), Latencies(), Latencies()
+            created: list[str] = []
+            sampler_stop = asyncio.Event()
+            sampler = asyncio.create_task(self._sample_reads(http, created, gets, lists,
+                                                             sampler_stop))
+            cpu = CpuMeter(self.pids())
+            cpu_before = cpu.snapshot()
+            started = time.monotonic()
+            names = [f"scale-{i}" for i in range(a.pods)]
+            queue = iter(names)
+
+            async def client() -> None:
+                for name in queue:
+                    t0 = time.perf_counter()
+                    async with http.post(f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                         data=orjson.dumps(_pod(name)),
+                                         headers={"Content-Type": "application/json"}) as r:
+                        await r.read()
+                        ok = r.status == 201
+                    if ok:
+                        creates.values.append(time.perf_counter() - t0)
+                        created.append(name)
+                    else:
+                        creates.errors += 1
+
+            await asyncio.gather(*(client() for _ in range(a.clients)))
+            created_in = time.monotonic() - started
+            log(f"[{self.store}] {len(created)} pods created in {created_in:.1f}s")
+            running_in = await self._wait_running(http, len(created), started)
+            cpu_used = cpu.since(cpu_before)
+            sampler_stop.set()
+            await sampler
+            t0 = time.perf_counter()
+            async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods") as r:
+                body = await r.read()
+                listed = len(orjson.loads(body).get("items") or []) if r.status == 200 else 0
+            list_all = time.perf_counter() - t0
+            watch_stop.set()
+            await asyncio.gather(*watches, return_exceptions=True)
+        stop_sampling.set()
+        await rss
+        self.result.update({
+            "nodes": a.nodes, "pods": a.pods, "clients": a.clients, "watches": a.watches,
+            "created": len(created), "create_seconds": round(created_in, 2),
+            "all_running_seconds": round(running_in, 2) if running_in is not None else None,
+            "pods_per_second_end_to_end": round(len(created) / running_in, 2)
+            if running_in else None,
+            "creates": creates.summary(), "gets": gets.summary(), "paginated_lists":
+            lists.summary(),
+            "list_all": {"items": listed, "seconds": round(list_all, 3),
+                         "bytes": len(body)},
+            "watch_events_min": min(watch_events) if watch_events else 0,
+            "watch_events_max": max(watch_events) if watch_events else 0,
+            "rss_mib": {k: round(v / 2**20, 1) for k, v in sorted(self.rss_peak.items())},
+            # CPU seconds each process used from the first create until all were Running
+            # (`client` is this benchmark: the creates, the sampler and the watches).
+            "cpu_seconds_until_running": {k: round(v, 1) for k, v in sorted(cpu_used.items())},
+        })
+        return self.result
+
+    async def _wait_nodes_ready(self, http: aiohttp.ClientSession) -> None:
+        deadline = time.monotonic() + self.args.timeout
+        while True:
+            for component in self.components:
+                component.check()
+            ready = 0
+            async for node in self._list(http, "/api/v1/nodes"):
+                ready += any(c.get("type") == "Ready" and c.get("status") == "True"
+                             for c in (node.get("status") or {}).get("conditions") or [])
+            if ready >= self.args.nodes:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {ready} of {self.args.nodes} nodes Ready")
+            await asyncio.sleep(1.0)
+
+    async def _list(self, http: aiohttp.ClientSession, path: str) -> Any:
+        token = ""
+        while True:
+            params = {"limit": str(PAGE_SIZE)}
+            if token:
+                params["continue"] = token
+            async with http.get(path, params=params) as r:
+                page = orjson.loads(await r.read())
+            for item in page.get("items") or []:
+                yield item
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+
+    async def _wait_running(self, http: aiohttp.ClientSession, count: int,
+                            started: float) -> float | None:
+        deadline = started + self.args.timeout
+        last = -1
+        while True:
+            for component in self.components:
+                component.check()
+            running = 0
+            async for p in self._list(http, f"/api/v1/namespaces/{NAMESPACE}/pods"):
+                running += (p.get("status") or {}).get("phase") == "Running"
+            if running != last:
+                log(f"[{self.store}] {running}/{count} Running after "
+                    f"{time.monotonic() - started:.1f}s")
+                last = running
+            if running >= count:
+                return time.monotonic() - started
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(2.0)
+
+    async def _sample_reads(self, http: aiohttp.ClientSession, created: list[str],
+                            gets: Latencies, lists: Latencies, stop: asyncio.Event) -> None:
+        """Gets of single pods and paginated list walks, one at a time, until stopped."""
+        while not stop.is_set():
+            if created:
+                name = random.choice(created)
+                t0 = time.perf_counter()
+                async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}") as r:
+                    await r.read()
+                    ok = r.status == 200
+                (gets.values.append(time.perf_counter() - t0) if ok
+                 else setattr(gets, "errors", gets.errors + 1))
+                t0 = time.perf_counter()
+                async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                    params={"limit": str(PAGE_SIZE)}) as r:
+                    await r.read()
+                    ok = r.status == 200
+                (lists.values.append(time.perf_counter() - t0) if ok
+                 else setattr(lists, "errors", lists.errors + 1))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.2)
+
+    async def _watch(self, http: aiohttp.ClientSession, index: int, counts: list[int],
+                     stop: asyncio.Event) -> None:
+        """A watch of the namespace's pods, counting events, open until stopped."""
+        params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": "0"}
+        with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+            async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods", params=params) as r:
+                reader = asyncio.create_task(self._count_lines(r, index, counts))
+                await stop.wait()
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+
+    @staticmethod
+    async def _count_lines(response: aiohttp.ClientResponse, index: int,
+                           counts: list[int]) -> None:
+        async for line in response.content:
+            if line.strip() and b'"BOOKMARK"' not in line[:40]:
+                counts[index] += 1
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke-sized defaults ({QUICK}) instead of the full run ({FULL})")
+    for name in FULL:
+        parser.add_argument(f"--{name}", type=int, default=None, metavar="N")
+    parser.add_argument("--stores", default=",".join(STORES), metavar="LIST",
+                        help="sqlite,etcd (default both)")
+    parser.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                        help="give up waiting for nodes or pods after this long")
+    parser.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
+                        help="keep the data and logs there (default: a temporary directory)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH")
+    args = parser.parse_args(argv)
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.stores = [s for s in args.stores.split(",") if s]
+    unknown = [s for s in args.stores if s not in STORES]
+    if unknown:
+        parser.error(f"unknown store(s): {', '.join(unknown)}")
+    return args
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in results:
+        rows.append([r["store"], str(r["nodes"]), str(r["pods"]), str(r["clients"]),
+                     str(r["nodes_ready_seconds"]), str(r["all_running_seconds"]),
+                     str(r["pods_per_second_end_to_end"]),
+                     f"{r['creates']['p50_ms']} / {r['creates']['p99_ms']}",
+                     f"{r['gets']['p50_ms']} / {r['gets']['p99_ms']}",
+                     f"{r['paginated_lists']['p50_ms']} / {r['paginated_lists']['p99_ms']}",
+                     format_ms(r["list_all"]["seconds"]),
+                     ", ".join(f"{k} {v}" for k, v in r["rss_mib"].items())])
+    return markdown_table(
+        ["store", "nodes", "pods", "clients", "nodes Ready s", "all Running s", "pods/s",
+         "create p50/p99 ms", "get p50/p99 ms", "list page p50/p99 ms", "list all ms",
+         "peak RSS MiB"], rows)
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the processes started as Ctrl-C does
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="ephemera-scale-"))
+    results = []
+    try:
+        for store in args.stores:
+            run = Run(args, store, work / store)
+            (work / store).mkdir(parents=True, exist_ok=True)
+            try:
+                run.start()
+                results.append(asyncio.run(run.measure()))
+            finally:
+                run.stop()
+    finally:
+        if args.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    document = {"benchmark": "scale", "date": datetime.datetime.now(datetime.UTC).isoformat(),
+                "command": " ".join(["python", "-m", "bench.scale", *(argv or sys.argv[1:])]),
+                "machine": machine_description(Path(tempfile.gettempdir())),
+                "loadavg": os.getloadavg(), "results": results}
+    print(report(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

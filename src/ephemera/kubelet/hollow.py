@@ -1,0 +1,670 @@
+"""Hollow nodes: many simulated nodes in one process (`ephemera hollow-nodes`), as kwok and
+kubemark do, for scale tests.
+
+Each `HollowNode` is a slim kubelet built from the real rule modules, not the full `Kubelet`
+(see docs/design.md, "Hollow nodes"): it registers its Node with a fixed capacity, labels and
+taints (`node.NodeAgent` with `NodeConfig.capacity`), admits the pods bound to it with the
+kubelet's own `agent.admit` (pod count, then `allocation.fit`: requests, emptyDir size limits
+and pod-level `ephemeral-storage`), checkpoints them in the real `AllocationManager` (in
+memory: `MemoryCheckpoint`), admits `/dynamic` changes whole through it, and runs them
+through the real pod workers (`podworkers`, `podactions`: sandbox, containers, restarts,
+KEP-6395 actuation, termination), the real volume manager (desired/actual state, the
+reconciler, `volumeStatuses` `Pending` -> `HostMounted` -> `Unmounting`) with volume plugins
+that set nothing up on disk (`HollowVolumePlugin`), the real status manager, and the fake
+runtime (`runtime.fake`, in memory; pods get addresses from the Node's `spec.podCIDR` once
+a status check has seen it). Containers run until stopped, or `pod_lifetime`
+seconds when set (then exit 0: `Always` pods restart, counted in `restartCount`; `Never` and
+`OnFailure` pods end `Succeeded`); a container whose command the fake runtime knows (`exit
+1`, `sleep 5`...) behaves as the fake runtime says.
+
+What the process shares (`HollowNodes`): one API client (one connection pool), ONE pod
+informer for all its nodes (`fieldSelector=spec.nodeName!=`, dispatched by `spec.nodeName`),
+one heartbeat scheduler that renews every Lease each `lease_renew_interval` and checks every
+Node status each `node_status_interval` (written on change or every
+`node_status_report_interval`, upstream's 5 min), each node at its own random phase
+(jitter) and all together under `heartbeat_qps` with at most `heartbeat_concurrency`
+requests in flight (a node whose previous one is still in flight skips its turn), and one
+relister (PLEG) that lists each node's fake runtime once per `relist_period`, spread over
+it.
+
+Not simulated: the kubelet's HTTPS API (logs, exec, port-forward, metrics, stats), probes,
+node-pressure eviction, images (every image is present), Secret/ConfigMap contents (their
+volumes mount without reading them). API evictions and deletions are honoured (graceful
+termination through the pod workers, then the pod object is deleted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import heapq
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ephemera.api.featuregates import FeatureGates
+from ephemera.client import ApiClient, Informer, resource_path
+from ephemera.kubelet import events
+from ephemera.kubelet.agent import admit
+from ephemera.kubelet.allocation import (
+    FAILED_ALLOCATION,
+    AllocationCheckpoint,
+    AllocationManager,
+)
+from ephemera.kubelet.events import KubeletEvents
+from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure
+from ephemera.kubelet.pleg import Relister
+from ephemera.kubelet.podworkers import PodWorkers
+from ephemera.kubelet.runtime.fake import FakeRuntime
+from ephemera.kubelet.status import StatusManager, rejected_status
+from ephemera.kubelet.volumes.base import VolumeHost, VolumePlugin
+from ephemera.kubelet.volumes.manager import VolumeManager
+from ephemera.kubelet.workerdeps import WorkerDeps, WorkerSettings
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "HollowConfig",
+    "HollowNode",
+    "HollowNodes",
+    "parse_capacity",
+    "parse_labels",
+    "parse_taints",
+]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+DEFAULT_CAPACITY = {"cpu": "4", "memory": "16Gi", "pods": "110",
+                    "ephemeral-storage": "100Gi"}
+# The image every hollow container runs when it names no command (the fake runtime runs it
+# until it is stopped, or `pod_lifetime`).
+HOLLOW_COMMAND = ("hollow",)
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+# --- flags -----------------------------------------------------------------------------------
+
+
+def _pairs(flag: str, what: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in (p.strip() for p in flag.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"malformed {what} {item!r}, expect key=value")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def parse_capacity(flag: str) -> dict[str, str]:
+    """`cpu=4,memory=16Gi,pods=110,ephemeral-storage=100Gi` (quantities checked); what is
+    not given keeps `DEFAULT_CAPACITY`."""
+    from ephemera.api.quantity import parse_quantity
+
+    capacity = dict(DEFAULT_CAPACITY)
+    for name, value in _pairs(flag, "capacity"):
+        try:
+            quantity = parse_quantity(value)
+        except ValueError as err:
+            raise ValueError(f'failed to parse quantity "{value}" for "{name}": {err}') \
+                from None
+        if quantity.sign() < 0:
+            raise ValueError(f'capacity of "{name}" cannot be negative: {value}')
+        capacity[name] = value
+    return capacity
+
+
+def parse_labels(flag: str) -> dict[str, str]:
+    """`key=value,...` (upstream's `--node-labels`)."""
+    return dict(_pairs(flag, "label"))
+
+
+def parse_taints(flag: str) -> list[dict[str, str]]:
+    """`key=value:Effect,...` or `key:Effect` (upstream's `--register-with-taints`)."""
+    taints = []
+    for item in (p.strip() for p in flag.split(",")):
+        if not item:
+            continue
+        spec, sep, effect = item.rpartition(":")
+        if not sep or effect not in TAINT_EFFECTS:
+            raise ValueError(f"invalid taint {item!r}: expect key[=value]:Effect, Effect one "
+                             f"of {', '.join(TAINT_EFFECTS)}")
+        key, _, value = spec.partition("=")
+        taint = {"key": key, "effect": effect}
+        if value:
+            taint["value"] = value
+        taints.append(taint)
+    return taints
+
+
+@dataclass
+class HollowConfig:
+    count: int
+    root_dir: Path  # pod and log directories: <root>/<node name>/...
+    name_prefix: str = "hollow-node-"
+    capacity: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_CAPACITY))
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: Sequence[Mapping[str, str]] = ()
+    gates: FeatureGates = field(default_factory=FeatureGates)
+    node_ip: str = "127.0.0.1"
+    # Seconds a container without a command of its own runs before it exits 0 (None: until
+    # stopped).
+    pod_lifetime: float | None = None
+    lease_renew_interval: float = 10.0  # upstream's nodeLeaseRenewInterval
+    node_status_interval: float = 60.0  # how often each Node's status is checked
+    node_status_report_interval: float = 300.0  # upstream's nodeStatusReportFrequency
+    heartbeat_qps: float = 200.0  # leases and node statuses together, whole process
+    heartbeat_concurrency: int = 64
+    register_concurrency: int = 16
+    relist_period: float = 5.0
+    reconcile_period: float = 1.0
+    settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(
+        resync_period=60.0, relist_period=5.0))
+
+    def node_name(self, index: int) -> str:
+        return f"{self.name_prefix}{index}"
+
+
+# --- the pieces a hollow node swaps in -------------------------------------------------------
+
+
+class MemoryCheckpoint(AllocationCheckpoint):
+    """The allocated pods kept in memory only: a restarted hollow-nodes process re-admits
+    the pods it finds bound to its nodes."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, dict[str, Any]] = {}
+
+    def store(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
+        self._pods = {uid: dict(pod) for uid, pod in pods.items()}
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        return dict(self._pods)
+
+    def remove(self) -> None:
+        self._pods = {}
+
+
+class HollowVolumePlugin(VolumePlugin):
+    """A volume source "set up" without touching the disk: the volume manager's states
+    (`Pending`, `HostMounted`, `Unmounting`) and operations are the real ones."""
+
+    def __init__(self, name: str, source_key: str) -> None:
+        self.name = name
+        self.source_key = source_key
+
+    async def setup(self, pod: Mapping[str, Any], volume: Mapping[str, Any], host_dir: Path,
+                    host: VolumeHost) -> None:
+        return None
+
+    async def teardown(self, host_dir: Path) -> None:
+        return None
+
+
+def hollow_plugins() -> list[VolumePlugin]:
+    return [HollowVolumePlugin(name, key) for name, key in (
+        ("kubernetes.io/empty-dir", "emptyDir"), ("kubernetes.io/configmap", "configMap"),
+        ("kubernetes.io/secret", "secret"), ("kubernetes.io/projected", "projected"),
+        ("kubernetes.io/downward-api", "downwardAPI"), ("kubernetes.io/image", "image"))]
+
+
+@dataclass(frozen=True)
+class HollowImage:
+    """Every image is present; one without a command runs `HOLLOW_COMMAND`."""
+
+    id: str
+    layers: tuple[Path, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = HOLLOW_COMMAND
+    working_dir: str = "/"
+
+
+class HollowImages:
+    def __init__(self) -> None:
+        self._images: dict[str, HollowImage] = {}
+
+    def resolve(self, ref: str) -> HollowImage:
+        image = self._images.get(ref)
+        if image is None:
+            image = self._images[ref] = HollowImage(id=f"sha256:hollow-{abs(hash(ref)):x}")
+        return image
+
+
+class HollowRuntime(FakeRuntime):
+    """The fake runtime in memory, keeping no call log; `HOLLOW_COMMAND` runs
+    `pod_lifetime` seconds (None: until stopped)."""
+
+    def __init__(self, node_name: str, pod_lifetime: float | None) -> None:
+        super().__init__(None, node_name, persist=False)
+        self.calls: Any = collections.deque(maxlen=0)
+        self.pod_lifetime = pod_lifetime
+
+    def _decide(self, argv: tuple[str, ...]) -> tuple[Any, ...] | None:
+        if argv == HOLLOW_COMMAND:
+            return ("sleep", self.pod_lifetime) if self.pod_lifetime is not None else None
+        return super()._decide(argv)
+
+
+def _terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+# --- one node --------------------------------------------------------------------------------
+
+
+class HollowNode:
+    """One simulated node (see the module docstring). Pods reach it through `on_pod` and
+    `on_pod_delete`, called by the process's shared informer."""
+
+    def __init__(self, name: str, api: ApiClient, config: HollowConfig,
+                 images: HollowImages) -> None:
+        self.name = name
+        self.api = api
+        self.config = config
+        self.root_dir = config.root_dir / name
+        self.node_config = NodeConfig(node_name=name, root_dir=self.root_dir,
+                                      gates=config.gates, node_ip=config.node_ip,
+                                      runtime_version="fake://0.1.0",
+                                      extra_labels=dict(config.labels),
+                                      capacity=dict(config.capacity), taints=config.taints)
+        self.node_agent = NodeAgent(api, self.node_config, pressure_probe=Pressure,
+                                    report_interval=config.node_status_report_interval)
+        self.node_allocatable: dict[str, Any] = dict(config.capacity)
+        self.runtime = HollowRuntime(name, config.pod_lifetime)
+        self.status = StatusManager(api)
+        self.events = KubeletEvents(api, name, quiet=self._quiet, is_quiet=self._is_quiet)
+        self.image_store = images
+        self.volumes = VolumeManager(self.root_dir, self, plugins=hollow_plugins(),
+                                     sync_period=config.settings.resync_period,
+                                     reconcile_period=config.reconcile_period)
+        self.allocation = AllocationManager(
+            MemoryCheckpoint(), node_allocatable=lambda: self.node_allocatable,
+            get_configmap=self.get_configmap, get_secret=self.get_secret,
+            image_present=lambda ref: True, gates=config.gates)
+        self.allocation.on_allocated = self._allocated
+        self.allocation.is_inactive = self._inactive
+        self.allocation.on_failed = self._allocation_failed
+        self.workers = PodWorkers(WorkerDeps(
+            api=api, runtime=self.runtime, images=images, volumes=self.volumes,
+            status=self.status, events=self.events, root_dir=self.root_dir, node_name=name,
+            host_ip=config.node_ip, get_configmap=self.get_configmap,
+            get_secret=self.get_secret, node_allocatable=self.node_allocatable,
+            settings=config.settings, on_volumes_changed=self._volumes_changed))
+        self.workers.on_worker_done = self._worker_done
+        self.volumes.set_in_use_checker(self._in_use)
+        self.volumes.subscribe(self.workers.wake)
+        self.relister = Relister(self.runtime, self.workers.wake,
+                                 period=config.relist_period)
+        self.admitted: set[str] = set()
+        self.rejected: set[str] = set()
+        self._admitting: set[str] = set()
+        self._api_pods: dict[str, Obj] = {}
+        self.started = False
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- what the volume manager asks (VolumeHost) --
+
+    @property
+    def node_name(self) -> str:
+        return self.name
+
+    @property
+    def node_allocatable_memory(self) -> int:
+        return 0
+
+    async def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return {}  # contents are not simulated (see the module docstring)
+
+    async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return {}
+
+    async def _in_use(self, uid: str, volume_name: str) -> bool:
+        known = self.workers.volume_in_use(uid, volume_name)
+        if known is not None:
+            return known
+        await self.relister.relist_shared()
+        return any(any(m.volume_name == volume_name for m in c.mounts)
+                   for c in self.relister.snapshot.pod_containers(uid)
+                   if c.state.value in ("RUNNING", "CREATED"))
+
+    # -- lifecycle --
+
+    def start(self) -> None:
+        """Start the node's own loops (status writes, volumes, allocation retries)."""
+        loop = asyncio.get_running_loop()
+        for work, what in ((self.status.run(), "status"), (self.volumes.run(), "volumes"),
+                           (self.allocation.run(), "allocation")):
+            self._tasks.append(loop.create_task(work, name=f"{self.name}-{what}"))
+        self.started = True
+
+    async def close(self) -> None:
+        await self.workers.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.allocation.close(timeout=1.0)
+
+    def _is_quiet(self) -> bool:
+        return self.workers.is_idle() and self.status.is_settled()
+
+    async def _quiet(self) -> None:
+        while not self._is_quiet():
+            await self.workers.idle()
+            await self.status.settled()
+
+    # -- pods (the agent's admission and hand-over, for one node) --
+
+    def _inactive(self, uid: str) -> bool:
+        terminal = self.workers.is_terminal(uid)
+        if terminal is not None:
+            return terminal
+        pod = self._api_pods.get(uid)
+        return pod is not None and _terminal(pod)
+
+    def on_pod(self, pod: Obj) -> None:
+        self.status.observe(pod)
+        uid = _uid(pod)
+        if not uid or uid in self.rejected:
+            return
+        md = pod.get("metadata") or {}
+        if uid not in self.admitted:
+            if uid in self._admitting:
+                self._api_pods[uid] = pod
+                return
+            if not self.allocation.is_allocated(uid) and not _terminal(pod) and \
+                    not md.get("deletionTimestamp"):
+                result = admit(pod, self.allocation.others(uid), self.node_allocatable,
+                               self.config.gates)
+                if not result.admit:
+                    self._reject(pod, result.reason, result.message)
+                    return
+                self._api_pods[uid] = pod
+                self._admitting.add(uid)
+                view = self.allocation.stage_new(pod)
+                self.workers.spawn(self._allocate_new(uid, view), pod=pod)
+                return
+            self.admitted.add(uid)
+        self._api_pods[uid] = pod
+        self.allocation.request(pod)
+        containers, volumes = self.allocation.pending_changes(uid)
+        self.workers.update(self.allocation.worker_pod(pod), unallocated=containers,
+                            unallocated_volumes=volumes)
+        self._volumes_changed()
+
+    async def _allocate_new(self, uid: str, view: Obj) -> None:
+        try:
+            await self.allocation.write_new(uid, view)
+        finally:
+            self._admitting.discard(uid)
+        latest = self._api_pods.get(uid)
+        if latest is None:
+            self.allocation.forget(uid)
+            return
+        self.admitted.add(uid)
+        self.on_pod(latest)
+
+    def _reject(self, pod: Obj, reason: str, message: str) -> None:
+        self.rejected.add(_uid(pod))
+        self.status.set_pod_status(pod, rejected_status(pod.get("status"), reason, message))
+        self.workers.spawn(self.events.pod(pod, events.WARNING, reason, message), pod=pod)
+
+    def _allocated(self, uid: str) -> None:
+        pod = self._api_pods.get(uid)
+        if pod is not None and uid in self.admitted:
+            self.on_pod(pod)
+
+    def _allocation_failed(self, pod: Obj, message: str) -> None:
+        self.workers.spawn(self.events.pod(pod, events.WARNING, FAILED_ALLOCATION, message),
+                           pod=pod)
+        self.workers.wake(_uid(pod))
+
+    def on_pod_delete(self, pod: Obj) -> None:
+        uid = _uid(pod)
+        self.rejected.discard(uid)
+        self._api_pods.pop(uid, None)
+        self.allocation.withdraw(uid)
+        self.allocation.retry()
+        if uid in self.admitted or self.workers.get(uid) is not None:
+            self.workers.remove(pod)
+        self.admitted.discard(uid)
+        self.status.forget(uid)
+
+    def _worker_done(self, uid: str) -> None:
+        if uid not in self._api_pods:
+            self.admitted.discard(uid)
+            self.allocation.forget(uid)
+            self.allocation.retry()
+
+    def _volumes_changed(self) -> None:
+        if self.started:
+            self.volumes.set_desired_pods(self.workers.pods_needing_volumes())
+
+    def pod_count(self) -> int:
+        return len(self.workers.uids())
+
+
+# --- the process -----------------------------------------------------------------------------
+
+
+class _RateLimiter:
+    """A token bucket: `acquire` returns once a request may go (`qps` a second, bursts of
+    `burst`)."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.last = time.monotonic()
+
+    async def acquire(self) -> None:
+        while True:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.qps)
+            self.last = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            await asyncio.sleep((1 - self.tokens) / self.qps)
+
+
+def _discard(keys: set[tuple[str, str]], key: tuple[str, str], _done: Any) -> None:
+    keys.discard(key)
+
+
+class HollowNodes:
+    """All the hollow nodes of one process and what they share (module docstring)."""
+
+    def __init__(self, api: ApiClient, config: HollowConfig) -> None:
+        self.api = api
+        self.config = config
+        images = HollowImages()
+        self.nodes: dict[str, HollowNode] = {
+            config.node_name(i): HollowNode(config.node_name(i), api, config, images)
+            for i in range(config.count)}
+        self.pods = Informer(api, resource_path("pods"), field_selector="spec.nodeName!=",
+                             name="pods of the hollow nodes")
+        self.pods.add_handler(on_add=self._on_pod, on_update=lambda old, new: self._on_pod(new),
+                              on_delete=self._on_pod_delete)
+        self._limiter = _RateLimiter(config.heartbeat_qps,
+                                     max(1, config.heartbeat_concurrency))
+        self._inflight = asyncio.Semaphore(max(1, config.heartbeat_concurrency))
+        self._dispatching = False
+        self.registered = 0
+        self.lease_renewals = 0
+        self.status_writes = 0
+
+    def _node_of(self, pod: Mapping[str, Any]) -> HollowNode | None:
+        return self.nodes.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+
+    def _on_pod(self, pod: Obj) -> None:
+        node = self._node_of(pod)
+        if node is not None and self._dispatching:
+            node.on_pod(pod)
+
+    def _on_pod_delete(self, pod: Obj) -> None:
+        node = self._node_of(pod)
+        if node is not None and self._dispatching:
+            node.on_pod_delete(pod)
+
+    async def _limited(self, work: Callable[[], Awaitable[Any]], what: str,
+                       node: HollowNode) -> bool:
+        await self._limiter.acquire()
+        async with self._inflight:
+            try:
+                await work()
+            except Exception as err:  # retried at its next turn
+                log.warning("node %s: %s: %s", node.name, what,
+                            getattr(err, "message", None) or err)
+                return False
+        return True
+
+    async def register(self, stop: asyncio.Event) -> None:
+        """Register every Node and create its Lease, `register_concurrency` at a time,
+        retrying until the API answers."""
+        gate = asyncio.Semaphore(max(1, self.config.register_concurrency))
+
+        async def one(node: HollowNode) -> None:
+            async with gate:
+                while not stop.is_set():
+                    try:
+                        await node.node_agent.register()
+                        await node.node_agent.renew_lease()
+                        self.registered += 1
+                        return
+                    except Exception as err:
+                        log.warning("registering node %s: %s; retrying", node.name,
+                                    getattr(err, "message", None) or err)
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), 1.0)
+
+        await asyncio.gather(*(one(n) for n in self.nodes.values()))
+
+    async def _heartbeats(self, stop: asyncio.Event) -> None:
+        """Leases and Node statuses: each node at its own random phase of each interval,
+        the whole process under the rate limit."""
+        cfg = self.config
+        now = time.monotonic()
+        queue: list[tuple[float, int, str, str]] = []
+        for i, name in enumerate(self.nodes):
+            queue.append((now + random.uniform(0, cfg.lease_renew_interval), i, "lease", name))
+            # The first status check comes within a lease interval (it also picks up the
+            # podCIDR the controller-manager assigns after registration), the next ones
+            # every `node_status_interval`.
+            first = min(cfg.node_status_interval, cfg.lease_renew_interval)
+            queue.append((now + random.uniform(0, first), i, "status", name))
+        heapq.heapify(queue)
+        pending: set[asyncio.Task[Any]] = set()
+        busy: set[tuple[str, str]] = set()
+        while not stop.is_set():
+            due, i, kind, name = queue[0]
+            wait = due - time.monotonic()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wait)
+                continue
+            heapq.heappop(queue)
+            node = self.nodes[name]
+            interval = cfg.lease_renew_interval if kind == "lease" else \
+                cfg.node_status_interval
+            heapq.heappush(queue, (due + interval, i, kind, name))
+            if (kind, name) in busy:  # the previous one is still under way: skip this turn
+                continue
+            busy.add((kind, name))
+            task = asyncio.ensure_future(self._renew(node) if kind == "lease" else
+                                         self._status(node))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            task.add_done_callback(functools.partial(_discard, busy, (kind, name)))
+            await asyncio.sleep(0)
+        for task in pending:
+            task.cancel()
+
+    async def _renew(self, node: HollowNode) -> None:
+        if await self._limited(node.node_agent.renew_lease, "renewing the node lease", node):
+            self.lease_renewals += 1
+
+    async def _status(self, node: HollowNode) -> None:
+        written: list[bool] = []
+
+        async def update() -> None:
+            written.append(await node.node_agent.update_status())
+
+        if await self._limited(update, "updating the node status", node) and any(written):
+            self.status_writes += 1
+        # The Node's podCIDR (the controller-manager's node IPAM) gives its pods their IPs.
+        cidr = str(((node.node_agent.node or {}).get("spec") or {}).get("podCIDR") or "")
+        if cidr and cidr != node.runtime.pod_cidr:
+            await node.runtime.update_runtime_config(cidr)
+
+    async def _relists(self, stop: asyncio.Event) -> None:
+        """Each node's runtime listed once per `relist_period`, spread over it."""
+        period = self.config.relist_period
+        nodes = list(self.nodes.values())
+        step = period / max(1, len(nodes))
+        while not stop.is_set():
+            for node in nodes:
+                began = time.monotonic()
+                try:
+                    await node.relister.relist()
+                except Exception:
+                    log.exception("relisting node %s", node.name)
+                left = step - (time.monotonic() - began)
+                if left > 0:
+                    await asyncio.sleep(left)
+                if stop.is_set():
+                    return
+
+    async def run(self, stop: asyncio.Event,
+                  ready: Callable[[], None] | None = None) -> None:
+        """Register the nodes, then run them until `stop` is set; `ready` is called once
+        every Node is registered and the first pod list is dispatched."""
+        self.config.root_dir.mkdir(parents=True, exist_ok=True)
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            await self.register(stop)
+            if stop.is_set():
+                return
+            for node in self.nodes.values():
+                node.start()
+            tasks.append(asyncio.create_task(self.pods.run(), name="hollow-pod-informer"))
+            tasks.append(asyncio.create_task(self._heartbeats(stop), name="hollow-heartbeats"))
+            synced = asyncio.ensure_future(self.pods.wait_synced())
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({synced, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            synced.cancel()
+            stopped.cancel()
+            if stop.is_set():
+                return
+            self._dispatching = True
+            listed = sorted(self.pods.list(),
+                            key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+            for pod in listed:
+                self._on_pod(pod)
+            tasks.append(asyncio.create_task(self._relists(stop), name="hollow-relister"))
+            if ready is not None:
+                ready()
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*(n.close() for n in self.nodes.values()),
+                                 return_exceptions=True)
+
+    def summary(self) -> dict[str, int]:
+        return {"nodes": len(self.nodes), "registered": self.registered,
+                "pods": sum(n.pod_count() for n in self.nodes.values()),
+                "leaseRenewals": self.lease_renewals, "nodeStatusWrites": self.status_writes}

@@ -1,0 +1,45 @@
+"""The scale benchmark (`python -m bench.scale`) still runs end to end: a real apiserver on
+SQLite, scheduler, controller-manager and one `ephemera hollow-nodes` process, with tiny
+numbers; the report has every field for the store, every pod created and Running, every
+process's memory, and nothing is left behind. It never checks a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cluster import run_bench
+
+pytestmark = pytest.mark.e2e
+NODES, PODS, CLIENTS, WATCHES = 2, 6, 2, 2
+
+
+def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
+    work_dir = tmp_path / "work"
+    json_path = tmp_path / "scale.json"
+    run = run_bench("bench.scale",
+                    ["--quick", "--stores", "sqlite", "--nodes", str(NODES), "--pods", str(PODS),
+                     "--clients", str(CLIENTS), "--watches", str(WATCHES),
+                     "--work-dir", str(work_dir), "--json", str(json_path)],
+                    work_dir, timeout=240)
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert run.left_behind == []
+    document = json.loads(json_path.read_text())
+    assert document["benchmark"] == "scale"
+    [result] = document["results"]
+    assert result["store"] == "sqlite"
+    assert (result["nodes"], result["pods"], result["created"]) == (NODES, PODS, PODS)
+    assert result["all_running_seconds"] is not None
+    assert result["pods_per_second_end_to_end"] > 0
+    assert result["creates"]["count"] == PODS and result["creates"]["errors"] == 0
+    for reads in ("gets", "paginated_lists"):
+        assert result[reads]["errors"] == 0
+    assert result["list_all"]["items"] == PODS
+    # Every watch saw at least each pod's ADDED event.
+    assert result["watch_events_min"] >= PODS
+    assert set(result["rss_mib"]) == {"apiserver", "scheduler", "controller-manager",
+                                      "hollow-nodes"}
+    assert all(value > 0 for value in result["rss_mib"].values())
+    assert set(result["cpu_seconds_until_running"]) == {*result["rss_mib"], "client"}
+    assert "| sqlite |" in run.stdout

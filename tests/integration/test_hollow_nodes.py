@@ -1,0 +1,193 @@
+"""Hollow nodes (`ephemera.kubelet.hollow`) against the in-process apiserver with the real
+scheduler: 20 nodes register Ready with Leases, 100 pods spread over them and run, a
+`/dynamic` volume addition reaches HostMounted in the pod's volumeStatuses (the volume
+manager's Pending comes first, but the status write may merge it away) and restarts the
+container, a `restartPolicy: Never` pod whose container exits 0 ends Succeeded, a pod too big
+for a node (pod-level ephemeral-storage) is rejected by the kubelet's admission, and a
+graceful delete ends with the pod object gone. One apiserver and one hollow-nodes process
+for the whole scenario, to stay quick."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apiserver_fixtures import Api
+
+from ephemera.api.errors import StatusError
+from ephemera.client import ApiClient, ClientConfig, resource_path
+from ephemera.kubelet.hollow import (
+    HollowConfig,
+    HollowNodes,
+    parse_capacity,
+    parse_labels,
+    parse_taints,
+)
+from ephemera.kubelet.workerdeps import WorkerSettings
+from ephemera.scheduler import Scheduler
+
+Obj = dict[str, Any]
+NODES = 20
+PODS = 100
+
+
+def _pod(name: str, **spec: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "10m"}}}], **spec}}
+
+
+@contextlib.asynccontextmanager
+async def _cluster(api: Api, tmp_path: Path) -> AsyncIterator[tuple[ApiClient, HollowNodes]]:
+    url = str(api.client.server.make_url("")).rstrip("/")
+    async with ApiClient(ClientConfig(server=url), user_agent="hollow-test") as client:
+        config = HollowConfig(
+            count=NODES, root_dir=tmp_path / "hollow",
+            capacity=parse_capacity("cpu=2,memory=4Gi,pods=30,ephemeral-storage=10Gi"),
+            labels=parse_labels("ephemera.io/hollow=true"), lease_renew_interval=2.0,
+            node_status_interval=5.0, relist_period=0.5, reconcile_period=0.5,
+            settings=WorkerSettings(resync_period=1.0, relist_period=0.2, retry_delay=0.2,
+                                    minimum_grace_period=0.0, mount_wait_slice=0.2))
+        nodes = HollowNodes(client, config)
+        stop = asyncio.Event()
+        ready = asyncio.Event()
+        scheduler = Scheduler(client, None)
+        tasks = [asyncio.create_task(nodes.run(stop, ready=ready.set)),
+                 asyncio.create_task(scheduler.run())]
+        try:
+            await asyncio.wait_for(ready.wait(), 30)
+            yield client, nodes
+        finally:
+            stop.set()
+            tasks[1].cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _get(client: ApiClient, name: str) -> Obj | None:
+    try:
+        return await client.get(resource_path("pods", "default", name))
+    except StatusError as err:
+        if err.code == 404:
+            return None
+        raise
+
+
+async def eventually(check: Any, timeout: float) -> None:
+    """Wait until `check()` is truthy, polling every 0.25 s (a list of 100 pods is not
+    free on a loaded machine)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.25)
+
+
+def _volume_phase(pod: Obj, name: str) -> str | None:
+    for entry in (pod.get("status") or {}).get("volumeStatuses") or []:
+        if entry.get("name") == name:
+            return str(entry.get("hostPhase"))
+    return None
+
+
+async def test_hollow_nodes_run_pods_dynamic_changes_and_deletions(api: Api,
+                                                                   tmp_path: Path) -> None:
+    async with _cluster(api, tmp_path) as (client, nodes):
+        listed = (await client.get(resource_path("nodes")))["items"]
+        assert len(listed) == NODES
+        for node in listed:
+            assert node["metadata"]["labels"]["ephemera.io/hollow"] == "true"
+            assert node["status"]["capacity"]["pods"] == "30"
+            ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+            assert ready[0]["status"] == "True"
+        leases = (await client.get(resource_path("leases", "kube-node-lease",
+                                                 group="coordination.k8s.io")))["items"]
+        assert {lease["metadata"]["name"] for lease in leases} == set(nodes.nodes)
+
+        for i in range(PODS):
+            await client.create(resource_path("pods", "default"), _pod(f"p{i}"))
+
+        async def all_running() -> bool:
+            pods = (await client.get(resource_path("pods", "default")))["items"]
+            return sum(p["status"].get("phase") == "Running" for p in pods) == PODS
+
+        await eventually(all_running, timeout=60)
+        pods = (await client.get(resource_path("pods", "default")))["items"]
+        per_node = Counter(p["spec"]["nodeName"] for p in pods)
+        assert set(per_node) <= set(nodes.nodes) and len(per_node) > NODES // 2
+        assert all(p["status"]["containerStatuses"][0]["ready"] for p in pods)
+        assert [p["status"]["containerStatuses"][0]["restartCount"] for p in pods] == \
+            [0] * PODS
+
+        # A /dynamic volume change: HostMounted once set up, the container restarted.
+        worker = _pod("worker", volumes=[{"name": "keep", "emptyDir": {}}])
+        main = worker["spec"]["containers"][0]
+        main["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
+        main["volumeMounts"] = [{"name": "keep", "mountPath": "/keep"}]
+        await client.create(resource_path("pods", "default"), worker)
+        await eventually(lambda: _phase_is(client, "worker", "keep", "HostMounted"), 30)
+        dynamic = resource_path("pods", "default", "worker") + "/dynamic"
+        current = await client.get(dynamic)
+        current["spec"]["volumes"].append({"name": "extra", "emptyDir": {}})
+        current["spec"]["containers"][0]["volumeMounts"].append(
+            {"name": "extra", "mountPath": "/extra"})
+        await client.update(dynamic, current)
+        await eventually(lambda: _phase_is(client, "worker", "extra", "HostMounted"), 30)
+        after = await _get(client, "worker")
+        assert after is not None
+        status = after["status"]["containerStatuses"][0]
+        assert status["restartCount"] == 1 and "running" in status["state"]
+
+        # A container that ends: restartPolicy decides (Never: the pod Succeeded).
+        done = _pod("done", restartPolicy="Never")
+        done["spec"]["containers"][0]["command"] = ["exit", "0"]
+        await client.create(resource_path("pods", "default"), done)
+
+        async def succeeded() -> bool:
+            got = await _get(client, "done")
+            return got is not None and got["status"].get("phase") == "Succeeded"
+
+        await eventually(succeeded, timeout=30)
+
+        # The kubelet's admission: pod-level ephemeral-storage beyond the node's capacity.
+        big = _pod("big", nodeName=next(iter(nodes.nodes)),
+                   resources={"requests": {"cpu": "10m", "ephemeral-storage": "20Gi"}})
+        await client.create(resource_path("pods", "default"), big)
+
+        async def rejected() -> bool:
+            got = await _get(client, "big")
+            return got is not None and got["status"].get("reason") == "OutOfephemeral-storage"
+
+        await eventually(rejected, timeout=30)
+        got = await _get(client, "big")
+        assert got is not None and got["status"]["phase"] == "Failed"
+
+        # A graceful delete: the hollow kubelet stops the containers, then deletes the pod.
+        await client.delete(resource_path("pods", "default", "p0"))
+        await eventually(lambda: _gone(client, "p0"), timeout=30)
+        assert nodes.summary()["registered"] == NODES
+
+
+async def _phase_is(client: ApiClient, pod: str, volume: str, phase: str) -> bool:
+    got = await _get(client, pod)
+    return got is not None and _volume_phase(got, volume) == phase
+
+
+async def _gone(client: ApiClient, name: str) -> bool:
+    return await _get(client, name) is None
+
+
+def test_flags_parse_as_the_kubelet_spells_them() -> None:
+    assert parse_capacity("cpu=8,pods=50")["cpu"] == "8"
+    assert parse_capacity("cpu=8,pods=50")["memory"] == "16Gi"
+    assert parse_taints("a=b:NoSchedule,c:NoExecute") == [
+        {"key": "a", "value": "b", "effect": "NoSchedule"}, {"key": "c", "effect": "NoExecute"}]
+    with pytest.raises(ValueError, match="failed to parse quantity"):
+        parse_capacity("cpu=lots")
+    with pytest.raises(ValueError, match="invalid taint"):
+        parse_taints("a=b:Sometimes")
+    with pytest.raises(ValueError, match="expect key=value"):
+        parse_labels("novalue")
