@@ -489,6 +489,9 @@ class Router:
             if sub == "binding":
                 if method == "POST":
                     return await handlers.bind(request, target)
+            elif sub == "scale" and target.resource.custom:
+                return await customscale.serve_scale(request, self.registry, target,
+                                                     self.config.max_body_bytes)
             elif sub == "scale":
                 return await scale.handle_scale(request, target, self.registry,
                                                 self.config.max_body_bytes)
@@ -519,9 +522,6 @@ class Router:
                 if method == "GET":
                     return await nodeproxy.node_proxy(request, self.registry, target.name,
                                                       self.kubelets)
-            elif sub == "scale" and target.resource.custom:
-                return await customscale.serve_scale(request, self.registry, target,
-                                                         self.config.max_body_bytes)
             elif sub == "token":
                 if method == "POST":
                     return await tokenrequest.create_token(
