@@ -30,7 +30,6 @@ from ephemera.api.listoptions import query_flag
 from ephemera.apiserver import (
     authnreviews,
     customresources,
-    customscale,
     discovery,
     nodeproxy,
     openapi,
@@ -489,9 +488,6 @@ class Router:
             if sub == "binding":
                 if method == "POST":
                     return await handlers.bind(request, target)
-            elif sub == "scale" and target.resource.custom:
-                return await customscale.serve_scale(request, self.registry, target,
-                                                     self.config.max_body_bytes)
             elif sub == "scale":
                 return await scale.handle_scale(request, target, self.registry,
                                                 self.config.max_body_bytes)

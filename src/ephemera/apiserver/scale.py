@@ -1,26 +1,31 @@
-"""The `scale` subresource of Deployments, ReplicaSets, StatefulSets and
-ReplicationControllers, as upstream's ScaleREST: GET answers the parent as an autoscaling/v1
-Scale (`ephemera.pods.workloads.scale_of`); PUT and PATCH (JSON, merge and strategic merge
-patches of the Scale) validate the Scale (`ValidateScale`, 422 of kind `Scale.autoscaling`),
-check its resourceVersion against the parent's (409) and write `spec.replicas` into the
-parent through the registry's update (the parent's defaults, admission, validation and
-generation rules), answering the new Scale. Server-side apply of a Scale is not served
-(415), a departure listed in the README."""
+"""The `scale` subresource, as upstream's ScaleREST, of Deployments, ReplicaSets,
+StatefulSets and ReplicationControllers (`ephemera.pods.workloads.scale_of`, `spec.replicas`)
+and of custom resources (the CRD's paths, `ephemera.apiserver.customscale`): GET answers the
+parent as an autoscaling/v1 Scale; PUT and PATCH (JSON and merge patches of the Scale, and
+strategic merge for the built-in kinds) validate the Scale (`ValidateScale`, 422 of kind
+`Scale.autoscaling`), check its resourceVersion against the parent's (409) and write the
+replicas into the parent through the registry's update (the parent's defaults, admission,
+validation and generation rules), answering the new Scale. Server-side apply of a Scale is
+not served (415), a departure listed in the README."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from ephemera.api import errors, meta, patch
 from ephemera.api.errors import StatusError
+from ephemera.apiserver import customscale
 from ephemera.apiserver.body import decode_object, read_body
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import (
     PATCH_APPLY,
+    PATCH_STRATEGIC,
     PATCH_TYPES,
     Target,
     check_kind,
@@ -40,19 +45,43 @@ def _invalid(name: str, errs: list[Any]) -> StatusError:
     return errors.invalid("Scale", name, errs, "autoscaling")
 
 
+@dataclass(frozen=True)
+class ScaleAccess:
+    """How a kind keeps its scale: the parent read as a Scale, the replicas written into it,
+    and whether it takes strategic merge patches (custom resources do not)."""
+
+    read: Callable[[dict[str, Any]], dict[str, Any]]
+    write_replicas: Callable[[dict[str, Any], int], None]
+    custom: bool
+
+
+def scale_access(registry: Registry, res: Resource) -> ScaleAccess:
+    if res.custom:
+        paths = customscale.scale_paths(registry, res)
+        spec_path = str(paths.get("specReplicasPath"))
+        return ScaleAccess(lambda obj: customscale.to_scale(copy.deepcopy(obj), paths),
+                           lambda obj, n: customscale.set_path(obj, spec_path, n), True)
+
+    def write(obj: dict[str, Any], replicas: int) -> None:
+        obj.setdefault("spec", {})["replicas"] = replicas
+    return ScaleAccess(lambda obj: workloads.scale_of(res.plural, obj), write, False)
+
+
 async def handle_scale(request: web.Request, target: Target, registry: Registry,
                        max_body_bytes: int) -> web.Response:
     """GET, PUT or PATCH of `<parent>/NAME/scale`."""
     res = target.resource
+    access = scale_access(registry, res)
     if request.method == "GET":
         obj = await registry.get(res, target.namespace, target.name)
-        return respond(workloads.scale_of(res.plural, obj))
+        return respond(access.read(obj))
     if request.method not in ("PUT", "PATCH"):
         raise method_not_allowed()
     is_patch = request.method == "PATCH"
     content_type = request.content_type.split(";")[0].strip().lower()
-    if is_patch and content_type not in PATCH_TYPES:
-        raise errors.unsupported_media_type()
+    if is_patch and (content_type not in PATCH_TYPES or
+                     (access.custom and content_type == PATCH_STRATEGIC)):
+        raise errors.unsupported_media_type(custom=access.custom)
     if is_patch and content_type == PATCH_APPLY:
         raise StatusError(415, "UnsupportedMediaType",
                           "server-side apply of the scale subresource is not supported")
@@ -65,12 +94,11 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
     if not is_patch:
         sent, _ = decode_object(body, "Scale")
         check_kind(sent, "autoscaling/v1", "Scale")
-    result_scale: dict[str, Any] = {}
 
     async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
         if current is None:
             raise errors.not_found(res.plural, target.name, res.group)
-        old_scale = workloads.scale_of(res.plural, current)
+        old_scale = access.read(current)
         if sent is not None:
             new_scale = copy.deepcopy(sent)
         else:
@@ -91,8 +119,7 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
             raise errors.conflict(res.plural, target.name, group=res.group)
         replicas = (new_scale.get("spec") or {}).get("replicas")
         new = copy.deepcopy(current)
-        spec = new.setdefault("spec", {})
-        spec["replicas"] = replicas if isinstance(replicas, int) else 0
+        access.write_replicas(new, replicas if isinstance(replicas, int) else 0)
         new = record_update(current, new, manager, res, "scale")
         stored = await registry.prepare_update(res, new, current, subresource="scale",
                                                user=user, dry_run=dry)
@@ -100,8 +127,7 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
 
     result, _ = await registry.update(res, target.namespace, target.name, compute,
                                       dry_run=dry)
-    result_scale = workloads.scale_of(res.plural, result)
-    return respond(result_scale)
+    return respond(access.read(result))
 
 
 def serves_scale(resource: Resource) -> bool:
