@@ -18,7 +18,8 @@ each start:
 
 1. **Deployment create → available**: POST a Deployment of N replicas, until a watch of the
    namespace's Deployments shows `status.availableReplicas == N` (and `updatedReplicas`,
-   `observedGeneration` caught up).
+   `observedGeneration` caught up); the report also gives when its last pod was ADDED and
+   when the last was Running on the pod watch, where the time in between went.
 2. **Deployment delete → pods gone**: DELETE it (`propagationPolicy: Background`), until the
    pod watch has shown every one of its pods DELETED (the garbage collector deletes the
    ReplicaSet, whose pods it then deletes, and the kubelet stops them).
@@ -71,7 +72,8 @@ from bench.common import (
     ratio,
 )
 from bench.pod_start import BenchError, machine_busy_seconds, run_bench
-from ephemera.client import ApiClient, resource_path
+from ephemera.api.errors import StatusError
+from ephemera.client import ApiClient, ApiUnavailable, resource_path
 from ephemera.client.kubeconfig import load_kubeconfig
 
 DEFAULT_REPLICAS = 100
@@ -121,6 +123,7 @@ class PhaseResult:
     replicas: int
     seconds: float
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process
+    detail: dict[str, float] = field(default_factory=dict)  # other times of the phase, s
 
     @property
     def pods_per_second(self) -> float:
@@ -129,7 +132,7 @@ class PhaseResult:
     def as_dict(self) -> dict[str, Any]:
         return {"phase": self.phase, "node": self.node, "replicas": self.replicas,
                 "seconds": self.seconds, "pods_per_s": self.pods_per_second,
-                "cpu_s": dict(self.cpu)}
+                "cpu_s": dict(self.cpu), "detail_s": dict(self.detail)}
 
 
 # --- the watches ---------------------------------------------------------------------------
@@ -263,6 +266,9 @@ def observed(obj: dict[str, Any]) -> bool:
                 >= (obj.get("metadata") or {}).get("generation", 1))
 
 
+Timed = tuple[str, float, dict[str, float], dict[str, float]]  # phase, seconds, CPU, detail
+
+
 class Phases:
     """The four phases (module docstring) on one node at one replica count."""
 
@@ -303,11 +309,10 @@ class Phases:
         name = f"{label}-{replicas}"
         results = await self.deployment(f"deploy-{name}", node, replicas)
         results += await self.replicaset(f"rs-{name}", node, replicas)
-        return [PhaseResult(phase, label, replicas, seconds, cpu)
-                for phase, seconds, cpu in results]
+        return [PhaseResult(phase, label, replicas, seconds, cpu, detail)
+                for phase, seconds, cpu, detail in results]
 
-    async def deployment(self, name: str, node: str, replicas: int
-                         ) -> list[tuple[str, float, dict[str, float]]]:
+    async def deployment(self, name: str, node: str, replicas: int) -> list[Timed]:
         path = resource_path("deployments", NAMESPACE, group=APPS)
         check = available(replicas)
         before = self._cpu_before()
@@ -318,6 +323,9 @@ class Phases:
             f"Deployment {name} available", self.timeout, self._describe(name))
         available_after = self.watches.first("deployments", name, check) - started
         available_cpu = self._cpu_since(before)
+        # Where the Deployment's time went: its pods created, then Running, then reported.
+        pods_detail = {"pods_exist": self._last(name, "added", started),
+                       "pods_running": self._last(name, "running", started)}
 
         before = self._cpu_before()
         started = now()
@@ -327,11 +335,10 @@ class Phases:
                                 f"every pod of Deployment {name} deleted", self.timeout,
                                 self._describe(name))
         gone_after = self._last(name, "deleted", started)
-        return [(DEPLOY_AVAILABLE, available_after, available_cpu),
-                (DEPLOY_GONE, gone_after, self._cpu_since(before))]
+        return [(DEPLOY_AVAILABLE, available_after, available_cpu, pods_detail),
+                (DEPLOY_GONE, gone_after, self._cpu_since(before), {})]
 
-    async def replicaset(self, name: str, node: str, replicas: int
-                         ) -> list[tuple[str, float, dict[str, float]]]:
+    async def replicaset(self, name: str, node: str, replicas: int) -> list[Timed]:
         path = resource_path("replicasets", NAMESPACE, group=APPS)
         scale = resource_path("replicasets", NAMESPACE, name, "scale", group=APPS)
         await self.api.create(path, workload_manifest("ReplicaSet", name, node, 0))
@@ -358,8 +365,8 @@ class Phases:
         gone_after = self._last(name, "deleted", started)
         down_cpu = self._cpu_since(before)
         await self.api.delete(resource_path("replicasets", NAMESPACE, name, group=APPS))
-        return [(RS_EXIST, exist_after, {}), (RS_RUNNING, running_after, up_cpu),
-                (RS_GONE, gone_after, down_cpu)]
+        return [(RS_EXIST, exist_after, {}, {}), (RS_RUNNING, running_after, up_cpu, {}),
+                (RS_GONE, gone_after, down_cpu, {})]
 
 
 # --- the cluster ---------------------------------------------------------------------------
@@ -414,6 +421,13 @@ class Config:
 
 
 async def bench(cfg: Config, up: EphemeraUp) -> tuple[list[PhaseResult], dict[str, str]]:
+    try:
+        return await measure(cfg, up)
+    except (StatusError, ApiUnavailable) as error:  # said as the API said it, no traceback
+        raise BenchError(f"the API: {error}") from error
+
+
+async def measure(cfg: Config, up: EphemeraUp) -> tuple[list[PhaseResult], dict[str, str]]:
     async with ApiClient(load_kubeconfig(up.kubeconfig), user_agent="bench-workloads") as api:
         with progress("waiting for both nodes Ready"):
             versions = await wait_until_ready(api)
@@ -512,6 +526,18 @@ def report(results: Sequence[PhaseResult], cfg: Config, versions: dict[str, str]
                        [[r.phase, r.node, str(r.replicas), format_number(r.seconds),
                          format_number(r.pods_per_second, 1)] for r in results],
                        align="llrrr"),
+        "",
+        "## Where a Deployment's time goes",
+        "",
+        "Seconds from the Deployment's POST until its last pod was ADDED and Running on the"
+        " pod watch, and until the Deployment showed it available.",
+        "",
+        markdown_table(["node", "replicas", "pods exist", "pods Running", "available"],
+                       [[r.node, str(r.replicas),
+                         format_number(r.detail.get("pods_exist", math.nan)),
+                         format_number(r.detail.get("pods_running", math.nan)),
+                         format_number(r.seconds)]
+                        for r in results if r.phase == DEPLOY_AVAILABLE], align="lr"),
         "",
         "## Ratios",
         "",

@@ -60,6 +60,12 @@ def test_tiny_run_reports_every_phase_node_and_ratio(tmp_path: Path) -> None:
     for row in rows:
         assert float(row[3]) > 0 and float(row[4]) > 0, row
 
+    _, rows = table(report["Where a Deployment's time goes"])
+    assert [(row[0], int(row[1])) for row in rows] == SETS
+    for row in rows:
+        exist, running, available = (float(cell) for cell in row[2:])
+        assert 0 < exist <= running and available > 0, row
+
     header, rows = table(report["Ratios"])
     assert header[1:] == [f"fake ÷ real, {REAL_REPLICAS} replicas each",
                           f"fake at {REPLICAS} ÷ real at {REAL_REPLICAS}"]
@@ -94,6 +100,8 @@ def test_tiny_run_reports_every_phase_node_and_ratio(tmp_path: Path) -> None:
         exist = by_key[("ReplicaSet scale 0 → N: pods exist", node, replicas)]["seconds"]
         running = by_key[("ReplicaSet scale 0 → N: pods Running", node, replicas)]["seconds"]
         assert 0 < exist <= running
+        deployment = by_key[("Deployment create → available", node, replicas)]["detail_s"]
+        assert 0 < deployment["pods_exist"] <= deployment["pods_running"]
     for values in saved["ratios"].values():
         assert sorted(values) == ["fake_n_real_m", "same"]
         assert all(v is not None and math.isfinite(v) and v > 0 for v in values.values())
