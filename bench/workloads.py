@@ -266,6 +266,7 @@ def observed(obj: dict[str, Any]) -> bool:
                 >= (obj.get("metadata") or {}).get("generation", 1))
 
 
+CpuSnapshot = tuple[CpuMeter, dict[str, float]]
 Timed = tuple[str, float, dict[str, float], dict[str, float]]  # phase, seconds, CPU, detail
 
 
@@ -276,16 +277,20 @@ class Phases:
                  ) -> None:
         self.api = api
         self.watches = watches
-        self.cpu = CpuMeter(up.component_pids())
+        self.up = up
         self.timeout = timeout
 
-    def _cpu_before(self) -> dict[str, float]:
-        before = self.cpu.snapshot()
+    def _cpu_before(self) -> CpuSnapshot:
+        # The processes `up` runs now (it starts the DNS server once the node is Ready).
+        meter = CpuMeter(self.up.component_pids())
+        before = meter.snapshot()
         before[MACHINE] = machine_busy_seconds()
-        return before
+        return meter, before
 
-    def _cpu_since(self, before: dict[str, float]) -> dict[str, float]:
-        used = self.cpu.since(before)
+    @staticmethod
+    def _cpu_since(snapshot: CpuSnapshot) -> dict[str, float]:
+        meter, before = snapshot
+        used = meter.since(before)
         used[MACHINE] = machine_busy_seconds() - before[MACHINE]
         return used
 
