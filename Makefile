@@ -52,6 +52,7 @@ bench: setup
 	$(BIN)/python -m bench.dynamic_swap
 	$(BIN)/python -m bench.accounting
 	$(BIN)/python -m bench.service
+	$(BIN)/python -m bench.workloads
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .pytest_cache .mypy_cache .ruff_cache
