@@ -50,6 +50,7 @@ bench: setup
 	$(BIN)/python -m bench.pod_start
 	$(BIN)/python -m bench.eviction
 	$(BIN)/python -m bench.dynamic_swap
+	$(BIN)/python -m bench.warm_pool
 	$(BIN)/python -m bench.accounting
 	$(BIN)/python -m bench.service
 	$(BIN)/python -m bench.workloads
