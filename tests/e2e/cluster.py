@@ -131,8 +131,11 @@ class Cluster(ClusterAccess):
 
 
 def start_cluster(data_dir: Path, home: Path, extra_args: Sequence[str] = (),
-                  timeout: float = START_TIMEOUT) -> Cluster:
-    """Start `ephemera up` on `data_dir` and wait until its kubeconfig exists."""
+                  timeout: float = START_TIMEOUT, *, service_proxy: bool = False) -> Cluster:
+    """Start `ephemera up` on `data_dir` and wait until its kubeconfig exists. Without
+    `service_proxy` it runs no Service proxy and no cluster DNS server (`--no-proxy
+    --no-dns`): only the modules that send traffic through Services or look names up ask for
+    them, which keeps the suite's CPU down."""
     data_dir.mkdir(parents=True, exist_ok=True)
     home.mkdir(parents=True, exist_ok=True)
     kubeconfig = data_dir / "kubeconfig"
@@ -143,6 +146,8 @@ def start_cluster(data_dir: Path, home: Path, extra_args: Sequence[str] = (),
         # and their exact volume lists predate that, so clusters here leave it off unless a
         # module asks (tests/e2e/test_in_cluster_api.py, test_authn_kubectl.py).
         extra_args = [*extra_args, "--mount-service-account-token=false"]
+    if not service_proxy and "--no-proxy" not in extra_args:
+        extra_args = [*extra_args, "--no-proxy", "--no-dns"]
     with open(output_path, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "ephemera.cli", "up", "--data-dir", str(data_dir),
@@ -498,14 +503,15 @@ def release_leftovers(path: Path) -> list[str]:
 def run_kubelet_cluster(tmp_path_factory: pytest.TempPathFactory, basename: str, node: str,
                         extra_args: Sequence[str] = (),
                         after_delete: Callable[[Cluster], None] | None = None,
-                        ) -> Iterator[Cluster]:
+                        *, service_proxy: bool = False) -> Iterator[Cluster]:
     """Body of a module fixture: `ephemera up --node-name NODE EXTRA_ARGS`, yielded once the
     node is Ready; afterwards every pod is deleted, `after_delete(cluster)` runs (leftover
     checks) and the cluster must exit 0. Whatever is still left under its directory then
     (containers, mounts such as the pods' loop-mounted images, loop devices: a failed test's,
     or a leak) is released and reported as a warning (in pytest's warnings summary)."""
     base = tmp_path_factory.mktemp(basename)
-    running = start_cluster(base / "data", base / "home", ["--node-name", node, *extra_args])
+    running = start_cluster(base / "data", base / "home", ["--node-name", node, *extra_args],
+                            service_proxy=service_proxy)
     try:
         wait(lambda: node_ready(running, node), "the node to be Ready", running)
         yield running
@@ -537,7 +543,7 @@ def namespaced_kubectl(cluster: Cluster, tmp_path: Path,
 def kubelet_cluster_fixtures(name: str, basename: str, node: str,
                              extra_args: Sequence[str] = (),
                              after_delete: Callable[[Cluster], None] | None = None,
-                             ) -> tuple[Any, Any]:
+                             *, service_proxy: bool = False) -> tuple[Any, Any]:
     """The two fixtures of an e2e module on one cluster: `name` (module scope,
     `run_kubelet_cluster(basename, node, ...)`) and `k` (kubectl in a namespace of the test's
     own on it, `namespaced_kubectl`). Bind both at module level:
@@ -546,7 +552,7 @@ def kubelet_cluster_fixtures(name: str, basename: str, node: str,
     @pytest.fixture(scope="module", name=name)
     def cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield from run_kubelet_cluster(tmp_path_factory, basename, node, extra_args,
-                                       after_delete)
+                                       after_delete, service_proxy=service_proxy)
 
     @pytest.fixture(name="k")
     def kubectl_fixture(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kubectl]:

@@ -21,7 +21,8 @@ from ephemera.kubelet.dnsconfig import parse_resolv_conf
 pytestmark = pytest.mark.e2e
 
 NODE = "dns-node"
-dns_cluster, k = kubelet_cluster_fixtures("dns_cluster", "dns-cluster", NODE)
+dns_cluster, k = kubelet_cluster_fixtures("dns_cluster", "dns-cluster", NODE,
+                                          service_proxy=True)
 
 
 def _pod(name: str, **spec: Any) -> dict[str, Any]:

@@ -50,7 +50,7 @@ def api_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """`up` (with upstream's token mount) for the module; its node address's interface is
     gone once it stopped."""
     setup = run_kubelet_cluster(tmp_path_factory, "in-cluster-api", NODE,
-                                ["--mount-service-account-token"])
+                                ["--mount-service-account-token"], service_proxy=True)
     cluster = next(setup)
     interface = nodeaddress.interface_name(cluster.data_dir / "kubelet")
     assert interface in os.listdir("/sys/class/net")

@@ -39,7 +39,8 @@ def _table(cluster: Cluster) -> str:
 @pytest.fixture(scope="module")
 def svc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     clusters: list[Cluster] = []
-    for cluster in run_kubelet_cluster(tmp_path_factory, "svc-cluster", NODE):
+    for cluster in run_kubelet_cluster(tmp_path_factory, "svc-cluster", NODE,
+                                       service_proxy=True):
         clusters.append(cluster)
         table = _table(cluster)
         wait(lambda t=table: t in nft.list_tables(), "the proxy's table", cluster)

@@ -191,6 +191,10 @@ def add_parser(subparsers: Any) -> None:
                         help="the controller-manager's: each node's pod CIDR size (default 24)")
     parser.add_argument("--no-kubelet", action="store_true",
                         help="run no kubelet: a control plane without a node")
+    parser.add_argument("--no-dns", action="store_true",
+                        help="run no cluster DNS server (the kubelet still names the "
+                             "kube-system/kube-dns ClusterIP in pods' resolv.conf: for a DNS "
+                             "server of your own behind that Service)")
     parser.add_argument("--no-proxy", action="store_true",
                         help="run no Service proxy for the node (by default `ephemera proxy` "
                              "runs with the kubelet when this runs as root with nft)")
@@ -605,7 +609,8 @@ class Cluster:
             say(f"kubeconfig: {self.kubeconfig}")
             if not self.args.no_kubelet:
                 await self._wait_for_node(kubelet_started)
-                if self.args.join_control_plane is None and not self.stop.is_set():
+                if self.args.join_control_plane is None and not self.stop.is_set() \
+                        and not self.args.no_dns:
                     await self.start_dns()
             if self.args.demo and not self.stop.is_set():
                 await self._until_stopped(run_demo(
