@@ -656,6 +656,24 @@ class NodeStrategy(Strategy):
 # --- workloads (`ephemera.pods.workloads`) ---------------------------------------------------
 
 
+def _daemonset_surge_warning(plural: str, new: dict[str, Any], old: dict[str, Any] | None
+                             ) -> list[str]:
+    """A DaemonSet's `maxSurge` is not implemented (its rolling update replaces pods
+    without surge, at least one node at a time): said on create, and on an update that
+    sets it."""
+    def surge(obj: dict[str, Any] | None) -> Any:
+        rolling = (_spec(obj or {}).get("updateStrategy") or {}).get("rollingUpdate") or {}
+        return rolling.get("maxSurge") if isinstance(rolling, dict) else None
+
+    value = surge(new)
+    if plural != workloads.DAEMONSETS or value in (None, 0, "0", "0%") or \
+            (old is not None and surge(old) == value):
+        return []
+    return ["spec.updateStrategy.rollingUpdate.maxSurge: surge has no effect in ephemera "
+            "(not implemented): pods are replaced one node at a time at least, as with "
+            "maxUnavailable 1 when it is 0"]
+
+
 class WorkloadStrategy(Strategy):
     """Deployments, ReplicaSets, StatefulSets, DaemonSets, ControllerRevisions and
     ReplicationControllers: v1 defaults, an empty status and generation 1 on create, the
@@ -681,8 +699,9 @@ class WorkloadStrategy(Strategy):
         template = _spec(new).get("template")
         spec = _spec(template) if isinstance(template, dict) else {}
         path = "spec.template.spec"
+        surge_warning = _daemonset_surge_warning(self.resource.plural, new, old)
         if old is None:
-            out = unimplemented_warnings(spec, path)
+            out = unimplemented_warnings(spec, path) + surge_warning
             kind = self.resource.kind
             if self.resource.plural == workloads.STATEFULSETS and \
                     _spec(new).get("volumeClaimTemplates"):
@@ -692,7 +711,8 @@ class WorkloadStrategy(Strategy):
             return out
         old_template = _spec(old).get("template")
         return unimplemented_warnings_on_update(
-            spec, _spec(old_template) if isinstance(old_template, dict) else {}, path)
+            spec, _spec(old_template) if isinstance(old_template, dict) else {},
+            path) + surge_warning
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         if self.has_status:

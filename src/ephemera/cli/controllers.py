@@ -224,22 +224,23 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
         more.append(asyncio.create_task(signer.run(), name="csrsigning"))
     stopper = asyncio.create_task(stop.wait())
     log.info("controller-manager: running against %s", server)
+    controllers = {task, node_task, accounts_task, *more}
     try:
-        await asyncio.wait({task, node_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        # The controllers run until stopped: one that ends has failed, and the process
+        # exits 1 for its supervisor to start it again (as upstream's does on a panic).
+        done, _ = await asyncio.wait({*controllers, stopper},
+                                     return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for t in (task, node_task, accounts_task, *more, stopper):
+        for t in (*controllers, stopper):
             t.cancel()
-        await asyncio.gather(task, node_task, accounts_task, *more, stopper,
-                             return_exceptions=True)
-    if node_task.done() and not node_task.cancelled() and node_task.exception() is not None:
-        log.error("controller-manager: the node lifecycle controller failed: %s",
-                  node_task.exception())
+        await asyncio.gather(*controllers, stopper, return_exceptions=True)
+    failed = sorted((t for t in done if t in controllers), key=lambda t: t.get_name())
+    for t in failed:
+        error = t.exception() if not t.cancelled() else None
+        log.error("controller-manager: the %s controller stopped: %s", t.get_name(),
+                  error if error is not None else "it returned")
     log.info("controller-manager: stopped")
-    if task.done() and not task.cancelled() and task.exception() is not None:
-        log.error("controller-manager: the resourcequota controller failed: %s",
-                  task.exception())
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 def _workload_controllers(api: ApiClient) -> list[asyncio.Task[None]]:

@@ -208,7 +208,7 @@ class ClusterRecords:
         return dns.name.from_text(f"{service}.{namespace}.svc", origin=self.zone)
 
     def _parse(self, name: dns.name.Name) -> _Request:
-        labels = [label.decode().lower()
+        labels = [label.decode(errors="replace").lower()
                   for label in name.relativize(self.zone).labels if label]
         if not labels or labels in (["svc"], ["pod"]):
             return _Request()

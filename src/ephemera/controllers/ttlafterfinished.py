@@ -70,6 +70,9 @@ class TTLAfterFinishedController:
                 except (StatusError, ApiUnavailable) as err:
                     log.info("job %s: TTL check failed, retrying: %s", key, err)
                     self.queue.add_rate_limited(key)
+                except Exception:
+                    log.exception("job %s: TTL check failed, retrying", key)
+                    self.queue.add_rate_limited(key)
                 finally:
                     self.queue.done(key)
         finally:

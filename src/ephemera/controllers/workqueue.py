@@ -57,7 +57,9 @@ class WorkQueue(Generic[K]):
         """Add `key` again after its back-off (doubling from `base_delay` per failure)."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        self.add_after(key, min(self.base_delay * (2 ** failures), self.max_delay))
+        # the exponent capped: 2**64 base delays are past any max_delay, and a bigger int
+        # would overflow the float conversion
+        self.add_after(key, min(self.base_delay * (2.0 ** min(failures, 64)), self.max_delay))
 
     def add_after(self, key: K, delay: float) -> None:
         """Add `key` once `delay` seconds have passed."""

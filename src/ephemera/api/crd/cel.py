@@ -69,8 +69,10 @@ def compile_rule(text: str) -> Compiled:
     try:
         ast = env.compile(text)
         program = env.program(ast, functions=FUNCTIONS)
-    except Exception as err:  # celpy's parse error, or its failures building the program
+    except _celpy().celparser.CELParseError as err:  # the rule's text does not parse
         raise CompileError(_one_line(str(err))) from None
+    except Exception:  # celpy failed building the program: no Python text to the client
+        raise CompileError("compilation failed") from None
     return Compiled(program, bool(_OLD_SELF.search(text)))
 
 
