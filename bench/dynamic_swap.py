@@ -262,9 +262,12 @@ def pod_manifest(name: str, index: int, policy: str = "") -> dict[str, Any]:
         "command": COMMAND, "volumeMounts": mounts_of(index)}
     if policy:
         container["dynamicVolumePolicy"] = {"restartPolicy": policy}
+    # No kube-api-access volume: the pod's volumes are the two that are swapped, as in the
+    # runs recorded before ServiceAccount admission mounted it by default.
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {"app": "bench-dynamic-swap"}},
             "spec": {"terminationGracePeriodSeconds": 2, "containers": [container],
+                     "automountServiceAccountToken": False,
                      "volumes": volumes_of(index)}}
 
 

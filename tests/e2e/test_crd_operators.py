@@ -316,7 +316,10 @@ def warm_pool_operator(k: Kubectl, tmp_path: Path) -> Iterator[Operator]:
     finally:
         running.stop()
         log = running.log.read_text(errors="replace")
-        assert "Traceback" not in log or "CancelledError" in log, log[-6000:]
+        # What a handler in flight logs while the operator stops (its request cut short)
+        # is kopf's shutdown, not a failure of the operator.
+        before_stop = log.split("Signal SIGTERM is received", 1)[0]
+        assert "Traceback" not in before_stop or "CancelledError" in before_stop, log[-6000:]
 
 
 def _claim(name: str, secret: str) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def test_every_volume_type_seen_from_the_container(k: Kubectl) -> None:
     wait(lambda: "sub=" in k("logs", "vols").stdout, "the script's output", k.cluster)
     out = k("logs", "vols", "-c", "c").stdout
     ns = k.namespace
-    for line in ("empty=none", "mem=tmpfs rw,relatime", "cm=hello-cm",
+    for line in ("empty=none", "mem=tmpfs rw,nosuid", "cm=hello-cm",
                  "cm-link=..data/greeting", "secret=s3cr3t", "secret-fs=tmpfs",
                  'labels=app="demo"', "podname=vols", f"proj=hello-cm/s3cr3t/{ns}",
                  "img=/img/bin/busybox", "img-ro=yes", "cm-ro=yes", "sub=empty"):
