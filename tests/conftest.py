@@ -33,3 +33,13 @@ def etcd_endpoint(etcd_server: EtcdServer) -> str:
     """`http://127.0.0.1:<port>` of this worker's etcd. Tests share it: put your keys under a
     unique prefix (the etcd store's `prefix=`)."""
     return etcd_server.endpoint
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup`, every e2e module without a group of its own runs on one
+    worker: its module-scoped cluster then starts once, not once per worker that got one of
+    its tests (before xdist turns the marks into groups)."""
+    for item in items:
+        if "e2e" in item.path.parts and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(f"e2e-{item.path.stem}"))
