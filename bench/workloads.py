@@ -328,6 +328,11 @@ class Phases:
             f"Deployment {name} available", self.timeout, self._describe(name))
         available_after = self.watches.first("deployments", name, check) - started
         available_cpu = self._cpu_since(before)
+        # The pods' watch is a stream of its own (the apiserver's watch cache follows each
+        # resource on its own): it may deliver after the Deployment's.
+        await self.watches.wait(self._pods(name, "running", replicas),
+                                f"the pods of Deployment {name} Running on the pod watch",
+                                self.timeout, self._describe(name))
         # Where the Deployment's time went: its pods created, then Running, then reported.
         pods_detail = {"pods_exist": self._last(name, "added", started),
                        "pods_running": self._last(name, "running", started)}
