@@ -188,6 +188,24 @@ def test_schedules_and_due_times() -> None:
     assert due.next_time == datetime(2026, 3, 1, 13, 0, tzinfo=UTC)
     every = parse_schedule("@every 90s")
     assert every.next_after(start) == start + timedelta(seconds=90)
+
+
+def test_many_missed_start_times_give_the_latest_one() -> None:
+    """After a long pause (more than 100 missed runs) the due time is the latest start time
+    before now, however sparse the schedule, and a constant delay is not walked step by
+    step."""
+    now = datetime(2026, 3, 31, 12, 5, tzinfo=UTC)
+    hourly = most_recent_due(parse_schedule("@hourly"), datetime(2026, 3, 1, tzinfo=UTC),
+                             now, None)
+    assert hourly.scheduled == datetime(2026, 3, 31, 12, 0, tzinfo=UTC)
+    assert hourly.next_time == datetime(2026, 3, 31, 13, 0, tzinfo=UTC)
+    daily = most_recent_due(parse_schedule("0 3 * * *"), datetime(2025, 6, 1, tzinfo=UTC),
+                            now, None)
+    assert daily.scheduled == datetime(2026, 3, 31, 3, 0, tzinfo=UTC)
+    start = datetime(2026, 3, 31, 12, 0, 0, tzinfo=UTC) - timedelta(days=400)
+    every = most_recent_due(parse_schedule("@every 1s"), start, now, None)
+    assert every.scheduled is not None and now - timedelta(seconds=1) < every.scheduled <= now
+    assert every.next_time > now
     assert job_name("tick", datetime(2026, 3, 1, 12, 0, tzinfo=UTC)) == "tick-29539440"
 
 

@@ -259,12 +259,23 @@ def most_recent_due(schedule: Schedule, earliest: datetime, now: datetime,
     t = schedule.next_after(_aware(earliest, zone))
     scheduled: datetime | None = None
     count = 0
+    if schedule.every is not None and t <= now:
+        # a constant delay: the start times are t + k * every, the latest found at once
+        steps = (now - t) // schedule.every
+        t += steps * schedule.every
+        count = steps
     while t <= now:
         scheduled = t
         count += 1
-        if count > MAX_MISSED + 1 and schedule.every is None:
-            # skip ahead: only the latest matters (the count is only for the warning)
-            t = schedule.next_after(_aware(now - timedelta(minutes=2), zone))
+        if count > MAX_MISSED + 1:
+            # Only the latest matters (the count is only for the warning): walk on from a
+            # start time shortly before now, found in windows doubling back from now.
+            window = timedelta(minutes=2)
+            while True:
+                t = schedule.next_after(_aware(now - window, zone))
+                if t <= now or now - window <= scheduled:
+                    break
+                window *= 2
             while t <= now:
                 scheduled = t
                 t = schedule.next_after(t)
