@@ -246,6 +246,9 @@ class JobController:
         if managed_by and managed_by != MANAGED_BY:
             return  # another controller's (upstream's JobManagedBy)
         if not self._satisfied(key):
+            # look again once the expectations expire, should the events never come
+            _, _, deadline = self._expectations[key]
+            self.queue.add_after(key, max(0.0, deadline - time.monotonic()) + 0.01)
             return
         uid = str(_md(job).get("uid"))
         pods = list(self._pods_of.get(uid, {}).values())
@@ -325,10 +328,11 @@ class JobController:
     async def _delete_pod(self, job: Mapping[str, Any], namespace: str, name: str) -> None:
         try:
             await self.api.delete(resource_path("pods", namespace, name))
-        except StatusError as err:
-            if err.code != 404:
-                raise
+        except (StatusError, ApiUnavailable) as err:
+            # no deletion is coming for this pod either way: expect one fewer
             self._observed_gone(job)
+            if not isinstance(err, StatusError) or err.code != 404:
+                raise
             return
         await self.recorder.record(job, "Normal", "SuccessfulDelete", f"Deleted pod: {name}",
                                    kind="Job", api_version="batch/v1")
