@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,3 +74,45 @@ def test_the_interface_of_a_deleted_root_is_swept(tmp_path: Path) -> None:
     root.rmdir()
     assert name in nodeaddress.sweep()
     assert name not in _links()
+
+
+def _failing_at(monkeypatch: pytest.MonkeyPatch, *step: str) -> None:
+    """`ip STEP...` fails as `ip` would (the steps before it run for real)."""
+    real = nodeaddress._checked
+
+    def checked(*argv: str) -> None:
+        if argv[:len(step)] == step:
+            raise nodeaddress.NodeAddressError(f"ip {' '.join(argv)}: injected failure")
+        real(*argv)
+
+    monkeypatch.setattr(nodeaddress, "_checked", checked)
+
+
+@pytest.mark.parametrize("step", [("link", "set", "{name}", "alias"),
+                                  ("link", "set", "{name}", "up")])
+def test_a_failure_half_way_removes_the_interface_it_made(
+        roots: list[Path], monkeypatch: pytest.MonkeyPatch, step: tuple[str, ...]) -> None:
+    root = roots[0]
+    name = nodeaddress.interface_name(root)
+    _failing_at(monkeypatch, *(s.format(name=name) for s in step))
+    with pytest.raises(nodeaddress.NodeAddressError, match="injected failure"):
+        nodeaddress.ensure(root)
+    assert name not in _links()
+    assert not any(holder == name for holder in nodeaddress.machine_addresses().values())
+
+
+def test_a_failure_half_way_takes_back_the_address_from_a_kept_interface(
+        roots: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root = roots[0]
+    name = nodeaddress.interface_name(root)
+    # The interface is there from an earlier start, without its address.
+    nodeaddress.ensure(root)
+    address = nodeaddress.current_address(root)
+    subprocess.run(["ip", "addr", "delete", f"{address}/32", "dev", name], check=True)
+    _failing_at(monkeypatch, "link", "set", name, "up")
+    with pytest.raises(nodeaddress.NodeAddressError, match="injected failure"):
+        nodeaddress.ensure(root)
+    assert name in _links()  # not ours to delete: it was there before this call
+    assert nodeaddress.current_address(root) == ""
+    monkeypatch.undo()
+    assert nodeaddress.ensure(root) == address

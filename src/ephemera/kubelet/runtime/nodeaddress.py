@@ -26,6 +26,7 @@ Errors (no `ip`, no CAP_NET_ADMIN) are `NodeAddressError` with `ip`'s message.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import os
@@ -122,7 +123,9 @@ def sweep() -> list[str]:
 
 
 def ensure(root: Path) -> str:
-    """The node address of `root`'s kubelet, creating its interface when missing."""
+    """The node address of `root`'s kubelet, creating its interface when missing. A failure
+    half-way undoes what this call made (the interface it created, or the address it added
+    to one that was there) before `NodeAddressError` is raised: nothing is left behind."""
     root = Path(root).resolve()
     sweep()
     name = interface_name(root)
@@ -133,17 +136,35 @@ def ensure(root: Path) -> str:
         if mine:
             _checked("link", "set", name, "up")
             return mine[0]
+        created = False
     else:
         _checked("link", "add", name, "type", "bridge")
-    if len(str(root).encode()) < IFALIAS_MAX:  # a longer one is never swept
-        _checked("link", "set", name, "alias", str(root))
-    for address in candidates(root):
-        if address in held:
-            continue
-        _checked("addr", "replace", f"{address}/32", "dev", name)
-        _checked("link", "set", name, "up")
-        return address
-    raise NodeAddressError(f"no free address for {name} in {NODE_RANGE}")
+        created = True
+    added = ""
+    try:
+        if len(str(root).encode()) < IFALIAS_MAX:  # a longer one is never swept
+            _checked("link", "set", name, "alias", str(root))
+        for address in candidates(root):
+            if address in held:
+                continue
+            _checked("addr", "replace", f"{address}/32", "dev", name)
+            added = address
+            _checked("link", "set", name, "up")
+            return address
+        raise NodeAddressError(f"no free address for {name} in {NODE_RANGE}")
+    except BaseException:
+        _undo(name, created, added)
+        raise
+
+
+def _undo(name: str, created: bool, added: str) -> None:
+    """Take back what a failed `ensure` made: the interface it created (its address goes
+    with it), else the address it added; best effort, the first error is what is raised."""
+    with contextlib.suppress(NodeAddressError):
+        if created:
+            _ip("link", "delete", name)
+        elif added:
+            _ip("addr", "delete", f"{added}/32", "dev", name)
 
 
 def remove(root: Path) -> None:
