@@ -165,6 +165,73 @@ async def test_other_names_forwarded_to_the_upstream() -> None:
     await front.close()
 
 
+class HeldUpstream(asyncio.DatagramProtocol):
+    """An upstream resolver that keeps the queries it gets until the test answers them."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[bytes, Any]] = []
+        self.transport: asyncio.DatagramTransport | None = None
+        self.arrived = asyncio.Event()
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.held.append((data, addr))
+        self.arrived.set()
+
+    async def wait_for(self, count: int) -> None:
+        while len(self.held) < count:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), 5)
+
+    def answer_all(self) -> None:
+        assert self.transport is not None
+        for data, addr in self.held:
+            reply = dns.message.make_response(dns.message.from_wire(data))
+            reply.set_rcode(dns.rcode.NXDOMAIN)
+            self.transport.sendto(reply.to_wire(), addr)
+        self.held.clear()
+
+
+async def test_forwarded_queries_in_flight_are_bounded_and_one_more_is_refused() -> None:
+    """CoreDNS's forward max_concurrent: with 2 forwarded queries waiting on the upstream, a
+    third is REFUSED at once (not queued, no task made for it), while the cluster domain is
+    still answered; once the upstream answers, forwarding takes queries again."""
+    loop = asyncio.get_running_loop()
+    transport, upstream = await loop.create_datagram_endpoint(
+        HeldUpstream, local_addr=("127.0.0.1", 0))
+    upstream_port = transport.get_extra_info("sockname")[1]
+    records = ClusterRecords("cluster.local")
+    records.set_namespace({"metadata": {"name": "default"}})
+    front = DnsServer(records, [Upstream("127.0.0.1", upstream_port)], upstream_timeout=5,
+                      max_concurrent=2)
+    _, port = await front.start("127.0.0.1", 0)
+    try:
+        waiting = [asyncio.ensure_future(ask(port, f"n{i}.example.org")) for i in range(2)]
+        await upstream.wait_for(2)
+        assert front.forwarding == 2 and len(front._tasks) == 2
+        over = await ask(port, "n3.example.org")
+        assert over.rcode() == dns.rcode.REFUSED
+        over_tcp = await ask(port, "n4.example.org", tcp=True)
+        assert over_tcp.rcode() == dns.rcode.REFUSED
+        assert front.refused_over_limit == 2 and len(front._tasks) == 2
+        assert len(upstream.held) == 2  # the refused ones never reached the upstream
+        local = await ask(port, "1-2-3-4.default.pod.cluster.local")
+        assert addresses(local) == {"1.2.3.4"}
+        upstream.answer_all()
+        assert [r.rcode() for r in await asyncio.gather(*waiting)] == [dns.rcode.NXDOMAIN] * 2
+        assert front.forwarding == 0
+        again = asyncio.ensure_future(ask(port, "n5.example.org"))
+        await upstream.wait_for(1)
+        upstream.answer_all()
+        assert (await again).rcode() == dns.rcode.NXDOMAIN
+        assert front.refused_over_limit == 2
+    finally:
+        await front.close()
+        transport.close()
+
+
 async def test_garbage_and_other_opcodes() -> None:
     server = DnsServer(ClusterRecords("cluster.local"))
     query = dns.message.make_query("x.cluster.local", "A")

@@ -35,6 +35,10 @@ def test_dns_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert "needs --listen with a specific address" in usage_error(
         ["dns", "--kube-dns-service-ip", "10.96.0.10"], capsys)
     assert "a TTL in seconds, 0 to 3600" in usage_error(["dns", "--ttl", "7200"], capsys)
+    assert build_parser().parse_args(["dns"]).max_concurrent == 1000
+    assert build_parser().parse_args(["dns", "--max-concurrent", "5"]).max_concurrent == 5
+    assert "a number of queries, at least 1" in usage_error(
+        ["dns", "--max-concurrent", "0"], capsys)
     assert "not an IP address" in usage_error(["kubelet", "--cluster-dns", "x"], capsys)
 
 

@@ -24,7 +24,7 @@ from ephemera.client import ApiClient, ApiUnavailable, KubeconfigError, load_kub
 from ephemera.client.apiservers import discovering
 from ephemera.clusterdns.publish import ensure_kube_dns
 from ephemera.clusterdns.records import DEFAULT_TTL, ClusterRecords
-from ephemera.clusterdns.server import DnsService, Upstream, parse_hostport
+from ephemera.clusterdns.server import MAX_CONCURRENT, DnsService, Upstream, parse_hostport
 
 log = logging.getLogger("ephemera.dns")
 
@@ -75,6 +75,12 @@ def _ttl(text: str) -> int:
     return int(text)
 
 
+def _max_concurrent(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of queries, at least 1")
+    return int(text)
+
+
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "dns", help="run the cluster DNS server",
@@ -93,6 +99,11 @@ def add_parser(subparsers: Any) -> None:
                         metavar="IP[:PORT],...",
                         help="resolvers for names outside the cluster domain, tried in order "
                              "(default: none, such names are REFUSED)")
+    parser.add_argument("--max-concurrent", type=_max_concurrent, default=MAX_CONCURRENT,
+                        metavar="N",
+                        help="forwarded queries in flight at most; one more is answered "
+                             f"REFUSED, as CoreDNS's forward max_concurrent (default "
+                             f"{MAX_CONCURRENT}, kubeadm's Corefile)")
     parser.add_argument("--ttl", type=_ttl, default=DEFAULT_TTL, metavar="SECONDS",
                         help=f"TTL of the answers (default {DEFAULT_TTL}, as CoreDNS)")
     parser.add_argument("--pods", choices=("insecure", "disabled"), default="insecure",
@@ -134,7 +145,7 @@ async def _serve(config: Any, args: argparse.Namespace) -> int:
           flush=True)
     async with ApiClient(config, user_agent="ephemera-dns",
                          endpoints=args.apiserver_endpoints) as api, discovering(api):
-        service = DnsService(api, records, upstreams)
+        service = DnsService(api, records, upstreams, max_concurrent=args.max_concurrent)
         starting = asyncio.create_task(service.start(host, port))
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)

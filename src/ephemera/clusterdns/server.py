@@ -11,6 +11,14 @@ gets NOTIMP, a query without exactly one question FORMERR. Forwarding tries the 
 order (2 s each, over the client's transport, TCP after a truncated UDP answer) and answers
 SERVFAIL when none answers.
 
+Concurrency is bounded as CoreDNS's `forward` plugin bounds it with `max_concurrent` (kubeadm's
+Corefile sets 1000, our default): at most `max_concurrent` forwarded queries are in flight,
+and one more is answered REFUSED at once, not queued (it counts in `refused_over_limit`,
+CoreDNS's `coredns_forward_max_concurrent_rejects_total`). Cluster-domain queries never wait,
+so a UDP datagram answered from the records is answered in its receive callback, without a
+task; only a forwarded one gets a task, so the tasks in flight are bounded too. Over TCP each
+connection is served one message at a time.
+
 `DnsService` wires it to the API: informers of Services, EndpointSlices and Namespaces
 (`ephemera.client.Informer`) feed the records; the server binds once all three have synced,
 so it never answers NXDOMAIN for a name it has not seen yet. One log line per change of a
@@ -38,11 +46,12 @@ import dns.rdatatype
 from ephemera.client import ApiClient, Informer, resource_path
 from ephemera.clusterdns.records import ClusterRecords
 
-__all__ = ["DnsServer", "DnsService", "Upstream", "parse_hostport"]
+__all__ = ["MAX_CONCURRENT", "DnsServer", "DnsService", "Upstream", "parse_hostport"]
 
 log = logging.getLogger("ephemera.dns")
 
 UPSTREAM_TIMEOUT = 2.0
+MAX_CONCURRENT = 1000  # kubeadm's Corefile: forward . /etc/resolv.conf {max_concurrent 1000}
 DISCOVERY = "discovery.k8s.io"
 
 
@@ -79,10 +88,16 @@ class DnsServer:
     """Answers queries (wire in, wire out); `start()` binds UDP and TCP on one address."""
 
     def __init__(self, records: ClusterRecords, upstreams: Sequence[Upstream] = (), *,
-                 upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
+                 upstream_timeout: float = UPSTREAM_TIMEOUT,
+                 max_concurrent: int = MAX_CONCURRENT) -> None:
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
         self.records = records
         self.upstreams = list(upstreams)
         self.upstream_timeout = upstream_timeout
+        self.max_concurrent = max_concurrent
+        self.forwarding = 0  # forwarded queries in flight
+        self.refused_over_limit = 0
         self._transport: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -90,6 +105,19 @@ class DnsServer:
     # -- the answer --
 
     async def handle(self, wire: bytes, *, tcp: bool) -> bytes | None:
+        """The reply to one message (None: none is sent)."""
+        local = self.answer_local(wire, tcp=tcp)
+        if not isinstance(local, dns.message.Message):
+            return local
+        try:
+            return await self._forward(local, tcp)
+        finally:
+            self.forwarding -= 1
+
+    def answer_local(self, wire: bytes, *, tcp: bool) -> bytes | dns.message.Message | None:
+        """The reply when it needs no upstream (None: none is sent); else the parsed query,
+        to forward, with its slot taken (`forwarding` counts it until the caller's
+        `_forward` ends): the caller must forward it."""
         try:
             query = dns.message.from_wire(wire)
         except dns.exception.DNSException:
@@ -103,9 +131,13 @@ class DnsServer:
         question = query.question[0]
         answer = self.records.answer(question.name, dns.rdatatype.RdataType(question.rdtype))
         if answer is None:
-            if self.upstreams:
-                return await self._forward(query, tcp)
-            return self._reply(query, dns.rcode.REFUSED, tcp)
+            if not self.upstreams:
+                return self._reply(query, dns.rcode.REFUSED, tcp)
+            if self.forwarding >= self.max_concurrent:
+                self.refused_over_limit += 1
+                return self._reply(query, dns.rcode.REFUSED, tcp)
+            self.forwarding += 1
+            return query
         response = dns.message.make_response(query)
         response.set_rcode(dns.rcode.Rcode(answer.rcode))
         if answer.authoritative:
@@ -170,7 +202,7 @@ class DnsServer:
 
         class Datagrams(asyncio.DatagramProtocol):
             def datagram_received(self, data: bytes, addr: Any) -> None:
-                server._spawn(server._answer_datagram(data, addr))
+                server._datagram(data, addr)
 
         for _attempt in range(20):
             self._tcp = await asyncio.start_server(self._serve_stream, host or None, port,
@@ -194,9 +226,21 @@ class DnsServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer_datagram(self, data: bytes, addr: Any) -> None:
-        reply = await self.handle(data, tcp=False)
-        if reply is not None and self._transport is not None:
+    def _datagram(self, data: bytes, addr: Any) -> None:
+        """Answer one datagram: at once from the records, or in a task when forwarded (at
+        most `max_concurrent` of them)."""
+        local = self.answer_local(data, tcp=False)
+        if isinstance(local, dns.message.Message):
+            self._spawn(self._forward_datagram(local, addr))
+        elif local is not None and self._transport is not None:
+            self._transport.sendto(local, addr)
+
+    async def _forward_datagram(self, query: dns.message.Message, addr: Any) -> None:
+        try:
+            reply = await self._forward(query, tcp=False)
+        finally:
+            self.forwarding -= 1
+        if self._transport is not None:
             self._transport.sendto(reply, addr)
 
     async def _serve_stream(self, reader: asyncio.StreamReader,
@@ -233,9 +277,10 @@ class DnsService:
     """The records fed by informers over the API, and the server on top."""
 
     def __init__(self, api: ApiClient, records: ClusterRecords,
-                 upstreams: Sequence[Upstream] = ()) -> None:
+                 upstreams: Sequence[Upstream] = (), *,
+                 max_concurrent: int = MAX_CONCURRENT) -> None:
         self.records = records
-        self.server = DnsServer(records, upstreams)
+        self.server = DnsServer(records, upstreams, max_concurrent=max_concurrent)
         self.informers = [
             Informer(api, resource_path("namespaces"), name="dns namespaces"),
             Informer(api, resource_path("services"), name="dns services"),
