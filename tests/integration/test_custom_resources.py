@@ -10,6 +10,8 @@ from typing import Any
 
 from apiserver_fixtures import TABLE_ACCEPT, Api, eventually
 
+from ephemera.apiserver.app import REGISTRY
+
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 CT = "/apis/stable.example.com/v1/namespaces/default/crontabs"
 
@@ -322,6 +324,43 @@ async def test_deleting_the_crd_deletes_its_objects(api: Api) -> None:
     assert status == 404
     status, groups = await api.get("/apis")
     assert "stable.example.com" not in {g["name"] for g in groups["groups"]}
+
+
+async def test_a_crd_deleted_before_it_was_established_leaves_no_strategy(api: Api) -> None:
+    """The finalizer of a CRD never established (its kind taken) registers its storage
+    version only to delete its objects: once the CRD is gone, nothing of it is left in the
+    registry, as nothing is of an established one deleted."""
+    registry = api.app[REGISTRY]
+
+    def registered(plural: str) -> list[Any]:
+        return [r for r in registry._strategies if r.custom and r.plural == plural]
+
+    await make_crd(api)
+    other = crd()
+    other["metadata"]["name"] = "crontabz.stable.example.com"
+    other["spec"]["names"] = {"plural": "crontabz", "kind": "CronTab"}
+    status, _ = await api.post(CRDS, other)
+    assert status == 201
+    status, got = await api.get(f"{CRDS}/crontabz.stable.example.com")
+    assert {c["type"]: c["status"] for c in got["status"]["conditions"]}["Established"] == \
+        "False"
+    status, _ = await api.delete(f"{CRDS}/crontabz.stable.example.com")
+    assert status == 200
+
+    async def gone() -> bool:
+        status, _ = await api.get(f"{CRDS}/crontabz.stable.example.com")
+        return status == 404 and registered("crontabz") == []
+
+    await eventually(gone)
+    assert registered("crontabs") != []  # the established one is still served
+    status, _ = await api.delete(f"{CRDS}/crontabs.stable.example.com")
+    assert status == 200
+
+    async def both_gone() -> bool:
+        status, _ = await api.get(f"{CRDS}/crontabs.stable.example.com")
+        return status == 404 and registered("crontabs") == []
+
+    await eventually(both_gone)
 
 
 async def test_deleting_a_namespace_deletes_its_custom_resources(api: Api) -> None:

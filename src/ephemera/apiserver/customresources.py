@@ -237,6 +237,12 @@ def resources_of(crd: Mapping[str, Any]) -> list[tuple[Resource, dict[str, Any]]
     return out
 
 
+def _finalizing(crd: Mapping[str, Any]) -> bool:
+    """A deleted CRD whose objects the cleanup finalizer has yet to delete."""
+    md = _d(crd, "metadata")
+    return bool(md.get("deletionTimestamp")) and CLEANUP_FINALIZER in _l(md, "finalizers")
+
+
 class CustomResources:
     """The CRD controllers and the serving of custom resources (see the module docstring)."""
 
@@ -250,7 +256,10 @@ class CustomResources:
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._served: set[Resource] = set()
+        # Every resource whose strategy is set here: the served ones, and the storage
+        # version of a deleted CRD never established, set only while its finalizer deletes
+        # its objects. `_serve` is the one place they are dropped.
+        self._installed: set[Resource] = set()
 
     async def start(self) -> None:
         await self.reconcile()
@@ -338,7 +347,7 @@ class CustomResources:
         if served:
             resource, version = next(((r, v) for r, v in served
                                       if r.version == r.storage_version), served[0])
-            if resource not in self._served:  # never established: nothing routes to it
+            if resource not in self._installed:  # never established: nothing routes to it
                 self._install([(resource, version)], {})
             page = await self.registry.list(resource, "")
             prefix = resource.key_prefix()
@@ -377,9 +386,12 @@ class CustomResources:
             self.registry.set_strategy(resource, CustomResourceStrategy(
                 resource, version, terminating.get(resource.group + "/" + resource.plural,
                                                    False)))
+            self._installed.add(resource)
 
     def _serve(self, crds: list[dict[str, Any]]) -> None:
-        """Serve every served version of every established CRD (and nothing else)."""
+        """Serve every served version of every established CRD (and nothing else); drop the
+        strategy of every other resource installed here, but the ones a deleted CRD's
+        finalizer still deletes objects through."""
         entries: list[tuple[Resource, dict[str, Any]]] = []
         terminating: dict[str, bool] = {}
         group_versions: list[tuple[str, str]] = []
@@ -413,11 +425,13 @@ class CustomResources:
                     str(f.get("jsonPath", "")).lstrip(".").split(".")
                 for f in _l(version, "selectableFields") if isinstance(f, dict)})
         self._install(entries, terminating)
-        served = {resource for resource, _ in entries}
-        for resource in self._served - served:
+        keep = {resource for resource, _ in entries}
+        keep.update(resource for crd in crds if _finalizing(crd)
+                    for resource, _ in resources_of(crd))
+        for resource in self._installed - keep:
             self.registry.forget(resource)
             selectors.set_kind_fields(resource.selector_kind, None)
-        self._served = served
+        self._installed &= keep
         schema.set_custom_definitions(defs)
         tables.set_custom_printers(printers)
         set_custom_resources(tuple(r for r, _ in entries), tuple(ordered))
