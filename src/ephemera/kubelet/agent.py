@@ -18,16 +18,12 @@
    containers (killed and removed), volumes and pod directories (a pod deleted while the
    kubelet was down).
 
-**Admission** (`admit`): a pod bound to this node is admitted unless the node lacks room for it:
-what the other pods plus this pod need (`allocation.fit.node_need`: requests plus emptyDir
-sizeLimits, the rule a `/dynamic` change is admitted by too; the other pods are
-`AllocationManager.others`, the list a change is checked against: the allocated pods with the
-allocations and changes being checkpointed, less those terminal in their worker's view)
-against the node's current allocatable cpu, memory and ephemeral-storage (re-read at every node
-status write), and the pod count against `pods`. A rejected pod gets `phase: Failed`,
-`reason: OutOf<resource>` and `message: Pod was rejected: Node didn't have enough resource:
-cpu, requested: 1500, used: 1450, capacity: 1930` (milli-CPU, bytes), with a Warning event, as
-upstream's.
+**Admission** and the hand-over of pods to their workers are `ephemera.kubelet.podadmission`
+(`PodAdmission`, shared with hollow nodes): the eviction manager's rule, then the resource fit
+(pod count, then requests, emptyDir sizeLimits and pod-level `ephemeral-storage` against the
+node's current allocatable, re-read at every node status write); a rejected pod gets
+`phase: Failed`, `reason: OutOf<resource>` and upstream's message, with a Warning event. The
+kubelet adds the rejection metric and the object cache's registrations.
 
 **Allocation** (KEP-6395 / KEP-5972, `ephemera.kubelet.allocation`): an admitted pod is
 checkpointed as allocated (in a thread) before it is handed to its worker; later spec changes
@@ -70,7 +66,7 @@ import inspect
 import logging
 import os
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,17 +79,13 @@ from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
 from ephemera.kubelet import events, logs
 from ephemera.kubelet.allocation import (
-    FAILED_ALLOCATION,
     AllocationCheckpoint,
     AllocationManager,
     allocated_view,
-    describe_change,
-    insufficient,
 )
 from ephemera.kubelet.containerconfig import ContainerConfigError
 from ephemera.kubelet.dnsconfig import DnsConfigurer
 from ephemera.kubelet.events import KubeletEvents
-from ephemera.kubelet.eviction import admit_under_pressure
 from ephemera.kubelet.eviction.decision import DEFAULT_PRESSURE_TRANSITION_PERIOD
 from ephemera.kubelet.eviction.manager import EvictionManager
 from ephemera.kubelet.eviction.thresholds import hard_eviction_reservation
@@ -111,6 +103,7 @@ from ephemera.kubelet.node import (
 from ephemera.kubelet.nodeshutdown import shut_down_node
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
+from ephemera.kubelet.podadmission import AdmitResult, PodAdmission, admit
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
 from ephemera.kubelet.portforward import PortForwardError, PortForwardTarget
 from ephemera.kubelet.prober.handlers import ProbeTarget
@@ -119,7 +112,7 @@ from ephemera.kubelet.runtime.base import ContainerState, RuntimeError_, Runtime
 from ephemera.kubelet.server import create_kubelet_app, kubelet_ssl_context
 from ephemera.kubelet.serviceenv import service_env
 from ephemera.kubelet.stats import StatsProvider, make_accounting
-from ephemera.kubelet.status import StatusManager, rejected_status
+from ephemera.kubelet.status import StatusManager
 from ephemera.kubelet.streaming import running_container_id
 from ephemera.kubelet.tokens import TokenManager
 from ephemera.kubelet.volumes.manager import MOUNT, VolumeOperation
@@ -184,35 +177,6 @@ class KubeletConfig:
     resolv_conf: str = "/etc/resolv.conf"
 
 
-# --- admission ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AdmitResult:
-    admit: bool
-    reason: str = ""
-    message: str = ""
-
-
-def admit(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
-          node_allocatable: Mapping[str, Any], gates: Mapping[str, bool]) -> AdmitResult:
-    """Whether the node has room for `pod` next to the admitted `others` (upstream's
-    resource-fit admit handler; what a pod needs, emptyDir sizeLimits included, is the rule
-    a dynamic change is admitted by too: `ephemera.kubelet.allocation.fit`)."""
-    try:
-        pods_capacity = int(str(node_allocatable.get("pods", "110")))
-    except ValueError:
-        pods_capacity = 110
-    if len(others) + 1 > pods_capacity:
-        return AdmitResult(False, "OutOfpods",
-                           f"Node didn't have enough resource: pods, requested: 1, used: "
-                           f"{len(others)}, capacity: {pods_capacity}")
-    shortage = insufficient(pod, others, node_allocatable, gates)
-    if shortage is not None:
-        return AdmitResult(False, f"OutOf{shortage.resource}", shortage.message)
-    return AdmitResult(True)
-
-
 def _terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -267,22 +231,22 @@ class Kubelet:
                                       name=f"pods on {config.node_name}")
         # Every Service, for the pods' service environment variables (`serviceenv`).
         self.services_informer = Informer(api, resource_path("services"), name="services")
-        self.admitted: set[str] = set()
-        self.rejected: set[str] = set()
         self.allocation = AllocationManager(
             AllocationCheckpoint(config.root_dir), node_allocatable=lambda: self.node_allocatable,
             get_configmap=self.get_configmap, get_secret=self.get_secret,
             image_present=self._image_present, gates=config.gates,
             retry_period=config.allocation_retry_period)
-        self.allocation.on_allocated = self._allocated
-        self.allocation.is_inactive = self._inactive
-        self.allocation.on_failed = self._allocation_failed
-        self.allocation.on_change_allocated = self._change_allocated
+        # Admission and hand-over of the pods (`podadmission`, shared with hollow nodes).
+        self.pod_admission = PodAdmission(
+            allocation=self.allocation, status=self.status, events=self.events,
+            node_allocatable=lambda: self.node_allocatable, gates=config.gates,
+            node_conditions=lambda: self.eviction_manager.node_conditions,
+            volumes_changed=self._volumes_changed)
+        self.pod_admission.on_seen = self._pod_seen
+        self.pod_admission.on_rejected = self._rejected
         self.allocation.on_outcome = lambda result: self.metrics.dynamic_allocations.labels(
             result=result).inc()
         self.metrics.track_pending_allocations(lambda: len(self.allocation.pending))
-        self._admitting: set[str] = set()  # admitted, allocation checkpoint being written
-        self._api_pods: dict[str, Obj] = {}  # uid -> the pod as the API has it
         self._initial_done = False
         self.relister = Relister(runtime, self._runtime_changed,
                                  period=config.settings.relist_period,
@@ -434,50 +398,15 @@ class Kubelet:
 
     # -- pods ----------------------------------------------------------------------------
 
-    def _inactive(self, uid: str) -> bool:
-        """Admission no longer counts the pod (`AllocationManager.others`): terminal in its
-        worker's view, or, before it has a worker, in the API's."""
-        if self.workers is not None:
-            terminal = self.workers.is_terminal(uid)
-            if terminal is not None:
-                return terminal
-        pod = self._api_pods.get(uid)
-        return pod is not None and _terminal(pod)
-
     def _handle_pod(self, pod: Obj) -> None:
-        assert self.workers is not None
-        md = pod.get("metadata") or {}
-        uid = str(md.get("uid") or "")
-        if not uid or uid in self.rejected:
-            return
+        self.pod_admission.handle(pod)
+
+    def _pod_seen(self, pod: Obj) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
         if _terminal(pod):
             self.objects.unregister_pod(uid)
         else:  # what the API's and the allocated spec reference stays watched
             self.objects.register_pod(uid, pod, self.allocation.get(uid))
-        if uid not in self.admitted:
-            if uid in self._admitting:  # its allocation is being checkpointed
-                self._api_pods[uid] = pod
-                return
-            # A pod in the allocation checkpoint was admitted before a restart: re-admitted
-            # with its allocated spec, no new admission.
-            if not self.allocation.is_allocated(uid) and not _terminal(pod) and \
-                    not md.get("deletionTimestamp"):
-                result = self.admit(pod)
-                if not result.admit:
-                    self._reject(pod, result)
-                    return
-                self._api_pods[uid] = pod
-                self._admitting.add(uid)
-                view = self.allocation.stage_new(pod)  # admission counts it from now on
-                self.workers.spawn(self._allocate_new(uid, view), pod=pod)
-                return
-            self.admitted.add(uid)
-        self._api_pods[uid] = pod
-        self.allocation.request(pod)
-        containers, volumes = self.allocation.pending_changes(uid)
-        self.workers.update(self.allocation.worker_pod(pod), unallocated=containers,
-                            unallocated_volumes=volumes)
-        self._volumes_changed()
 
     def _is_quiet(self) -> bool:
         """No pod worker is in a sync, no pod status waits to be written."""
@@ -498,53 +427,6 @@ class Kubelet:
         except Exception:
             return False
 
-    async def _allocate_new(self, uid: str, view: Obj) -> None:
-        """Checkpoint a newly admitted pod's staged allocation `view` (in a thread), then
-        hand its newest version to its worker: nothing of it is set up before the checkpoint
-        is on disk. A pod deleted meanwhile is forgotten."""
-        try:
-            await self.allocation.write_new(uid, view)
-        finally:
-            self._admitting.discard(uid)
-        latest = self._api_pods.get(uid)
-        if latest is None:
-            self.allocation.forget(uid)
-            return
-        self.admitted.add(uid)
-        try:
-            self._handle_pod(latest)
-        except Exception:
-            log.exception("handing pod %s to its worker failed", uid)
-
-    def _allocated(self, uid: str) -> None:
-        """A pod change was allocated: hand the new allocated pod to its worker and the
-        volume manager (actuation)."""
-        pod = self._api_pods.get(uid)
-        if pod is not None and self.workers is not None and uid in self.admitted:
-            self._handle_pod(pod)
-
-    def _allocation_failed(self, pod: Obj, message: str) -> None:
-        log.info("pod %s/%s: change not allocated: %s",
-                 (pod.get("metadata") or {}).get("namespace"),
-                 (pod.get("metadata") or {}).get("name"), message)
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
-        if self.workers is not None:
-            self.workers.spawn(self.events.pod(pod, events.WARNING, FAILED_ALLOCATION,
-                                               message), pod=pod)
-            self.workers.wake(uid)
-
-    def _change_allocated(self, previous: Obj, current: Obj) -> None:
-        """KEP-6395: a Normal `SuccessfulAllocation` event naming what the change adds and
-        removes."""
-        md = current.get("metadata") or {}
-        pod = self._api_pods.get(str(md.get("uid") or "")) or current
-        message = f"Allocated pod update: {describe_change(previous, current)}"
-        log.info("pod %s/%s: %s", md.get("namespace"), md.get("name"), message)
-        if self.workers is not None:
-            self.workers.spawn(self.events.pod(pod, events.NORMAL,
-                                               events.SUCCESSFUL_ALLOCATION, message,
-                                               deferred=True), pod=pod)
-
     def _volume_operation(self, operation: VolumeOperation) -> None:
         """Metrics and Normal events of dynamic volumes (KEP-6395); their failures are
         `FailedMount` / `FailedUnMount` events of the pod worker."""
@@ -552,7 +434,7 @@ class Kubelet:
             return
         self.metrics.observe_dynamic_volume(operation.operation, operation.volume_plugin,
                                             operation.seconds, bool(operation.error))
-        pod = self._api_pods.get(operation.pod_uid)
+        pod = self.pod_admission.api_pods.get(operation.pod_uid)
         if operation.error or pod is None or self.workers is None:
             return
         if operation.operation == MOUNT:
@@ -576,28 +458,12 @@ class Kubelet:
         return allocated_view(pod) if pod is not None else None
 
     def admit(self, pod: Obj) -> AdmitResult:
-        """The admission decision: the eviction manager's (no pod under DiskPressure but a
-        critical one), then the resource fit."""
-        uid = str((pod.get("metadata") or {}).get("uid"))
-        pressure = admit_under_pressure(pod, self.eviction_manager.node_conditions,
-                                        self.config.gates)
-        if not pressure.admit:
-            return AdmitResult(False, pressure.reason, pressure.message)
-        return admit(pod, self.allocation.others(uid), self.node_allocatable,
-                     self.config.gates)
+        """The admission decision (`PodAdmission.admit`)."""
+        return self.pod_admission.admit(pod)
 
-    def _reject(self, pod: Obj, result: AdmitResult) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid"))
-        self.rejected.add(uid)
-        self.objects.unregister_pod(uid)
+    def _rejected(self, pod: Obj, result: AdmitResult) -> None:
+        self.objects.unregister_pod(str((pod.get("metadata") or {}).get("uid")))
         self.metrics.admission_rejections.labels(reason=result.reason).inc()
-        log.info("rejected pod %s/%s: %s", (pod.get("metadata") or {}).get("namespace"),
-                 (pod.get("metadata") or {}).get("name"), result.message)
-        self.status.set_pod_status(pod, rejected_status(pod.get("status"), result.reason,
-                                                        result.message))
-        assert self.workers is not None
-        self.workers.spawn(self.events.pod(pod, events.WARNING, result.reason,
-                                           result.message), pod=pod)
 
     def _on_pod(self, pod: Obj) -> None:
         self.status.observe(pod)
@@ -608,24 +474,12 @@ class Kubelet:
         self._on_pod(new)
 
     def _on_pod_delete(self, pod: Obj) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
-        self.rejected.discard(uid)
-        self._api_pods.pop(uid, None)
-        self.objects.unregister_pod(uid)
-        self.allocation.withdraw(uid)  # nothing more of a deleted pod is allocated
-        self.allocation.retry()  # room may have appeared for pending changes
-        if self.workers is None:
-            return
-        if uid in self.admitted or self.workers.get(uid) is not None:
-            self.workers.remove(pod)
-        self.admitted.discard(uid)
+        self.objects.unregister_pod(str((pod.get("metadata") or {}).get("uid") or ""))
+        self.pod_admission.deleted(pod)
 
     def _worker_done(self, uid: str) -> None:
         if self.pods_informer.get(self._key_of(uid)) is None:
-            self.admitted.discard(uid)
-            self._api_pods.pop(uid, None)
-            self.allocation.forget(uid)
-            self.allocation.retry()
+            self.pod_admission.forget(uid)
             self.tokens.forget_pod(uid)
 
     def _key_of(self, uid: str) -> str:
@@ -658,7 +512,7 @@ class Kubelet:
         if self.workers is None or not self._initial_done:
             return None
         return [self._pod_with_status(p) for p in self.workers.pods()
-                if str(p["metadata"].get("uid")) in self.admitted]
+                if str(p["metadata"].get("uid")) in self.pod_admission.admitted]
 
     def is_evicted(self, uid: str) -> bool:
         return self.workers is not None and self.workers.is_evicted(uid)
@@ -955,6 +809,7 @@ class Kubelet:
                 dns=DnsConfigurer(list(cfg.cluster_dns), cfg.cluster_domain, cfg.resolv_conf,
                                   [cfg.node_ip]))
             self.workers = PodWorkers(deps)
+            self.pod_admission.workers = self.workers
             self.workers.on_worker_done = self._worker_done
             self.volumes.set_in_use_checker(self._in_use)
             self.volumes.subscribe(self._volume_event)

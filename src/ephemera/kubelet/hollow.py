@@ -3,10 +3,12 @@ kubemark do, for scale tests.
 
 Each `HollowNode` is a slim kubelet built from the real rule modules, not the full `Kubelet`
 (see docs/design.md, "Hollow nodes"): it registers its Node with a fixed capacity, labels and
-taints (`node.NodeAgent` with `NodeConfig.capacity`), admits the pods bound to it with the
-kubelet's own `agent.admit` (pod count, then `allocation.fit`: requests, emptyDir size limits
-and pod-level `ephemeral-storage`), checkpoints them in the real `AllocationManager` (in
-memory: `MemoryCheckpoint`), admits `/dynamic` changes whole through it, and runs them
+taints (`node.NodeAgent` with `NodeConfig.capacity`), admits and hands over the pods bound
+to it with the kubelet's own `podadmission.PodAdmission` (pod count, then `allocation.fit`:
+requests, emptyDir size limits and pod-level `ephemeral-storage`; a rejected pod Failed with
+the kubelet's reason, message and Warning Event; no node pressure is simulated), checkpoints
+them in the real `AllocationManager` (in memory: `MemoryCheckpoint`), admits `/dynamic`
+changes whole through it (`SuccessfulAllocation` / `FailedAllocation` Events), and runs them
 through the real pod workers (`podworkers`, `podactions`: sandbox, containers, restarts,
 KEP-6395 actuation, termination), the real volume manager (desired/actual state, the
 reconciler, `volumeStatuses` `Pending` -> `HostMounted` -> `Unmounting`) with volume plugins
@@ -50,19 +52,14 @@ from typing import Any
 
 from ephemera.api.featuregates import FeatureGates
 from ephemera.client import ApiClient, Informer, resource_path
-from ephemera.kubelet import events
-from ephemera.kubelet.agent import admit
-from ephemera.kubelet.allocation import (
-    FAILED_ALLOCATION,
-    AllocationCheckpoint,
-    AllocationManager,
-)
+from ephemera.kubelet.allocation import AllocationCheckpoint, AllocationManager
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure
 from ephemera.kubelet.pleg import Relister
+from ephemera.kubelet.podadmission import PodAdmission
 from ephemera.kubelet.podworkers import PodWorkers
 from ephemera.kubelet.runtime.fake import FakeRuntime
-from ephemera.kubelet.status import StatusManager, rejected_status
+from ephemera.kubelet.status import StatusManager
 from ephemera.kubelet.volumes.base import VolumeHost, VolumePlugin
 from ephemera.kubelet.volumes.manager import VolumeManager
 from ephemera.kubelet.workerdeps import WorkerDeps, WorkerSettings
@@ -254,10 +251,6 @@ class HollowRuntime(FakeRuntime):
         return super()._decide(argv)
 
 
-def _terminal(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
 def _uid(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("uid") or "")
 
@@ -294,9 +287,11 @@ class HollowNode:
             MemoryCheckpoint(), node_allocatable=lambda: self.node_allocatable,
             get_configmap=self.get_configmap, get_secret=self.get_secret,
             image_present=lambda ref: True, gates=config.gates)
-        self.allocation.on_allocated = self._allocated
-        self.allocation.is_inactive = self._inactive
-        self.allocation.on_failed = self._allocation_failed
+        # The kubelet's own admission and hand-over (no node pressure is simulated).
+        self.pod_admission = PodAdmission(
+            allocation=self.allocation, status=self.status, events=self.events,
+            node_allocatable=lambda: self.node_allocatable, gates=config.gates,
+            volumes_changed=self._volumes_changed)
         self.workers = PodWorkers(WorkerDeps(
             api=api, runtime=self.runtime, images=images, volumes=self.volumes,
             status=self.status, events=self.events, root_dir=self.root_dir, node_name=name,
@@ -304,14 +299,11 @@ class HollowNode:
             get_secret=self.get_secret, node_allocatable=self.node_allocatable,
             settings=config.settings, on_volumes_changed=self._volumes_changed))
         self.workers.on_worker_done = self._worker_done
+        self.pod_admission.workers = self.workers
         self.volumes.set_in_use_checker(self._in_use)
         self.volumes.subscribe(self.workers.wake)
         self.relister = Relister(self.runtime, self.workers.wake,
                                  period=config.relist_period)
-        self.admitted: set[str] = set()
-        self.rejected: set[str] = set()
-        self._admitting: set[str] = set()
-        self._api_pods: dict[str, Obj] = {}
         self.started = False
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -365,88 +357,19 @@ class HollowNode:
             await self.workers.idle()
             await self.status.settled()
 
-    # -- pods (the agent's admission and hand-over, for one node) --
-
-    def _inactive(self, uid: str) -> bool:
-        terminal = self.workers.is_terminal(uid)
-        if terminal is not None:
-            return terminal
-        pod = self._api_pods.get(uid)
-        return pod is not None and _terminal(pod)
+    # -- pods (the kubelet's admission and hand-over: `podadmission`) --
 
     def on_pod(self, pod: Obj) -> None:
         self.status.observe(pod)
-        uid = _uid(pod)
-        if not uid or uid in self.rejected:
-            return
-        md = pod.get("metadata") or {}
-        if uid not in self.admitted:
-            if uid in self._admitting:
-                self._api_pods[uid] = pod
-                return
-            if not self.allocation.is_allocated(uid) and not _terminal(pod) and \
-                    not md.get("deletionTimestamp"):
-                result = admit(pod, self.allocation.others(uid), self.node_allocatable,
-                               self.config.gates)
-                if not result.admit:
-                    self._reject(pod, result.reason, result.message)
-                    return
-                self._api_pods[uid] = pod
-                self._admitting.add(uid)
-                view = self.allocation.stage_new(pod)
-                self.workers.spawn(self._allocate_new(uid, view), pod=pod)
-                return
-            self.admitted.add(uid)
-        self._api_pods[uid] = pod
-        self.allocation.request(pod)
-        containers, volumes = self.allocation.pending_changes(uid)
-        self.workers.update(self.allocation.worker_pod(pod), unallocated=containers,
-                            unallocated_volumes=volumes)
-        self._volumes_changed()
-
-    async def _allocate_new(self, uid: str, view: Obj) -> None:
-        try:
-            await self.allocation.write_new(uid, view)
-        finally:
-            self._admitting.discard(uid)
-        latest = self._api_pods.get(uid)
-        if latest is None:
-            self.allocation.forget(uid)
-            return
-        self.admitted.add(uid)
-        self.on_pod(latest)
-
-    def _reject(self, pod: Obj, reason: str, message: str) -> None:
-        self.rejected.add(_uid(pod))
-        self.status.set_pod_status(pod, rejected_status(pod.get("status"), reason, message))
-        self.workers.spawn(self.events.pod(pod, events.WARNING, reason, message), pod=pod)
-
-    def _allocated(self, uid: str) -> None:
-        pod = self._api_pods.get(uid)
-        if pod is not None and uid in self.admitted:
-            self.on_pod(pod)
-
-    def _allocation_failed(self, pod: Obj, message: str) -> None:
-        self.workers.spawn(self.events.pod(pod, events.WARNING, FAILED_ALLOCATION, message),
-                           pod=pod)
-        self.workers.wake(_uid(pod))
+        self.pod_admission.handle(pod)
 
     def on_pod_delete(self, pod: Obj) -> None:
-        uid = _uid(pod)
-        self.rejected.discard(uid)
-        self._api_pods.pop(uid, None)
-        self.allocation.withdraw(uid)
-        self.allocation.retry()
-        if uid in self.admitted or self.workers.get(uid) is not None:
-            self.workers.remove(pod)
-        self.admitted.discard(uid)
-        self.status.forget(uid)
+        self.pod_admission.deleted(pod)
+        self.status.forget(_uid(pod))
 
     def _worker_done(self, uid: str) -> None:
-        if uid not in self._api_pods:
-            self.admitted.discard(uid)
-            self.allocation.forget(uid)
-            self.allocation.retry()
+        if uid not in self.pod_admission.api_pods:
+            self.pod_admission.forget(uid)
 
     def _volumes_changed(self) -> None:
         if self.started:
