@@ -574,6 +574,22 @@ def wait_pod(k: Kubectl, name: str, check: Callable[[dict[str, Any]], bool],
     return result
 
 
+def cni_leases(cluster: ClusterAccess) -> list[str]:
+    """The pod addresses the node's host-local IPAM holds (one file per lease)."""
+    directory = cluster.data_dir / "kubelet" / "runtime" / "cni" / "networks" / "ephemera"
+    if not directory.exists():
+        return []
+    return sorted(p.name for p in directory.iterdir()
+                  if p.name != "lock" and not p.name.startswith("last_reserved_ip"))
+
+
+def veths_on(bridge: str) -> list[str]:
+    """The interfaces (the pods' veths) attached to `bridge`."""
+    out = subprocess.run(["ip", "-o", "link", "show", "master", bridge],
+                         capture_output=True, text=True).stdout
+    return [line.split(":")[1].strip() for line in out.splitlines() if line.strip()]
+
+
 def container(p: dict[str, Any], name: str = "c") -> dict[str, Any]:
     """The status of container `name` in Pod `p` ({} when not reported)."""
     for s in p.get("status", {}).get("containerStatuses") or []:

@@ -10,14 +10,22 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster import Cluster, Kubectl, namespaced_kubectl, run_kubelet_cluster, wait, wait_pod
+from cluster import (
+    Cluster,
+    Kubectl,
+    cni_leases,
+    namespaced_kubectl,
+    run_kubelet_cluster,
+    veths_on,
+    wait,
+    wait_pod,
+)
 
 from ephemera.kubelet.runtime.cni import bridge_name
 
@@ -48,20 +56,6 @@ def _pod(name: str, script: str) -> dict[str, Any]:
             "spec": {"terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "c", "image": "busybox",
                                      "command": ["sh", "-c", script]}]}}
-
-
-def _leases(cluster: Cluster) -> list[str]:
-    directory = cluster.data_dir / "kubelet" / "runtime" / "cni" / "networks" / "ephemera"
-    if not directory.exists():
-        return []
-    return sorted(p.name for p in directory.iterdir()
-                  if p.name not in ("lock",) and not p.name.startswith("last_reserved_ip"))
-
-
-def _veths_on(bridge: str) -> list[str]:
-    out = subprocess.run(["ip", "-o", "link", "show", "master", bridge],
-                         capture_output=True, text=True).stdout
-    return [line.split(":")[1].strip() for line in out.splitlines() if line.strip()]
 
 
 def test_two_pods_talk_over_their_ips_and_leave_nothing(k: Kubectl, net_cluster: Cluster
@@ -96,13 +90,13 @@ def test_two_pods_talk_over_their_ips_and_leave_nothing(k: Kubectl, net_cluster:
     answer = wait(fetched, "the client to fetch from the server's pod IP", net_cluster)
     assert answer.startswith("HTTP/1.1 200 OK")
     assert answer.rstrip().endswith("hello-from-server")
-    assert sorted(_leases(net_cluster)) == sorted([server_ip, client["status"]["podIP"]])
+    assert sorted(cni_leases(net_cluster)) == sorted([server_ip, client["status"]["podIP"]])
 
     k("delete", "pods", "--all", "--grace-period=1", "--wait=true", timeout=120)
-    wait(lambda: not _leases(net_cluster), "the host-local leases to be released",
+    wait(lambda: not cni_leases(net_cluster), "the host-local leases to be released",
          net_cluster)
     bridge = bridge_name((net_cluster.data_dir / "kubelet").resolve())
-    wait(lambda: not _veths_on(bridge), "no veth left on the pod bridge", net_cluster)
+    wait(lambda: not veths_on(bridge), "no veth left on the pod bridge", net_cluster)
 
 
 def test_kill_9_of_the_kubelet_then_deleting_the_pods_leaks_no_lease_or_veth(
@@ -113,14 +107,14 @@ def test_kill_9_of_the_kubelet_then_deleting_the_pods_leaks_no_lease_or_veth(
     k("create", "-f", "-", input=yaml.safe_dump_all([_pod(n, "sleep 3600") for n in names]))
     ips = [wait_pod(k, n, lambda p: bool(p["status"].get("podIP")), "an IP")["status"]["podIP"]
            for n in names]
-    assert sorted(_leases(net_cluster)) == sorted(ips)
+    assert sorted(cni_leases(net_cluster)) == sorted(ips)
     old = net_cluster.pid_of("kubelet")
     os.kill(old, signal.SIGKILL)
     k("delete", "pods", *names, "--grace-period=1", "--wait=false")
     wait(lambda: net_cluster.pid_of("kubelet") != old, "up to restart the kubelet",
          net_cluster)
     wait(lambda: not k.json("get", "pods")["items"], "the pods to be gone", net_cluster)
-    wait(lambda: not _leases(net_cluster), "the host-local leases to be released",
+    wait(lambda: not cni_leases(net_cluster), "the host-local leases to be released",
          net_cluster)
     bridge = bridge_name((net_cluster.data_dir / "kubelet").resolve())
-    wait(lambda: not _veths_on(bridge), "no veth left on the pod bridge", net_cluster)
+    wait(lambda: not veths_on(bridge), "no veth left on the pod bridge", net_cluster)

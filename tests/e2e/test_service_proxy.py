@@ -3,7 +3,8 @@ containers: busybox `httpd` backends serving their host name behind a NodePort S
 both reached through its ClusterIP and its node port (from a pod and from the host), a
 backend whose readiness probe fails gets no more connections, a Service without endpoints
 refuses at once; after a `kill -9` of the proxy the restarted one replaces its table (no
-stale rule), and stopping `up` removes the table."""
+stale rule); 50 backends deleted at once leave no veth, no address lease, no nftables rule
+and no endpoint behind; and stopping `up` removes the table."""
 
 from __future__ import annotations
 
@@ -21,9 +22,19 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import Cluster, Kubectl, namespaced_kubectl, run_kubelet_cluster, wait, wait_pod
+from cluster import (
+    Cluster,
+    Kubectl,
+    cni_leases,
+    namespaced_kubectl,
+    run_kubelet_cluster,
+    veths_on,
+    wait,
+    wait_pod,
+)
 
 from ephemera.cli.up import default_cluster_cidr
+from ephemera.kubelet.runtime.cni import bridge_name
 from ephemera.proxy import nft
 
 pytestmark = pytest.mark.e2e
@@ -161,6 +172,78 @@ def test_kill_9_of_the_proxy_then_restart_replaces_the_table_without_stale_rules
     assert nft.list_tables().count(table) == 1
     log = (svc_cluster.data_dir / "logs" / "proxy.log").read_text()
     assert f"synced nftables table {table} (full)" in log.rsplit("starting proxy", 1)[1]
+
+
+MANY = 50
+
+
+def _strings(value: Any) -> set[str]:
+    """Every string in a JSON value (the addresses an nftables rule names, exactly)."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return set().union(*map(_strings, value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*map(_strings, value)) if value else set()
+    return set()
+
+
+def _sleeper(i: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"many-{i}", "labels": {"app": "many"}},
+            # no token volume or service variables: the network is what is tested
+            "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+                     "enableServiceLinks": False, "containers": [{
+                         "name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                         "ports": [{"name": "web", "containerPort": 8080}]}]}}
+
+
+def test_fifty_pods_deleted_at_once_leave_no_veth_address_rule_or_endpoint(
+        k: Kubectl, svc_cluster: Cluster) -> None:
+    """Issue #14: 50 backends of a Service, running with their own veth and address and
+    programmed as endpoints, are deleted in one request (a DELETE of the collection);
+    afterwards the node has what it had
+    before: no veth on the bridge, no host-local lease, no rule naming a pod address, no
+    endpoint in the Service's slices."""
+    table = _table(svc_cluster)
+    bridge = bridge_name((svc_cluster.data_dir / "kubelet").resolve())
+    veths_before, leases_before = set(veths_on(bridge)), set(cni_leases(svc_cluster))
+    k("create", "-f", "-", input=yaml.safe_dump_all(
+        [_service("many", {"app": "many"}), *(_sleeper(i) for i in range(MANY))]))
+
+    # one watch (kubectl wait), not a list of 50 pods five times a second
+    k("wait", "--for=condition=Ready", "pods", "-l", "app=many", "--timeout=120s",
+      timeout=130)
+    pods = k.json("get", "pods", "-l", "app=many")["items"]
+    ips = {p["status"]["podIP"] for p in pods}
+    assert len(ips) == MANY
+
+    def slice_addresses() -> set[str]:
+        slices = k.json("get", "endpointslices", "-l",
+                        "kubernetes.io/service-name=many")["items"]
+        return {a for s in slices for e in s.get("endpoints") or []
+                for a in e.get("addresses") or []}
+
+    wait(lambda: slice_addresses() == ips, "every pod in the Service's slices", svc_cluster)
+    wait(lambda: ips <= _strings(nft.list_table(table)),
+         "the proxy to program every endpoint", svc_cluster)
+    assert len(set(veths_on(bridge)) - veths_before) == MANY
+    assert set(cni_leases(svc_cluster)) - leases_before == ips
+
+    # all at once: one DELETE of the collection, then wait for the pods to be gone
+    k("delete", "--raw", f"/api/v1/namespaces/{k.namespace}/pods?labelSelector=app%3Dmany")
+    k("wait", "--for=delete", "pods", "-l", "app=many", "--timeout=120s", timeout=130)
+    wait(lambda: not slice_addresses(), "no endpoint left in the Service's slices",
+         svc_cluster)
+    wait(lambda: not ips & _strings(nft.list_table(table)),
+         "no rule naming a deleted pod's address", svc_cluster)
+    wait(lambda: set(cni_leases(svc_cluster)) == leases_before,
+         "the host-local leases to be released", svc_cluster)
+    wait(lambda: set(veths_on(bridge)) == veths_before, "no veth left on the pod bridge",
+         svc_cluster)
+    # the Service itself is still programmed (its rules reject: no endpoints)
+    assert k.json("get", "service", "many")["spec"]["clusterIP"] in \
+        _strings(nft.list_table(table))
 
 
 def test_bench_service_reports_both_paths_side_by_side(svc_cluster: Cluster,
