@@ -21,8 +21,6 @@ schedule with it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import logging
 from collections.abc import Callable, Mapping
@@ -38,7 +36,8 @@ from ephemera.batch.cronjobs import (
     time_zone,
 )
 from ephemera.batch.jobs import has_condition
-from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
+from ephemera.controllers.runner import run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["SCHEDULED_TIMESTAMP", "CronJobController"]
@@ -113,32 +112,8 @@ class CronJobController:
                 self.queue.add(f"{_md(job).get('namespace', '')}/{ref.get('name')}")
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.cronjobs.run(), name="cronjob-informer"),
-                 asyncio.create_task(self.jobs.run(), name="cronjob-job-informer")]
-        try:
-            await self.cronjobs.wait_synced()
-            await self.jobs.wait_synced()
-            while True:
-                key = await self.queue.get()
-                try:
-                    await self.sync(key)
-                    self.queue.forget(key)
-                except (StatusError, ApiUnavailable) as err:
-                    log.info("cronjob %s: sync failed, retrying: %s", key,
-                             getattr(err, "message", err))
-                    self.queue.add_rate_limited(key)
-                except Exception:
-                    log.exception("cronjob %s: sync failed", key)
-                    self.queue.add_rate_limited(key)
-                finally:
-                    self.queue.done(key)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            self.queue.close()
+        await run_workers(self.queue, self.sync, what="cronjob", log=log,
+                          runs=(self.cronjobs, self.jobs))
 
     async def _event(self, cronjob: Mapping[str, Any], type_: str, reason: str,
                      message: str) -> None:

@@ -36,6 +36,7 @@ from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.expectations import Expectations
 from ephemera.controllers.history import bump_revision
+from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
 from ephemera.pods.workloads import DAEMONSET_TEMPLATE_GENERATION, scaled_value
 from ephemera.scheduler.plugins import Taint, effective_taints, matches_node_affinity, tolerates
@@ -144,7 +145,7 @@ class DaemonSetController:
         self.clock = clock
         self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations()
-        self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
+        self.events = EventQueue(self.recorder, "DaemonSet", "apps/v1")
         sets.add_handler(on_add=self._enqueue, on_update=lambda o, n: self._enqueue(n),
                          on_delete=self._set_deleted)
         nodes.add_handler(on_add=lambda n: self._enqueue_all(),
@@ -202,42 +203,10 @@ class DaemonSetController:
     # -- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        for informer in (self.sets, self.pods, self.nodes, self.revisions):
-            await informer.wait_synced()
-        tasks = [asyncio.create_task(self._worker(), name=f"daemonset-worker-{i}")
-                 for i in range(self.workers)]
-        tasks.append(asyncio.create_task(self._post_events(), name="daemonset-events"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except (StatusError, ApiUnavailable) as err:
-                log.info("daemonset %s: %s; retrying", key, getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("daemonset %s: sync failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self._events.put_nowait((obj, type_, reason, message))
-
-    async def _post_events(self) -> None:
-        while True:
-            obj, type_, reason, message = await self._events.get()
-            await self.recorder.record(obj, type_, reason, message, kind="DaemonSet",
-                                       api_version="apps/v1")
+        await run_workers(self.queue, self.sync, what="daemonset", log=log,
+                          workers=self.workers,
+                          informers=(self.sets, self.pods, self.nodes, self.revisions),
+                          also=[self.events.run])
 
     # -- one sync ---------------------------------------------------------------------------
 
@@ -338,10 +307,11 @@ class DaemonSetController:
             except (StatusError, ApiUnavailable) as err:
                 self.expectations.creation_observed(key)
                 if isinstance(err, StatusError):
-                    self._event(ds, "Warning", "FailedCreate", f"Error creating: {err.message}")
+                    self.events.post(ds, "Warning", "FailedCreate",
+                                     f"Error creating: {err.message}")
                 errors.append(err)
                 return
-            self._event(ds, "Normal", "SuccessfulCreate",
+            self.events.post(ds, "Normal", "SuccessfulCreate",
                         f"Created pod: {_md(created).get('name')}")
 
         async def delete(pod: Obj) -> None:
@@ -353,7 +323,7 @@ class DaemonSetController:
                 if not (isinstance(err, StatusError) and err.code == 404):
                     errors.append(err)
                 return
-            self._event(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
+            self.events.post(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
 
         if to_create:
             await asyncio.gather(*(create(n) for n in to_create))

@@ -24,7 +24,6 @@ template's JSON (`deploymentutil.compute_hash`), not upstream's value for the sa
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -33,9 +32,10 @@ from typing import Any
 
 from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
-from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
+from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["DeploymentController"]
@@ -88,7 +88,7 @@ class DeploymentController:
         self.workers = workers
         self.clock = clock
         self.queue: WorkQueue[str] = WorkQueue()
-        self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
+        self.events = EventQueue(self.recorder, "Deployment", "apps/v1")
         deployments.add_handler(on_add=self._enqueue,
                                 on_update=lambda old, new: self._enqueue(new),
                                 on_delete=self._enqueue)
@@ -142,42 +142,9 @@ class DeploymentController:
     # -- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        for informer in (self.deployments, self.sets, self.pods):
-            await informer.wait_synced()
-        tasks = [asyncio.create_task(self._worker(), name=f"deployment-worker-{i}")
-                 for i in range(self.workers)]
-        tasks.append(asyncio.create_task(self._post_events(), name="deployment-events"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except (StatusError, ApiUnavailable) as err:
-                log.info("deployment %s: %s; retrying", key, getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("deployment %s: sync failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self._events.put_nowait((obj, type_, reason, message))
-
-    async def _post_events(self) -> None:
-        while True:
-            obj, type_, reason, message = await self._events.get()
-            await self.recorder.record(obj, type_, reason, message, kind="Deployment",
-                                       api_version="apps/v1")
+        await run_workers(self.queue, self.sync, what="deployment", log=log,
+                          workers=self.workers, informers=(self.deployments, self.sets, self.pods),
+                          also=[self.events.run])
 
     # -- one sync ---------------------------------------------------------------------------
 
@@ -284,7 +251,7 @@ class DeploymentController:
                         "Progressing", "False", du.FAILED_RS_CREATE,
                         f'Failed to create new replica set "{rs_name}": {err.message}', now))
                     await self._write_status(d, status)
-                self._event(d, "Warning", du.FAILED_RS_CREATE,
+                self.events.post(d, "Warning", du.FAILED_RS_CREATE,
                             f'Failed to create new replica set "{rs_name}": {err.message}')
                 raise
             current = await self.api.get(_rs_path(namespace, rs_name))
@@ -299,7 +266,7 @@ class DeploymentController:
                 await self._write_status(d, status)
                 raise
         if not already_exists and du.replicas(created) > 0:
-            self._event(d, "Normal", "ScalingReplicaSet",
+            self.events.post(d, "Normal", "ScalingReplicaSet",
                         f"Scaled up replica set {rs_name} from 0 to {du.replicas(created)}")
         needs_update = self._set_revision(d, int(new_revision))
         if not already_exists and du.has_progress_deadline(d):
@@ -338,7 +305,7 @@ class DeploymentController:
         updated = await self.api.update(_rs_path(str(md.get("namespace")), str(md.get("name"))),
                                         body)
         if size_changed:
-            self._event(d, "Normal", "ScalingReplicaSet",
+            self.events.post(d, "Normal", "ScalingReplicaSet",
                         f"Scaled {operation} replica set {md.get('name')} from {old_scale} "
                         f"to {new_scale}")
         return updated

@@ -21,7 +21,6 @@ which carry the controller reference, are the Job's).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 import time
@@ -33,6 +32,7 @@ from ephemera.api.errors import StatusError
 from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER
 from ephemera.batch.jobsync import compute
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.controllers.runner import run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["JobController", "job_pod"]
@@ -194,40 +194,8 @@ class JobController:
     # -- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.jobs.run(), name="job-informer"),
-                 asyncio.create_task(self.pods.run(), name="job-pod-informer")]
-        try:
-            await self.jobs.wait_synced()
-            await self.pods.wait_synced()
-            workers = [asyncio.create_task(self._worker(), name=f"job-worker-{i}")
-                       for i in range(self.workers)]
-            tasks += workers
-            await asyncio.gather(*workers)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            self.queue.close()
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except asyncio.CancelledError:
-                raise
-            except (StatusError, ApiUnavailable) as err:
-                log.info("job %s: sync failed, retrying: %s", key,
-                         getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("job %s: sync failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
+        await run_workers(self.queue, self.sync, what="job", log=log, workers=self.workers,
+                          runs=(self.jobs, self.pods))
 
     def _satisfied(self, key: str) -> bool:
         adds, dels, deadline = self._expectations.get(key, (0, 0, 0.0))

@@ -36,6 +36,7 @@ from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, 
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.expectations import Expectations
+from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["REPLICASET", "REPLICATIONCONTROLLER", "ReplicaKind", "ReplicaSetController",
@@ -147,7 +148,7 @@ class ReplicaSetController:
         self.clock = clock
         self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations()
-        self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
+        self.events = EventQueue(self.recorder, kind.kind, kind.api_version)
         sets.add_handler(on_add=lambda rs: self.queue.add(_key(rs)),
                          on_update=lambda old, new: self.queue.add(_key(new)),
                          on_delete=self._set_deleted)
@@ -228,43 +229,9 @@ class ReplicaSetController:
     # -- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        await self.pods.wait_synced()
-        await self.sets.wait_synced()
-        tasks = [asyncio.create_task(self._worker(), name=f"{self.kind.plural}-worker-{i}")
-                 for i in range(self.workers)]
-        tasks.append(asyncio.create_task(self._post_events(), name=f"{self.kind.plural}-events"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except (StatusError, ApiUnavailable) as err:
-                log.info("%s %s: %s; retrying", self.kind.kind, key,
-                         getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("%s %s: sync failed", self.kind.kind, key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self._events.put_nowait((obj, type_, reason, message))
-
-    async def _post_events(self) -> None:
-        while True:
-            obj, type_, reason, message = await self._events.get()
-            await self.recorder.record(obj, type_, reason, message, kind=self.kind.kind,
-                                       api_version=self.kind.api_version)
+        await run_workers(self.queue, self.sync, what=self.kind.kind, log=log,
+                          workers=self.workers, informers=(self.pods, self.sets),
+                          also=[self.events.run])
 
     # -- one sync ---------------------------------------------------------------------------
 
@@ -374,9 +341,9 @@ class ReplicaSetController:
         try:
             created = await self.api.create(resource_path("pods", namespace), pod)
         except StatusError as err:
-            self._event(rs, "Warning", "FailedCreate", f"Error creating: {err.message}")
+            self.events.post(rs, "Warning", "FailedCreate", f"Error creating: {err.message}")
             raise
-        self._event(rs, "Normal", "SuccessfulCreate",
+        self.events.post(rs, "Normal", "SuccessfulCreate",
                     f"Created pod: {_md(created).get('name')}")
 
     async def _delete_pod(self, rs: Obj, pod: Mapping[str, Any]) -> None:
@@ -385,9 +352,9 @@ class ReplicaSetController:
             await self.api.delete(resource_path("pods", str(_md(pod).get("namespace")), name))
         except StatusError as err:
             if err.code != 404:
-                self._event(rs, "Warning", "FailedDelete", f"Error deleting: {err.message}")
+                self.events.post(rs, "Warning", "FailedDelete", f"Error deleting: {err.message}")
             raise
-        self._event(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
+        self.events.post(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
 
     async def _update_status(self, rs: Obj, status: dict[str, Any]) -> None:
         """Write `status` unless the stored one says the same; one retry on a conflict

@@ -22,7 +22,6 @@ such a set answers a `Warning`), `minReadySeconds` beyond availability counting,
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import re
@@ -32,11 +31,12 @@ from typing import Any
 
 from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
-from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.history import bump_revision
+from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["StatefulSetController"]
@@ -93,7 +93,7 @@ class StatefulSetController:
         self.workers = workers
         self.clock = clock
         self.queue: WorkQueue[str] = WorkQueue()
-        self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
+        self.events = EventQueue(self.recorder, "StatefulSet", "apps/v1")
         sets.add_handler(on_add=self._enqueue, on_update=lambda o, n: self._enqueue(n))
         pods.add_handler(on_add=self._pod_changed, on_update=lambda o, n: self._pod_changed(n),
                          on_delete=self._pod_changed)
@@ -112,42 +112,9 @@ class StatefulSetController:
                 self._enqueue(sts)
 
     async def run(self) -> None:
-        for informer in (self.sets, self.pods, self.revisions):
-            await informer.wait_synced()
-        tasks = [asyncio.create_task(self._worker(), name=f"statefulset-worker-{i}")
-                 for i in range(self.workers)]
-        tasks.append(asyncio.create_task(self._post_events(), name="statefulset-events"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except (StatusError, ApiUnavailable) as err:
-                log.info("statefulset %s: %s; retrying", key, getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("statefulset %s: sync failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self._events.put_nowait((obj, type_, reason, message))
-
-    async def _post_events(self) -> None:
-        while True:
-            obj, type_, reason, message = await self._events.get()
-            await self.recorder.record(obj, type_, reason, message, kind="StatefulSet",
-                                       api_version="apps/v1")
+        await run_workers(self.queue, self.sync, what="statefulset", log=log,
+                          workers=self.workers, informers=(self.sets, self.pods, self.revisions),
+                          also=[self.events.run])
 
     # -- one sync ---------------------------------------------------------------------------
 
@@ -259,11 +226,11 @@ class StatefulSetController:
         except StatusError as err:
             if err.code == 409:
                 return  # the old pod of that name is still being deleted
-            self._event(sts, "Warning", "FailedCreate",
+            self.events.post(sts, "Warning", "FailedCreate",
                         f"create Pod {pod_name} in StatefulSet {set_name} failed error: "
                         f"{err.message}")
             raise
-        self._event(sts, "Normal", "SuccessfulCreate",
+        self.events.post(sts, "Normal", "SuccessfulCreate",
                     f"create Pod {pod_name} in StatefulSet {set_name} successful")
 
     async def _delete(self, sts: Obj, pod: Obj) -> None:
@@ -274,11 +241,11 @@ class StatefulSetController:
         except StatusError as err:
             if err.code == 404:
                 return
-            self._event(sts, "Warning", "FailedDelete",
+            self.events.post(sts, "Warning", "FailedDelete",
                         f"delete Pod {pod_name} in StatefulSet {set_name} failed error: "
                         f"{err.message}")
             raise
-        self._event(sts, "Normal", "SuccessfulDelete",
+        self.events.post(sts, "Normal", "SuccessfulDelete",
                     f"delete Pod {pod_name} in StatefulSet {set_name} successful")
 
     async def _ensure_revision(self, sts: Obj) -> tuple[str, dict[str, Obj]]:
