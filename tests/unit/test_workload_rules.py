@@ -14,6 +14,7 @@ from ephemera.api import labelselector
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers.expectations import EXPECTATIONS_TIMEOUT, Expectations
 from ephemera.controllers.podutil import is_available, pods_to_delete
+from ephemera.controllers.slowstart import slow_start
 from ephemera.controllers.workqueue import WorkQueue
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -158,6 +159,36 @@ def test_expectations() -> None:
     assert not exp.satisfied("a")
     clock[0] += EXPECTATIONS_TIMEOUT + 1
     assert exp.satisfied("a")  # a lost event does not stall it for ever
+
+
+def test_expectations_of_creations_and_deletions_at_once_and_when_they_expire() -> None:
+    clock = [10.0]
+    exp = Expectations(lambda: clock[0])
+    assert exp.expires_in("job") is None
+    exp.expect("job", 1, ["ns/old"])
+    clock[0] += 100
+    assert exp.expires_in("job") == EXPECTATIONS_TIMEOUT - 100
+    exp.creation_observed("job")
+    assert not exp.satisfied("job")  # the deletion is still to be seen
+    exp.deletion_observed("job", "ns/old")
+    assert exp.satisfied("job")
+    assert exp.expires_in("job") is None
+
+
+async def test_slow_start_doubles_the_batches_and_stops_at_a_failing_one() -> None:
+    calls: list[int] = []
+
+    async def call(i: int) -> None:
+        calls.append(i)
+        if i == 4:
+            raise RuntimeError("quota")
+
+    assert await slow_start(3, lambda i: call(i - 10)) == (3, None)
+    calls.clear()
+    done, error = await slow_start(20, call)
+    # batches 1, 2, 4: the third holds index 4 and fails; no fourth batch is made
+    assert sorted(calls) == list(range(7))
+    assert done == 6 and isinstance(error, RuntimeError)
 
 
 async def test_work_queue_dedups_and_never_hands_a_key_twice() -> None:

@@ -20,7 +20,6 @@ which carry the controller reference, are the Job's).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import time
@@ -32,7 +31,9 @@ from ephemera.api.errors import StatusError
 from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER
 from ephemera.batch.jobsync import compute
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.controllers.expectations import Expectations
 from ephemera.controllers.runner import run_workers
+from ephemera.controllers.slowstart import slow_start
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["JobController", "job_pod"]
@@ -40,7 +41,6 @@ __all__ = ["JobController", "job_pod"]
 log = logging.getLogger("ephemera.controllers.job")
 
 JOBS = "/apis/batch/v1/jobs"
-EXPECTATIONS_TIMEOUT = 300.0  # upstream's ExpectationsTimeout
 DEFAULT_BACKOFF_BASE = 10.0
 DEFAULT_BACKOFF_MAX = 360.0
 WORKERS = 4
@@ -112,8 +112,7 @@ class JobController:
         self.queue: WorkQueue[str] = WorkQueue(base_delay=0.05, max_delay=30.0)
         self._pods_of: dict[str, dict[str, dict[str, Any]]] = {}  # job uid -> pod key -> pod
         self._job_key_of: dict[str, str] = {}  # job uid -> namespace/name
-        # job key -> (creations, deletions still to be seen, deadline)
-        self._expectations: dict[str, tuple[int, int, float]] = {}
+        self.expectations = Expectations()
         self._last_failure: dict[str, tuple[int, float]] = {}  # job uid -> (failures, when)
         self.jobs.add_handler(on_add=self._job_changed,
                               on_update=lambda old, new: self._job_changed(new),
@@ -130,7 +129,7 @@ class JobController:
     def _job_deleted(self, job: dict[str, Any]) -> None:
         uid = str(_md(job).get("uid"))
         self._job_key_of.pop(uid, None)
-        self._expectations.pop(_key(job), None)
+        self.expectations.delete(_key(job))
         self._last_failure.pop(uid, None)
         # its pods' finalizers must still go
         self.queue.add(_key(job))
@@ -145,13 +144,13 @@ class JobController:
         self.queue.add(key)
 
     def _observed(self, pod: Mapping[str, Any], created: bool) -> None:
-        uid = controller_uid(pod)
-        key = self._job_key_of.get(uid or "")
-        if key is None or key not in self._expectations:
+        key = self._job_key_of.get(controller_uid(pod) or "")
+        if key is None:
             return
-        adds, dels, deadline = self._expectations[key]
-        self._expectations[key] = (adds - 1, dels, deadline) if created else (adds, dels - 1,
-                                                                               deadline)
+        if created:
+            self.expectations.creation_observed(key)
+        else:
+            self.expectations.deletion_observed(key, _key(pod))
 
     def _untracked(self, pod: Mapping[str, Any]) -> None:
         """A pod without a Job controller (orphaned): it keeps no tracking finalizer."""
@@ -175,7 +174,7 @@ class JobController:
             self._untracked(new)
             return
         self._pods_of.setdefault(uid, {})[_key(new)] = new
-        if _md(new).get("deletionTimestamp") and not _md(old).get("deletionTimestamp"):
+        if _md(new).get("deletionTimestamp"):
             self._observed(new, False)
         self._enqueue_owner(new)
 
@@ -187,8 +186,7 @@ class JobController:
         pods.pop(_key(pod), None)
         if not pods:
             self._pods_of.pop(uid, None)
-        if not _md(pod).get("deletionTimestamp"):
-            self._observed(pod, False)
+        self._observed(pod, False)
         self._enqueue_owner(pod)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -196,10 +194,6 @@ class JobController:
     async def run(self) -> None:
         await run_workers(self.queue, self.sync, what="job", log=log, workers=self.workers,
                           runs=(self.jobs, self.pods))
-
-    def _satisfied(self, key: str) -> bool:
-        adds, dels, deadline = self._expectations.get(key, (0, 0, 0.0))
-        return (adds <= 0 and dels <= 0) or time.monotonic() > deadline
 
     async def sync(self, key: str) -> None:
         if key.startswith(ORPHAN_PREFIX):
@@ -213,10 +207,9 @@ class JobController:
         managed_by = (job.get("spec") or {}).get("managedBy")
         if managed_by and managed_by != MANAGED_BY:
             return  # another controller's (upstream's JobManagedBy)
-        if not self._satisfied(key):
+        if not self.expectations.satisfied(key):
             # look again once the expectations expire, should the events never come
-            _, _, deadline = self._expectations[key]
-            self.queue.add_after(key, max(0.0, deadline - time.monotonic()) + 0.01)
+            self.queue.add_after(key, (self.expectations.expires_in(key) or 0.0) + 0.01)
             return
         uid = str(_md(job).get("uid"))
         pods = list(self._pods_of.get(uid, {}).values())
@@ -245,8 +238,8 @@ class JobController:
         for pod_name in plan.release:
             await self._release(namespace, pod_name)
         if plan.delete or plan.create:
-            self._expectations[key] = (len(plan.create), len(plan.delete),
-                                       time.monotonic() + EXPECTATIONS_TIMEOUT)
+            self.expectations.expect(key, len(plan.create),
+                                     [f"{namespace}/{pod_name}" for pod_name in plan.delete])
         for pod_name in plan.delete:
             await self._delete_pod(job, namespace, pod_name)
         await self._create_pods(job, namespace, plan.create)
@@ -298,36 +291,23 @@ class JobController:
             await self.api.delete(resource_path("pods", namespace, name))
         except (StatusError, ApiUnavailable) as err:
             # no deletion is coming for this pod either way: expect one fewer
-            self._observed_gone(job)
+            self.expectations.deletion_observed(_key(job), f"{namespace}/{name}")
             if not isinstance(err, StatusError) or err.code != 404:
                 raise
             return
         await self.recorder.record(job, "Normal", "SuccessfulDelete", f"Deleted pod: {name}",
                                    kind="Job", api_version="batch/v1")
 
-    def _observed_gone(self, job: Mapping[str, Any]) -> None:
-        key = _key(job)
-        if key in self._expectations:
-            adds, dels, deadline = self._expectations[key]
-            self._expectations[key] = (adds, dels - 1, deadline)
-
     async def _create_pods(self, job: Mapping[str, Any], namespace: str,
                            indexes: list[int | None]) -> None:
-        """Create in batches of 1, 2, 4... (upstream's slow start): a first failure stops
-        the rest."""
-        key = _key(job)
-        remaining = list(indexes)
-        batch = 1
-        while remaining:
-            now, remaining = remaining[:batch], remaining[batch:]
-            results = await asyncio.gather(*(self._create_one(job, namespace, i) for i in now),
-                                           return_exceptions=True)
-            failed = [r for r in results if isinstance(r, BaseException)]
-            if failed:
-                adds, dels, deadline = self._expectations.get(key, (0, 0, 0.0))
-                self._expectations[key] = (adds - len(failed) - len(remaining), dels, deadline)
-                raise failed[0]
-            batch *= 2
+        """Create in slow-start batches: a first failure stops the rest, and the creations
+        not made are no longer expected."""
+        created, error = await slow_start(
+            len(indexes), lambda i: self._create_one(job, namespace, indexes[i]))
+        if error is not None:
+            for _ in range(len(indexes) - created):
+                self.expectations.creation_observed(_key(job))
+            raise error
 
     async def _create_one(self, job: Mapping[str, Any], namespace: str,
                           index: int | None) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +37,7 @@ from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.expectations import Expectations
 from ephemera.controllers.runner import EventQueue, run_workers
+from ephemera.controllers.slowstart import slow_start
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["REPLICASET", "REPLICATIONCONTROLLER", "ReplicaKind", "ReplicaSetController",
@@ -45,7 +46,6 @@ __all__ = ["REPLICASET", "REPLICATIONCONTROLLER", "ReplicaKind", "ReplicaSetCont
 log = logging.getLogger("ephemera.controllers.replicaset")
 
 BURST_REPLICAS = 500
-SLOW_START_INITIAL_BATCH = 1
 WORKERS = 5
 
 Obj = dict[str, Any]
@@ -279,7 +279,7 @@ class ReplicaSetController:
         if diff < 0:
             count = min(-diff, self.burst_replicas)
             self.expectations.expect_creations(key, count)
-            created, error = await self._slow_start(count, lambda: self._create_pod(rs))
+            created, error = await slow_start(count, lambda _: self._create_pod(rs))
             if error is not None:
                 for _ in range(count - created):
                     self.expectations.creation_observed(key)
@@ -316,21 +316,6 @@ class ReplicaSetController:
         return [p for p in self.pods.list()
                 if _md(p).get("namespace") == namespace and podutil.is_active(p)
                 and (controller_of(p) or {}).get("uid") in siblings]
-
-    async def _slow_start(self, count: int, create: Callable[[], Awaitable[None]]
-                          ) -> tuple[int, BaseException | None]:
-        """`slowStartBatch`: batches of 1, 2, 4, ... run concurrently; the first failing
-        batch ends it. Returns (successes, the first error)."""
-        done, batch = 0, min(count, SLOW_START_INITIAL_BATCH)
-        while batch > 0:
-            results = await asyncio.gather(*(create() for _ in range(batch)),
-                                           return_exceptions=True)
-            errors = [r for r in results if isinstance(r, BaseException)]
-            done += batch - len(errors)
-            if errors:
-                return done, errors[0]
-            batch = min(2 * batch, count - done)
-        return done, None
 
     async def _create_pod(self, rs: Obj) -> None:
         namespace = str(_md(rs).get("namespace") or "")
