@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.meta import parse_time, rfc3339, rfc3339_in_zone
 from ephemera.batch.cronjobs import (
     ScheduleError,
     job_name,
@@ -54,24 +55,6 @@ def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _key(obj: Mapping[str, Any]) -> str:
     return f"{_md(obj).get('namespace', '')}/{_md(obj).get('name', '')}"
-
-
-def _parse(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def _stamp(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _rfc3339(t: datetime) -> str:
-    """Go's `time.RFC3339` of a time in its zone: `Z` for UTC, else the offset."""
-    text = t.strftime("%Y-%m-%dT%H:%M:%S%z")
-    if text.endswith("+0000"):
-        return text[:-5] + "Z"
-    return f"{text[:-2]}:{text[-2:]}"
 
 
 def _owner_uid(job: Mapping[str, Any]) -> str | None:
@@ -146,10 +129,10 @@ class CronJobController:
             await self._event(cronjob, "Normal", "SawCompletedJob",
                               f"Saw completed job: {_md(job).get('name')}, status: {state}")
             if state == "Complete":
-                done = _parse((job.get("status") or {}).get("completionTime"))
-                last = _parse(status.get("lastSuccessfulTime"))
+                done = parse_time((job.get("status") or {}).get("completionTime"))
+                last = parse_time(status.get("lastSuccessfulTime"))
                 if done is not None and (last is None or done > last):
-                    status["lastSuccessfulTime"] = _stamp(done)
+                    status["lastSuccessfulTime"] = rfc3339(done)
         listed = {str(r.get("uid")) for r in active}
         for job in owned:
             if _finished(job) is None and str(_md(job).get("uid")) not in listed:
@@ -188,8 +171,8 @@ class CronJobController:
             await self._event(cronjob, "Warning", "UnparseableSchedule",
                               f"unparseable schedule: {spec.get('schedule')!s} : {err}")
             return None
-        earliest = _parse(status.get("lastScheduleTime")) or \
-            _parse(_md(cronjob).get("creationTimestamp")) or now
+        earliest = parse_time(status.get("lastScheduleTime")) or \
+            parse_time(_md(cronjob).get("creationTimestamp")) or now
         deadline = spec.get("startingDeadlineSeconds")
         if isinstance(deadline, int):
             earliest = max(earliest, now - timedelta(seconds=deadline))
@@ -211,9 +194,9 @@ class CronJobController:
         if any(r.get("name") == name for r in status.get("active") or []) or any(
                 _md(j).get("name") == name for j in owned):
             # started already (its status write may have been lost): record it
-            last = _parse(status.get("lastScheduleTime"))
+            last = parse_time(status.get("lastScheduleTime"))
             if last is None or last < due.scheduled:
-                status["lastScheduleTime"] = _stamp(due.scheduled)
+                status["lastScheduleTime"] = rfc3339(due.scheduled)
             return next_in
         policy = spec.get("concurrencyPolicy") or "Allow"
         if policy == "Forbid" and status.get("active"):
@@ -228,7 +211,7 @@ class CronJobController:
         created = await self._create_job(cronjob, name, due.scheduled)
         if created is not None:
             status.setdefault("active", []).append(self._ref(created))
-        status["lastScheduleTime"] = _stamp(due.scheduled)
+        status["lastScheduleTime"] = rfc3339(due.scheduled)
         return next_in
 
     async def _create_job(self, cronjob: Mapping[str, Any], name: str,
@@ -241,7 +224,7 @@ class CronJobController:
         job_md: dict[str, Any] = {"name": name, "namespace": md.get("namespace"),
                                   "labels": dict(tmd.get("labels") or {}),
                                   "annotations": {**(tmd.get("annotations") or {}),
-                                                  SCHEDULED_TIMESTAMP: _rfc3339(local)},
+                                                  SCHEDULED_TIMESTAMP: rfc3339_in_zone(local)},
                                   "ownerReferences": [{
                                       "apiVersion": "batch/v1", "kind": "CronJob",
                                       "name": md.get("name"), "uid": md.get("uid"),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ephemera.api import labelselector
+from ephemera.api import labelselector, meta
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 from ephemera.controllers import podutil
@@ -122,7 +122,7 @@ def calculate_status(rs: Mapping[str, Any], pods: list[Obj], error: str | None,
     failure = next((c for c in conditions if c.get("type") == "ReplicaFailure"), None)
     if error is not None and failure is None:
         conditions.append({"type": "ReplicaFailure", "status": "True",
-                           "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                           "lastTransitionTime": meta.rfc3339(now),
                            "reason": failure_reason, "message": error})
     elif error is None and failure is not None:
         conditions.remove(failure)

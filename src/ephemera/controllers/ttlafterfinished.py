@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.meta import parse_time
 from ephemera.client import ApiClient, Informer, resource_path
 from ephemera.controllers.runner import run_workers
 from ephemera.controllers.workqueue import WorkQueue
@@ -18,12 +19,6 @@ from ephemera.controllers.workqueue import WorkQueue
 __all__ = ["TTLAfterFinishedController", "expires_in"]
 
 log = logging.getLogger("ephemera.controllers.ttlafterfinished")
-
-
-def _parse(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def expires_in(job: Mapping[str, Any], now: datetime) -> float | None:
@@ -36,9 +31,9 @@ def expires_in(job: Mapping[str, Any], now: datetime) -> float | None:
     finished: datetime | None = None
     for c in status.get("conditions") or []:
         if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
-            finished = _parse(status.get("completionTime")) if c.get("type") == "Complete" \
+            finished = parse_time(status.get("completionTime")) if c.get("type") == "Complete" \
                 else None
-            finished = finished or _parse(c.get("lastTransitionTime"))
+            finished = finished or parse_time(c.get("lastTransitionTime"))
     if finished is None:
         return None
     return (finished - now).total_seconds() + ttl
