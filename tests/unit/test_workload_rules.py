@@ -13,6 +13,11 @@ import pytest
 from ephemera.api import labelselector
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers.expectations import EXPECTATIONS_TIMEOUT, Expectations
+from ephemera.controllers.history import (
+    HASH_LABEL,
+    daemonset_history_to_delete,
+    statefulset_history_to_delete,
+)
 from ephemera.controllers.podutil import is_available, pods_to_delete
 from ephemera.controllers.slowstart import slow_start
 from ephemera.controllers.workqueue import WorkQueue
@@ -218,3 +223,30 @@ def test_label_selector_helpers() -> None:
     assert [str(e) for e in errs] == [
         "spec.selector.matchExpressions[0].values: Forbidden: may not be specified when "
         "`operator` is 'Exists' or 'DoesNotExist'"]
+
+
+def _revision(name: str, number: int, hash_: str = "") -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {HASH_LABEL: hash_ or name}},
+            "revision": number}
+
+
+def _names(revisions: list[dict[str, Any]]) -> list[str]:
+    return [r["metadata"]["name"] for r in revisions]
+
+
+def test_statefulset_history_keeps_the_live_revisions_and_the_newest_beyond_the_limit() -> None:
+    revisions = [_revision(f"db-{n}", n) for n in (3, 1, 5, 2, 4)]
+    # live: the current (1) and update (5) revisions and a pod's (3); history: 2 and 4
+    live = {"db-1", "db-5", "db-3"}
+    assert _names(statefulset_history_to_delete(revisions, live, 1)) == ["db-2"]
+    assert _names(statefulset_history_to_delete(revisions, live, 0)) == ["db-2", "db-4"]
+    assert statefulset_history_to_delete(revisions, live, 10) == []
+
+
+def test_daemonset_history_counts_the_old_revisions_but_skips_those_a_pod_has() -> None:
+    revisions = [_revision(f"agent-h{n}", n, f"h{n}") for n in (1, 2, 3, 4)]
+    # current h4; old: h1, h2, h3 (h1 still on a pod); limit 1: two to kill, h1 skipped
+    assert _names(daemonset_history_to_delete(revisions, "h4", {"h1", "h4"}, 1)) == [
+        "agent-h2", "agent-h3"]
+    assert _names(daemonset_history_to_delete(revisions, "h4", set(), 2)) == ["agent-h1"]
+    assert daemonset_history_to_delete(revisions, "h4", set(), 3) == []

@@ -13,7 +13,8 @@ or on a node that is gone, is deleted; of several on one node the oldest stays; 
 are deleted and made again. Pods are bound to their node by upstream's required node
 affinity on `metadata.name` (the scheduler places them), labelled `controller-revision-hash`
 and `pod-template-generation`; each template is kept as a ControllerRevision
-(`<name>-<hash>`, `kubectl rollout history daemonset`). `RollingUpdate` replaces old pods
+(`<name>-<hash>`, `kubectl rollout history daemonset`); old revisions beyond
+`revisionHistoryLimit` that no pod has are deleted, oldest first. `RollingUpdate` replaces old pods
 while at most `maxUnavailable` nodes lack an available pod (`maxSurge` is not implemented:
 it is treated as 0, old pods go before new ones come); `OnDelete` replaces a pod only when it
 is deleted. Expectations, adoption and events (`SuccessfulCreate`, `SuccessfulDelete`) are
@@ -35,17 +36,28 @@ from ephemera.controllers import deploymentutil as du
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.expectations import Expectations
-from ephemera.controllers.history import bump_revision
+from ephemera.controllers.history import (
+    HASH_LABEL,
+    bump_revision,
+    daemonset_history_to_delete,
+    delete_revisions,
+    owned_revisions,
+    revision_body,
+    revision_number,
+)
 from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
-from ephemera.pods.workloads import DAEMONSET_TEMPLATE_GENERATION, scaled_value
+from ephemera.pods.workloads import (
+    DAEMONSET_TEMPLATE_GENERATION,
+    DEFAULT_REVISION_HISTORY_LIMIT,
+    scaled_value,
+)
 from ephemera.scheduler.plugins import Taint, effective_taints, matches_node_affinity, tolerates
 
 __all__ = ["DaemonSetController", "node_should_run"]
 
 log = logging.getLogger("ephemera.controllers.daemonset")
 
-HASH_LABEL = "controller-revision-hash"
 GENERATION_LABEL = "pod-template-generation"
 WORKERS = 2
 Obj = dict[str, Any]
@@ -257,7 +269,20 @@ class DaemonSetController:
         if not to_create and not to_delete:
             to_delete = self._rolling_update_victims(ds, pods, nodes, current_hash)
         await self._act(ds, key, to_create, to_delete, current_hash)
+        await self._cleanup_history(ds, current_hash)
         await self._update_status(ds, [p for p in pods if p not in to_delete], current_hash)
+
+    async def _cleanup_history(self, ds: Obj, current_hash: str) -> None:
+        """`cleanupHistory`: old revisions beyond `revisionHistoryLimit` (10 by default)
+        that no pod of the DaemonSet (one being deleted too) still has."""
+        limit = (ds.get("spec") or {}).get("revisionHistoryLimit")
+        uid = _md(ds).get("uid")
+        live = {str((_md(p).get("labels") or {}).get(HASH_LABEL)) for p in self.pods.list()
+                if (controller_of(p) or {}).get("uid") == uid}
+        doomed = daemonset_history_to_delete(
+            owned_revisions(self.revisions.list(), ds), current_hash, live,
+            limit if isinstance(limit, int) else DEFAULT_REVISION_HISTORY_LIMIT)
+        await delete_revisions(self.api, doomed)
 
     def _rolling_update_victims(self, ds: Obj, pods: list[Obj], nodes: dict[str, Obj],
                                 current_hash: str) -> list[Obj]:
@@ -338,23 +363,13 @@ class DaemonSetController:
         collision = (ds.get("status") or {}).get("collisionCount") or None
         current = du.compute_hash(template, collision)
         namespace, name = str(_md(ds).get("namespace")), str(_md(ds).get("name"))
-        owned = [r for r in self.revisions.list() if _md(r).get("namespace") == namespace
-                 and (controller_of(r) or {}).get("uid") == _md(ds).get("uid")]
-        revision = max((_int(r.get("revision")) for r in owned), default=0) + 1
+        owned = owned_revisions(self.revisions.list(), ds)
+        revision = max((revision_number(r) for r in owned), default=0) + 1
         existing = [r for r in owned if (_md(r).get("labels") or {}).get(HASH_LABEL) == current]
         if existing:
             await bump_revision(self.api, existing[0], revision)
             return current
-        body = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
-                "metadata": {"name": f"{name}-{current}", "namespace": namespace,
-                             "labels": {**((template.get("metadata") or {}).get("labels")
-                                           or {}), HASH_LABEL: current},
-                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                                                  "name": name, "uid": _md(ds).get("uid"),
-                                                  "controller": True,
-                                                  "blockOwnerDeletion": True}]},
-                "data": {"spec": {"template": {**template, "$patch": "replace"}}},
-                "revision": revision}
+        body = revision_body(ds, "DaemonSet", f"{name}-{current}", current, template, revision)
         try:
             await self.api.create(resource_path("controllerrevisions", namespace,
                                                 group="apps"), body)

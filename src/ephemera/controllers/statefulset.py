@@ -3,7 +3,8 @@ pods with stable names `<set>-<ordinal>` (from `spec.ordinals.start`), labelled
 `statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index` and
 `controller-revision-hash` (the revision's name, as upstream), with `hostname` the pod's name
 and `subdomain` the set's `serviceName`; each template is a ControllerRevision
-(`<set>-<hash>`) and the status carries `currentRevision` and `updateRevision`.
+(`<set>-<hash>`) and the status carries `currentRevision` and `updateRevision`; revisions
+neither of these nor any pod's are deleted beyond `revisionHistoryLimit`, oldest first.
 
 - `OrderedReady`: one pod at a time, in ordinal order, each only once every lower one is
   Running and Ready; scale-down from the highest ordinal, one at a time, only while the
@@ -35,15 +36,23 @@ from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
-from ephemera.controllers.history import bump_revision
+from ephemera.controllers.history import (
+    HASH_LABEL,
+    bump_revision,
+    delete_revisions,
+    owned_revisions,
+    revision_body,
+    revision_number,
+    statefulset_history_to_delete,
+)
 from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
+from ephemera.pods.workloads import DEFAULT_REVISION_HISTORY_LIMIT
 
 __all__ = ["StatefulSetController"]
 
 log = logging.getLogger("ephemera.controllers.statefulset")
 
-HASH_LABEL = "controller-revision-hash"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 WORKERS = 2
@@ -140,6 +149,19 @@ class StatefulSetController:
         if not _md(sts).get("deletionTimestamp"):
             await self._update_set(sts, pods, current_revision, update_revision, revisions)
         await self._update_status(sts, pods, current_revision, update_revision)
+        await self._truncate_history(sts, pods, current_revision, update_revision)
+
+    async def _truncate_history(self, sts: Obj, pods: list[Obj], current_revision: str,
+                                update_revision: str) -> None:
+        """`truncateHistory`: the revisions neither current, nor the update's, nor any
+        pod's, beyond `revisionHistoryLimit` (10 by default), oldest first."""
+        limit = (sts.get("spec") or {}).get("revisionHistoryLimit")
+        live = {current_revision, update_revision,
+                *(str((_md(p).get("labels") or {}).get(HASH_LABEL)) for p in pods)}
+        doomed = statefulset_history_to_delete(
+            owned_revisions(self.revisions.list(), sts), live,
+            limit if isinstance(limit, int) else DEFAULT_REVISION_HISTORY_LIMIT)
+        await delete_revisions(self.api, doomed)
 
     async def _update_set(self, sts: Obj, pods: list[Obj], current_revision: str,
                           update_revision: str, revisions: dict[str, Obj]) -> None:
@@ -256,8 +278,7 @@ class StatefulSetController:
         namespace, name = str(_md(sts).get("namespace")), str(_md(sts).get("name"))
         # upstream names a StatefulSet's revisions (label and status) by the revision's name
         current = f"{name}-{du.compute_hash(template, collision)}"
-        owned = [r for r in self.revisions.list() if _md(r).get("namespace") == namespace
-                 and (controller_of(r) or {}).get("uid") == _md(sts).get("uid")]
+        owned = owned_revisions(self.revisions.list(), sts)
         templates: dict[str, Obj] = {}
         for r in owned:
             h = (_md(r).get("labels") or {}).get(HASH_LABEL)
@@ -265,21 +286,12 @@ class StatefulSetController:
             t.pop("$patch", None)
             if h:
                 templates[str(h)] = t
-        revision = max((_int(r.get("revision")) for r in owned), default=0) + 1
+        revision = max((revision_number(r) for r in owned), default=0) + 1
         for r in owned:
             if (_md(r).get("labels") or {}).get(HASH_LABEL) == current:
                 await bump_revision(self.api, r, revision)
         if current not in templates:
-            body = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
-                    "metadata": {"name": current, "namespace": namespace,
-                                 "labels": {**((template.get("metadata") or {}).get("labels")
-                                               or {}), HASH_LABEL: current},
-                                 "ownerReferences": [{
-                                     "apiVersion": "apps/v1", "kind": "StatefulSet",
-                                     "name": name, "uid": _md(sts).get("uid"),
-                                     "controller": True, "blockOwnerDeletion": True}]},
-                    "data": {"spec": {"template": {**template, "$patch": "replace"}}},
-                    "revision": revision}
+            body = revision_body(sts, "StatefulSet", current, current, template, revision)
             try:
                 await self.api.create(resource_path("controllerrevisions", namespace,
                                                     group="apps"), body)
