@@ -12,6 +12,7 @@ import pytest
 
 from ephemera.api import labelselector
 from ephemera.controllers import deploymentutil as du
+from ephemera.controllers.controllerref import adopt_patch, release_patch
 from ephemera.controllers.expectations import EXPECTATIONS_TIMEOUT, Expectations
 from ephemera.controllers.history import (
     HASH_LABEL,
@@ -250,3 +251,15 @@ def test_daemonset_history_counts_the_old_revisions_but_skips_those_a_pod_has() 
         "agent-h2", "agent-h3"]
     assert _names(daemonset_history_to_delete(revisions, "h4", set(), 2)) == ["agent-h1"]
     assert daemonset_history_to_delete(revisions, "h4", set(), 3) == []
+
+
+def test_a_claim_with_finalizers_adds_them_on_adoption_and_removes_them_on_release() -> None:
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "job-uid",
+           "controller": True, "blockOwnerDeletion": True}
+    tracking = ("batch.kubernetes.io/job-tracking",)
+    assert adopt_patch(ref, "pod-uid", tracking) == {"metadata": {
+        "ownerReferences": [ref], "uid": "pod-uid", "finalizers": list(tracking)}}
+    assert release_patch("job-uid", "pod-uid", tracking) == {"metadata": {
+        "ownerReferences": [{"$patch": "delete", "uid": "job-uid"}], "uid": "pod-uid",
+        "$deleteFromPrimitiveList/finalizers": list(tracking)}}
+    assert "finalizers" not in adopt_patch(ref, "pod-uid")["metadata"]

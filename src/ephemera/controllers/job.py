@@ -14,8 +14,9 @@ back-off of `backoff_base` seconds doubling per failure up to `backoff_max` (ups
 to 6 min). Events: `SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `Suspended`,
 `Resumed`, and the failure reason (`BackoffLimitExceeded`, `DeadlineExceeded`,
 `PodFailurePolicy`). A Job whose `spec.managedBy` names another controller is left to it.
-Pods are not adopted by selector (only pods this controller created,
-which carry the controller reference, are the Job's).
+The Job's pods are claimed as the ReplicaSet controller claims its own
+(`ControllerRefManager`): an orphan its selector selects is adopted, taking the tracking
+finalizer in the same patch; a pod it owns but no longer selects is released and loses it.
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
 from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER
 from ephemera.batch.jobsync import compute
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.controllers.controllerref import (
+    ControllerRefManager,
+    controller_of,
+    new_controller_ref,
+)
 from ephemera.controllers.expectations import Expectations
 from ephemera.controllers.runner import run_workers
 from ephemera.controllers.slowstart import slow_start
@@ -56,6 +63,10 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{_md(obj).get('namespace', '')}/{_md(obj).get('name', '')}"
 
 
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (_md(obj).get("labels") or {}).items()}
+
+
 def controller_uid(obj: Mapping[str, Any]) -> str | None:
     for ref in _md(obj).get("ownerReferences") or []:
         if ref.get("controller") and ref.get("kind") == "Job" and \
@@ -76,9 +87,7 @@ def job_pod(job: Mapping[str, Any], index: int | None) -> dict[str, Any]:
         "labels": dict(tmd.get("labels") or {}),
         "annotations": dict(tmd.get("annotations") or {}),
         "finalizers": [*(tmd.get("finalizers") or []), JOB_TRACKING_FINALIZER],
-        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                             "uid": md.get("uid"), "controller": True,
-                             "blockOwnerDeletion": True}]}
+        "ownerReferences": [new_controller_ref(job, "batch/v1", "Job")]}
     spec = template.get("spec") or {}
     if index is not None:
         pod_md["annotations"][JOB_COMPLETION_INDEX] = str(index)
@@ -159,19 +168,35 @@ class JobController:
         if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
             self.queue.add(ORPHAN_PREFIX + _key(pod))
 
+    def _enqueue_selecting(self, pod: Mapping[str, Any]) -> None:
+        """An orphan: the Jobs whose selector selects it may adopt it (`getPodJobs`)."""
+        if controller_of(pod) is not None or _md(pod).get("deletionTimestamp"):
+            return
+        namespace, labels = _md(pod).get("namespace"), _labels(pod)
+        for job in self.jobs.list():
+            if _md(job).get("namespace") == namespace and labelselector.selector_matches(
+                    (job.get("spec") or {}).get("selector"), labels):
+                self.queue.add(_key(job))
+
     def _pod_added(self, pod: dict[str, Any]) -> None:
         uid = controller_uid(pod)
         if uid is None:
             self._untracked(pod)
+            self._enqueue_selecting(pod)
             return
         self._pods_of.setdefault(uid, {})[_key(pod)] = pod
         self._observed(pod, True)
         self._enqueue_owner(pod)
 
     def _pod_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        uid = controller_uid(new)
+        uid, old_uid = controller_uid(new), controller_uid(old)
+        if old_uid is not None and old_uid != uid:  # released, or another Job's now
+            self._pods_of.get(old_uid, {}).pop(_key(old), None)
+            self._enqueue_owner(old)
         if uid is None:
             self._untracked(new)
+            if old_uid is not None or _labels(old) != _labels(new):
+                self._enqueue_selecting(new)
             return
         self._pods_of.setdefault(uid, {})[_key(new)] = new
         if _md(new).get("deletionTimestamp"):
@@ -212,15 +237,15 @@ class JobController:
             self.queue.add_after(key, (self.expectations.expires_in(key) or 0.0) + 0.01)
             return
         uid = str(_md(job).get("uid"))
-        pods = list(self._pods_of.get(uid, {}).values())
         if _md(job).get("deletionTimestamp"):
             # being deleted (in the foreground, say): no new pods, and none of its pods
             # waits for it to be counted
-            for pod in pods:
+            for pod in list(self._pods_of.get(uid, {}).values()):
                 if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
                     await self._release(str(_md(pod).get("namespace")),
                                         str(_md(pod).get("name")))
             return
+        pods = await self._claim(job)
         failures = int((job.get("status") or {}).get("failed") or 0) + len(
             ((job.get("status") or {}).get("uncountedTerminatedPods") or {}).get("failed") or [])
         backoff = self._backoff_remaining(uid, failures)
@@ -245,6 +270,22 @@ class JobController:
         await self._create_pods(job, namespace, plan.create)
         if plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after)
+
+    async def _claim(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The Job's pods (`getPodsForJob`): those of its namespace its controller reference
+        names and its selector selects, orphans it selects adopted with the tracking
+        finalizer, owned ones it no longer selects released without it."""
+        namespace, name = str(_md(job).get("namespace")), str(_md(job).get("name"))
+        selector = (job.get("spec") or {}).get("selector")
+        manager = ControllerRefManager(
+            self.api, job, "batch/v1", "Job",
+            matches=lambda obj: labelselector.selector_matches(selector, _labels(obj)),
+            path_of=lambda obj: resource_path("pods", namespace, str(_md(obj).get("name"))),
+            fresh_owner=lambda: self.api.get(resource_path("jobs", namespace, name,
+                                                           group="batch")),
+            finalizers=(JOB_TRACKING_FINALIZER,))
+        return await manager.claim([p for p in self.pods.list()
+                                    if _md(p).get("namespace") == namespace])
 
     def _backoff_remaining(self, uid: str, failures: int) -> float:
         if failures <= 0 or uid not in self._last_failure:
