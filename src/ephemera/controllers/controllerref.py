@@ -21,12 +21,9 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient
+from ephemera.controllers.objects import metadata as _md
 
 Obj = dict[str, Any]
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:

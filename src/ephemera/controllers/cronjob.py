@@ -38,6 +38,8 @@ from ephemera.batch.cronjobs import (
 )
 from ephemera.batch.jobs import has_condition
 from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
 from ephemera.controllers.runner import run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
@@ -47,14 +49,6 @@ log = logging.getLogger("ephemera.controllers.cronjob")
 
 SCHEDULED_TIMESTAMP = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 NEXT_SCHEDULE_DELTA = 0.1  # upstream's nextScheduleDelta: requeue a little after the time
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    return f"{_md(obj).get('namespace', '')}/{_md(obj).get('name', '')}"
 
 
 def _owner_uid(job: Mapping[str, Any]) -> str | None:

@@ -45,6 +45,9 @@ from ephemera.controllers.history import (
     revision_body,
     revision_number,
 )
+from ephemera.controllers.objects import int_or_zero as _int
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
 from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
 from ephemera.pods.workloads import (
@@ -70,18 +73,6 @@ _DAEMON_TOLERATIONS = [
     ("node.kubernetes.io/pid-pressure", "NoSchedule"),
     ("node.kubernetes.io/unschedulable", "NoSchedule"),
 ]
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    return f"{_md(obj).get('namespace') or ''}/{_md(obj).get('name') or ''}"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def daemon_pod_spec(template: Mapping[str, Any], node: str) -> dict[str, Any]:

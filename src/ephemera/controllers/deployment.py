@@ -35,6 +35,9 @@ from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
+from ephemera.controllers.objects import labels as _labels
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
 from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
@@ -46,25 +49,12 @@ WORKERS = 5
 Obj = dict[str, Any]
 
 
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    md = _md(obj)
-    return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
-
-
 def _deploy_path(namespace: str, name: str | None = None, sub: str | None = None) -> str:
     return resource_path("deployments", namespace, name, sub, group="apps")
 
 
 def _rs_path(namespace: str, name: str | None = None) -> str:
     return resource_path("replicasets", namespace, name, group="apps")
-
-
-def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (_md(obj).get("labels") or {}).items()}
 
 
 def _selects(deployment: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ephemera.api import conditions, meta
+from ephemera.controllers.objects import int_or_zero as _int
+from ephemera.controllers.objects import metadata as _md
 from ephemera.pods.workloads import scaled_value
 
 Obj = Mapping[str, Any]
@@ -45,16 +47,8 @@ _SAFE_ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
 MAX_INT32 = 2**31 - 1
 
 
-def _md(obj: Obj) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _spec(obj: Obj) -> Mapping[str, Any]:
     return obj.get("spec") or {}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def replicas(obj: Obj) -> int:

@@ -13,6 +13,8 @@ from typing import Any
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, resource_path
 from ephemera.controllers.controllerref import controller_of, new_controller_ref
+from ephemera.controllers.objects import int_or_zero
+from ephemera.controllers.objects import metadata as _md
 
 __all__ = ["HASH_LABEL", "bump_revision", "daemonset_history_to_delete", "delete_revisions",
            "owned_revisions", "revision_body", "revision_number",
@@ -23,13 +25,8 @@ HASH_LABEL = "controller-revision-hash"
 Obj = dict[str, Any]
 
 
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def revision_number(revision: Mapping[str, Any]) -> int:
-    value = revision.get("revision")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return int_or_zero(revision.get("revision"))
 
 
 def _path(revision: Mapping[str, Any]) -> str:

@@ -39,6 +39,9 @@ from ephemera.controllers.controllerref import (
     new_controller_ref,
 )
 from ephemera.controllers.expectations import Expectations
+from ephemera.controllers.objects import labels as _labels
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
 from ephemera.controllers.runner import run_workers
 from ephemera.controllers.slowstart import slow_start
 from ephemera.controllers.workqueue import WorkQueue
@@ -53,18 +56,6 @@ DEFAULT_BACKOFF_MAX = 360.0
 WORKERS = 4
 MANAGED_BY = "kubernetes.io/job-controller"
 ORPHAN_PREFIX = "\0orphan:"  # queue keys of pods to release that have no Job
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    return f"{_md(obj).get('namespace', '')}/{_md(obj).get('name', '')}"
-
-
-def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (_md(obj).get("labels") or {}).items()}
 
 
 def controller_uid(obj: Mapping[str, Any]) -> str | None:

@@ -36,6 +36,10 @@ from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, 
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.expectations import Expectations
+from ephemera.controllers.objects import int_or_zero as _int
+from ephemera.controllers.objects import labels as _labels
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
 from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.slowstart import slow_start
 from ephemera.controllers.workqueue import WorkQueue
@@ -79,23 +83,6 @@ class ReplicaKind:
 REPLICASET = ReplicaKind("replicasets", "apps", "apps/v1", "ReplicaSet", "replicaset-controller")
 REPLICATIONCONTROLLER = ReplicaKind("replicationcontrollers", "", "v1", "ReplicationController",
                                     "replication-controller")
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    md = _md(obj)
-    return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (_md(obj).get("labels") or {}).items()}
 
 
 def calculate_status(rs: Mapping[str, Any], pods: list[Obj], error: str | None,

@@ -45,6 +45,9 @@ from ephemera.controllers.history import (
     revision_number,
     statefulset_history_to_delete,
 )
+from ephemera.controllers.objects import int_or_zero as _int
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
 from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
 from ephemera.pods.workloads import DEFAULT_REVISION_HISTORY_LIMIT
@@ -57,18 +60,6 @@ POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 WORKERS = 2
 Obj = dict[str, Any]
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    return f"{_md(obj).get('namespace') or ''}/{_md(obj).get('name') or ''}"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def ordinal_of(set_name: str, pod: Mapping[str, Any]) -> int | None:
