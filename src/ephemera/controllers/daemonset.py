@@ -48,8 +48,7 @@ from ephemera.controllers.history import (
 from ephemera.controllers.objects import int_or_zero as _int
 from ephemera.controllers.objects import metadata as _md
 from ephemera.controllers.objects import queue_key as _key
-from ephemera.controllers.runner import EventQueue, run_workers
-from ephemera.controllers.workqueue import WorkQueue
+from ephemera.controllers.runner import QueueController
 from ephemera.pods.workloads import (
     DAEMONSET_TEMPLATE_GENERATION,
     DEFAULT_REVISION_HISTORY_LIMIT,
@@ -133,22 +132,20 @@ def _ds_path(namespace: str, name: str | None = None, sub: str | None = None) ->
     return resource_path("daemonsets", namespace, name, sub, group="apps")
 
 
-class DaemonSetController:
+class DaemonSetController(QueueController):
     def __init__(self, api: ApiClient, sets: Informer, pods: Informer, nodes: Informer,
                  revisions: Informer, *, recorder: EventRecorder | None = None,
                  workers: int = WORKERS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
+        super().__init__(api, kind="DaemonSet", api_version="apps/v1",
+                         component="daemonset-controller",
+                         informers=(sets, pods, nodes, revisions), log=log, workers=workers,
+                         recorder=recorder, clock=clock)
         self.sets = sets
         self.pods = pods
         self.nodes = nodes
         self.revisions = revisions
-        self.recorder = recorder or EventRecorder(api, "daemonset-controller")
-        self.workers = workers
-        self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations()
-        self.events = EventQueue(self.recorder, "DaemonSet", "apps/v1")
         sets.add_handler(on_add=self._enqueue, on_update=lambda o, n: self._enqueue(n),
                          on_delete=self._set_deleted)
         nodes.add_handler(on_add=lambda n: self._enqueue_all(),
@@ -202,14 +199,6 @@ class DaemonSetController:
         if ds is not None:
             self.expectations.deletion_observed(_key(ds), podutil.pod_key(pod))
             self._enqueue(ds)
-
-    # -- the loop ---------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        await run_workers(self.queue, self.sync, what="daemonset", log=log,
-                          workers=self.workers,
-                          informers=(self.sets, self.pods, self.nodes, self.revisions),
-                          also=[self.events.run])
 
     # -- one sync ---------------------------------------------------------------------------
 

@@ -38,8 +38,7 @@ from ephemera.controllers.controllerref import ControllerRefManager, controller_
 from ephemera.controllers.objects import labels as _labels
 from ephemera.controllers.objects import metadata as _md
 from ephemera.controllers.objects import queue_key as _key
-from ephemera.controllers.runner import EventQueue, run_workers
-from ephemera.controllers.workqueue import WorkQueue
+from ephemera.controllers.runner import QueueController
 
 __all__ = ["DeploymentController"]
 
@@ -64,21 +63,19 @@ def _selects(deployment: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return labelselector.matches(selector, labels)
 
 
-class DeploymentController:
+class DeploymentController(QueueController):
     """Runs until cancelled (`run()`); the informers are the caller's to run."""
 
     def __init__(self, api: ApiClient, deployments: Informer, sets: Informer, pods: Informer, *,
                  recorder: EventRecorder | None = None, workers: int = WORKERS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
+        super().__init__(api, kind="Deployment", api_version="apps/v1",
+                         component="deployment-controller",
+                         informers=(deployments, sets, pods), log=log, workers=workers,
+                         recorder=recorder, clock=clock)
         self.deployments = deployments
         self.sets = sets
         self.pods = pods
-        self.recorder = recorder or EventRecorder(api, "deployment-controller")
-        self.workers = workers
-        self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
-        self.events = EventQueue(self.recorder, "Deployment", "apps/v1")
         deployments.add_handler(on_add=self._enqueue,
                                 on_update=lambda old, new: self._enqueue(new),
                                 on_delete=self._enqueue)
@@ -128,13 +125,6 @@ class DeploymentController:
         if d is not None and ((d.get("spec") or {}).get("strategy") or {}).get(
                 "type") == "Recreate":
             self._enqueue(d)
-
-    # -- the loop ---------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        await run_workers(self.queue, self.sync, what="deployment", log=log,
-                          workers=self.workers, informers=(self.deployments, self.sets, self.pods),
-                          also=[self.events.run])
 
     # -- one sync ---------------------------------------------------------------------------
 

@@ -40,9 +40,8 @@ from ephemera.controllers.objects import int_or_zero as _int
 from ephemera.controllers.objects import labels as _labels
 from ephemera.controllers.objects import metadata as _md
 from ephemera.controllers.objects import queue_key as _key
-from ephemera.controllers.runner import EventQueue, run_workers
+from ephemera.controllers.runner import QueueController
 from ephemera.controllers.slowstart import slow_start
-from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["REPLICASET", "REPLICATIONCONTROLLER", "ReplicaKind", "ReplicaSetController",
            "calculate_status"]
@@ -118,24 +117,21 @@ def calculate_status(rs: Mapping[str, Any], pods: list[Obj], error: str | None,
     return status
 
 
-class ReplicaSetController:
+class ReplicaSetController(QueueController):
     """Runs until cancelled (`run()`); `pods` and `sets` are informers the caller runs."""
 
     def __init__(self, api: ApiClient, pods: Informer, sets: Informer, *,
                  kind: ReplicaKind = REPLICASET, recorder: EventRecorder | None = None,
                  workers: int = WORKERS, burst_replicas: int = BURST_REPLICAS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
+        super().__init__(api, kind=kind.kind, api_version=kind.api_version,
+                         component=kind.component, informers=(pods, sets), log=log,
+                         workers=workers, recorder=recorder, clock=clock)
         self.kind = kind
         self.pods = pods
         self.sets = sets
-        self.recorder = recorder or EventRecorder(api, kind.component)
-        self.workers = workers
         self.burst_replicas = burst_replicas
-        self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations()
-        self.events = EventQueue(self.recorder, kind.kind, kind.api_version)
         sets.add_handler(on_add=lambda rs: self.queue.add(_key(rs)),
                          on_update=lambda old, new: self.queue.add(_key(new)),
                          on_delete=self._set_deleted)
@@ -212,13 +208,6 @@ class ReplicaSetController:
             return
         self.expectations.deletion_observed(_key(rs), podutil.pod_key(pod))
         self.queue.add(_key(rs))
-
-    # -- the loop ---------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        await run_workers(self.queue, self.sync, what=self.kind.kind, log=log,
-                          workers=self.workers, informers=(self.pods, self.sets),
-                          also=[self.events.run])
 
     # -- one sync ---------------------------------------------------------------------------
 

@@ -7,20 +7,23 @@ events posted off the sync path. A controller keeps only its own sync and event 
 `run_workers` returns only by raising: when a worker, an event poster or an informer the
 controller runs itself ends with an error, the others are cancelled and the error goes up
 (the controller-manager exits 1 when a controller task ends). When cancelled it cancels its
-tasks and closes the queue (its pending `add_after` timers)."""
+tasks and closes the queue (its pending `add_after` timers). `QueueController` is the base
+of the controllers on shared informers (ReplicaSet, Deployment, DaemonSet, StatefulSet):
+their queue, recorder, event poster, clock and `run()`."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ephemera.api.errors import StatusError
-from ephemera.client import ApiUnavailable, EventRecorder, Informer
+from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer
 from ephemera.controllers.workqueue import WorkQueue
 
-__all__ = ["EventQueue", "run_workers", "worker"]
+__all__ = ["EventQueue", "QueueController", "run_workers", "worker"]
 
 
 async def worker(queue: WorkQueue[str], sync: Callable[[str], Awaitable[None]], *,
@@ -84,3 +87,34 @@ class EventQueue:
             obj, type_, reason, message = await self._queue.get()
             await self.recorder.record(obj, type_, reason, message, kind=self.kind,
                                        api_version=self.api_version)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class QueueController:
+    """A controller of one kind on informers its caller runs: `run()` waits for them, then
+    runs `workers` workers on `sync(key)` and posts the events of `events`."""
+
+    def __init__(self, api: ApiClient, *, kind: str, api_version: str, component: str,
+                 informers: Sequence[Informer], log: logging.Logger, workers: int,
+                 recorder: EventRecorder | None = None,
+                 clock: Callable[[], datetime] = _utc_now) -> None:
+        self.api = api
+        self.recorder = recorder or EventRecorder(api, component)
+        self.workers = workers
+        self.clock = clock
+        self.queue: WorkQueue[str] = WorkQueue()
+        self.events = EventQueue(self.recorder, kind, api_version)
+        self._kind = kind
+        self._informers = tuple(informers)
+        self._log = log
+
+    async def run(self) -> None:
+        await run_workers(self.queue, self.sync, what=self._kind, log=self._log,
+                          workers=self.workers, informers=self._informers,
+                          also=[self.events.run])
+
+    async def sync(self, key: str) -> None:
+        raise NotImplementedError

@@ -48,8 +48,7 @@ from ephemera.controllers.history import (
 from ephemera.controllers.objects import int_or_zero as _int
 from ephemera.controllers.objects import metadata as _md
 from ephemera.controllers.objects import queue_key as _key
-from ephemera.controllers.runner import EventQueue, run_workers
-from ephemera.controllers.workqueue import WorkQueue
+from ephemera.controllers.runner import QueueController
 from ephemera.pods.workloads import DEFAULT_REVISION_HISTORY_LIMIT
 
 __all__ = ["StatefulSetController"]
@@ -81,19 +80,16 @@ def _sts_path(namespace: str, name: str | None = None, sub: str | None = None) -
     return resource_path("statefulsets", namespace, name, sub, group="apps")
 
 
-class StatefulSetController:
+class StatefulSetController(QueueController):
     def __init__(self, api: ApiClient, sets: Informer, pods: Informer, revisions: Informer, *,
                  recorder: EventRecorder | None = None, workers: int = WORKERS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
+        super().__init__(api, kind="StatefulSet", api_version="apps/v1",
+                         component="statefulset-controller", informers=(sets, pods, revisions),
+                         log=log, workers=workers, recorder=recorder, clock=clock)
         self.sets = sets
         self.pods = pods
         self.revisions = revisions
-        self.recorder = recorder or EventRecorder(api, "statefulset-controller")
-        self.workers = workers
-        self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
-        self.events = EventQueue(self.recorder, "StatefulSet", "apps/v1")
         sets.add_handler(on_add=self._enqueue, on_update=lambda o, n: self._enqueue(n))
         pods.add_handler(on_add=self._pod_changed, on_update=lambda o, n: self._pod_changed(n),
                          on_delete=self._pod_changed)
@@ -110,11 +106,6 @@ class StatefulSetController:
         for sts in self.sets.list():
             if _md(sts).get("namespace") == _md(pod).get("namespace"):
                 self._enqueue(sts)
-
-    async def run(self) -> None:
-        await run_workers(self.queue, self.sync, what="statefulset", log=log,
-                          workers=self.workers, informers=(self.sets, self.pods, self.revisions),
-                          also=[self.events.run])
 
     # -- one sync ---------------------------------------------------------------------------
 
