@@ -396,16 +396,6 @@ class DaemonSetController(QueueController):
         for keep in ("collisionCount", "conditions"):
             if keep in old:
                 status[keep] = old[keep]
-        if status == old:
-            return
-        body = copy.deepcopy(ds)
-        body["status"] = status
-        try:
-            await self.api.update(_ds_path(str(_md(ds).get("namespace")),
-                                           str(_md(ds).get("name")), "status"), body)
-        except StatusError as err:
-            if err.code not in (404, 409):
-                raise
-            if err.code == 409:
-                self.queue.add_after(_key(ds), 0.1)
+        await self.write_status(ds, status, _ds_path(str(_md(ds).get("namespace")),
+                                                     str(_md(ds).get("name")), "status"))
 

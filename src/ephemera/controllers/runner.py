@@ -14,6 +14,7 @@ their queue, recorder, event poster, clock and `run()`."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer
+from ephemera.controllers.objects import queue_key
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["EventQueue", "QueueController", "run_workers", "worker"]
@@ -118,3 +120,20 @@ class QueueController:
 
     async def sync(self, key: str) -> None:
         raise NotImplementedError
+
+    async def write_status(self, obj: Mapping[str, Any], status: dict[str, Any],
+                           path: str) -> None:
+        """Write `status` to the object's `/status` at `path` unless it has it already; on a
+        conflict its key is synced again shortly (the informer brings the newer object), an
+        object gone (404) needs none."""
+        if status == (obj.get("status") or {}):
+            return
+        body = copy.deepcopy(dict(obj))
+        body["status"] = status
+        try:
+            await self.api.update(path, body)
+        except StatusError as err:
+            if err.code == 409:
+                self.queue.add_after(queue_key(obj), 0.1)
+            elif err.code != 404:
+                raise

@@ -311,15 +311,5 @@ class StatefulSetController(QueueController):
         status["collisionCount"] = _int(old.get("collisionCount"))
         if "conditions" in old:
             status["conditions"] = old["conditions"]
-        if status == old:
-            return
-        body = copy.deepcopy(sts)
-        body["status"] = status
-        try:
-            await self.api.update(_sts_path(str(_md(sts).get("namespace")),
-                                            str(_md(sts).get("name")), "status"), body)
-        except StatusError as err:
-            if err.code == 409:
-                self.queue.add_after(_key(sts), 0.1)
-            elif err.code != 404:
-                raise
+        await self.write_status(sts, status, _sts_path(str(_md(sts).get("namespace")),
+                                                       str(_md(sts).get("name")), "status"))
