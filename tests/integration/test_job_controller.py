@@ -186,3 +186,32 @@ async def test_a_job_deleted_in_the_foreground_goes_after_its_pods(api: ApiClien
     events = await api.get(resource_path("events", "default"))
     assert sum(1 for e in events["items"] if e["involvedObject"].get("name") == "fg"
                and e["reason"] == "SuccessfulCreate") == 3
+
+
+async def test_an_orphan_the_selector_selects_is_adopted_with_the_tracking_finalizer(
+        api: ApiClient) -> None:
+    await api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "stray", "labels": {"app": "adopt"}}, "spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}})
+    spec = job("adopter", completions=1, parallelism=1, manualSelector=True,
+               selector={"matchLabels": {"app": "adopt"}})
+    spec["spec"]["template"]["metadata"] = {"labels": {"app": "adopt"}}
+    created = await api.create(JOBS, spec)
+
+    async def adopted() -> bool:
+        pod = await api.get(f"{PODS}/stray")
+        refs = pod["metadata"].get("ownerReferences") or []
+        return bool(refs and refs[0]["uid"] == created["metadata"]["uid"]
+                    and FINALIZER in (pod["metadata"].get("finalizers") or []))
+    await eventually(adopted)
+    await finish(api, await api.get(f"{PODS}/stray"), "Succeeded")
+
+    async def complete() -> bool:
+        j = await api.get(f"{JOBS}/adopter")
+        return any(c[0] == "Complete" for c in conditions(j))
+    await eventually(complete)
+    assert (await api.get(f"{JOBS}/adopter"))["status"]["succeeded"] == 1
+    listed = await api.get(PODS, labelSelector="app=adopt")
+    assert [p["metadata"]["name"] for p in listed["items"]] == ["stray"]  # none made
+    stray = await api.get(f"{PODS}/stray")
+    assert FINALIZER not in (stray["metadata"].get("finalizers") or [])  # counted, released

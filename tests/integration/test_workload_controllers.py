@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -389,6 +389,20 @@ async def test_daemonset_follows_nodes_and_taints(tmp_path: Path) -> None:
         pod = c.active_pods("agent-")[0]
         assert pod["metadata"]["labels"]["pod-template-generation"] == "3"
 
+        # revisionHistoryLimit 0: the old revision no pod has is deleted
+        await c.api.patch(f"{path}/agent", {"spec": {"revisionHistoryLimit": 0}},
+                          patch_type="merge")
+
+        async def revision_names() -> list[str]:
+            got = await c.api.get(resource_path("controllerrevisions", "default",
+                                                group="apps"))
+            return sorted(r["metadata"]["name"] for r in got["items"])
+        await eventually(lambda: _equal(revision_names(), [first]))
+
+
+async def _equal(value: Awaitable[Any], want: Any) -> bool:
+    return bool(await value == want)
+
 
 async def test_statefulset_goes_in_order(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
@@ -399,7 +413,7 @@ async def test_statefulset_goes_in_order(tmp_path: Path) -> None:
         c.ready.clear()
         c.ready.update({"db-0"})  # db-1 stays unready: db-2 must wait for it
         sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
-               "spec": {"replicas": 3, "serviceName": "db",
+               "spec": {"replicas": 3, "serviceName": "db", "revisionHistoryLimit": 0,
                         "selector": {"matchLabels": {"app": "db"}}, "template": template("db")}}
         path = resource_path("statefulsets", "default", group="apps")
         await c.api.create(path, sts)
@@ -428,6 +442,13 @@ async def test_statefulset_goes_in_order(tmp_path: Path) -> None:
         pod = await c.api.get(f"{PODS}/db-0")
         assert pod["metadata"]["labels"]["controller-revision-hash"] == \
             got["status"]["updateRevision"]
+
+        async def revision_names() -> list[str]:
+            listed = await c.api.get(resource_path("controllerrevisions", "default",
+                                                   group="apps"))
+            return sorted(r["metadata"]["name"] for r in listed["items"])
+        # revisionHistoryLimit 0: the first revision, no pod's now, is deleted
+        await eventually(lambda: _equal(revision_names(), [got["status"]["updateRevision"]]))
 
         # scale-down: highest ordinal first
         deleted.clear()

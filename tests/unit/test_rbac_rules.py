@@ -9,7 +9,7 @@ import pytest
 
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes
-from ephemera.apiserver.authz.aggregation import aggregated_rules, selector_matches
+from ephemera.apiserver.authz.aggregation import aggregated_rules
 from ephemera.apiserver.authz.bootstrappolicy import cluster_role_bindings, cluster_roles
 from ephemera.apiserver.authz.rbac import (
     applies_to,
@@ -109,17 +109,25 @@ def test_aggregation_resolves_chains_and_keeps_dynamic_out() -> None:
     assert not any(rule_allows(attrs("update", "pods", name="p"), r) for r in view)
 
 
-def test_selectors() -> None:
-    labels = {"a": "1", "b": "2"}
-    assert selector_matches({"matchLabels": {"a": "1"}}, labels)
-    assert not selector_matches({"matchLabels": {"a": "2"}}, labels)
-    assert selector_matches({"matchExpressions": [{"key": "b", "operator": "In",
-                                                   "values": ["2", "3"]}]}, labels)
-    assert not selector_matches({"matchExpressions": [{"key": "a",
-                                                       "operator": "DoesNotExist"}]}, labels)
-    assert selector_matches({}, labels)
-    assert not selector_matches({"matchExpressions": [{"key": "a", "operator": "Bogus"}]},
-                                labels)
+def test_aggregation_selectors_are_label_selectors() -> None:
+    """clusterRoleSelectors match as `metav1.LabelSelector`s (api/labelselector.py): an empty
+    one selects every role, one that does not convert (a bad operator, `In` without values)
+    none."""
+    source = {"metadata": {"name": "source", "labels": {"a": "1", "b": "2"}},
+              "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]}
+
+    def selected(selector: dict[str, Any]) -> bool:
+        target = {"metadata": {"name": "target"},
+                  "aggregationRule": {"clusterRoleSelectors": [selector]}}
+        return bool(aggregated_rules([source, target])["target"])
+
+    assert selected({"matchLabels": {"a": "1"}})
+    assert not selected({"matchLabels": {"a": "2"}})
+    assert selected({"matchExpressions": [{"key": "b", "operator": "In", "values": ["2", "3"]}]})
+    assert not selected({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]})
+    assert selected({})
+    assert not selected({"matchExpressions": [{"key": "a", "operator": "Bogus"}]})
+    assert not selected({"matchExpressions": [{"key": "a", "operator": "NotIn"}]})
 
 
 def test_default_bindings() -> None:

@@ -12,8 +12,15 @@ import pytest
 
 from ephemera.api import labelselector
 from ephemera.controllers import deploymentutil as du
+from ephemera.controllers.controllerref import adopt_patch, release_patch
 from ephemera.controllers.expectations import EXPECTATIONS_TIMEOUT, Expectations
+from ephemera.controllers.history import (
+    HASH_LABEL,
+    daemonset_history_to_delete,
+    statefulset_history_to_delete,
+)
 from ephemera.controllers.podutil import is_available, pods_to_delete
+from ephemera.controllers.slowstart import slow_start
 from ephemera.controllers.workqueue import WorkQueue
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -160,6 +167,36 @@ def test_expectations() -> None:
     assert exp.satisfied("a")  # a lost event does not stall it for ever
 
 
+def test_expectations_of_creations_and_deletions_at_once_and_when_they_expire() -> None:
+    clock = [10.0]
+    exp = Expectations(lambda: clock[0])
+    assert exp.expires_in("job") is None
+    exp.expect("job", 1, ["ns/old"])
+    clock[0] += 100
+    assert exp.expires_in("job") == EXPECTATIONS_TIMEOUT - 100
+    exp.creation_observed("job")
+    assert not exp.satisfied("job")  # the deletion is still to be seen
+    exp.deletion_observed("job", "ns/old")
+    assert exp.satisfied("job")
+    assert exp.expires_in("job") is None
+
+
+async def test_slow_start_doubles_the_batches_and_stops_at_a_failing_one() -> None:
+    calls: list[int] = []
+
+    async def call(i: int) -> None:
+        calls.append(i)
+        if i == 4:
+            raise RuntimeError("quota")
+
+    assert await slow_start(3, lambda i: call(i - 10)) == (3, None)
+    calls.clear()
+    done, error = await slow_start(20, call)
+    # batches 1, 2, 4: the third holds index 4 and fails; no fourth batch is made
+    assert sorted(calls) == list(range(7))
+    assert done == 6 and isinstance(error, RuntimeError)
+
+
 async def test_work_queue_dedups_and_never_hands_a_key_twice() -> None:
     q = WorkQueue()
     q.add("a")
@@ -187,3 +224,42 @@ def test_label_selector_helpers() -> None:
     assert [str(e) for e in errs] == [
         "spec.selector.matchExpressions[0].values: Forbidden: may not be specified when "
         "`operator` is 'Exists' or 'DoesNotExist'"]
+
+
+def _revision(name: str, number: int, hash_: str = "") -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {HASH_LABEL: hash_ or name}},
+            "revision": number}
+
+
+def _names(revisions: list[dict[str, Any]]) -> list[str]:
+    return [r["metadata"]["name"] for r in revisions]
+
+
+def test_statefulset_history_keeps_the_live_revisions_and_the_newest_beyond_the_limit() -> None:
+    revisions = [_revision(f"db-{n}", n) for n in (3, 1, 5, 2, 4)]
+    # live: the current (1) and update (5) revisions and a pod's (3); history: 2 and 4
+    live = {"db-1", "db-5", "db-3"}
+    assert _names(statefulset_history_to_delete(revisions, live, 1)) == ["db-2"]
+    assert _names(statefulset_history_to_delete(revisions, live, 0)) == ["db-2", "db-4"]
+    assert statefulset_history_to_delete(revisions, live, 10) == []
+
+
+def test_daemonset_history_counts_the_old_revisions_but_skips_those_a_pod_has() -> None:
+    revisions = [_revision(f"agent-h{n}", n, f"h{n}") for n in (1, 2, 3, 4)]
+    # current h4; old: h1, h2, h3 (h1 still on a pod); limit 1: two to kill, h1 skipped
+    assert _names(daemonset_history_to_delete(revisions, "h4", {"h1", "h4"}, 1)) == [
+        "agent-h2", "agent-h3"]
+    assert _names(daemonset_history_to_delete(revisions, "h4", set(), 2)) == ["agent-h1"]
+    assert daemonset_history_to_delete(revisions, "h4", set(), 3) == []
+
+
+def test_a_claim_with_finalizers_adds_them_on_adoption_and_removes_them_on_release() -> None:
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "job-uid",
+           "controller": True, "blockOwnerDeletion": True}
+    tracking = ("batch.kubernetes.io/job-tracking",)
+    assert adopt_patch(ref, "pod-uid", tracking) == {"metadata": {
+        "ownerReferences": [ref], "uid": "pod-uid", "finalizers": list(tracking)}}
+    assert release_patch("job-uid", "pod-uid", tracking) == {"metadata": {
+        "ownerReferences": [{"$patch": "delete", "uid": "job-uid"}], "uid": "pod-uid",
+        "$deleteFromPrimitiveList/finalizers": list(tracking)}}
+    assert "finalizers" not in adopt_patch(ref, "pod-uid")["metadata"]

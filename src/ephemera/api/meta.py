@@ -22,6 +22,14 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def rfc3339_in_zone(moment: datetime) -> str:
+    """Go's `time.RFC3339` of a time in its own zone: `Z` for UTC, else the offset."""
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S%z")
+    if text.endswith("+0000"):
+        return text[:-5] + "Z"
+    return f"{text[:-2]}:{text[-2:]}"
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -37,6 +45,18 @@ def rfc3339_after(seconds: int, start: datetime | None = None) -> str:
 def parse_rfc3339(text: str) -> datetime:
     """Parse `2024-01-02T03:04:05Z` (also with fractional seconds or an offset)."""
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A stored `metav1.Time` or `MicroTime` as an aware datetime (UTC when it has no zone);
+    None when it is unset or does not parse."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = parse_rfc3339(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 # --- names ------------------------------------------------------------------------------

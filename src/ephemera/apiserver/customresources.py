@@ -33,6 +33,8 @@ from typing import Any
 from ephemera.api import errors, field, meta, schema, selectors
 from ephemera.api.crd import definition as crddef
 from ephemera.api.crd import schema as crschema
+from ephemera.api.crd.definition import dict_at as _d
+from ephemera.api.crd.definition import list_at as _l
 from ephemera.api.crd.naming import (
     names_and_conditions,
     set_condition,
@@ -58,16 +60,6 @@ def _crds() -> Resource:
 CRDS = _crds()
 CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 RETRY_INTERVAL = 1.0
-
-
-def _d(obj: Any, key: str) -> dict[str, Any]:
-    value = obj.get(key) if isinstance(obj, Mapping) else None
-    return value if isinstance(value, dict) else {}
-
-
-def _l(obj: Any, key: str) -> list[Any]:
-    value = obj.get(key) if isinstance(obj, Mapping) else None
-    return value if isinstance(value, list) else []
 
 
 # --- the CRD strategy --------------------------------------------------------------------------

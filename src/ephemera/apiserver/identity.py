@@ -32,7 +32,7 @@ from typing import Any
 
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
-from ephemera.api.meta import parse_rfc3339
+from ephemera.api.meta import parse_time
 from ephemera.api.wellknown import (
     APISERVER_IDENTITY_LABEL,
     APISERVER_IDENTITY_LEASE_SECONDS,
@@ -57,14 +57,6 @@ GC_PERIOD_SECONDS = 3600.0
 def identity_name(hostname: str, port: int) -> str:
     """`apiserver-` and 26 hex digits of the SHA-256 of `<hostname>:<port>`."""
     return "apiserver-" + hashlib.sha256(f"{hostname}:{port}".encode()).hexdigest()[:26]
-
-
-def _parse_time(text: str) -> datetime | None:
-    try:
-        moment = parse_rfc3339(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _micro_now() -> str:
@@ -137,7 +129,7 @@ class ApiserverIdentity:
             if ((md.get("labels") or {}).get(APISERVER_IDENTITY_LABEL)
                     != APISERVER_IDENTITY_VALUE or md.get("name") == self.name):
                 continue
-            renewed = _parse_time(str(spec.get("renewTime") or ""))
+            renewed = parse_time(spec.get("renewTime"))
             duration = spec.get("leaseDurationSeconds")
             if renewed is None or not isinstance(duration, int):
                 continue

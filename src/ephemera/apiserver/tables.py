@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ephemera.api import labelselector
+from ephemera.api.meta import parse_time
 from ephemera.apiserver.accept import parse_accept
 from ephemera.apiserver.resources import Resource
 
@@ -88,17 +89,6 @@ def human_duration(seconds: float) -> str:
         dy = (hours // 24) % 365
         return f"{hours // 24 // 365}y" if dy == 0 else f"{hours // 24 // 365}y{dy}d"
     return f"{hours // 24 // 365}y"
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp (`metav1.Time` or `MicroTime`) as an aware datetime; None if unset."""
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def since(value: Any, now: datetime) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ephemera.api import field, meta
+from ephemera.api import conditions, field, meta
 from ephemera.api import validation as meta_validation
 from ephemera.api.field import FieldError, Path
 from ephemera.api.goformat import go_string_map
@@ -67,8 +67,7 @@ def _int(value: Any) -> int | None:
 
 def has_condition(job: Mapping[str, Any], type_: str) -> bool:
     """Whether the Job has condition `type_` with status True."""
-    return any(c.get("type") == type_ and c.get("status") == "True"
-               for c in _d(job.get("status")).get("conditions") or [] if isinstance(c, dict))
+    return conditions.is_true(job.get("status"), type_)
 
 
 # --- defaults -------------------------------------------------------------------------------

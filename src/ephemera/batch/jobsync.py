@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ephemera.api import conditions
 from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER
 
 __all__ = ["JobSync", "compute", "format_indexes", "parse_indexes", "rfc3339"]
@@ -101,15 +102,12 @@ def _ready(pod: Mapping[str, Any]) -> bool:
 
 
 def _condition(status: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
-        if c.get("type") == type_:
-            return dict(c)
-    return None
+    found = conditions.find(status, type_)
+    return dict(found) if found is not None else None
 
 
 def _true(status: Mapping[str, Any], type_: str) -> bool:
-    c = _condition(status, type_)
-    return c is not None and c.get("status") == "True"
+    return conditions.is_true(status, type_)
 
 
 def _set_condition(status: dict[str, Any], type_: str, state: str, reason: str, message: str,

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ephemera.api.errors import StatusError
-from ephemera.api.meta import parse_rfc3339
+from ephemera.api.meta import parse_time
 from ephemera.api.wellknown import (
     APISERVER_ENDPOINT_TTL_SECONDS,
     APISERVER_IDENTITY_LABEL,
@@ -39,18 +39,10 @@ LEASES = resource_path("leases", APISERVER_IDENTITY_NAMESPACE, group="coordinati
 SELECTOR = f"{APISERVER_IDENTITY_LABEL}={APISERVER_IDENTITY_VALUE}"
 
 
-def _parse_time(text: str) -> datetime | None:
-    try:
-        moment = parse_rfc3339(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def live_url(lease: Mapping[str, Any], now: datetime) -> str | None:
     """The URL of the apiserver holding `lease` when it renewed it within the TTL."""
     url = ((lease.get("metadata") or {}).get("annotations") or {}).get(APISERVER_URL_ANNOTATION)
-    renewed = _parse_time(str((lease.get("spec") or {}).get("renewTime") or ""))
+    renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
     if not url or renewed is None:
         return None
     if now - renewed > timedelta(seconds=APISERVER_ENDPOINT_TTL_SECONDS):

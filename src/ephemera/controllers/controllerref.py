@@ -9,21 +9,21 @@ is released: its reference removed), and orphans that match, adopted (a controll
 reference added), unless the owner is being deleted, the orphan is, or a fresh read of the
 owner shows it gone or deleted (`RecheckDeletionTimestamp`). Adoption and release are
 strategic merge patches of `metadata.ownerReferences` (merge key `uid`) carrying the
-object's uid, so they fail on an object recreated meanwhile; a 404 is skipped."""
+object's uid, so they fail on an object recreated meanwhile; a 404 is skipped. A manager
+with `finalizers` (the Job controller's tracking finalizer, upstream's
+`NewPodControllerRefManagerWithFinalizers`) adds them on adoption and removes them on
+release in the same patch."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient
+from ephemera.controllers.objects import metadata as _md
 
 Obj = dict[str, Any]
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -42,13 +42,20 @@ def new_controller_ref(owner: Mapping[str, Any], api_version: str, kind: str
             "uid": md.get("uid"), "controller": True, "blockOwnerDeletion": True}
 
 
-def adopt_patch(owner_ref: Mapping[str, Any], uid: str) -> dict[str, Any]:
-    return {"metadata": {"ownerReferences": [dict(owner_ref)], "uid": uid}}
+def adopt_patch(owner_ref: Mapping[str, Any], uid: str, finalizers: Sequence[str] = ()
+                ) -> dict[str, Any]:
+    md: dict[str, Any] = {"ownerReferences": [dict(owner_ref)], "uid": uid}
+    if finalizers:
+        md["finalizers"] = list(finalizers)
+    return {"metadata": md}
 
 
-def release_patch(owner_uid: str, uid: str) -> dict[str, Any]:
-    return {"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}],
-                         "uid": uid}}
+def release_patch(owner_uid: str, uid: str, finalizers: Sequence[str] = ()) -> dict[str, Any]:
+    md: dict[str, Any] = {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}],
+                          "uid": uid}
+    if finalizers:
+        md["$deleteFromPrimitiveList/finalizers"] = list(finalizers)
+    return {"metadata": md}
 
 
 class AdoptionRefused(Exception):
@@ -62,13 +69,15 @@ class ControllerRefManager:
     def __init__(self, api: ApiClient, owner: Mapping[str, Any], api_version: str, kind: str,
                  matches: Callable[[Mapping[str, Any]], bool],
                  path_of: Callable[[Mapping[str, Any]], str],
-                 fresh_owner: Callable[[], Awaitable[Mapping[str, Any]]]) -> None:
+                 fresh_owner: Callable[[], Awaitable[Mapping[str, Any]]],
+                 finalizers: Sequence[str] = ()) -> None:
         self.api = api
         self.owner = owner
         self.ref = new_controller_ref(owner, api_version, kind)
         self.matches = matches
         self.path_of = path_of
         self._fresh_owner = fresh_owner
+        self.finalizers = tuple(finalizers)
         self._adoption_checked: AdoptionRefused | bool = False
 
     @property
@@ -119,15 +128,16 @@ class ControllerRefManager:
                     if self.matches(obj):
                         claimed.append(obj)
                     elif not owner_deleting:
-                        await self._patch(obj, release_patch(self._owner_uid,
-                                                             str(md.get("uid") or "")))
+                        await self._patch(obj, release_patch(
+                            self._owner_uid, str(md.get("uid") or ""), self.finalizers))
                     continue
                 if owner_deleting or not self.matches(obj) or md.get("deletionTimestamp"):
                     continue
                 if md.get("namespace") != _md(self.owner).get("namespace"):
                     continue
                 await self._can_adopt()
-                adopted = await self._patch(obj, adopt_patch(self.ref, str(md.get("uid") or "")))
+                adopted = await self._patch(obj, adopt_patch(self.ref, str(md.get("uid") or ""),
+                                                             self.finalizers))
                 if adopted is not None:
                     claimed.append(adopted)
             except AdoptionRefused:

@@ -21,8 +21,6 @@ schedule with it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import logging
 from collections.abc import Callable, Mapping
@@ -30,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.meta import parse_time, rfc3339, rfc3339_in_zone
 from ephemera.batch.cronjobs import (
     ScheduleError,
     job_name,
@@ -38,7 +37,10 @@ from ephemera.batch.cronjobs import (
     time_zone,
 )
 from ephemera.batch.jobs import has_condition
-from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
+from ephemera.controllers.runner import run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["SCHEDULED_TIMESTAMP", "CronJobController"]
@@ -47,32 +49,6 @@ log = logging.getLogger("ephemera.controllers.cronjob")
 
 SCHEDULED_TIMESTAMP = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 NEXT_SCHEDULE_DELTA = 0.1  # upstream's nextScheduleDelta: requeue a little after the time
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    return f"{_md(obj).get('namespace', '')}/{_md(obj).get('name', '')}"
-
-
-def _parse(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def _stamp(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _rfc3339(t: datetime) -> str:
-    """Go's `time.RFC3339` of a time in its zone: `Z` for UTC, else the offset."""
-    text = t.strftime("%Y-%m-%dT%H:%M:%S%z")
-    if text.endswith("+0000"):
-        return text[:-5] + "Z"
-    return f"{text[:-2]}:{text[-2:]}"
 
 
 def _owner_uid(job: Mapping[str, Any]) -> str | None:
@@ -113,32 +89,8 @@ class CronJobController:
                 self.queue.add(f"{_md(job).get('namespace', '')}/{ref.get('name')}")
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.cronjobs.run(), name="cronjob-informer"),
-                 asyncio.create_task(self.jobs.run(), name="cronjob-job-informer")]
-        try:
-            await self.cronjobs.wait_synced()
-            await self.jobs.wait_synced()
-            while True:
-                key = await self.queue.get()
-                try:
-                    await self.sync(key)
-                    self.queue.forget(key)
-                except (StatusError, ApiUnavailable) as err:
-                    log.info("cronjob %s: sync failed, retrying: %s", key,
-                             getattr(err, "message", err))
-                    self.queue.add_rate_limited(key)
-                except Exception:
-                    log.exception("cronjob %s: sync failed", key)
-                    self.queue.add_rate_limited(key)
-                finally:
-                    self.queue.done(key)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            self.queue.close()
+        await run_workers(self.queue, self.sync, what="cronjob", log=log,
+                          runs=(self.cronjobs, self.jobs))
 
     async def _event(self, cronjob: Mapping[str, Any], type_: str, reason: str,
                      message: str) -> None:
@@ -171,10 +123,10 @@ class CronJobController:
             await self._event(cronjob, "Normal", "SawCompletedJob",
                               f"Saw completed job: {_md(job).get('name')}, status: {state}")
             if state == "Complete":
-                done = _parse((job.get("status") or {}).get("completionTime"))
-                last = _parse(status.get("lastSuccessfulTime"))
+                done = parse_time((job.get("status") or {}).get("completionTime"))
+                last = parse_time(status.get("lastSuccessfulTime"))
                 if done is not None and (last is None or done > last):
-                    status["lastSuccessfulTime"] = _stamp(done)
+                    status["lastSuccessfulTime"] = rfc3339(done)
         listed = {str(r.get("uid")) for r in active}
         for job in owned:
             if _finished(job) is None and str(_md(job).get("uid")) not in listed:
@@ -213,8 +165,8 @@ class CronJobController:
             await self._event(cronjob, "Warning", "UnparseableSchedule",
                               f"unparseable schedule: {spec.get('schedule')!s} : {err}")
             return None
-        earliest = _parse(status.get("lastScheduleTime")) or \
-            _parse(_md(cronjob).get("creationTimestamp")) or now
+        earliest = parse_time(status.get("lastScheduleTime")) or \
+            parse_time(_md(cronjob).get("creationTimestamp")) or now
         deadline = spec.get("startingDeadlineSeconds")
         if isinstance(deadline, int):
             earliest = max(earliest, now - timedelta(seconds=deadline))
@@ -236,9 +188,9 @@ class CronJobController:
         if any(r.get("name") == name for r in status.get("active") or []) or any(
                 _md(j).get("name") == name for j in owned):
             # started already (its status write may have been lost): record it
-            last = _parse(status.get("lastScheduleTime"))
+            last = parse_time(status.get("lastScheduleTime"))
             if last is None or last < due.scheduled:
-                status["lastScheduleTime"] = _stamp(due.scheduled)
+                status["lastScheduleTime"] = rfc3339(due.scheduled)
             return next_in
         policy = spec.get("concurrencyPolicy") or "Allow"
         if policy == "Forbid" and status.get("active"):
@@ -253,7 +205,7 @@ class CronJobController:
         created = await self._create_job(cronjob, name, due.scheduled)
         if created is not None:
             status.setdefault("active", []).append(self._ref(created))
-        status["lastScheduleTime"] = _stamp(due.scheduled)
+        status["lastScheduleTime"] = rfc3339(due.scheduled)
         return next_in
 
     async def _create_job(self, cronjob: Mapping[str, Any], name: str,
@@ -266,7 +218,7 @@ class CronJobController:
         job_md: dict[str, Any] = {"name": name, "namespace": md.get("namespace"),
                                   "labels": dict(tmd.get("labels") or {}),
                                   "annotations": {**(tmd.get("annotations") or {}),
-                                                  SCHEDULED_TIMESTAMP: _rfc3339(local)},
+                                                  SCHEDULED_TIMESTAMP: rfc3339_in_zone(local)},
                                   "ownerReferences": [{
                                       "apiVersion": "batch/v1", "kind": "CronJob",
                                       "name": md.get("name"), "uid": md.get("uid"),

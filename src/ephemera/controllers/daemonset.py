@@ -13,7 +13,8 @@ or on a node that is gone, is deleted; of several on one node the oldest stays; 
 are deleted and made again. Pods are bound to their node by upstream's required node
 affinity on `metadata.name` (the scheduler places them), labelled `controller-revision-hash`
 and `pod-template-generation`; each template is kept as a ControllerRevision
-(`<name>-<hash>`, `kubectl rollout history daemonset`). `RollingUpdate` replaces old pods
+(`<name>-<hash>`, `kubectl rollout history daemonset`); old revisions beyond
+`revisionHistoryLimit` that no pod has are deleted, oldest first. `RollingUpdate` replaces old pods
 while at most `maxUnavailable` nodes lack an available pod (`maxSurge` is not implemented:
 it is treated as 0, old pods go before new ones come); `OnDelete` replaces a pod only when it
 is deleted. Expectations, adoption and events (`SuccessfulCreate`, `SuccessfulDelete`) are
@@ -35,16 +36,30 @@ from ephemera.controllers import deploymentutil as du
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.expectations import Expectations
-from ephemera.controllers.history import bump_revision
-from ephemera.controllers.workqueue import WorkQueue
-from ephemera.pods.workloads import DAEMONSET_TEMPLATE_GENERATION, scaled_value
+from ephemera.controllers.history import (
+    HASH_LABEL,
+    bump_revision,
+    daemonset_history_to_delete,
+    delete_revisions,
+    owned_revisions,
+    revision_body,
+    revision_number,
+)
+from ephemera.controllers.objects import int_or_zero as _int
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
+from ephemera.controllers.runner import QueueController
+from ephemera.pods.workloads import (
+    DAEMONSET_TEMPLATE_GENERATION,
+    DEFAULT_REVISION_HISTORY_LIMIT,
+    scaled_value,
+)
 from ephemera.scheduler.plugins import Taint, effective_taints, matches_node_affinity, tolerates
 
 __all__ = ["DaemonSetController", "node_should_run"]
 
 log = logging.getLogger("ephemera.controllers.daemonset")
 
-HASH_LABEL = "controller-revision-hash"
 GENERATION_LABEL = "pod-template-generation"
 WORKERS = 2
 Obj = dict[str, Any]
@@ -57,18 +72,6 @@ _DAEMON_TOLERATIONS = [
     ("node.kubernetes.io/pid-pressure", "NoSchedule"),
     ("node.kubernetes.io/unschedulable", "NoSchedule"),
 ]
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    return f"{_md(obj).get('namespace') or ''}/{_md(obj).get('name') or ''}"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def daemon_pod_spec(template: Mapping[str, Any], node: str) -> dict[str, Any]:
@@ -129,22 +132,20 @@ def _ds_path(namespace: str, name: str | None = None, sub: str | None = None) ->
     return resource_path("daemonsets", namespace, name, sub, group="apps")
 
 
-class DaemonSetController:
+class DaemonSetController(QueueController):
     def __init__(self, api: ApiClient, sets: Informer, pods: Informer, nodes: Informer,
                  revisions: Informer, *, recorder: EventRecorder | None = None,
                  workers: int = WORKERS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
+        super().__init__(api, kind="DaemonSet", api_version="apps/v1",
+                         component="daemonset-controller",
+                         informers=(sets, pods, nodes, revisions), log=log, workers=workers,
+                         recorder=recorder, clock=clock)
         self.sets = sets
         self.pods = pods
         self.nodes = nodes
         self.revisions = revisions
-        self.recorder = recorder or EventRecorder(api, "daemonset-controller")
-        self.workers = workers
-        self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations()
-        self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
         sets.add_handler(on_add=self._enqueue, on_update=lambda o, n: self._enqueue(n),
                          on_delete=self._set_deleted)
         nodes.add_handler(on_add=lambda n: self._enqueue_all(),
@@ -199,46 +200,6 @@ class DaemonSetController:
             self.expectations.deletion_observed(_key(ds), podutil.pod_key(pod))
             self._enqueue(ds)
 
-    # -- the loop ---------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        for informer in (self.sets, self.pods, self.nodes, self.revisions):
-            await informer.wait_synced()
-        tasks = [asyncio.create_task(self._worker(), name=f"daemonset-worker-{i}")
-                 for i in range(self.workers)]
-        tasks.append(asyncio.create_task(self._post_events(), name="daemonset-events"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except (StatusError, ApiUnavailable) as err:
-                log.info("daemonset %s: %s; retrying", key, getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("daemonset %s: sync failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self._events.put_nowait((obj, type_, reason, message))
-
-    async def _post_events(self) -> None:
-        while True:
-            obj, type_, reason, message = await self._events.get()
-            await self.recorder.record(obj, type_, reason, message, kind="DaemonSet",
-                                       api_version="apps/v1")
-
     # -- one sync ---------------------------------------------------------------------------
 
     async def sync(self, key: str) -> None:
@@ -288,7 +249,20 @@ class DaemonSetController:
         if not to_create and not to_delete:
             to_delete = self._rolling_update_victims(ds, pods, nodes, current_hash)
         await self._act(ds, key, to_create, to_delete, current_hash)
+        await self._cleanup_history(ds, current_hash)
         await self._update_status(ds, [p for p in pods if p not in to_delete], current_hash)
+
+    async def _cleanup_history(self, ds: Obj, current_hash: str) -> None:
+        """`cleanupHistory`: old revisions beyond `revisionHistoryLimit` (10 by default)
+        that no pod of the DaemonSet (one being deleted too) still has."""
+        limit = (ds.get("spec") or {}).get("revisionHistoryLimit")
+        uid = _md(ds).get("uid")
+        live = {str((_md(p).get("labels") or {}).get(HASH_LABEL)) for p in self.pods.list()
+                if (controller_of(p) or {}).get("uid") == uid}
+        doomed = daemonset_history_to_delete(
+            owned_revisions(self.revisions.list(), ds), current_hash, live,
+            limit if isinstance(limit, int) else DEFAULT_REVISION_HISTORY_LIMIT)
+        await delete_revisions(self.api, doomed)
 
     def _rolling_update_victims(self, ds: Obj, pods: list[Obj], nodes: dict[str, Obj],
                                 current_hash: str) -> list[Obj]:
@@ -338,10 +312,11 @@ class DaemonSetController:
             except (StatusError, ApiUnavailable) as err:
                 self.expectations.creation_observed(key)
                 if isinstance(err, StatusError):
-                    self._event(ds, "Warning", "FailedCreate", f"Error creating: {err.message}")
+                    self.events.post(ds, "Warning", "FailedCreate",
+                                     f"Error creating: {err.message}")
                 errors.append(err)
                 return
-            self._event(ds, "Normal", "SuccessfulCreate",
+            self.events.post(ds, "Normal", "SuccessfulCreate",
                         f"Created pod: {_md(created).get('name')}")
 
         async def delete(pod: Obj) -> None:
@@ -353,7 +328,7 @@ class DaemonSetController:
                 if not (isinstance(err, StatusError) and err.code == 404):
                     errors.append(err)
                 return
-            self._event(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
+            self.events.post(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
 
         if to_create:
             await asyncio.gather(*(create(n) for n in to_create))
@@ -368,23 +343,13 @@ class DaemonSetController:
         collision = (ds.get("status") or {}).get("collisionCount") or None
         current = du.compute_hash(template, collision)
         namespace, name = str(_md(ds).get("namespace")), str(_md(ds).get("name"))
-        owned = [r for r in self.revisions.list() if _md(r).get("namespace") == namespace
-                 and (controller_of(r) or {}).get("uid") == _md(ds).get("uid")]
-        revision = max((_int(r.get("revision")) for r in owned), default=0) + 1
+        owned = owned_revisions(self.revisions.list(), ds)
+        revision = max((revision_number(r) for r in owned), default=0) + 1
         existing = [r for r in owned if (_md(r).get("labels") or {}).get(HASH_LABEL) == current]
         if existing:
             await bump_revision(self.api, existing[0], revision)
             return current
-        body = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
-                "metadata": {"name": f"{name}-{current}", "namespace": namespace,
-                             "labels": {**((template.get("metadata") or {}).get("labels")
-                                           or {}), HASH_LABEL: current},
-                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                                                  "name": name, "uid": _md(ds).get("uid"),
-                                                  "controller": True,
-                                                  "blockOwnerDeletion": True}]},
-                "data": {"spec": {"template": {**template, "$patch": "replace"}}},
-                "revision": revision}
+        body = revision_body(ds, "DaemonSet", f"{name}-{current}", current, template, revision)
         try:
             await self.api.create(resource_path("controllerrevisions", namespace,
                                                 group="apps"), body)
@@ -431,16 +396,6 @@ class DaemonSetController:
         for keep in ("collisionCount", "conditions"):
             if keep in old:
                 status[keep] = old[keep]
-        if status == old:
-            return
-        body = copy.deepcopy(ds)
-        body["status"] = status
-        try:
-            await self.api.update(_ds_path(str(_md(ds).get("namespace")),
-                                           str(_md(ds).get("name")), "status"), body)
-        except StatusError as err:
-            if err.code not in (404, 409):
-                raise
-            if err.code == 409:
-                self.queue.add_after(_key(ds), 0.1)
+        await self.write_status(ds, status, _ds_path(str(_md(ds).get("namespace")),
+                                                     str(_md(ds).get("name")), "status"))
 

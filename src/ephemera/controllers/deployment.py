@@ -24,7 +24,6 @@ template's JSON (`deploymentutil.compute_hash`), not upstream's value for the sa
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -33,10 +32,13 @@ from typing import Any
 
 from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
-from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
-from ephemera.controllers.workqueue import WorkQueue
+from ephemera.controllers.objects import labels as _labels
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
+from ephemera.controllers.runner import QueueController
 
 __all__ = ["DeploymentController"]
 
@@ -44,15 +46,6 @@ log = logging.getLogger("ephemera.controllers.deployment")
 
 WORKERS = 5
 Obj = dict[str, Any]
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    md = _md(obj)
-    return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
 
 
 def _deploy_path(namespace: str, name: str | None = None, sub: str | None = None) -> str:
@@ -63,10 +56,6 @@ def _rs_path(namespace: str, name: str | None = None) -> str:
     return resource_path("replicasets", namespace, name, group="apps")
 
 
-def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (_md(obj).get("labels") or {}).items()}
-
-
 def _selects(deployment: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     selector = (deployment.get("spec") or {}).get("selector")
     if not isinstance(selector, dict) or labelselector.is_empty(selector):
@@ -74,21 +63,19 @@ def _selects(deployment: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return labelselector.matches(selector, labels)
 
 
-class DeploymentController:
+class DeploymentController(QueueController):
     """Runs until cancelled (`run()`); the informers are the caller's to run."""
 
     def __init__(self, api: ApiClient, deployments: Informer, sets: Informer, pods: Informer, *,
                  recorder: EventRecorder | None = None, workers: int = WORKERS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
+        super().__init__(api, kind="Deployment", api_version="apps/v1",
+                         component="deployment-controller",
+                         informers=(deployments, sets, pods), log=log, workers=workers,
+                         recorder=recorder, clock=clock)
         self.deployments = deployments
         self.sets = sets
         self.pods = pods
-        self.recorder = recorder or EventRecorder(api, "deployment-controller")
-        self.workers = workers
-        self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
-        self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
         deployments.add_handler(on_add=self._enqueue,
                                 on_update=lambda old, new: self._enqueue(new),
                                 on_delete=self._enqueue)
@@ -138,46 +125,6 @@ class DeploymentController:
         if d is not None and ((d.get("spec") or {}).get("strategy") or {}).get(
                 "type") == "Recreate":
             self._enqueue(d)
-
-    # -- the loop ---------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        for informer in (self.deployments, self.sets, self.pods):
-            await informer.wait_synced()
-        tasks = [asyncio.create_task(self._worker(), name=f"deployment-worker-{i}")
-                 for i in range(self.workers)]
-        tasks.append(asyncio.create_task(self._post_events(), name="deployment-events"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except (StatusError, ApiUnavailable) as err:
-                log.info("deployment %s: %s; retrying", key, getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("deployment %s: sync failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self._events.put_nowait((obj, type_, reason, message))
-
-    async def _post_events(self) -> None:
-        while True:
-            obj, type_, reason, message = await self._events.get()
-            await self.recorder.record(obj, type_, reason, message, kind="Deployment",
-                                       api_version="apps/v1")
 
     # -- one sync ---------------------------------------------------------------------------
 
@@ -284,7 +231,7 @@ class DeploymentController:
                         "Progressing", "False", du.FAILED_RS_CREATE,
                         f'Failed to create new replica set "{rs_name}": {err.message}', now))
                     await self._write_status(d, status)
-                self._event(d, "Warning", du.FAILED_RS_CREATE,
+                self.events.post(d, "Warning", du.FAILED_RS_CREATE,
                             f'Failed to create new replica set "{rs_name}": {err.message}')
                 raise
             current = await self.api.get(_rs_path(namespace, rs_name))
@@ -299,7 +246,7 @@ class DeploymentController:
                 await self._write_status(d, status)
                 raise
         if not already_exists and du.replicas(created) > 0:
-            self._event(d, "Normal", "ScalingReplicaSet",
+            self.events.post(d, "Normal", "ScalingReplicaSet",
                         f"Scaled up replica set {rs_name} from 0 to {du.replicas(created)}")
         needs_update = self._set_revision(d, int(new_revision))
         if not already_exists and du.has_progress_deadline(d):
@@ -338,7 +285,7 @@ class DeploymentController:
         updated = await self.api.update(_rs_path(str(md.get("namespace")), str(md.get("name"))),
                                         body)
         if size_changed:
-            self._event(d, "Normal", "ScalingReplicaSet",
+            self.events.post(d, "Normal", "ScalingReplicaSet",
                         f"Scaled {operation} replica set {md.get('name')} from {old_scale} "
                         f"to {new_scale}")
         return updated

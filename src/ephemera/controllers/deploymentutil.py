@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from ephemera.api import meta
+from ephemera.api import conditions, meta
+from ephemera.controllers.objects import int_or_zero as _int
+from ephemera.controllers.objects import metadata as _md
 from ephemera.pods.workloads import scaled_value
 
 Obj = Mapping[str, Any]
@@ -45,16 +47,8 @@ _SAFE_ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
 MAX_INT32 = 2**31 - 1
 
 
-def _md(obj: Obj) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _spec(obj: Obj) -> Mapping[str, Any]:
     return obj.get("spec") or {}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def replicas(obj: Obj) -> int:
@@ -328,21 +322,14 @@ def proportion(rs: Obj, deployment: Obj, to_add: int, added: int) -> int:
 # --- status and conditions ----------------------------------------------------------------
 
 
-def _ts(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def new_condition(type_: str, status: str, reason: str, message: str, now: datetime
                   ) -> dict[str, Any]:
-    return {"type": type_, "status": status, "lastUpdateTime": _ts(now),
-            "lastTransitionTime": _ts(now), "reason": reason, "message": message}
+    return {"type": type_, "status": status, "lastUpdateTime": meta.rfc3339(now),
+            "lastTransitionTime": meta.rfc3339(now), "reason": reason, "message": message}
 
 
 def get_condition(status: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == type_:
-            return c
-    return None
+    return conditions.find(status, type_)
 
 
 def set_condition(status: dict[str, Any], condition: dict[str, Any]) -> None:

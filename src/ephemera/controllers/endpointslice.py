@@ -35,6 +35,7 @@ from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
+from ephemera.controllers.objects import metadata as _md
 
 __all__ = ["MAX_ENDPOINTS_PER_SLICE", "EndpointSliceController"]
 
@@ -50,10 +51,6 @@ RETRY_DELAY = 1.0
 
 Obj = Mapping[str, Any]
 PortKey = tuple[tuple[str, int, str], ...]
-
-
-def _md(obj: Obj) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def _rv(obj: Obj) -> int:

@@ -36,14 +36,25 @@ class Expectations:
             return True
         return exp.fulfilled() or self._clock() - exp.timestamp > EXPECTATIONS_TIMEOUT
 
+    def expires_in(self, key: str) -> float | None:
+        """Seconds until the unmet expectations of `key` time out; None when it has none
+        unmet (a controller looks again then, should the events never come)."""
+        exp = self._by_key.get(key)
+        if exp is None or exp.fulfilled():
+            return None
+        return max(0.0, exp.timestamp + EXPECTATIONS_TIMEOUT - self._clock())
+
+    def expect(self, key: str, creations: int, pod_keys: Iterable[str] = ()) -> None:
+        """`SetExpectations`: `creations` adds and the deletion of the pods `pod_keys`."""
+        keys = set(pod_keys)
+        self._by_key[key] = _Expectation(add=creations, delete=len(keys),
+                                         timestamp=self._clock(), deleting=keys)
+
     def expect_creations(self, key: str, count: int) -> None:
-        exp = _Expectation(add=count, timestamp=self._clock())
-        self._by_key[key] = exp
+        self.expect(key, count)
 
     def expect_deletions(self, key: str, pod_keys: Iterable[str]) -> None:
-        keys = set(pod_keys)
-        self._by_key[key] = _Expectation(delete=len(keys), timestamp=self._clock(),
-                                         deleting=keys)
+        self.expect(key, 0, pod_keys)
 
     def creation_observed(self, key: str) -> None:
         exp = self._by_key.get(key)

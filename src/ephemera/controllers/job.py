@@ -14,14 +14,13 @@ back-off of `backoff_base` seconds doubling per failure up to `backoff_max` (ups
 to 6 min). Events: `SuccessfulCreate`, `SuccessfulDelete`, `Completed`, `Suspended`,
 `Resumed`, and the failure reason (`BackoffLimitExceeded`, `DeadlineExceeded`,
 `PodFailurePolicy`). A Job whose `spec.managedBy` names another controller is left to it.
-Pods are not adopted by selector (only pods this controller created,
-which carry the controller reference, are the Job's).
+The Job's pods are claimed as the ReplicaSet controller claims its own
+(`ControllerRefManager`): an orphan its selector selects is adopted, taking the tracking
+finalizer in the same patch; a pod it owns but no longer selects is released and loses it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import logging
 import time
@@ -29,10 +28,22 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
 from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER
 from ephemera.batch.jobsync import compute
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.controllers.controllerref import (
+    ControllerRefManager,
+    controller_of,
+    new_controller_ref,
+)
+from ephemera.controllers.expectations import Expectations
+from ephemera.controllers.objects import labels as _labels
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
+from ephemera.controllers.runner import run_workers
+from ephemera.controllers.slowstart import slow_start
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["JobController", "job_pod"]
@@ -40,20 +51,11 @@ __all__ = ["JobController", "job_pod"]
 log = logging.getLogger("ephemera.controllers.job")
 
 JOBS = "/apis/batch/v1/jobs"
-EXPECTATIONS_TIMEOUT = 300.0  # upstream's ExpectationsTimeout
 DEFAULT_BACKOFF_BASE = 10.0
 DEFAULT_BACKOFF_MAX = 360.0
 WORKERS = 4
 MANAGED_BY = "kubernetes.io/job-controller"
 ORPHAN_PREFIX = "\0orphan:"  # queue keys of pods to release that have no Job
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    return f"{_md(obj).get('namespace', '')}/{_md(obj).get('name', '')}"
 
 
 def controller_uid(obj: Mapping[str, Any]) -> str | None:
@@ -76,9 +78,7 @@ def job_pod(job: Mapping[str, Any], index: int | None) -> dict[str, Any]:
         "labels": dict(tmd.get("labels") or {}),
         "annotations": dict(tmd.get("annotations") or {}),
         "finalizers": [*(tmd.get("finalizers") or []), JOB_TRACKING_FINALIZER],
-        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                             "uid": md.get("uid"), "controller": True,
-                             "blockOwnerDeletion": True}]}
+        "ownerReferences": [new_controller_ref(job, "batch/v1", "Job")]}
     spec = template.get("spec") or {}
     if index is not None:
         pod_md["annotations"][JOB_COMPLETION_INDEX] = str(index)
@@ -112,8 +112,7 @@ class JobController:
         self.queue: WorkQueue[str] = WorkQueue(base_delay=0.05, max_delay=30.0)
         self._pods_of: dict[str, dict[str, dict[str, Any]]] = {}  # job uid -> pod key -> pod
         self._job_key_of: dict[str, str] = {}  # job uid -> namespace/name
-        # job key -> (creations, deletions still to be seen, deadline)
-        self._expectations: dict[str, tuple[int, int, float]] = {}
+        self.expectations = Expectations()
         self._last_failure: dict[str, tuple[int, float]] = {}  # job uid -> (failures, when)
         self.jobs.add_handler(on_add=self._job_changed,
                               on_update=lambda old, new: self._job_changed(new),
@@ -130,7 +129,7 @@ class JobController:
     def _job_deleted(self, job: dict[str, Any]) -> None:
         uid = str(_md(job).get("uid"))
         self._job_key_of.pop(uid, None)
-        self._expectations.pop(_key(job), None)
+        self.expectations.delete(_key(job))
         self._last_failure.pop(uid, None)
         # its pods' finalizers must still go
         self.queue.add(_key(job))
@@ -145,13 +144,13 @@ class JobController:
         self.queue.add(key)
 
     def _observed(self, pod: Mapping[str, Any], created: bool) -> None:
-        uid = controller_uid(pod)
-        key = self._job_key_of.get(uid or "")
-        if key is None or key not in self._expectations:
+        key = self._job_key_of.get(controller_uid(pod) or "")
+        if key is None:
             return
-        adds, dels, deadline = self._expectations[key]
-        self._expectations[key] = (adds - 1, dels, deadline) if created else (adds, dels - 1,
-                                                                               deadline)
+        if created:
+            self.expectations.creation_observed(key)
+        else:
+            self.expectations.deletion_observed(key, _key(pod))
 
     def _untracked(self, pod: Mapping[str, Any]) -> None:
         """A pod without a Job controller (orphaned): it keeps no tracking finalizer."""
@@ -160,22 +159,38 @@ class JobController:
         if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
             self.queue.add(ORPHAN_PREFIX + _key(pod))
 
+    def _enqueue_selecting(self, pod: Mapping[str, Any]) -> None:
+        """An orphan: the Jobs whose selector selects it may adopt it (`getPodJobs`)."""
+        if controller_of(pod) is not None or _md(pod).get("deletionTimestamp"):
+            return
+        namespace, labels = _md(pod).get("namespace"), _labels(pod)
+        for job in self.jobs.list():
+            if _md(job).get("namespace") == namespace and labelselector.selector_matches(
+                    (job.get("spec") or {}).get("selector"), labels):
+                self.queue.add(_key(job))
+
     def _pod_added(self, pod: dict[str, Any]) -> None:
         uid = controller_uid(pod)
         if uid is None:
             self._untracked(pod)
+            self._enqueue_selecting(pod)
             return
         self._pods_of.setdefault(uid, {})[_key(pod)] = pod
         self._observed(pod, True)
         self._enqueue_owner(pod)
 
     def _pod_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        uid = controller_uid(new)
+        uid, old_uid = controller_uid(new), controller_uid(old)
+        if old_uid is not None and old_uid != uid:  # released, or another Job's now
+            self._pods_of.get(old_uid, {}).pop(_key(old), None)
+            self._enqueue_owner(old)
         if uid is None:
             self._untracked(new)
+            if old_uid is not None or _labels(old) != _labels(new):
+                self._enqueue_selecting(new)
             return
         self._pods_of.setdefault(uid, {})[_key(new)] = new
-        if _md(new).get("deletionTimestamp") and not _md(old).get("deletionTimestamp"):
+        if _md(new).get("deletionTimestamp"):
             self._observed(new, False)
         self._enqueue_owner(new)
 
@@ -187,51 +202,14 @@ class JobController:
         pods.pop(_key(pod), None)
         if not pods:
             self._pods_of.pop(uid, None)
-        if not _md(pod).get("deletionTimestamp"):
-            self._observed(pod, False)
+        self._observed(pod, False)
         self._enqueue_owner(pod)
 
     # -- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.jobs.run(), name="job-informer"),
-                 asyncio.create_task(self.pods.run(), name="job-pod-informer")]
-        try:
-            await self.jobs.wait_synced()
-            await self.pods.wait_synced()
-            workers = [asyncio.create_task(self._worker(), name=f"job-worker-{i}")
-                       for i in range(self.workers)]
-            tasks += workers
-            await asyncio.gather(*workers)
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            self.queue.close()
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except asyncio.CancelledError:
-                raise
-            except (StatusError, ApiUnavailable) as err:
-                log.info("job %s: sync failed, retrying: %s", key,
-                         getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("job %s: sync failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _satisfied(self, key: str) -> bool:
-        adds, dels, deadline = self._expectations.get(key, (0, 0, 0.0))
-        return (adds <= 0 and dels <= 0) or time.monotonic() > deadline
+        await run_workers(self.queue, self.sync, what="job", log=log, workers=self.workers,
+                          runs=(self.jobs, self.pods))
 
     async def sync(self, key: str) -> None:
         if key.startswith(ORPHAN_PREFIX):
@@ -245,21 +223,20 @@ class JobController:
         managed_by = (job.get("spec") or {}).get("managedBy")
         if managed_by and managed_by != MANAGED_BY:
             return  # another controller's (upstream's JobManagedBy)
-        if not self._satisfied(key):
+        if not self.expectations.satisfied(key):
             # look again once the expectations expire, should the events never come
-            _, _, deadline = self._expectations[key]
-            self.queue.add_after(key, max(0.0, deadline - time.monotonic()) + 0.01)
+            self.queue.add_after(key, (self.expectations.expires_in(key) or 0.0) + 0.01)
             return
         uid = str(_md(job).get("uid"))
-        pods = list(self._pods_of.get(uid, {}).values())
         if _md(job).get("deletionTimestamp"):
             # being deleted (in the foreground, say): no new pods, and none of its pods
             # waits for it to be counted
-            for pod in pods:
+            for pod in list(self._pods_of.get(uid, {}).values()):
                 if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
                     await self._release(str(_md(pod).get("namespace")),
                                         str(_md(pod).get("name")))
             return
+        pods = await self._claim(job)
         failures = int((job.get("status") or {}).get("failed") or 0) + len(
             ((job.get("status") or {}).get("uncountedTerminatedPods") or {}).get("failed") or [])
         backoff = self._backoff_remaining(uid, failures)
@@ -277,13 +254,29 @@ class JobController:
         for pod_name in plan.release:
             await self._release(namespace, pod_name)
         if plan.delete or plan.create:
-            self._expectations[key] = (len(plan.create), len(plan.delete),
-                                       time.monotonic() + EXPECTATIONS_TIMEOUT)
+            self.expectations.expect(key, len(plan.create),
+                                     [f"{namespace}/{pod_name}" for pod_name in plan.delete])
         for pod_name in plan.delete:
             await self._delete_pod(job, namespace, pod_name)
         await self._create_pods(job, namespace, plan.create)
         if plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after)
+
+    async def _claim(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The Job's pods (`getPodsForJob`): those of its namespace its controller reference
+        names and its selector selects, orphans it selects adopted with the tracking
+        finalizer, owned ones it no longer selects released without it."""
+        namespace, name = str(_md(job).get("namespace")), str(_md(job).get("name"))
+        selector = (job.get("spec") or {}).get("selector")
+        manager = ControllerRefManager(
+            self.api, job, "batch/v1", "Job",
+            matches=lambda obj: labelselector.selector_matches(selector, _labels(obj)),
+            path_of=lambda obj: resource_path("pods", namespace, str(_md(obj).get("name"))),
+            fresh_owner=lambda: self.api.get(resource_path("jobs", namespace, name,
+                                                           group="batch")),
+            finalizers=(JOB_TRACKING_FINALIZER,))
+        return await manager.claim([p for p in self.pods.list()
+                                    if _md(p).get("namespace") == namespace])
 
     def _backoff_remaining(self, uid: str, failures: int) -> float:
         if failures <= 0 or uid not in self._last_failure:
@@ -330,36 +323,23 @@ class JobController:
             await self.api.delete(resource_path("pods", namespace, name))
         except (StatusError, ApiUnavailable) as err:
             # no deletion is coming for this pod either way: expect one fewer
-            self._observed_gone(job)
+            self.expectations.deletion_observed(_key(job), f"{namespace}/{name}")
             if not isinstance(err, StatusError) or err.code != 404:
                 raise
             return
         await self.recorder.record(job, "Normal", "SuccessfulDelete", f"Deleted pod: {name}",
                                    kind="Job", api_version="batch/v1")
 
-    def _observed_gone(self, job: Mapping[str, Any]) -> None:
-        key = _key(job)
-        if key in self._expectations:
-            adds, dels, deadline = self._expectations[key]
-            self._expectations[key] = (adds, dels - 1, deadline)
-
     async def _create_pods(self, job: Mapping[str, Any], namespace: str,
                            indexes: list[int | None]) -> None:
-        """Create in batches of 1, 2, 4... (upstream's slow start): a first failure stops
-        the rest."""
-        key = _key(job)
-        remaining = list(indexes)
-        batch = 1
-        while remaining:
-            now, remaining = remaining[:batch], remaining[batch:]
-            results = await asyncio.gather(*(self._create_one(job, namespace, i) for i in now),
-                                           return_exceptions=True)
-            failed = [r for r in results if isinstance(r, BaseException)]
-            if failed:
-                adds, dels, deadline = self._expectations.get(key, (0, 0, 0.0))
-                self._expectations[key] = (adds - len(failed) - len(remaining), dels, deadline)
-                raise failed[0]
-            batch *= 2
+        """Create in slow-start batches: a first failure stops the rest, and the creations
+        not made are no longer expected."""
+        created, error = await slow_start(
+            len(indexes), lambda i: self._create_one(job, namespace, indexes[i]))
+        if error is not None:
+            for _ in range(len(indexes) - created):
+                self.expectations.creation_observed(_key(job))
+            raise error
 
     async def _create_one(self, job: Mapping[str, Any], namespace: str,
                           index: int | None) -> None:

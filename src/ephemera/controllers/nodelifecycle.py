@@ -25,10 +25,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from ephemera.api.errors import StatusError
+from ephemera.api.meta import now_rfc3339
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 
 __all__ = ["NodeLifecycleController", "desired_taints", "unknown_conditions"]
@@ -51,10 +51,6 @@ PRESSURE_TAINTS = {"MemoryPressure": "node.kubernetes.io/memory-pressure",
 MANAGED_TAINT_KEYS = frozenset({TAINT_NOT_READY, TAINT_UNREACHABLE, *PRESSURE_TAINTS.values()})
 
 Obj = dict[str, Any]
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _conditions(node: Mapping[str, Any]) -> list[Obj]:
@@ -147,7 +143,7 @@ class NodeLifecycleController:
 
     async def monitor_once(self) -> None:
         now = time.monotonic()
-        stamp = _now()
+        stamp = now_rfc3339()
         names = set()
         for node in self.nodes.list():
             name = str((node.get("metadata") or {}).get("name") or "")

@@ -14,19 +14,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ephemera.api import meta
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key
 
 Obj = Mapping[str, Any]
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 _PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}
 
 
-def _md(obj: Obj) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def pod_key(pod: Obj) -> str:
-    md = _md(pod)
-    return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
+    return queue_key(pod)
 
 
 def is_active(pod: Obj) -> bool:

@@ -25,18 +25,23 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ephemera.api import labelselector
+from ephemera.api import labelselector, meta
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.expectations import Expectations
-from ephemera.controllers.workqueue import WorkQueue
+from ephemera.controllers.objects import int_or_zero as _int
+from ephemera.controllers.objects import labels as _labels
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
+from ephemera.controllers.runner import QueueController
+from ephemera.controllers.slowstart import slow_start
 
 __all__ = ["REPLICASET", "REPLICATIONCONTROLLER", "ReplicaKind", "ReplicaSetController",
            "calculate_status"]
@@ -44,7 +49,6 @@ __all__ = ["REPLICASET", "REPLICATIONCONTROLLER", "ReplicaKind", "ReplicaSetCont
 log = logging.getLogger("ephemera.controllers.replicaset")
 
 BURST_REPLICAS = 500
-SLOW_START_INITIAL_BATCH = 1
 WORKERS = 5
 
 Obj = dict[str, Any]
@@ -80,23 +84,6 @@ REPLICATIONCONTROLLER = ReplicaKind("replicationcontrollers", "", "v1", "Replica
                                     "replication-controller")
 
 
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    md = _md(obj)
-    return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (_md(obj).get("labels") or {}).items()}
-
-
 def calculate_status(rs: Mapping[str, Any], pods: list[Obj], error: str | None,
                      failure_reason: str, now: datetime) -> dict[str, Any]:
     """`calculateStatus`: the counts of the claimed active pods, the observed generation
@@ -121,7 +108,7 @@ def calculate_status(rs: Mapping[str, Any], pods: list[Obj], error: str | None,
     failure = next((c for c in conditions if c.get("type") == "ReplicaFailure"), None)
     if error is not None and failure is None:
         conditions.append({"type": "ReplicaFailure", "status": "True",
-                           "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                           "lastTransitionTime": meta.rfc3339(now),
                            "reason": failure_reason, "message": error})
     elif error is None and failure is not None:
         conditions.remove(failure)
@@ -130,24 +117,21 @@ def calculate_status(rs: Mapping[str, Any], pods: list[Obj], error: str | None,
     return status
 
 
-class ReplicaSetController:
+class ReplicaSetController(QueueController):
     """Runs until cancelled (`run()`); `pods` and `sets` are informers the caller runs."""
 
     def __init__(self, api: ApiClient, pods: Informer, sets: Informer, *,
                  kind: ReplicaKind = REPLICASET, recorder: EventRecorder | None = None,
                  workers: int = WORKERS, burst_replicas: int = BURST_REPLICAS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
+        super().__init__(api, kind=kind.kind, api_version=kind.api_version,
+                         component=kind.component, informers=(pods, sets), log=log,
+                         workers=workers, recorder=recorder, clock=clock)
         self.kind = kind
         self.pods = pods
         self.sets = sets
-        self.recorder = recorder or EventRecorder(api, kind.component)
-        self.workers = workers
         self.burst_replicas = burst_replicas
-        self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
         self.expectations = Expectations()
-        self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
         sets.add_handler(on_add=lambda rs: self.queue.add(_key(rs)),
                          on_update=lambda old, new: self.queue.add(_key(new)),
                          on_delete=self._set_deleted)
@@ -225,47 +209,6 @@ class ReplicaSetController:
         self.expectations.deletion_observed(_key(rs), podutil.pod_key(pod))
         self.queue.add(_key(rs))
 
-    # -- the loop ---------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        await self.pods.wait_synced()
-        await self.sets.wait_synced()
-        tasks = [asyncio.create_task(self._worker(), name=f"{self.kind.plural}-worker-{i}")
-                 for i in range(self.workers)]
-        tasks.append(asyncio.create_task(self._post_events(), name=f"{self.kind.plural}-events"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except (StatusError, ApiUnavailable) as err:
-                log.info("%s %s: %s; retrying", self.kind.kind, key,
-                         getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("%s %s: sync failed", self.kind.kind, key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self._events.put_nowait((obj, type_, reason, message))
-
-    async def _post_events(self) -> None:
-        while True:
-            obj, type_, reason, message = await self._events.get()
-            await self.recorder.record(obj, type_, reason, message, kind=self.kind.kind,
-                                       api_version=self.kind.api_version)
-
     # -- one sync ---------------------------------------------------------------------------
 
     async def sync(self, key: str) -> None:
@@ -312,7 +255,7 @@ class ReplicaSetController:
         if diff < 0:
             count = min(-diff, self.burst_replicas)
             self.expectations.expect_creations(key, count)
-            created, error = await self._slow_start(count, lambda: self._create_pod(rs))
+            created, error = await slow_start(count, lambda _: self._create_pod(rs))
             if error is not None:
                 for _ in range(count - created):
                     self.expectations.creation_observed(key)
@@ -350,21 +293,6 @@ class ReplicaSetController:
                 if _md(p).get("namespace") == namespace and podutil.is_active(p)
                 and (controller_of(p) or {}).get("uid") in siblings]
 
-    async def _slow_start(self, count: int, create: Callable[[], Awaitable[None]]
-                          ) -> tuple[int, BaseException | None]:
-        """`slowStartBatch`: batches of 1, 2, 4, ... run concurrently; the first failing
-        batch ends it. Returns (successes, the first error)."""
-        done, batch = 0, min(count, SLOW_START_INITIAL_BATCH)
-        while batch > 0:
-            results = await asyncio.gather(*(create() for _ in range(batch)),
-                                           return_exceptions=True)
-            errors = [r for r in results if isinstance(r, BaseException)]
-            done += batch - len(errors)
-            if errors:
-                return done, errors[0]
-            batch = min(2 * batch, count - done)
-        return done, None
-
     async def _create_pod(self, rs: Obj) -> None:
         namespace = str(_md(rs).get("namespace") or "")
         ref = {"apiVersion": self.kind.api_version, "kind": self.kind.kind,
@@ -374,9 +302,9 @@ class ReplicaSetController:
         try:
             created = await self.api.create(resource_path("pods", namespace), pod)
         except StatusError as err:
-            self._event(rs, "Warning", "FailedCreate", f"Error creating: {err.message}")
+            self.events.post(rs, "Warning", "FailedCreate", f"Error creating: {err.message}")
             raise
-        self._event(rs, "Normal", "SuccessfulCreate",
+        self.events.post(rs, "Normal", "SuccessfulCreate",
                     f"Created pod: {_md(created).get('name')}")
 
     async def _delete_pod(self, rs: Obj, pod: Mapping[str, Any]) -> None:
@@ -385,9 +313,9 @@ class ReplicaSetController:
             await self.api.delete(resource_path("pods", str(_md(pod).get("namespace")), name))
         except StatusError as err:
             if err.code != 404:
-                self._event(rs, "Warning", "FailedDelete", f"Error deleting: {err.message}")
+                self.events.post(rs, "Warning", "FailedDelete", f"Error deleting: {err.message}")
             raise
-        self._event(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
+        self.events.post(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
 
     async def _update_status(self, rs: Obj, status: dict[str, Any]) -> None:
         """Write `status` unless the stored one says the same; one retry on a conflict

@@ -3,7 +3,8 @@ pods with stable names `<set>-<ordinal>` (from `spec.ordinals.start`), labelled
 `statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index` and
 `controller-revision-hash` (the revision's name, as upstream), with `hostname` the pod's name
 and `subdomain` the set's `serviceName`; each template is a ControllerRevision
-(`<set>-<hash>`) and the status carries `currentRevision` and `updateRevision`.
+(`<set>-<hash>`) and the status carries `currentRevision` and `updateRevision`; revisions
+neither of these nor any pod's are deleted beyond `revisionHistoryLimit`, oldest first.
 
 - `OrderedReady`: one pod at a time, in ordinal order, each only once every lower one is
   Running and Ready; scale-down from the highest ordinal, one at a time, only while the
@@ -22,7 +23,6 @@ such a set answers a `Warning`), `minReadySeconds` beyond availability counting,
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import re
@@ -32,34 +32,33 @@ from typing import Any
 
 from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
-from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
 from ephemera.controllers import deploymentutil as du
 from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
-from ephemera.controllers.history import bump_revision
-from ephemera.controllers.workqueue import WorkQueue
+from ephemera.controllers.history import (
+    HASH_LABEL,
+    bump_revision,
+    delete_revisions,
+    owned_revisions,
+    revision_body,
+    revision_number,
+    statefulset_history_to_delete,
+)
+from ephemera.controllers.objects import int_or_zero as _int
+from ephemera.controllers.objects import metadata as _md
+from ephemera.controllers.objects import queue_key as _key
+from ephemera.controllers.runner import QueueController
+from ephemera.pods.workloads import DEFAULT_REVISION_HISTORY_LIMIT
 
 __all__ = ["StatefulSetController"]
 
 log = logging.getLogger("ephemera.controllers.statefulset")
 
-HASH_LABEL = "controller-revision-hash"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 WORKERS = 2
 Obj = dict[str, Any]
-
-
-def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    return f"{_md(obj).get('namespace') or ''}/{_md(obj).get('name') or ''}"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def ordinal_of(set_name: str, pod: Mapping[str, Any]) -> int | None:
@@ -81,19 +80,16 @@ def _sts_path(namespace: str, name: str | None = None, sub: str | None = None) -
     return resource_path("statefulsets", namespace, name, sub, group="apps")
 
 
-class StatefulSetController:
+class StatefulSetController(QueueController):
     def __init__(self, api: ApiClient, sets: Informer, pods: Informer, revisions: Informer, *,
                  recorder: EventRecorder | None = None, workers: int = WORKERS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
+        super().__init__(api, kind="StatefulSet", api_version="apps/v1",
+                         component="statefulset-controller", informers=(sets, pods, revisions),
+                         log=log, workers=workers, recorder=recorder, clock=clock)
         self.sets = sets
         self.pods = pods
         self.revisions = revisions
-        self.recorder = recorder or EventRecorder(api, "statefulset-controller")
-        self.workers = workers
-        self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
-        self._events: asyncio.Queue[tuple[Mapping[str, Any], str, str, str]] = asyncio.Queue()
         sets.add_handler(on_add=self._enqueue, on_update=lambda o, n: self._enqueue(n))
         pods.add_handler(on_add=self._pod_changed, on_update=lambda o, n: self._pod_changed(n),
                          on_delete=self._pod_changed)
@@ -110,44 +106,6 @@ class StatefulSetController:
         for sts in self.sets.list():
             if _md(sts).get("namespace") == _md(pod).get("namespace"):
                 self._enqueue(sts)
-
-    async def run(self) -> None:
-        for informer in (self.sets, self.pods, self.revisions):
-            await informer.wait_synced()
-        tasks = [asyncio.create_task(self._worker(), name=f"statefulset-worker-{i}")
-                 for i in range(self.workers)]
-        tasks.append(asyncio.create_task(self._post_events(), name="statefulset-events"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.sync(key)
-                self.queue.forget(key)
-            except (StatusError, ApiUnavailable) as err:
-                log.info("statefulset %s: %s; retrying", key, getattr(err, "message", err))
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("statefulset %s: sync failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
-
-    def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        self._events.put_nowait((obj, type_, reason, message))
-
-    async def _post_events(self) -> None:
-        while True:
-            obj, type_, reason, message = await self._events.get()
-            await self.recorder.record(obj, type_, reason, message, kind="StatefulSet",
-                                       api_version="apps/v1")
 
     # -- one sync ---------------------------------------------------------------------------
 
@@ -173,6 +131,19 @@ class StatefulSetController:
         if not _md(sts).get("deletionTimestamp"):
             await self._update_set(sts, pods, current_revision, update_revision, revisions)
         await self._update_status(sts, pods, current_revision, update_revision)
+        await self._truncate_history(sts, pods, current_revision, update_revision)
+
+    async def _truncate_history(self, sts: Obj, pods: list[Obj], current_revision: str,
+                                update_revision: str) -> None:
+        """`truncateHistory`: the revisions neither current, nor the update's, nor any
+        pod's, beyond `revisionHistoryLimit` (10 by default), oldest first."""
+        limit = (sts.get("spec") or {}).get("revisionHistoryLimit")
+        live = {current_revision, update_revision,
+                *(str((_md(p).get("labels") or {}).get(HASH_LABEL)) for p in pods)}
+        doomed = statefulset_history_to_delete(
+            owned_revisions(self.revisions.list(), sts), live,
+            limit if isinstance(limit, int) else DEFAULT_REVISION_HISTORY_LIMIT)
+        await delete_revisions(self.api, doomed)
 
     async def _update_set(self, sts: Obj, pods: list[Obj], current_revision: str,
                           update_revision: str, revisions: dict[str, Obj]) -> None:
@@ -259,11 +230,11 @@ class StatefulSetController:
         except StatusError as err:
             if err.code == 409:
                 return  # the old pod of that name is still being deleted
-            self._event(sts, "Warning", "FailedCreate",
+            self.events.post(sts, "Warning", "FailedCreate",
                         f"create Pod {pod_name} in StatefulSet {set_name} failed error: "
                         f"{err.message}")
             raise
-        self._event(sts, "Normal", "SuccessfulCreate",
+        self.events.post(sts, "Normal", "SuccessfulCreate",
                     f"create Pod {pod_name} in StatefulSet {set_name} successful")
 
     async def _delete(self, sts: Obj, pod: Obj) -> None:
@@ -274,11 +245,11 @@ class StatefulSetController:
         except StatusError as err:
             if err.code == 404:
                 return
-            self._event(sts, "Warning", "FailedDelete",
+            self.events.post(sts, "Warning", "FailedDelete",
                         f"delete Pod {pod_name} in StatefulSet {set_name} failed error: "
                         f"{err.message}")
             raise
-        self._event(sts, "Normal", "SuccessfulDelete",
+        self.events.post(sts, "Normal", "SuccessfulDelete",
                     f"delete Pod {pod_name} in StatefulSet {set_name} successful")
 
     async def _ensure_revision(self, sts: Obj) -> tuple[str, dict[str, Obj]]:
@@ -289,8 +260,7 @@ class StatefulSetController:
         namespace, name = str(_md(sts).get("namespace")), str(_md(sts).get("name"))
         # upstream names a StatefulSet's revisions (label and status) by the revision's name
         current = f"{name}-{du.compute_hash(template, collision)}"
-        owned = [r for r in self.revisions.list() if _md(r).get("namespace") == namespace
-                 and (controller_of(r) or {}).get("uid") == _md(sts).get("uid")]
+        owned = owned_revisions(self.revisions.list(), sts)
         templates: dict[str, Obj] = {}
         for r in owned:
             h = (_md(r).get("labels") or {}).get(HASH_LABEL)
@@ -298,21 +268,12 @@ class StatefulSetController:
             t.pop("$patch", None)
             if h:
                 templates[str(h)] = t
-        revision = max((_int(r.get("revision")) for r in owned), default=0) + 1
+        revision = max((revision_number(r) for r in owned), default=0) + 1
         for r in owned:
             if (_md(r).get("labels") or {}).get(HASH_LABEL) == current:
                 await bump_revision(self.api, r, revision)
         if current not in templates:
-            body = {"apiVersion": "apps/v1", "kind": "ControllerRevision",
-                    "metadata": {"name": current, "namespace": namespace,
-                                 "labels": {**((template.get("metadata") or {}).get("labels")
-                                               or {}), HASH_LABEL: current},
-                                 "ownerReferences": [{
-                                     "apiVersion": "apps/v1", "kind": "StatefulSet",
-                                     "name": name, "uid": _md(sts).get("uid"),
-                                     "controller": True, "blockOwnerDeletion": True}]},
-                    "data": {"spec": {"template": {**template, "$patch": "replace"}}},
-                    "revision": revision}
+            body = revision_body(sts, "StatefulSet", current, current, template, revision)
             try:
                 await self.api.create(resource_path("controllerrevisions", namespace,
                                                     group="apps"), body)
@@ -350,15 +311,5 @@ class StatefulSetController:
         status["collisionCount"] = _int(old.get("collisionCount"))
         if "conditions" in old:
             status["conditions"] = old["conditions"]
-        if status == old:
-            return
-        body = copy.deepcopy(sts)
-        body["status"] = status
-        try:
-            await self.api.update(_sts_path(str(_md(sts).get("namespace")),
-                                            str(_md(sts).get("name")), "status"), body)
-        except StatusError as err:
-            if err.code == 409:
-                self.queue.add_after(_key(sts), 0.1)
-            elif err.code != 404:
-                raise
+        await self.write_status(sts, status, _sts_path(str(_md(sts).get("namespace")),
+                                                       str(_md(sts).get("name")), "status"))

@@ -5,26 +5,20 @@ first; with its UID as precondition) that many seconds after it finished: its
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from ephemera.api.errors import StatusError
-from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
+from ephemera.api.meta import parse_time
+from ephemera.client import ApiClient, Informer, resource_path
+from ephemera.controllers.runner import run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["TTLAfterFinishedController", "expires_in"]
 
 log = logging.getLogger("ephemera.controllers.ttlafterfinished")
-
-
-def _parse(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def expires_in(job: Mapping[str, Any], now: datetime) -> float | None:
@@ -37,9 +31,9 @@ def expires_in(job: Mapping[str, Any], now: datetime) -> float | None:
     finished: datetime | None = None
     for c in status.get("conditions") or []:
         if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
-            finished = _parse(status.get("completionTime")) if c.get("type") == "Complete" \
+            finished = parse_time(status.get("completionTime")) if c.get("type") == "Complete" \
                 else None
-            finished = finished or _parse(c.get("lastTransitionTime"))
+            finished = finished or parse_time(c.get("lastTransitionTime"))
     if finished is None:
         return None
     return (finished - now).total_seconds() + ttl
@@ -59,27 +53,8 @@ class TTLAfterFinishedController:
             self.queue.add(f"{md.get('namespace')}/{md.get('name')}")
 
     async def run(self) -> None:
-        informer = asyncio.create_task(self.jobs.run(), name="ttl-informer")
-        try:
-            await self.jobs.wait_synced()
-            while True:
-                key = await self.queue.get()
-                try:
-                    await self._sync(key)
-                    self.queue.forget(key)
-                except (StatusError, ApiUnavailable) as err:
-                    log.info("job %s: TTL check failed, retrying: %s", key, err)
-                    self.queue.add_rate_limited(key)
-                except Exception:
-                    log.exception("job %s: TTL check failed, retrying", key)
-                    self.queue.add_rate_limited(key)
-                finally:
-                    self.queue.done(key)
-        finally:
-            informer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await informer
-            self.queue.close()
+        await run_workers(self.queue, self._sync, what="ttl-after-finished job", log=log,
+                          runs=(self.jobs,))
 
     async def _sync(self, key: str) -> None:
         namespace, name = key.split("/", 1)

@@ -15,7 +15,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ephemera.api import field, meta
+from ephemera.api import conditions, field, meta
 from ephemera.api.crd import cel
 from ephemera.api.crd import schema as crschema
 from ephemera.api.field import FieldError, Path
@@ -40,14 +40,19 @@ MAX_SELECTABLE_FIELDS = 8
 Obj = dict[str, Any]
 
 
-def _d(obj: Any, key: str) -> dict[str, Any]:
+def dict_at(obj: Any, key: str) -> dict[str, Any]:
+    """`obj[key]` when `obj` is a mapping and that is a dict; else an empty dict."""
     value = obj.get(key) if isinstance(obj, Mapping) else None
     return value if isinstance(value, dict) else {}
 
 
-def _l(obj: Any, key: str) -> list[Any]:
+def list_at(obj: Any, key: str) -> list[Any]:
+    """`obj[key]` when `obj` is a mapping and that is a list; else an empty list."""
     value = obj.get(key) if isinstance(obj, Mapping) else None
     return value if isinstance(value, list) else []
+
+
+_d, _l = dict_at, list_at
 
 
 def _s(obj: Any, key: str) -> str:
@@ -92,8 +97,7 @@ def storage_version(crd: Mapping[str, Any]) -> str:
 
 
 def condition_true(crd: Mapping[str, Any], type_: str) -> bool:
-    return any(isinstance(c, dict) and c.get("type") == type_ and c.get("status") == "True"
-               for c in _l(_d(crd, "status"), "conditions"))
+    return conditions.is_true(crd.get("status"), type_)
 
 
 # --- validation ------------------------------------------------------------------------------

@@ -10,18 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ephemera.api import meta
+from ephemera.api import conditions, meta
 from ephemera.api.crd import definition as crddef
-
-
-def _d(obj: Any, key: str) -> dict[str, Any]:
-    value = obj.get(key) if isinstance(obj, Mapping) else None
-    return value if isinstance(value, dict) else {}
-
-
-def _l(obj: Any, key: str) -> list[Any]:
-    value = obj.get(key) if isinstance(obj, Mapping) else None
-    return value if isinstance(value, list) else []
+from ephemera.api.crd.definition import dict_at as _d
+from ephemera.api.crd.definition import list_at as _l
 
 
 def set_condition(crd: dict[str, Any], condition: dict[str, Any]) -> None:
@@ -40,10 +32,7 @@ def set_condition(crd: dict[str, Any], condition: dict[str, Any]) -> None:
 
 
 def find_condition(crd: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in _l(_d(crd, "status"), "conditions"):
-        if isinstance(c, dict) and c.get("type") == type_:
-            return c
-    return None
+    return conditions.find(crd.get("status"), type_)
 
 
 def _accepted_names_in_group(crds: list[dict[str, Any]], group: str, skip: str

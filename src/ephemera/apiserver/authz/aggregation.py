@@ -18,35 +18,19 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
-from ephemera.api.selectors import DOES_NOT_EXIST, EXISTS, IN, NOT_IN, Requirement
 from ephemera.apiserver.authz.rbac import CLUSTER_ROLES, PolicyCache
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import Resource
 
 log = logging.getLogger("ephemera.apiserver.rbac")
 
-_OPERATORS = {"In": IN, "NotIn": NOT_IN, "Exists": EXISTS, "DoesNotExist": DOES_NOT_EXIST}
 
-
-def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
-    """A `metav1.LabelSelector` (matchLabels and matchExpressions) against labels; an empty
-    selector matches everything, a malformed one nothing (upstream skips it)."""
-    if not isinstance(selector, Mapping):
-        return False
-    requirements: list[Requirement] = []
-    for key, value in (selector.get("matchLabels") or {}).items():
-        requirements.append(Requirement(str(key), IN, (str(value),)))
-    for expression in selector.get("matchExpressions") or []:
-        if not isinstance(expression, Mapping):
-            return False
-        operator = _OPERATORS.get(str(expression.get("operator")))
-        if operator is None:
-            return False
-        values = tuple(str(v) for v in expression.get("values") or [])
-        requirements.append(Requirement(str(expression.get("key") or ""), operator, values))
-    return all(r.matches(labels) for r in requirements)
-
+def _selects(selector: Any, labels: Mapping[str, str]) -> bool:
+    """A clusterRoleSelector: an empty one selects every role, a malformed one none
+    (upstream skips a selector that does not convert)."""
+    return isinstance(selector, Mapping) and labelselector.matches(selector, labels)
 
 def _labels(role: Mapping[str, Any]) -> dict[str, str]:
     labels = (role.get("metadata") or {}).get("labels")
@@ -67,7 +51,7 @@ def aggregated_rules(roles: list[dict[str, Any]]) -> dict[str, list[Any]]:
         for name, role in aggregated.items():
             selectors = role["aggregationRule"].get("clusterRoleSelectors") or []
             matched = sorted(n for n, other in by_name.items() if n != name
-                             and any(selector_matches(s, _labels(other)) for s in selectors))
+                             and any(_selects(s, _labels(other)) for s in selectors))
             rules: list[Any] = []
             for other in matched:
                 for rule in by_name[other].get("rules") or []:

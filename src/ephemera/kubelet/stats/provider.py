@@ -51,10 +51,10 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from ephemera.api.meta import parse_time
 from ephemera.kubelet.stats.du import DiskUsage
 from ephemera.kubelet.stats.rlimit import node_tasks
 
@@ -320,12 +320,8 @@ def latest_instance_dir(pod_dir: Path, container: str) -> Path | None:
 
 
 def _parse_time(value: Any) -> float:
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
+    moment = parse_time(value)
+    return moment.timestamp() if moment is not None else 0.0
 
 
 def pod_paths(
