@@ -294,3 +294,17 @@ def test_embedded_resources_need_apiversion_kind_and_valid_metadata() -> None:
     served = crschema.definition(root, "example.com", "v1", "Thing")
     template = served["properties"]["spec"]["properties"]["template"]
     assert template["properties"]["metadata"] == {"$ref": f"#/definitions/{crschema.OBJECT_META}"}
+
+
+def test_crd_with_cel_rules_warns_that_their_cost_is_not_limited() -> None:
+    plain = crd()
+    assert crddef.cel_cost_warnings(plain, None) == []
+    ruled = crd()
+    spec = ruled["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["tags"]["items"]["x-kubernetes-validations"] = [
+        {"rule": "self.size() < 10"}]
+    assert crddef.cel_cost_warnings(ruled, None) == [crddef.CEL_COST_WARNING.format(
+        path="spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[tags]"
+             ".items.x-kubernetes-validations")]
+    assert crddef.cel_cost_warnings(ruled, copy.deepcopy(ruled)) == []  # spec unchanged
+    assert len(crddef.cel_cost_warnings(ruled, plain)) == 1

@@ -470,3 +470,50 @@ def _walk_value_only(node: Obj, path: Path, errs: list[FieldError]) -> None:
                 "fields", "x-kubernetes-embedded-resource"):
         if key in node:
             errs.append(field.forbidden(path.child(key), "must be undefined to be structural"))
+
+
+# --- what is accepted but not enforced as upstream enforces it -------------------------------
+
+CEL_COST_WARNING = ("{path}: the cost of x-kubernetes-validations rules is neither estimated "
+                    "nor limited by this server (upstream refuses a rule whose estimated cost "
+                    "exceeds its budget); bound arrays, maps and strings with maxItems, "
+                    "maxProperties and maxLength for clusters that check it")
+
+
+def _first_rule_path(node: Any, path: Path) -> Path | None:
+    """The path of the first schema node with `x-kubernetes-validations` under `node`."""
+    if not isinstance(node, Mapping):
+        return None
+    if _l(node, "x-kubernetes-validations"):
+        return path.child("x-kubernetes-validations")
+    for key in ("properties", "patternProperties", "definitions", "dependencies"):
+        for name, child in _d(node, key).items():
+            found = _first_rule_path(child, path.child(key).key(str(name)))
+            if found is not None:
+                return found
+    for key in ("items", "additionalProperties", "not"):
+        found = _first_rule_path(node.get(key), path.child(key))
+        if found is not None:
+            return found
+    for key in ("allOf", "anyOf", "oneOf"):
+        for i, child in enumerate(_l(node, key)):
+            found = _first_rule_path(child, path.child(key).index(i))
+            if found is not None:
+                return found
+    return None
+
+
+def cel_cost_warnings(crd: Obj, old: Obj | None) -> list[str]:
+    """A `Warning` for a CRD whose schema has CEL rules (on create, and on an update that
+    changes its spec): ephemera runs them without upstream's cost estimate or cost limit,
+    which cel-python does not offer."""
+    spec = _d(crd, "spec")
+    if old is not None and spec == _d(old, "spec"):
+        return []
+    for i, version in enumerate(versions(crd)):
+        schema = _d(_d(version, "schema"), "openAPIV3Schema")
+        path = Path("spec").child("versions").index(i).child("schema").child("openAPIV3Schema")
+        found = _first_rule_path(schema, path)
+        if found is not None:
+            return [CEL_COST_WARNING.format(path=found)]
+    return []
