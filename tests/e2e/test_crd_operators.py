@@ -624,26 +624,37 @@ def _paused(operator: Operator, step: str, claim: str) -> bool:
 
 def test_warm_pool_operator_and_kubelet_killed_mid_bind_and_mid_release(
         pool_of_five: Pool) -> None:
-    """The operator SIGKILLed once it has taken a pod and swapped the claim's Secret in but
-    before the claim's status says so (and the kubelet SIGKILLed meanwhile, its live mount
-    in flight); started again, it finishes that bind on the same pod. Then SIGKILLed once a
+    """The operator SIGKILLed once it has taken a pod for a claim, and again (started with
+    the next pause) once it has swapped the claim's Secret in but before the claim's status
+    says so (and the kubelet SIGKILLed meanwhile, its live mount in flight); started again,
+    it finishes that bind on the pod it took first. Then SIGKILLed once a
     release has swapped the Secret out but before the pod is free again; started again, it
     finishes the release: no pod bound twice, no Secret left in any pod. A claim created while
     the operator is down is bound when it is back."""
     pool, operator = pool_of_five, pool_of_five.operator
     operator.stop(signal.SIGKILL)
-    operator.start(pause_at="swapped")
+    operator.start(pause_at="labelled")
     name = "killed"
+
+    async def taken_by(claims: Claims, uid: str) -> list[str]:
+        return [p["metadata"]["name"] for p in await claims.pods()
+                if (p["metadata"].get("labels") or {}).get(CLAIM_LABEL) == uid]
+
+    async def paused(step: str) -> None:
+        deadline = time.monotonic() + 60
+        while not _paused(operator, step, name):
+            assert time.monotonic() < deadline, operator.log.read_text()[-3000:]
+            await asyncio.sleep(0.05)
 
     async def bind(claims: Claims) -> None:
         uid = await claims.create(name)
-        deadline = time.monotonic() + 60
-        while not _paused(operator, "swapped", name):
-            assert time.monotonic() < deadline, operator.log.read_text()[-3000:]
-            await asyncio.sleep(0.05)
-        taken = [p for p in await claims.pods()
-                 if (p["metadata"].get("labels") or {}).get(CLAIM_LABEL) == uid]
+        await paused("labelled")  # a pod taken, nothing mounted in it yet
+        taken = await taken_by(claims, uid)
         assert len(taken) == 1
+        operator.stop(signal.SIGKILL)
+        operator.start(pause_at="swapped")  # it goes on with the pod it had taken
+        await paused("swapped")  # the Secret swapped in, the claim's status not written
+        assert await taken_by(claims, uid) == taken
         claim = await claims.api.get(claims._claim(name))
         assert "podName" not in (claim.get("status") or {})
         await asyncio.to_thread(kill_kubelet, pool.k.cluster)
@@ -651,7 +662,7 @@ def test_warm_pool_operator_and_kubelet_killed_mid_bind_and_mid_release(
         later = await claims.create("while-down")  # bound once the operator is back
         operator.start()
         claim = await claims.ready(name, timeout=90)
-        assert claim["status"]["podName"] == taken[0]["metadata"]["name"]
+        assert [claim["status"]["podName"]] == taken
         await claims.ready("while-down")
         await claims.check_only_in_its_pod({name: uid, "while-down": later})
         await claims.release("while-down")
@@ -663,10 +674,7 @@ def test_warm_pool_operator_and_kubelet_killed_mid_bind_and_mid_release(
     async def release(claims: Claims) -> None:
         claim = await claims.api.get(claims._claim(name))
         await claims.api.delete(claims._claim(name))
-        deadline = time.monotonic() + 60
-        while not _paused(operator, "unswapped", name):
-            assert time.monotonic() < deadline, operator.log.read_text()[-3000:]
-            await asyncio.sleep(0.05)
+        await paused("unswapped")
         operator.stop(signal.SIGKILL)
         pod = await claims.api.get(resource_path("pods", claims.ns, claim["status"]["podName"]))
         assert pod["metadata"]["labels"][CLAIM_LABEL] == claim["metadata"]["uid"]
