@@ -626,8 +626,8 @@ def test_warm_pool_operator_and_kubelet_killed_mid_bind_and_mid_release(
         pool_of_five: Pool) -> None:
     """The operator SIGKILLed once it has taken a pod for a claim, and again (started with
     the next pause) once it has swapped the claim's Secret in but before the claim's status
-    says so (and the kubelet SIGKILLed meanwhile, its live mount in flight); started again,
-    it finishes that bind on the pod it took first. Then SIGKILLed once a
+    says so (and the kubelet, frozen meanwhile, SIGKILLed before it mounted the Secret);
+    started again, it finishes that bind on the pod it took first. Then SIGKILLed once a
     release has swapped the Secret out but before the pod is free again; started again, it
     finishes the release: no pod bound twice, no Secret left in any pod. A claim created while
     the operator is down is bound when it is back."""
@@ -652,11 +652,21 @@ def test_warm_pool_operator_and_kubelet_killed_mid_bind_and_mid_release(
         taken = await taken_by(claims, uid)
         assert len(taken) == 1
         operator.stop(signal.SIGKILL)
-        operator.start(pause_at="swapped")  # it goes on with the pod it had taken
-        await paused("swapped")  # the Secret swapped in, the claim's status not written
-        assert await taken_by(claims, uid) == taken
-        claim = await claims.api.get(claims._claim(name))
-        assert "podName" not in (claim.get("status") or {})
+        # the kubelet frozen, so that it is killed before it has mounted the Secret
+        kubelet = pool.k.cluster.pid_of("kubelet")
+        os.kill(kubelet, signal.SIGSTOP)
+        try:
+            operator.start(pause_at="swapped")  # it goes on with the pod it had taken
+            await paused("swapped")  # the Secret swapped in, the claim's status not written
+            assert await taken_by(claims, uid) == taken
+            claim = await claims.api.get(claims._claim(name))
+            assert "podName" not in (claim.get("status") or {})
+            pod = await claims.api.get(resource_path("pods", claims.ns, taken[0]))
+            assert any(v["name"] == "claim-secret" for v in pod["spec"]["volumes"])
+            assert _token_inside(pool.k.cluster, pod) is None  # not mounted yet
+        except BaseException:
+            os.kill(kubelet, signal.SIGCONT)  # the rest of the module needs its node
+            raise
         await asyncio.to_thread(kill_kubelet, pool.k.cluster)
         operator.stop(signal.SIGKILL)
         later = await claims.create("while-down")  # bound once the operator is back
