@@ -557,7 +557,7 @@ def test_warm_pool_claims_bind_live_queue_and_recycle(pool_of_five: Pool) -> Non
          "c3 queued", k.cluster)
     pending = k.json("get", "claim", "c3")["status"]
     assert pending["conditions"][0]["reason"] == "NoPodAvailable"
-    k("scale", "warmpool", "pool", f"--replicas={POOL_SIZE}")
+    k("scale", "warmpool", "pool", "--replicas=1")  # one new pod, not five
     c3 = wait(lambda: _bound(k, "c3"), "c3 bound once the pool refilled", k.cluster,
               timeout=120)
     pod3 = c3["status"]["podName"]
@@ -575,6 +575,7 @@ def test_warm_pool_claims_bind_live_queue_and_recycle(pool_of_five: Pool) -> Non
     assert any(e["reason"] == "Bound" for e in events)
     k("delete", "claims", "c2", "c3", "--timeout=60s")
     assert _bound_pods(k) == {}
+    k("scale", "warmpool", "pool", f"--replicas={POOL_SIZE}")
     wait(lambda: (k.json("get", "warmpool", "pool").get("status") or {}).get(
         "available") == POOL_SIZE, "the pool refilled", k.cluster, timeout=120)
 
