@@ -647,7 +647,7 @@ def test_warm_pool_operator_and_kubelet_killed_mid_bind_and_mid_release(
             assert time.monotonic() < deadline, operator.log.read_text()[-3000:]
             await asyncio.sleep(0.05)
 
-    async def bind(claims: Claims) -> None:
+    async def scenario(claims: Claims) -> None:
         uid = await claims.create(name)
         await paused("labelled")  # a pod taken, nothing mounted in it yet
         taken = await taken_by(claims, uid)
@@ -671,29 +671,22 @@ def test_warm_pool_operator_and_kubelet_killed_mid_bind_and_mid_release(
         await asyncio.to_thread(kill_kubelet, pool.k.cluster)
         operator.stop(signal.SIGKILL)
         later = await claims.create("while-down")  # bound once the operator is back
-        operator.start()
+        operator.start(pause_at="unswapped")  # binds go through; releases pause
         claim = await claims.ready(name, timeout=90)
         assert [claim["status"]["podName"]] == taken
         await claims.ready("while-down")
         await claims.check_only_in_its_pod({name: uid, "while-down": later})
-        await claims.release("while-down")
 
-    _in_pool(pool, bind)
-    operator.stop(signal.SIGKILL)
-    operator.start(pause_at="unswapped")
-
-    async def release(claims: Claims) -> None:
-        claim = await claims.api.get(claims._claim(name))
         await claims.api.delete(claims._claim(name))
         await paused("unswapped")
         operator.stop(signal.SIGKILL)
-        pod = await claims.api.get(resource_path("pods", claims.ns, claim["status"]["podName"]))
-        assert pod["metadata"]["labels"][CLAIM_LABEL] == claim["metadata"]["uid"]
+        pod = await claims.api.get(resource_path("pods", claims.ns, taken[0]))
+        assert pod["metadata"]["labels"][CLAIM_LABEL] == uid
         assert _token_inside(pool.k.cluster, pod) is None  # swapped out, not yet free
         operator.start()
         await claims.release(name)
-        await claims.check_released(claim["status"]["podName"], claim["metadata"]["uid"],
-                                    name)
+        await claims.check_released(taken[0], uid, name)
+        await claims.release("while-down")
         await claims.check_only_in_its_pod({})
 
-    _in_pool(pool, release)
+    _in_pool(pool, scenario)
