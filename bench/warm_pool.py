@@ -25,7 +25,8 @@ Then, after W warm-up rounds that are not counted, N rounds (default 50), each:
   free again on the pods' watch, and checks that the token is gone from the container.
 - **cold start**: POST a Secret, then a pod of the pool's template (without the pool's
   label and policy) mounting it read-only at the path the operator uses; timed from the
-  Secret's POST until the pods' watch shows the pod Running with its container started.
+  Secret's POST until the pods' watch shows the pod Running with its container started and
+  its `Ready` condition True.
   Then, untimed, the token is read inside the container the same way, and the pod is
   deleted and waited out.
 
@@ -35,7 +36,7 @@ responses, the pod taking the claim's label (the operator picked it), the claim'
 volume in the pod's spec (the operator's PUT of `pods/NAME/dynamic`), the pod's status
 reporting the claim's mount in its container (the kubelet mounted it live), the Claim
 `Ready` (the operator saw the mount and patched the status); a cold start's Secret and Pod
-responses, the bind (`spec.nodeName`), Running. The operator's own measure,
+responses, the bind (`spec.nodeName`), Ready. The operator's own measure,
 `status.bindMilliseconds` (from its first attempt to the mounts live), is reported too.
 
 Results go to stdout as Markdown (p50, p95, p99, the ratios), progress to stderr, and with
@@ -113,12 +114,12 @@ SECRET_DIR = "/var/run/claim/secret"  # the operator's default mountPath + /secr
 SECRET_VOLUME = "claim-secret"
 
 READY_TIMEOUT = 120.0  # the node Ready, the CRDs Established, the pool filled
-WAIT_TIMEOUT = 60.0  # one claim Ready, one pod Running or gone
+WAIT_TIMEOUT = 60.0  # one claim Ready, one pod Ready or gone
 STOP_TIMEOUT = 20.0
 
 CLAIM = "warm pool claim"
 COLD = "cold start"
-END = "ready"  # the last milestone of both: the claim Ready, the cold pod Running
+END = "ready"  # the last milestone of both: the claim Ready, the cold pod Ready
 
 CLAIM_STEPS = [("sent", ""), ("secret_created", "apiserver: POST Secret (→ 201)"),
                ("claim_created", "apiserver: POST Claim (→ 201)"),
@@ -133,7 +134,7 @@ CLAIM_STEPS = [("sent", ""), ("secret_created", "apiserver: POST Secret (→ 201
 COLD_STEPS = [("sent", ""), ("secret_created", "apiserver: POST Secret (→ 201)"),
               ("pod_created", "apiserver: POST Pod (→ 201)"),
               ("scheduled", "scheduler: bind (→ nodeName on the watch)"),
-              (END, "kubelet: admit, volumes, sandbox, container (→ Running on the watch)")]
+              (END, "kubelet: admit, volumes, sandbox, container (→ Ready on the watch)")]
 
 now = time.time  # one clock for every milestone
 
@@ -196,6 +197,13 @@ def running(pod: dict[str, Any]) -> bool:
     containers = status.get("containerStatuses") or []
     return bool(containers) and all("running" in (c.get("state") or {}) and c.get("started")
                                     for c in containers)
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """Running (as above) and its `Ready` condition True: what a claim's pod is."""
+    return running(pod) and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def claim_label(pod: dict[str, Any]) -> str:
@@ -549,7 +557,7 @@ class Rounds:
         return record, float(bound["status"].get("bindMilliseconds", math.nan))
 
     async def cold(self) -> Record:
-        """One cold start, timed until Running; checked and deleted (untimed)."""
+        """One cold start, timed until the pod is Ready; checked and deleted (untimed)."""
         self.index += 1
         name, token = f"cold-{self.index}", f"cold-{self.index}-{secrets.token_hex(8)}"
         record = Record(name)
@@ -562,7 +570,7 @@ class Rounds:
         (_, marks["scheduled"]), (pod, marks[END]) = await asyncio.gather(
             self.pods.wait(named(name, lambda p: bool((p.get("spec") or {}).get("nodeName"))),
                            f"pod {name} scheduled"),
-            self.pods.wait(named(name, running), f"pod {name} Running"))
+            self.pods.wait(named(name, pod_ready), f"pod {name} Ready"))
         got = await asyncio.to_thread(read_secret, self.kubelet_dir, pod)
         if got != token:
             raise BenchError(f"{name}: {SECRET_DIR}/token reads {got!r}, not {token!r}")
@@ -643,7 +651,7 @@ def step_rows(run: Run, steps: Sequence[tuple[str, str]]) -> list[list[str]]:
 def results_table(runs: Sequence[Run]) -> str:
     what = {CLAIM: "POST Secret, POST Claim → Ready on the Claim's watch (Secret readable "
                    "in the pod)",
-            COLD: "POST Secret, POST Pod mounting it → Running on the watch (Secret "
+            COLD: "POST Secret, POST Pod mounting it → Ready on the watch (Secret "
                   "readable in the pod)"}
     rows = []
     for run in runs:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
+import sys
 import time
 from typing import Any
 
@@ -41,7 +43,22 @@ NOT_REQUIRED = {"restartPolicy": "NotRequired"}
 ACTUATION_TIMEOUT = 60.0
 POLL = 0.05
 
+# Test hook (see README.md, "Test hook"): WARM_POOL_PAUSE_AT=STEP makes the operator stop at
+# that named step of a bind or a release, say so on stderr and wait there until it is killed.
+PAUSE_AT = os.environ.get("WARM_POOL_PAUSE_AT", "")
+STEPS = ("labelled", "swapped", "unswapped")
+if PAUSE_AT not in ("", *STEPS):
+    raise SystemExit(f"WARM_POOL_PAUSE_AT={PAUSE_AT}: not one of {', '.join(STEPS)}")
+
 _api: ApiClient | None = None
+
+
+async def _step(step: str, claim: str) -> None:
+    """A named step of a bind or a release: where the test hook pauses."""
+    if step == PAUSE_AT:
+        print(f"warm-pool test hook: paused at {step} for claim {claim}", file=sys.stderr,
+              flush=True)
+        await asyncio.Event().wait()
 
 
 def api() -> ApiClient:
@@ -176,7 +193,7 @@ async def _label(namespace: str, pod: dict[str, Any], claim_uid: str | None) -> 
 
 
 async def _release(namespace: str, pod: dict[str, Any], policy: str,
-                   logger: Any) -> None:
+                   logger: Any, claim: str = "") -> None:
     """Swap a bound pod's claim volumes out and return it to the pool, or delete it."""
     name = pod["metadata"]["name"]
     if policy == "Replace":
@@ -189,6 +206,7 @@ async def _release(namespace: str, pod: dict[str, Any], policy: str,
         return
     await _set_claim_volumes(namespace, name, None)
     fresh = await _wait_actuated(namespace, name, set())
+    await _step("unswapped", claim)
     while not await _label(namespace, fresh, None):
         fresh = await api().get(_pods_path(namespace, name))
     logger.info(f"released pod {name}: back in the pool")
@@ -226,7 +244,7 @@ async def reconcile_pool(body: Any, namespace: str, name: str, logger: Any, **_:
     for pod in bound:
         if _labels(pod)[CLAIM_LABEL] not in live:  # a claim deleted while we were away
             await _release(namespace, pod, str(spec.get("releasePolicy") or "Recycle"),
-                           logger)
+                           logger, _labels(pod)[CLAIM_LABEL])
     wanted = int(spec.get("replicas") or 0)
     for _ in range(wanted - len(free)):
         await api().create(_pods_path(namespace), _pool_pod(pool))
@@ -297,7 +315,9 @@ async def bind(body: Any, namespace: str, name: str, uid: str, logger: Any,
                                 "message": f"no ready pod in pool {pool}; queued"}]})
         raise kopf.TemporaryError(f"no ready pod in pool {pool}", delay=0.2)
     pod_name = pod["metadata"]["name"]
+    await _step("labelled", name)
     wanted = await _set_claim_volumes(namespace, pod_name, claim)
+    await _step("swapped", name)
     live = await _wait_actuated(namespace, pod_name, wanted)
     took = runtime.total_seconds() + (time.monotonic() - started)
     await _claim_status(namespace, name, {
@@ -311,7 +331,8 @@ async def bind(body: Any, namespace: str, name: str, uid: str, logger: Any,
 
 
 @kopf.on.delete(GROUP, VERSION, "claims")
-async def release(body: Any, namespace: str, uid: str, logger: Any, **_: Any) -> None:
+async def release(body: Any, namespace: str, name: str, uid: str, logger: Any,
+                  **_: Any) -> None:
     pool_name = body["spec"]["poolName"]
     try:
         pool = await api().get(resource_path("warmpools", namespace, pool_name, group=GROUP,
@@ -323,4 +344,4 @@ async def release(body: Any, namespace: str, uid: str, logger: Any, **_: Any) ->
         policy = "Replace"  # no pool to return the pod to
     for pod in await _pool_pods(namespace, pool_name):
         if _labels(pod).get(CLAIM_LABEL) == uid:
-            await _release(namespace, pod, policy, logger)
+            await _release(namespace, pod, policy, logger, name)

@@ -31,7 +31,7 @@ COLD_STEPS = [
     "apiserver: POST Secret (→ 201)",
     "apiserver: POST Pod (→ 201)",
     "scheduler: bind (→ nodeName on the watch)",
-    "kubelet: admit, volumes, sandbox, container (→ Running on the watch)",
+    "kubelet: admit, volumes, sandbox, container (→ Ready on the watch)",
     "total",
 ]
 

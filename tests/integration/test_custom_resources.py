@@ -407,3 +407,31 @@ async def test_a_body_of_another_version_or_kind_is_refused_as_upstream(api: Api
     assert (status, body["message"]) == (422, (
         'SomethingElse.stable.example.com "k" is invalid: kind: Invalid value: '
         '"SomethingElse": must be CronTab'))
+
+
+async def test_cel_cost_far_over_budget_is_refused_and_rules_warn_that_cost_is_unlimited(
+        api: Api) -> None:
+    quadratic = crd()
+    spec = quadratic["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["tags"] = {"type": "array", "items": {"type": "string"}}
+    spec["x-kubernetes-validations"].append(
+        {"rule": "self.tags.all(a, self.tags.exists_one(b, a == b))"})
+    status, body, _ = await api.request("POST", CRDS, quadratic)
+    assert status == 422
+    assert body["details"]["causes"] == [{
+        "reason": "FieldValueForbidden",
+        "field": "spec.versions[0].schema.openAPIV3Schema.properties[spec]"
+                 ".x-kubernetes-validations[2].rule",
+        "message": "Forbidden: estimated rule cost exceeds budget by factor of more than 100x "
+                   "(try simplifying the rule, or adding maxItems, maxProperties, and maxLength "
+                   "where arrays, maps, and strings are declared)"}]
+    spec["properties"]["tags"]["maxItems"] = 100
+    status, body, response = await api.request("POST", CRDS, quadratic)
+    assert status == 201, body
+    warnings = response.headers.getall("Warning", [])
+    assert warnings == ['299 - "spec.versions[0].schema.openAPIV3Schema.properties[spec]'
+                        '.x-kubernetes-validations: this server checks only a lower bound of '
+                        'the estimated cost of x-kubernetes-validations rules and runs them '
+                        'without a cost limit (upstream refuses a rule whose estimated cost '
+                        'exceeds its budget); bound arrays, maps and strings with maxItems, '
+                        'maxProperties and maxLength"'], warnings

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ephemera.api import fieldvalidation, schema
+from ephemera.api.crd import celcost
 from ephemera.api.crd import definition as crddef
 from ephemera.api.crd import schema as crschema
 from ephemera.api.crd.naming import names_and_conditions, version_priority
@@ -294,3 +295,65 @@ def test_embedded_resources_need_apiversion_kind_and_valid_metadata() -> None:
     served = crschema.definition(root, "example.com", "v1", "Thing")
     template = served["properties"]["spec"]["properties"]["template"]
     assert template["properties"]["metadata"] == {"$ref": f"#/definitions/{crschema.OBJECT_META}"}
+
+
+def test_crd_with_cel_rules_warns_that_their_cost_is_not_limited() -> None:
+    plain = crd()
+    assert crddef.cel_cost_warnings(plain, None) == []
+    ruled = crd()
+    spec = ruled["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["tags"]["items"]["x-kubernetes-validations"] = [
+        {"rule": "self.size() < 10"}]
+    assert crddef.cel_cost_warnings(ruled, None) == [crddef.CEL_COST_WARNING.format(
+        path="spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[tags]"
+             ".items.x-kubernetes-validations")]
+    assert crddef.cel_cost_warnings(ruled, copy.deepcopy(ruled)) == []  # spec unchanged
+    assert len(crddef.cel_cost_warnings(ruled, plain)) == 1
+
+
+def _ruled(rule: str, where: tuple[str, ...], **extra: Any) -> dict[str, Any]:
+    """A CRD whose schema node at `where` (keys from the root) has `rule`, and `extra`."""
+    body = crd()
+    node = body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for key in where:
+        node = node[key]
+    node.update(extra)
+    node["x-kubernetes-validations"] = [{"rule": rule}]
+    return body
+
+
+COST_PREFIX = "spec.versions[0].schema.openAPIV3Schema.properties[spec]"
+
+
+def test_cel_rules_far_over_upstreams_estimated_cost_are_refused() -> None:
+    spec = ("properties", "spec")
+    nested = "self.tags.all(x, self.tags.exists(y, x == y))"
+    # tags has maxItems 2 in ROOT: a nested walk over it is cheap
+    assert crd_messages(_ruled(nested, spec)) == []
+    unbounded = _ruled(nested, spec)
+    del unbounded["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"]["tags"]["maxItems"]
+    assert crd_messages(unbounded) == [
+        f"{COST_PREFIX}.x-kubernetes-validations[0].rule: Forbidden: estimated rule cost "
+        "exceeds budget by factor of more than 100x (try simplifying the rule, or adding "
+        "maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"]
+    # `in` over an unbounded map's values walks them: with a walk of the labels around it
+    assert len(crd_messages(_ruled("self.labels.all(k, self.labels[k] in self.tags)", spec))
+               ) == 0  # tags is bounded
+    assert len(crd_messages(_ruled("self.labels.all(k, self.labels.exists(j, j == k))",
+                                   spec))) == 1
+    # one walk of an unbounded list, on a node that occurs once: accepted
+    assert crd_messages(_ruled("self.labels.all(k, k != 'x')", spec)) == []
+    # the same walk on every item of an unbounded list (its cardinality): refused
+    items_rule = _ruled("self.ports.all(p, p > 0)", spec)
+    node = items_rule["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rule = node.pop("x-kubernetes-validations")
+    node["properties"]["backends"] = {"type": "array", "items": {
+        "type": "object", "x-kubernetes-validations": rule, "properties": {
+            "ports": {"type": "array", "items": {"type": "integer"}}}}}
+    assert crd_messages(items_rule) == [
+        f"{COST_PREFIX}.properties[backends].items.x-kubernetes-validations[0].rule: "
+        "Forbidden: " + celcost.COST_MESSAGE]
+    node["properties"]["backends"]["maxItems"] = 16
+    node["properties"]["backends"]["items"]["properties"]["ports"]["maxItems"] = 64
+    assert crd_messages(items_rule) == []

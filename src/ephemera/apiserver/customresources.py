@@ -99,6 +99,10 @@ class CRDStrategy(Strategy):
             return crddef.validate_status_update(new, old)
         return crddef.validate_update(new, old)
 
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        return [] if subresource else crddef.cel_cost_warnings(new, old)
+
     def before_delete(self, obj: dict[str, Any], requested: int | None) -> DeleteOutcome:
         """Deleting a CRD first deletes its objects: the cleanup finalizer holds it (set
         here, as upstream's CRD storage sets it) until `CustomResources` has."""

@@ -9,8 +9,9 @@ of the rule's `reason` (default `FieldValueInvalid`).
 
 cel-python has the standard CEL functions; `ephemera.api.crd.cellib` adds the most used
 of Kubernetes' libraries. A rule that calls a function neither has is not enforced: its
-evaluation raises `Unsupported`, which the caller reports as a warning. There is no static
-cost estimate; rules are evaluated without a cost limit (the README lists both).
+evaluation raises `Unsupported`, which the caller reports as a warning. Of upstream's static
+cost estimate only a lower bound is checked (`celcost`); rules are evaluated without a cost
+limit (the README says so).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class CompileError(Exception):
 class Compiled:
     program: Any
     transition: bool
+    tree: Any = None  # celpy's parse tree (lark), for the cost bound of `celcost`
 
 
 @lru_cache(maxsize=1)
@@ -73,7 +75,7 @@ def compile_rule(text: str) -> Compiled:
         raise CompileError(_one_line(str(err))) from None
     except Exception:  # celpy failed building the program: no Python text to the client
         raise CompileError("compilation failed") from None
-    return Compiled(program, bool(_OLD_SELF.search(text)))
+    return Compiled(program, bool(_OLD_SELF.search(text)), ast)
 
 
 def _one_line(text: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ephemera.api import conditions, field, meta
-from ephemera.api.crd import cel
+from ephemera.api.crd import cel, celcost
 from ephemera.api.crd import schema as crschema
 from ephemera.api.field import FieldError, Path
 from ephemera.api.validation import (
@@ -363,7 +363,9 @@ def validate_structural(root: Obj, path: Path) -> list[FieldError]:
 
 
 def _walk_structural(node: Obj, path: Path, errs: list[FieldError], *, root: bool = False,
-                     items: bool = False) -> None:
+                     items: bool = False, cardinality: int | None = 1) -> None:
+    """`cardinality`: how many times `node` can occur in one object (None: under an
+    unbounded list or map), for the CEL rules' cost (`celcost`)."""
     int_or_string = node.get("x-kubernetes-int-or-string") is True
     preserve = node.get("x-kubernetes-preserve-unknown-fields")
     type_ = node.get("type")
@@ -432,9 +434,13 @@ def _walk_structural(node: Obj, path: Path, errs: list[FieldError], *, root: boo
             errs.append(field.required(rpath.child("rule")))
             continue
         try:
-            cel.compile_rule(text)
+            compiled = cel.compile_rule(text)
         except cel.CompileError as err:
             errs.append(field.invalid(rpath.child("rule"), text, f"compilation failed: {err}"))
+        else:
+            if celcost.exceeds_hundredfold(compiled.tree, node,
+                                           celcost.cardinality_of(node, cardinality)):
+                errs.append(field.forbidden(rpath.child("rule"), celcost.COST_MESSAGE))
         expression = _s(rule, "messageExpression")
         if expression:
             try:
@@ -455,12 +461,15 @@ def _walk_structural(node: Obj, path: Path, errs: list[FieldError], *, root: boo
                     for e in crschema.validate(value, node))
     for name, sub in props.items():
         if isinstance(sub, dict):
-            _walk_structural(sub, path.child("properties").key(name), errs)
+            _walk_structural(sub, path.child("properties").key(name), errs,
+                             cardinality=cardinality)
     if isinstance(extra, dict):
-        _walk_structural(extra, path.child("additionalProperties"), errs)
+        _walk_structural(extra, path.child("additionalProperties"), errs,
+                         cardinality=celcost.child_cardinality(node, cardinality))
     item_node = node.get("items")
     if isinstance(item_node, dict):
-        _walk_structural(item_node, path.child("items"), errs, items=True)
+        _walk_structural(item_node, path.child("items"), errs, items=True,
+                         cardinality=celcost.child_cardinality(node, cardinality))
     for combinator in ("allOf", "anyOf", "oneOf"):
         for i, sub in enumerate(_l(node, combinator)):
             if isinstance(sub, dict):
@@ -474,3 +483,50 @@ def _walk_value_only(node: Obj, path: Path, errs: list[FieldError]) -> None:
                 "fields", "x-kubernetes-embedded-resource"):
         if key in node:
             errs.append(field.forbidden(path.child(key), "must be undefined to be structural"))
+
+
+# --- what is accepted but not enforced as upstream enforces it -------------------------------
+
+CEL_COST_WARNING = ("{path}: this server checks only a lower bound of the estimated cost of "
+                    "x-kubernetes-validations rules and runs them without a cost limit "
+                    "(upstream refuses a rule whose estimated cost exceeds its budget); bound "
+                    "arrays, maps and strings with maxItems, maxProperties and maxLength")
+
+
+def _first_rule_path(node: Any, path: Path) -> Path | None:
+    """The path of the first schema node with `x-kubernetes-validations` under `node`."""
+    if not isinstance(node, Mapping):
+        return None
+    if _l(node, "x-kubernetes-validations"):
+        return path.child("x-kubernetes-validations")
+    for key in ("properties", "patternProperties", "definitions", "dependencies"):
+        for name, child in _d(node, key).items():
+            found = _first_rule_path(child, path.child(key).key(str(name)))
+            if found is not None:
+                return found
+    for key in ("items", "additionalProperties", "not"):
+        found = _first_rule_path(node.get(key), path.child(key))
+        if found is not None:
+            return found
+    for key in ("allOf", "anyOf", "oneOf"):
+        for i, child in enumerate(_l(node, key)):
+            found = _first_rule_path(child, path.child(key).index(i))
+            if found is not None:
+                return found
+    return None
+
+
+def cel_cost_warnings(crd: Obj, old: Obj | None) -> list[str]:
+    """A `Warning` for a CRD whose schema has CEL rules (on create, and on an update that
+    changes its spec): of upstream's cost checks ephemera has only a lower bound of the
+    estimate (`celcost`) and no runtime limit, which cel-python does not offer."""
+    spec = _d(crd, "spec")
+    if old is not None and spec == _d(old, "spec"):
+        return []
+    for i, version in enumerate(versions(crd)):
+        schema = _d(_d(version, "schema"), "openAPIV3Schema")
+        path = Path("spec").child("versions").index(i).child("schema").child("openAPIV3Schema")
+        found = _first_rule_path(schema, path)
+        if found is not None:
+            return [CEL_COST_WARNING.format(path=found)]
+    return []
