@@ -57,6 +57,7 @@ ROOTS += ["io.k8s.api.apps.v1." + k
           for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision")]
 ROOTS += [CORE + "ReplicationController", "io.k8s.api.autoscaling.v1.Scale"]
 ROOTS += ["io.k8s.api.batch.v1." + k for k in ("Job", "CronJob")]
+ROOTS += ["io.k8s.api.storage.v1.CSIStorageCapacity"]
 ROOTS += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1." + k
           for k in ("CustomResourceDefinition", "CustomResourceDefinitionList")]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
@@ -563,6 +564,13 @@ DESCRIPTIONS: dict[str, str] = {
     "CronJobSpec.concurrencyPolicy": "Allow, Forbid or Replace runs that would overlap.",
     "CronJobSpec.suspend": "While true, no new jobs are started.",
     "CronJobSpec.jobTemplate": "The job to start on each run.",
+    "CSIStorageCapacity": "How much storage a CSI driver reports free for one storage class "
+                          "in one part of the cluster (stored as data in ephemera).",
+    "CSIStorageCapacity.storageClassName": "The storage class this capacity is for.",
+    "CSIStorageCapacity.nodeTopology": "The nodes that reach this storage, by their labels.",
+    "CSIStorageCapacity.capacity": "The free space the driver reported.",
+    "CSIStorageCapacity.maximumVolumeSize": "The largest volume the driver can make there.",
+    "CSIStorageCapacityList": "A list of CSI storage capacities.",
 }
 # Fields every kind root has.
 _COMMON_ROOT_FIELDS = {"apiVersion": _API_VERSION, "kind": _KIND, "metadata": _METADATA}

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
-from ephemera.api import endpoints, errors, field, meta, services
+from ephemera.api import endpoints, errors, field, meta, services, storagecapacity
 from ephemera.api import validation as meta_validation
 from ephemera.api.deletion import GCPolicy
 from ephemera.api.featuregates import FeatureGates
@@ -584,6 +584,20 @@ class EndpointSliceStrategy(Strategy):
         return errs
 
 
+class CSIStorageCapacityStrategy(Strategy):
+    """CSIStorageCapacities: `ValidateCSIStorageCapacity` on create and update, immutable
+    `nodeTopology` and `storageClassName` (`ephemera.api.storagecapacity`)."""
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return storagecapacity.validate(obj)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = super().update_errors(new, old, subresource)
+        errs.extend(storagecapacity.validate_update(new, old))
+        return errs
+
+
 class CreateOnUpdateStrategy(Strategy):
     """Events and leases may be created by a PUT."""
 
@@ -855,6 +869,7 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "events"): EventStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("coordination.k8s.io", "leases"): CreateOnUpdateStrategy,
+    ("storage.k8s.io", "csistoragecapacities"): CSIStorageCapacityStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     **{(rbacapi.RBAC_GROUP, plural): RbacStrategy
        for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},

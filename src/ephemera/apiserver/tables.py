@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ephemera.api import labelselector
+from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.apiserver.accept import parse_accept
 from ephemera.apiserver.resources import Resource
 
@@ -475,6 +476,11 @@ LEASE_COLUMNS = [
     _col("Holder", "holderIdentity contains the identity of the holder of a current lease."),
     _age_col(),
 ]
+CSISTORAGECAPACITY_COLUMNS = [  # upstream prints no Age here
+    _name_col(),
+    _col("StorageClassName", "The storage class the capacity is for."),
+    _col("Capacity", "The free space the CSI driver reported."),
+]
 ROLEBINDING_COLUMNS = [
     _name_col(),
     _col("Role", "RoleRef can reference a Role in the current namespace or a ClusterRole in "
@@ -646,6 +652,17 @@ def _simple(*cells: Callable[[Obj, datetime], Any]) -> Callable[[Obj, datetime],
 
 def _name(obj: Obj, now: datetime) -> Any:
     return _d(obj, "metadata").get("name", "")
+
+
+def _capacity(obj: Obj, now: datetime) -> str:
+    """A CSIStorageCapacity's capacity in canonical form, `<unset>` without one."""
+    raw = obj.get("capacity")
+    if raw is None:
+        return "<unset>"
+    try:
+        return str(quantity_from_json(raw))
+    except (QuantityError, TypeError):
+        return str(raw)
 
 
 def _age(obj: Obj, now: datetime) -> str:
@@ -861,6 +878,8 @@ _PRINTERS = {
     ("apps", "controllerrevisions"): (CONTROLLERREVISION_COLUMNS, _controllerrevision_cells),
     ("batch", "jobs"): (JOB_COLUMNS, _job_cells),
     ("batch", "cronjobs"): (CRONJOB_COLUMNS, _cronjob_cells),
+    ("storage.k8s.io", "csistoragecapacities"): (CSISTORAGECAPACITY_COLUMNS, _simple(
+        _name, lambda o, n: o.get("storageClassName", ""), _capacity)),
 }
 _DEFAULT_PRINTER = (DEFAULT_COLUMNS, _simple(
     _name, lambda o, n: _created_at(_d(o, "metadata").get("creationTimestamp"))))
