@@ -740,6 +740,10 @@ class WorkloadStrategy(Strategy):
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return workloads.validate_workload_spec(self.resource.plural, obj, self.gates)
 
+    def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_status_update(new, old)
+        workloads.fill_status_zeros(self.resource.plural, new)
+
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         super().prepare_for_update(new, old)
         if self.resource.plural == workloads.CONTROLLERREVISIONS:
