@@ -247,7 +247,10 @@ def main() -> int:
     parser.add_argument("--kr8s-checkout", type=Path)
     parser.add_argument("--kr8s-python", type=Path)
     parser.add_argument("--timeout", default="120", help="pytest-timeout per test")
+    parser.add_argument("-k", dest="select", default="",
+                        help="run only the tests pytest's -k EXPR selects (in both suites)")
     args = parser.parse_args()
+    select = ["-k", args.select] if args.select else []
     ephemera = Path(sys.executable).with_name("ephemera")
     data_dir = args.data_dir.resolve()
     data_dir.mkdir(parents=True)
@@ -268,7 +271,7 @@ def main() -> int:
             run_suite("python client", [str(args.python_client), "-m", "pytest", "-p",
                                         "no:cacheprovider", "--pyargs",
                                         "kubernetes.e2e_test", "kubernetes.aio.e2e_test",
-                                        f"--timeout={args.timeout}", "-rfE"],
+                                        f"--timeout={args.timeout}", "-rfE", *select],
                       work, env, data_dir / "python-client.log")
         if args.kr8s_checkout and args.kr8s_python:
             shim = data_dir / "kr8s-shim"
@@ -288,7 +291,7 @@ def main() -> int:
             run_suite("kr8s", [str(args.kr8s_python), "-m", "pytest", "-p",
                                "keep_cluster_option", "-p", "no:cacheprovider", "-o",
                                "addopts=--keep-cluster", f"--timeout={args.timeout}",
-                               "-rfE", "kr8s/tests"],
+                               "-rfE", *select, "kr8s/tests"],
                       checkout, kr8s_env, data_dir / "kr8s.log")
     finally:
         cluster.send_signal(signal.SIGTERM)
