@@ -57,7 +57,7 @@ ROOTS += ["io.k8s.api.apps.v1." + k
           for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision")]
 ROOTS += [CORE + "ReplicationController", "io.k8s.api.autoscaling.v1.Scale"]
 ROOTS += ["io.k8s.api.batch.v1." + k for k in ("Job", "CronJob")]
-ROOTS += ["io.k8s.api.storage.v1.CSIStorageCapacity"]
+ROOTS += ["io.k8s.api.storage.v1.CSIStorageCapacity", "io.k8s.api.networking.v1.NetworkPolicy"]
 ROOTS += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1." + k
           for k in ("CustomResourceDefinition", "CustomResourceDefinitionList")]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
@@ -571,6 +571,15 @@ DESCRIPTIONS: dict[str, str] = {
     "CSIStorageCapacity.capacity": "The free space the driver reported.",
     "CSIStorageCapacity.maximumVolumeSize": "The largest volume the driver can make there.",
     "CSIStorageCapacityList": "A list of CSI storage capacities.",
+    "NetworkPolicy": "Which traffic the selected pods may receive and send (stored, not "
+                     "enforced, in ephemera).",
+    "NetworkPolicy.spec": "The pods selected and the traffic rules that apply to them.",
+    "NetworkPolicyList": "A list of network policies.",
+    "NetworkPolicySpec.podSelector": "The pods this policy applies to; empty selects all of "
+                                     "the namespace.",
+    "NetworkPolicySpec.ingress": "The traffic the selected pods may receive.",
+    "NetworkPolicySpec.egress": "The traffic the selected pods may send.",
+    "NetworkPolicySpec.policyTypes": "Which directions the policy restricts: Ingress, Egress.",
 }
 # Fields every kind root has.
 _COMMON_ROOT_FIELDS = {"apiVersion": _API_VERSION, "kind": _KIND, "metadata": _METADATA}

@@ -88,6 +88,7 @@ _apps_group, _apps = "apps", "io.k8s.api.apps.v1."
 _batch_group = "batch"
 _apiextensions_group = "apiextensions.k8s.io"
 _storage_group = "storage.k8s.io"
+_networking_group = "networking.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
@@ -167,6 +168,9 @@ RESOURCES: tuple[Resource, ...] = (
              short_names=("crd", "crds"), categories=("api-extensions",),
              subresources=("status",),
              storage_prefix=f"{_apiextensions_group}/customresourcedefinitions"),
+    # Stored and served, not enforced (a `Warning` on create says so).
+    Resource(_networking_group, "v1", "networkpolicies", "NetworkPolicy", True,
+             "io.k8s.api.networking.v1.NetworkPolicy", short_names=("netpol",)),
     # Stored and served as data: no CSI driver publishes capacity here, nothing reads it.
     Resource(_storage_group, "v1", "csistoragecapacities", "CSIStorageCapacity", True,
              "io.k8s.api.storage.v1.CSIStorageCapacity"),
@@ -180,6 +184,7 @@ GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io
                                                (_discovery_group, "v1"),
                                                (_apps_group, "v1"),
                                                (_batch_group, "v1"),
+                                               (_networking_group, "v1"),
                                                (_storage_group, "v1"),
                                                (_apiextensions_group, "v1"))
 

@@ -33,7 +33,15 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
-from ephemera.api import endpoints, errors, field, meta, services, storagecapacity
+from ephemera.api import (
+    endpoints,
+    errors,
+    field,
+    meta,
+    networkpolicy,
+    services,
+    storagecapacity,
+)
 from ephemera.api import validation as meta_validation
 from ephemera.api.deletion import GCPolicy
 from ephemera.api.featuregates import FeatureGates
@@ -598,6 +606,30 @@ class CSIStorageCapacityStrategy(Strategy):
         return errs
 
 
+class NetworkPolicyStrategy(Strategy):
+    """NetworkPolicies: v1 defaults, `ValidateNetworkPolicySpec` on create and update
+    (`ephemera.api.networkpolicy`), generation 1 on create and bumped when the spec changes,
+    and a `Warning` on create that ephemera does not enforce them."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        networkpolicy.default_network_policy(obj)
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        _md(obj)["generation"] = 1
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_update(new, old)
+        if new.get("spec") != old.get("spec"):
+            _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return networkpolicy.validate_network_policy(obj)
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        return [networkpolicy.WARNING] if old is None else []
+
+
 class CreateOnUpdateStrategy(Strategy):
     """Events and leases may be created by a PUT."""
 
@@ -874,6 +906,7 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "limitranges"): LimitRangeStrategy,
     ("coordination.k8s.io", "leases"): CreateOnUpdateStrategy,
     ("storage.k8s.io", "csistoragecapacities"): CSIStorageCapacityStrategy,
+    ("networking.k8s.io", "networkpolicies"): NetworkPolicyStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     **{(rbacapi.RBAC_GROUP, plural): RbacStrategy
        for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},

@@ -476,6 +476,11 @@ LEASE_COLUMNS = [
     _col("Holder", "holderIdentity contains the identity of the holder of a current lease."),
     _age_col(),
 ]
+NETWORKPOLICY_COLUMNS = [
+    _name_col(),
+    _col("Pod-Selector", "The pods the policy selects, as a label selector."),
+    _age_col(),
+]
 CSISTORAGECAPACITY_COLUMNS = [  # upstream prints no Age here
     _name_col(),
     _col("StorageClassName", "The storage class the capacity is for."),
@@ -878,6 +883,9 @@ _PRINTERS = {
     ("apps", "controllerrevisions"): (CONTROLLERREVISION_COLUMNS, _controllerrevision_cells),
     ("batch", "jobs"): (JOB_COLUMNS, _job_cells),
     ("batch", "cronjobs"): (CRONJOB_COLUMNS, _cronjob_cells),
+    ("networking.k8s.io", "networkpolicies"): (NETWORKPOLICY_COLUMNS, _simple(
+        _name, lambda o, n: labelselector.format_label_selector(_d(o, "spec").get("podSelector")),
+        _age)),
     ("storage.k8s.io", "csistoragecapacities"): (CSISTORAGECAPACITY_COLUMNS, _simple(
         _name, lambda o, n: o.get("storageClassName", ""), _capacity)),
 }
