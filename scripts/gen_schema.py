@@ -57,7 +57,8 @@ ROOTS += ["io.k8s.api.apps.v1." + k
           for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision")]
 ROOTS += [CORE + "ReplicationController", "io.k8s.api.autoscaling.v1.Scale"]
 ROOTS += ["io.k8s.api.batch.v1." + k for k in ("Job", "CronJob")]
-ROOTS += ["io.k8s.api.storage.v1.CSIStorageCapacity", "io.k8s.api.networking.v1.NetworkPolicy"]
+ROOTS += ["io.k8s.api.storage.v1.CSIStorageCapacity"]
+ROOTS += ["io.k8s.api.networking.v1." + k for k in ("NetworkPolicy", "Ingress")]
 ROOTS += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1." + k
           for k in ("CustomResourceDefinition", "CustomResourceDefinitionList")]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
@@ -579,6 +580,15 @@ DESCRIPTIONS: dict[str, str] = {
                                      "the namespace.",
     "NetworkPolicySpec.ingress": "The traffic the selected pods may receive.",
     "NetworkPolicySpec.egress": "The traffic the selected pods may send.",
+    "Ingress": "HTTP routes from outside the cluster to Services, by host and path (stored, "
+               "not routed, in ephemera: no ingress controller runs).",
+    "Ingress.spec": "The rules, default backend, TLS and class of the Ingress.",
+    "Ingress.status": "The addresses its controller reported.",
+    "IngressList": "A list of ingresses.",
+    "IngressSpec.rules": "Host and path rules, each sending matching requests to a backend.",
+    "IngressSpec.defaultBackend": "Where requests no rule matches go.",
+    "IngressSpec.tls": "The hosts served over TLS and the Secrets holding their certificates.",
+    "IngressSpec.ingressClassName": "The IngressClass whose controller implements it.",
     "NetworkPolicySpec.policyTypes": "Which directions the policy restricts: Ingress, Egress.",
 }
 # Fields every kind root has.

@@ -168,7 +168,11 @@ RESOURCES: tuple[Resource, ...] = (
              short_names=("crd", "crds"), categories=("api-extensions",),
              subresources=("status",),
              storage_prefix=f"{_apiextensions_group}/customresourcedefinitions"),
-    # Stored and served, not enforced (a `Warning` on create says so).
+    # Stored and served; no ingress controller routes them, nothing enforces the policies
+    # (a `Warning` on create says so).
+    Resource(_networking_group, "v1", "ingresses", "Ingress", True,
+             "io.k8s.api.networking.v1.Ingress", short_names=("ing",),
+             subresources=("status",)),
     Resource(_networking_group, "v1", "networkpolicies", "NetworkPolicy", True,
              "io.k8s.api.networking.v1.NetworkPolicy", short_names=("netpol",)),
     # Stored and served as data: no CSI driver publishes capacity here, nothing reads it.

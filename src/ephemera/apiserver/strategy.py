@@ -37,6 +37,7 @@ from ephemera.api import (
     endpoints,
     errors,
     field,
+    ingress,
     meta,
     networkpolicy,
     services,
@@ -606,6 +607,39 @@ class CSIStorageCapacityStrategy(Strategy):
         return errs
 
 
+class IngressStrategy(Strategy):
+    """Ingresses: an empty status and generation 1 on create, the generation bumped on a spec
+    change, `ValidateIngressCreate` / `ValidateIngressUpdate` / the status rules
+    (`ephemera.api.ingress`), and a `Warning` on create that no controller routes them."""
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["status"] = {"loadBalancer": {}}
+        _md(obj)["generation"] = 1
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_update(new, old)
+        if new.get("spec") != old.get("spec"):
+            _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
+
+    def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+        errs = super().create_errors(obj)
+        errs.extend(ingress.validate_ingress_create(obj))
+        return errs
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if subresource == "status":
+            errs.extend(ingress.validate_ingress_status(new))
+        elif not subresource:
+            errs.extend(ingress.validate_ingress_update(new, old))
+        return errs
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        return ingress.warnings_on_create(new) if old is None else []
+
+
 class NetworkPolicyStrategy(Strategy):
     """NetworkPolicies: v1 defaults, `ValidateNetworkPolicySpec` on create and update
     (`ephemera.api.networkpolicy`), generation 1 on create and bumped when the spec changes,
@@ -907,6 +941,7 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("coordination.k8s.io", "leases"): CreateOnUpdateStrategy,
     ("storage.k8s.io", "csistoragecapacities"): CSIStorageCapacityStrategy,
     ("networking.k8s.io", "networkpolicies"): NetworkPolicyStrategy,
+    ("networking.k8s.io", "ingresses"): IngressStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     **{(rbacapi.RBAC_GROUP, plural): RbacStrategy
        for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},
