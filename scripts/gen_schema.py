@@ -58,6 +58,7 @@ ROOTS += ["io.k8s.api.apps.v1." + k
 ROOTS += [CORE + "ReplicationController", "io.k8s.api.autoscaling.v1.Scale"]
 ROOTS += ["io.k8s.api.batch.v1." + k for k in ("Job", "CronJob")]
 ROOTS += ["io.k8s.api.storage.v1.CSIStorageCapacity"]
+ROOTS += ["io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService"]
 ROOTS += ["io.k8s.api.networking.v1." + k for k in ("NetworkPolicy", "Ingress")]
 ROOTS += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1." + k
           for k in ("CustomResourceDefinition", "CustomResourceDefinitionList")]
@@ -580,6 +581,11 @@ DESCRIPTIONS: dict[str, str] = {
                                      "the namespace.",
     "NetworkPolicySpec.ingress": "The traffic the selected pods may receive.",
     "NetworkPolicySpec.egress": "The traffic the selected pods may send.",
+    "APIService": "Registers a group and version served by another server behind this one "
+                  "(API aggregation; stored without effect in ephemera).",
+    "APIService.spec": "The group, version, priorities and the Service that serves them.",
+    "APIService.status": "Whether the API is available, as conditions.",
+    "APIServiceList": "A list of API services.",
     "Ingress": "HTTP routes from outside the cluster to Services, by host and path (stored, "
                "not routed, in ephemera: no ingress controller runs).",
     "Ingress.spec": "The rules, default backend, TLS and class of the Ingress.",

@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from ephemera.api import (
+    apiservice,
     endpoints,
     errors,
     field,
@@ -607,6 +608,38 @@ class CSIStorageCapacityStrategy(Strategy):
         return errs
 
 
+class APIServiceStrategy(Strategy):
+    """APIServices: the Service port default, an empty status on create, `ValidateAPIService`
+    (its name is `spec.version + "." + spec.group`) on create and update, the status rules
+    on `/status`, and a `Warning` on create that nothing aggregates them
+    (`ephemera.api.apiservice`)."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        apiservice.default_apiservice(obj)
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["status"] = {}
+
+    def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta(_md(obj), namespaced=False,
+                                                    name_fn=apiservice.name_rule(obj))
+        errs.extend(apiservice.validate_apiservice(obj))
+        return errs
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if subresource == "status":
+            errs.extend(apiservice.validate_apiservice_status(new))
+        elif not subresource:
+            errs.extend(self.create_errors(new))
+        return errs
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        return apiservice.warnings_on_create(new) if old is None else []
+
+
 class IngressStrategy(Strategy):
     """Ingresses: an empty status and generation 1 on create, the generation bumped on a spec
     change, `ValidateIngressCreate` / `ValidateIngressUpdate` / the status rules
@@ -942,6 +975,7 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("storage.k8s.io", "csistoragecapacities"): CSIStorageCapacityStrategy,
     ("networking.k8s.io", "networkpolicies"): NetworkPolicyStrategy,
     ("networking.k8s.io", "ingresses"): IngressStrategy,
+    ("apiregistration.k8s.io", "apiservices"): APIServiceStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     **{(rbacapi.RBAC_GROUP, plural): RbacStrategy
        for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from ephemera.api import ingress, labelselector
+from ephemera.api import apiservice, ingress, labelselector
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.apiserver.accept import parse_accept
 from ephemera.apiserver.resources import Resource
@@ -476,6 +476,12 @@ LEASE_COLUMNS = [
     _col("Holder", "holderIdentity contains the identity of the holder of a current lease."),
     _age_col(),
 ]
+APISERVICE_COLUMNS = [
+    _name_col(),
+    _col("Service", "The reference to the service that hosts the API endpoint."),
+    _col("Available", "Whether this service is available."),
+    _age_col(),
+]
 INGRESS_COLUMNS = [
     _name_col(),
     _col("Class", "The IngressClass the Ingress names."),
@@ -891,6 +897,8 @@ _PRINTERS = {
     ("apps", "controllerrevisions"): (CONTROLLERREVISION_COLUMNS, _controllerrevision_cells),
     ("batch", "jobs"): (JOB_COLUMNS, _job_cells),
     ("batch", "cronjobs"): (CRONJOB_COLUMNS, _cronjob_cells),
+    ("apiregistration.k8s.io", "apiservices"): (APISERVICE_COLUMNS, lambda o, n: [
+        _name(o, n), *apiservice.table_cells(o), _age(o, n)]),
     ("networking.k8s.io", "ingresses"): (INGRESS_COLUMNS, lambda o, n: [
         _name(o, n), *ingress.table_cells(o), _age(o, n)]),
     ("networking.k8s.io", "networkpolicies"): (NETWORKPOLICY_COLUMNS, _simple(
