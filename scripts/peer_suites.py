@@ -234,7 +234,7 @@ def start_cluster(ephemera: Path, data_dir: Path) -> subprocess.Popen[bytes]:
 
 def kind_system_pod(env: dict[str, str]) -> None:
     """A running pod in kube-system, where a kind cluster runs CoreDNS and its control plane
-    (ephemera's components are processes): 21 of kr8s' tests list pods across the cluster,
+    (ephemera's components are processes): 27 of kr8s' tests list pods across the cluster,
     or in kube-system, and expect one."""
     kubectl = ["kubectl", "-n", "kube-system"]
     subprocess.run([*kubectl, "run", "kind-system-stand-in",
