@@ -66,6 +66,8 @@ PACKAGES = {
     "k8s.io/api/apps/v1": "apps/v1",
     "k8s.io/api/autoscaling/v1": "autoscaling/v1",
     "k8s.io/api/batch/v1": "batch/v1",
+    "k8s.io/api/networking/v1": "networking.k8s.io/v1",
+    "k8s.io/api/storage/v1": "storage.k8s.io/v1",
 }
 
 META = "k8s.io.apimachinery.pkg.apis.meta.v1."

@@ -57,6 +57,9 @@ ROOTS += ["io.k8s.api.apps.v1." + k
           for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision")]
 ROOTS += [CORE + "ReplicationController", "io.k8s.api.autoscaling.v1.Scale"]
 ROOTS += ["io.k8s.api.batch.v1." + k for k in ("Job", "CronJob")]
+ROOTS += ["io.k8s.api.storage.v1.CSIStorageCapacity"]
+ROOTS += ["io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService"]
+ROOTS += ["io.k8s.api.networking.v1." + k for k in ("NetworkPolicy", "Ingress")]
 ROOTS += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1." + k
           for k in ("CustomResourceDefinition", "CustomResourceDefinitionList")]
 EXTRA = [META + k for k in ("Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch")]
@@ -563,6 +566,36 @@ DESCRIPTIONS: dict[str, str] = {
     "CronJobSpec.concurrencyPolicy": "Allow, Forbid or Replace runs that would overlap.",
     "CronJobSpec.suspend": "While true, no new jobs are started.",
     "CronJobSpec.jobTemplate": "The job to start on each run.",
+    "CSIStorageCapacity": "How much storage a CSI driver reports free for one storage class "
+                          "in one part of the cluster (stored as data in ephemera).",
+    "CSIStorageCapacity.storageClassName": "The storage class this capacity is for.",
+    "CSIStorageCapacity.nodeTopology": "The nodes that reach this storage, by their labels.",
+    "CSIStorageCapacity.capacity": "The free space the driver reported.",
+    "CSIStorageCapacity.maximumVolumeSize": "The largest volume the driver can make there.",
+    "CSIStorageCapacityList": "A list of CSI storage capacities.",
+    "NetworkPolicy": "Which traffic the selected pods may receive and send (stored, not "
+                     "enforced, in ephemera).",
+    "NetworkPolicy.spec": "The pods selected and the traffic rules that apply to them.",
+    "NetworkPolicyList": "A list of network policies.",
+    "NetworkPolicySpec.podSelector": "The pods this policy applies to; empty selects all of "
+                                     "the namespace.",
+    "NetworkPolicySpec.ingress": "The traffic the selected pods may receive.",
+    "NetworkPolicySpec.egress": "The traffic the selected pods may send.",
+    "APIService": "Registers a group and version served by another server behind this one "
+                  "(API aggregation; stored without effect in ephemera).",
+    "APIService.spec": "The group, version, priorities and the Service that serves them.",
+    "APIService.status": "Whether the API is available, as conditions.",
+    "APIServiceList": "A list of API services.",
+    "Ingress": "HTTP routes from outside the cluster to Services, by host and path (stored, "
+               "not routed, in ephemera: no ingress controller runs).",
+    "Ingress.spec": "The rules, default backend, TLS and class of the Ingress.",
+    "Ingress.status": "The addresses its controller reported.",
+    "IngressList": "A list of ingresses.",
+    "IngressSpec.rules": "Host and path rules, each sending matching requests to a backend.",
+    "IngressSpec.defaultBackend": "Where requests no rule matches go.",
+    "IngressSpec.tls": "The hosts served over TLS and the Secrets holding their certificates.",
+    "IngressSpec.ingressClassName": "The IngressClass whose controller implements it.",
+    "NetworkPolicySpec.policyTypes": "Which directions the policy restricts: Ingress, Egress.",
 }
 # Fields every kind root has.
 _COMMON_ROOT_FIELDS = {"apiVersion": _API_VERSION, "kind": _KIND, "metadata": _METADATA}

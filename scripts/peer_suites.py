@@ -30,6 +30,11 @@ package (written to the data dir, put first on `PYTHONPATH`) whose `create()`/`d
 nothing, whose `kubeconfig_path` is ephemera's and whose `kubectl_path` and `kubectl()` are
 the real kubectl;
 a small plugin registers `--keep-cluster`; coverage options are dropped from `addopts`.
+
+`-k EXPR` runs only the tests pytest's `-k` selects, in both suites (to rerun failures).
+`--kind-system-pod` runs a pause pod in kube-system before kr8s' suite, as a kind cluster
+always has pods there: a diagnostic for the kr8s tests that list the cluster's pods and
+expect one (docs/peer-suites.md reports the runs without it).
 """
 
 from __future__ import annotations
@@ -227,6 +232,17 @@ def start_cluster(ephemera: Path, data_dir: Path) -> subprocess.Popen[bytes]:
     raise SystemExit("the node did not become Ready in 180 s")
 
 
+def kind_system_pod(env: dict[str, str]) -> None:
+    """A running pod in kube-system, where a kind cluster runs CoreDNS and its control plane
+    (ephemera's components are processes): 27 of kr8s' tests list pods across the cluster,
+    or in kube-system, and expect one."""
+    kubectl = ["kubectl", "-n", "kube-system"]
+    subprocess.run([*kubectl, "run", "kind-system-stand-in",
+                    "--image=registry.k8s.io/pause:3.9"], env=env, check=True)
+    subprocess.run([*kubectl, "wait", "--for=condition=Ready", "pod/kind-system-stand-in",
+                    "--timeout=120s"], env=env, check=True)
+
+
 def run_suite(name: str, argv: list[str], cwd: Path, env: dict[str, str], out: Path
               ) -> str:
     print(f"== {name}: {' '.join(argv)}", flush=True)
@@ -247,7 +263,13 @@ def main() -> int:
     parser.add_argument("--kr8s-checkout", type=Path)
     parser.add_argument("--kr8s-python", type=Path)
     parser.add_argument("--timeout", default="120", help="pytest-timeout per test")
+    parser.add_argument("--kind-system-pod", action="store_true",
+                        help="before kr8s' suite, run a pause pod in kube-system as kind's "
+                             "clusters always have pods there (a diagnostic: off by default)")
+    parser.add_argument("-k", dest="select", default="",
+                        help="run only the tests pytest's -k EXPR selects (in both suites)")
     args = parser.parse_args()
+    select = ["-k", args.select] if args.select else []
     ephemera = Path(sys.executable).with_name("ephemera")
     data_dir = args.data_dir.resolve()
     data_dir.mkdir(parents=True)
@@ -268,7 +290,7 @@ def main() -> int:
             run_suite("python client", [str(args.python_client), "-m", "pytest", "-p",
                                         "no:cacheprovider", "--pyargs",
                                         "kubernetes.e2e_test", "kubernetes.aio.e2e_test",
-                                        f"--timeout={args.timeout}", "-rfE"],
+                                        f"--timeout={args.timeout}", "-rfE", *select],
                       work, env, data_dir / "python-client.log")
         if args.kr8s_checkout and args.kr8s_python:
             shim = data_dir / "kr8s-shim"
@@ -284,11 +306,13 @@ def main() -> int:
                      "import importlib.metadata as m; print(m.version('kr8s'))"],
                     check=True, capture_output=True, text=True).stdout.strip()
                 version.write_text(f"__version__ = {installed!r}\n")
+            if args.kind_system_pod:
+                kind_system_pod(env)
             kr8s_env = {**env, "PYTHONPATH": f"{shim}:{checkout}"}
             run_suite("kr8s", [str(args.kr8s_python), "-m", "pytest", "-p",
                                "keep_cluster_option", "-p", "no:cacheprovider", "-o",
                                "addopts=--keep-cluster", f"--timeout={args.timeout}",
-                               "-rfE", "kr8s/tests"],
+                               "-rfE", *select, "kr8s/tests"],
                       checkout, kr8s_env, data_dir / "kr8s.log")
     finally:
         cluster.send_signal(signal.SIGTERM)

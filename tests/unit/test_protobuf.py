@@ -479,3 +479,26 @@ def test_table_field_numbers_are_upstreams() -> None:
                                          protobuf.table().messages[CORE + "Container"].fields}
     assert "volumeStatuses" not in {f.json for f in
                                     protobuf.table().messages[CORE + "PodStatus"].fields}
+
+
+def test_ingress_as_kubectl_create_ingress_sends_it() -> None:
+    """networking.k8s.io/v1 is in the table (kubectl create ingress sends protobuf): the body
+    decodes to what `kubectl create ingress simple --rule=foo.com/bar=svc1:8080
+    --dry-run=client -o json` prints."""
+    port = ld(2, vi(2, 8080))  # ServiceBackendPort.number
+    backend = ld(4, ld(1, "svc1") + port)  # IngressBackend.service
+    http_path = ld(1, "/bar") + ld(2, backend) + ld(3, "Exact")
+    rule = ld(1, "foo.com") + ld(2, ld(1, ld(1, http_path)))  # host, IngressRuleValue.http
+    metadata = ld(1, "simple") + ld(8, b"")  # name, creationTimestamp (zero)
+    body = envelope("networking.k8s.io/v1", "Ingress",
+                    ld(1, metadata) + ld(2, ld(3, rule)) + ld(3, ld(1, b"")))
+    decoded = decode_object(body)
+    assert decoded == {
+        "kind": "Ingress", "apiVersion": "networking.k8s.io/v1",
+        "metadata": {"name": "simple", "creationTimestamp": None},
+        "spec": {"rules": [{"host": "foo.com", "http": {"paths": [{
+            "path": "/bar", "pathType": "Exact",
+            "backend": {"service": {"name": "svc1", "port": {"number": 8080}}}}]}}]},
+        "status": {"loadBalancer": {}}}
+    assert protobuf.message_for("networking.k8s.io/v1", "NetworkPolicy")
+    assert protobuf.message_for("storage.k8s.io/v1", "CSIStorageCapacity")

@@ -87,6 +87,9 @@ _discovery_group = "discovery.k8s.io"
 _apps_group, _apps = "apps", "io.k8s.api.apps.v1."
 _batch_group = "batch"
 _apiextensions_group = "apiextensions.k8s.io"
+_storage_group = "storage.k8s.io"
+_networking_group = "networking.k8s.io"
+_apiregistration_group = "apiregistration.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, _core + "Namespace",
@@ -166,16 +169,34 @@ RESOURCES: tuple[Resource, ...] = (
              short_names=("crd", "crds"), categories=("api-extensions",),
              subresources=("status",),
              storage_prefix=f"{_apiextensions_group}/customresourcedefinitions"),
+    # Stored and served; no ingress controller routes them, nothing enforces the policies
+    # (a `Warning` on create says so).
+    Resource(_networking_group, "v1", "ingresses", "Ingress", True,
+             "io.k8s.api.networking.v1.Ingress", short_names=("ing",),
+             subresources=("status",)),
+    Resource(_networking_group, "v1", "networkpolicies", "NetworkPolicy", True,
+             "io.k8s.api.networking.v1.NetworkPolicy", short_names=("netpol",)),
+    # Stored and served, no aggregation layer proxies them (a `Warning` on create says so).
+    Resource(_apiregistration_group, "v1", "apiservices", "APIService", False,
+             "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",
+             categories=("api-extensions",), subresources=("status",),
+             storage_prefix=f"{_apiregistration_group}/apiservices"),
+    # Stored and served as data: no CSI driver publishes capacity here, nothing reads it.
+    Resource(_storage_group, "v1", "csistoragecapacities", "CSIStorageCapacity", True,
+             "io.k8s.api.storage.v1.CSIStorageCapacity"),
 )
 
 # The group-versions served, in discovery order.
-GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), ("coordination.k8s.io", "v1"),
+GROUP_VERSIONS: tuple[tuple[str, str], ...] = (("", "v1"), (_apiregistration_group, "v1"),
+                                               ("coordination.k8s.io", "v1"),
                                                (_authz_group, "v1"), (_rbac_group, "v1"),
                                                (_authn_group, "v1"),
                                                (_certificates_group, "v1"),
                                                (_discovery_group, "v1"),
                                                (_apps_group, "v1"),
                                                (_batch_group, "v1"),
+                                               (_networking_group, "v1"),
+                                               (_storage_group, "v1"),
                                                (_apiextensions_group, "v1"))
 
 

@@ -79,9 +79,17 @@ def method_not_allowed() -> StatusError:
     return StatusError(405, "MethodNotAllowed", METHOD_NOT_ALLOWED)
 
 
+def encoded_body(obj: dict[str, Any] | bytes) -> bytes:
+    """An object (or its JSON) as upstream's serializer writes it: JSON, then a newline."""
+    return (obj if isinstance(obj, bytes) else dumps(obj)) + b"\n"
+
+
 def respond(body: bytes | dict[str, Any], status: int = 200,
             warnings: Iterable[str] = ()) -> web.Response:
-    response = web.Response(body=body if isinstance(body, bytes) else dumps(body),
+    """A JSON answer. An object is encoded with the newline upstream's serializer ends every
+    JSON body with (Go's `json.Encoder`; clients that print a Status body show it); bytes
+    are sent as they are (`encoded_body` gives encoded objects that newline)."""
+    response = web.Response(body=body if isinstance(body, bytes) else encoded_body(body),
                             status=status, content_type=JSON)
     response.headers["Cache-Control"] = "no-cache, private"
     for text in warnings:
@@ -236,7 +244,7 @@ class RestHandlers:
         codec = self.registry.codec(res)
         form = response_form(request)
         if form is None:
-            return respond(codec.raw(kv))
+            return respond(encoded_body(codec.raw(kv)))
         obj = codec.decode(kv)
         return respond(as_form(form, request, res, [obj], {"resourceVersion":
                                                              str(kv.mod_revision)}, single=True))
@@ -254,7 +262,7 @@ class RestHandlers:
             list_meta["remainingItemCount"] = page.remaining_item_count
         form = response_form(request)
         if form is None:
-            return respond(list_bytes(self.registry, res, page, list_meta))
+            return respond(encoded_body(list_bytes(self.registry, res, page, list_meta)))
         codec = self.registry.codec(res)
         objs = [o if o is not None else codec.decode(kv)
                 for kv, o in zip(page.kvs, page.objects, strict=True)]

@@ -33,7 +33,17 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
-from ephemera.api import endpoints, errors, field, meta, services
+from ephemera.api import (
+    apiservice,
+    endpoints,
+    errors,
+    field,
+    ingress,
+    meta,
+    networkpolicy,
+    services,
+    storagecapacity,
+)
 from ephemera.api import validation as meta_validation
 from ephemera.api.deletion import GCPolicy
 from ephemera.api.featuregates import FeatureGates
@@ -584,6 +594,109 @@ class EndpointSliceStrategy(Strategy):
         return errs
 
 
+class CSIStorageCapacityStrategy(Strategy):
+    """CSIStorageCapacities: `ValidateCSIStorageCapacity` on create and update, immutable
+    `nodeTopology` and `storageClassName` (`ephemera.api.storagecapacity`)."""
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return storagecapacity.validate(obj)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = super().update_errors(new, old, subresource)
+        errs.extend(storagecapacity.validate_update(new, old))
+        return errs
+
+
+class APIServiceStrategy(Strategy):
+    """APIServices: the Service port default, an empty status on create, `ValidateAPIService`
+    (its name is `spec.version + "." + spec.group`) on create and update, the status rules
+    on `/status`, and a `Warning` on create that nothing aggregates them
+    (`ephemera.api.apiservice`)."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        apiservice.default_apiservice(obj)
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["status"] = {}
+
+    def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta(_md(obj), namespaced=False,
+                                                    name_fn=apiservice.name_rule(obj))
+        errs.extend(apiservice.validate_apiservice(obj))
+        return errs
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if subresource == "status":
+            errs.extend(apiservice.validate_apiservice_status(new))
+        elif not subresource:
+            errs.extend(self.create_errors(new))
+        return errs
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        return apiservice.warnings_on_create(new) if old is None else []
+
+
+class IngressStrategy(Strategy):
+    """Ingresses: an empty status and generation 1 on create, the generation bumped on a spec
+    change, `ValidateIngressCreate` / `ValidateIngressUpdate` / the status rules
+    (`ephemera.api.ingress`), and a `Warning` on create that no controller routes them."""
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        obj["status"] = {"loadBalancer": {}}
+        _md(obj)["generation"] = 1
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_update(new, old)
+        if new.get("spec") != old.get("spec"):
+            _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
+
+    def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+        errs = super().create_errors(obj)
+        errs.extend(ingress.validate_ingress_create(obj))
+        return errs
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        if subresource == "status":
+            errs.extend(ingress.validate_ingress_status(new))
+        elif not subresource:
+            errs.extend(ingress.validate_ingress_update(new, old))
+        return errs
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        return ingress.warnings_on_create(new) if old is None else []
+
+
+class NetworkPolicyStrategy(Strategy):
+    """NetworkPolicies: v1 defaults, `ValidateNetworkPolicySpec` on create and update
+    (`ephemera.api.networkpolicy`), generation 1 on create and bumped when the spec changes,
+    and a `Warning` on create that ephemera does not enforce them."""
+
+    def default(self, obj: dict[str, Any]) -> None:
+        networkpolicy.default_network_policy(obj)
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        _md(obj)["generation"] = 1
+
+    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_update(new, old)
+        if new.get("spec") != old.get("spec"):
+            _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return networkpolicy.validate_network_policy(obj)
+
+    def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
+                 subresource: str = "") -> list[str]:
+        return [networkpolicy.WARNING] if old is None else []
+
+
 class CreateOnUpdateStrategy(Strategy):
     """Events and leases may be created by a PUT."""
 
@@ -726,6 +839,10 @@ class WorkloadStrategy(Strategy):
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return workloads.validate_workload_spec(self.resource.plural, obj, self.gates)
 
+    def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        super().prepare_for_status_update(new, old)
+        workloads.fill_status_zeros(self.resource.plural, new)
+
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         super().prepare_for_update(new, old)
         if self.resource.plural == workloads.CONTROLLERREVISIONS:
@@ -855,6 +972,10 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "events"): EventStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("coordination.k8s.io", "leases"): CreateOnUpdateStrategy,
+    ("storage.k8s.io", "csistoragecapacities"): CSIStorageCapacityStrategy,
+    ("networking.k8s.io", "networkpolicies"): NetworkPolicyStrategy,
+    ("networking.k8s.io", "ingresses"): IngressStrategy,
+    ("apiregistration.k8s.io", "apiservices"): APIServiceStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     **{(rbacapi.RBAC_GROUP, plural): RbacStrategy
        for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")},

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from ephemera.api import labelselector
+from ephemera.api import apiservice, ingress, labelselector
 from ephemera.api.meta import parse_time
+from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.apiserver.accept import parse_accept
 from ephemera.apiserver.resources import Resource
 
@@ -465,6 +466,30 @@ LEASE_COLUMNS = [
     _col("Holder", "holderIdentity contains the identity of the holder of a current lease."),
     _age_col(),
 ]
+APISERVICE_COLUMNS = [
+    _name_col(),
+    _col("Service", "The reference to the service that hosts the API endpoint."),
+    _col("Available", "Whether this service is available."),
+    _age_col(),
+]
+INGRESS_COLUMNS = [
+    _name_col(),
+    _col("Class", "The IngressClass the Ingress names."),
+    _col("Hosts", "The hosts of its rules."),
+    _col("Address", "The addresses its controller reported."),
+    _col("Ports", "The ports it is exposed on."),
+    _age_col(),
+]
+NETWORKPOLICY_COLUMNS = [
+    _name_col(),
+    _col("Pod-Selector", "The pods the policy selects, as a label selector."),
+    _age_col(),
+]
+CSISTORAGECAPACITY_COLUMNS = [  # upstream prints no Age here
+    _name_col(),
+    _col("StorageClassName", "The storage class the capacity is for."),
+    _col("Capacity", "The free space the CSI driver reported."),
+]
 ROLEBINDING_COLUMNS = [
     _name_col(),
     _col("Role", "RoleRef can reference a Role in the current namespace or a ClusterRole in "
@@ -636,6 +661,17 @@ def _simple(*cells: Callable[[Obj, datetime], Any]) -> Callable[[Obj, datetime],
 
 def _name(obj: Obj, now: datetime) -> Any:
     return _d(obj, "metadata").get("name", "")
+
+
+def _capacity(obj: Obj, now: datetime) -> str:
+    """A CSIStorageCapacity's capacity in canonical form, `<unset>` without one."""
+    raw = obj.get("capacity")
+    if raw is None:
+        return "<unset>"
+    try:
+        return str(quantity_from_json(raw))
+    except (QuantityError, TypeError):
+        return str(raw)
 
 
 def _age(obj: Obj, now: datetime) -> str:
@@ -851,6 +887,15 @@ _PRINTERS = {
     ("apps", "controllerrevisions"): (CONTROLLERREVISION_COLUMNS, _controllerrevision_cells),
     ("batch", "jobs"): (JOB_COLUMNS, _job_cells),
     ("batch", "cronjobs"): (CRONJOB_COLUMNS, _cronjob_cells),
+    ("apiregistration.k8s.io", "apiservices"): (APISERVICE_COLUMNS, lambda o, n: [
+        _name(o, n), *apiservice.table_cells(o), _age(o, n)]),
+    ("networking.k8s.io", "ingresses"): (INGRESS_COLUMNS, lambda o, n: [
+        _name(o, n), *ingress.table_cells(o), _age(o, n)]),
+    ("networking.k8s.io", "networkpolicies"): (NETWORKPOLICY_COLUMNS, _simple(
+        _name, lambda o, n: labelselector.format_label_selector(_d(o, "spec").get("podSelector")),
+        _age)),
+    ("storage.k8s.io", "csistoragecapacities"): (CSISTORAGECAPACITY_COLUMNS, _simple(
+        _name, lambda o, n: o.get("storageClassName", ""), _capacity)),
 }
 _DEFAULT_PRINTER = (DEFAULT_COLUMNS, _simple(
     _name, lambda o, n: _created_at(_d(o, "metadata").get("creationTimestamp"))))

@@ -295,8 +295,8 @@ class StatefulSetController(QueueController):
         replicas = _int((sts.get("spec") or {}).get("replicas"))
         if updated == replicas == len(live):
             current_revision, current = update_revision, updated
-        status: dict[str, Any] = {
-            "replicas": len(live),
+        status: dict[str, Any] = {  # replicas and availableReplicas are never omitted
+            "replicas": len(live), "availableReplicas": 0,
             "currentRevision": current_revision, "updateRevision": update_revision}
         generation = _int(_md(sts).get("generation"))
         if generation:

@@ -504,10 +504,11 @@ def validate_workload_status(plural: str, new: Mapping[str, Any], old: Mapping[s
     return errs
 
 
-# The status fields upstream's JSON always writes (not `omitempty`): a new object's status.
+# The status fields upstream's JSON always writes (no `omitempty` on the Go field, whether
+# or not the OpenAPI lists them as required: a StatefulSet's `availableReplicas` is not).
 _REQUIRED_STATUS = {
     REPLICASETS: ("replicas",), REPLICATIONCONTROLLERS: ("replicas",),
-    STATEFULSETS: ("replicas",),
+    STATEFULSETS: ("replicas", "availableReplicas"),
     DAEMONSETS: ("currentNumberScheduled", "numberMisscheduled", "desiredNumberScheduled",
                  "numberReady"),
 }
@@ -516,6 +517,15 @@ _REQUIRED_STATUS = {
 def initial_status(plural: str) -> dict[str, Any]:
     """The status of a new object: upstream's zero status as its JSON shows it."""
     return {key: 0 for key in _REQUIRED_STATUS.get(plural, ())}
+
+
+def fill_status_zeros(plural: str, obj: dict[str, Any]) -> None:
+    """A written status as upstream stores it: the fields its JSON always writes are 0 when
+    the writer left them out (decoded into the Go struct and encoded again)."""
+    status = obj.get("status")
+    if isinstance(status, dict):
+        for key in _REQUIRED_STATUS.get(plural, ()):
+            status.setdefault(key, 0)
 
 
 def spec_changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
