@@ -123,6 +123,9 @@ class PodWorker:
         self.failed_mount_reported: dict[str, str] = {}
         # Statuses published are merged until the sync (or the volume wait) ends.
         self.status_held = False
+        # A sync runs; the pod's allocated spec (or what is not allocated) changed during it.
+        self.in_sync = False
+        self.changed_in_sync = False
         # Containers and volumes the API has but the node has not allocated yet (KEP-6395).
         self.unallocated: list[Obj] = []
         self.unallocated_volumes: list[str] = []
@@ -154,6 +157,7 @@ class PodWorker:
             if not self.status_held:
                 self.deps.status.hold(self.uid)
                 self.status_held = True
+            self.in_sync, self.changed_in_sync = True, False
             try:
                 delay = await self.sync()
             except asyncio.CancelledError:
@@ -166,9 +170,13 @@ class PodWorker:
             finally:
                 # A change waiting for its allocation or its volumes keeps the hold: its
                 # `Pending` status and the restarted container's are one write when these
-                # are quick (else it is written after `max_hold`).
+                # are quick (else it is written after `max_hold`). So does a sync during
+                # which the pod's allocated spec changed (the change was allocated while it
+                # ran): the next sync, at once, actuates the change, and its status is the
+                # one written. Else the status is written now, whatever wakes the worker.
+                self.in_sync = False
                 if self.done or not (self.pod_runtime.awaiting_volumes or self.unallocated
-                                     or self.unallocated_volumes):
+                                     or self.unallocated_volumes or self.changed_in_sync):
                     self.deps.status.release(self.uid)
                     self.status_held = False
                 self.workers.sync_ended()
@@ -580,10 +588,13 @@ class PodWorkers:
                 worker.unallocated_volumes != list(unallocated_volumes):
             worker.unallocated = list(unallocated)
             worker.unallocated_volumes = list(unallocated_volumes)
+            worker.changed_in_sync |= worker.in_sync
             worker.wake.set()
-        if old.get("spec") != pod.get("spec") or metadata(old).get("deletionTimestamp") != \
-                metadata(pod).get("deletionTimestamp") or (old.get("status") or {}).get("phase") \
-                != (pod.get("status") or {}).get("phase"):
+        if old.get("spec") != pod.get("spec"):
+            worker.changed_in_sync |= worker.in_sync
+            worker.wake.set()
+        if metadata(old).get("deletionTimestamp") != metadata(pod).get("deletionTimestamp") or \
+                (old.get("status") or {}).get("phase") != (pod.get("status") or {}).get("phase"):
             worker.wake.set()
 
     def remove(self, pod: Obj) -> None:
