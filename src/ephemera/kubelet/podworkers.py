@@ -216,7 +216,8 @@ class PodWorker:
         pod_runtime = self.pod_runtime
         if not self.storage_ready:
             await self._prepare_storage()
-        await asyncio.to_thread(self._ensure_dirs)
+        if not self._dirs_exist():  # two stats; a thread only to make them
+            await asyncio.to_thread(self._ensure_dirs)
         self._report_volume_errors()
         if not self.volumes_ready and not await self._wait_volumes():
             self.publish_status()
@@ -285,6 +286,10 @@ class PodWorker:
                         format_pod(self.pod), err)
         self.storage_ready = True
         self.deps.on_volumes_changed()
+
+    def _dirs_exist(self) -> bool:
+        root = self.deps.root_dir
+        return (root / "pods" / self.uid).is_dir() and pod_log_dir(root, self.pod).is_dir()
 
     def _ensure_dirs(self) -> None:
         root = self.deps.root_dir
