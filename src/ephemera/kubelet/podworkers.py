@@ -222,8 +222,7 @@ class PodWorker:
         if not self.volumes_ready and not await self._wait_volumes():
             self.publish_status()
             return 0.0
-        sandbox = await pod_runtime.ensure_sandbox()
-        instances: Instances = await pod_runtime.instances()
+        sandbox, instances = await pod_runtime.sandbox_and_instances()
         if not self.acted and not any(instances.values()) and \
                 (pod.get("status") or {}).get("containerStatuses"):
             # A pod from before this kubelet's start whose containers are gone (a node
@@ -239,12 +238,12 @@ class PodWorker:
             self.terminal = True
         if actions.init_done:
             await pod_runtime.stop_removed_containers(instances, sandbox)
-            instances = await pod_runtime.instances()
-            if all_done(self.pod, instances):
-                self.terminal = True
-        else:
-            instances = await pod_runtime.instances()
-        sandbox = await pod_runtime.sandbox_status() or sandbox
+        # Both runtime reads at once: the status goes out as soon as they are in.
+        instances, fresh = await asyncio.gather(pod_runtime.instances(),
+                                                pod_runtime.sandbox_status())
+        sandbox = fresh or sandbox
+        if actions.init_done and all_done(self.pod, instances):
+            self.terminal = True
         pod_runtime.removed_statuses = await pod_runtime.removed_container_statuses(instances)
         self.publish_status(instances, sandbox)
         self._maybe_report_started(instances)
