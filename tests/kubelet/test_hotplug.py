@@ -8,6 +8,7 @@ restarts the container instead."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,31 @@ async def test_a_container_restarted_for_another_reason_gets_its_mounts_from_its
         created = await h.runtime.container_status(new_id)
         assert {m.container_path for m in created.mounts} == {"/keep", "/extra"}
         assert not any(c[0] == "mount_live" and c[1] == new_id for c in h.runtime.calls)
+
+
+async def test_a_live_swap_is_one_status_write_when_allocated_during_a_sync(
+        tmp_path: Path) -> None:
+    """Issue 12 item 5: the worker's sync that the pod's update starts sees the change not
+    allocated yet; when the allocation lands while that sync runs, its status is not written
+    on its own: the next sync's (the new mount attached) is the swap's one write, and a second
+    one prunes the old volume once torn down."""
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        uid, main_id = before["metadata"]["uid"], container_status(before)["containerID"]
+        await wait_until(h.kubelet.status.is_settled)
+        runtime = h.kubelet.runtime
+        listing = runtime.list_containers
+
+        async def slow_listing(sandbox_id: str = "") -> Any:
+            await asyncio.sleep(0.05)  # the allocation's checkpoint lands meanwhile
+            return await listing(sandbox_id)
+
+        runtime.list_containers = slow_listing  # type: ignore[method-assign]
+        writes = h.kubelet.status.writes
+        await _change(h, [EXTRA], [{"name": "extra", "mountPath": "/keep"}])
+        swapped = await h.wait_pod("w", lambda p: _mounts(p) == [("extra", "/keep", False)])
+        assert container_status(swapped)["containerID"] == main_id
+        await wait_until(lambda: [v["name"] for v in (h.kubelet.status.get(uid) or {})
+                                  .get("volumeStatuses") or []] == ["extra"])
+        await wait_until(h.kubelet.status.is_settled)
+        assert h.kubelet.status.writes - writes == 2

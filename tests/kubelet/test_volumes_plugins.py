@@ -149,6 +149,41 @@ async def test_secret_on_tmpfs_decoded_with_modes(root: Path, host: FakeVolumeHo
     assert mounts_under(root) == []
 
 
+async def test_secret_setup_reads_the_mount_table_only_when_the_device_cannot_tell(
+        root: Path, host: FakeVolumeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new Secret volume's directory was just made (no mount there) and a set-up one is on
+    the tmpfs's own device: neither reads /proc/self/mountinfo (milliseconds on a busy host).
+    A directory left without its tmpfs (a crash between mkdir and mount) is on its parent's
+    device: the table is read, and the tmpfs mounted, once."""
+    from ephemera.kubelet.volumes import mounts
+
+    reads: list[str] = []
+    table = mounts.mountinfo
+
+    def counted(pid: int | str = "self") -> list[mounts.MountInfo]:
+        reads.append(str(pid))
+        return table(pid)
+
+    monkeypatch.setattr(mounts, "mountinfo", counted)
+    host.put_secret("s", {"token": b"t"})
+    pod = make_pod([{"name": "s", "secret": {"secretName": "s"}}])
+    d = await setup_volume(SecretPlugin(), pod, host, root)
+    await SecretPlugin().setup(pod, pod["spec"]["volumes"][0], d, host)
+    setup_reads = list(reads)
+    assert (setup_reads, fs_type(d)) == ([], "tmpfs")
+    assert mounts_under(d) == [os.path.realpath(d)]
+    await SecretPlugin().teardown(d)
+
+    d.mkdir(parents=True)  # left behind unmounted
+    reads.clear()
+    await SecretPlugin().setup(pod, pod["spec"]["volumes"][0], d, host)
+    setup_reads = list(reads)
+    assert (setup_reads, fs_type(d)) == (["self"], "tmpfs")
+    assert mounts_under(d) == [os.path.realpath(d)]
+    assert read_tree(d) == {"token": b"t"}
+    await SecretPlugin().teardown(d)
+
+
 async def test_secret_missing_and_missing_key(root: Path, host: FakeVolumeHost) -> None:
     pod = make_pod([{"name": "s", "secret": {"secretName": "nope"}}])
     with pytest.raises(VolumeSetupError) as info:

@@ -96,6 +96,32 @@ async def test_a_long_sync_gets_its_intermediate_status_written_after_max_hold()
                                                            "hostPhase": "Unmounting"}]}
 
 
+async def test_a_released_status_is_not_held_back_by_the_next_sync() -> None:
+    """The worker ends a sync and begins the next before the writer runs (woken again
+    meanwhile): what the ended sync released is written at once, and what the next sync
+    publishes is written when that one ends, not the other way round."""
+    api = RecordingApi()
+    manager = StatusManager(api, max_hold=30.0)  # type: ignore[arg-type]
+    async with running(manager):
+        manager.hold("u1")
+        manager.set_pod_status(POD, {"phase": "Running", "volumeStatuses": [
+            {"name": "new", "hostPhase": "HostMounted"}]})
+        manager.release("u1")
+        manager.hold("u1")  # the next sync, before the writer got to run
+        manager.set_pod_status(POD, {"phase": "Running", "volumeStatuses": [
+            {"name": "new", "hostPhase": "HostMounted"},
+            {"name": "old", "hostPhase": "Unmounting"}]})
+        await until(lambda: len(api.status_patches()) == 1)
+        await asyncio.sleep(0.05)
+        assert len(api.status_patches()) == 1  # the next sync's status is held
+        manager.set_pod_status(POD, {"phase": "Running", "volumeStatuses": []})
+        manager.release("u1")
+        await until(manager.is_settled)
+    assert api.status_patches() == [
+        {"phase": "Running", "volumeStatuses": [{"name": "new", "hostPhase": "HostMounted"}]},
+        {"volumeStatuses": []}]
+
+
 async def test_another_pods_status_is_not_held() -> None:
     api = RecordingApi()
     manager = StatusManager(api, max_hold=30.0)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ a record interrupted by a crash is settled from the mount table."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -137,6 +138,35 @@ async def test_a_mount_changed_in_place_in_one_batch(
     assert status.mounts == (Mount("/d", str(volume), read_only=True, volume_name="v"),)
     pid = status.pid
     assert [m.mount_point for m in container_mounts(pid)].count("/d") == 1
+
+
+async def test_a_batch_is_one_helper_request_and_a_failed_removal_blocks_its_path(
+        runtime: OciRuntime, busybox_layer: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The changes of one update go to the mount helper in one request; a mount at a path
+    whose removal failed in that request is not tried (EBUSY), the others are done."""
+    container_id = await running(runtime, busybox_layer)
+    volume = source_dir(tmp_path)
+    assert (await sh(runtime, container_id, "ln -s /proc/1/root /magic"))[0] == 0
+    requests: list[dict[str, object]] = []
+    send = livemount._helper.request
+
+    def counting(pidfd: int, request: dict[str, object]) -> dict[str, object] | None:
+        requests.append(request)
+        return send(pidfd, request)
+
+    monkeypatch.setattr(livemount._helper, "request", counting)
+    errors = await runtime.change_live(container_id, ["/magic/x"], [
+        Mount("/magic/x", str(volume), volume_name="v"), Mount("/ok", str(volume))])
+    assert [r["op"] for r in requests] == ["batch"]
+    assert isinstance(errors[0], LiveMountError) and errors[0].errno == errno.ELOOP
+    assert str(errors[1]) == ('mounting "/magic/x" in running container "app": the mount '
+                              "there could not be removed")
+    assert errors[2] is None
+    assert await sh(runtime, container_id, "cat /ok/file") == (0, "from-host\n")
+    status = await runtime.container_status(container_id)
+    assert [m.container_path for m in status.mounts if m.host_path == str(volume)] == ["/ok"]
+    assert host_mounts_of(volume) == []
 
 
 async def test_read_only_live_mount_refuses_writes(

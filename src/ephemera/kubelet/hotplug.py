@@ -117,8 +117,13 @@ class LiveMounts:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         name = str(container.get("name"))
         try:
-            wanted = await asyncio.to_thread(containerconfig.build_mounts, pod, container,
-                                             volume_dirs, env)
+            if any(vm.get("subPath") or vm.get("subPathExpr")
+                   for vm in container.get("volumeMounts") or []):
+                # a subPath is resolved (and created) on the host: blocking
+                wanted = await asyncio.to_thread(containerconfig.build_mounts, pod, container,
+                                                 volume_dirs, env)
+            else:  # computed only: no thread hop on the swap's way
+                wanted = containerconfig.build_mounts(pod, container, volume_dirs, env)
         except containerconfig.ContainerConfigError as err:
             self.spawn(self.events.pod(pod, events.WARNING, events.FAILED_MOUNT,
                                        f"Error: container {go_quote(name)}: {err}"))

@@ -523,6 +523,17 @@ class PodRuntime:
             return None
         return await self.deps.runtime.pod_sandbox_status(self.sandbox_id)
 
+    async def sandbox_and_instances(self) -> tuple[SandboxStatus | None, Instances]:
+        """`ensure_sandbox` and `instances`: with a sandbox already there, both runtime
+        reads at once (one wait instead of two; a sandbox not ready is handled as
+        `ensure_sandbox` does, and the instances are listed again after)."""
+        if self.sandbox_id is not None:
+            current, listed = await asyncio.gather(self.sandbox_status(), self.instances())
+            if current is not None and current.ready:
+                return current, listed
+        sandbox = await self.ensure_sandbox()
+        return sandbox, await self.instances()
+
     async def ensure_sandbox(self) -> SandboxStatus | None:
         runtime = self.deps.runtime
         if self.sandbox_id is not None:

@@ -123,6 +123,9 @@ class PodWorker:
         self.failed_mount_reported: dict[str, str] = {}
         # Statuses published are merged until the sync (or the volume wait) ends.
         self.status_held = False
+        # A sync runs; the pod's allocated spec (or what is not allocated) changed during it.
+        self.in_sync = False
+        self.changed_in_sync = False
         # Containers and volumes the API has but the node has not allocated yet (KEP-6395).
         self.unallocated: list[Obj] = []
         self.unallocated_volumes: list[str] = []
@@ -154,6 +157,7 @@ class PodWorker:
             if not self.status_held:
                 self.deps.status.hold(self.uid)
                 self.status_held = True
+            self.in_sync, self.changed_in_sync = True, False
             try:
                 delay = await self.sync()
             except asyncio.CancelledError:
@@ -166,9 +170,13 @@ class PodWorker:
             finally:
                 # A change waiting for its allocation or its volumes keeps the hold: its
                 # `Pending` status and the restarted container's are one write when these
-                # are quick (else it is written after `max_hold`).
+                # are quick (else it is written after `max_hold`). So does a sync during
+                # which the pod's allocated spec changed (the change was allocated while it
+                # ran): the next sync, at once, actuates the change, and its status is the
+                # one written. Else the status is written now, whatever wakes the worker.
+                self.in_sync = False
                 if self.done or not (self.pod_runtime.awaiting_volumes or self.unallocated
-                                     or self.unallocated_volumes):
+                                     or self.unallocated_volumes or self.changed_in_sync):
                     self.deps.status.release(self.uid)
                     self.status_held = False
                 self.workers.sync_ended()
@@ -208,13 +216,13 @@ class PodWorker:
         pod_runtime = self.pod_runtime
         if not self.storage_ready:
             await self._prepare_storage()
-        await asyncio.to_thread(self._ensure_dirs)
+        if not self._dirs_exist():  # two stats; a thread only to make them
+            await asyncio.to_thread(self._ensure_dirs)
         self._report_volume_errors()
         if not self.volumes_ready and not await self._wait_volumes():
             self.publish_status()
             return 0.0
-        sandbox = await pod_runtime.ensure_sandbox()
-        instances: Instances = await pod_runtime.instances()
+        sandbox, instances = await pod_runtime.sandbox_and_instances()
         if not self.acted and not any(instances.values()) and \
                 (pod.get("status") or {}).get("containerStatuses"):
             # A pod from before this kubelet's start whose containers are gone (a node
@@ -230,12 +238,12 @@ class PodWorker:
             self.terminal = True
         if actions.init_done:
             await pod_runtime.stop_removed_containers(instances, sandbox)
-            instances = await pod_runtime.instances()
-            if all_done(self.pod, instances):
-                self.terminal = True
-        else:
-            instances = await pod_runtime.instances()
-        sandbox = await pod_runtime.sandbox_status() or sandbox
+        # Both runtime reads at once: the status goes out as soon as they are in.
+        instances, fresh = await asyncio.gather(pod_runtime.instances(),
+                                                pod_runtime.sandbox_status())
+        sandbox = fresh or sandbox
+        if actions.init_done and all_done(self.pod, instances):
+            self.terminal = True
         pod_runtime.removed_statuses = await pod_runtime.removed_container_statuses(instances)
         self.publish_status(instances, sandbox)
         self._maybe_report_started(instances)
@@ -277,6 +285,10 @@ class PodWorker:
                         format_pod(self.pod), err)
         self.storage_ready = True
         self.deps.on_volumes_changed()
+
+    def _dirs_exist(self) -> bool:
+        root = self.deps.root_dir
+        return (root / "pods" / self.uid).is_dir() and pod_log_dir(root, self.pod).is_dir()
 
     def _ensure_dirs(self) -> None:
         root = self.deps.root_dir
@@ -580,10 +592,13 @@ class PodWorkers:
                 worker.unallocated_volumes != list(unallocated_volumes):
             worker.unallocated = list(unallocated)
             worker.unallocated_volumes = list(unallocated_volumes)
+            worker.changed_in_sync |= worker.in_sync
             worker.wake.set()
-        if old.get("spec") != pod.get("spec") or metadata(old).get("deletionTimestamp") != \
-                metadata(pod).get("deletionTimestamp") or (old.get("status") or {}).get("phase") \
-                != (pod.get("status") or {}).get("phase"):
+        if old.get("spec") != pod.get("spec"):
+            worker.changed_in_sync |= worker.in_sync
+            worker.wake.set()
+        if metadata(old).get("deletionTimestamp") != metadata(pod).get("deletionTimestamp") or \
+                (old.get("status") or {}).get("phase") != (pod.get("status") or {}).get("phase"):
             worker.wake.set()
 
     def remove(self, pod: Obj) -> None:

@@ -36,8 +36,11 @@ pod recreated under the same name is never written) only when they differ. Statu
 worker publishes during one sync (`hold` ... `release`: the `Unmounting` shown before a
 restart's stop, then the restarted container) are merged into one write of the latest, unless
 the sync outlasts `max_hold` (a long stop: the intermediate status is written then, as
-before). Upstream's status manager merges the same way (it writes the latest status when its
-sync gets to the pod).
+before). What a sync published is due at its `release`: when the worker begins its next sync
+before the writer has run (woken again meanwhile), that next sync's hold does not hold it
+back; the writer sends the status as released (`_PodEntry.released`), and what the next sync
+publishes follows in a write of its own. Upstream's status manager merges the same way (it
+writes the latest status when its sync gets to the pod).
 """
 
 from __future__ import annotations
@@ -576,6 +579,9 @@ class _PodEntry:
     name: str
     api_status: Obj
     desired: Obj | None = None
+    # The status as the worker's last sync left it at `release`, until the writer takes it:
+    # due even while the worker's next sync holds the pod.
+    released: Obj | None = None
 
 
 # How long a status published during its worker's sync may wait for the sync's end.
@@ -662,6 +668,9 @@ class StatusManager:
             return
         self._held.pop(uid, None)
         if uid in self._dirty:
+            entry = self._pods.get(uid)
+            if entry is not None:
+                entry.released = entry.desired
             self._wake.set()
         self._refresh_settled()
 
@@ -680,7 +689,8 @@ class StatusManager:
 
     def _held_for(self, uid: str, now: float) -> float:
         """How much longer the pod's status waits for its worker's sync to end (0: due)."""
-        if uid not in self._held:
+        entry = self._pods.get(uid)
+        if uid not in self._held or (entry is not None and entry.released is not None):
             return 0.0
         return max(0.0, self._dirty_since.get(uid, now) + self.max_hold - now)
 
@@ -700,7 +710,24 @@ class StatusManager:
         entry = self._pods.get(uid)
         if entry is None or entry.desired is None:
             return True
-        desired = entry.desired
+        entry.released = None
+        return await self._send(uid, entry, entry.desired)
+
+    async def _write_due(self, uid: str) -> bool:
+        """The writer's write of a due status: while the worker's next sync holds the pod,
+        the status its last sync released (what the next one publishes is written when that
+        sync ends); else the latest."""
+        entry = self._pods.get(uid)
+        if entry is None or entry.desired is None:
+            return True
+        desired, entry.released = entry.released, None
+        if desired is None or uid not in self._held:
+            desired = entry.desired
+        elif desired is not entry.desired:
+            self._mark(uid)  # the newer status waits for its own sync's end
+        return await self._send(uid, entry, desired)
+
+    async def _send(self, uid: str, entry: _PodEntry, desired: Obj) -> bool:
         patch = status_patch(entry.api_status, desired)
         if not patch:
             return True
@@ -744,7 +771,7 @@ class StatusManager:
                         self._dirty.add(uid)
                         continue
                     self._dirty_since.pop(uid, None)
-                    if not await self.write(uid):
+                    if not await self._write_due(uid):
                         failed.append(uid)
             finally:
                 self._writing = False

@@ -23,7 +23,10 @@ The sequence (`linux-runtime-facts.md` §6; the way Incus' `forkmount` does it):
    and the helper `setns`es back to its own namespace (or exits if it cannot). Steps 1 and 2
    both run in the helper (`mountns.py`, standard library only); a forked child of the
    caller runs them when the helper cannot be started.
-3. Removal: the same helper, the parent directory resolved the same way, `fchdir` to it and
+3. One update's changes go to the helper in one request (`change_in`: one round trip for
+   the removals and additions of one container); a mount at a path whose old mount could not
+   be removed in the same request is not tried.
+4. Removal: the same helper, the parent directory resolved the same way, `fchdir` to it and
    `umount2(name, MNT_DETACH | UMOUNT_NOFOLLOW)`. A target that is not (or no longer) a mount
    point is not an error: removal is idempotent.
 
@@ -225,6 +228,85 @@ def unmount_from(pidfd: int, container: str, container_path: str) -> bool:
         return bool(answer.get("mounted"))
     except OSError as exc:
         raise _error("unmounting", container, container_path, exc) from None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One live change of `change_in`: an addition (`host_path` set) or a removal (`host_path`
+    empty) at `container_path`; `after`: the index of an earlier change (the removal of the old
+    mount at the same path) that must succeed first."""
+
+    container_path: str
+    host_path: str = ""
+    read_only: bool = False
+    after: int | None = None
+
+
+def change_in(pidfd: int, container: str, changes: list[Change]) -> list[LiveMountError | None]:
+    """Do `changes` in order in the running container whose init `pidfd` names, in one
+    request to the helper (each one as `mount_into` / `unmount_from` would; a forked child
+    each when the helper cannot run); each one's error or None. A change whose `after` failed
+    is not tried (EBUSY: the mount there could not be removed)."""
+    results: list[LiveMountError | None] = []
+    parts: list[list[str]] = []
+    for change in changes:
+        try:
+            parts.append(_parts(_action(change), container, change.container_path))
+            results.append(None)
+        except LiveMountError as err:
+            parts.append([])
+            results.append(err)
+    # The changes sent: those not failed yet; `after` as an index into the batch.
+    sent: list[int] = []
+    batch: list[dict[str, Any]] = []
+    for i, change in enumerate(changes):
+        if results[i] is not None:
+            continue
+        if change.after is not None and results[change.after] is not None:
+            results[i] = _busy(container, change)
+            continue
+        request: dict[str, Any] = {"op": "mount", "host": change.host_path, "parts": parts[i],
+                                   "ro": change.read_only} if change.host_path else \
+            {"op": "unmount", "parts": parts[i]}
+        if change.after is not None and change.after in sent:
+            request["after"] = sent.index(change.after)
+        sent.append(i)
+        batch.append(request)
+    if not batch:
+        return results
+    answers: list[dict[str, Any]] | None = None
+    answer = _helper.request(pidfd, {"op": "batch", "ops": batch})
+    if answer is not None:
+        listed = answer.get("answers")
+        # A helper that died before answering: each change fails as its own request would.
+        answers = list(listed) if answer.get("ok") and isinstance(listed, list) and \
+            len(listed) == len(batch) else [answer] * len(batch)
+    for n, i in enumerate(sent):
+        change = changes[i]
+        if change.after is not None and results[change.after] is not None:
+            results[i] = _busy(container, change)  # not tried
+            continue
+        try:
+            if answers is not None:
+                _raise_for(answers[n])
+            elif change.host_path:
+                _in_child(lambda c=change, p=parts[i]: mountns.Namespaces(None).mount(
+                    pidfd, c.host_path, p, c.read_only))
+            else:
+                _in_child(lambda p=parts[i]: mountns.Namespaces(None).unmount(pidfd, p))
+        except OSError as exc:
+            results[i] = _error(_action(change), container, change.container_path, exc)
+    return results
+
+
+def _action(change: Change) -> str:
+    return "mounting" if change.host_path else "unmounting"
+
+
+def _busy(container: str, change: Change) -> LiveMountError:
+    return LiveMountError(f"mounting {go_quote(change.container_path)} in running container "
+                          f"{go_quote(container)}: the mount there could not be removed",
+                          errno.EBUSY)
 
 
 # -- mount tables ------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ microseconds).
   back to the namespace the process started in.
 - `unmount(pidfd, parts)`: the parent resolved the same way, `fchdir` to it,
   `umount2(name, MNT_DETACH | UMOUNT_NOFOLLOW)`; False when nothing was mounted there.
+- `batch`: the changes of one update in one request (one round trip): each is done as its
+  own request would be, in order; one whose `after` names an earlier change that failed is
+  skipped (`{"skipped": true}`: a mount waiting for the removal of the old mount at its path).
 - `serve(fd)`: the helper's loop. Each request is a JSON message with the container's pidfd
   attached (SCM_RIGHTS); each answer a JSON message: `{"ok": true, ...}` or `{"errno": N,
   "where": "..."}` (a SOCK_SEQPACKET socket: one message each). If it cannot return to its
@@ -238,8 +241,20 @@ class Namespaces:
 
 
 def handle(namespaces: Namespaces, request: dict[str, Any], pidfd: int) -> dict[str, Any]:
-    """One request: {"op": "mount", "host": H, "parts": [...], "ro": bool} or {"op":
-    "unmount", "parts": [...]}; the answer."""
+    """One request: {"op": "mount", "host": H, "parts": [...], "ro": bool}, {"op":
+    "unmount", "parts": [...]} or {"op": "batch", "ops": [request, ...]} (each may name with
+    "after": N an earlier one it needs done); the answer ({"ok": true, "answers": [...]} for
+    a batch)."""
+    if request["op"] == "batch":
+        answers: list[dict[str, Any]] = []
+        for one in request["ops"]:
+            after = one.get("after")
+            if isinstance(after, int) and 0 <= after < len(answers) and \
+                    not answers[after].get("ok"):
+                answers.append({"skipped": True})
+            else:
+                answers.append(handle(namespaces, one, pidfd))
+        return {"ok": True, "answers": answers}
     try:
         if request["op"] == "mount":
             namespaces.mount(pidfd, str(request["host"]), list(request["parts"]),

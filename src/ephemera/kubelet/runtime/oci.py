@@ -821,28 +821,37 @@ class OciRuntime(RuntimeService):
                 meta["pending"] = [{"op": op, "mount": vars(mount)} for op, mount in ops]
                 write_json(directory / "container.json", meta)
                 table = livemount.container_mounts(pid)
-                stuck: set[str] = set()  # paths whose unmount failed in this batch
+                # One request to the mount helper for the whole batch: the removals, then the
+                # additions not there yet (one at a path being freed waits for that removal).
+                removing: dict[str, int] = {}
+                changes: list[livemount.Change] = []
+                # The change of each op; None: already done; an error: failed before.
+                planned: list[int | LiveMountError | None] = []
                 for op, mount in ops:
                     target = _target(mount)
                     try:
-                        if op == "mount" and target in stuck:
-                            raise LiveMountError(
-                                f"mounting {go_quote(target)} in running container "
-                                f"{go_quote(meta['name'])}: the mount there could not be "
-                                "removed", errno.EBUSY)
                         if op == "unmount":
-                            livemount.unmount_from(pidfd, meta["name"], target)
-                            table = [m for m in table if m.mount_point != target]
-                        elif not livemount.is_live_mounted(pid, mount.host_path, target,
-                                                           table):
-                            livemount.mount_into(pidfd, meta["name"], mount.host_path, target,
-                                                 mount.read_only)
+                            removing[target] = len(changes)
+                            changes.append(livemount.Change(target))
+                        elif target in removing or not livemount.is_live_mounted(
+                                pid, mount.host_path, target, table):
+                            changes.append(livemount.Change(
+                                target, mount.host_path, mount.read_only,
+                                removing.get(target)))
+                        else:
+                            planned.append(None)
+                            continue
                     except LiveMountError as err:
-                        errors.append(err)
-                        if op == "unmount":
-                            stuck.add(target)
+                        planned.append(err)
                         continue
-                    errors.append(None)
+                    planned.append(len(changes) - 1)
+                results = livemount.change_in(pidfd, meta["name"], changes) if changes else []
+                for (op, mount), change in zip(ops, planned, strict=True):
+                    error = results[change] if isinstance(change, int) else change
+                    errors.append(error)
+                    if error is not None:
+                        continue
+                    target = _target(mount)
                     meta["mounts"] = [m for m in meta["mounts"]
                                       if _target(Mount(**m)) != target]
                     if op == "mount":
