@@ -1,0 +1,193 @@
+"""`ephemera apiserver --workers N`: N apiserver processes serving one port, so that the API
+is served on every core (issue 17, item 3).
+
+The parent process serves nothing itself. It reserves the port (binding a socket with
+`SO_REUSEPORT`, so `--port 0` picks one free port for all), then starts N workers, each the
+same `ephemera apiserver` command with `--port P` and an internal `--worker-index I`. Every
+worker is a full apiserver on the shared store (etcd) with its own watch cache, and binds
+the same address with `SO_REUSEPORT`: the kernel spreads new connections over the workers'
+listening sockets. The workers share what makes several apiservers one control plane (the
+data dir's certificates, the service account keys, the flags); worker 0 alone keeps the
+identity Lease and the `kubernetes` Service, because N workers on one address and port are
+one member of the control plane, not N.
+
+The parent writes `--port-file` and `--write-kubeconfig` and says `serving on` once every
+worker serves; it restarts a worker that dies (one line on stderr, with back-off), and on
+SIGTERM or SIGINT stops them all (SIGTERM, SIGKILL after a grace period) and exits.
+Workers die with the parent (`PR_SET_PDEATHSIG`). On the sqlite store, which belongs to one
+process, more than one worker is refused (`check_workers`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ephemera.cli.supervisor import (
+    INITIAL_BACKOFF,
+    MAX_BACKOFF,
+    STABLE_AFTER,
+    STOP_GRACE,
+    describe_exit,
+    die_with_parent,
+)
+
+# How often the parent looks for the workers' port files while they start.
+READY_POLL = 0.05
+
+
+def check_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`--workers` must be positive, and 1 on the sqlite store (one process owns its file)."""
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    if args.workers > 1 and args.store != "etcd":
+        parser.error(f"--workers {args.workers} needs --store etcd: the sqlite store is one "
+                     "process's, so its apiserver runs as one worker")
+
+
+def default_workers(store: str) -> int:
+    """`ephemera up`'s default: one worker on sqlite (the store is in the apiserver's
+    process), one per core on etcd, at most 4 (each worker holds its own watch cache)."""
+    if store != "etcd":
+        return 1
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """A bound, not listening, `SO_REUSEPORT` socket on host:port (0: a free port), held
+    while the workers run so that the port stays theirs across restarts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host or "0.0.0.0", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def worker_argv(command: Sequence[str], port: int, index: int, port_file: Path) -> list[str]:
+    """The worker's command: the parent's own arguments, then the worker's overrides (the
+    last of a repeated option wins)."""
+    return [sys.executable, "-m", "ephemera.cli", *command, "--workers", "1",
+            "--port", str(port), "--port-file", str(port_file),
+            "--worker-index", str(index)]
+
+
+class WorkerGroup:
+    """Starts, restarts and stops the N workers."""
+
+    def __init__(self, argv: Callable[[int, Path], list[str]], count: int,
+                 run_dir: Path) -> None:
+        self.argv = argv
+        self.count = count
+        self.run_dir = run_dir
+        self.processes: list[asyncio.subprocess.Process | None] = [None] * count
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def port_file(self, index: int) -> Path:
+        return self.run_dir / f"worker-{index}.port"
+
+    async def _spawn(self, index: int) -> asyncio.subprocess.Process:
+        self.port_file(index).unlink(missing_ok=True)
+        return await asyncio.create_subprocess_exec(
+            *self.argv(index, self.port_file(index)), stdin=asyncio.subprocess.DEVNULL,
+            preexec_fn=die_with_parent)
+
+    async def _keep_running(self, index: int) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = INITIAL_BACKOFF
+        while not self._stopping.is_set():
+            began = loop.time()
+            process = self.processes[index] = await self._spawn(index)
+            code = await process.wait()
+            if self._stopping.is_set():
+                return
+            if loop.time() - began >= STABLE_AFTER:
+                backoff = INITIAL_BACKOFF
+            print(f"ephemera apiserver: worker {index} (pid {process.pid}) exited: "
+                  f"{describe_exit(code)}; restarting in {backoff:g}s", file=sys.stderr,
+                  flush=True)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await self._stopping.wait()
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._keep_running(i), name=f"apiserver-worker-{i}")
+                       for i in range(self.count)]
+
+    def ready(self) -> bool:
+        """Every worker has written its port file (it serves)."""
+        return all(self.port_file(i).exists() for i in range(self.count))
+
+    def failed(self) -> bool:
+        """A worker task ended on its own (it could not be started)."""
+        return any(t.done() for t in self._tasks) and not self._stopping.is_set()
+
+    async def stop(self, grace: float = STOP_GRACE) -> None:
+        self._stopping.set()
+        for process in self.processes:
+            if process is not None and process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            if process is None:
+                continue
+            try:
+                async with asyncio.timeout(grace):
+                    await process.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        for task in self._tasks:
+            with contextlib.suppress(Exception):
+                await task
+
+
+async def run_workers(args: argparse.Namespace, on_ready: Callable[[int], None]) -> int:
+    """Run `args.workers` workers of the apiserver command `args.command_argv` until SIGTERM
+    or SIGINT; `on_ready(port)` once every worker serves."""
+    try:
+        reservation = reserve_port(args.bind_address, args.port)
+    except OSError as err:
+        print(f"ephemera apiserver: cannot serve on {args.bind_address}:{args.port}: "
+              f"{err.strerror or err}", file=sys.stderr, flush=True)
+        return 1
+    port = int(reservation.getsockname()[1])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    with reservation, tempfile.TemporaryDirectory(prefix="ephemera-apiserver-") as tmp:
+        group = WorkerGroup(lambda i, f: worker_argv(args.command_argv, port, i, f),
+                            args.workers, Path(tmp))
+        group.start()
+        try:
+            started = time.monotonic()
+            while not group.ready():
+                if stop.is_set():
+                    return 0
+                if group.failed():
+                    return 1
+                await asyncio.sleep(READY_POLL)
+            print(f"ephemera apiserver: {args.workers} workers ready in "
+                  f"{time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
+            on_ready(port)
+            await stop.wait()
+        finally:
+            await group.stop()
+    return 0
