@@ -17,6 +17,8 @@ import os
 import re
 import signal
 import ssl
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,3 +187,18 @@ def test_a_killed_worker_is_restarted_and_the_cluster_goes_on(workers: Workers) 
                 if e["verb"] == "create" and e["stage"] == "ResponseComplete"
                 and "fieldManager=after-" in e["requestURI"]]
     assert sorted(managers) == [f"after-{i}" for i in range(4)]
+
+
+def test_workers_that_cannot_start_end_the_command(tmp_path: Path) -> None:
+    """A worker that exits before the group serves (here: a missing audit policy) is not
+    restarted in a loop: the command exits 1 with the worker's error."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ephemera.cli", "apiserver", "--data-dir", str(tmp_path / "d"),
+         "--port", "0", "--store", "etcd", "--etcd-endpoints", "http://127.0.0.1:9",
+         "--workers", "2", "--audit-log-path", str(tmp_path / "audit.log"),
+         "--audit-policy-file", str(tmp_path / "nope.yaml")],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 1, result.stderr
+    assert "ephemera apiserver: audit:" in result.stderr
+    assert "exited before serving: exit code 1" in result.stderr
+    assert "restarting" not in result.stderr

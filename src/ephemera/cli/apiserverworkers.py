@@ -12,7 +12,9 @@ identity Lease and the `kubernetes` Service, because N workers on one address an
 one member of the control plane, not N.
 
 The parent writes `--port-file` and `--write-kubeconfig` and says `serving on` once every
-worker serves; it restarts a worker that dies (one line on stderr, with back-off), and on
+worker serves (a worker that exits before that ends the whole command with exit code 1:
+its error is on stderr); it restarts a worker that dies later (one line on stderr, with
+back-off), and on
 SIGTERM or SIGINT stops them all (SIGTERM, SIGKILL after a grace period) and exits.
 Workers die with the parent (`PR_SET_PDEATHSIG`). On the sqlite store, which belongs to one
 process, more than one worker is refused (`check_workers`).
@@ -94,6 +96,7 @@ class WorkerGroup:
         self.count = count
         self.run_dir = run_dir
         self.processes: list[asyncio.subprocess.Process | None] = [None] * count
+        self.serving = False  # every worker has served once: from then on, deaths restart
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -115,6 +118,10 @@ class WorkerGroup:
             code = await process.wait()
             if self._stopping.is_set():
                 return
+            if not self.serving:  # a bad flag, key or policy: every restart would fail too
+                print(f"ephemera apiserver: worker {index} (pid {process.pid}) exited before "
+                      f"serving: {describe_exit(code)}", file=sys.stderr, flush=True)
+                return
             if loop.time() - began >= STABLE_AFTER:
                 backoff = INITIAL_BACKOFF
             print(f"ephemera apiserver: worker {index} (pid {process.pid}) exited: "
@@ -134,7 +141,7 @@ class WorkerGroup:
         return all(self.port_file(i).exists() for i in range(self.count))
 
     def failed(self) -> bool:
-        """A worker task ended on its own (it could not be started)."""
+        """A worker ended before the group served (or could not be started)."""
         return any(t.done() for t in self._tasks) and not self._stopping.is_set()
 
     async def stop(self, grace: float = STOP_GRACE) -> None:
@@ -184,6 +191,7 @@ async def run_workers(args: argparse.Namespace, on_ready: Callable[[int], None])
                 if group.failed():
                     return 1
                 await asyncio.sleep(READY_POLL)
+            group.serving = True
             print(f"ephemera apiserver: {args.workers} workers ready in "
                   f"{time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
             on_ready(port)
