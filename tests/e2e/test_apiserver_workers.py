@@ -4,6 +4,7 @@ serve one port, the kernel spreading the connections (SO_REUSEPORT).
 - A ConfigMap created through a connection served by one worker is seen by a watch served
   by the other (each worker has its own watch cache, fed by etcd); which worker serves a
   connection is read from /proc (the owner of the server side of the socket).
+- Services created through both workers get distinct ClusterIPs and node ports.
 - A worker killed with SIGKILL: the other serves every new connection at once, the parent
   says so in one line and starts it again; the group is one member of the control plane
   (one identity Lease) and every request went into the one shared audit log.
@@ -154,6 +155,31 @@ def test_a_create_through_one_worker_is_seen_by_a_watch_on_the_other(
         created["metadata"]["resourceVersion"]
     conn.close()
     watch_conn.close()
+
+
+def test_workers_allocate_cluster_ips_through_the_store(workers: Workers) -> None:
+    """Services created through both workers get distinct ClusterIPs (the allocator is a
+    compare-and-swap of the range in etcd, not a worker's memory)."""
+    by_worker: dict[int, list[str]] = {}
+    for i in range(40):
+        conn = workers.connect()
+        pid = workers.serving_pid(conn)
+        if len(by_worker.get(pid, [])) < 3:
+            status, body = workers.request(conn, "POST", "/api/v1/namespaces/default/services", {
+                "apiVersion": "v1", "kind": "Service", "metadata": {"name": f"s{i}"},
+                "spec": {"ports": [{"port": 80}], "type": "NodePort"}})
+            assert status == 201, body
+            by_worker.setdefault(pid, []).append(
+                f"{body['spec']['clusterIP']}/{body['spec']['ports'][0]['nodePort']}")
+        conn.close()
+        if len(by_worker) == 2 and all(len(v) == 3 for v in by_worker.values()):
+            break
+    else:
+        pytest.fail(f"40 connections did not reach both workers 3 times: {by_worker}")
+    allocated = [ip for ips in by_worker.values() for ip in ips]
+    ips = {a.split("/")[0] for a in allocated}
+    ports = {a.split("/")[1] for a in allocated}
+    assert len(ips) == len(ports) == 6
 
 
 def test_a_killed_worker_is_restarted_and_the_cluster_goes_on(workers: Workers) -> None:
