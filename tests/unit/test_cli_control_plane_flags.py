@@ -150,3 +150,24 @@ def test_worker_argv_overrides_come_last(tmp_path: Path) -> None:
     args = build_parser().parse_args(argv[3:])  # after `python -m ephemera.cli`
     assert (args.port, args.workers, args.worker_index) == (7443, 1, 1)
     assert args.port_file == tmp_path / "w1.port" and args.verbose
+
+
+def test_a_worker_group_does_not_share_a_port_another_server_holds() -> None:
+    import socket
+
+    from ephemera.cli.apiserverworkers import reserve_port
+
+    first = reserve_port("127.0.0.1", 0)  # a group's reservation
+    try:
+        port = first.getsockname()[1]
+        listening = socket.socket()
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listening.bind(("127.0.0.1", port))  # its worker
+        listening.listen()
+        try:
+            with pytest.raises(OSError):
+                reserve_port("127.0.0.1", port)
+        finally:
+            listening.close()
+    finally:
+        first.close()

@@ -66,13 +66,20 @@ def default_workers(store: str) -> int:
 
 def reserve_port(host: str, port: int) -> socket.socket:
     """A bound, not listening, `SO_REUSEPORT` socket on host:port (0: a free port), held
-    while the workers run so that the port stays theirs across restarts."""
+    while the workers run so that the port stays theirs across restarts. A given port is
+    first bound without `SO_REUSEPORT`, so that a port some other server (another worker
+    group too) holds is refused instead of shared."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    address = (host or "0.0.0.0", port)
+    if port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host or "0.0.0.0", port))
+        sock.bind(address)
     except OSError:
         sock.close()
         raise
@@ -180,7 +187,8 @@ async def run_workers(args: argparse.Namespace, on_ready: Callable[[int], None])
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     with reservation, tempfile.TemporaryDirectory(prefix="ephemera-apiserver-") as tmp:
-        group = WorkerGroup(lambda i, f: worker_argv(args.command_argv, port, i, f),
+        command = getattr(args, "command_argv", None) or sys.argv[1:]
+        group = WorkerGroup(lambda i, f: worker_argv(command, port, i, f),
                             args.workers, Path(tmp))
         group.start()
         try:
