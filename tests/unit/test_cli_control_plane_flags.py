@@ -171,3 +171,10 @@ def test_a_worker_group_does_not_share_a_port_another_server_holds() -> None:
             listening.close()
     finally:
         first.close()
+
+
+def test_default_workers() -> None:
+    from ephemera.cli.apiserverworkers import default_workers
+
+    assert [default_workers("sqlite", n) for n in (1, 2, 16)] == [1, 1, 1]
+    assert [default_workers("etcd", n) for n in (1, 2, 4, 6, 16)] == [1, 1, 2, 3, 4]

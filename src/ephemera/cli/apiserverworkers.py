@@ -56,12 +56,15 @@ def check_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                      "process's, so its apiserver runs as one worker")
 
 
-def default_workers(store: str) -> int:
+def default_workers(store: str, cpus: int | None = None) -> int:
     """`ephemera up`'s default: one worker on sqlite (the store is in the apiserver's
-    process), one per core on etcd, at most 4 (each worker holds its own watch cache)."""
+    process); on etcd, half the cores, at least 1 and at most 4: `up` runs etcd's clients,
+    the scheduler, the controller-manager and the kubelet on the same machine, and each
+    worker costs a watch cache of its own (docs/benchmarks.md: two workers on 2 busy cores
+    used 15-35% more CPU and twice the memory of one, for no measurable gain)."""
     if store != "etcd":
         return 1
-    return max(1, min(os.cpu_count() or 1, 4))
+    return max(1, min((cpus if cpus is not None else os.cpu_count() or 1) // 2, 4))
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
