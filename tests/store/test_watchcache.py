@@ -291,6 +291,7 @@ async def test_routed_watchers_get_the_events_of_their_node_only(
     cache = WatchCache(store, indexes={PODS: FieldIndex("Pod", "spec.nodeName")})
     resource = await cache.ready(PODS)
     assert resource is not None
+    resource.hub.progress_interval = 0.05  # a quiet watcher learns the end soon
     start = resource.revision
     watchers = {route: resource.watch(PODS, start, route=route)
                 for route in ("node-a", "node-b", "")}
