@@ -309,10 +309,12 @@ class Apiserver:
     `url` and `ssl_context` are then the server and the client TLS context built from that
     kubeconfig. Logs go to `data_dir/apiserver.log`."""
 
-    def __init__(self, data_dir: Path, store: str, etcd_endpoints: Sequence[str] = ()) -> None:
+    def __init__(self, data_dir: Path, store: str, etcd_endpoints: Sequence[str] = (),
+                 workers: int = 1) -> None:
         self.data_dir = data_dir
         self.store = store
         self.etcd_endpoints = list(etcd_endpoints)
+        self.workers = workers  # `--workers` (etcd only)
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.ssl_context: ssl.SSLContext | None = None
@@ -337,6 +339,8 @@ class Apiserver:
                  "--store", self.store]
         if self.etcd_endpoints:
             argv += ["--etcd-endpoints", ",".join(self.etcd_endpoints)]
+        if self.workers > 1:
+            argv += ["--workers", str(self.workers)]
         return argv
 
     def start(self, timeout: float = APISERVER_START_TIMEOUT) -> None:

@@ -14,6 +14,12 @@ per store:
    hollow-nodes; each with its children), sampled every second, and the CPU time each
    used from the first create until every pod ran.
 
+`--apiserver-workers 1,2` runs each store once per count of apiserver worker processes
+(`ephemera apiserver --workers N`, etcd only: a count above 1 is skipped on sqlite), one after
+the other in one invocation, so that they compare on the same machine; each worker's CPU
+time is reported on its own (`apiserver-w0`, ...; `apiserver` is the parent, its RSS the
+whole group's).
+
 The full run is `--nodes 1000 --pods 30000 --clients 8 --watches 1000 --stores sqlite,etcd`
 (issue 17's targets: 30,000 pods Running in under 5 minutes, mutating calls p99 under 1 s);
 `--quick` is a smoke-sized run. Results: Markdown on stdout, JSON with `--json PATH`;
@@ -82,6 +88,15 @@ def _rss_bytes(pid: int) -> int:
     return total
 
 
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (an apiserver's workers), by pid."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return sorted(int(c) for c in f.read().split())
+    except (OSError, ValueError):
+        return []
+
+
 @dataclass
 class Component:
     """One control-plane or node process started from the `ephemera` command line."""
@@ -136,15 +151,16 @@ def _pod(name: str) -> dict[str, Any]:
 class Run:
     """One store's run (see the module docstring)."""
 
-    def __init__(self, args: argparse.Namespace, store: str, work_dir: Path) -> None:
+    def __init__(self, args: argparse.Namespace, store: str, work_dir: Path,
+                 workers: int = 1) -> None:
         self.args = args
         self.store = store
         self.work_dir = work_dir
         self.etcd: Any = None
-        self.apiserver = Apiserver(work_dir / "apiserver", store)
+        self.apiserver = Apiserver(work_dir / "apiserver", store, workers=workers)
         self.components: list[Component] = []
         self.rss_peak: dict[str, int] = {}
-        self.result: dict[str, Any] = {"store": store}
+        self.result: dict[str, Any] = {"store": store, "apiserver_workers": workers}
 
     # -- processes --
 
@@ -173,6 +189,9 @@ class Run:
 
     def pids(self) -> dict[str, int]:
         pids = {"apiserver": self.apiserver.pid}
+        if self.apiserver.workers > 1:
+            for i, pid in enumerate(_children(self.apiserver.pid)):
+                pids[f"apiserver-w{i}"] = pid
         if self.etcd is not None:
             pids["etcd"] = self.etcd.process.pid
         for component in self.components:
@@ -372,6 +391,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.add_argument(f"--{name}", type=int, default=None, metavar="N")
     parser.add_argument("--stores", default=",".join(STORES), metavar="LIST",
                         help="sqlite,etcd (default both)")
+    parser.add_argument("--apiserver-workers", default="1", metavar="LIST",
+                        help="apiserver worker counts to run each store with, e.g. 1,2 "
+                             "(default 1; above 1 only on etcd)")
     parser.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
                         help="give up waiting for nodes or pods after this long")
     parser.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
@@ -385,24 +407,33 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     unknown = [s for s in args.stores if s not in STORES]
     if unknown:
         parser.error(f"unknown store(s): {', '.join(unknown)}")
+    try:
+        args.apiserver_workers = [int(w) for w in args.apiserver_workers.split(",") if w]
+    except ValueError:
+        parser.error("--apiserver-workers: a comma-separated list of counts")
+    if not args.apiserver_workers or min(args.apiserver_workers) < 1:
+        parser.error("--apiserver-workers: counts of at least 1")
     return args
 
 
 def report(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
-        rows.append([r["store"], str(r["nodes"]), str(r["pods"]), str(r["clients"]),
+        cpu = r.get("cpu_seconds_until_running") or {}
+        rows.append([r["store"], str(r.get("apiserver_workers", 1)), str(r["nodes"]),
+                     str(r["pods"]), str(r["clients"]),
                      str(r["nodes_ready_seconds"]), str(r["all_running_seconds"]),
                      str(r["pods_per_second_end_to_end"]),
                      f"{r['creates']['p50_ms']} / {r['creates']['p99_ms']}",
                      f"{r['gets']['p50_ms']} / {r['gets']['p99_ms']}",
                      f"{r['paginated_lists']['p50_ms']} / {r['paginated_lists']['p99_ms']}",
                      format_ms(r["list_all"]["seconds"]),
-                     ", ".join(f"{k} {v}" for k, v in r["rss_mib"].items())])
+                     ", ".join(f"{k} {v}" for k, v in r["rss_mib"].items()),
+                     ", ".join(f"{k} {v}" for k, v in cpu.items())])
     return markdown_table(
-        ["store", "nodes", "pods", "clients", "nodes Ready s", "all Running s", "pods/s",
-         "create p50/p99 ms", "get p50/p99 ms", "list page p50/p99 ms", "list all ms",
-         "peak RSS MiB"], rows)
+        ["store", "apiserver workers", "nodes", "pods", "clients", "nodes Ready s",
+         "all Running s", "pods/s", "create p50/p99 ms", "get p50/p99 ms",
+         "list page p50/p99 ms", "list all ms", "peak RSS MiB", "CPU s until Running"], rows)
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -416,13 +447,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     try:
         for store in args.stores:
-            run = Run(args, store, work / store)
-            (work / store).mkdir(parents=True, exist_ok=True)
-            try:
-                run.start()
-                results.append(asyncio.run(run.measure()))
-            finally:
-                run.stop()
+            for workers in args.apiserver_workers:
+                if workers > 1 and store != "etcd":
+                    log(f"[{store}] --workers {workers} needs etcd: skipped")
+                    continue
+                run_dir = work / (store if workers == 1 else f"{store}-w{workers}")
+                run = Run(args, store, run_dir, workers)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                try:
+                    run.start()
+                    results.append(asyncio.run(run.measure()))
+                finally:
+                    run.stop()
     finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -140,3 +140,65 @@ async def test_a_watch_older_than_the_window_and_the_compaction_is_410(
     answers = [await watch_lines(api, f"resourceVersion={start}") for api in (cached, uncached)]
     assert answers[0] == answers[1]
     assert answers[0][0]["type"] == "ERROR" and answers[0][0]["code"] == 410
+
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+async def pod_watch_lines(api: Api, query: str) -> list[tuple[str, str, str, str]]:
+    response = await api.client.get(f"{PODS}?watch=true&timeoutSeconds=4&{query}")
+    assert response.status == 200
+    events = []
+    for line in (await response.read()).splitlines():
+        event = json.loads(line)
+        obj = event["object"]
+        if event["type"] != "BOOKMARK":
+            events.append((event["type"], obj["metadata"]["name"],
+                           obj["metadata"]["resourceVersion"],
+                           obj["spec"].get("nodeName", "")))
+    return events
+
+
+SELECTORS = ("spec.nodeName%3Dnode-a", "spec.nodeName%3Dnode-b", "spec.nodeName%3D",
+             "spec.nodeName%21%3D", "spec.nodeName%3Dnode-a,metadata.name%3Dp2")
+
+
+async def test_pod_watches_by_node_answer_as_the_store_does(
+        pair: tuple[Api, Api, Store]) -> None:
+    """The cache finds `spec.nodeName=NAME` watchers through its node index: each watching
+    while the pods change gets what the store's filtered watch gives, binding transitions
+    included (the unscheduled watch gets a DELETED when its pod is bound, the node's an
+    ADDED)."""
+    cached, uncached, _store = pair
+    first_rv = int((await uncached.get(PODS))[1]["metadata"]["resourceVersion"])
+    cache = cached.app[REGISTRY].watch_cache
+    assert cache is not None
+    resource = await cache.ready("/registry/pods/")
+    assert resource is not None and resource.index is not None
+    watches = {(api is cached, selector): asyncio.ensure_future(pod_watch_lines(
+                   api, f"resourceVersion={first_rv}&fieldSelector={selector}"))
+               for api in (cached, uncached) for selector in SELECTORS}
+
+    async def watching() -> bool:
+        return len(resource.hub) >= len(SELECTORS) and resource.hub.routed
+
+    await eventually(watching)  # the changes are pushed to them, not replayed
+    await uncached.create_pod("p1")  # unscheduled
+    await uncached.create_pod("p2", node="node-a")
+    status, body = await uncached.post(f"{PODS}/p1/binding", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1"},
+        "target": {"kind": "Node", "name": "node-b"}})
+    assert status == 201, body
+    status, body = await uncached.patch(f"{PODS}/p2", {"metadata": {"labels": {"x": "y"}}},
+                                        "application/merge-patch+json")
+    assert status == 200, body
+    assert (await uncached.delete(f"{PODS}/p2?gracePeriodSeconds=0"))[0] == 200
+    answers = {key: await task for key, task in watches.items()}
+    for selector in SELECTORS:
+        assert answers[True, selector] == answers[False, selector], selector
+    assert [(t, n, node) for t, n, _, node in answers[True, "spec.nodeName%3D"]] == [
+        ("ADDED", "p1", ""), ("DELETED", "p1", "")]
+    assert [(t, n) for t, n, _, _ in answers[True, "spec.nodeName%3Dnode-b"]] == [
+        ("ADDED", "p1")]
+    assert [t for t, *_ in answers[True, "spec.nodeName%3Dnode-a"]] == [
+        "ADDED", "MODIFIED", "DELETED"]

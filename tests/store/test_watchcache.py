@@ -3,11 +3,14 @@ backends: after a random history of creates, updates and deletes under several p
 every list (whole, by sub-prefix, in pages) and every watch (from each revision of the
 window) the cache answers equals the store's answer at the same revision; a watch from
 before the window is refused (the registry then goes to the store); a slow watcher is cut
-off while the others keep receiving; the cache lists again when its store watch ends."""
+off while the others keep receiving; the cache lists again when its store watch ends; a
+watcher routed by the pod index (`spec.nodeName`) is pushed exactly the events of pods that
+were or are on its node, and an unrouted one every event."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -15,7 +18,7 @@ from typing import Any, cast
 import pytest
 
 from conftest import StoreFactory
-from ephemera.apiserver.watchcache import ResourceCache, WatchCache
+from ephemera.apiserver.watchcache import FieldIndex, ResourceCache, SharedEvent, WatchCache
 from ephemera.store import Store
 from ephemera.store.base import (
     Event,
@@ -268,4 +271,99 @@ async def test_deletes_leave_the_list(make_store: StoreFactory) -> None:
         with pytest.raises(KeyNotFound):
             await store.delete(kv.key)
     finally:
+        await cache.close()
+
+
+PODS = "/registry/pods/"
+
+
+def pod(name: str, node: str = "") -> bytes:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i"}]}
+    if node:
+        spec["nodeName"] = node
+    return json.dumps({"kind": "Pod", "apiVersion": "v1",
+                       "metadata": {"name": name, "namespace": "ns"}, "spec": spec}).encode()
+
+
+async def test_routed_watchers_get_the_events_of_their_node_only(
+        make_store: StoreFactory) -> None:
+    store = await make_store()
+    cache = WatchCache(store, indexes={PODS: FieldIndex("Pod", "spec.nodeName")})
+    resource = await cache.ready(PODS)
+    assert resource is not None
+    resource.hub.progress_interval = 0.05  # a quiet watcher learns the end soon
+    start = resource.revision
+    watchers = {route: resource.watch(PODS, start, route=route)
+                for route in ("node-a", "node-b", "")}
+    everything = resource.watch(PODS, start)
+    assert everything is not None and len(resource.hub) == 4
+    try:
+        p1 = await store.create(f"{PODS}ns/p1", pod("p1"))  # unscheduled
+        p2 = await store.create(f"{PODS}ns/p2", pod("p2", "node-a"))
+        p1 = await store.update(f"{PODS}ns/p1", pod("p1", "node-b"), p1.mod_revision)  # bound
+        p2 = await store.update(f"{PODS}ns/p2", pod("p2", "node-a") + b" ", p2.mod_revision)
+        gone = await store.delete(f"{PODS}ns/p2", p2.mod_revision)
+        end = gone.mod_revision
+        await caught_up(resource, store)
+        assert len(await drain(everything, end)) == 5
+
+        async def keys(route: str) -> list[tuple[str, str]]:
+            watcher = watchers[route]
+            assert watcher is not None
+            got: list[tuple[str, str]] = []
+            async with asyncio.timeout(10):
+                async for item in watcher:
+                    if isinstance(item, Event):
+                        assert isinstance(item, SharedEvent)
+                        got.append((item.type, item.kv.key.rsplit("/", 1)[1]))
+                    if item.revision >= end:
+                        break
+            return got
+
+        assert await keys("node-a") == [("PUT", "p2"), ("PUT", "p2"), ("DELETE", "p2")]
+        assert await keys("node-b") == [("PUT", "p1")]  # bound to it
+        assert await keys("") == [("PUT", "p1"), ("PUT", "p1")]  # created, then bound away
+        for watcher in watchers.values():
+            assert watcher is not None
+            await watcher.close()
+        assert len(resource.hub) == 1 and not resource.hub.routed
+    finally:
+        await everything.close()
+        await cache.close()
+
+
+async def test_a_slow_routed_watcher_is_cut_off_without_holding_its_node_back(
+        make_store: StoreFactory) -> None:
+    store = await make_store()
+    cache = WatchCache(store, indexes={PODS: FieldIndex("Pod", "spec.nodeName")})
+    resource = await cache.ready(PODS)
+    assert resource is not None
+    resource.hub.capacity = 3
+    slow = resource.watch(PODS, resource.revision, route="n")
+    fast = resource.watch(PODS, resource.revision, route="n")
+    assert slow is not None and fast is not None
+    try:
+        received: list[str] = []
+
+        async def consume() -> None:
+            async for item in fast:
+                if isinstance(item, Event):
+                    received.append(item.kv.key)
+                    if len(received) == 10:
+                        return
+
+        consumer = asyncio.create_task(consume())
+        for i in range(10):
+            await store.create(f"{PODS}ns/p{i}", pod(f"p{i}", "n"))
+            await asyncio.sleep(0)
+        async with asyncio.timeout(10):
+            await consumer
+        assert received == [f"{PODS}ns/p{i}" for i in range(10)]
+        with pytest.raises(WatcherDropped):
+            async for _item in slow:
+                pass
+        assert len(resource.hub) == 1  # the dropped one left the index
+    finally:
+        await slow.close()
+        await fast.close()
         await cache.close()

@@ -188,3 +188,34 @@ def test_log_rotates_by_size_and_keeps_backups(tmp_path: Path) -> None:
     # Every kept line is one whole event, the newest ones are kept, in order.
     assert kept == written[-len(kept):]
     assert oct(log_path.stat().st_mode & 0o777) == "0o600"
+
+
+def _write_shared(log_path: Path, writer: str, count: int) -> None:
+    log = AuditLog(log_path, max_size_bytes=2000, max_backups=0, shared=True)
+    for i in range(count):
+        log.write({"writer": writer, "i": i, "pad": "x" * 100})
+    log.close()
+
+
+def test_shared_log_takes_whole_lines_from_processes_that_rotate_it(tmp_path: Path) -> None:
+    """`apiserver --workers`: several processes append to one log and rotate it; every event
+    is kept once, whole, in each writer's order."""
+    import multiprocessing
+
+    log_path = tmp_path / "audit.log"
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_write_shared, args=(log_path, name, 150))
+               for name in ("a", "b", "c")]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(60)
+        assert process.exitcode == 0
+    log = AuditLog(log_path, max_backups=0)
+    files = [*log.backups(), log_path]
+    log.close()
+    assert len(files) > 10  # rotated many times, by all of them
+    events = [e for p in files for e in read_events(p)]
+    for name in ("a", "b", "c"):
+        assert [e["i"] for e in events if e["writer"] == name] == list(range(150))
+    assert all(p.stat().st_size <= 2000 for p in files)

@@ -119,3 +119,62 @@ def test_node_address_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     off.choose_addresses()
     argv = off.apiserver_argv()
     assert "--mount-service-account-token=false" in argv and "--advertise-address" not in argv
+
+
+def test_apiserver_workers_need_etcd(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ephemera.cli.up import Cluster
+
+    data = ["apiserver", "--data-dir", str(tmp_path / "d")]
+    assert ("--workers 2 needs --store etcd: the sqlite store is one process's"
+            in usage_error([*data, "--workers", "2"], capsys))
+    assert "--workers must be at least 1" in usage_error([*data, "--workers", "0"], capsys)
+    up = ["up", "--data-dir", str(tmp_path / "u")]
+    assert "--apiserver-workers 3 needs --store etcd" in usage_error(
+        [*up, "--apiserver-workers", "3"], capsys)
+    etcd = [*up, "--store", "etcd", "--etcd-endpoints", "http://127.0.0.1:1"]
+    cluster = Cluster(build_parser().parse_args([*etcd, "--apiserver-workers", "2"]))
+    cluster.choose_addresses()
+    api = cluster.apiserver_argv()
+    assert api[api.index("--workers") + 1] == "2"
+    one = Cluster(build_parser().parse_args(up))  # sqlite: one worker, no flag
+    one.choose_addresses()
+    assert "--workers" not in one.apiserver_argv()
+
+
+def test_worker_argv_overrides_come_last(tmp_path: Path) -> None:
+    from ephemera.cli.apiserverworkers import worker_argv
+
+    command = ["-v", "apiserver", "--data-dir", "d", "--port", "0", "--workers", "2",
+               "--port-file", "p"]
+    argv = worker_argv(command, 7443, 1, tmp_path / "w1.port")
+    args = build_parser().parse_args(argv[3:])  # after `python -m ephemera.cli`
+    assert (args.port, args.workers, args.worker_index) == (7443, 1, 1)
+    assert args.port_file == tmp_path / "w1.port" and args.verbose
+
+
+def test_a_worker_group_does_not_share_a_port_another_server_holds() -> None:
+    import socket
+
+    from ephemera.cli.apiserverworkers import reserve_port
+
+    first = reserve_port("127.0.0.1", 0)  # a group's reservation
+    try:
+        port = first.getsockname()[1]
+        listening = socket.socket()
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listening.bind(("127.0.0.1", port))  # its worker
+        listening.listen()
+        try:
+            with pytest.raises(OSError):
+                reserve_port("127.0.0.1", port)
+        finally:
+            listening.close()
+    finally:
+        first.close()
+
+
+def test_default_workers() -> None:
+    from ephemera.cli.apiserverworkers import default_workers
+
+    assert [default_workers("sqlite", n) for n in (1, 2, 16)] == [1, 1, 1]
+    assert [default_workers("etcd", n) for n in (1, 2, 4, 6, 16)] == [1, 1, 2, 3, 4]

@@ -75,7 +75,7 @@ from ephemera.apiserver.serviceallocator import (
     repair_periodically,
 )
 from ephemera.apiserver.watch import WatchSettings, serve_watch
-from ephemera.apiserver.watchcache import WatchCache
+from ephemera.apiserver.watchcache import FieldIndex, WatchCache
 from ephemera.store import Store, StoreError
 
 log = logging.getLogger("ephemera.apiserver")
@@ -87,6 +87,9 @@ CACHED_FOR_ADMISSION = tuple(core_resource(plural) for plural in
 # Subresources whose websocket GET also needs `create` (upstream's
 # AuthorizePodWebsocketUpgradeCreatePermission).
 WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
+# As upstream's pod storage's trigger function: the watch cache finds each node's pod
+# watchers (`spec.nodeName=NAME`: kubelets; `spec.nodeName=`: the scheduler) by node name.
+WATCH_CACHE_INDEXES = {core_resource("pods").key_prefix(): FieldIndex("Pod", "spec.nodeName")}
 
 
 class Authenticator(Protocol):
@@ -167,7 +170,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     admission = build_chain(config.admission_plugins, AdmissionSettings(
         gates=config.feature_gates,
         mount_service_account_token=config.mount_service_account_token))
-    cache = WatchCache(store) if config.watch_cache else None
+    cache = WatchCache(store, indexes=WATCH_CACHE_INDEXES) if config.watch_cache else None
     registry = Registry(store, gates=config.feature_gates, admission=admission,
                         watch_cache=cache)
     allocations = ServiceAllocations(store, config.service_cluster_ip_range,

@@ -19,6 +19,7 @@ ephemera does not). The default policy (`data/audit-policy.yaml`) records every
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import threading
 import time
@@ -290,10 +291,15 @@ class AuditRecord:
 class AuditLog:
     """Appends events as JSON lines to `path`; past `max_size_bytes` the file is renamed to
     `<stem>-<time>.log` and a new one started, keeping the newest `max_backups` old files
-    (0 keeps all). Writes are whole lines under a lock, flushed per event."""
+    (0 keeps all). Writes are whole lines under a lock, flushed per event.
+
+    `shared`: several processes (the workers of `ephemera apiserver --workers`) append to one
+    file. Then the lock is also an `flock` of `<path>.lock` across the processes, each line
+    is one `O_APPEND` write, and before writing a process reopens `path` when another one
+    has rotated it (its open file is no longer the one at `path`)."""
 
     def __init__(self, path: Path, *, max_size_bytes: int = 100 * 1024 * 1024,
-                 max_backups: int = 10) -> None:
+                 max_backups: int = 10, shared: bool = False) -> None:
         self.path = path
         self.max_size_bytes = max_size_bytes
         self.max_backups = max_backups
@@ -301,15 +307,44 @@ class AuditLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "ab")  # noqa: SIM115 - kept open for the log's lifetime
         os.chmod(path, 0o600)
+        self._lock_fd: int | None = None
+        if shared:
+            self._lock_fd = os.open(path.with_name(path.name + ".lock"),
+                                    os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def write(self, event: Mapping[str, Any]) -> None:
         line = orjson.dumps(event) + b"\n"
         with self._lock:
+            if self._lock_fd is not None:
+                self._write_shared(line)
+                return
             if self.max_size_bytes and self._file.tell() + len(line) > self.max_size_bytes \
                     and self._file.tell() > 0:
                 self._rotate()
             self._file.write(line)
             self._file.flush()
+
+    def _write_shared(self, line: bytes) -> None:
+        assert self._lock_fd is not None
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            try:
+                current = os.stat(self.path)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(self._file.fileno())
+            if current is None or (current.st_dev, current.st_ino) != (mine.st_dev,
+                                                                         mine.st_ino):
+                self._file.close()  # rotated by another process
+                self._file = open(self.path, "ab")  # noqa: SIM115
+                os.chmod(self.path, 0o600)
+                mine = os.fstat(self._file.fileno())
+            if self.max_size_bytes and mine.st_size + len(line) > self.max_size_bytes \
+                    and mine.st_size > 0:
+                self._rotate()
+            os.write(self._file.fileno(), line)
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _rotate(self) -> None:
         self._file.close()
@@ -340,6 +375,9 @@ class AuditLog:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
 
 
 def read_events(path: Path) -> Iterable[dict[str, Any]]:

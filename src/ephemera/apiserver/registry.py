@@ -146,6 +146,14 @@ class Codec:
         return dumps(self.decode(kv))
 
 
+def watch_route(cache: ResourceCache, selection: Selection | None) -> str | None:
+    """The value of the cache's index field that `selection` requires (an `=` term), by
+    which its watcher is found; None: it is offered every event."""
+    if cache.index is None or selection is None:
+        return None
+    return selection.fields.exact(cache.index.field)
+
+
 # --- results -------------------------------------------------------------------------------
 
 
@@ -476,7 +484,10 @@ class Registry:
         prefix = self._narrow(resource, namespace, selection) or resource.key_prefix(namespace)
         if self.watch_cache is not None:
             cache = await self.watch_cache.ready(resource.key_prefix())
-            watcher = cache.watch(prefix, after_revision) if cache is not None else None
+            watcher = None
+            if cache is not None:
+                watcher = cache.watch(prefix, after_revision,
+                                      route=watch_route(cache, selection))
             if watcher is not None:
                 return watcher
         return await self.store.watch(prefix, after_revision)

@@ -66,16 +66,20 @@ async def serve(
     stop: asyncio.Event,
     on_started: Callable[[int], None] | None = None,
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+    reuse_port: bool = False,
 ) -> None:
     """Serve `app` on host:port (port 0 picks a free one) until `stop` is set, then shut
     down gracefully: stop accepting, give in-flight requests `shutdown_timeout` seconds, run
-    the app's shutdown and cleanup hooks. `on_started` gets the bound port."""
+    the app's shutdown and cleanup hooks. `on_started` gets the bound port. With `reuse_port`
+the socket is bound with `SO_REUSEPORT`, so that several processes serve one port (the
+kernel spreads the connections)."""
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     try:
         sock_host = host or "0.0.0.0"
         site = web.TCPSite(runner, sock_host, port, ssl_context=ssl_context,
-                           reuse_address=True, backlog=1024)
+                           reuse_address=True, reuse_port=reuse_port or None,
+                           backlog=1024)
         await site.start()
         bound = _bound_port(runner)
         scheme = "https" if ssl_context else "http"

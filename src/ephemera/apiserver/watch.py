@@ -37,6 +37,7 @@ from ephemera.apiserver import tables
 from ephemera.apiserver.registry import Codec, Registry, dumps
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import Target, response_form, selection
+from ephemera.apiserver.watchcache import SharedEvent
 from ephemera.store import Compacted, Event, KeyValue, Progress, StoreError, WatcherDropped
 
 log = logging.getLogger("ephemera.apiserver")
@@ -232,27 +233,74 @@ def _encode(stream: _Stream, codec: Codec, sel: Selection, event: Event) -> byte
     created = event.type == "PUT" and kv.create_revision == kv.mod_revision
     if sel.empty:
         if event.type == "DELETE":
-            return stream.event("DELETED", kv)
-        return stream.event("ADDED" if created else "MODIFIED", kv)
+            return _line(stream, "DELETED", event)
+        return _line(stream, "ADDED" if created else "MODIFIED", event)
     if event.type == "DELETE":
-        obj = codec.decode(kv)
-        return stream.event("DELETED", kv, obj) if sel.matches(obj) else b""
-    obj = codec.decode(kv)
+        obj = _object(event, codec)
+        return _line(stream, "DELETED", event, obj) if sel.matches(obj) else b""
+    obj = _object(event, codec)
     passes = sel.matches(obj)
     if created:
-        return stream.event("ADDED", kv, obj) if passes else b""
+        return _line(stream, "ADDED", event, obj) if passes else b""
     prev_obj: dict[str, Any] | None = None
     if event.prev is not None:
-        prev_obj = codec.decode(event.prev)
+        prev_obj = _object(event, codec, prev=True)
         prev_passes = sel.matches(prev_obj)
     else:
         prev_passes = passes
     if passes and prev_passes:
-        return stream.event("MODIFIED", kv, obj)
+        return _line(stream, "MODIFIED", event, obj)
     if passes:
-        return stream.event("ADDED", kv, obj)
+        return _line(stream, "ADDED", event, obj)
     if prev_passes and event.prev is not None and prev_obj is not None:
-        gone = KeyValue(kv.key, event.prev.value, event.prev.create_revision, kv.mod_revision)
-        prev_obj["metadata"]["resourceVersion"] = str(kv.mod_revision)
-        return stream.event("DELETED", gone, prev_obj)
+        return _gone_line(stream, event, prev_obj)
     return b""
+
+
+# -- one decode and one encoding per event for all the watchers of the watch cache ----------
+# The watch cache pushes `SharedEvent`s: what one stream decodes or encodes from it is kept
+# in its `memo` for the others (the objects are shared: only read). Events from the store
+# (no watch cache) are decoded and encoded per stream.
+
+
+def _object(event: Event, codec: Codec, *, prev: bool = False) -> dict[str, Any]:
+    """The event's object (`prev`: its previous state), decoded once per shared event."""
+    kv = event.prev if prev else event.kv
+    assert kv is not None
+    if not isinstance(event, SharedEvent):
+        return codec.decode(kv)
+    key = ("object", prev)
+    obj: dict[str, Any] | None = event.memo.get(key)
+    if obj is None:
+        obj = event.memo[key] = codec.decode(kv)
+    return obj
+
+
+def _line(stream: _Stream, type_: str, event: Event,
+          obj: dict[str, Any] | None = None) -> bytes:
+    """The watch line of the event's object, encoded once per shared event and type for
+    every JSON stream (a Table stream's line depends on the stream: its own)."""
+    if stream.table_version is not None or not isinstance(event, SharedEvent):
+        return stream.event(type_, event.kv, obj)
+    key = ("json", type_)
+    line: bytes | None = event.memo.get(key)
+    if line is None:
+        line = event.memo[key] = stream.event(type_, event.kv)
+    return line
+
+
+def _gone_line(stream: _Stream, event: Event, prev_obj: dict[str, Any]) -> bytes:
+    """A `DELETED` for an object that stopped matching: its previous state at the event's
+    resourceVersion."""
+    kv, prev = event.kv, event.prev
+    assert prev is not None
+    gone = KeyValue(kv.key, prev.value, prev.create_revision, kv.mod_revision)
+    if stream.table_version is None:
+        if not isinstance(event, SharedEvent):
+            return stream.event("DELETED", gone)
+        line: bytes | None = event.memo.get(("json", "gone"))
+        if line is None:
+            line = event.memo[("json", "gone")] = stream.event("DELETED", gone)
+        return line
+    metadata = {**prev_obj["metadata"], "resourceVersion": str(kv.mod_revision)}
+    return stream.event("DELETED", gone, {**prev_obj, "metadata": metadata})

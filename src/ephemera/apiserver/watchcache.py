@@ -10,6 +10,13 @@ that may be served from a cache are served.
   notifications at the cache's revision). When the store watch ends (dropped, compacted,
   the store unreachable), the cache ends its watchers (their clients watch again from their
   last resourceVersion) and lists again.
+- Fan-out costs per event, not per watcher where it can: the watchers are pushed a
+  `SharedEvent`, whose `memo` lets the watch streams decode and encode the event once for
+  all of them (`ephemera.apiserver.watch`); and a resource may have an index field, as
+  upstream's cacher has trigger functions (pods: `spec.nodeName`): a watcher whose selector
+  requires one value of it (each kubelet's `spec.nodeName=NAME`) is registered under that
+  value and offered only the events whose object had or has it (`WatchHub` routes), instead
+  of every pod watcher testing every pod event.
 - `WatchCache` holds one `ResourceCache` per resource prefix, started on first use.
 
 Which reads it serves is `ephemera.api.listoptions`' decision (`ListRead.consistent`,
@@ -26,7 +33,13 @@ import bisect
 import collections
 import contextlib
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+import orjson
+
+from ephemera.api.selectors import field_values
 from ephemera.store.base import (
     Event,
     KeyValue,
@@ -54,14 +67,41 @@ RETRY_INTERVAL = 1.0
 _PREFIX_END = "\U0010ffff"
 
 
+@dataclass(frozen=True, slots=True)
+class SharedEvent(Event):
+    """An event as the cache pushes it to its watchers: `memo` holds what one watch stream
+    computed from it (the decoded objects, the encoded line) for the others. Whatever is put
+    there is shared: read it, never change it."""
+
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class FieldIndex:
+    """A selectable field of a kind by whose value watchers may be routed (upstream's
+    cacher trigger functions: pods by `spec.nodeName`)."""
+
+    kind: str
+    field: str
+
+    def value(self, stored: bytes) -> str:
+        """The field's value in a stored object, as field selectors see it ("" when
+        unset: an unscheduled pod's `spec.nodeName`)."""
+        names = frozenset((self.field,))
+        return field_values(self.kind, orjson.loads(stored), names)[self.field]
+
+
 class ResourceCache:
-    """The objects under one key prefix and their recent events (see the module's doc)."""
+    """The objects under one key prefix and their recent events (see the module's doc).
+    `index`: watchers may be routed by the value of one field (`watch(route=...)`)."""
 
     def __init__(self, store: Store, prefix: str, *, history: int = DEFAULT_HISTORY,
                  watch_capacity: int = DEFAULT_WATCH_CAPACITY,
-                 progress_interval: float = DEFAULT_PROGRESS_INTERVAL) -> None:
+                 progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+                 index: FieldIndex | None = None) -> None:
         self.store = store
         self.prefix = prefix
+        self.index = index
         self.history_limit = history
         self.items: dict[str, KeyValue] = {}
         self._sorted_keys: list[str] | None = None
@@ -136,7 +176,17 @@ class ResourceCache:
         self.history.append(event)
         if len(self.history) > self.history_limit:
             self.window_start = self.history.popleft().revision
-        self.hub.publish((event,))
+        shared = SharedEvent(event.type, event.kv, event.prev)
+        self.hub.publish((shared,), self.routes if self.hub.routed else None)
+
+    def routes(self, event: Event) -> set[str]:
+        """The index field's values in the event's object and in its previous state (a
+        watcher of either must see it: one that stops matching gets a DELETED)."""
+        assert self.index is not None
+        values = {self.index.value(event.kv.value)}
+        if event.prev is not None:
+            values.add(self.index.value(event.prev.value))
+        return values
 
     def list(self, prefix: str, *, limit: int = 0, start_after: str = "") -> ListResult:
         """The keys under `prefix` (which lies under the cache's) after `start_after`, at
@@ -152,12 +202,17 @@ class ResourceCache:
         kvs = [self.items[key] for key in keys[low:end]]
         return ListResult(kvs, self.revision, end < high, high - end)
 
-    def watch(self, prefix: str, after_revision: int) -> Watcher | None:
+    def watch(self, prefix: str, after_revision: int, *,
+              route: str | None = None) -> Watcher | None:
         """A watcher of the events under `prefix` after `after_revision`, or None when the
-        history no longer holds them all (the caller goes to the store)."""
+        history no longer holds them all (the caller goes to the store). With `route` (only
+        with an `index`): only the events whose object had or has that value there
+        are pushed (the history replayed is not filtered)."""
         if after_revision < self.window_start:
             return None
-        watcher = self.hub.register(prefix, after_revision)
+        if route is not None and self.index is None:
+            raise ValueError(f"the watch cache of {self.prefix} has no index")
+        watcher = self.hub.register(prefix, after_revision, route=route)
         missed = []  # already published: replayed from the history, newest last
         for event in reversed(self.history):
             if event.revision <= after_revision:
@@ -190,11 +245,14 @@ class ReplayOnce:
 
 
 class WatchCache:
-    """One `ResourceCache` per resource key prefix, each started on first use."""
+    """One `ResourceCache` per resource key prefix, each started on first use; `indexes`:
+    the index of a prefix's cache (`ResourceCache.index`)."""
 
-    def __init__(self, store: Store, *, history: int = DEFAULT_HISTORY) -> None:
+    def __init__(self, store: Store, *, history: int = DEFAULT_HISTORY,
+                 indexes: Mapping[str, FieldIndex] | None = None) -> None:
         self.store = store
         self.history = history
+        self.indexes = dict(indexes or {})
         self._caches: dict[str, ResourceCache] = {}
 
     async def ready(self, prefix: str) -> ResourceCache | None:
@@ -202,8 +260,8 @@ class WatchCache:
         when it has not within `READY_TIMEOUT` (the read goes to the store)."""
         cache = self._caches.get(prefix)
         if cache is None:
-            cache = self._caches[prefix] = ResourceCache(self.store, prefix,
-                                                         history=self.history)
+            cache = self._caches[prefix] = ResourceCache(
+                self.store, prefix, history=self.history, index=self.indexes.get(prefix))
         return cache if await cache.wait_ready() else None
 
     def watchers(self) -> int:

@@ -47,6 +47,7 @@ from ephemera.apiserver.serviceaccounttoken import (
 )
 from ephemera.apiserver.serviceallocator import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR
 from ephemera.cli import flags
+from ephemera.cli.apiserverworkers import check_workers, run_workers
 from ephemera.store import open_store
 
 log = logging.getLogger("ephemera.apiserver")
@@ -142,6 +143,12 @@ def add_parser(subparsers: Any) -> None:
                         help="write an admin kubeconfig there once serving")
     parser.add_argument("--port-file", type=Path, default=None, metavar="PATH",
                         help="write the bound port there once serving (for --port 0)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="serve with N processes sharing the port (SO_REUSEPORT), each "
+                             "a full apiserver on the store with its own watch cache; only "
+                             "with --store etcd (default 1)")
+    # Internal: set by `--workers` on the worker processes it starts.
+    parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
@@ -192,6 +199,7 @@ def advertised_url(args: argparse.Namespace, port: int) -> str:
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
+    check_workers(parser, args)
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
     for name in ("tls_cert_file", "tls_private_key_file", "client_ca_file"):
@@ -204,19 +212,45 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except (OSError, TokenFileError) as err:
         parser.error(f"--token-auth-file: {err}")
     try:
+        if args.workers > 1:
+            return asyncio.run(_serve_workers(args))
         return asyncio.run(_serve(args, authenticator))
     except KeyboardInterrupt:
         return 0
 
 
+async def _serve_workers(args: argparse.Namespace) -> int:
+    """`--workers N`: the data dir's certificates and keys are made here, once, then N
+    workers serve the port (`ephemera.cli.apiserverworkers`)."""
+    data_dir: Path = args.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pki = ensure_pki(data_dir, serving_names(args.bind_address, args.advertise_address,
+                                             args.tls_san, args.service_cluster_ip_range))
+    if args.service_account_signing_key_file is None:
+        ensure_signing_key(data_dir)
+
+    def ready(port: int) -> None:
+        url = server_url(args.bind_address, port)
+        if args.port_file is not None:
+            flags.write_atomic(args.port_file, f"{port}\n")
+        if args.write_kubeconfig is not None:
+            write_admin_kubeconfig(args.write_kubeconfig, url, pki)
+        print(f"ephemera apiserver serving on {url} ({args.workers} workers)",
+              file=sys.stderr, flush=True)
+
+    return await run_workers(args, ready)
+
+
 def _audit(args: argparse.Namespace) -> AuditFilter | None:
-    """The audit filter the flags ask for; PolicyError or OSError for a bad policy file."""
+    """The audit filter the flags ask for; PolicyError or OSError for a bad policy file.
+    Workers (`--workers`) share one log file (`AuditLog(shared=True)`)."""
     if args.audit_log_path is None:
         return None
     policy = load_policy(args.audit_policy_file)
     log_file = AuditLog(args.audit_log_path.resolve(),
                         max_size_bytes=args.audit_log_maxsize * 1024 * 1024,
-                        max_backups=args.audit_log_maxbackup)
+                        max_backups=args.audit_log_maxbackup,
+                        shared=args.worker_index is not None)
     return AuditFilter(policy, log_file)
 
 
@@ -324,18 +358,26 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
 
         app.on_shutdown.append(leave)
 
+        worker = args.worker_index
+
         def started(port: int) -> None:
-            identity = ApiserverIdentity(app[REGISTRY], advertised_url(args, port), port)
-            identities.append(identity)
-            identity.start()
-            service = KubernetesServiceReconciler(
-                app[REGISTRY], IPRange(ipaddress.ip_network(args.service_cluster_ip_range)
-                                       ).first(), port)
-            identities.append(service)
-            service.start()
+            # N workers on one port are one member of the control plane: worker 0 keeps
+            # its identity lease and the kubernetes Service.
+            if not worker:
+                identity = ApiserverIdentity(app[REGISTRY], advertised_url(args, port), port)
+                identities.append(identity)
+                identity.start()
+                service = KubernetesServiceReconciler(
+                    app[REGISTRY], IPRange(ipaddress.ip_network(
+                        args.service_cluster_ip_range)).first(), port)
+                identities.append(service)
+                service.start()
             url = server_url(args.bind_address, port)
             if args.port_file is not None:
                 flags.write_atomic(args.port_file, f"{port}\n")
+            if worker is not None:  # the parent writes the kubeconfig and says it serves
+                log.info("worker %d serving on %s", worker, url)
+                return
             if args.write_kubeconfig is not None:
                 write_admin_kubeconfig(args.write_kubeconfig, url, pki)
             print(f"ephemera apiserver serving on {url}", file=sys.stderr, flush=True)
@@ -346,7 +388,7 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
                             pki, cert_file=args.tls_cert_file,
                             key_file=args.tls_private_key_file,
                             client_ca_file=args.client_ca_file),
-                        stop=stop, on_started=started)
+                        stop=stop, on_started=started, reuse_port=worker is not None)
         except (OSError, ssl.SSLError) as err:
             print(f"ephemera apiserver: cannot serve on {args.bind_address}:{args.port}: "
                   f"{err.strerror or err}", file=sys.stderr, flush=True)

@@ -33,7 +33,7 @@ STOP_GRACE = 10.0
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Runs in the child between fork and exec: SIGTERM when the parent dies."""
     libc_name = ctypes.util.find_library("c")
     if libc_name:
@@ -118,7 +118,7 @@ class Supervisor:
             log.flush()
             return await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=die_with_parent)
 
     async def _keep_running(self, child: _Child) -> None:
         loop = asyncio.get_running_loop()

@@ -87,6 +87,7 @@ from ephemera.apiserver.server import client_ssl_context, free_port, port_is_fre
 from ephemera.apiserver.serviceallocator import DEFAULT_SERVICE_CIDR
 from ephemera.cli import flags, hollow
 from ephemera.cli.apiserver import server_url, serving_names
+from ephemera.cli.apiserverworkers import default_workers
 from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import plugin_path_hint, run_demo
@@ -154,6 +155,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--audit-policy-file", type=Path, default=None, metavar="FILE",
                         help="passed to the apiserver (the audit log is "
                              f"<data-dir>/{AUDIT_LOG}; default policy: ephemera's)")
+    parser.add_argument("--apiserver-workers", type=int, default=None, metavar="N",
+                        help="apiserver processes sharing its port (`apiserver --workers`; "
+                             "default: 1 on sqlite; on etcd half the cores, 1 to 4)")
     parser.add_argument("--startup-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="give up when the API does not answer in this time (default 60)")
     parser.add_argument("--demo", action="store_true",
@@ -258,6 +262,12 @@ def node_reported_ready(node: dict[str, Any], since: dt.datetime, port: int) -> 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
     check_eviction_flags(parser, args)
+    workers = args.apiserver_workers  # None: default_workers(store)
+    if workers is not None and workers < 1:
+        parser.error("--apiserver-workers must be at least 1")
+    if workers is not None and workers > 1 and args.store != "etcd":
+        parser.error(f"--apiserver-workers {workers} needs --store etcd: the sqlite store "
+                     "is one process's, so its apiserver runs as one worker")
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
     if args.hollow_nodes < 0:
@@ -379,6 +389,11 @@ class Cluster:
             argv += ["--audit-policy-file", str(a.audit_policy_file.resolve())]
         for names in a.tls_san:
             argv += ["--tls-san", ",".join(names)]
+        workers = a.apiserver_workers
+        if workers is None:
+            workers = default_workers(a.store)
+        if workers > 1:
+            argv += ["--workers", str(workers)]
         return argv + self._common_flags()
 
     def scheduler_argv(self) -> list[str]:
