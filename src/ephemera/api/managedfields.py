@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from ephemera.api.errors import StatusError, bad_request
 from ephemera.api.goformat import go_quote
 from ephemera.api.jsoncopy import json_copy
@@ -403,6 +405,17 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _same_json(a: Any, b: Any) -> bool:
+    """`a == b` as JSON values, for two values already `==` in Python (which also holds for
+    true against 1): their canonical encodings are compared (C speed); a value orjson does
+    not encode is compared by `_json_equal`."""
+    try:
+        return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == \
+            orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return _json_equal(a, b)
+
+
 def _is_leaf(t: _Type, lhs: Any, rhs: Any) -> bool:
     if t.tag == "scalar" or t.atomic:
         return True
@@ -469,6 +482,10 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
     c = _Comparison()
 
     def walk(left: Any, right: Any, p: Node | None, at: FieldPath) -> None:
+        if left is right or (left == right and _same_json(left, right)):
+            # An unchanged subtree adds, modifies and removes nothing: a write changes a
+            # few fields of a large object, so most of it is skipped here.
+            return
         t = _pair_type(p, left, right)
         if _is_leaf(t, left, right):
             if left is MISSING:
@@ -763,6 +780,17 @@ def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _view_without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without `metadata.managedFields` for reading only (a comparison): new top-level
+    and metadata dicts, everything below shared with `obj`."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    out = dict(obj)
+    out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return out
+
+
 def _empty_object(root: Node | None) -> dict[str, Any]:
     """What upstream compares a create against: a new typed object, whose struct fields
     (`metadata`, `spec`, `status`, ...) are present, holding their required fields as null
@@ -950,8 +978,8 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
         # An existing object without managed fields stays untracked (skipNonAppliedManager).
         meta.pop("managedFields", None)
         return
-    base = _without_managed_fields(old) if old is not None else _empty_object(root)
-    current = _without_managed_fields(new)
+    base = _view_without_managed_fields(old) if old is not None else _empty_object(root)
+    current = _view_without_managed_fields(new)
     try:
         managers = _record(base, current, root, managers, manager, api_version, subresource,
                            now or _now(), ignored)
