@@ -1,0 +1,99 @@
+"""Updates that start from the watch cache's copy (`Registry.update`, as upstream's cacher
+hands GuaranteedUpdate its cached object): a stale copy never changes an answer. The cache is
+made stale on purpose (its lookup returns an old version), so every case is deterministic."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apiserver_fixtures import Api, configmap, serve
+
+from ephemera.apiserver.app import REGISTRY
+from ephemera.store import KeyValue, open_store
+
+CMS = "/api/v1/namespaces/default/configmaps"
+MERGE = "application/merge-patch+json"
+KEY = "/registry/configmaps/default/cm"
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    try:
+        async for served in serve(store):
+            yield served
+    finally:
+        await store.close()
+
+
+async def stale_cache(api: Api) -> tuple[list[str], str]:
+    """Create `cm` (data a=1), update it (a=2); from then on the cache's lookup returns the
+    first version. Returns the keys looked up and the second version's resourceVersion."""
+    status, created = await api.post(CMS, configmap("cm", {"a": "1"}))
+    assert status == 201, created
+    registry = api.app[REGISTRY]
+    assert registry.watch_cache is not None
+    key = KEY
+    old = await api.store.get(key)
+    assert old is not None
+    status, updated = await api.put(f"{CMS}/cm", {**created, "data": {"a": "2"}})
+    assert status == 200, updated
+    looked_up: list[str] = []
+
+    def cached(prefix: str, wanted: str) -> KeyValue | None:
+        looked_up.append(wanted)
+        return old if wanted == key else None
+
+    registry.watch_cache.cached = cached  # type: ignore[method-assign]
+    return looked_up, str(updated["metadata"]["resourceVersion"])
+
+
+async def stored_data(api: Api) -> tuple[dict[str, Any], str]:
+    kv = await api.store.get(KEY)
+    assert kv is not None
+    return json.loads(kv.value)["data"], str(kv.mod_revision)
+
+
+async def test_a_stale_start_never_changes_the_answer(api: Api) -> None:
+    looked_up, latest = await stale_cache(api)
+
+    # The client's resourceVersion is the store's: accepted, though the cached copy is older.
+    status, body = await api.put(f"{CMS}/cm", configmap("cm", {"a": "3"},
+                                                         resourceVersion=latest))
+    assert status == 200, body
+    assert looked_up, "the update did not start from the cache"
+    data, latest = await stored_data(api)
+    assert data == {"a": "3"}
+    assert body["metadata"]["resourceVersion"] == latest
+
+    # An old resourceVersion still conflicts, with upstream's message.
+    status, body = await api.put(f"{CMS}/cm", configmap("cm", {"a": "4"},
+                                                         resourceVersion="2"))
+    assert status == 409, body
+    assert body["message"] == ('Operation cannot be fulfilled on configmaps "cm": the object '
+                               "has been modified; please apply your changes to the latest "
+                               "version and try again")
+
+    # Equal to the store's object (not to the stale copy): nothing is written.
+    status, body = await api.patch(f"{CMS}/cm", {"data": {"a": "3"}}, MERGE)
+    assert status == 200, body
+    assert body["metadata"]["resourceVersion"] == latest
+    assert (await stored_data(api)) == ({"a": "3"}, latest)
+
+    # Equal to the stale copy but not to the store's object: written.
+    status, body = await api.patch(f"{CMS}/cm", {"data": {"a": "1"}}, MERGE)
+    assert status == 200, body
+    data, newest = await stored_data(api)
+    assert data == {"a": "1"}
+    assert int(newest) > int(latest)
+    assert body["metadata"]["resourceVersion"] == newest
+
+    # A dry run answers from the store's object, not the stale copy.
+    status, body = await api.patch(f"{CMS}/cm?dryRun=All", {"data": {"b": "x"}}, MERGE)
+    assert status == 200, body
+    assert body["data"] == {"a": "1", "b": "x"}
+    assert body["metadata"]["resourceVersion"] == newest
