@@ -379,14 +379,14 @@ class RestHandlers:
                 ensure_namespace(new, res, target.namespace)
                 warnings.extend(strategy.warnings(new, None, sub))
                 return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
-            live = json_copy(current)
             if is_apply:
                 assert applied is not None
                 new = managedfields.server_side_apply(
-                    live, json_copy(applied), manager, bool(force), res.definition,
-                    res.api_version, sub)
+                    json_copy(current), json_copy(applied), manager, bool(force),
+                    res.definition, res.api_version, sub)
             else:
-                new = patch.apply_patch(content_type, live, body, res.definition)
+                # apply_patch patches a copy of its own: `current` stays as it was
+                new = patch.apply_patch(content_type, current, body, res.definition)
                 warnings.extend(self._check_patched(new, res, content_type, directive))
             warnings.extend(strategy.warnings(new, current, sub))
             md = meta.ensure_metadata(new)
