@@ -648,6 +648,10 @@ class _Manager:
     subresource: str
     fields: FieldSet
     time: str | None = None
+    # The stored object's encoding of this manager's fields (canonical: this module wrote
+    # it) and the fields it encodes; `entry` reuses it while `fields` still equals them.
+    stored: tuple[frozenset[FieldPath], dict[str, Any]] | None = \
+        field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -678,7 +682,10 @@ class _Manager:
         if self.time is not None:
             out["time"] = self.time
         out["fieldsType"] = "FieldsV1"
-        out["fieldsV1"] = encode_fields(self.fields)
+        if self.stored is not None and self.fields == self.stored[0]:
+            out["fieldsV1"] = self.stored[1]
+        else:
+            out["fieldsV1"] = encode_fields(self.fields)
         if self.subresource:
             out["subresource"] = self.subresource
         return out
@@ -687,9 +694,12 @@ class _Manager:
 _Managers = dict[tuple[str, str, str, str], _Manager]
 
 
-def _decode_managers(entries: Any) -> _Managers:
-    """Decode `metadata.managedFields`; raises ValueError when any entry is malformed."""
+def _decode_managers(entries: Any, stored: Any = None) -> _Managers:
+    """Decode `metadata.managedFields`; raises ValueError when any entry is malformed.
+    `stored`: the stored object's entries; a manager whose fields are encoded exactly as
+    there keeps that encoding (`_Manager.stored`), written again unless its fields change."""
     managers: _Managers = {}
+    encodings = _stored_encodings(stored)
     if entries is None:
         return managers
     if not isinstance(entries, list):
@@ -708,8 +718,25 @@ def _decode_managers(entries: Any) -> _Managers:
                            entry.get("time") if isinstance(entry.get("time"), str) else None)
         if manager.key in managers:
             raise ValueError(f"duplicate manager {manager.identifier()}")
+        encoding = encodings.get(manager.key)
+        if encoding is not None and encoding == entry.get("fieldsV1"):
+            manager.stored = (frozenset(manager.fields), encoding)
         managers[manager.key] = manager
     return managers
+
+
+def _stored_encodings(entries: Any) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    """The `fieldsV1` of each manager of a stored object's `metadata.managedFields`."""
+    out: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    if not isinstance(entries, list):
+        return out
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("fieldsV1"), dict):
+            operation = str(entry.get("operation", ""))
+            version = "" if operation == "Apply" else str(entry.get("apiVersion", ""))
+            out[(str(entry.get("manager", "")), operation, version,
+                 str(entry.get("subresource", "")))] = entry["fieldsV1"]
+    return out
 
 
 def _time_sort_key(time: str | None) -> str:
@@ -927,7 +954,7 @@ def _update_managers(old: Any, new: Any, root: Node | None, managers: _Managers,
             fields = fields - conflicts.get(key, set()) - comparison.removed
         if fields or key == skip:
             out[key] = _Manager(manager.manager, manager.operation, manager.api_version,
-                                manager.subresource, fields, manager.time)
+                                manager.subresource, fields, manager.time, manager.stored)
     return out, comparison
 
 
@@ -964,14 +991,14 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
         if reset:
             managers = {}
         elif subresource:
-            managers = _decode_managers(old_entries)
+            managers = _decode_managers(old_entries, old_entries)
         else:
             try:
-                managers = _decode_managers(requested)
+                managers = _decode_managers(requested, old_entries)
             except ValueError:
                 managers = {}
             if not managers:
-                managers = _decode_managers(old_entries)
+                managers = _decode_managers(old_entries, old_entries)
     except ValueError:
         managers = {}
     if old is not None and not managers and ((old.get("metadata") or {}).get("uid")):
