@@ -41,11 +41,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
 from ephemera.api.errors import StatusError, bad_request
 from ephemera.api.goformat import go_quote
-from ephemera.api.jsoncopy import json_copy
+from ephemera.api.jsoncopy import json_copy, same_json
 from ephemera.api.strategicpatch import (
     Node,
     canonical_json,
@@ -405,17 +403,6 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _same_json(a: Any, b: Any) -> bool:
-    """`a == b` as JSON values, for two values already `==` in Python (which also holds for
-    true against 1): their canonical encodings are compared (C speed); a value orjson does
-    not encode is compared by `_json_equal`."""
-    try:
-        return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == \
-            orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        return _json_equal(a, b)
-
-
 def _is_leaf(t: _Type, lhs: Any, rhs: Any) -> bool:
     if t.tag == "scalar" or t.atomic:
         return True
@@ -482,7 +469,7 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
     c = _Comparison()
 
     def walk(left: Any, right: Any, p: Node | None, at: FieldPath) -> None:
-        if left is right or (left == right and _same_json(left, right)):
+        if same_json(left, right):
             # An unchanged subtree adds, modifies and removes nothing: a write changes a
             # few fields of a large object, so most of it is skipped here.
             return

@@ -387,7 +387,8 @@ class RestHandlers:
             else:
                 # apply_patch patches a copy of its own: `current` stays as it was
                 new = patch.apply_patch(content_type, current, body, res.definition)
-                warnings.extend(self._check_patched(new, res, content_type, directive))
+                warnings.extend(self._check_patched(new, current, res, content_type,
+                                                    directive))
             warnings.extend(strategy.warnings(new, current, sub))
             md = meta.ensure_metadata(new)
             current_rv = (current.get("metadata") or {}).get("resourceVersion")
@@ -441,11 +442,14 @@ class RestHandlers:
         return applied
 
     @staticmethod
-    def _check_patched(new: dict[str, Any], res: Resource, content_type: str,
-                       directive: str) -> list[str]:
+    def _check_patched(new: dict[str, Any], current: dict[str, Any], res: Resource,
+                       content_type: str, directive: str) -> list[str]:
         """Field validation of a patched object: wrong types 422, unknown fields 422
-        (Strict), dropped with warnings (Warn) or silently (Ignore)."""
-        err = None if res.custom else fieldvalidation.type_errors(new, res.definition)
+        (Strict), dropped with warnings (Warn) or silently (Ignore). What the patch left as
+        it was in a built-in object is not walked again (it passed when stored); a custom
+        resource's schema may have changed since, so its object is walked whole."""
+        known = fieldvalidation.UNKNOWN if res.custom else current
+        err = None if res.custom else fieldvalidation.type_errors(new, res.definition, known)
         if err is not None:
             text = go_quote(json.dumps(new, separators=(",", ":"), ensure_ascii=False))
             message = f"Invalid value: {text}: {err}"
@@ -453,13 +457,13 @@ class RestHandlers:
                               {"causes": [{"reason": "FieldValueInvalid", "message": message,
                                            "field": "patch"}]})
         if directive == fieldvalidation.STRICT:
-            paths = fieldvalidation.unknown_fields(new, res.definition)
+            paths = fieldvalidation.unknown_fields(new, res.definition, known)
             if paths:
                 patched = (fieldvalidation.go_map_text(new) if content_type == PATCH_STRATEGIC
                            else json.dumps(new, separators=(",", ":")))
                 raise fieldvalidation.patch_strict_error(paths, patched)
             return []
-        paths = fieldvalidation.drop_unknown_fields(new, res.definition)
+        paths = fieldvalidation.drop_unknown_fields(new, res.definition, known)
         return fieldvalidation.warning_texts(paths) if directive == fieldvalidation.WARN else []
 
     # -- delete -----------------------------------------------------------------------------

@@ -1,6 +1,10 @@
-"""Updates that start from the watch cache's copy (`Registry.update`, as upstream's cacher
-hands GuaranteedUpdate its cached object): a stale copy never changes an answer. The cache is
-made stale on purpose (its lookup returns an old version), so every case is deterministic."""
+"""The write path's shortcuts never change an answer.
+
+- Updates start from the watch cache's copy (`Registry.update`, as upstream's cacher hands
+  GuaranteedUpdate its cached object): the cache is made stale on purpose (its lookup returns
+  an old version), so every case is deterministic.
+- A patched built-in object's field validation skips what the patch left as stored: values
+  equal in Python but not in JSON (1 and true) are still walked and refused."""
 
 from __future__ import annotations
 
@@ -97,3 +101,28 @@ async def test_a_stale_start_never_changes_the_answer(api: Api) -> None:
     assert status == 200, body
     assert body["data"] == {"a": "1", "b": "x"}
     assert body["metadata"]["resourceVersion"] == newest
+
+
+async def test_a_patch_is_type_checked_where_it_differs_only_in_json(api: Api) -> None:
+    status, _ = await api.post("/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "busybox"}]}})
+    assert status == 201
+    status, body = await api.patch("/api/v1/namespaces/default/pods/p",
+                                   {"spec": {"hostNetwork": 1}}, MERGE)
+    assert status == 422, body
+    assert body["details"]["causes"][0]["message"].endswith(
+        "json: cannot unmarshal number into Go struct field PodSpec.spec.hostNetwork of "
+        "type bool")
+    # unknown fields beside unchanged ones are still found (Strict) and dropped (Warn)
+    patch = {"metadata": {"labels": {"a": "b"}}, "spec": {"bogus": 1}}
+    status, body = await api.patch("/api/v1/namespaces/default/pods/p?fieldValidation=Strict",
+                                   patch, MERGE)
+    assert status == 422, body
+    assert 'unknown field "spec.bogus"' in body["message"]
+    status, body, response = await api.request(
+        "PATCH", "/api/v1/namespaces/default/pods/p?fieldValidation=Warn", patch,
+        content_type=MERGE)
+    assert status == 200, body
+    assert "bogus" not in body["spec"]
+    assert response.headers.get("Warning") == '299 - "unknown field \\"spec.bogus\\""'
