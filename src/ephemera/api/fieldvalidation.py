@@ -27,6 +27,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from ephemera.api import errors, field, schema
 from ephemera.api.errors import StatusError
 from ephemera.api.goformat import go_quote
@@ -583,7 +585,23 @@ def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
     """Parse a JSON body as Go does for Kubernetes (the last of duplicate keys wins) and
     return the value with the paths of the duplicate fields (`metadata.name`), which
     Strict rejects and Warn reports. Raises ValueError on malformed JSON and on JSON nested
-    deeper than `MAX_NESTING_DEPTH`."""
+    deeper than `MAX_NESTING_DEPTH`.
+
+    A body that orjson parses and encodes back to exactly its own bytes (compact JSON, as
+    most clients send it) cannot hold a duplicate key (the re-encoding would be shorter):
+    it is taken as orjson parsed it. Anything else (whitespace, escapes orjson writes
+    otherwise, integers beyond 64 bits, malformed JSON) goes through the standard library
+    with a hook that notes the duplicates."""
+    if isinstance(text, bytes):
+        try:
+            fast = orjson.loads(text)
+            same = orjson.dumps(fast) == text
+        except (orjson.JSONDecodeError, TypeError):  # TypeError: nested beyond orjson's
+            same = False
+        if same:
+            if too_deep(fast):
+                raise ValueError(EXCEEDED_MAX_DEPTH)
+            return fast, []
     try:
         raw = json.loads(text, object_pairs_hook=_pairs_hook)
     except RecursionError:
