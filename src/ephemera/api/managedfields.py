@@ -35,6 +35,7 @@ fields, as the strategy's PrepareForUpdate would.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,11 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
+
+# Path elements parsed, printed and ranked, remembered (pure functions of a string or a
+# tuple): every write decodes and encodes its object's fieldsV1, whose element keys
+# (`f:spec`, `k:{"name":"app"}`) repeat across writes and objects.
+ELEMENT_CACHE = 16384
 
 
 # --- types ------------------------------------------------------------------------------------
@@ -267,6 +273,7 @@ def _value_sort_key(value: Any) -> tuple[Any, ...]:
     return (5,)
 
 
+@functools.lru_cache(maxsize=ELEMENT_CACHE)
 def _element_sort_key(pe: PathElement) -> tuple[Any, ...]:
     tag = pe[0]
     if tag == "f":
@@ -281,6 +288,7 @@ def _element_sort_key(pe: PathElement) -> tuple[Any, ...]:
 # --- fieldsV1 ---------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=ELEMENT_CACHE)
 def _element_key(pe: PathElement) -> str:
     tag = pe[0]
     if tag == "f":
@@ -293,6 +301,7 @@ def _element_key(pe: PathElement) -> str:
     return f"i:{pe[1]}"
 
 
+@functools.lru_cache(maxsize=ELEMENT_CACHE)
 def _parse_element_key(key: str) -> PathElement:
     tag, sep, rest = key.partition(":")
     if not sep:
