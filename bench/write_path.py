@@ -14,8 +14,12 @@ is timed) and the node's (`spec.nodeName=NODE`, the kubelet's). No kubelet runs:
 what the kubelet would write, so the apiserver's side of both writes is measured alone.
 
 `--py-spy FILE` samples the apiserver with py-spy during the timed loop (collapsed stacks to
-FILE, a summary of the hottest frames printed); `--cpu` prints the apiserver's CPU time per
-iteration. Times are medians over `--iterations` after `--warmup`.
+FILE, a summary of the hottest frames printed). Times are medians over `--iterations` after
+`--warmup`; the apiserver's CPU time per iteration is printed too.
+
+`--count` counts work instead, which a loaded machine does not blur: the same requests
+against the app in this process (plain HTTP on loopback, bearer tokens for the same two
+users), under cProfile: Python function calls and store reads per iteration.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import argparse
 import asyncio
 import contextlib
 import copy
+import cProfile
+import pstats
 import ssl
 import statistics
 import sys
@@ -92,9 +98,11 @@ def running_status(index: int, previous: int | None) -> dict[str, Any]:
 
 
 class Client:
-    def __init__(self, url: str, context: ssl.SSLContext) -> None:
+    def __init__(self, url: str, context: ssl.SSLContext | None, token: str = "") -> None:
         self.url = url
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context if context is not None else False),
+            headers={"Authorization": f"Bearer {token}"} if token else None)
 
     async def call(self, method: str, path: str, body: Any = None,
                    content_type: str = "application/json") -> dict[str, Any]:
@@ -237,15 +245,70 @@ async def run(args: argparse.Namespace, work: Path) -> None:
         print(collapsed_stacks_summary(args.py_spy, top=args.top))
 
 
+async def count(args: argparse.Namespace, work: Path) -> None:
+    """`--count`: the loop against the app in this process, under cProfile."""
+    from aiohttp import web
+
+    from ephemera.apiserver.app import ApiserverConfig, create_app
+    from ephemera.apiserver.authn import Authenticator, UserInfo
+    from ephemera.store import KeyValue, open_store
+
+    store = open_store("sqlite", data_dir=work / "data")
+    reads = 0
+    store_get = store.get
+
+    async def counted_get(key: str) -> KeyValue | None:
+        nonlocal reads
+        reads += 1
+        return await store_get(key)
+
+    store.get = counted_get  # type: ignore[method-assign]
+    users = {"admin": UserInfo("admin", ("system:masters", "system:authenticated")),
+             "node": UserInfo(f"system:node:{NODE}", ("system:nodes", "system:authenticated"))}
+    app = create_app(store, ApiserverConfig(authenticator=Authenticator(users)))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    admin, node = Client(url, None, "admin"), Client(url, None, "node")
+    try:
+        pod = await setup(admin, node)
+        version = pod["metadata"]["resourceVersion"]
+        watch = Watch(admin, PODS)
+        node_watch = Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE)
+        await watch.open(version)
+        await node_watch.open(version)
+        _, pod = await loop(admin, node, watch, pod, 1, args.warmup)
+        reads = 0
+        profile = cProfile.Profile()
+        profile.enable()
+        await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
+        profile.disable()
+        await watch.close()
+        await node_watch.close()
+    finally:
+        await admin.session.close()
+        await node.session.close()
+        await runner.cleanup()
+        await store.close()
+    calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+    print(f"per iteration (this process: server, watches and client): "
+          f"{calls / args.iterations:.0f} Python calls, {reads / args.iterations:.2f} "
+          f"store reads")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--py-spy", type=Path, default=None)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--count", action="store_true",
+                        help="count Python calls and store reads in this process instead")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="write-path-") as work:
-        asyncio.run(run(args, Path(work)))
+        asyncio.run((count if args.count else run)(args, Path(work)))
     return 0
 
 
