@@ -126,3 +126,35 @@ async def test_a_patch_is_type_checked_where_it_differs_only_in_json(api: Api) -
     assert status == 200, body
     assert "bogus" not in body["spec"]
     assert response.headers.get("Warning") == '299 - "unknown field \\"spec.bogus\\""'
+
+
+async def test_an_update_body_is_checked_where_it_differs_from_a_stored_version(
+        api: Api) -> None:
+    status, created = await api.post("/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "busybox"}]}})
+    assert status == 201, created
+    registry = api.app[REGISTRY]
+    hints: list[str] = []
+    cached_object = registry.cached_object
+
+    def recording(resource: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        hints.append(name)
+        found = cached_object(resource, namespace, name)
+        return found if found is not None else created  # a stored version either way
+
+    registry.cached_object = recording  # type: ignore[method-assign]
+    body = json.loads(json.dumps(created))
+    body["spec"]["hostNetwork"] = 1
+    status, answer = await api.put("/api/v1/namespaces/default/pods/p", body)
+    assert status == 400, answer
+    assert answer["message"].endswith(
+        "json: cannot unmarshal number into Go struct field PodSpec.spec.hostNetwork of "
+        "type bool")
+    assert hints == ["p"]
+    body = json.loads(json.dumps(created))
+    body["spec"]["bogus"] = 1
+    status, answer = await api.put("/api/v1/namespaces/default/pods/p?fieldValidation=Strict",
+                                   body)
+    assert status == 400, answer
+    assert 'unknown field "spec.bogus"' in answer["message"]

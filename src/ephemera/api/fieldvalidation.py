@@ -614,7 +614,8 @@ def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
 
 def check(obj: Any, definition: str, field_validation: str | None, kind: str,
           version: str, duplicates: list[str] | None = None,
-          options_kind: str = "CreateOptions", *, check_types: bool = True) -> list[str]:
+          options_kind: str = "CreateOptions", *, check_types: bool = True,
+          known: Any = UNKNOWN) -> list[str]:
     """Field validation of a create or update body, as the apiserver's decoder does it.
 
     Raises the 422 of a bad `fieldValidation` value; the 400 decode error for a value of the
@@ -622,16 +623,18 @@ def check(obj: Any, definition: str, field_validation: str | None, kind: str,
     the unknown fields, then the `duplicates` (from `loads_json`). With Warn and Ignore the
     unknown fields are dropped from `obj` in place; the returned list holds the `Warning`
     texts to send (empty for Ignore). `check_types=False` leaves the types to the caller
-    (a custom resource's schema validation reports them, not a Go decoder)."""
+    (a custom resource's schema validation reports them, not a Go decoder). `known`: a
+    stored object of the kind (any version of it: each passed), whose equal subtrees are
+    not walked again."""
     mode = directive(field_validation, options_kind)
-    err = type_errors(obj, definition) if check_types else None
+    err = type_errors(obj, definition, known) if check_types else None
     if err is not None:
         raise decode_error(kind, version, err)
     dups = list(duplicates or ())
     if mode == STRICT:
-        paths = unknown_fields(obj, definition)
+        paths = unknown_fields(obj, definition, known)
         if paths or dups:
             raise strict_error(kind, version, paths, dups)
         return []
-    paths = drop_unknown_fields(obj, definition)
+    paths = drop_unknown_fields(obj, definition, known)
     return warning_texts(paths, dups) if mode == WARN else []

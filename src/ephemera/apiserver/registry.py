@@ -350,6 +350,16 @@ class Registry:
             raise errors.not_found(resource.plural, name, resource.group)
         return kv
 
+    def cached_object(self, resource: Resource, namespace: str, name: str
+                      ) -> dict[str, Any] | None:
+        """The watch cache's copy of an object (any stored version of it, perhaps not the
+        latest), decoded; None when the cache has none. Never an answer to a client: a
+        starting point or a hint (what a body shares with some stored version)."""
+        if self.watch_cache is None:
+            return None
+        kv = self.watch_cache.cached(resource.key_prefix(), resource.key(namespace, name))
+        return self.codec(resource).decode(kv) if kv is not None else None
+
     async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
         return self.codec(resource).decode(await self.get_kv(resource, namespace, name))
 
