@@ -311,3 +311,25 @@ def test_the_nesting_limit_holds_within_pythons_recursion_limit() -> None:
         fv.check(patched, "io.k8s.api.core.v1.ConfigMap", "Warn", "ConfigMap", "v1")
     with pytest.raises(ValueError, match=fv.EXCEEDED_MAX_DEPTH):
         fv.loads_json(json.dumps(_alternating(fv.MAX_NESTING_DEPTH + 1)))
+
+
+@pytest.mark.parametrize("body, value, duplicates", [
+    (b'{"a":1,"b":{"c":[1,2.5,"x",null,true]}}',
+     {"a": 1, "b": {"c": [1, 2.5, "x", None, True]}}, []),  # compact: orjson's fast path
+    (b'{"a":1,"a":2}', {"a": 2}, ["a"]),  # compact, but a duplicate: the slow path
+    (b'{"m":{"k":1,"k":{"x":1}}}', {"m": {"k": {"x": 1}}}, ["m.k"]),
+    (b'{"a": 1, "a": 2}', {"a": 2}, ["a"]),  # not compact
+    (b'{"big":123456789012345678901234567890}', {"big": 123456789012345678901234567890}, []),
+])
+def test_loads_json_compact_bodies_and_duplicates(body: bytes, value: Any,
+                                                  duplicates: list[str]) -> None:
+    assert fv.loads_json(body) == (value, duplicates)
+
+
+def test_loads_json_refuses_deep_compact_bodies() -> None:
+    def nested(depth: int) -> bytes:
+        return b'{"a":' * depth + b"1" + b"}" * depth
+
+    with pytest.raises(ValueError, match="exceeded max depth"):
+        fv.loads_json(nested(fv.MAX_NESTING_DEPTH + 1))
+    assert fv.loads_json(nested(fv.MAX_NESTING_DEPTH - 1))[1] == []

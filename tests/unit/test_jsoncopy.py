@@ -3,7 +3,11 @@ falls back to `copy.deepcopy` for anything that is not a dict, a list or a JSON 
 
 from __future__ import annotations
 
-from ephemera.api.jsoncopy import json_copy
+from typing import Any
+
+import pytest
+
+from ephemera.api.jsoncopy import json_copy, same_json
 
 
 def test_a_copy_is_equal_and_shares_no_dict_or_list() -> None:
@@ -25,3 +29,16 @@ def test_other_types_are_deep_copied_too() -> None:
     copied["t"][0].append(2)
     copied["s"].add(4)
     assert inner == [1] and source["s"] == {3}
+
+
+@pytest.mark.parametrize("a, b, same", [
+    ({"a": [1, {"b": "x"}]}, {"a": [1, {"b": "x"}]}, True),
+    ({"a": 1, "b": 2}, {"b": 2, "a": 1}, True),  # key order is not a difference
+    ({"a": True}, {"a": 1}, False),  # == in Python, not in JSON
+    ([0], [False], False),
+    ({"a": 1}, {"a": 1.0}, False),  # may be equal: the caller does the work
+    ({"a": 1}, {"a": 2}, False),
+    ({"big": 2**70}, {"big": 2**70}, False),  # orjson does not encode it: not surely equal
+])
+def test_same_json(a: Any, b: Any, same: bool) -> None:
+    assert same_json(a, b) is same

@@ -431,3 +431,60 @@ def test_record_update_after_create_then_apply_conflict_then_force() -> None:
     with pytest.raises(ApplyConflict) as info:
         server_side_apply(edited, applied, "kubectl", False, POD, "v1")
     assert 'conflict with "kubectl-edit" using v1' in info.value.message
+
+
+# --- the write path's shortcuts ----------------------------------------------------------------
+
+
+def test_a_change_equal_in_python_but_not_in_json_still_moves_ownership() -> None:
+    """1 and true are == in Python; skipping equal subtrees must not take them as equal."""
+    old = created()
+    old["spec"]["activeDeadlineSeconds"] = 1
+    record_update(created(), old, "setter", POD, "v1", now="2024-01-02T00:00:00Z")
+    new = copy.deepcopy(old)
+    new["spec"]["activeDeadlineSeconds"] = True
+    record_update(old, new, "flipper", POD, "v1", now="2024-01-03T00:00:00Z")
+    assert entries(new)[("flipper", "Update")]["fieldsV1"] == {
+        "f:spec": {"f:activeDeadlineSeconds": {}}}
+    assert ("setter", "Update") not in entries(new)
+
+
+def _writes(monkeypatch: pytest.MonkeyPatch | None) -> list[Any]:
+    """managedFields after a status write, a spec write and a PUT carrying the stored
+    entries (one of them altered); with `monkeypatch`, stored encodings are never reused."""
+    if monkeypatch is not None:
+        monkeypatch.setattr("ephemera.api.managedfields._stored_encodings", lambda _: {})
+    old = created(labels={"app": "web"})
+    status = copy.deepcopy(old)
+    status["status"] = {"phase": "Running", "podIP": "10.0.0.1"}
+    record_update(old, status, "kubelet", POD, "v1", "status", now="2024-01-02T00:00:00Z")
+    spec = copy.deepcopy(status)
+    spec["spec"]["containers"][0]["image"] = "nginx"
+    record_update(status, spec, "kubectl-edit", POD, "v1", now="2024-01-03T00:00:00Z")
+    put = copy.deepcopy(spec)
+    put["metadata"]["labels"]["tier"] = "front"
+    for entry in put["metadata"]["managedFields"]:
+        if entry["manager"] == "kubelet":
+            entry["fieldsV1"]["f:status"].pop("f:podIP")
+    record_update(spec, put, "kubectl-label", POD, "v1", now="2024-01-04T00:00:00Z")
+    return [status["metadata"]["managedFields"], spec["metadata"]["managedFields"],
+            put["metadata"]["managedFields"]]
+
+
+def test_reusing_stored_encodings_writes_what_encoding_again_writes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reused = _writes(None)
+    assert reused == _writes(monkeypatch)
+    assert [e["manager"] for e in reused[2]] == [
+        "kubectl-create", "kubelet", "kubectl-edit", "kubectl-label"]
+    assert reused[2][1]["fieldsV1"] == {"f:status": {"f:phase": {}}}, \
+        "the PUT's altered entry is the one recorded"
+
+
+def test_an_unchanged_manager_keeps_its_stored_encoding() -> None:
+    old = created()
+    new = copy.deepcopy(old)
+    new["status"] = {"phase": "Running"}
+    record_update(old, new, "kubelet", POD, "v1", "status", now="2024-01-02T00:00:00Z")
+    before = entries(old)[("kubectl-create", "Update")]["fieldsV1"]
+    assert entries(new)[("kubectl-create", "Update")]["fieldsV1"] is before

@@ -7,6 +7,8 @@ request body (`fieldValidation=Strict|Warn|Ignore`).
   []v1.Container`). Upstream answers these with 400 whatever `fieldValidation` says.
 - `unknown_fields(obj, definition)` / `drop_unknown_fields(...)`: the fields the schema does
   not know, as strict decoding names them (`spec.containers[0].foo`), in document order.
+- `known`, which the three take: an object of the same kind that passed them (the stored
+  object a patch applies to); subtrees equal to it at the same place are not walked again.
 - `check(obj, definition, directive, kind, version)`: both, as create and update apply them:
   raises the 400 `StatusError`, or drops the unknown fields and returns the `Warning` texts.
 - `strict_error`, `decode_error`, `patch_strict_error`, `apply_schema_error` and
@@ -25,9 +27,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from ephemera.api import errors, field, schema
 from ephemera.api.errors import StatusError
 from ephemera.api.goformat import go_quote
+from ephemera.api.jsoncopy import same_json
 from ephemera.api.managedfields import typed_patch_error
 
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
@@ -79,8 +84,25 @@ def _strict_child(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+UNKNOWN: Any = object()  # no known counterpart (`known`)
+
+
+def _known_child(known: Any, key: str | int) -> Any:
+    """`known`'s counterpart of a dict key or list index (`UNKNOWN` when it has none)."""
+    if isinstance(key, str):
+        return known.get(key, UNKNOWN) if isinstance(known, dict) else UNKNOWN
+    return known[key] if isinstance(known, list) and key < len(known) else UNKNOWN
+
+
+def _is_known(value: Any, known: Any) -> bool:
+    """A dict or list equal to its known counterpart (scalars are as cheap to check)."""
+    return known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known)
+
+
 def _walk_unknown(value: Any, node: dict[str, Any], path: str, found: list[str],
-                  drop: bool) -> None:
+                  drop: bool, known: Any = UNKNOWN) -> None:
+    if _is_known(value, known):
+        return
     node, _ = _resolve(node, None)
     if value is None or _opaque(node):
         return
@@ -90,9 +112,11 @@ def _walk_unknown(value: Any, node: dict[str, Any], path: str, found: list[str],
         unknown: list[str] = []
         for key, sub in value.items():
             if props is not None and key in props:
-                _walk_unknown(sub, props[key], _strict_child(path, key), found, drop)
+                _walk_unknown(sub, props[key], _strict_child(path, key), found, drop,
+                              _known_child(known, key))
             elif isinstance(extra, dict):
-                _walk_unknown(sub, extra, _strict_child(path, key), found, drop)
+                _walk_unknown(sub, extra, _strict_child(path, key), found, drop,
+                              _known_child(known, key))
             elif props is not None or extra is False:
                 found.append(_strict_child(path, key))
                 unknown.append(key)
@@ -101,22 +125,23 @@ def _walk_unknown(value: Any, node: dict[str, Any], path: str, found: list[str],
                 del value[key]
     elif isinstance(value, list) and node.get("type") == "array" and "items" in node:
         for i, item in enumerate(value):
-            _walk_unknown(item, node["items"], f"{path}[{i}]", found, drop)
+            _walk_unknown(item, node["items"], f"{path}[{i}]", found, drop,
+                          _known_child(known, i))
 
 
-def unknown_fields(obj: Any, definition: str) -> list[str]:
+def unknown_fields(obj: Any, definition: str, known: Any = UNKNOWN) -> list[str]:
     """The fields of `obj` that the definition does not know, in strict decoding's format
     (`spec.containers[0].foo`, `metadata.bogus`, `foo`) and in document order."""
     found: list[str] = []
-    _walk_unknown(obj, schema.definition(definition), "", found, drop=False)
+    _walk_unknown(obj, schema.definition(definition), "", found, False, known)
     return found
 
 
-def drop_unknown_fields(obj: Any, definition: str) -> list[str]:
+def drop_unknown_fields(obj: Any, definition: str, known: Any = UNKNOWN) -> list[str]:
     """Remove the unknown fields from `obj` in place; return their paths as
     `unknown_fields` does."""
     found: list[str] = []
-    _walk_unknown(obj, schema.definition(definition), "", found, drop=True)
+    _walk_unknown(obj, schema.definition(definition), "", found, True, known)
     return found
 
 
@@ -330,10 +355,13 @@ def _unmarshal_error(value: Any, node: dict[str, Any], struct: str, fields: list
     return _TypeError(f"json: cannot unmarshal {what} into Go value of type {target}")
 
 
-def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str]) -> None:
+def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
+           known: Any = UNKNOWN) -> None:
     """Raise _TypeError for the first value that the Go decoder would refuse."""
     if value is None:
         return  # null decodes into anything as the zero value
+    if _is_known(value, known):
+        return
     declared = node
     node, name = _resolve(node, None)
     if name == QUANTITY:
@@ -369,15 +397,15 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str]) -> 
         own_struct = name.rsplit(".", 1)[-1] if name and props is not None else struct
         for key, sub in value.items():
             if props is not None and key in props:
-                _check(sub, props[key], own_struct, [*fields, key])
+                _check(sub, props[key], own_struct, [*fields, key], _known_child(known, key))
             elif isinstance(extra, dict):
-                _check(sub, extra, struct, fields)
+                _check(sub, extra, struct, fields, _known_child(known, key))
         return
     if kind == "array":
         if not isinstance(value, list):
             raise _unmarshal_error(value, declared, struct, fields)
-        for item in value:
-            _check(item, node.get("items", {}), struct, fields)
+        for i, item in enumerate(value):
+            _check(item, node.get("items", {}), struct, fields, _known_child(known, i))
         return
     if kind == "string":
         if not isinstance(value, str):
@@ -402,7 +430,7 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str]) -> 
                 raise _unmarshal_error(value, node, struct, fields, f"number {int(value)}")
 
 
-def type_errors(obj: Any, definition: str) -> str | None:
+def type_errors(obj: Any, definition: str, known: Any = UNKNOWN) -> str | None:
     """The decode error of the first value of the wrong type in `obj` (document order), or
     None. Examples: `json: cannot unmarshal string into Go struct field
     PodSpec.spec.containers of type []v1.Container`, `quantities must match the regular
@@ -412,7 +440,7 @@ def type_errors(obj: Any, definition: str) -> str | None:
     if not isinstance(obj, dict):
         return _unmarshal_error(obj, root, "", []).message
     try:
-        _check(obj, root, "", [])
+        _check(obj, root, "", [], known)
     except _TypeError as e:
         return e.message
     return None
@@ -557,7 +585,23 @@ def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
     """Parse a JSON body as Go does for Kubernetes (the last of duplicate keys wins) and
     return the value with the paths of the duplicate fields (`metadata.name`), which
     Strict rejects and Warn reports. Raises ValueError on malformed JSON and on JSON nested
-    deeper than `MAX_NESTING_DEPTH`."""
+    deeper than `MAX_NESTING_DEPTH`.
+
+    A body that orjson parses and encodes back to exactly its own bytes (compact JSON, as
+    most clients send it) cannot hold a duplicate key (the re-encoding would be shorter):
+    it is taken as orjson parsed it. Anything else (whitespace, escapes orjson writes
+    otherwise, integers beyond 64 bits, malformed JSON) goes through the standard library
+    with a hook that notes the duplicates."""
+    if isinstance(text, bytes):
+        try:
+            fast = orjson.loads(text)
+            same = orjson.dumps(fast) == text
+        except (orjson.JSONDecodeError, TypeError):  # TypeError: nested beyond orjson's
+            same = False
+        if same:
+            if too_deep(fast):
+                raise ValueError(EXCEEDED_MAX_DEPTH)
+            return fast, []
     try:
         raw = json.loads(text, object_pairs_hook=_pairs_hook)
     except RecursionError:
@@ -570,7 +614,8 @@ def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
 
 def check(obj: Any, definition: str, field_validation: str | None, kind: str,
           version: str, duplicates: list[str] | None = None,
-          options_kind: str = "CreateOptions", *, check_types: bool = True) -> list[str]:
+          options_kind: str = "CreateOptions", *, check_types: bool = True,
+          known: Any = UNKNOWN) -> list[str]:
     """Field validation of a create or update body, as the apiserver's decoder does it.
 
     Raises the 422 of a bad `fieldValidation` value; the 400 decode error for a value of the
@@ -578,16 +623,18 @@ def check(obj: Any, definition: str, field_validation: str | None, kind: str,
     the unknown fields, then the `duplicates` (from `loads_json`). With Warn and Ignore the
     unknown fields are dropped from `obj` in place; the returned list holds the `Warning`
     texts to send (empty for Ignore). `check_types=False` leaves the types to the caller
-    (a custom resource's schema validation reports them, not a Go decoder)."""
+    (a custom resource's schema validation reports them, not a Go decoder). `known`: a
+    stored object of the kind (any version of it: each passed), whose equal subtrees are
+    not walked again."""
     mode = directive(field_validation, options_kind)
-    err = type_errors(obj, definition) if check_types else None
+    err = type_errors(obj, definition, known) if check_types else None
     if err is not None:
         raise decode_error(kind, version, err)
     dups = list(duplicates or ())
     if mode == STRICT:
-        paths = unknown_fields(obj, definition)
+        paths = unknown_fields(obj, definition, known)
         if paths or dups:
             raise strict_error(kind, version, paths, dups)
         return []
-    paths = drop_unknown_fields(obj, definition)
+    paths = drop_unknown_fields(obj, definition, known)
     return warning_texts(paths, dups) if mode == WARN else []

@@ -1,5 +1,6 @@
 """`json_copy`: a deep copy of a decoded JSON tree (API objects as the apiserver and the
-kubelet hold them: dicts, lists, strings, numbers, booleans, None).
+kubelet hold them: dicts, lists, strings, numbers, booleans, None); `same_json`: whether two
+such trees are surely the same value (for skipping work on what a write did not change).
 
 `copy.deepcopy` keeps a memo of every node it visits (for shared and cyclic references, which
 a decoded JSON tree never has) and dispatches through `__deepcopy__` lookups; on a pod it was
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import copy
 from typing import Any, TypeVar
+
+import orjson
 
 T = TypeVar("T")
 
@@ -32,3 +35,19 @@ def _copy(value: Any) -> Any:
     if kind in _ATOMS:
         return value
     return copy.deepcopy(value)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """True when `a` and `b` are the same JSON value, types included (Python's `==` takes
+    true for 1): `==` first, then their canonical encodings (both at C speed). False for
+    values orjson does not encode and for 1 against 1.0, which may be equal: a caller
+    skipping work on equal values then does the work."""
+    if a is b:
+        return True
+    if a != b:
+        return False
+    try:
+        return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == \
+            orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return False

@@ -35,6 +35,7 @@ fields, as the strategy's PrepareForUpdate would.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from typing import Any
 
 from ephemera.api.errors import StatusError, bad_request
 from ephemera.api.goformat import go_quote
-from ephemera.api.jsoncopy import json_copy
+from ephemera.api.jsoncopy import json_copy, same_json
 from ephemera.api.strategicpatch import (
     Node,
     canonical_json,
@@ -84,6 +85,11 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
+
+# Path elements parsed, printed and ranked, remembered (pure functions of a string or a
+# tuple): every write decodes and encodes its object's fieldsV1, whose element keys
+# (`f:spec`, `k:{"name":"app"}`) repeat across writes and objects.
+ELEMENT_CACHE = 16384
 
 
 # --- types ------------------------------------------------------------------------------------
@@ -267,6 +273,7 @@ def _value_sort_key(value: Any) -> tuple[Any, ...]:
     return (5,)
 
 
+@functools.lru_cache(maxsize=ELEMENT_CACHE)
 def _element_sort_key(pe: PathElement) -> tuple[Any, ...]:
     tag = pe[0]
     if tag == "f":
@@ -281,6 +288,7 @@ def _element_sort_key(pe: PathElement) -> tuple[Any, ...]:
 # --- fieldsV1 ---------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=ELEMENT_CACHE)
 def _element_key(pe: PathElement) -> str:
     tag = pe[0]
     if tag == "f":
@@ -293,6 +301,7 @@ def _element_key(pe: PathElement) -> str:
     return f"i:{pe[1]}"
 
 
+@functools.lru_cache(maxsize=ELEMENT_CACHE)
 def _parse_element_key(key: str) -> PathElement:
     tag, sep, rest = key.partition(":")
     if not sep:
@@ -469,6 +478,10 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
     c = _Comparison()
 
     def walk(left: Any, right: Any, p: Node | None, at: FieldPath) -> None:
+        if same_json(left, right):
+            # An unchanged subtree adds, modifies and removes nothing: a write changes a
+            # few fields of a large object, so most of it is skipped here.
+            return
         t = _pair_type(p, left, right)
         if _is_leaf(t, left, right):
             if left is MISSING:
@@ -631,6 +644,10 @@ class _Manager:
     subresource: str
     fields: FieldSet
     time: str | None = None
+    # The stored object's encoding of this manager's fields (canonical: this module wrote
+    # it) and the fields it encodes; `entry` reuses it while `fields` still equals them.
+    stored: tuple[frozenset[FieldPath], dict[str, Any]] | None = \
+        field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -661,7 +678,10 @@ class _Manager:
         if self.time is not None:
             out["time"] = self.time
         out["fieldsType"] = "FieldsV1"
-        out["fieldsV1"] = encode_fields(self.fields)
+        if self.stored is not None and self.fields == self.stored[0]:
+            out["fieldsV1"] = self.stored[1]
+        else:
+            out["fieldsV1"] = encode_fields(self.fields)
         if self.subresource:
             out["subresource"] = self.subresource
         return out
@@ -670,9 +690,12 @@ class _Manager:
 _Managers = dict[tuple[str, str, str, str], _Manager]
 
 
-def _decode_managers(entries: Any) -> _Managers:
-    """Decode `metadata.managedFields`; raises ValueError when any entry is malformed."""
+def _decode_managers(entries: Any, stored: Any = None) -> _Managers:
+    """Decode `metadata.managedFields`; raises ValueError when any entry is malformed.
+    `stored`: the stored object's entries; a manager whose fields are encoded exactly as
+    there keeps that encoding (`_Manager.stored`), written again unless its fields change."""
     managers: _Managers = {}
+    encodings = _stored_encodings(stored)
     if entries is None:
         return managers
     if not isinstance(entries, list):
@@ -691,8 +714,25 @@ def _decode_managers(entries: Any) -> _Managers:
                            entry.get("time") if isinstance(entry.get("time"), str) else None)
         if manager.key in managers:
             raise ValueError(f"duplicate manager {manager.identifier()}")
+        encoding = encodings.get(manager.key)
+        if encoding is not None and encoding == entry.get("fieldsV1"):
+            manager.stored = (frozenset(manager.fields), encoding)
         managers[manager.key] = manager
     return managers
+
+
+def _stored_encodings(entries: Any) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    """The `fieldsV1` of each manager of a stored object's `metadata.managedFields`."""
+    out: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    if not isinstance(entries, list):
+        return out
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("fieldsV1"), dict):
+            operation = str(entry.get("operation", ""))
+            version = "" if operation == "Apply" else str(entry.get("apiVersion", ""))
+            out[(str(entry.get("manager", "")), operation, version,
+                 str(entry.get("subresource", "")))] = entry["fieldsV1"]
+    return out
 
 
 def _time_sort_key(time: str | None) -> str:
@@ -760,6 +800,17 @@ def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     meta = out.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
+    return out
+
+
+def _view_without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without `metadata.managedFields` for reading only (a comparison): new top-level
+    and metadata dicts, everything below shared with `obj`."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    out = dict(obj)
+    out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
     return out
 
 
@@ -899,7 +950,7 @@ def _update_managers(old: Any, new: Any, root: Node | None, managers: _Managers,
             fields = fields - conflicts.get(key, set()) - comparison.removed
         if fields or key == skip:
             out[key] = _Manager(manager.manager, manager.operation, manager.api_version,
-                                manager.subresource, fields, manager.time)
+                                manager.subresource, fields, manager.time, manager.stored)
     return out, comparison
 
 
@@ -936,22 +987,22 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
         if reset:
             managers = {}
         elif subresource:
-            managers = _decode_managers(old_entries)
+            managers = _decode_managers(old_entries, old_entries)
         else:
             try:
-                managers = _decode_managers(requested)
+                managers = _decode_managers(requested, old_entries)
             except ValueError:
                 managers = {}
             if not managers:
-                managers = _decode_managers(old_entries)
+                managers = _decode_managers(old_entries, old_entries)
     except ValueError:
         managers = {}
     if old is not None and not managers and ((old.get("metadata") or {}).get("uid")):
         # An existing object without managed fields stays untracked (skipNonAppliedManager).
         meta.pop("managedFields", None)
         return
-    base = _without_managed_fields(old) if old is not None else _empty_object(root)
-    current = _without_managed_fields(new)
+    base = _view_without_managed_fields(old) if old is not None else _empty_object(root)
+    current = _view_without_managed_fields(new)
     try:
         managers = _record(base, current, root, managers, manager, api_version, subresource,
                            now or _now(), ignored)

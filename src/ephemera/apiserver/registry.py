@@ -358,6 +358,16 @@ class Registry:
             raise errors.not_found(resource.plural, name, resource.group)
         return kv
 
+    def cached_object(self, resource: Resource, namespace: str, name: str
+                      ) -> dict[str, Any] | None:
+        """The watch cache's copy of an object (any stored version of it, perhaps not the
+        latest), decoded; None when the cache has none. Never an answer to a client: a
+        starting point or a hint (what a body shares with some stored version)."""
+        if self.watch_cache is None:
+            return None
+        kv = self.watch_cache.cached(resource.key_prefix(), resource.key(namespace, name))
+        return self.codec(resource).decode(kv) if kv is not None else None
+
     async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
         return self.codec(resource).decode(await self.get_kv(resource, namespace, name))
 
@@ -588,21 +598,37 @@ class Registry:
         """The guaranteed update: read the current object, let `update` compute the new one
         (it gets None when the object does not exist and may then return an object to create,
         already prepared), compare-and-swap, retry on a lost race. A result equal to the
-        current object writes nothing. Returns (object, created)."""
+        current object writes nothing. Returns (object, created).
+
+        As upstream's cacher, the first attempt starts from the watch cache's copy when it
+        has one (no store read); the compare-and-swap catches a stale copy, and a stale
+        start that fails the update or changes nothing is tried again from the store's
+        object (upstream's `origStateIsCurrent`), so answers are those of a store read."""
         key = resource.key(namespace, name)
         codec = self.codec(resource)
+        cached = (self.watch_cache.cached(resource.key_prefix(), key)
+                  if self.watch_cache is not None else None)
         for _ in range(MAX_UPDATE_ATTEMPTS):
-            kv = await self.store.get(key)
+            is_current = cached is None
+            kv = cached if cached is not None else await self.store.get(key)
+            cached = None
             current = codec.decode(kv) if kv is not None else None
             if current is not None:
                 # As upstream's decode from storage, the stored object gets the kind's
                 # defaults too: a default a gate turned on since the write (KEP-6386's
                 # pod-level ephemeral-storage) lands on both sides of the update alike.
                 self.strategy(resource).default(current)
-            new = await update(json_copy(current) if current is not None else None)
+            try:
+                new = await update(json_copy(current) if current is not None else None)
+            except Exception:
+                if is_current:
+                    raise
+                continue  # perhaps refused for being stale: again from the store
             if kv is None or current is None:
                 created = await self.create(resource, new, dry_run=dry_run, prepared=True)
                 return created, True
+            if not is_current and (dry_run or _same_object(new, current)):
+                continue  # nothing is written against a copy not known current: the store's
             if _same_object(new, current):
                 return current, False
             hooks = self._write_hooks.get(resource)

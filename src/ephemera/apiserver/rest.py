@@ -268,20 +268,28 @@ class RestHandlers:
                 for kv, o in zip(page.kvs, page.objects, strict=True)]
         return respond(as_form(form, request, res, objs, list_meta, single=False))
 
-    async def _read_object(self, request: web.Request, res: Resource, options_kind: str
+    async def _read_object(self, request: web.Request, res: Resource, options_kind: str,
+                           target: Target | None = None
                            ) -> tuple[dict[str, Any], bool, str, list[str]]:
         """The body of a create or an update, as an object of the resource's kind, through
         field validation (`fieldValidation`): (object, dryRun, field manager, warnings);
-        `options_kind` (`CreateOptions`, `UpdateOptions`) names the options in errors."""
+        `options_kind` (`CreateOptions`, `UpdateOptions`) names the options in errors. For
+        an update of a built-in object (`target`), the watch cache's copy of it, however
+        old (every stored version passed these checks), spares walking the unchanged
+        parts of the body; a custom resource's schema may have changed since."""
         body = await read_body(request, self.max_body_bytes)
         obj, duplicates = decode_object(body, res.kind)
         check_kind(obj, res.api_version, res.kind, res.custom)
         dry = dry_run(request.query.getall("dryRun", []), options_kind)
         manager = field_manager(request)
+        known = (self.registry.cached_object(res, target.namespace, target.name)
+                 if target is not None and not res.custom else None)
         warnings = fieldvalidation.check(obj, res.definition,
                                          request.query.get("fieldValidation"), res.kind,
                                          res.version, duplicates, options_kind,
-                                         check_types=not res.custom)
+                                         check_types=not res.custom,
+                                         known=fieldvalidation.UNKNOWN if known is None
+                                         else known)
         return obj, dry, manager, warnings
 
     # -- create -----------------------------------------------------------------------------
@@ -306,7 +314,8 @@ class RestHandlers:
 
     async def update(self, request: web.Request, target: Target) -> web.Response:
         res, sub = target.resource, target.subresource
-        obj, dry, manager, warnings = await self._read_object(request, res, "UpdateOptions")
+        obj, dry, manager, warnings = await self._read_object(request, res, "UpdateOptions",
+                                                              target)
         check_name(obj, res, target.namespace, target.name)
         ensure_namespace(obj, res, target.namespace)
         strategy = self.registry.strategy(res)
@@ -387,15 +396,16 @@ class RestHandlers:
                 ensure_namespace(new, res, target.namespace)
                 warnings.extend(strategy.warnings(new, None, sub))
                 return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
-            live = json_copy(current)
             if is_apply:
                 assert applied is not None
                 new = managedfields.server_side_apply(
-                    live, json_copy(applied), manager, bool(force), res.definition,
-                    res.api_version, sub)
+                    json_copy(current), json_copy(applied), manager, bool(force),
+                    res.definition, res.api_version, sub)
             else:
-                new = patch.apply_patch(content_type, live, body, res.definition)
-                warnings.extend(self._check_patched(new, res, content_type, directive))
+                # apply_patch patches a copy of its own: `current` stays as it was
+                new = patch.apply_patch(content_type, current, body, res.definition)
+                warnings.extend(self._check_patched(new, current, res, content_type,
+                                                    directive))
             warnings.extend(strategy.warnings(new, current, sub))
             md = meta.ensure_metadata(new)
             current_rv = (current.get("metadata") or {}).get("resourceVersion")
@@ -449,11 +459,14 @@ class RestHandlers:
         return applied
 
     @staticmethod
-    def _check_patched(new: dict[str, Any], res: Resource, content_type: str,
-                       directive: str) -> list[str]:
+    def _check_patched(new: dict[str, Any], current: dict[str, Any], res: Resource,
+                       content_type: str, directive: str) -> list[str]:
         """Field validation of a patched object: wrong types 422, unknown fields 422
-        (Strict), dropped with warnings (Warn) or silently (Ignore)."""
-        err = None if res.custom else fieldvalidation.type_errors(new, res.definition)
+        (Strict), dropped with warnings (Warn) or silently (Ignore). What the patch left as
+        it was in a built-in object is not walked again (it passed when stored); a custom
+        resource's schema may have changed since, so its object is walked whole."""
+        known = fieldvalidation.UNKNOWN if res.custom else current
+        err = None if res.custom else fieldvalidation.type_errors(new, res.definition, known)
         if err is not None:
             text = go_quote(json.dumps(new, separators=(",", ":"), ensure_ascii=False))
             message = f"Invalid value: {text}: {err}"
@@ -461,13 +474,13 @@ class RestHandlers:
                               {"causes": [{"reason": "FieldValueInvalid", "message": message,
                                            "field": "patch"}]})
         if directive == fieldvalidation.STRICT:
-            paths = fieldvalidation.unknown_fields(new, res.definition)
+            paths = fieldvalidation.unknown_fields(new, res.definition, known)
             if paths:
                 patched = (fieldvalidation.go_map_text(new) if content_type == PATCH_STRATEGIC
                            else json.dumps(new, separators=(",", ":")))
                 raise fieldvalidation.patch_strict_error(paths, patched)
             return []
-        paths = fieldvalidation.drop_unknown_fields(new, res.definition)
+        paths = fieldvalidation.drop_unknown_fields(new, res.definition, known)
         return fieldvalidation.warning_texts(paths) if directive == fieldvalidation.WARN else []
 
     # -- delete -----------------------------------------------------------------------------

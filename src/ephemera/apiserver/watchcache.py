@@ -264,6 +264,15 @@ class WatchCache:
                 self.store, prefix, history=self.history, index=self.indexes.get(prefix))
         return cache if await cache.wait_ready() else None
 
+    def cached(self, prefix: str, key: str) -> KeyValue | None:
+        """The cache's copy of `key` (under the resource prefix `prefix`) when that cache is
+        serving, without waiting or starting it; it may be older than the store's (the
+        starting point of an update, as upstream's cacher hands GuaranteedUpdate)."""
+        cache = self._caches.get(prefix)
+        if cache is None or not cache.ready.is_set():
+            return None
+        return cache.items.get(key)
+
     def watchers(self) -> int:
         return sum(len(cache.hub) for cache in self._caches.values())
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import ipaddress
 import logging
 import signal
@@ -380,6 +381,11 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
                 return
             if args.write_kubeconfig is not None:
                 write_admin_kubeconfig(args.write_kubeconfig, url, pki)
+            # What startup built (modules, schemas, the OpenAPI document, the app) lives as
+            # long as the process: moved out of the collector's generations, so that a full
+            # collection, which stops every request, no longer walks it (51k objects, 53 ms
+            # on a loaded 2-core machine).
+            gc.freeze()
             print(f"ephemera apiserver serving on {url}", file=sys.stderr, flush=True)
 
         try:

@@ -154,7 +154,6 @@ from ephemera.api.featuregates import (
     gate_enabled,
 )
 from ephemera.api.field import FieldError, Path
-from ephemera.api.jsoncopy import json_copy
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.pods import resources, validation
 
@@ -392,11 +391,14 @@ def dynamic_update_base(new: Mapping[str, Any], old: Mapping[str, Any]) -> dict[
     `validate_pod_update`'s immutability check: the container and init container lists in
     their new order (added ones whole, kept ones with their new `volumeMounts` and
     `dynamicVolumePolicy`) and `spec.volumes`. What still differs from `new` is what a plain
-    update may change (judged by `validate_pod_update`) or what may not change at all."""
-    base = json_copy(dict(old))
+    update may change (judged by `validate_pod_update`) or what may not change at all.
+    Only the dicts and lists on the way to what it replaces are new: the rest is shared
+    with `old` and `new`, so the base is for reading."""
+    base = dict(old)
     spec = base.get("spec")
     if not isinstance(spec, dict):
         return base
+    spec = base["spec"] = dict(spec)
     new_spec = _spec(new)
     for key in ("containers", "initContainers"):
         new_list = new_spec.get(key)
@@ -409,18 +411,18 @@ def dynamic_update_base(new: Mapping[str, Any], old: Mapping[str, Any]) -> dict[
         for item in new_list:
             name = _name(item) if isinstance(item, dict) else ""
             if name in old_by:
-                kept = json_copy(old_by[name][1])
+                kept = dict(old_by[name][1])
                 for member in DYNAMIC_CONTAINER_FIELDS:
                     if member in item:
-                        kept[member] = json_copy(item[member])
+                        kept[member] = item[member]
                     else:
                         kept.pop(member, None)
                 merged.append(kept)
             else:
-                merged.append(json_copy(item))
+                merged.append(item)
         spec[key] = merged
     if "volumes" in new_spec:
-        spec["volumes"] = json_copy(new_spec["volumes"])
+        spec["volumes"] = new_spec["volumes"]
     else:
         spec.pop("volumes", None)
     return base

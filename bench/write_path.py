@@ -1,0 +1,316 @@
+"""Where one API write's time goes on the live swap's path (`python -m bench.write_path`): a
+real `ephemera apiserver` process (SQLite, TLS, Node and RBAC authorization, every admission
+plugin, the watch cache) and, over loopback, the two writes of a live dynamic-volume swap on one
+pod, in a loop:
+
+1. the user's PUT `pods/NAME/dynamic` replacing one emptyDir and one Secret volume of a
+   `NotRequired` container (as an administrator), until its MODIFIED event reaches a watch of
+   the namespace;
+2. the kubelet's merge PATCH of `pods/NAME/status` (as `system:node:NODE`, with the new
+   `volumeMounts` and `volumeStatuses`), until its event reaches the same watch.
+
+Two watches are open during the run, as in a cluster: the namespace's (the benchmark's, which
+is timed) and the node's (`spec.nodeName=NODE`, the kubelet's). No kubelet runs: the status is
+what the kubelet would write, so the apiserver's side of both writes is measured alone.
+
+`--py-spy FILE` samples the apiserver with py-spy during the timed loop (collapsed stacks to
+FILE, a summary of the hottest frames printed). Times are medians over `--iterations` after
+`--warmup`; the apiserver's CPU time per iteration is printed too.
+
+`--count` counts work instead, which a loaded machine does not blur: the same requests
+against the app in this process (plain HTTP on loopback, bearer tokens for the same two
+users), under cProfile: Python function calls and store reads per iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import cProfile
+import pstats
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench.common import (
+    Apiserver,
+    client_ssl_context,
+    collapsed_stacks_summary,
+    process_cpu_seconds,
+    py_spy_record,
+)
+from ephemera.apiserver.certs import ensure_pki, write_client_kubeconfig
+
+NAMESPACE = "bench-write-path"
+NODE = "n1"
+POD = "live-swapper"
+CONTAINER = "app"
+SECRETS = ("creds-0", "creds-1")
+FEATURES = ["DynamicContainers", "DynamicNodeLocalEphemeralVolumes", "DynamicVolumeHotPlug"]
+
+
+def volumes_of(index: int) -> list[dict[str, Any]]:
+    return [{"name": f"scratch-{index}", "emptyDir": {}},
+            {"name": f"creds-{index}", "secret": {"secretName": SECRETS[index % 2]}}]
+
+
+def mounts_of(index: int) -> list[dict[str, Any]]:
+    return [{"name": f"scratch-{index}", "mountPath": "/scratch"},
+            {"name": f"creds-{index}", "mountPath": "/creds", "readOnly": True}]
+
+
+def pod_manifest() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": POD, "labels": {"app": "bench"}},
+            "spec": {"nodeName": NODE, "automountServiceAccountToken": False,
+                     "containers": [{"name": CONTAINER, "image": "busybox:latest",
+                                     "command": ["sleep", "3600"],
+                                     "dynamicVolumePolicy": {"restartPolicy": "NotRequired"},
+                                     "volumeMounts": mounts_of(0)}],
+                     "volumes": volumes_of(0)}}
+
+
+def running_status(index: int, previous: int | None) -> dict[str, Any]:
+    """What the kubelet writes once swap `index` is mounted (`previous`'s volumes
+    unmounting)."""
+    volumes = [{"name": v["name"], "hostPhase": "HostMounted"} for v in volumes_of(index)]
+    if previous is not None:
+        volumes += [{"name": v["name"], "hostPhase": "Unmounting"}
+                    for v in volumes_of(previous)]
+    return {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{
+                "name": CONTAINER, "ready": True, "restartCount": 0, "started": True,
+                "image": "busybox:latest", "imageID": "", "containerID": "crun://abc",
+                "state": {"running": {"startedAt": "2026-12-01T00:00:00Z"}},
+                "volumeMounts": mounts_of(index)}],
+            "volumeStatuses": volumes}
+
+
+class Client:
+    def __init__(self, url: str, context: ssl.SSLContext | None, token: str = "") -> None:
+        self.url = url
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context if context is not None else False),
+            headers={"Authorization": f"Bearer {token}"} if token else None)
+
+    async def call(self, method: str, path: str, body: Any = None,
+                   content_type: str = "application/json") -> dict[str, Any]:
+        data = orjson.dumps(body) if body is not None else None
+        async with self.session.request(method, self.url + path, data=data,
+                                        headers={"Content-Type": content_type}) as response:
+            payload = await response.read()
+            if response.status >= 300:
+                raise RuntimeError(f"{method} {path}: {response.status} {payload[:500]!r}")
+            return dict(orjson.loads(payload))
+
+
+class Watch:
+    """A watch; `wait(rv)` returns when the event of resourceVersion `rv` has arrived."""
+
+    def __init__(self, client: Client, path: str) -> None:
+        self.client = client
+        self.path = path
+        self.seen: dict[str, float] = {}
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def open(self, version: str) -> None:
+        response = await self.client.session.get(
+            self.client.url + self.path,
+            params={"watch": "true", "resourceVersion": version, "timeoutSeconds": "3600"})
+        assert response.status == 200, await response.text()
+        self.task = asyncio.get_running_loop().create_task(self._read(response))
+
+    async def _read(self, response: aiohttp.ClientResponse) -> None:
+        while line := await response.content.readline():
+            event = orjson.loads(line)
+            self.seen[event["object"]["metadata"]["resourceVersion"]] = time.perf_counter()
+            self.changed.set()
+
+    async def wait(self, version: str) -> float:
+        while version not in self.seen:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 30)
+        return self.seen[version]
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+
+async def setup(admin: Client, node: Client) -> dict[str, Any]:
+    await admin.call("POST", "/api/v1/nodes", {
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+        "status": {"declaredFeatures": FEATURES}})
+    await node.call("PATCH", f"/api/v1/nodes/{NODE}/status",
+                    {"status": {"declaredFeatures": FEATURES}}, "application/merge-patch+json")
+    await admin.call("POST", "/api/v1/namespaces", {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    for name in SECRETS:
+        await admin.call("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "stringData": {"token": name}})
+    created = await admin.call("POST", PODS, pod_manifest())
+    uid = created["metadata"]["uid"]
+    return await node.call("PATCH", f"{PODS}/{POD}/status",
+                           {"metadata": {"uid": uid}, "status": running_status(0, None)},
+                           "application/merge-patch+json")
+
+
+async def loop(admin: Client, node: Client, watch: Watch, pod: dict[str, Any], start: int,
+               count: int) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    rows = []
+    uid = pod["metadata"]["uid"]
+    for index in range(start, start + count):
+        body = copy.deepcopy(pod)
+        body.pop("status", None)
+        body["spec"]["volumes"] = volumes_of(index)
+        body["spec"]["containers"][0]["volumeMounts"] = mounts_of(index)
+        t0 = time.perf_counter()
+        put = await admin.call("PUT", f"{PODS}/{POD}/dynamic", body)
+        t1 = time.perf_counter()
+        t2 = await watch.wait(put["metadata"]["resourceVersion"])
+        t3 = time.perf_counter()
+        pod = await node.call("PATCH", f"{PODS}/{POD}/status",
+                              {"metadata": {"uid": uid},
+                               "status": running_status(index, index - 1)},
+                              "application/merge-patch+json")
+        t4 = time.perf_counter()
+        t5 = await watch.wait(pod["metadata"]["resourceVersion"])
+        rows.append({"put": t1 - t0, "put_event": t2 - t0, "patch": t4 - t3,
+                     "patch_event": t5 - t3})
+    return rows, pod
+
+
+@contextlib.contextmanager
+def maybe_py_spy(pid: int, output: Path | None) -> Iterator[None]:
+    if output is None:
+        yield
+        return
+    with py_spy_record(pid, output, rate=250):
+        yield
+
+
+async def run(args: argparse.Namespace, work: Path) -> None:
+    server = Apiserver(work / "apiserver", "sqlite")
+    server.start()
+    try:
+        pki = ensure_pki(server.data_dir)
+        node_kubeconfig = write_client_kubeconfig(work / "node.kubeconfig", server.url, pki,
+                                                  f"system:node:{NODE}", ["system:nodes"])
+        _, node_context = client_ssl_context(node_kubeconfig, work / "node-client")
+        assert server.ssl_context is not None
+        admin = Client(server.url, server.ssl_context)
+        node = Client(server.url, node_context)
+        pod = await setup(admin, node)
+        version = pod["metadata"]["resourceVersion"]
+        watch = Watch(admin, PODS)
+        node_watch = Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE)
+        await watch.open(version)
+        await node_watch.open(version)
+        _, pod = await loop(admin, node, watch, pod, 1, args.warmup)
+        cpu_before = process_cpu_seconds(server.pid)
+        with maybe_py_spy(server.pid, args.py_spy):
+            rows, pod = await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
+        cpu = process_cpu_seconds(server.pid) - cpu_before
+        await watch.close()
+        await node_watch.close()
+        await admin.session.close()
+        await node.session.close()
+    finally:
+        server.stop()
+    print(f"{args.iterations} iterations (medians, ms):")
+    for key in ("put", "put_event", "patch", "patch_event"):
+        values = [row[key] * 1000 for row in rows]
+        print(f"  {key:12s} p50 {statistics.median(values):6.2f}  "
+              f"min {min(values):6.2f}")
+    print(f"  apiserver CPU per iteration (2 writes): {cpu / args.iterations * 1000:.2f} ms")
+    if args.py_spy is not None:
+        print(collapsed_stacks_summary(args.py_spy, top=args.top))
+
+
+async def count(args: argparse.Namespace, work: Path) -> None:
+    """`--count`: the loop against the app in this process, under cProfile."""
+    from aiohttp import web
+
+    from ephemera.apiserver.app import ApiserverConfig, create_app
+    from ephemera.apiserver.authn import Authenticator, UserInfo
+    from ephemera.store import KeyValue, open_store
+
+    store = open_store("sqlite", data_dir=work / "data")
+    reads = 0
+    store_get = store.get
+
+    async def counted_get(key: str) -> KeyValue | None:
+        nonlocal reads
+        reads += 1
+        return await store_get(key)
+
+    store.get = counted_get  # type: ignore[method-assign]
+    users = {"admin": UserInfo("admin", ("system:masters", "system:authenticated")),
+             "node": UserInfo(f"system:node:{NODE}", ("system:nodes", "system:authenticated"))}
+    app = create_app(store, ApiserverConfig(authenticator=Authenticator(users)))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    admin, node = Client(url, None, "admin"), Client(url, None, "node")
+    try:
+        pod = await setup(admin, node)
+        version = pod["metadata"]["resourceVersion"]
+        watch = Watch(admin, PODS)
+        node_watch = Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE)
+        await watch.open(version)
+        await node_watch.open(version)
+        _, pod = await loop(admin, node, watch, pod, 1, args.warmup)
+        reads = 0
+        profile = cProfile.Profile()
+        profile.enable()
+        await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
+        profile.disable()
+        await watch.close()
+        await node_watch.close()
+    finally:
+        await admin.session.close()
+        await node.session.close()
+        await runner.cleanup()
+        await store.close()
+    calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+    print(f"per iteration (this process: server, watches and client): "
+          f"{calls / args.iterations:.0f} Python calls, {reads / args.iterations:.2f} "
+          f"store reads")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--py-spy", type=Path, default=None)
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--count", action="store_true",
+                        help="count Python calls and store reads in this process instead")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="write-path-") as work:
+        asyncio.run((count if args.count else run)(args, Path(work)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
