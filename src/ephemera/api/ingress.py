@@ -231,7 +231,7 @@ def _typed_reference_errors(ref: dict[str, Any], path: Path) -> list[FieldError]
     for key in ("kind", "name"):
         value = str(ref.get(key) or "")
         if not value:
-            errs.append(field.required(path.child(key), f"{key} is required"))
+            errs.append(field.required(path.child(key)))
         else:
             errs.extend(field.invalid(path.child(key), value, m)
                         for m in v.path_segment_name(value, False))
