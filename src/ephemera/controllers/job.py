@@ -256,9 +256,7 @@ class JobController:
         if plan.delete or plan.create:
             self.expectations.expect(key, len(plan.create),
                                      [f"{namespace}/{pod_name}" for pod_name in plan.delete])
-        for pod_name in plan.delete:
-            await self._delete_pod(job, namespace, pod_name)
-        await self._create_pods(job, namespace, plan.create)
+        await self._delete_then_create(job, namespace, plan.delete, plan.create)
         if plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after)
 
@@ -352,6 +350,24 @@ class JobController:
             return
         await self.recorder.record(job, "Normal", "SuccessfulDelete", f"Deleted pod: {name}",
                                    kind="Job", api_version="batch/v1")
+
+    async def _delete_then_create(self, job: Mapping[str, Any], namespace: str,
+                                  doomed: list[str], indexes: list[int | None]) -> None:
+        """Delete the pods `doomed`, every one tried (as upstream deletes them, each in its
+        own call), then create those of `indexes`. A failed deletion is raised once all were
+        tried; the creations are then not made, and no longer expected, so the Job is synced
+        again when its retry comes, not once the expectations time out."""
+        first: BaseException | None = None
+        for pod_name in doomed:
+            try:
+                await self._delete_pod(job, namespace, pod_name)
+            except (StatusError, ApiUnavailable) as err:
+                first = first or err
+        if first is not None:
+            for _ in indexes:
+                self.expectations.creation_observed(_key(job))
+            raise first
+        await self._create_pods(job, namespace, indexes)
 
     async def _create_pods(self, job: Mapping[str, Any], namespace: str,
                            indexes: list[int | None]) -> None:
