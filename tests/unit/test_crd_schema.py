@@ -357,3 +357,10 @@ def test_cel_rules_far_over_upstreams_estimated_cost_are_refused() -> None:
     node["properties"]["backends"]["maxItems"] = 16
     node["properties"]["backends"]["items"]["properties"]["ports"]["maxItems"] = 64
     assert crd_messages(items_rule) == []
+
+
+def test_a_rule_nested_deeper_than_the_cost_walk_is_not_refused() -> None:
+    """The cost bound's walk is recursive: a rule cel-python compiles but nested deeper than
+    the walk goes has no bound (accepted), not an internal error."""
+    deep = "(" * 100 + "self.replicas >= 0" + ")" * 100
+    assert crd_messages(_ruled(deep, ("properties", "spec"))) == []
