@@ -20,7 +20,7 @@ from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.client import ApiClient, resource_path
 from ephemera.client.kubeconfig import ClientConfig
 from ephemera.controllers.garbagecollector import GarbageCollector
-from ephemera.controllers.job import JobController
+from ephemera.controllers.job import ORPHAN_PREFIX, JobController
 from ephemera.controllers.ttlafterfinished import TTLAfterFinishedController
 from ephemera.store import open_store
 
@@ -215,3 +215,35 @@ async def test_an_orphan_the_selector_selects_is_adopted_with_the_tracking_final
     assert [p["metadata"]["name"] for p in listed["items"]] == ["stray"]  # none made
     stray = await api.get(f"{PODS}/stray")
     assert FINALIZER not in (stray["metadata"].get("finalizers") or [])  # counted, released
+
+
+async def test_a_stale_orphan_key_leaves_the_finalizer_of_a_pod_adopted_since(
+        api: ApiClient) -> None:
+    """upstream's `handleOrphanPod`: the orphan's finalizer removal, queued before a Job
+    adopted the pod, finds it owned by a running Job and keeps the finalizer (else the Job
+    could lose count of the pod)."""
+    spec = job("keeper", completions=1, parallelism=1, manualSelector=True,
+               selector={"matchLabels": {"app": "keep"}})
+    spec["spec"]["template"]["metadata"] = {"labels": {"app": "keep"}}
+    await api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "held", "labels": {"app": "keep"}, "finalizers": [FINALIZER]}, "spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}})
+    created = await api.create(JOBS, spec)
+
+    async def adopted() -> bool:
+        refs = (await api.get(f"{PODS}/held"))["metadata"].get("ownerReferences") or []
+        return bool(refs and refs[0]["uid"] == created["metadata"]["uid"])
+    await eventually(adopted)
+    # A second controller whose queue still holds the key it queued for the orphan.
+    late = JobController(api)
+    informers = [asyncio.create_task(late.jobs.run()), asyncio.create_task(late.pods.run())]
+    try:
+        await late.jobs.wait_synced()
+        await late.pods.wait_synced()
+        await late.sync(ORPHAN_PREFIX + "default/held")
+    finally:
+        for task in informers:
+            task.cancel()
+        await asyncio.gather(*informers, return_exceptions=True)
+    held = await api.get(f"{PODS}/held")
+    assert FINALIZER in (held["metadata"].get("finalizers") or [])

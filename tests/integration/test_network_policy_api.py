@@ -71,7 +71,7 @@ async def test_validation_messages(api: Api) -> None:
         ("spec.ingress[0].ports[1].endPort",
          "Invalid value: 90: may not be specified when `port` is non-numeric"),
         ("spec.ingress[0].ports[2].endPort",
-         "Invalid value: 100: must be greater than or equal to `port`"),
+         "Invalid value: 80: must be greater than or equal to `port`"),
         ("spec.ingress[0].from[0]", "Required value: must specify a peer"),
         ("spec.ingress[0].from[1].ipBlock.except[0]",
          'Invalid value: "10.1.0.0/24": must be a strict subset of `cidr`'),

@@ -103,3 +103,20 @@ async def test_events_are_posted_in_order_off_the_sync_path() -> None:
                        "apps/v1"),
                       ("a", "Warning", "FailedCreate", "Error creating: x", "DaemonSet",
                        "apps/v1")]
+
+
+async def test_an_informer_that_fails_before_its_first_sync_ends_the_run() -> None:
+    """Not a wait for a sync that never comes: the controller-manager sees the error."""
+    queue: WorkQueue[str] = WorkQueue()
+
+    class Broken(_Synced):
+        async def run(self) -> None:
+            raise RuntimeError("the reflector broke")
+
+    async def sync(key: str) -> None:
+        raise AssertionError("no sync before the informers synced")
+
+    with pytest.raises(RuntimeError, match="reflector broke"):
+        await asyncio.wait_for(run_workers(queue, sync, what="thing",
+                                           log=logging.getLogger("test"),
+                                           runs=[Broken()]), 5)  # type: ignore[list-item]

@@ -357,3 +357,23 @@ def test_cel_rules_far_over_upstreams_estimated_cost_are_refused() -> None:
     node["properties"]["backends"]["maxItems"] = 16
     node["properties"]["backends"]["items"]["properties"]["ports"]["maxItems"] = 64
     assert crd_messages(items_rule) == []
+
+
+def test_a_rule_nested_deeper_than_the_cost_walk_is_not_refused() -> None:
+    """The cost bound's walk is recursive: a rule cel-python compiles but nested deeper than
+    the walk goes has no bound (accepted), not an internal error."""
+    deep = "(" * 100 + "self.replicas >= 0" + ")" * 100
+    assert crd_messages(_ruled(deep, ("properties", "spec"))) == []
+
+
+def test_a_rule_nested_deeper_than_the_evaluator_goes_warns_instead_of_refusing() -> None:
+    """cel-python evaluates recursively: a deeply nested rule it cannot evaluate is reported
+    as not checked, not a refusal with Python's recursion message."""
+    deep = "(" * 100 + "self.replicas >= 0" + ")" * 100
+    root = {"type": "object", "properties": {"spec": {
+        "type": "object", "properties": {"replicas": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": deep}]}}}
+    errors, warnings = crschema.validate_with_warnings({"spec": {"replicas": 1}}, root)
+    assert errors == []
+    assert warnings == [f'spec: x-kubernetes-validations rule "{deep}" was not checked: '
+                        "nested too deeply for ephemera's CEL evaluator"]

@@ -231,7 +231,7 @@ def _typed_reference_errors(ref: dict[str, Any], path: Path) -> list[FieldError]
     for key in ("kind", "name"):
         value = str(ref.get(key) or "")
         if not value:
-            errs.append(field.required(path.child(key), f"{key} is required"))
+            errs.append(field.required(path.child(key)))
         else:
             errs.extend(field.invalid(path.child(key), value, m)
                         for m in v.path_segment_name(value, False))
@@ -264,7 +264,8 @@ def validate_ingress_status(obj: Mapping[str, Any]) -> list[FieldError]:
 
 def table_cells(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """The Class, Hosts, Address and Ports cells of upstream's printer (`formatHosts`: at
-    most three hosts, `*` for none; the addresses unclipped, as the server prints wide)."""
+    most three hosts, `*` for none; the addresses each once, sorted, unclipped, as the
+    server prints wide)."""
     spec = _d(obj.get("spec"))
     class_name = spec.get("ingressClassName")
     rules = _l(spec.get("rules"))
@@ -279,8 +280,8 @@ def table_cells(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
     host_text = ",".join(hosts) if hosts else "*"
     if more:
         host_text = f"{host_text} + {len(rules) - 3} more..."
-    addresses = [str(_d(e).get("ip") or _d(e).get("hostname") or "")
-                 for e in _l(_d(_d(obj.get("status")).get("loadBalancer")).get("ingress"))]
-    address = ",".join(a for a in addresses if a)
+    addresses = {str(_d(e).get("ip") or _d(e).get("hostname") or "")
+                 for e in _l(_d(_d(obj.get("status")).get("loadBalancer")).get("ingress"))}
+    address = ",".join(sorted(a for a in addresses if a))  # a Go string set's List()
     ports = "80, 443" if spec.get("tls") else "80"
     return (str(class_name) if class_name is not None else "<none>", host_text, address, ports)

@@ -93,7 +93,7 @@ def _port_errors(port: dict[str, Any], path: Path) -> list[FieldError]:
                     for m in v.port_num_errors(number))
         if isinstance(end, int):
             if end < number:
-                errs.append(field.invalid(path.child("endPort"), number,  # sic: upstream's
+                errs.append(field.invalid(path.child("endPort"), end,
                                           "must be greater than or equal to `port`"))
             errs.extend(field.invalid(path.child("endPort"), end, m)
                         for m in v.port_num_errors(end))

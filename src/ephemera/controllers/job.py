@@ -30,7 +30,7 @@ from typing import Any
 
 from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
-from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER
+from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER, has_condition
 from ephemera.batch.jobsync import compute
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 from ephemera.controllers.controllerref import (
@@ -214,7 +214,7 @@ class JobController:
     async def sync(self, key: str) -> None:
         if key.startswith(ORPHAN_PREFIX):
             namespace, name = key[len(ORPHAN_PREFIX):].split("/", 1)
-            await self._release(namespace, name)
+            await self._release(namespace, name, unless_adopted=True)
             return
         job = self.jobs.get(key)
         if job is None:
@@ -256,9 +256,7 @@ class JobController:
         if plan.delete or plan.create:
             self.expectations.expect(key, len(plan.create),
                                      [f"{namespace}/{pod_name}" for pod_name in plan.delete])
-        for pod_name in plan.delete:
-            await self._delete_pod(job, namespace, pod_name)
-        await self._create_pods(job, namespace, plan.create)
+        await self._delete_then_create(job, namespace, plan.delete, plan.create)
         if plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after)
 
@@ -285,8 +283,11 @@ class JobController:
         delay = min(self.backoff_base * (2 ** max(0, count - 1)), self.backoff_max)
         return max(0.0, when + delay - time.monotonic())
 
-    async def _release(self, namespace: str, pod_name: str) -> None:
-        """Remove the tracking finalizer (the pod is counted in the Job's status)."""
+    async def _release(self, namespace: str, pod_name: str, *,
+                       unless_adopted: bool = False) -> None:
+        """Remove the tracking finalizer (the pod is counted in the Job's status, or has no
+        Job). `unless_adopted`: an orphan's, kept if the pod has an owner again
+        (`_adopted`, read on the pod as it is now)."""
         path = resource_path("pods", namespace, pod_name)
         for _ in range(5):
             try:
@@ -296,7 +297,8 @@ class JobController:
                     return
                 raise
             finalizers = list(_md(pod).get("finalizers") or [])
-            if JOB_TRACKING_FINALIZER not in finalizers:
+            if JOB_TRACKING_FINALIZER not in finalizers or \
+                    (unless_adopted and self._adopted(pod)):
                 return
             kept = [f for f in finalizers if f != JOB_TRACKING_FINALIZER]
             try:
@@ -310,13 +312,32 @@ class JobController:
                 if err.code != 409:
                     raise
 
+    def _adopted(self, pod: Mapping[str, Any]) -> bool:
+        """upstream's `handleOrphanPod` check: a pod queued as an orphan that has since got a
+        controller keeps its tracking finalizer, unless that controller is a Job that is
+        gone or finished (a controller of another kind, or a Job another controller
+        manages, keeps it too)."""
+        ref = controller_of(pod)
+        if ref is None:
+            return False
+        if ref.get("kind") != "Job" or ref.get("apiVersion") != "batch/v1":
+            return True
+        key = self._job_key_of.get(str(ref.get("uid")))
+        job = self.jobs.get(key) if key is not None else None
+        if job is None or _md(job).get("uid") != ref.get("uid"):
+            return False
+        managed_by = (job.get("spec") or {}).get("managedBy")
+        if managed_by and managed_by != MANAGED_BY:
+            return True
+        return not (has_condition(job, "Complete") or has_condition(job, "Failed"))
+
     async def _release_orphans(self) -> None:
         """Pods of Jobs that are gone keep no tracking finalizer."""
         for uid in [u for u in self._pods_of if u not in self._job_key_of]:
             for pod in list(self._pods_of.get(uid, {}).values()):
                 if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
                     await self._release(str(_md(pod).get("namespace")),
-                                        str(_md(pod).get("name")))
+                                        str(_md(pod).get("name")), unless_adopted=True)
 
     async def _delete_pod(self, job: Mapping[str, Any], namespace: str, name: str) -> None:
         try:
@@ -329,6 +350,24 @@ class JobController:
             return
         await self.recorder.record(job, "Normal", "SuccessfulDelete", f"Deleted pod: {name}",
                                    kind="Job", api_version="batch/v1")
+
+    async def _delete_then_create(self, job: Mapping[str, Any], namespace: str,
+                                  doomed: list[str], indexes: list[int | None]) -> None:
+        """Delete the pods `doomed`, every one tried (as upstream deletes them, each in its
+        own call), then create those of `indexes`. A failed deletion is raised once all were
+        tried; the creations are then not made, and no longer expected, so the Job is synced
+        again when its retry comes, not once the expectations time out."""
+        first: BaseException | None = None
+        for pod_name in doomed:
+            try:
+                await self._delete_pod(job, namespace, pod_name)
+            except (StatusError, ApiUnavailable) as err:
+                first = first or err
+        if first is not None:
+            for _ in indexes:
+                self.expectations.creation_observed(_key(job))
+            raise first
+        await self._create_pods(job, namespace, indexes)
 
     async def _create_pods(self, job: Mapping[str, Any], namespace: str,
                            indexes: list[int | None]) -> None:

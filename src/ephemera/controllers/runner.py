@@ -5,9 +5,10 @@ API error logged as a retry, anything else with its traceback in the log), and a
 events posted off the sync path. A controller keeps only its own sync and event handlers.
 
 `run_workers` returns only by raising: when a worker, an event poster or an informer the
-controller runs itself ends with an error, the others are cancelled and the error goes up
-(the controller-manager exits 1 when a controller task ends). When cancelled it cancels its
-tasks and closes the queue (its pending `add_after` timers). `QueueController` is the base
+controller runs itself ends with an error (before its first sync too), the others are
+cancelled and the error goes up (the controller-manager exits 1 when a controller task
+ends). When cancelled it cancels its tasks and closes the queue (its pending `add_after`
+timers). `QueueController` is the base
 of the controllers on shared informers (ReplicaSet, Deployment, DaemonSet, StatefulSet):
 their queue, recorder, event poster, clock and `run()`."""
 
@@ -57,8 +58,7 @@ async def run_workers(queue: WorkQueue[str], sync: Callable[[str], Awaitable[Non
     owned = list(runs)
     tasks = [asyncio.create_task(i.run(), name=f"{what}-informer-{i.name}") for i in owned]
     try:
-        for informer in (*informers, *owned):
-            await informer.wait_synced()
+        await _synced((*informers, *owned), tasks)
         tasks += [asyncio.create_task(worker(queue, sync, what=what, log=log),
                                       name=f"{what}-worker-{i}") for i in range(workers)]
         tasks += [asyncio.create_task(loop(), name=f"{what}-loop-{i}")
@@ -69,6 +69,29 @@ async def run_workers(queue: WorkQueue[str], sync: Callable[[str], Awaitable[Non
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _synced(informers: Sequence[Informer], running: Sequence[asyncio.Task[None]]) -> None:
+    """Wait until every informer has synced; an informer task of `running` that ends first
+    (with an error, or at all: it never syncs then) ends the wait with its error."""
+
+    async def all_synced() -> None:
+        for informer in informers:
+            await informer.wait_synced()
+
+    waiting = asyncio.create_task(all_synced())
+    try:
+        done, _ = await asyncio.wait([waiting, *running],
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+    if waiting in done:
+        return
+    ended = next(iter(done))
+    ended.result()  # its error, if it ended with one
+    raise RuntimeError(f"informer task {ended.get_name()} ended before its informer synced")
 
 
 class EventQueue:

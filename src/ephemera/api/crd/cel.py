@@ -9,7 +9,8 @@ of the rule's `reason` (default `FieldValueInvalid`).
 
 cel-python has the standard CEL functions; `ephemera.api.crd.cellib` adds the most used
 of Kubernetes' libraries. A rule that calls a function neither has is not enforced: its
-evaluation raises `Unsupported`, which the caller reports as a warning. Of upstream's static
+evaluation raises `Unsupported`, which the caller reports as a warning, as it does a rule
+nested deeper than cel-python's recursive evaluator goes (`TooDeep`). Of upstream's static
 cost estimate only a lower bound is checked (`celcost`); rules are evaluated without a cost
 limit (the README says so).
 """
@@ -90,6 +91,13 @@ class Unsupported(EvalError):
     """A rule that calls a function this CEL has not (the function's name)."""
 
 
+class TooDeep(EvalError):
+    """A rule nested deeper than cel-python's recursive evaluator goes (it is not checked)."""
+
+    def __init__(self) -> None:
+        super().__init__("nested too deeply for ephemera's CEL evaluator")
+
+
 _UNDECLARED = re.compile(r"undeclared reference to '([^']+)'")
 _NO_SUCH_MEMBER = re.compile(r"no such member in mapping: '([^']*)'")
 
@@ -116,6 +124,8 @@ def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = Fa
         activation["oldSelf"] = celpy.json_to_cel(old)
     try:
         result = compiled.program.evaluate(activation)
+    except RecursionError:
+        raise TooDeep() from None
     except Exception as err:
         raise _eval_error(err) from None
     if isinstance(result, Exception):

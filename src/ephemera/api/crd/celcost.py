@@ -15,6 +15,7 @@ element of its range, the range's size being the schema's `maxItems`/`maxPropert
 an unbounded one, the elements of the smallest size that fit in a 3 MiB request, as upstream
 estimates them (with minimum sizes never below upstream's, so never more elements). Ranges
 whose schema is not known from `self`, `oldSelf` or a comprehension's variable count once.
+A rule nested too deeply for the (recursive) walk has no bound and is not refused.
 """
 
 from __future__ import annotations
@@ -183,5 +184,8 @@ class _Bound:
 def exceeds_hundredfold(tree: Any, node: Schema, cardinality: int) -> bool:
     """The rule parsed as `tree` on schema `node` (which occurs up to `cardinality` times)
     costs, by the lower bound, more than 100 times upstream's per-expression limit."""
-    cost = _Bound(node).cost(tree, {})
+    try:
+        cost = _Bound(node).cost(tree, {})
+    except RecursionError:  # nested deeper than this walk goes: no bound, so not refused
+        return False
     return cost * max(cardinality, 1) > 100 * STATIC_ESTIMATED_COST_LIMIT

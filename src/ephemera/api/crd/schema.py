@@ -303,11 +303,13 @@ class _Walk:
                 continue
             try:
                 ok = cel.evaluate(compiled, value, old, has_old)
-            except cel.Unsupported as err:
+            except (cel.Unsupported, cel.TooDeep) as err:
                 where = f"{path}: " if str(path) else ""
+                why = str(err) if isinstance(err, cel.TooDeep) else \
+                    f"ephemera's CEL has no function {_q(str(err))}"
                 self.unchecked.append(
                     f"{where}x-kubernetes-validations rule {_q(rule['rule'])} was not "
-                    f"checked: ephemera's CEL has no function {_q(str(err))}")
+                    f"checked: {why}")
                 continue
             except cel.EvalError as err:
                 self.rule_errors.append(field.invalid(path, s.get("type") or "object",
