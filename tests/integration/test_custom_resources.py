@@ -431,7 +431,9 @@ async def test_cel_cost_far_over_budget_is_refused_and_rules_warn_that_cost_is_u
     warnings = response.headers.getall("Warning", [])
     assert warnings == ['299 - "spec.versions[0].schema.openAPIV3Schema.properties[spec]'
                         '.x-kubernetes-validations: this server checks only a lower bound of '
-                        'the estimated cost of x-kubernetes-validations rules and runs them '
-                        'without a cost limit (upstream refuses a rule whose estimated cost '
-                        'exceeds its budget); bound arrays, maps and strings with maxItems, '
+                        'the estimated cost of x-kubernetes-validations rules (upstream '
+                        'refuses a rule whose estimated cost exceeds its budget); it applies '
+                        "upstream's runtime cost limits with an approximate count, and "
+                        'evaluates rules far more slowly (within those limits a write can '
+                        'take minutes); bound arrays, maps and strings with maxItems, '
                         'maxProperties and maxLength"'], warnings

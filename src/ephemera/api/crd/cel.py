@@ -10,8 +10,9 @@ of the rule's `reason` (default `FieldValueInvalid`).
 cel-python has the standard CEL functions; `ephemera.api.crd.cellib` adds the most used
 of Kubernetes' libraries. A rule that calls a function neither has is not enforced: its
 evaluation raises `Unsupported`, which the caller reports as a warning. Of upstream's static
-cost estimate only a lower bound is checked (`celcost`); rules are evaluated without a cost
-limit (the README says so).
+cost estimate only a lower bound is checked (`celcost`); at run time every evaluation is
+metered as cel-go meters it (`celmeter`) and aborted past its limit (`CallCostExceeded`);
+each result comes with its cost, which the caller charges to the object's budget.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+from ephemera.api.crd.celcost import PER_CALL_LIMIT
 
 # celpy (and its grammar) is imported when the first rule is compiled, not with the
 # apiserver: it costs a second or more of start-up.
@@ -65,12 +68,12 @@ def _environment() -> Any:
 @lru_cache(maxsize=4096)
 def compile_rule(text: str) -> Compiled:
     """The rule compiled (cached by its text); CompileError when it does not parse."""
-    from ephemera.api.crd.cellib import FUNCTIONS
+    from ephemera.api.crd import celmeter
 
     env = _environment()
     try:
         ast = env.compile(text)
-        program = env.program(ast, functions=FUNCTIONS)
+        program = env.program(ast, functions=dict(celmeter.functions()))
     except _celpy().celparser.CELParseError as err:  # the rule's text does not parse
         raise CompileError(_one_line(str(err))) from None
     except Exception:  # celpy failed building the program: no Python text to the client
@@ -83,7 +86,22 @@ def _one_line(text: str) -> str:
 
 
 class EvalError(Exception):
-    """A rule that could not be evaluated (no such key, wrong types, ...)."""
+    """A rule that could not be evaluated (no such key, wrong types, ...); `cost`: what the
+    evaluation cost until it failed."""
+
+    cost: int = 0
+
+
+class CallCostExceeded(Exception):
+    """The evaluation passed its per-call cost limit and was aborted (cel-go's
+    "operation cancelled: actual cost limit exceeded"); `cost`: the cost counted."""
+
+    def __init__(self, cost: int) -> None:
+        super().__init__(CALL_COST_EXCEEDED)
+        self.cost = cost
+
+
+CALL_COST_EXCEEDED = "operation cancelled: actual cost limit exceeded"
 
 
 class Unsupported(EvalError):
@@ -108,20 +126,26 @@ def _eval_error(err: BaseException) -> EvalError:
     return EvalError(_one_line(text)[:200] or "evaluation failed")
 
 
-def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = False) -> Any:
-    """The rule's result as a Python value: bool for rules, str for message expressions."""
+def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = False,
+             limit: int = PER_CALL_LIMIT) -> tuple[Any, int]:
+    """The rule's result as a Python value (bool for rules, str for message expressions)
+    and its cost; EvalError or CallCostExceeded (past `limit`) with the cost so far."""
+    from ephemera.api.crd import celmeter
+
     celpy = _celpy()
     activation: dict[str, Any] = {"self": celpy.json_to_cel(value)}
     if has_old:
         activation["oldSelf"] = celpy.json_to_cel(old)
     try:
-        result = compiled.program.evaluate(activation)
-    except Exception as err:
-        raise _eval_error(err) from None
+        result, cost = celmeter.evaluate(compiled.program, activation, limit)
+    except celmeter.CostLimitExceeded as over:
+        raise CallCostExceeded(over.cost) from None
     if isinstance(result, Exception):
-        raise _eval_error(result)
+        failure = _eval_error(result)
+        failure.cost = cost
+        raise failure from None
     if isinstance(result, celpy.celtypes.BoolType):
-        return bool(result)
+        return bool(result), cost
     if isinstance(result, celpy.celtypes.StringType):
-        return str(result)
-    return result
+        return str(result), cost
+    return result, cost
