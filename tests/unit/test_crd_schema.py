@@ -297,7 +297,7 @@ def test_embedded_resources_need_apiversion_kind_and_valid_metadata() -> None:
     assert template["properties"]["metadata"] == {"$ref": f"#/definitions/{crschema.OBJECT_META}"}
 
 
-def test_crd_with_cel_rules_warns_that_their_cost_is_not_limited() -> None:
+def test_crd_with_cel_rules_warns_about_their_cost() -> None:
     plain = crd()
     assert crddef.cel_cost_warnings(plain, None) == []
     ruled = crd()
