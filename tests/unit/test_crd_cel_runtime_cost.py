@@ -151,3 +151,31 @@ def test_metered_functions_keep_celpys_overload_errors() -> None:
     with pytest.raises(cel.EvalError):
         cel.evaluate(cel.compile_rule("self.a.startsWith(1)"), {"a": "x"})
     assert celmeter.call_cost("_&&_", (True, False)) == 0
+
+
+@pytest.mark.parametrize(("rule", "unsupported"), [
+    ('self.l.all(v, v.startsWith("a")) && has(self.m) && int(self.n) > 1', False),
+    ('self.l.map(v, v.lowerAscii()).exists(w, w == "a") && type(self) == map', False),
+    ("self.m.all(k, self.m[k] > 0) && self.n != null", False),
+    ("isFancy(self.n)", True),
+    ('quantity(self.n).isLessThan(quantity("1"))', True),
+    ("self.l.all(v, v != \"\") && v != \"\"", True),  # v out of its macro's scope
+])
+def test_rules_that_may_go_unchecked_are_found_without_evaluating(
+        rule: str, unsupported: bool) -> None:
+    """The Warning pass of a write evaluates the rules only where one may be unsupported;
+    a rule found supported never raises `Unsupported`."""
+    assert cel.may_be_unsupported(rule) is unsupported
+    value = {"l": ["ab"], "m": {"k": 1}, "n": "2"}
+    raised = False
+    try:
+        cel.evaluate(cel.compile_rule(rule), value)
+    except cel.Unsupported:
+        raised = True
+    except cel.EvalError:
+        pass
+    assert raised is unsupported
+    schema = {"type": "object", "properties": {"spec": {
+        "type": "object", "x-kubernetes-validations": [{"rule": "self.size() > 0"},
+                                                       {"rule": rule}]}}}
+    assert crschema.may_leave_rules_unchecked(schema) is unsupported

@@ -149,3 +149,41 @@ def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = Fa
     if isinstance(result, celpy.celtypes.StringType):
         return str(result), cost
     return result, cost
+
+
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_BUILT_IN = frozenset({"self", "oldSelf", "has"})
+
+
+@lru_cache(maxsize=4096)
+def may_be_unsupported(text: str) -> bool:
+    """Whether evaluating the rule can raise `Unsupported`: it calls a function, or names a
+    variable, this CEL has not (False for a rule that does not compile: that is an error,
+    not a warning). A rule without any can be left out of a pass that only looks for
+    unchecked rules."""
+    from ephemera.api.crd import celmeter
+
+    try:
+        tree = compile_rule(text).tree
+    except CompileError:
+        return False
+    return _names_unknown(tree, frozenset(celmeter.functions()) | _BUILT_IN)
+
+
+def _names_unknown(tree: Any, known: frozenset[str]) -> bool:
+    kids = list(getattr(tree, "children", []))
+    data = str(getattr(tree, "data", ""))
+    if data == "member_dot_arg" and len(kids) >= 2:
+        name = str(kids[1])
+        args = list(getattr(kids[2], "children", [])) if len(kids) > 2 else []
+        if name in _MACROS and len(args) == 2:
+            variables = [str(v.children[0]) for v in args[0].iter_subtrees()
+                         if str(v.data) == "ident" and v.children]
+            inner = known | frozenset(variables[:1])
+            return _names_unknown(kids[0], known) or _names_unknown(args[1], inner)
+        if name not in known:
+            return True
+    elif data in ("ident_arg", "dot_ident_arg", "ident", "dot_ident") and kids \
+            and str(kids[0]) not in known:
+        return True
+    return any(_names_unknown(kid, known) for kid in kids if hasattr(kid, "data"))

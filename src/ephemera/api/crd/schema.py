@@ -484,6 +484,21 @@ def validate_with_warnings(obj: Any, schema: Schema, old: Any = None
     return [*walk.errors, *walk.rule_errors], walk.unchecked
 
 
+def may_leave_rules_unchecked(s: Any) -> bool:
+    """Whether a schema has a rule that may call a function (or name a variable) this CEL
+    has not (`cel.may_be_unsupported`); without one, no validation can warn of an unchecked
+    rule, so the warning pass need not evaluate the rules again."""
+    if isinstance(s, Mapping):
+        for rule in s.get("x-kubernetes-validations") or ():
+            if isinstance(rule, Mapping) and isinstance(rule.get("rule"), str) \
+                    and cel.may_be_unsupported(rule["rule"]):
+                return True
+        return any(may_leave_rules_unchecked(v) for v in s.values())
+    if isinstance(s, list):
+        return any(may_leave_rules_unchecked(v) for v in s)
+    return False
+
+
 def has_rules(s: Any) -> bool:
     """Whether a schema has x-kubernetes-validations anywhere."""
     if isinstance(s, Mapping):
