@@ -273,7 +273,7 @@ def test_kubernetes_cel_library_subset_and_unsupported_functions_warn() -> None:
     assert [str(e) for e in errors] == [
         'spec: Invalid value: "object": hosts cannot be IPs',
         'spec: Invalid value: "object": lower case only',
-        'spec: Invalid value: "object": no such key: missing',
+        'spec: Invalid value: "object": no such key: missing evaluating rule: never',
     ]
     assert warnings == ['spec: x-kubernetes-validations rule "isFancy(self.name)" was not '
                         'checked: ephemera\'s CEL has no function "isFancy"']

@@ -102,6 +102,7 @@ class CallCostExceeded(Exception):
 
 
 CALL_COST_EXCEEDED = "operation cancelled: actual cost limit exceeded"
+NO_SUCH_OVERLOAD = "no such overload"
 
 
 class Unsupported(EvalError):
@@ -122,6 +123,8 @@ def _eval_error(err: BaseException) -> EvalError:
     member = _NO_SUCH_MEMBER.search(text)
     if member:
         return EvalError(f"no such key: {member.group(1)}")
+    if text.startswith(("no such overload", "found no matching overload")):
+        return EvalError(NO_SUCH_OVERLOAD)  # celpy's text names Python types
     text = text.split(" (in activation", 1)[0]
     return EvalError(_one_line(text)[:200] or "evaluation failed")
 

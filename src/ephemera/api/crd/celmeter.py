@@ -37,7 +37,7 @@ from typing import Any
 
 import lark
 from celpy import celtypes
-from celpy.evaluation import Activation, Evaluator, base_functions
+from celpy.evaluation import Activation, CELEvalError, Evaluator, base_functions
 
 from ephemera.api.crd.cellib import FUNCTIONS
 
@@ -55,6 +55,9 @@ _PRIMARY_COST = {"ident": 1, "dot_ident": 1, "list_lit": LIST_CREATE_BASE_COST,
 # what cel-go's expansion of each macro adds per element, besides the body
 _ITERATION_COST = {"all": 3, "exists": 4, "exists_one": 2, "map": 12, "filter": 1}
 _FILTER_KEPT_COST = 12
+_RELATIONS = {"relation_lt": "_<_", "relation_le": "_<=_", "relation_ge": "_>=_",
+              "relation_gt": "_>_", "relation_eq": "_==_", "relation_ne": "_!=_",
+              "relation_in": "_in_"}
 _FREE = frozenset({"_&&_", "_||_", "_?_:_"})
 _COMPARE = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"})
 _STRING_LIB = frozenset({"lowerAscii", "upperAscii", "trim", "split", "join", "replace",
@@ -161,6 +164,23 @@ class _Evaluator(Evaluator):
         if cost:
             self.meter.charge(cost)
         return super()._visit_tree(tree)
+
+    def relation(self, tree: lark.Tree) -> Any:
+        """A comparison, as celpy's, without its run-time `typing.cast` of a Union (a third
+        of the evaluation's time in a comparison-heavy rule)."""
+        kids = tree.children
+        op = _RELATIONS.get(str(getattr(kids[0], "data", ""))) if len(kids) == 2 else None
+        if op is None:
+            return super().relation(tree)
+        function = self.activation.resolve_function(op)
+        left = self._visit_tree(kids[0].children[0])
+        right = self._visit_tree(kids[1])
+        try:
+            return function(left, right)
+        except TypeError as err:
+            failure = CELEvalError("no such overload", err.__class__, err.args, tree=tree)
+            failure.__cause__ = err
+            return failure
 
     def primary(self, tree: lark.Tree) -> Any:
         """An identifier or a list or map literal, which celpy resolves or builds here."""

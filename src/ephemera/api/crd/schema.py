@@ -334,7 +334,7 @@ class _Walk:
             except cel.EvalError as err:
                 if not self._charge(err.cost, path, type_):
                     return
-                self.rule_errors.append(field.invalid(path, type_, str(err)))
+                self.rule_errors.append(field.invalid(path, type_, _eval_failure(err, rule)))
                 continue
             if not self._charge(cost, path, type_):
                 return
@@ -439,6 +439,14 @@ def dns1035_label_errors(value: str) -> list[str]:
 
 def _rule_text(text: str) -> str:
     return " ".join(text.split())
+
+
+def _eval_failure(err: cel.EvalError, rule: Mapping[str, Any]) -> str:
+    """upstream's detail of a rule that failed to evaluate."""
+    if str(err).startswith(cel.NO_SUCH_OVERLOAD):
+        return (f"'{err}': call arguments did not match a supported operator, function or "
+                f"macro signature for rule: {_rule_error_string(rule)}")
+    return f"{err} evaluating rule: {_rule_error_string(rule)}"
 
 
 def _rule_error_string(rule: Mapping[str, Any]) -> str:
