@@ -5,7 +5,10 @@
   must be of type integer: "string"`, `Required value`, `Unsupported value`, bounds, lengths,
   patterns, item and property counts), the `x-kubernetes-list-type` invariants (`set` and
   `map` items unique), then the CEL rules (`ephemera.api.crd.cel`), which are not run when
-  a value has the wrong type, as upstream does not run them then;
+  a value has the wrong type, as upstream does not run them then; a node's rules run before
+  its children's, every evaluation limited to upstream's per-call cost and all of them to
+  the object's runtime cost budget (`celcost`, counted by `celmeter`), with upstream's
+  messages when either runs out;
 - `default(obj, schema)`: structural defaulting (a missing property with a `default` gets a
   copy of it; a null that is not `nullable` is dropped, then defaulted);
 - `definition(schema, group, version, kind)`: the OpenAPI v2 definition the version is
