@@ -409,7 +409,7 @@ async def test_a_body_of_another_version_or_kind_is_refused_as_upstream(api: Api
         '"SomethingElse": must be CronTab'))
 
 
-async def test_cel_cost_far_over_budget_is_refused_and_rules_warn_that_cost_is_unlimited(
+async def test_cel_cost_far_over_budget_is_refused_and_rules_warn_about_cost(
         api: Api) -> None:
     quadratic = crd()
     spec = quadratic["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
@@ -431,7 +431,37 @@ async def test_cel_cost_far_over_budget_is_refused_and_rules_warn_that_cost_is_u
     warnings = response.headers.getall("Warning", [])
     assert warnings == ['299 - "spec.versions[0].schema.openAPIV3Schema.properties[spec]'
                         '.x-kubernetes-validations: this server checks only a lower bound of '
-                        'the estimated cost of x-kubernetes-validations rules and runs them '
-                        'without a cost limit (upstream refuses a rule whose estimated cost '
-                        'exceeds its budget); bound arrays, maps and strings with maxItems, '
+                        'the estimated cost of x-kubernetes-validations rules (upstream '
+                        'refuses a rule whose estimated cost exceeds its budget); it applies '
+                        "upstream's runtime cost limits with an approximate count, and "
+                        'evaluates rules far more slowly (within those limits a write can '
+                        'take minutes); bound arrays, maps and strings with maxItems, '
                         'maxProperties and maxLength"'], warnings
+
+
+async def test_cel_rules_share_one_runtime_cost_budget_per_object(api: Api) -> None:
+    """Two rules on every item of `spec.items`, each within upstream's estimated cost (12
+    items of 9,000 characters: 12 x 900 x 900 < 10,000,000): at run time a request of 7 such
+    items runs out of the object's budget at the seventh item's first rule, with upstream's
+    message, and nothing after it is checked; a request of cheap items passes."""
+    body = crd()
+    spec = body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["items"] = {
+        "type": "array", "maxItems": 12,
+        "items": {"type": "string", "maxLength": 9000, "x-kubernetes-validations": [
+            {"rule": "self.contains(self)", "message": "a"},
+            {"rule": "self.contains(self)", "message": "b"}]}}
+    spec["properties"]["later"] = {"type": "integer", "x-kubernetes-validations": [
+        {"rule": "self > 0", "message": "later must be positive"}]}
+    await make_crd(api, body)
+    big = [str(i) * 9000 for i in range(8)]
+    status, body = await api.post(CT, crontab("costly", items=big, later=0))
+    assert status == 422, body
+    assert body["details"]["causes"] == [{
+        "reason": "FieldValueInvalid", "field": "spec.items[6]",
+        "message": 'Invalid value: "string": validation failed due to running out of cost '
+                   "budget, no further validation rules will be run"}]
+    status, body = await api.post(CT, crontab("cheap", items=["x" * 100] * 12, later=0))
+    assert (status, body["details"]["causes"][0]["field"]) == (422, "spec.later")
+    status, body = await api.post(CT, crontab("fine", items=["x" * 100] * 12, later=1))
+    assert status == 201, body

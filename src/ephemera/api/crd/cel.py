@@ -11,8 +11,9 @@ cel-python has the standard CEL functions; `ephemera.api.crd.cellib` adds the mo
 of Kubernetes' libraries. A rule that calls a function neither has is not enforced: its
 evaluation raises `Unsupported`, which the caller reports as a warning, as it does a rule
 nested deeper than cel-python's recursive evaluator goes (`TooDeep`). Of upstream's static
-cost estimate only a lower bound is checked (`celcost`); rules are evaluated without a cost
-limit (the README says so).
+cost estimate only a lower bound is checked (`celcost`); at run time every evaluation is
+metered as cel-go meters it (`celmeter`) and aborted past its limit (`CallCostExceeded`);
+each result comes with its cost, which the caller charges to the object's budget.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+from ephemera.api.crd.celcost import PER_CALL_LIMIT
 
 # celpy (and its grammar) is imported when the first rule is compiled, not with the
 # apiserver: it costs a second or more of start-up.
@@ -66,12 +69,12 @@ def _environment() -> Any:
 @lru_cache(maxsize=4096)
 def compile_rule(text: str) -> Compiled:
     """The rule compiled (cached by its text); CompileError when it does not parse."""
-    from ephemera.api.crd.cellib import FUNCTIONS
+    from ephemera.api.crd import celmeter
 
     env = _environment()
     try:
         ast = env.compile(text)
-        program = env.program(ast, functions=FUNCTIONS)
+        program = env.program(ast, functions=dict(celmeter.functions()))
     except _celpy().celparser.CELParseError as err:  # the rule's text does not parse
         raise CompileError(_one_line(str(err))) from None
     except Exception:  # celpy failed building the program: no Python text to the client
@@ -84,7 +87,23 @@ def _one_line(text: str) -> str:
 
 
 class EvalError(Exception):
-    """A rule that could not be evaluated (no such key, wrong types, ...)."""
+    """A rule that could not be evaluated (no such key, wrong types, ...); `cost`: what the
+    evaluation cost until it failed."""
+
+    cost: int = 0
+
+
+class CallCostExceeded(Exception):
+    """The evaluation passed its per-call cost limit and was aborted (cel-go's
+    "operation cancelled: actual cost limit exceeded"); `cost`: the cost counted."""
+
+    def __init__(self, cost: int) -> None:
+        super().__init__(CALL_COST_EXCEEDED)
+        self.cost = cost
+
+
+CALL_COST_EXCEEDED = "operation cancelled: actual cost limit exceeded"
+NO_SUCH_OVERLOAD = "no such overload"
 
 
 class Unsupported(EvalError):
@@ -112,26 +131,76 @@ def _eval_error(err: BaseException) -> EvalError:
     member = _NO_SUCH_MEMBER.search(text)
     if member:
         return EvalError(f"no such key: {member.group(1)}")
+    if text.startswith(("no such overload", "found no matching overload")):
+        return EvalError(NO_SUCH_OVERLOAD)  # celpy's text names Python types
     text = text.split(" (in activation", 1)[0]
     return EvalError(_one_line(text)[:200] or "evaluation failed")
 
 
-def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = False) -> Any:
-    """The rule's result as a Python value: bool for rules, str for message expressions."""
+def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = False,
+             limit: int = PER_CALL_LIMIT) -> tuple[Any, int]:
+    """The rule's result as a Python value (bool for rules, str for message expressions)
+    and its cost; EvalError or CallCostExceeded (past `limit`) with the cost so far."""
+    from ephemera.api.crd import celmeter
+
     celpy = _celpy()
     activation: dict[str, Any] = {"self": celpy.json_to_cel(value)}
     if has_old:
         activation["oldSelf"] = celpy.json_to_cel(old)
     try:
-        result = compiled.program.evaluate(activation)
+        result, cost = celmeter.evaluate(compiled.program, activation, limit)
+    except celmeter.CostLimitExceeded as over:
+        raise CallCostExceeded(over.cost) from None
     except RecursionError:
         raise TooDeep() from None
     except Exception as err:
         raise _eval_error(err) from None
+    if isinstance(result, RecursionError):
+        raise TooDeep() from None
     if isinstance(result, Exception):
-        raise _eval_error(result)
+        failure = _eval_error(result)
+        failure.cost = cost
+        raise failure from None
     if isinstance(result, celpy.celtypes.BoolType):
-        return bool(result)
+        return bool(result), cost
     if isinstance(result, celpy.celtypes.StringType):
-        return str(result)
-    return result
+        return str(result), cost
+    return result, cost
+
+
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_BUILT_IN = frozenset({"self", "oldSelf", "has"})
+
+
+@lru_cache(maxsize=4096)
+def may_be_unsupported(text: str) -> bool:
+    """Whether evaluating the rule can raise `Unsupported`: it calls a function, or names a
+    variable, this CEL has not (False for a rule that does not compile: that is an error,
+    not a warning). A rule without any can be left out of a pass that only looks for
+    unchecked rules."""
+    from ephemera.api.crd import celmeter
+
+    try:
+        tree = compile_rule(text).tree
+    except CompileError:
+        return False
+    return _names_unknown(tree, frozenset(celmeter.functions()) | _BUILT_IN)
+
+
+def _names_unknown(tree: Any, known: frozenset[str]) -> bool:
+    kids = list(getattr(tree, "children", []))
+    data = str(getattr(tree, "data", ""))
+    if data == "member_dot_arg" and len(kids) >= 2:
+        name = str(kids[1])
+        args = list(getattr(kids[2], "children", [])) if len(kids) > 2 else []
+        if name in _MACROS and len(args) == 2:
+            variables = [str(v.children[0]) for v in args[0].iter_subtrees()
+                         if str(v.data) == "ident" and v.children]
+            inner = known | frozenset(variables[:1])
+            return _names_unknown(kids[0], known) or _names_unknown(args[1], inner)
+        if name not in known:
+            return True
+    elif data in ("ident_arg", "dot_ident_arg", "ident", "dot_ident") and kids \
+            and str(kids[0]) not in known:
+        return True
+    return any(_names_unknown(kid, known) for kid in kids if hasattr(kid, "data"))

@@ -6,8 +6,9 @@ cardinality), exceeds `StaticEstimatedCostLimit` (10,000,000), with the factor b
 does. cel-python has no cost estimator, and a faithful port of cel-go's is out of reach, so
 ephemera computes a *lower bound* of upstream's estimate and refuses only a rule whose bound
 already exceeds the budget a hundredfold: there upstream's message is fixed ("more than
-100x"), and upstream refuses it too. A rule below that is accepted (and runs without a cost
-limit; the CRD's create gets a Warning, see `definition.cel_cost_warnings`).
+100x"), and upstream refuses it too. A rule below that is accepted (the CRD's create gets a
+Warning, see `definition.cel_cost_warnings`); at run time upstream's per-call limit and
+per-object budget (below) apply to the cost `celmeter` counts.
 
 The bound counts what cel-go charges at least: 1 per identifier and field selection, and a
 comprehension (`all`, `exists`, `exists_one`, `map`, `filter`) or a list's `in` once per
@@ -25,6 +26,10 @@ from typing import Any
 
 MAX_REQUEST_BYTES = 3 * 1024 * 1024
 STATIC_ESTIMATED_COST_LIMIT = 10_000_000
+# upstream's runtime limits (k8s.io/apiserver/pkg/apis/cel): one evaluation of a rule or
+# messageExpression, and all the rules' evaluations of one object validation
+PER_CALL_LIMIT = 1_000_000
+RUNTIME_CEL_COST_BUDGET = 10_000_000
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 # never below upstream's minimum JSON size of a formatted string (duration, date, date-time)
 FORMATTED_STRING_MIN = 40

@@ -488,9 +488,11 @@ def _walk_value_only(node: Obj, path: Path, errs: list[FieldError]) -> None:
 # --- what is accepted but not enforced as upstream enforces it -------------------------------
 
 CEL_COST_WARNING = ("{path}: this server checks only a lower bound of the estimated cost of "
-                    "x-kubernetes-validations rules and runs them without a cost limit "
-                    "(upstream refuses a rule whose estimated cost exceeds its budget); bound "
-                    "arrays, maps and strings with maxItems, maxProperties and maxLength")
+                    "x-kubernetes-validations rules (upstream refuses a rule whose estimated "
+                    "cost exceeds its budget); it applies upstream's runtime cost limits with "
+                    "an approximate count, and evaluates rules far more slowly (within those "
+                    "limits a write can take minutes); bound arrays, maps and strings with "
+                    "maxItems, maxProperties and maxLength")
 
 
 def _first_rule_path(node: Any, path: Path) -> Path | None:
@@ -518,8 +520,9 @@ def _first_rule_path(node: Any, path: Path) -> Path | None:
 
 def cel_cost_warnings(crd: Obj, old: Obj | None) -> list[str]:
     """A `Warning` for a CRD whose schema has CEL rules (on create, and on an update that
-    changes its spec): of upstream's cost checks ephemera has only a lower bound of the
-    estimate (`celcost`) and no runtime limit, which cel-python does not offer."""
+    changes its spec): of upstream's static cost check ephemera has only a lower bound of
+    the estimate (`celcost`); the runtime limits are upstream's, over an approximate count
+    (`celmeter`), and cel-python is far slower than cel-go within them."""
     spec = _d(crd, "spec")
     if old is not None and spec == _d(old, "spec"):
         return []

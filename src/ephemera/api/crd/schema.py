@@ -5,7 +5,10 @@
   must be of type integer: "string"`, `Required value`, `Unsupported value`, bounds, lengths,
   patterns, item and property counts), the `x-kubernetes-list-type` invariants (`set` and
   `map` items unique), then the CEL rules (`ephemera.api.crd.cel`), which are not run when
-  a value has the wrong type, as upstream does not run them then;
+  a value has the wrong type, as upstream does not run them then; a node's rules run before
+  its children's, every evaluation limited to upstream's per-call cost and all of them to
+  the object's runtime cost budget (`celcost`, counted by `celmeter`), with upstream's
+  messages when either runs out;
 - `default(obj, schema)`: structural defaulting (a missing property with a `default` gets a
   copy of it; a null that is not `nullable` is dropped, then defaulted);
 - `definition(schema, group, version, kind)`: the OpenAPI v2 definition the version is
@@ -29,6 +32,7 @@ from typing import Any
 
 from ephemera.api import field
 from ephemera.api.crd import cel
+from ephemera.api.crd.celcost import RUNTIME_CEL_COST_BUDGET
 from ephemera.api.field import FieldError, Path
 from ephemera.api.services import service_name_errors
 from ephemera.api.validation import path_segment_name, validate_object_meta
@@ -104,6 +108,9 @@ class _Walk:
         self.rule_errors: list[FieldError] = []
         self.unchecked: list[str] = []  # warnings: rules calling a function CEL lacks
         self.blocking = False
+        # upstream's runtime cost budget of all the rules of one object; below 0: spent,
+        # no further rule runs
+        self.budget = RUNTIME_CEL_COST_BUDGET
 
     def type_error(self, path: Path, value: Any, want: str) -> None:
         got = json_type(value)
@@ -126,6 +133,9 @@ class _Walk:
             self.type_error(path, value, s["type"])
             return
         self._values(value, s, path)
+        rules = s.get("x-kubernetes-validations")
+        if rules:  # a node's rules before its children's, as upstream runs them
+            self._rules(value, rules, s, path, old, has_old)
         if isinstance(value, dict):
             self._object(value, s, path, old if isinstance(old, dict) else None, has_old)
         elif isinstance(value, list):
@@ -133,9 +143,6 @@ class _Walk:
         for i, sub in enumerate(s.get("allOf") or ()):
             self._sub(value, sub, path, f"allOf[{i}]")
         self._combinators(value, s, path)
-        rules = s.get("x-kubernetes-validations")
-        if rules:
-            self._rules(value, rules, s, path, old, has_old)
 
     def _sub(self, value: Any, s: Schema, path: Path, _where: str) -> None:
         self._values(value, s, path)
@@ -290,6 +297,15 @@ class _Walk:
 
     def _rules(self, value: Any, rules: Any, s: Schema, path: Path, old: Any,
                has_old: bool) -> None:
+        """The node's rules, each charged to the object's cost budget as upstream's
+        `validateExpressions` charges it, with its messages when the budget or a call's
+        limit runs out (then no further rule runs)."""
+        if self.budget < 0:
+            return
+        type_ = s.get("type") or "object"
+        if self.budget == 0:
+            self._out_of_budget(path, type_)
+            return
         for rule in rules:
             if not isinstance(rule, Mapping) or not isinstance(rule.get("rule"), str):
                 continue
@@ -302,7 +318,16 @@ class _Walk:
             if compiled.transition and not has_old:
                 continue
             try:
-                ok = cel.evaluate(compiled, value, old, has_old)
+                ok, cost = cel.evaluate(compiled, value, old, has_old)
+            except cel.CallCostExceeded as over:
+                if over.cost > self.budget:
+                    self._out_of_budget(path, type_)
+                    return
+                self.budget = -1
+                self.rule_errors.append(field.invalid(path, type_, (
+                    f"'{over}': no further validation rules will be run due to call cost "
+                    f"exceeds limit for rule: {_rule_error_string(rule)}")))
+                return
             except (cel.Unsupported, cel.TooDeep) as err:
                 where = f"{path}: " if str(path) else ""
                 why = str(err) if isinstance(err, cel.TooDeep) else \
@@ -312,12 +337,73 @@ class _Walk:
                     f"checked: {why}")
                 continue
             except cel.EvalError as err:
-                self.rule_errors.append(field.invalid(path, s.get("type") or "object",
-                                                      str(err)))
+                if not self._charge(err.cost, path, type_):
+                    return
+                self.rule_errors.append(field.invalid(path, type_, _eval_failure(err, rule)))
                 continue
+            if not self._charge(cost, path, type_):
+                return
             if ok is True:
                 continue
-            self.rule_errors.append(_rule_failure(rule, value, old, has_old, s, path))
+            failure = self._rule_failure(rule, value, old, has_old, s, path)
+            if failure is not None:
+                self.rule_errors.append(failure)
+            if self.budget < 0:
+                return
+
+    def _charge(self, cost: int, path: Path, type_: str) -> bool:
+        """`cost` taken from the budget; False (and upstream's error) when it does not fit."""
+        if cost > self.budget:
+            self._out_of_budget(path, type_)
+            return False
+        self.budget -= cost
+        return True
+
+    def _out_of_budget(self, path: Path, type_: str, what: str = "validation") -> None:
+        self.budget = -1
+        self.rule_errors.append(field.invalid(path, type_, (
+            f"{what} failed due to running out of cost budget, no further validation rules "
+            f"will be run")))
+
+    def _rule_failure(self, rule: Mapping[str, Any], value: Any, old: Any, has_old: bool,
+                      s: Schema, path: Path) -> FieldError | None:
+        """The error of a rule that evaluated to false (or not to true), its message from
+        `messageExpression` where that evaluates within the budget; None when the message
+        expression ran out of the budget (its own error is recorded and no rule runs
+        further)."""
+        type_ = s.get("type") or "object"
+        message = rule.get("message") or f"failed rule: {_rule_text(rule['rule'])}"
+        where = path
+        field_path = rule.get("fieldPath")
+        if isinstance(field_path, str) and field_path.startswith("."):
+            where = Path._raw(f"{path}{field_path}" if str(path) else field_path[1:])
+        expression = rule.get("messageExpression")
+        if isinstance(expression, str) and expression:
+            try:
+                text, cost = cel.evaluate(cel.compile_rule(expression), value, old, has_old)
+            except cel.CallCostExceeded as over:
+                if over.cost > self.budget:
+                    self._out_of_budget(where, type_, "messageExpression evaluation")
+                    return None
+                self.budget = -1
+                self.rule_errors.append(field.invalid(where, type_, (
+                    "no further validation rules will be run due to call cost exceeds "
+                    f"limit for messageExpression: {_q(expression)}")))
+                return None
+            except cel.EvalError as err:
+                cost, text = err.cost, None
+            except cel.CompileError:
+                cost, text = 0, None
+            if cost > self.budget:
+                self._out_of_budget(where, type_, "messageExpression evaluation")
+                return None
+            self.budget -= cost
+            if isinstance(text, str) and text.strip() and "\n" not in text:
+                message = text.strip()
+        kind = cel.REASONS.get(str(rule.get("reason") or "FieldValueInvalid"), "Invalid")
+        if kind in ("Invalid", "Duplicate"):
+            return FieldError(kind, str(where), message, type_)
+        return FieldError(kind, str(where), message)
 
 
 def _embedded_resource_errors(value: dict[str, Any], path: Path) -> list[FieldError]:
@@ -351,27 +437,6 @@ def _embedded_resource_errors(value: dict[str, Any], path: Path) -> list[FieldEr
     return errs
 
 
-def _rule_failure(rule: Mapping[str, Any], value: Any, old: Any, has_old: bool, s: Schema,
-                  path: Path) -> FieldError:
-    message = rule.get("message") or f"failed rule: {_rule_text(rule['rule'])}"
-    expression = rule.get("messageExpression")
-    if isinstance(expression, str) and expression:
-        try:
-            text = cel.evaluate(cel.compile_rule(expression), value, old, has_old)
-            if isinstance(text, str) and text.strip() and "\n" not in text:
-                message = text
-        except (cel.CompileError, cel.EvalError):
-            pass
-    where = path
-    field_path = rule.get("fieldPath")
-    if isinstance(field_path, str) and field_path.startswith("."):
-        where = Path._raw(f"{path}{field_path}" if str(path) else field_path[1:])
-    kind = cel.REASONS.get(str(rule.get("reason") or "FieldValueInvalid"), "Invalid")
-    if kind in ("Invalid", "Duplicate"):
-        return FieldError(kind, str(where), message, s.get("type") or "object")
-    return FieldError(kind, str(where), message)
-
-
 def dns1035_label_errors(value: str) -> list[str]:
     """`IsDNS1035Label`."""
     return service_name_errors(value, False)
@@ -379,6 +444,22 @@ def dns1035_label_errors(value: str) -> list[str]:
 
 def _rule_text(text: str) -> str:
     return " ".join(text.split())
+
+
+def _eval_failure(err: cel.EvalError, rule: Mapping[str, Any]) -> str:
+    """upstream's detail of a rule that failed to evaluate."""
+    if str(err).startswith(cel.NO_SUCH_OVERLOAD):
+        return (f"'{err}': call arguments did not match a supported operator, function or "
+                f"macro signature for rule: {_rule_error_string(rule)}")
+    return f"{err} evaluating rule: {_rule_error_string(rule)}"
+
+
+def _rule_error_string(rule: Mapping[str, Any]) -> str:
+    """upstream's `ruleErrorString`: the rule's message, else its text, trimmed."""
+    message = rule.get("message")
+    if isinstance(message, str) and message:
+        return message.strip()
+    return str(rule["rule"]).strip()
 
 
 def _q(text: str) -> str:
@@ -414,6 +495,21 @@ def validate_with_warnings(obj: Any, schema: Schema, old: Any = None
             return [*walk.errors, FieldError("Invalid", "", NOT_CHECKED, None)], []
         return walk.errors, []
     return [*walk.errors, *walk.rule_errors], walk.unchecked
+
+
+def may_leave_rules_unchecked(s: Any) -> bool:
+    """Whether a schema has a rule that may call a function (or name a variable) this CEL
+    has not (`cel.may_be_unsupported`); without one, no validation can warn of an unchecked
+    rule, so the warning pass need not evaluate the rules again."""
+    if isinstance(s, Mapping):
+        for rule in s.get("x-kubernetes-validations") or ():
+            if isinstance(rule, Mapping) and isinstance(rule.get("rule"), str) \
+                    and cel.may_be_unsupported(rule["rule"]):
+                return True
+        return any(may_leave_rules_unchecked(v) for v in s.values())
+    if isinstance(s, list):
+        return any(may_leave_rules_unchecked(v) for v in s)
+    return False
 
 
 def has_rules(s: Any) -> bool:
