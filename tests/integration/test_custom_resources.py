@@ -465,3 +465,50 @@ async def test_cel_rules_share_one_runtime_cost_budget_per_object(api: Api) -> N
     assert (status, body["details"]["causes"][0]["field"]) == (422, "spec.later")
     status, body = await api.post(CT, crontab("fine", items=["x" * 100] * 12, later=1))
     assert status == 201, body
+async def test_a_deprecated_version_warns_on_every_request(api: Api) -> None:
+    """upstream's CRD handler: every request to a deprecated served version (reads, writes,
+    watches, errors, subresources) carries its `deprecationWarning`, else `GROUP/VERSION
+    KIND is deprecated; use GROUP/NEWEST KIND`; the other versions carry none."""
+    body = crd()
+    body["spec"]["versions"][1] |= {"deprecated": True}
+    body["spec"]["versions"].append({
+        "name": "v1alpha1", "served": True, "storage": False, "deprecated": True,
+        "deprecationWarning": "v1alpha1 CronTabs go away in 2027",
+        "schema": {"openAPIV3Schema": copy.deepcopy(SCHEMA)}})
+    await make_crd(api, body)
+    beta = "/apis/stable.example.com/v1beta1/namespaces/default/crontabs"
+    default = ('299 - "stable.example.com/v1beta1 CronTab is deprecated; '
+               'use stable.example.com/v1 CronTab"')
+
+    async def warnings(method: str, path: str, payload: Any = None) -> list[str]:
+        _, _, response = await api.request(method, path, payload)
+        return response.headers.getall("Warning", [])
+
+    assert await warnings("POST", beta, crontab("a", "stable.example.com/v1beta1")) == [
+        default]
+    assert await warnings("GET", f"{beta}/a") == [default]
+    assert await warnings("GET", f"{beta}/missing") == [default]  # a 404 too
+    assert await warnings("GET", "/apis/stable.example.com/v1alpha1/crontabs") == [
+        '299 - "v1alpha1 CronTabs go away in 2027"']
+    assert await warnings("GET", f"{CT}/a") == []
+    assert await warnings("GET", f"{CT}/a/status") == []
+    response = await api.client.get(f"{beta}?watch=true&timeoutSeconds=1")
+    assert response.headers.getall("Warning", []) == [default]
+    await response.release()
+    # the deprecation warning comes before the request's own (an unknown field, dropped)
+    got = await warnings("POST", f"{beta}?fieldValidation=Warn",
+                         {**crontab("b", "stable.example.com/v1beta1"), "junk": 1})
+    assert got[0] == default and len(got) == 2 and "junk" in got[1]
+
+    # deprecationWarning as upstream validates it
+    bad = crd()
+    bad["metadata"]["name"] = "others.stable.example.com"
+    bad["spec"]["names"] = {"plural": "others", "kind": "Other"}
+    bad["spec"]["versions"][0]["deprecationWarning"] = "not deprecated"
+    bad["spec"]["versions"][1] |= {"deprecated": True, "deprecationWarning": "x" * 257}
+    status, refused = await api.post(CRDS, bad)
+    assert status == 422
+    assert [c["message"] for c in refused["details"]["causes"]
+            if c["field"].endswith("deprecationWarning")] == [
+        'Invalid value: "not deprecated": can only be set for deprecated versions',
+        f'Invalid value: "{"x" * 257}": must be <= 256 characters long']

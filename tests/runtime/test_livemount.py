@@ -291,3 +291,25 @@ def test_parse_mountinfo_unescapes_and_splits_optional_fields() -> None:
     assert (entry.mount_point, entry.fstype, entry.source) == ("/mnt with space", "ext3",
                                                                "/dev/root")
     assert entry.options == ("rw", "noatime")
+
+
+async def test_a_file_is_mounted_live_onto_a_file(
+        runtime: OciRuntime, busybox_layer: Path, tmp_path: Path) -> None:
+    """A mount whose source is a file (a subPath naming one key of a Secret) gets an empty
+    file made at its missing target (as runc makes one at start), not a directory that the
+    move refuses; a directory at the target is EISDIR; unmounting leaves the file."""
+    container_id = await running(runtime, busybox_layer)
+    volume = source_dir(tmp_path)
+    key = volume / "file"
+    await runtime.mount_live(container_id, Mount("/conf/key", str(key), volume_name="v"))
+    assert await sh(runtime, container_id, "cat /conf/key") == (0, "from-host\n")
+    pid = (await runtime.container_status(container_id)).pid
+    assert "/conf/key" in {m.mount_point for m in container_mounts(pid)}
+    with pytest.raises(LiveMountError) as caught:
+        await runtime.mount_live(container_id, Mount("/etc", str(key), volume_name="w"))
+    assert str(caught.value) == ('mounting "/etc" in running container "app": '
+                                 "is a directory")
+    await runtime.unmount_live(container_id, "/conf/key")
+    assert "/conf/key" not in {m.mount_point for m in container_mounts(pid)}
+    assert await sh(runtime, container_id, "test -f /conf/key && wc -c < /conf/key") == (
+        0, "0\n")

@@ -252,6 +252,19 @@ def test_version_priority_and_printer_jsonpath() -> None:
         {"name": "N", "type": "integer", "jsonPath": ".spec.items[0]"}])
     assert [c["name"] for c in columns] == ["Name", "Ready", "N"]
     assert cells({"metadata": {"name": "x"}, **obj}, datetime.now(UTC)) == ["x", "True", 1]
+    # a date column (the default Age, or e.g. cert-manager's `.status.notAfter`) shows an
+    # age as `kubectl get` shows one, `<invalid>` for a string that is no time
+    columns, cells = tables.custom_printer([
+        {"name": "Expires", "type": "date", "jsonPath": ".status.notAfter"}])
+    now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    dated = {"metadata": {"name": "x"}, "status": {"notAfter": "2026-12-01T11:58:30Z"}}
+    assert cells(dated, now) == ["x", "90s"]
+    assert cells({"metadata": {"name": "x"}, "status": {"notAfter": "soon"}}, now) == [
+        "x", "<invalid>"]
+    assert cells({"metadata": {"name": "x"}}, now) == ["x", None]
+    _, cells = tables.custom_printer([])
+    assert cells({"metadata": {"name": "x", "creationTimestamp": "2026-12-01T09:00:00Z"}},
+                 now) == ["x", "3h"]
 
 
 def test_kubernetes_cel_library_subset_and_unsupported_functions_warn() -> None:

@@ -95,3 +95,59 @@ async def test_status_says_why_the_node_has_not_allocated_a_change() -> None:
     # Once allocated, no such line.
     text = await status_text(cast(ApiClient, _Api(pod, pod, [failed])), "/p")
     assert "has not allocated" not in text
+
+
+def _live_pod(mounts: list[tuple[str, str]], actuated: list[tuple[str, str]]) -> dict[str, Any]:
+    """A running NotRequired container with the spec `mounts` and the status `actuated`."""
+    pod = _pod("NotRequired")
+    pod["metadata"] |= {"namespace": "default", "uid": "u"}
+    pod["spec"]["nodeName"] = "vm"
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": n, "mountPath": p} for n, p in mounts]
+    pod["spec"]["volumes"] = [{"name": n, "emptyDir": {}} for n, _ in mounts]
+    pod["status"] = {
+        "containerStatuses": [{"name": "app", "state": {"running": {}}, "volumeMounts": [
+            {"name": n, "mountPath": p} for n, p in actuated]}],
+        "volumeStatuses": [{"name": n, "hostPhase": "HostMounted"} for n, _ in mounts]}
+    return pod
+
+
+async def test_wait_counts_only_this_changes_mounts_and_names_a_failed_live_mount() -> None:
+    """`--wait` after an earlier live mount failed (the kubelet retries it with FailedMount
+    events): a later change is done once its own mounts are actuated, and a change whose
+    live mount fails ends with the kubelet's cause, not only "not yet running"."""
+    from typing import cast
+
+    from ephemera.cli.dynamic import CommandError, pending_work, wait_actuated
+    from ephemera.client import ApiClient
+
+    # `bad` (a symlink out of the root at its path) never mounted; `good` is added after it
+    before = _live_pod([("old", "/old"), ("bad", "/evil/x")], [("old", "/old")])
+    desired = _live_pod([("old", "/old"), ("bad", "/evil/x"), ("good", "/good")],
+                        [("old", "/old")])
+    assert pending_work(before, desired, desired) == [
+        "container app not yet running with its new mounts"]
+    now = _live_pod([("old", "/old"), ("bad", "/evil/x"), ("good", "/good")],
+                    [("old", "/old"), ("good", "/good")])
+    assert pending_work(before, desired, now) == []
+    # removing the mount that never came is done at once; removing a live one is done once
+    # the status no longer lists it
+    assert pending_work(desired, now, now) == []
+    gone = _live_pod([("old", "/old"), ("bad", "/evil/x")], [("old", "/old")])
+    assert pending_work(now, gone, now) == [
+        "volume good is HostMounted", "container app not yet running with its new mounts"]
+    assert pending_work(now, gone, gone) == []
+
+    failed = {"reason": "FailedMount", "lastTimestamp": "2026-12-01T17:00:00Z",
+              "message": 'MountVolume.LiveMount failed for volume "bad" : mounting '
+                         '"/evil/x" in running container "app": too many levels of '
+                         'symbolic links'}
+    other = {"reason": "FailedMount", "lastTimestamp": "2026-12-01T17:00:01Z",
+             "message": 'MountVolume.LiveMount failed for volume "elsewhere" : no'}
+    start = _live_pod([("old", "/old")], [("old", "/old")])
+    with pytest.raises(CommandError) as raised:
+        await wait_actuated(cast(ApiClient, _Api(before, before, [failed, other])), "/p",
+                            start, before, 0)
+    assert str(raised.value).splitlines() == [
+        "not actuated within 0s: container app not yet running with its new mounts",
+        "the node cannot mount it: " + failed["message"]]

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from ephemera.api import errors
+from ephemera.api import errors, fieldvalidation
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
 from ephemera.api.listoptions import query_flag
@@ -208,6 +208,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     app[CONFIG] = config
     app[STOP] = asyncio.Event()
     app.router.add_route("*", "/{path:.*}", router.dispatch)
+    app.on_response_prepare.append(_resource_warnings)
 
     background: list[asyncio.Task[None]] = []
 
@@ -308,6 +309,23 @@ async def clean_path_middleware(request: web.Request, handler: Any) -> web.Strea
         raise not_found_path()
     response: web.StreamResponse = await handler(request)
     return response
+
+
+# The `Warning`s every request to a resource gets (`Resource.warnings`: a deprecated CRD
+# version), set once its path is resolved and sent first, before the handler's own, on any
+# answer (an error, a watch stream) as upstream's CRD handler adds them to the request.
+RESOURCE_WARNINGS: web.RequestKey[tuple[str, ...]] = web.RequestKey(
+    "resource_warnings", tuple)
+
+
+async def _resource_warnings(request: web.Request, response: web.StreamResponse) -> None:
+    texts = request.get(RESOURCE_WARNINGS)
+    if not texts:
+        return
+    others = response.headers.getall("Warning", [])
+    response.headers.popall("Warning", None)
+    for value in [*(fieldvalidation.warning_header(t) for t in texts), *others]:
+        response.headers.add("Warning", value)
 
 
 class Router:
@@ -482,6 +500,8 @@ class Router:
     async def _resource(self, request: web.Request, group: str, version: str,
                         rest: list[str]) -> web.StreamResponse:
         target, watch_prefix = self._target(group, version, rest)
+        if target.resource.warnings:
+            request[RESOURCE_WARNINGS] = target.resource.warnings
         if is_review(target.resource):
             return await self.reviews.handle(request, target, request.get(USER))
         method = request.method

@@ -36,6 +36,7 @@ from ephemera.api.crd import schema as crschema
 from ephemera.api.crd.definition import dict_at as _d
 from ephemera.api.crd.definition import list_at as _l
 from ephemera.api.crd.naming import (
+    deprecation_warnings,
     names_and_conditions,
     set_condition,
     version_priority,
@@ -230,7 +231,8 @@ def resources_of(crd: Mapping[str, Any]) -> list[tuple[Resource, dict[str, Any]]
             categories=tuple(str(c) for c in _l(names, "categories")),
             subresources=subresources, singular=str(names.get("singular") or ""),
             storage_prefix=f"{group}/{plural}", custom=True, storage_version=storage,
-            list_kind_name=str(names.get("listKind") or "")), version))
+            list_kind_name=str(names.get("listKind") or ""),
+            warnings=deprecation_warnings(spec, version)), version))
     return out
 
 

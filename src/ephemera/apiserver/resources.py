@@ -35,6 +35,8 @@ class Resource:
     storage_version: str = ""
     # The list kind when it is not KIND + "List" (a CRD's `names.listKind`).
     list_kind_name: str = ""
+    # `Warning` headers of every request to it (a deprecated CRD version's warning).
+    warnings: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:

@@ -1046,9 +1046,10 @@ def jsonpath_values(obj: Any, path: str) -> list[Any]:
     return values
 
 
-def _custom_cell(type_: str, values: list[Any]) -> Any:
+def _custom_cell(type_: str, values: list[Any], now: datetime) -> Any:
     """upstream's `cellForJSONValue`: the first value, as the column's type says (None when
-    there is none or it has another type)."""
+    there is none or it has another type); a `date` is shown as its age, as `kubectl get`
+    shows any (`<invalid>` when the string is no time)."""
     if not values:
         return None
     value = values[0]
@@ -1069,7 +1070,9 @@ def _custom_cell(type_: str, values: list[Any]) -> Any:
     if type_ == "boolean":
         return value if isinstance(value, bool) else None
     if type_ == "date":
-        return value if isinstance(value, str) and parse_time(value) is not None else None
+        if not isinstance(value, str):
+            return None
+        return "<invalid>" if parse_time(value) is None else since(value, now)
     return None
 
 
@@ -1089,7 +1092,7 @@ def custom_printer(columns: Iterable[Mapping[str, Any]]) -> Printer:
         row: list[Any] = [_d(obj, "metadata").get("name", "")]
         for c in specs:
             row.append(_custom_cell(str(c.get("type", "string")),
-                                    jsonpath_values(obj, str(c.get("jsonPath", "")))))
+                                    jsonpath_values(obj, str(c.get("jsonPath", ""))), now))
         return row
 
     return definitions, cells

@@ -554,7 +554,12 @@ def pending_work(before: Pod, desired: Pod, now: Pod) -> list[str]:
             reason = (state.get("waiting") or {}).get("reason") or "not running"
             waiting.append(f"container {name} is {reason}")
             continue
-        if _mount_set(status.get("volumeMounts")) != _mount_set(spec.get("volumeMounts")):
+        # Only this change's mounts count: an earlier live mount the node keeps retrying
+        # (a FailedMount) does not hold up a later, unrelated change.
+        wanted = _mount_set(spec.get("volumeMounts"))
+        had = _mount_set((old or {}).get("volumeMounts"))
+        actual = _mount_set(status.get("volumeMounts"))
+        if (wanted - had) - actual or (had - wanted) & actual:
             waiting.append(f"container {name} not yet running with its new mounts")
     for name in sorted(set(old_containers) - set(new_containers)):
         if "running" in statuses.get(name, {}).get("state", {}):
@@ -582,8 +587,10 @@ async def wait_actuated(api: ApiClient, pod_path: str, before: Pod, desired: Pod
                 reported.add(item)
         if time.monotonic() > deadline:
             why = await _allocation_failure(api, pod_path, now, desired)
+            failed = "" if why else await _mount_failure(api, now, before, desired)
             raise CommandError(f"not actuated within {timeout:g}s: " + "; ".join(waiting) +
-                               (f"\nthe node has not allocated it: {why}" if why else ""))
+                               (f"\nthe node has not allocated it: {why}" if why else "") +
+                               (f"\nthe node cannot mount it: {failed}" if failed else ""))
         await asyncio.sleep(POLL_INTERVAL)
 
 
@@ -606,6 +613,28 @@ async def _allocation_failure(api: ApiClient, pod_path: str, pod: Pod, desired: 
     except StatusError:
         return ""
     failed = [e for e in events["items"] if e.get("reason") == "FailedAllocation"]
+    failed.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return str(failed[-1].get("message", "")) if failed else ""
+
+
+async def _mount_failure(api: ApiClient, pod: Pod, before: Pod, desired: Pod) -> str:
+    """The latest FailedMount event of the pod naming a volume this change mounts (a live
+    mount the kubelet keeps retrying: the path is a file, a symlink out of the root...); ""
+    when there is none."""
+    added = set()
+    old = {c["name"]: c for c in before["spec"].get("containers") or []}
+    for container in desired["spec"].get("containers") or []:
+        previous = old.get(container["name"], {}).get("volumeMounts")
+        added |= {m[0] for m in _mount_set(container.get("volumeMounts")) -
+                  _mount_set(previous)}
+    meta = pod["metadata"]
+    try:
+        events = await api.list(resource_path("events", meta["namespace"]),
+                                field_selector=f"involvedObject.uid={meta['uid']}")
+    except StatusError:
+        return ""
+    failed = [e for e in events["items"] if e.get("reason") == "FailedMount" and
+              any(f'volume "{name}"' in str(e.get("message", "")) for name in added)]
     failed.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
     return str(failed[-1].get("message", "")) if failed else ""
 

@@ -259,8 +259,30 @@ def validate_names(names: Obj, path: Path) -> list[FieldError]:
     return errs
 
 
+def _deprecation_warning_errors(version: Obj) -> list[str]:
+    """upstream's `validateDeprecationWarning` (a byte offset names a bad character)."""
+    warning = version.get("deprecationWarning")
+    if not version.get("deprecated") and warning is not None:
+        return ["can only be set for deprecated versions"]
+    if not isinstance(warning, str):
+        return []
+    problems = []
+    if len(warning.encode()) > 256:
+        problems.append("must be <= 256 characters long")
+    if not warning:
+        problems.append("must not be an empty string")
+    for i, char in enumerate(warning):
+        if not char.isprintable():
+            problems.append("must only contain printable UTF-8 characters; non-printable "
+                            f"character found at index {len(warning[:i].encode())}")
+            break
+    return problems
+
+
 def _validate_version(version: Obj, path: Path) -> list[FieldError]:
-    errs: list[FieldError] = []
+    errs: list[FieldError] = [
+        field.invalid(path.child("deprecationWarning"), version.get("deprecationWarning"), p)
+        for p in _deprecation_warning_errors(version)]
     schema_path = path.child("schema", "openAPIV3Schema")
     root = _d(_d(version, "schema"), "openAPIV3Schema")
     if not root:

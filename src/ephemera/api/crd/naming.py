@@ -1,7 +1,7 @@
 """The names and conditions of a CustomResourceDefinition, pure: upstream's naming
 controller (`NamesAccepted`, the accepted names, conflicts with the other CRDs of the group),
-the establishing controller's step (`Established`), `SetCRDCondition`, and the kube-aware
-version order that picks a group's preferred version."""
+the establishing controller's step (`Established`), `SetCRDCondition`, the kube-aware
+version order that picks a group's preferred version, and a deprecated version's warning."""
 
 from __future__ import annotations
 
@@ -124,3 +124,25 @@ def version_priority(name: str) -> tuple[int, int, int, str]:
     major, stage, minor = int(m.group(1)), m.group(2), int(m.group(3) or 0)
     rank = {None: 0, "beta": 1, "alpha": 2}[stage]
     return (rank, -major, -minor, name)
+
+
+def deprecation_warnings(spec: Mapping[str, Any], version: Mapping[str, Any]) -> tuple[str, ...]:
+    """The `Warning` every request to a served `version` of a CRD gets (upstream's CRD
+    handler): none unless `deprecated`; its `deprecationWarning` when set, else
+    `GROUP/VERSION KIND is deprecated` and, when a newer served version is not deprecated,
+    `; use GROUP/NEWEST KIND`."""
+    if not version.get("deprecated"):
+        return ()
+    custom = version.get("deprecationWarning")
+    if isinstance(custom, str):
+        return (custom,)
+    group = str(spec.get("group") or "")
+    kind = str(_d(spec, "names").get("kind") or "")
+    name = str(version.get("name") or "")
+    text = f"{group}/{name} {kind} is deprecated"
+    newer = [str(v.get("name")) for v in _l(spec, "versions")
+             if v.get("served") and not v.get("deprecated") and
+             version_priority(str(v.get("name"))) < version_priority(name)]
+    if newer:
+        text += f"; use {group}/{min(newer, key=version_priority)} {kind}"
+    return (text,)

@@ -10,8 +10,9 @@ microseconds).
   (`/proc/PID/root` of the pidfd's process, checked alive after the open); then `setns` into
   the container's mount namespace, the target resolved and created under that root
   (`openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)` for the parents, the last component a
-  real directory: `RESOLVE_NO_SYMLINKS`), `move_mount` onto the opened directory, and `setns`
-  back to the namespace the process started in.
+  real directory, or a real file when the clone is a file's (a subPath naming a file):
+  `RESOLVE_NO_SYMLINKS`), `move_mount` onto it, and `setns` back to the namespace the
+  process started in.
 - `unmount(pidfd, parts)`: the parent resolved the same way, `fchdir` to it,
   `umount2(name, MNT_DETACH | UMOUNT_NOFOLLOW)`; False when nothing was mounted there.
 - `batch`: the changes of one update in one request (one round trip): each is done as its
@@ -36,6 +37,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -94,8 +96,8 @@ def _syscall(number: int, *args: object) -> int:
     return result
 
 
-def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
-    how = _OpenHow(flags=flags | os.O_CLOEXEC, mode=0, resolve=resolve)
+def _openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
+    how = _OpenHow(flags=flags | os.O_CLOEXEC, mode=mode, resolve=resolve)
     return _syscall(SYS_OPENAT2, ctypes.c_int(dirfd), path.encode(), ctypes.byref(how),
                     ctypes.c_size_t(ctypes.sizeof(how)))
 
@@ -128,16 +130,33 @@ def _open_parent(root: int, parts: list[str], create: bool) -> int:
     return fd
 
 
-def _open_target(root: int, parts: list[str]) -> int:
-    """O_PATH fd of the target directory itself (made when missing); a symlink there is ELOOP,
-    a file ENOTDIR."""
+def _open_target(root: int, parts: list[str], directory: bool = True) -> int:
+    """O_PATH fd of the target itself, made when missing: a directory, or for a file's mount
+    (a subPath naming a file) an empty file, as runc makes them. A symlink there is ELOOP;
+    a file where a directory goes ENOTDIR, a directory where a file goes EISDIR."""
     parent = _open_parent(root, parts, create=True)
+    shown = "/" + "/".join(parts)
+    beneath = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
     try:
+        if directory:
+            try:
+                return _openat2(parent, parts[-1], _DIR, beneath)
+            except FileNotFoundError:
+                _mkdir(parent, parts[-1], shown)
+                return _openat2(parent, parts[-1], _DIR, beneath)
         try:
-            return _openat2(parent, parts[-1], _DIR, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
+            target = _openat2(parent, parts[-1], os.O_PATH, beneath)
         except FileNotFoundError:
-            _mkdir(parent, parts[-1], "/" + "/".join(parts))
-            return _openat2(parent, parts[-1], _DIR, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
+            try:
+                os.close(_openat2(parent, parts[-1], os.O_CREAT | os.O_EXCL | os.O_RDONLY,
+                                  beneath, 0o644))
+            except FileExistsError:
+                pass  # made meanwhile: opened (and checked) below
+            target = _openat2(parent, parts[-1], os.O_PATH, beneath)
+        if stat.S_ISDIR(os.fstat(target).st_mode):
+            os.close(target)
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        return target
     finally:
         os.close(parent)
 
@@ -201,8 +220,10 @@ class Namespaces:
         try:
             tree = clone_tree(host_path, read_only)
             try:
+                directory = stat.S_ISDIR(os.fstat(tree).st_mode)
+
                 def attach() -> None:
-                    target = _open_target(root, parts)
+                    target = _open_target(root, parts, directory)
                     try:
                         _syscall(SYS_MOVE_MOUNT, ctypes.c_int(tree), b"", ctypes.c_int(target),
                                  b"", ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH
