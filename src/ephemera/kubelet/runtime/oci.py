@@ -68,6 +68,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -281,7 +282,11 @@ class OciRuntime(RuntimeService):
         self.hide_cgroup2 = kind == "crun" and cgroups.is_hybrid()
         self.unshare = shutil.which("unshare") or "/usr/bin/unshare"
         self._executor: ThreadPoolExecutor | None = None  # blocking work, off the event loop
-        self._sandbox_lock = threading.Lock()  # run_pod_sandbox is idempotent per pod UID
+        # run_pod_sandbox is idempotent per pod UID: one lock per pod, so that many pods'
+        # sandboxes (namespaces, CNI ADD, mounts) are made at once
+        self._sandbox_locks: weakref.WeakValueDictionary[str, threading.Lock] = \
+            weakref.WeakValueDictionary()
+        self._sandbox_locks_guard = threading.Lock()
         self._meta_lock = threading.Lock()  # container.json rewrites (live mounts)
         # container id -> its sandbox's (fixed at create): a sandbox's listing skips the
         # other pods' containers without reading their state
@@ -347,8 +352,15 @@ class OciRuntime(RuntimeService):
     async def run_pod_sandbox(self, config: SandboxConfig) -> str:
         return await self._blocking(self._run_pod_sandbox, config)
 
+    def _pod_sandbox_lock(self, pod_uid: str) -> threading.Lock:
+        with self._sandbox_locks_guard:
+            lock = self._sandbox_locks.get(pod_uid)
+            if lock is None:
+                lock = self._sandbox_locks[pod_uid] = threading.Lock()
+            return lock
+
     def _run_pod_sandbox(self, config: SandboxConfig) -> str:
-        with self._sandbox_lock:
+        with self._pod_sandbox_lock(config.pod_uid):
             for existing in self._sandbox_metas():
                 if existing["pod_uid"] == config.pod_uid and existing["ready"]:
                     return str(existing["id"])
