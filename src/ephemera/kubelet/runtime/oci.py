@@ -215,43 +215,100 @@ def managed_hosts(hostname: str, domain: str, ips: list[str]) -> str:
     names = f"{hostname}.{domain}\t{hostname}" if domain else hostname
     return text + "".join(f"{ip}\t{names}\n" for ip in ips or ["127.0.1.1"])
 
+class _Answer:
+    """One request's answer: True (`ok`), False (`error`), None (the server is gone)."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.value: bool | None = None
+
+    def set(self, value: bool | None) -> None:
+        self.value = value
+        self.ready.set()
+
+
 class ShimServer(ServedHelper):
-    """The kubelet side of shim.py's fork server: started on first use, one request at a
-    time, restarted once if it died. `start()` returns None when the server is unusable
-    (the caller then runs a launcher directly)."""
+    """The kubelet side of shim.py's fork server: started on first use, requests tagged
+    with an id and answered as their launchers exit (so many containers start at once),
+    restarted once if it died. A reader thread hands each answer to its waiting caller.
+    `start()` returns None when the server is unusable (the caller then runs a launcher
+    directly)."""
 
     def __init__(self, log_path: Path) -> None:
         super().__init__()
         self.log_path = log_path
+        self._next_id = 0
+        self._pending: dict[bytes, _Answer] = {}
+        self._pending_lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+        self._broken = False  # the reader saw the connection end
 
     def _spawn(self) -> None:
         with open(self.log_path, "ab") as log:
             self.spawn(SHIM, output=log)
+        assert self.sock is not None
+        self._broken = False
+        self._reader = threading.Thread(target=self._read_answers, args=(self.sock,),
+                                        name="shim-server-answers", daemon=True)
+        self._reader.start()
+
+    def _read_answers(self, sock: socket.socket) -> None:
+        buffer = b""
+        try:
+            while True:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                buffer += data
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    request_id, _, answer = line.partition(b" ")
+                    with self._pending_lock:
+                        waiter = self._pending.pop(request_id, None)
+                    if waiter is not None:
+                        waiter.set(answer == b"ok")
+        except OSError:
+            pass
+        self._broken = True
+        with self._pending_lock:
+            lost, self._pending = self._pending, {}
+        for waiter in lost.values():
+            waiter.set(None)
 
     def _stop(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
         self.stop()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+            self._reader = None
 
     def start(self, options: list[str]) -> bool | None:
         if any("\n" in option or "\0" in option for option in options):
             return None
         request = "\0".join(options).encode() + b"\n"
-        with self.lock:
-            for _ in range(2):
-                if self.process is None or self.process.poll() is not None:
+        for _ in range(2):
+            with self.lock:
+                if self._broken or self.process is None or self.process.poll() is not None:
                     self._stop()
                     self._spawn()
                 assert self.sock is not None
+                self._next_id += 1
+                request_id = str(self._next_id).encode()
+                waiter = _Answer()
+                with self._pending_lock:
+                    self._pending[request_id] = waiter
                 try:
-                    self.sock.sendall(request)
-                    answer = b""
-                    while not answer.endswith(b"\n"):
-                        data = self.sock.recv(64)
-                        if not data:
-                            raise ConnectionError("the shim server closed the connection")
-                        answer += data
-                    return answer == b"ok\n"
+                    self.sock.sendall(request_id + b" " + request)
                 except OSError:
+                    with self._pending_lock:
+                        self._pending.pop(request_id, None)
                     self._stop()
+                    continue
+            waiter.ready.wait()
+            if waiter.value is not None:
+                return waiter.value
         return None
 
     def close(self) -> None:
