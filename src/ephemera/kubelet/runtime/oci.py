@@ -606,9 +606,16 @@ class OciRuntime(RuntimeService):
                 metas = []
         else:
             metas = self._sandbox_metas()
+        # one read of the mount table for a listing, not an ismount (a realpath walk) per
+        # namespace of every sandbox: each pod worker lists them all
+        points = set(mounts_under(self.sandboxes_dir)) if len(metas) > 1 else None
+
+        def mounted(path: Path) -> bool:
+            return str(path) in points if points is not None else os.path.ismount(path)
+
         for meta in metas:
             if meta["ready"] and not all(
-                    os.path.ismount(self._sandbox_dir(meta["id"]) / "ns" / ns)
+                    mounted(self._sandbox_dir(meta["id"]) / "ns" / ns)
                     for ns in meta["namespaces"]):
                 meta["ready"] = False
         return metas
