@@ -669,7 +669,10 @@ def serve(options: dict[str, list[str]]) -> int:
             os.close(fd)
             _, status = os.waitpid(pid, 0)
             answer = b"ok" if os.waitstatus_to_exitcode(status) == 0 else b"error"
-            os.write(sock, request_id + b" " + answer + b"\n")
+            try:
+                os.write(sock, request_id + b" " + answer + b"\n")
+            except OSError:  # the kubelet is gone: nobody to answer
+                return 0
 
 
 def main(argv: list[str]) -> int:
