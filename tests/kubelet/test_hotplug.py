@@ -150,8 +150,8 @@ async def test_a_read_only_root_takes_live_mounts_only_where_the_directory_exist
         assert p is not None and ("extra", "/extra", False) not in _mounts(p)
         assert container_status(p)["containerID"] == main_id
         await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
-                                         {"name": "extra", "mountPath": "/mnt"}])
-        moved = await h.wait_pod("w", lambda p: ("extra", "/mnt", False) in _mounts(p))
+                                         {"name": "extra", "mountPath": "/tmp"}])
+        moved = await h.wait_pod("w", lambda p: ("extra", "/tmp", False) in _mounts(p))
         assert (container_status(moved)["containerID"],
                 container_status(moved)["restartCount"]) == (main_id, 0)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ephemera.kubelet.images.base import DIRECTORIES
 from ephemera.kubelet.runtime import make_runtime
 from ephemera.kubelet.runtime.base import (
     ContainerConfig,
@@ -20,7 +21,7 @@ from ephemera.kubelet.runtime.base import (
     RuntimeError_,
     SandboxConfig,
 )
-from ephemera.kubelet.runtime.fake import FakeRuntime
+from ephemera.kubelet.runtime.fake import IMAGE_DIRS, FakeRuntime
 
 
 def sandbox() -> SandboxConfig:
@@ -196,6 +197,10 @@ async def test_live_mounts_are_modelled(tmp_path: Path) -> None:
     await adopted.stop_container(container_id, 0)
     with pytest.raises(LiveMountError, match="the container is not running"):
         await adopted.mount_live(container_id, Mount("/x", "/host/x"))
+
+
+def test_the_fake_images_have_the_base_images_directories() -> None:
+    assert {f"/{path}" for path, _ in DIRECTORIES} == IMAGE_DIRS
 
 
 async def test_a_read_only_root_is_modelled_for_live_mounts(tmp_path: Path) -> None:
