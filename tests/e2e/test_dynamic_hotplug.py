@@ -5,9 +5,10 @@ whose PID 1 keeps its start time, files visible, a Secret update reaching the li
 both removed again and gone from the container's mount table and the host; a read-only live
 mount refusing writes; a container that plants a symlink at the mount path (to /etc, to
 /proc/1/root, to ../../..) gets a FailedMount event and nothing mounted anywhere (neither in
-the container nor on the host); a NotRequired and a RestartContainer container changed in one
-update; the gate off (the apiserver refuses the value as upstream refuses an unknown enum
-value); and kill -9 of the kubelet in the middle of a live swap."""
+the container nor on the host); a read-only root (a live mount only where the directory
+exists); a NotRequired and a RestartContainer container changed in one update; the gate off
+(the apiserver refuses the value as upstream refuses an unknown enum value); and kill -9 of
+the kubelet in the middle of a live swap."""
 
 from __future__ import annotations
 
@@ -169,6 +170,45 @@ def test_a_planted_symlink_never_redirects_a_live_mount(k: Kubectl, target: str)
     assert _mount_points(k) == table
     assert _host_clones(volume_dir(k.cluster, uid, "empty-dir", "evil")) == []
     assert exec_in(k, "w", "c", "readlink /plant") == target + "\n"
+
+
+def test_a_read_only_root_takes_live_mounts_only_at_existing_directories(k: Kubectl) -> None:
+    """readOnlyRootFilesystem: writes to the root fail inside, the volume stays writable; a
+    live mount where the directory is missing fails with EROFS (FailedMount, the container
+    keeps running, nothing mounted); moved to /tmp (in the image) it mounts live, and goes."""
+    before = _pod(k, _live(securityContext={"readOnlyRootFilesystem": True}))
+    uid = before["metadata"]["uid"]
+    cid = container(before)["containerID"]
+    result = k("exec", "w", "-c", "c", "--", "sh", "-c", "touch /x", check=False)
+    assert result.returncode != 0 and "Read-only file system" in result.stderr
+    exec_in(k, "w", "c", "echo ok > /keep/f")  # /keep is not in the image: made before ro
+    table = _mount_points(k)
+    patch_dynamic(k, "w", [
+        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "extra", "emptyDir": {}}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": "extra", "mountPath": "/extra"}}])
+    events: list[dict[str, Any]] = wait(lambda: [
+        e for e in k.json("get", "events", "--field-selector",
+                          "involvedObject.name=w,reason=FailedMount")["items"]],
+        "a FailedMount event", k.cluster)
+    assert (events[0]["type"], events[0]["message"]) == ("Warning", (
+        'MountVolume.LiveMount failed for volume "extra" : mounting "/extra" in running '
+        'container "c": read-only file system'))
+    p = pod_json(k, "w")
+    assert (container(p)["containerID"], container(p)["restartCount"]) == (cid, 0)
+    assert "running" in container(p)["state"] and ("extra", "/extra") not in _reported(p)
+    assert _mount_points(k) == table
+    assert _host_clones(volume_dir(k.cluster, uid, "empty-dir", "extra")) == []
+
+    patch_dynamic(k, "w", [{"op": "replace", "path": "/spec/containers/0/volumeMounts/1",
+                            "value": {"name": "extra", "mountPath": "/tmp"}}])
+    after = wait_pod(k, "w", lambda p: ("extra", "/tmp") in _reported(p), "mounted live")
+    assert (container(after)["containerID"], container(after)["restartCount"]) == (cid, 0)
+    exec_in(k, "w", "c", "echo live > /tmp/f")
+    assert (volume_dir(k.cluster, uid, "empty-dir", "extra") / "f").read_text() == "live\n"
+    patch_dynamic(k, "w", [{"op": "remove", "path": "/spec/containers/0/volumeMounts/1"}])
+    wait_pod(k, "w", lambda p: _reported(p) == {("keep", "/keep")}, "unmounted live")
+    assert "/tmp" not in _mount_points(k)
 
 
 def test_not_required_and_restart_container_in_one_update(k: Kubectl) -> None:

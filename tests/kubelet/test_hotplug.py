@@ -123,6 +123,39 @@ async def test_a_failing_live_mount_is_reported_and_retried(tmp_path: Path) -> N
         assert len(attempts) >= 2
 
 
+async def test_a_read_only_root_takes_live_mounts_only_where_the_directory_exists(
+        tmp_path: Path) -> None:
+    """readOnlyRootFilesystem reaches the runtime; a live mount where the directory cannot be
+    made fails with the usual FailedMount event and is retried; one at a directory of the
+    image works (the fake runtime's model of a read-only root)."""
+    async with running_kubelet(tmp_path) as h:
+        body = pod("w", volumes=[KEEP])
+        main = body["spec"]["containers"][0]
+        main["dynamicVolumePolicy"] = {"restartPolicy": "NotRequired"}
+        main["volumeMounts"] = [{"name": "keep", "mountPath": "/keep"}]
+        main["securityContext"] = {"readOnlyRootFilesystem": True}
+        await h.create(body)
+        before = await h.wait_pod("w", lambda p: p["status"].get("phase") == "Running")
+        main_id = container_status(before)["containerID"]
+        assert next(c for c in h.runtime.containers.values() if c.name == "c").read_only_root
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/extra"}])
+        event = await h.wait_event("w", lambda e: e["reason"] == "FailedMount")
+        assert (event["type"], event["message"]) == ("Warning", (
+            'MountVolume.LiveMount failed for volume "extra" : mounting "/extra" in running '
+            'container "c": read-only file system'))
+        await wait_until(lambda: len([c for c in h.runtime.calls
+                                      if c[0] == "mount_live" and c[2] == "/extra"]) >= 2)
+        p = await h.get("w")
+        assert p is not None and ("extra", "/extra", False) not in _mounts(p)
+        assert container_status(p)["containerID"] == main_id
+        await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                         {"name": "extra", "mountPath": "/tmp"}])
+        moved = await h.wait_pod("w", lambda p: ("extra", "/tmp", False) in _mounts(p))
+        assert (container_status(moved)["containerID"],
+                container_status(moved)["restartCount"]) == (main_id, 0)
+
+
 async def test_a_restarted_kubelet_keeps_live_mounts(tmp_path: Path) -> None:
     async with running_kubelet(tmp_path) as h:
         before = await _live_worker(h)

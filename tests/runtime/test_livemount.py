@@ -6,6 +6,7 @@ a record interrupted by a crash is settled from the mount table."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -313,3 +314,72 @@ async def test_a_file_is_mounted_live_onto_a_file(
     assert "/conf/key" not in {m.mount_point for m in container_mounts(pid)}
     assert await sh(runtime, container_id, "test -f /conf/key && wc -c < /conf/key") == (
         0, "0\n")
+
+
+# -- a read-only root (securityContext.readOnlyRootFilesystem) ---------------------------------
+
+
+async def read_only_root_container(runtime: OciRuntime, layer: Path,
+                                   mounts: tuple[Mount, ...] = ()) -> str:
+    sandbox = sandbox_config()
+    sandbox_id = await runtime.run_pod_sandbox(sandbox)
+    config = dataclasses.replace(container_config(layer, "app", "sleep 1000", mounts=mounts),
+                                 read_only_root=True)
+    container_id = await runtime.create_container(sandbox_id, config, sandbox)
+    await runtime.start_container(container_id)
+    assert (await runtime.container_status(container_id)).state == ContainerState.RUNNING
+    return container_id
+
+
+async def test_a_read_only_root_refuses_writes_and_its_mounts_stay_writable(
+        runtime: OciRuntime, busybox_layer: Path, tmp_path: Path) -> None:
+    """The root is read-only for real; the volume (whose target the image lacks: the runtime
+    made it before the root went read-only), /dev/shm and /etc/hosts stay writable."""
+    volume = source_dir(tmp_path)
+    container_id = await read_only_root_container(
+        runtime, busybox_layer, mounts=(Mount("/data/vol", str(volume)),))
+    for target in ("/new", "/tmp/new", "/etc/new"):
+        code, output = await sh(runtime, container_id, f"touch {target}")
+        assert code != 0 and "Read-only file system" in output, (target, output)
+    assert await sh(runtime, container_id,
+                    "echo v > /data/vol/w && echo s > /dev/shm/w && echo '# x' >> /etc/hosts "
+                    "&& cat /data/vol/file") == (0, "from-host\n")
+    assert (volume / "w").read_text() == "v\n"
+    pid = (await runtime.container_status(container_id)).pid
+    root = next(m for m in container_mounts(pid) if m.mount_point == "/")
+    assert "ro" in root.options
+
+
+async def test_live_mounts_into_a_read_only_root(
+        runtime: OciRuntime, busybox_layer: Path, tmp_path: Path) -> None:
+    """Where the directory is missing it cannot be made: EROFS, the container keeps running
+    and nothing is mounted anywhere. At a directory of the image, or below a writable volume,
+    the live mount works (mounting onto a directory writes nothing), and removal too."""
+    writable = source_dir(tmp_path, "writable")
+    container_id = await read_only_root_container(
+        runtime, busybox_layer, mounts=(Mount("/data", str(writable)),))
+    before = await runtime.container_status(container_id)
+    table_before = container_mounts(before.pid)
+    volume = source_dir(tmp_path)
+    for target, where in (("/live", ""), ("/var/lib/live", "/var/lib: ")):
+        with pytest.raises(LiveMountError) as caught:
+            await runtime.mount_live(container_id, Mount(target, str(volume)))
+        assert str(caught.value) == (f'mounting "{target}" in running container "app": '
+                                     f"{where}read-only file system")
+        assert caught.value.errno == errno.EROFS
+    assert container_mounts(before.pid) == table_before
+    assert host_mounts_of(volume) == []
+    status = await runtime.container_status(container_id)
+    assert (status.state, status.pid, status.mounts) == (
+        ContainerState.RUNNING, before.pid, before.mounts)
+
+    await runtime.mount_live(container_id, Mount("/tmp", str(volume), read_only=True))
+    await runtime.mount_live(container_id, Mount("/data/sub", str(volume)))
+    assert await sh(runtime, container_id, "cat /tmp/file /data/sub/file") == (
+        0, "from-host\nfrom-host\n")
+    assert (writable / "sub").is_dir()  # made in the writable volume
+    await runtime.unmount_live(container_id, "/tmp")
+    await runtime.unmount_live(container_id, "/data/sub")
+    assert {"/tmp", "/data/sub"}.isdisjoint(m.mount_point for m in container_mounts(before.pid))
+    assert (await runtime.container_status(container_id)).pid == before.pid
+    assert host_mounts_of(volume) == []

@@ -3,11 +3,14 @@ behaviour, CRI log lines for echo, exec/attach sessions and adoption through its
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import uuid
 from pathlib import Path
 
 import pytest
 
+from ephemera.kubelet.images.base import DIRECTORIES
 from ephemera.kubelet.runtime import make_runtime
 from ephemera.kubelet.runtime.base import (
     ContainerConfig,
@@ -18,7 +21,7 @@ from ephemera.kubelet.runtime.base import (
     RuntimeError_,
     SandboxConfig,
 )
-from ephemera.kubelet.runtime.fake import FakeRuntime
+from ephemera.kubelet.runtime.fake import IMAGE_DIRS, FakeRuntime
 
 
 def sandbox() -> SandboxConfig:
@@ -194,6 +197,38 @@ async def test_live_mounts_are_modelled(tmp_path: Path) -> None:
     await adopted.stop_container(container_id, 0)
     with pytest.raises(LiveMountError, match="the container is not running"):
         await adopted.mount_live(container_id, Mount("/x", "/host/x"))
+
+
+def test_the_fake_images_have_the_base_images_directories() -> None:
+    assert {f"/{path}" for path, _ in DIRECTORIES} == IMAGE_DIRS
+
+
+async def test_a_read_only_root_is_modelled_for_live_mounts(tmp_path: Path) -> None:
+    """With a read-only root a live mount works at a directory that exists (the image's, a
+    start-time mount's target) or below a writable mount, and fails with EROFS elsewhere
+    (naming the first missing directory, as the real runtime does)."""
+    cfg = dataclasses.replace(config("app", "run"), read_only_root=True, mounts=(
+        Mount("/data/rw", "/host/rw"), Mount("/cfg", "/host/cfg", read_only=True)))
+    runtime = FakeRuntime(tmp_path)
+    _, container_id = await start(runtime, cfg)
+    for target, cause in (("/live", "read-only file system"),
+                          ("/var/lib/x", "/var/lib: read-only file system"),
+                          ("/cfg/x", "read-only file system")):
+        with pytest.raises(LiveMountError) as caught:
+            await runtime.mount_live(container_id, Mount(target, "/host/v"))
+        assert (str(caught.value), caught.value.errno) == (
+            f'mounting "{target}" in running container "app": {cause}', errno.EROFS)
+    assert len((await runtime.container_status(container_id)).mounts) == 2
+    for target in ("/tmp", "/data", "/data/rw/sub", "/cfg"):
+        await runtime.mount_live(container_id, Mount(target, "/h"))
+    adopted = FakeRuntime(tmp_path)  # the record survives an adoption
+    await adopted.unmount_live(container_id, "/tmp")
+    await adopted.mount_live(container_id, Mount("/tmp", "/h2"))
+    with pytest.raises(LiveMountError, match="read-only file system"):
+        await adopted.mount_live(container_id, Mount("/other", "/h"))
+    writable = FakeRuntime(tmp_path)
+    _, other = await start(writable, config("app", "run"))
+    await writable.mount_live(other, Mount("/anywhere/at/all", "/h"))
 
 
 async def test_sandboxes_take_addresses_from_the_pod_cidr_without_cni(tmp_path: Path) -> None:

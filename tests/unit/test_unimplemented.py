@@ -44,7 +44,8 @@ def test_each_place_is_warned_with_its_path() -> None:
             {"name": "d", "image": "busybox",
              "lifecycle": {"preStop": {"exec": {"command": ["true"]}}},
              "ports": [{"containerPort": 80}, {"containerPort": 81, "hostPort": 8081}],
-             "securityContext": {"privileged": True, "capabilities": {"add": ["NET_ADMIN"]}}}])
+             "securityContext": {"privileged": True, "capabilities": {"add": ["NET_ADMIN"]},
+                                 "readOnlyRootFilesystem": True}}])
     assert unimplemented_warnings(pod) == [
         f"spec.activeDeadlineSeconds: a deadline on the pod's run time {NO_EFFECT}",
         f"spec.hostAliases: adding /etc/hosts entries {NO_EFFECT}",
@@ -59,6 +60,11 @@ def test_each_place_is_warned_with_its_path() -> None:
         f"spec.containers[1].securityContext.capabilities: adding or dropping capabilities "
         f"{NO_EFFECT}",
     ]
+
+
+def test_implemented_fields_are_not_listed() -> None:
+    """readOnlyRootFilesystem is implemented (a read-only root in both runtimes)."""
+    assert not any("readOnlyRootFilesystem" in path for path in unimplemented_paths())
 
 
 def test_the_probes_are_not_warned_about() -> None:

@@ -23,6 +23,8 @@ does (`kubelet_pods.go` `makeEnvironmentVariables`, `makeMounts`,
   where a missing path is an error), and refused when it leaves the volume through `..` or a
   symlink; configMap, secret, downwardAPI, projected and image volumes are mounted
   read-only whatever the mount says, as upstream.
+- `read_only_root`: `securityContext.readOnlyRootFilesystem` (a container field only; unset
+  is false), which the runtime turns into a read-only root (OCI `root.readonly`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "build_mounts",
     "expand",
     "field_ref_value",
+    "read_only_root",
 ]
 
 # Volume sources the kubelet always mounts read-only (their plugins' `ReadOnly` attribute).
@@ -282,6 +285,13 @@ async def build_env(pod: Mapping[str, Any], container: Mapping[str, Any],
         if name not in pod_defined:
             _set(env, index, name, value)
     return env
+
+
+def read_only_root(container: Mapping[str, Any]) -> bool:
+    """Whether the container's root filesystem is read-only (upstream's
+    `ReadonlyRootfs: sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem`)."""
+    security = container.get("securityContext")
+    return isinstance(security, Mapping) and security.get("readOnlyRootFilesystem") is True
 
 
 def build_argv(container: Mapping[str, Any], entrypoint: Sequence[str], cmd: Sequence[str],

@@ -795,6 +795,7 @@ class PodRuntime:
                                             or "/"),
             mounts=tuple(mounts), log_path=log_path, tty=bool(container.get("tty")),
             stdin=bool(container.get("stdin")), stdin_once=bool(container.get("stdinOnce")),
+            read_only_root=containerconfig.read_only_root(container),
             labels={LABEL_POD_UID: self.uid, LABEL_CONTAINER_NAME: name,
                     LABEL_CONTAINER_TYPE: "init" if init else "regular"})
         assert self.sandbox_id is not None

@@ -91,7 +91,6 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     Unimplemented(CONTAINER_SECURITY, "runAsNonRoot", "requiring a non-root user"),
     Unimplemented(CONTAINER_SECURITY, "privileged", "privileged mode"),
     Unimplemented(CONTAINER_SECURITY, "capabilities", "adding or dropping capabilities"),
-    Unimplemented(CONTAINER_SECURITY, "readOnlyRootFilesystem", "a read-only root filesystem"),
     Unimplemented(CONTAINER_SECURITY, "allowPrivilegeEscalation", "allowPrivilegeEscalation"),
     Unimplemented(CONTAINER_SECURITY, "procMount", "a proc mount type"),
     Unimplemented(CONTAINER_SECURITY, "seLinuxOptions", "SELinux options"),

@@ -120,6 +120,9 @@ class ContainerConfig:
     uid: int = 0  # the process user, resolved by the kubelet (securityContext / image user)
     gid: int = 0
     supplemental_groups: tuple[int, ...] = ()
+    # securityContext.readOnlyRootFilesystem: the root is read-only (OCI `root.readonly`); the
+    # mounts (volumes, /dev, /proc, /sys, /etc/hosts...) keep their own flags.
+    read_only_root: bool = False
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,13 @@ with a timeout raises ExecTimeoutError); anything else exits 0 silently. `exec_h
 can change what a probe command returns while the container runs. Every call is appended to
 `calls` for tests to inspect.
 
+Live mounts (`mount_live`, `unmount_live`): the container must be running;
+`live_mount_errors` makes a path fail with an errno. A read-only root
+(`ContainerConfig.read_only_root`) is modelled as the real runtimes have it: a live mount
+succeeds at a directory that exists (one of `IMAGE_DIRS`, the directories every fake image
+has, or a mount target and its parents, which the runtime made before the root went
+read-only) or below a writable mount; anywhere else the directory cannot be made (EROFS).
+
 State is kept in memory and, unless `persist=False`, in `<root>/runtime/fake-state.json`,
 so a new FakeRuntime on the same root "adopts" the containers of the previous one. Logs are
 written in the CRI format for `echo`-style containers: argv `["echo", ...]` writes one
@@ -63,6 +70,11 @@ from ephemera.kubelet.runtime.base import (
 )
 from ephemera.kubelet.runtime.livemount import go_strerror
 
+# The directories every fake image has, those of the busybox base image (images/base.py; a
+# test keeps the two in step): a read-only root has these.
+IMAGE_DIRS = frozenset({"/bin", "/dev", "/etc", "/home", "/proc", "/root", "/sys", "/tmp",
+                        "/usr", "/var"})
+
 # behaviour(argv) -> None (run until stopped) or ("exit", code, reason) or ("fail", message)
 Behaviour = Callable[[tuple[str, ...]], tuple[Any, ...] | None]
 
@@ -94,6 +106,9 @@ class _Container:
     reason: str = ""
     message: str = ""
     run_until: float = 0.0  # "sleep": when it exits by itself
+    read_only_root: bool = False
+    # Directories made in the root besides IMAGE_DIRS (mount targets and their parents).
+    dirs: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -244,7 +259,8 @@ class FakeRuntime(RuntimeService):
             env=[list(kv) for kv in config.env],
             log_path=str(config.log_path) if config.log_path else "",
             mounts=[dataclasses.asdict(m) for m in config.mounts], labels=dict(config.labels),
-            created_at=time.time())
+            created_at=time.time(), read_only_root=config.read_only_root,
+            dirs=sorted({d for m in config.mounts for d in _with_parents(m.container_path)}))
         self._save()
         return container_id
 
@@ -321,15 +337,21 @@ class FakeRuntime(RuntimeService):
         target = path.rstrip("/") or "/"
         err = 0 if container.state == ContainerState.RUNNING.value else errno.ESRCH
         err = err or self.live_mount_errors.get(target, 0)
+        where = None if err or mount is None else _cannot_make(container, target)
+        if where is not None:
+            err = errno.EROFS
         if err:
             cause = ("the container is not running" if err == errno.ESRCH
                      else go_strerror(err))
+            if where is not None and where != target:
+                cause = f"{where}: {cause}"
             raise LiveMountError(f"{verb} {go_quote(target)} in running container "
                                  f"{go_quote(container.name)}: {cause}", err)
         container.mounts = [m for m in container.mounts
                             if (m["container_path"].rstrip("/") or "/") != target]
         if mount is not None:
             container.mounts.append(dataclasses.asdict(mount))
+            container.dirs = sorted({*container.dirs, *_with_parents(target)})
         self._save()
 
     def _status(self, container: _Container) -> ContainerStatus:
@@ -440,6 +462,30 @@ class FakeRuntime(RuntimeService):
         if container.state != ContainerState.RUNNING.value:
             raise RuntimeError_(f"container {container_id} is not running")
         return _fake_session(b"", 0, echo_stdin=True, tty=False)
+
+
+def _with_parents(path: str) -> list[str]:
+    """`path` (normalized, absolute) and each of its parents but "/"."""
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+
+
+def _cannot_make(container: _Container, target: str) -> str | None:
+    """Where a live mount at `target` fails to make its directory (the first missing
+    component, as the real runtime's mkdir fails there), or None: never with a writable
+    root; with a read-only one, nowhere it exists or below a writable mount (the topmost
+    covering mount decides)."""
+    if not container.read_only_root:
+        return None
+    covering = [m for m in container.mounts
+                if target.startswith((m["container_path"].rstrip("/") or "") + "/")]
+    if covering:
+        deepest = max(len(m["container_path"].rstrip("/")) for m in covering)
+        top = [m for m in covering if len(m["container_path"].rstrip("/")) == deepest][-1]
+        if not top["read_only"]:
+            return None
+    return next((d for d in _with_parents(target)
+                 if d not in IMAGE_DIRS and d not in container.dirs), None)
 
 
 def _fake_session(output: bytes, code: int, *, echo_stdin: bool, tty: bool) -> ExecSession:

@@ -17,6 +17,11 @@ a hash of the root, see `cgroups.py`):
   `<root>/pods/<uid>/containers/<name>/<attempt>/`, which is the bundle: `config.json`,
   `container.json` (our metadata), `upper/ work/ merged/` (the overlayfs rootfs: lowerdir =
   the image layers given in ContainerConfig), and the shim's files (`started`, `exit`, ...).
+  `readOnlyRootFilesystem` (`ContainerConfig.read_only_root`) is OCI `root.readonly`, as
+  containerd and CRI-O set it: the runtime creates the mount targets missing from the image
+  in the overlay's upper directory, mounts, then makes the root read-only; the mounts
+  (volumes, /dev, /proc, /sys, /dev/shm, /etc/hosts, hostname, resolv.conf) keep their own
+  flags. A live mount into such a root works only at an existing directory (EROFS else).
 
 A container is created (overlay mounted, config.json written) by `create_container` and
 started by `start_container`, which has the per-container shim (`shim.py`; read its
@@ -786,7 +791,7 @@ class OciRuntime(RuntimeService):
                 "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
                 "noNewPrivileges": False,
             },
-            "root": {"path": str(directory / "merged"), "readonly": False},
+            "root": {"path": str(directory / "merged"), "readonly": config.read_only_root},
             "mounts": _sort_mounts(mounts),
             "annotations": {
                 "io.ephemera.node-name": self.node_name,
