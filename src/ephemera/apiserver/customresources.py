@@ -135,6 +135,8 @@ class CustomResourceStrategy(Strategy):
         self.scale: dict[str, Any] | None = (subresources["scale"] if isinstance(
             subresources.get("scale"), dict) else None)
         self.terminating = terminating
+        # cel-python can take seconds for a rule within upstream's cost limits
+        self.validates_in_thread = self.schema is not None and crschema.has_rules(self.schema)
 
     def default(self, obj: dict[str, Any]) -> None:
         if self.schema is not None:
