@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from apiserver_fixtures import TABLE_ACCEPT, Api, eventually
+from apiserver_fixtures import TABLE_ACCEPT, Api, eventually, open_watch
 
 from ephemera.api.crd import cel
 from ephemera.apiserver import resources
@@ -331,6 +331,40 @@ async def test_deleting_the_crd_deletes_its_objects(api: Api) -> None:
     assert status == 404
     status, groups = await api.get("/apis")
     assert "stable.example.com" not in {g["name"] for g in groups["groups"]}
+
+
+async def test_watches_end_cleanly_when_their_crd_is_deleted(api: Api) -> None:
+    """As upstream's CRD handler stops the resource's cacher once the CRD is gone: every
+    watch of it (each served version, one namespace or all) gets the DELETED of each object
+    the finalizer deleted, then its stream ends without an ERROR event, long before its
+    timeout; the resource is a 404 afterwards. A watch of another CRD's resource goes on."""
+    await make_crd(api)
+    other = crd()
+    other["metadata"]["name"] = "others.stable.example.com"
+    other["spec"]["names"] = {"plural": "others", "kind": "Other"}
+    await make_crd(api, other)
+    others = "/apis/stable.example.com/v1/namespaces/default/others"
+    status, _ = await api.post(CT, crontab("x"))
+    assert status == 201
+    _, listed = await api.get(CT)
+    rv = listed["metadata"]["resourceVersion"]
+    query = f"?watch=true&resourceVersion={rv}&timeoutSeconds=300"
+    watches = [await open_watch(api, f"{CT}{query}"),
+               await open_watch(api, f"/apis/stable.example.com/v1beta1/crontabs{query}")]
+    survivor = await open_watch(api, f"{others}{query}")
+    status, _ = await api.delete(f"{CRDS}/crontabs.stable.example.com")
+    assert status == 200
+    for watch in watches:
+        event = await watch.next_non_bookmark()
+        assert (event["type"], event["object"]["metadata"]["name"]) == ("DELETED", "x")
+        assert await watch.ended(timeout=30)
+    status, body = await api.get(f"{CT}{query}")
+    assert (status, body["reason"]) == (404, "NotFound")
+    status, created = await api.post(others, {**crontab("y"), "kind": "Other"})
+    assert status == 201, created
+    event = await survivor.next_non_bookmark()
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "y")
+    survivor.close()
 
 
 async def test_a_crd_deleted_before_it_was_established_leaves_no_strategy(api: Api) -> None:

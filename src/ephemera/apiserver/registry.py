@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Protocol
@@ -245,6 +246,8 @@ class Registry:
         self._write_revisions: dict[Resource, int] = {}
         # How long a read of a revision newer than the store's waits for it.
         self.block_timeout = BLOCK_TIMEOUT
+        # The open watches of each custom resource, ended when it is no longer served.
+        self._custom_watches: dict[Resource, weakref.WeakSet[Watcher]] = {}
 
     def write_revision(self, resource: Resource) -> int:
         """The store revision of this registry's last write of `resource` (0: none yet)."""
@@ -270,10 +273,12 @@ class Registry:
         """Use `strategy` for `resource` (a custom resource's, built from its CRD)."""
         self._strategies[resource] = strategy
 
-    def forget(self, resource: Resource) -> None:
-        """Drop what was kept for a resource no longer served (a removed CRD version)."""
+    def forget(self, resource: Resource) -> list[Watcher]:
+        """Drop what was kept for a resource no longer served (a removed CRD version).
+        Returns its open watches, for the caller to end."""
         self._strategies.pop(resource, None)
         self._codecs.pop(resource, None)
+        return list(self._custom_watches.pop(resource, ()))
 
     def set_write_hooks(self, resource: Resource, hooks: WriteHooks) -> None:
         """Run `hooks` around every write of `resource`."""
@@ -506,6 +511,19 @@ class Registry:
 
     async def watch(self, resource: Resource, namespace: str, after_revision: int,
                     selection: Selection | None = None) -> Watcher:
+        """A watch of `resource` from `after_revision`: from the watch cache when its history
+        reaches that far back, else from the store. A custom resource's is kept until
+        `forget` hands it over; one that started as its resource was forgotten is ended."""
+        watcher = await self._watch(resource, namespace, after_revision, selection)
+        if resource.custom:
+            if resource in self._strategies:
+                self._custom_watches.setdefault(resource, weakref.WeakSet()).add(watcher)
+            else:
+                await watcher.close()
+        return watcher
+
+    async def _watch(self, resource: Resource, namespace: str, after_revision: int,
+                     selection: Selection | None) -> Watcher:
         prefix = self._narrow(resource, namespace, selection) or resource.key_prefix(namespace)
         if self.watch_cache is not None:
             cache = await self.watch_cache.ready(resource.key_prefix())
