@@ -218,12 +218,15 @@ class KubectlStream:
     stdout_lines: list[str] = field(default_factory=list)
     stderr_lines: list[str] = field(default_factory=list)
     _arrived: queue.Queue[tuple[str, str]] = field(default_factory=queue.Queue)
+    _readers: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name, pipe, lines in (("stdout", self.process.stdout, self.stdout_lines),
                                   ("stderr", self.process.stderr, self.stderr_lines)):
-            threading.Thread(target=self._read, args=(name, pipe, lines), daemon=True,
-                             name=f"kubectl-{name}").start()
+            reader = threading.Thread(target=self._read, args=(name, pipe, lines),
+                                      daemon=True, name=f"kubectl-{name}")
+            reader.start()
+            self._readers.append(reader)
 
     def _read(self, name: str, pipe: Any, lines: list[str]) -> None:
         for line in pipe:
@@ -255,9 +258,12 @@ class KubectlStream:
                 pass
 
     def wait(self, timeout: float = 30) -> int:
-        """Wait for kubectl to exit by itself; its exit code."""
+        """Wait for kubectl to exit by itself; its exit code (with all of its output read)."""
         try:
-            return self.process.wait(timeout)
+            code = self.process.wait(timeout)
+            for reader in self._readers:
+                reader.join(timeout)
+            return code
         except subprocess.TimeoutExpired:
             self.stop()
             pytest.fail(f"kubectl did not exit within {timeout}s\nstdout:\n"

@@ -174,8 +174,15 @@ def test_deleting_a_crd_deletes_its_objects(k: Kubectl, tmp_path: Path) -> None:
     widget.write_text(Path(CRONTAB).read_text().replace("CronTab", "Widget"))
     k("apply", "-f", str(widget))
     assert k("get", "widgets", "-o", "name").stdout == "widget.stable.example.com/nightly\n"
+    # a watch of them ends cleanly once the CRD is gone (not at its timeout), after the
+    # object's deletion
+    watch = k.stream("get", "widgets", "-w", "-o", "name")
+    watch.wait_for_line(lambda line: "nightly" in line)
     assert k("delete", "crd", "widgets.stable.example.com", "--timeout=30s").stdout == \
         'customresourcedefinition.apiextensions.k8s.io "widgets.stable.example.com" deleted\n'
+    assert watch.wait(timeout=30) == 0, watch.stderr_lines
+    assert watch.stdout_lines == ["widget.stable.example.com/nightly"] * 2  # listed, deleted
+    assert watch.stderr_lines == []
     result = k("get", "widgets", check=False)
     assert result.returncode == 1
     # kubectl's discovery cache may still name the resource: then the list is a 404

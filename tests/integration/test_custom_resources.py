@@ -4,13 +4,20 @@ defaulting, pruning, CEL, status and scale, printer columns, selectors, and dele
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
+import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from apiserver_fixtures import TABLE_ACCEPT, Api, eventually
+import pytest
+from apiserver_fixtures import TABLE_ACCEPT, Api, eventually, open_watch
 
+from ephemera.api.crd import cel
+from ephemera.apiserver import resources
 from ephemera.apiserver.app import REGISTRY
+from ephemera.apiserver.customresources import CustomResourceStrategy
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 CT = "/apis/stable.example.com/v1/namespaces/default/crontabs"
@@ -326,6 +333,40 @@ async def test_deleting_the_crd_deletes_its_objects(api: Api) -> None:
     assert "stable.example.com" not in {g["name"] for g in groups["groups"]}
 
 
+async def test_watches_end_cleanly_when_their_crd_is_deleted(api: Api) -> None:
+    """As upstream's CRD handler stops the resource's cacher once the CRD is gone: every
+    watch of it (each served version, one namespace or all) gets the DELETED of each object
+    the finalizer deleted, then its stream ends without an ERROR event, long before its
+    timeout; the resource is a 404 afterwards. A watch of another CRD's resource goes on."""
+    await make_crd(api)
+    other = crd()
+    other["metadata"]["name"] = "others.stable.example.com"
+    other["spec"]["names"] = {"plural": "others", "kind": "Other"}
+    await make_crd(api, other)
+    others = "/apis/stable.example.com/v1/namespaces/default/others"
+    status, _ = await api.post(CT, crontab("x"))
+    assert status == 201
+    _, listed = await api.get(CT)
+    rv = listed["metadata"]["resourceVersion"]
+    query = f"?watch=true&resourceVersion={rv}&timeoutSeconds=300"
+    watches = [await open_watch(api, f"{CT}{query}"),
+               await open_watch(api, f"/apis/stable.example.com/v1beta1/crontabs{query}")]
+    survivor = await open_watch(api, f"{others}{query}")
+    status, _ = await api.delete(f"{CRDS}/crontabs.stable.example.com")
+    assert status == 200
+    for watch in watches:
+        event = await watch.next_non_bookmark()
+        assert (event["type"], event["object"]["metadata"]["name"]) == ("DELETED", "x")
+        assert await watch.ended(timeout=30)
+    status, body = await api.get(f"{CT}{query}")
+    assert (status, body["reason"]) == (404, "NotFound")
+    status, created = await api.post(others, {**crontab("y"), "kind": "Other"})
+    assert status == 201, created
+    event = await survivor.next_non_bookmark()
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "y")
+    survivor.close()
+
+
 async def test_a_crd_deleted_before_it_was_established_leaves_no_strategy(api: Api) -> None:
     """The finalizer of a CRD never established (its kind taken) registers its storage
     version only to delete its objects: once the CRD is gone, nothing of it is left in the
@@ -512,3 +553,55 @@ async def test_a_deprecated_version_warns_on_every_request(api: Api) -> None:
             if c["field"].endswith("deprecationWarning")] == [
         'Invalid value: "not deprecated": can only be set for deprecated versions',
         f'Invalid value: "{"x" * 257}": must be <= 256 characters long']
+
+
+async def test_cel_rules_are_evaluated_off_the_event_loop(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A create and a patch of a custom resource whose rules take long (here: held until the
+    test lets them go) leave the apiserver answering other requests meanwhile: a GET sent
+    while the rules run completes before the write does. Built-in kinds and custom
+    resources without rules are validated inline."""
+    await make_crd(api)
+    registry = api.app[REGISTRY]
+    crontabs = resources.lookup("stable.example.com", "v1", "crontabs")
+    assert crontabs is not None
+    assert registry.strategy(crontabs).validates_in_thread
+    assert not CustomResourceStrategy(crontabs, {"name": "v1"}).validates_in_thread
+    assert not registry.strategy(resources.core_resource("pods")).validates_in_thread
+
+    started, release = threading.Event(), threading.Event()
+    evaluate = cel.evaluate
+    order: list[str] = []
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        release.wait(5)  # a guard only: inline evaluation would hold the loop this long
+        order.append("rule")
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(cel, "evaluate", held)
+
+    async def while_rules_run(write: Callable[[], Awaitable[tuple[int, Any]]]) -> None:
+        started.clear()
+        release.clear()
+        order.clear()
+
+        async def written() -> int:
+            status, body = await write()
+            order.append("write")
+            assert status in (200, 201), body
+            return status
+
+        task = asyncio.create_task(written())
+        assert await asyncio.to_thread(started.wait, 10)
+        status, _ = await api.get("/api/v1/namespaces/default")
+        order.append("get")
+        release.set()
+        await task
+        # the GET was answered while the first rule was being evaluated
+        assert status == 200
+        assert order[0] == "get" and order[-1] == "write" and "rule" in order, order
+
+    await while_rules_run(lambda: api.post(CT, crontab("slow")))
+    await while_rules_run(lambda: api.patch(f"{CT}/slow", {"spec": {"replicas": 2}},
+                                            "application/merge-patch+json"))

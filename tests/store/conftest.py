@@ -5,16 +5,15 @@ them after the test; `store` is one such store with a short progress interval.""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from store_fixtures import StoreFactory
 
 from ephemera.store import Store, open_store
 
 PROGRESS_INTERVAL = 0.1
-
-StoreFactory = Callable[..., Awaitable[Store]]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.etcd)])

@@ -4,9 +4,9 @@ through the `store` / `make_store` fixtures of tests/store/conftest.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import pytest
+from store_fixtures import StoreFactory
 
 from ephemera.store import (
     Compacted,
@@ -22,7 +22,6 @@ from ephemera.store import (
     WatcherDropped,
 )
 
-StoreFactory = Callable[..., Awaitable[Store]]
 DEADLINE = 15.0  # seconds before a test waiting for events gives up (a failure, not a timing)
 
 

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
+from store_fixtures import StoreFactory
 
-from conftest import StoreFactory
 from ephemera.apiserver.watchcache import FieldIndex, ResourceCache, SharedEvent, WatchCache
 from ephemera.store import Store
 from ephemera.store.base import (

@@ -48,6 +48,7 @@ from ephemera.apiserver.informers import Informer
 from ephemera.apiserver.registry import DeleteOptions, Registry
 from ephemera.apiserver.resources import Resource, lookup, set_custom_resources
 from ephemera.apiserver.strategy import DeleteOutcome, Strategy
+from ephemera.store import Watcher
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -61,6 +62,9 @@ def _crds() -> Resource:
 CRDS = _crds()
 CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 RETRY_INTERVAL = 1.0
+# How long after a resource stops being served its watches end: upstream's CRD handler lets
+# in-flight requests finish for a second before it stops the resource's cacher.
+TEARDOWN_DELAY = 1.0
 
 
 # --- the CRD strategy --------------------------------------------------------------------------
@@ -135,6 +139,8 @@ class CustomResourceStrategy(Strategy):
         self.scale: dict[str, Any] | None = (subresources["scale"] if isinstance(
             subresources.get("scale"), dict) else None)
         self.terminating = terminating
+        # cel-python can take seconds for a rule within upstream's cost limits
+        self.validates_in_thread = self.schema is not None and crschema.has_rules(self.schema)
 
     def default(self, obj: dict[str, Any]) -> None:
         if self.schema is not None:
@@ -259,6 +265,8 @@ class CustomResources:
         # version of a deleted CRD never established, set only while its finalizer deletes
         # its objects. `_serve` is the one place they are dropped.
         self._installed: set[Resource] = set()
+        # Ending the watches of resources no longer served (`_end_watches`).
+        self._teardowns: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         await self.reconcile()
@@ -271,6 +279,10 @@ class CustomResources:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for task in list(self._teardowns):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await self.informer.close()
 
     async def object_created(self, resource: Resource, obj: dict[str, Any]) -> None:
@@ -379,6 +391,27 @@ class CustomResources:
         log.info("CustomResourceDefinition %s: its objects are deleted", meta.name_of(crd))
         return False
 
+    def _end_watches(self, watchers: list[Watcher]) -> None:
+        """End the watches of a resource no longer served (its CRD deleted, or its version
+        no longer served), `TEARDOWN_DELAY` later, as upstream's CRD handler tears the
+        resource's storage down (`crdHandler.tearDown`: the cacher stops and closes every
+        watcher's result channel): each client's stream ends cleanly, without an ERROR
+        event, after the events already sent to it (the DELETED of every object the
+        finalizer deleted); a new watch of it is a 404 meanwhile."""
+        if not watchers:
+            return
+
+        async def end() -> None:
+            try:
+                await asyncio.sleep(TEARDOWN_DELAY)
+            finally:
+                for watcher in watchers:
+                    await watcher.close()
+
+        task = asyncio.get_running_loop().create_task(end(), name="crd-watch-teardown")
+        self._teardowns.add(task)
+        task.add_done_callback(self._teardowns.discard)
+
     def _install(self, entries: list[tuple[Resource, dict[str, Any]]],
                  terminating: Mapping[str, bool]) -> None:
         for resource, version in entries:
@@ -428,7 +461,7 @@ class CustomResources:
         keep.update(resource for crd in crds if _finalizing(crd)
                     for resource, _ in resources_of(crd))
         for resource in self._installed - keep:
-            self.registry.forget(resource)
+            self._end_watches(self.registry.forget(resource))
             selectors.set_kind_fields(resource.selector_kind, None)
         self._installed &= keep
         schema.set_custom_definitions(defs)

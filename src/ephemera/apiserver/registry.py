@@ -32,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol
 
 import orjson
 
@@ -146,6 +147,21 @@ class Codec:
         return dumps(self.decode(kv))
 
 
+_P = ParamSpec("_P")
+
+
+async def run_validation(strategy: Strategy, check: Callable[_P, None],
+                         *args: _P.args, **kwargs: _P.kwargs) -> None:
+    """`check` (a strategy's `validate_create` or `before_update`) on the event loop, or, for
+    a strategy whose validation may take long (`validates_in_thread`: a custom resource with
+    CEL rules), in a worker thread, so that other requests go on meanwhile. The object is
+    this request's own until the check returns; the CEL cost meter is per evaluation."""
+    if strategy.validates_in_thread:
+        await asyncio.to_thread(check, *args, **kwargs)
+    else:
+        check(*args, **kwargs)
+
+
 def watch_route(cache: ResourceCache, selection: Selection | None) -> str | None:
     """The value of the cache's index field that `selection` requires (an `=` term), by
     which its watcher is found; None: it is offered every event."""
@@ -230,6 +246,8 @@ class Registry:
         self._write_revisions: dict[Resource, int] = {}
         # How long a read of a revision newer than the store's waits for it.
         self.block_timeout = BLOCK_TIMEOUT
+        # The open watches of each custom resource, ended when it is no longer served.
+        self._custom_watches: dict[Resource, weakref.WeakSet[Watcher]] = {}
 
     def write_revision(self, resource: Resource) -> int:
         """The store revision of this registry's last write of `resource` (0: none yet)."""
@@ -255,10 +273,12 @@ class Registry:
         """Use `strategy` for `resource` (a custom resource's, built from its CRD)."""
         self._strategies[resource] = strategy
 
-    def forget(self, resource: Resource) -> None:
-        """Drop what was kept for a resource no longer served (a removed CRD version)."""
+    def forget(self, resource: Resource) -> list[Watcher]:
+        """Drop what was kept for a resource no longer served (a removed CRD version).
+        Returns its open watches, for the caller to end."""
         self._strategies.pop(resource, None)
         self._codecs.pop(resource, None)
+        return list(self._custom_watches.pop(resource, ()))
 
     def set_write_hooks(self, resource: Resource, hooks: WriteHooks) -> None:
         """Run `hooks` around every write of `resource`."""
@@ -321,7 +341,7 @@ class Registry:
         obj = req.obj if req.obj is not None else obj
         strategy.before_create(obj)
         strategy.record_user(obj, user)
-        strategy.validate_create(obj)
+        await run_validation(strategy, strategy.validate_create, obj)
         req.obj = obj
         await self.admission.validate(req)
         return obj
@@ -341,7 +361,7 @@ class Registry:
                                      subresource=subresource, user=user, dry_run=dry_run)
         await self.admission.admit(req)
         new = req.obj if req.obj is not None else new
-        strategy.before_update(new, old, subresource)
+        await run_validation(strategy, strategy.before_update, new, old, subresource)
         req.obj = new
         await self.admission.validate(req)
         return new
@@ -491,6 +511,19 @@ class Registry:
 
     async def watch(self, resource: Resource, namespace: str, after_revision: int,
                     selection: Selection | None = None) -> Watcher:
+        """A watch of `resource` from `after_revision`: from the watch cache when its history
+        reaches that far back, else from the store. A custom resource's is kept until
+        `forget` hands it over; one that started as its resource was forgotten is ended."""
+        watcher = await self._watch(resource, namespace, after_revision, selection)
+        if resource.custom:
+            if resource in self._strategies:
+                self._custom_watches.setdefault(resource, weakref.WeakSet()).add(watcher)
+            else:
+                await watcher.close()
+        return watcher
+
+    async def _watch(self, resource: Resource, namespace: str, after_revision: int,
+                     selection: Selection | None) -> Watcher:
         prefix = self._narrow(resource, namespace, selection) or resource.key_prefix(namespace)
         if self.watch_cache is not None:
             cache = await self.watch_cache.ready(resource.key_prefix())
@@ -535,7 +568,7 @@ class Registry:
                 if generated:
                     md["name"] = meta.generate_name(md["generateName"])
                 if attempt == 0 and req is not None:
-                    strategy.validate_create(obj)
+                    await run_validation(strategy, strategy.validate_create, obj)
                     req.obj = obj
                     await self.admission.validate(req)
                 hooks = self._write_hooks.get(resource)

@@ -97,6 +97,9 @@ class Strategy:
     # What a DELETE without options does to the dependents (upstream's
     # DefaultGarbageCollectionPolicy; `ephemera.api.deletion`).
     gc_policy: GCPolicy = "DeleteDependents"
+    # Whether validation may take long enough (CEL rules of a custom resource) to run in a
+    # worker thread instead of on the event loop (`Registry` runs it: `run_validation`).
+    validates_in_thread = False
 
     # -- defaults ---------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -30,6 +31,10 @@ from ephemera.api.crd.celcost import PER_CALL_LIMIT
 # apiserver: it costs a second or more of start-up.
 
 _OLD_SELF = re.compile(r"\boldSelf\b")
+
+# celpy's environment and parser keep the text and program being built on themselves: one
+# compilation at a time (rules of custom resources are validated in worker threads).
+_COMPILING = threading.Lock()
 
 # `reason` -> the field error type its failure is reported as.
 REASONS = {"FieldValueInvalid": "Invalid", "FieldValueForbidden": "Forbidden",
@@ -73,8 +78,9 @@ def compile_rule(text: str) -> Compiled:
 
     env = _environment()
     try:
-        ast = env.compile(text)
-        program = env.program(ast, functions=dict(celmeter.functions()))
+        with _COMPILING:
+            ast = env.compile(text)
+            program = env.program(ast, functions=dict(celmeter.functions()))
     except _celpy().celparser.CELParseError as err:  # the rule's text does not parse
         raise CompileError(_one_line(str(err))) from None
     except Exception:  # celpy failed building the program: no Python text to the client
