@@ -372,3 +372,32 @@ async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) ->
     assert result.message == "writing the allocation checkpoint: no space left on device"
     assert [name for name, _ in calls] == ["staging", "unstaged"]
     assert calls[1] == ("unstaged", ("u1", False))
+
+
+async def test_deciding_lasts_until_a_changes_first_attempt_ends(tmp_path: Path) -> None:
+    """`deciding(uid)`: a requested change whose first attempt has not ended (its outcome
+    will wake the pod's worker); not once it failed (pending) or was allocated."""
+    node = _Node()
+    manager = _manager(tmp_path, node)
+    woken: list[str] = []
+    manager.on_failed = lambda pod, message: woken.append(message)
+    await manager.allocate_new(_pod("u1"))
+    change = _pod("u1", volumes=[{"name": "cfg", "configMap": {"name": "settings"}}])
+    manager.desired["u1"] = change
+    assert not manager.deciding("u1")  # no allocation loop: nothing would decide it
+    del manager.desired["u1"]
+    task = asyncio.create_task(manager.run())
+    try:
+        await wait_until(lambda: manager._wake is not None)
+        manager.request(change)
+        assert manager.deciding("u1")
+        await wait_until(lambda: "u1" in manager.pending)
+        assert woken == ['volume "cfg": configmap "settings" not found']
+        assert not manager.deciding("u1")  # failed: the worker shows it pending
+        node.configmaps.add("settings")
+        manager.request(change)
+        await wait_until(lambda: manager.get("u1")["spec"] == change["spec"])  # type: ignore[index]
+        assert not manager.deciding("u1")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

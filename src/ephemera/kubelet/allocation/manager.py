@@ -515,6 +515,12 @@ class AllocationManager:
                 async with asyncio.timeout(self.retry_period):
                     await self._wake.wait()
 
+    def deciding(self, uid: str) -> bool:
+        """The pod has a change whose first allocation attempt has not ended: its outcome
+        (`on_allocated`, or `on_failed` with the reason) is still to come."""
+        return uid in self.desired and uid not in self.pending and \
+            uid not in self._reported and self._wake is not None
+
     def pending_changes(self, uid: str) -> tuple[list[Obj], list[str]]:
         """(containers, volume names) the API has for the pod that are not allocated."""
         desired = self.desired.get(uid)
