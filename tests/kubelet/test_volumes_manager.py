@@ -440,8 +440,8 @@ async def test_a_changes_volumes_are_set_up_early_and_dropped_when_not_allocated
     manager: Running, host: FakeVolumeHost
 ) -> None:
     """`set_early`: while a change's checkpoint is written its new emptyDir, Secret and
-    ConfigMap volumes are set up (not reported in `volumeStatuses`, not other kinds, not
-    unreferenced ones); dropped, they are torn down; kept by the allocated pod, they stay
+    ConfigMap volumes are set up (not reported in `volumeStatuses`, the pod's worker not
+    woken, not other kinds, not unreferenced ones); dropped, they are torn down; kept by the allocated pod, they stay
     mounted as they are."""
     vm = manager.vm
     host.put_secret("sec", {"token": b"t1"})
@@ -458,8 +458,11 @@ async def test_a_changes_volumes_are_set_up_early_and_dropped_when_not_allocated
     change["spec"]["containers"][0]["volumeMounts"] += [
         {"name": "sec", "mountPath": "/sec"}, {"name": "meta", "mountPath": "/meta"}]
 
+    notified: list[str] = []
+    vm.subscribe(notified.append)
     vm.set_early(UID, change)
     await eventually(lambda: vm.is_volume_mounted(UID, "sec"))
+    assert notified == []  # the pod's worker cannot use it yet: not woken
     sec_dir = vm.mounted_volumes(UID)["sec"]
     assert read_tree(sec_dir) == {"token": b"t1"}
     assert sorted(vm.mounted_volumes(UID)) == ["keep", "sec"]  # not meta, not unused

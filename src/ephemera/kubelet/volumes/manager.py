@@ -686,6 +686,15 @@ class VolumeManager:
             except Exception:
                 log.exception("volume manager subscriber failed for pod %s", uid)
 
+    def _notify_setup(self, key: Key) -> None:
+        """A setup ended: the pod's subscribers are told, unless the volume is set up
+        early (`set_early`: its pod's worker cannot use it before the change is allocated,
+        which wakes the worker itself)."""
+        if key[1] in self._early.get(key[0], {}):
+            self._signal_change()
+        else:
+            self._notify(key[0])
+
     def _callback_done(self, task: asyncio.Task[Any]) -> None:
         self._callback_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -849,7 +858,7 @@ class VolumeManager:
                 os.path.lexists, desired.host_dir
             ):
                 self._asw[key] = _mounted_from(desired, uncertain=True)
-            self._notify(desired.pod_uid)
+            self._notify_setup(key)
             return
         self._asw[key] = _mounted_from(
             desired, uncertain=False, synced_version=version, last_sync=self._now()
@@ -859,7 +868,7 @@ class VolumeManager:
             self._observe(VolumeOperation(desired.pod_uid, desired.name, desired.plugin.name,
                                           MOUNT, time.monotonic() - started, desired.dynamic))
         if not was_mounted or had_error:
-            self._notify(desired.pod_uid)
+            self._notify_setup(key)
 
     async def _teardown_op(self, key: Key) -> None:
         mounted = self._asw.get(key)
