@@ -441,8 +441,8 @@ async def test_a_changes_volumes_are_set_up_early_and_dropped_when_not_allocated
 ) -> None:
     """`set_early`: while a change's checkpoint is written its new emptyDir, Secret and
     ConfigMap volumes are set up (not reported in `volumeStatuses`, the pod's worker not
-    woken, not other kinds, not unreferenced ones); dropped, they are torn down; kept by the allocated pod, they stay
-    mounted as they are."""
+    woken, not other kinds, not unreferenced ones); dropped, they are torn down; kept by
+    the allocated pod, they stay mounted as they are."""
     vm = manager.vm
     host.put_secret("sec", {"token": b"t1"})
     pod = make_pod([{"name": "keep", "emptyDir": {}}])
