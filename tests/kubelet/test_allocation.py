@@ -337,3 +337,67 @@ async def test_a_restarted_kubelet_readmits_from_the_checkpoint(tmp_path: Path) 
         assert container_status(p)["containerID"] != actuated_id
         assert [m["name"] for m in container_status(p)["volumeMounts"]] == [
             "keep", "extra", "third"]
+
+
+async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) -> None:
+    """`on_staging` runs before the change's checkpoint is on disk (the kubelet sets up its
+    volumes meanwhile), `on_unstaged` once the write ended and before `on_allocated`; a
+    failed write unstages it too and allocates nothing."""
+    node = _Node()
+    manager = _manager(tmp_path, node)
+    calls: list[tuple[str, Any]] = []
+
+    def staging(view: Obj) -> None:
+        on_disk = AllocationCheckpoint(tmp_path).load()["u1"]["spec"]["volumes"]
+        calls.append(("staging", ([v["name"] for v in view["spec"]["volumes"]], on_disk)))
+
+    manager.on_staging = staging
+    manager.on_unstaged = lambda uid, written: calls.append(("unstaged", (uid, written)))
+    manager.on_allocated = lambda uid: calls.append(("allocated", uid))
+    await manager.allocate_new(_pod("u1"))
+    change = _pod("u1", volumes=[{"name": "scratch", "emptyDir": {}}])
+    assert (await manager.try_allocate(change)).allocated
+    assert calls == [("staging", (["scratch"], [])), ("unstaged", ("u1", True)),
+                     ("allocated", "u1")]
+
+    calls.clear()
+    failing = _pod("u1", volumes=[{"name": "other", "emptyDir": {}}])
+
+    def broken(pods: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    manager.checkpoint.store = broken  # type: ignore[method-assign]
+    result = await manager.try_allocate(failing)
+    assert not result.allocated
+    assert result.message == "writing the allocation checkpoint: no space left on device"
+    assert [name for name, _ in calls] == ["staging", "unstaged"]
+    assert calls[1] == ("unstaged", ("u1", False))
+
+
+async def test_deciding_lasts_until_a_changes_first_attempt_ends(tmp_path: Path) -> None:
+    """`deciding(uid)`: a requested change whose first attempt has not ended (its outcome
+    will wake the pod's worker); not once it failed (pending) or was allocated."""
+    node = _Node()
+    manager = _manager(tmp_path, node)
+    woken: list[str] = []
+    manager.on_failed = lambda pod, message: woken.append(message)
+    await manager.allocate_new(_pod("u1"))
+    change = _pod("u1", volumes=[{"name": "cfg", "configMap": {"name": "settings"}}])
+    manager.desired["u1"] = change
+    assert not manager.deciding("u1")  # no allocation loop: nothing would decide it
+    del manager.desired["u1"]
+    task = asyncio.create_task(manager.run())
+    try:
+        await wait_until(lambda: manager._wake is not None)
+        manager.request(change)
+        assert manager.deciding("u1")
+        await wait_until(lambda: "u1" in manager.pending)
+        assert woken == ['volume "cfg": configmap "settings" not found']
+        assert not manager.deciding("u1")  # failed: the worker shows it pending
+        node.configmaps.add("settings")
+        manager.request(change)
+        await wait_until(lambda: manager.get("u1")["spec"] == change["spec"])  # type: ignore[index]
+        assert not manager.deciding("u1")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -434,3 +434,57 @@ async def test_failed_volume_waits_for_its_back_off(root: Path, host: FakeVolume
         await running.stop()
         await vm.teardown_all()
     assert mounts_under(root) == []
+
+
+async def test_a_changes_volumes_are_set_up_early_and_dropped_when_not_allocated(
+    manager: Running, host: FakeVolumeHost
+) -> None:
+    """`set_early`: while a change's checkpoint is written its new emptyDir, Secret and
+    ConfigMap volumes are set up (not reported in `volumeStatuses`, the pod's worker not
+    woken, not other kinds, not unreferenced ones); dropped, they are torn down; kept by
+    the allocated pod, they stay mounted as they are."""
+    vm = manager.vm
+    host.put_secret("sec", {"token": b"t1"})
+    pod = make_pod([{"name": "keep", "emptyDir": {}}])
+    vm.set_desired_pods([pod])
+    await vm.wait_for_pod_volumes(pod, timeout=10)
+    change = copy.deepcopy(pod)
+    change["spec"]["volumes"] += [
+        {"name": "sec", "secret": {"secretName": "sec"}},
+        {"name": "meta", "downwardAPI": {
+            "items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {"name": "unused", "emptyDir": {}},
+    ]
+    change["spec"]["containers"][0]["volumeMounts"] += [
+        {"name": "sec", "mountPath": "/sec"}, {"name": "meta", "mountPath": "/meta"}]
+
+    notified: list[str] = []
+    vm.subscribe(notified.append)
+    vm.set_early(UID, change)
+    await eventually(lambda: vm.is_volume_mounted(UID, "sec"))
+    assert notified == []  # the pod's worker cannot use it yet: not woken
+    sec_dir = vm.mounted_volumes(UID)["sec"]
+    assert read_tree(sec_dir) == {"token": b"t1"}
+    assert sorted(vm.mounted_volumes(UID)) == ["keep", "sec"]  # not meta, not unused
+    assert vm.volume_statuses(UID) == [{"name": "keep", "hostPhase": "HostMounted"}]
+    # another pod's change recomputes the desired state: the early volume stays desired
+    vm.set_desired_pods([pod])
+    assert vm.volume_statuses(UID) == [{"name": "keep", "hostPhase": "HostMounted"}]
+
+    # the write failed: dropped, torn down
+    vm.set_early(UID, None)
+    await eventually(lambda: not sec_dir.exists()
+                     and vm.volume_statuses(UID) == [{"name": "keep",
+                                                      "hostPhase": "HostMounted"}])
+    assert mounts_under(sec_dir) == []
+
+    # set up early again, then allocated: the same mount stays (nothing set up twice)
+    vm.set_early(UID, change)
+    await eventually(lambda: vm.is_volume_mounted(UID, "sec"))
+    mount = mounts_under(vm.mounted_volumes(UID)["sec"])
+    vm.set_early(UID, None)
+    vm.set_desired_pods([change])
+    await vm.wait_for_pod_volumes(change, timeout=10)
+    assert mounts_under(vm.mounted_volumes(UID)["sec"]) == mount
+    assert {s["name"]: s["hostPhase"] for s in vm.volume_statuses(UID)} == {
+        "keep": "HostMounted", "sec": "HostMounted", "meta": "HostMounted"}

@@ -246,6 +246,9 @@ class Kubelet:
         self.pod_admission.on_rejected = self._rejected
         self.allocation.on_outcome = lambda result: self.metrics.dynamic_allocations.labels(
             result=result).inc()
+        # A change's new volumes are set up while its checkpoint is written (`set_early`).
+        self.allocation.on_staging = self._staging
+        self.allocation.on_unstaged = self._unstaged
         self.metrics.track_pending_allocations(lambda: len(self.allocation.pending))
         self._initial_done = False
         self.relister = Relister(runtime, self._runtime_changed,
@@ -366,6 +369,16 @@ class Kubelet:
     def _volumes_changed(self) -> None:
         if self.workers is not None and self._initial_done:
             self.volumes.set_desired_pods(self.workers.pods_needing_volumes())
+
+    def _staging(self, view: Obj) -> None:
+        set_early = getattr(self.volumes, "set_early", None)
+        if set_early is not None:
+            set_early(str((view.get("metadata") or {}).get("uid") or ""), view)
+
+    def _unstaged(self, uid: str, written: bool) -> None:
+        set_early = getattr(self.volumes, "set_early", None)
+        if set_early is not None:
+            set_early(uid, None)
 
     def _volume_event(self, uid: str) -> None:
         if self.workers is not None:

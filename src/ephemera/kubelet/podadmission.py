@@ -178,7 +178,7 @@ class PodAdmission:
         self.allocation.request(pod)
         containers, volumes = self.allocation.pending_changes(uid)
         workers.update(self.allocation.worker_pod(pod), unallocated=containers,
-                       unallocated_volumes=volumes)
+                       unallocated_volumes=volumes, deciding=self.allocation.deciding(uid))
         self.volumes_changed()
 
     def _reject(self, pod: Obj, result: AdmitResult) -> None:

@@ -572,9 +572,12 @@ class PodWorkers:
         return worker.pod_runtime.cache.volume_in_use(volume_name) if worker is not None else None
 
     def update(self, pod: Obj, *, unallocated: Sequence[Obj] = (),
-               unallocated_volumes: Sequence[str] = ()) -> None:
+               unallocated_volumes: Sequence[str] = (), deciding: bool = False) -> None:
         """The pod as the node has allocated it (the API's metadata, the allocated spec),
-        and the containers and volumes the API has that are not allocated yet."""
+        and the containers and volumes the API has that are not allocated yet. `deciding`:
+        the allocation of those is being decided (its outcome, allocated or not, wakes the
+        worker), so they alone do not start a sync that would only show them `Pending` and
+        hold up the one that actuates them."""
         uid = pod_uid(pod)
         if self.deps.probes is not None:
             self.deps.probes.update_pod(pod)
@@ -592,8 +595,9 @@ class PodWorkers:
                 worker.unallocated_volumes != list(unallocated_volumes):
             worker.unallocated = list(unallocated)
             worker.unallocated_volumes = list(unallocated_volumes)
-            worker.changed_in_sync |= worker.in_sync
-            worker.wake.set()
+            if not deciding:
+                worker.changed_in_sync |= worker.in_sync
+                worker.wake.set()
         if old.get("spec") != pod.get("spec"):
             worker.changed_in_sync |= worker.in_sync
             worker.wake.set()

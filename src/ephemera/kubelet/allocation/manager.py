@@ -39,7 +39,10 @@ nothing is mounted or started for a change the node has not admitted.
   `on_outcome(result)` with `admitted` for each allocated change, `deferred` or `error` for
   each change not allocated for a new reason (metrics). Callbacks returning awaitables run as
   tasks whose failures are logged; `await close()` waits for them (a forget's checkpoint
-  write among them).
+  write among them). While a checked change's checkpoint is written, `on_staging(view)` and
+  then `on_unstaged(uid, written)` (before `on_allocated`) let the kubelet set up the
+  change's new volumes during the fsync; nothing of the change is actuated before it is on
+  disk.
 
 `allocated_view(pod)`: the allocated pod as `/allocatedPods` serves it (status left blank).
 """
@@ -184,6 +187,12 @@ class AllocationManager:
         self.pending: dict[str, str] = {}  # uid -> why the change is not allocated
         self.on_allocated: Callable[[str], Any] = lambda uid: None
         self.on_change_allocated: Callable[[Obj, Obj], Any] = lambda previous, current: None
+        # A change that passed its checks, while its checkpoint is written: `on_staging`
+        # (its allocated view) before the write, `on_unstaged(uid, written)` once the write
+        # ended, before `on_allocated` (the kubelet sets up its new volumes meanwhile;
+        # nothing is actuated before `on_allocated`).
+        self.on_staging: Callable[[Obj], Any] = lambda view: None
+        self.on_unstaged: Callable[[str, bool], Any] = lambda uid, written: None
         self.on_failed: Callable[[Obj, str], Any] = lambda pod, message: None
         self.on_outcome: Callable[[str], Any] = lambda result: None
         # Pods admission no longer counts (terminal: their containers are done).
@@ -428,12 +437,15 @@ class AllocationManager:
                 return self._not_allocated(pod, message, outcome)
             previous = self.allocated[uid]
             current = allocated_view(pod)
+            self._call(self.on_staging, current)
             try:
                 # durable before anything actuates it
                 written = await self._commit(uid, current)
             except Exception as err:
+                self._call(self.on_unstaged, uid, False)
                 return self._not_allocated(
                     pod, f"writing the allocation checkpoint: {go_error_text(err)}", ERROR)
+            self._call(self.on_unstaged, uid, written)
             if not written:  # forgotten while being written: no event, no metric
                 return AllocationResult(False, "pod is gone")
             if self.desired.get(uid) is not None and not self.differs(self.desired[uid]):
@@ -502,6 +514,12 @@ class AllocationManager:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.retry_period):
                     await self._wake.wait()
+
+    def deciding(self, uid: str) -> bool:
+        """The pod has a change whose first allocation attempt has not ended: its outcome
+        (`on_allocated`, or `on_failed` with the reason) is still to come."""
+        return uid in self.desired and uid not in self.pending and \
+            uid not in self._reported and self._wake is not None
 
     def pending_changes(self, uid: str) -> tuple[list[Obj], list[str]]:
         """(containers, volume names) the API has for the pod that are not allocated."""

@@ -43,6 +43,17 @@ volumes=[a b], unattached volumes=[], failed to process volumes=[]: context dead
 exceeded` (lists as Go's `%v` prints them, sorted), failing fast with the processing errors
 joined by "; " instead of the deadline when the pod has some.
 
+**Early set-up of a change's volumes** (`set_early(uid, pod)`): while the kubelet writes the
+allocation checkpoint of a pod change (KEP-6395), the emptyDir, Secret and ConfigMap volumes
+the change adds (names the desired pod lacks) are desired already, so their set-up overlaps
+the checkpoint's fsync; `set_early(uid, None)` drops them once the write ended (the allocated
+pod then desires them, or, when the write failed, they are torn down as any volume no longer
+desired). Nothing mounts them in a container before the change is allocated (the pod worker
+sees only the allocated spec), and `volume_statuses` leaves them out until then (the worker
+reports them `Pending`); a kubelet killed meanwhile finds them on disk at start-up and tears
+them down (their pod does not desire them). Only those three kinds: their contents do not
+depend on the pod's spec (a downwardAPI or projected volume's do).
+
 Every finished setup and teardown is reported to the observer (`set_operation_observer`) as a
 `VolumeOperation` (plugin, seconds, error, and whether the volume is *dynamic*: added to or
 removed from a pod already desired, KEP-6395), for the kubelet's metrics and events.
@@ -109,6 +120,8 @@ log = logging.getLogger(__name__)
 POD_ATTACH_AND_MOUNT_TIMEOUT = 123.0  # upstream's podAttachAndMountTimeout, 2m3s
 DEFAULT_SYNC_PERIOD = 60.0  # upstream's --sync-frequency
 RECONCILE_PERIOD = 0.1  # upstream's reconciler loop period
+# The volume kinds a change being allocated sets up early (`set_early`).
+_EARLY_KINDS = frozenset({"emptyDir", "secret", "configMap"})
 BACKOFF_INITIAL = 0.5  # upstream's initialDurationBeforeRetry
 BACKOFF_MAX = 122.0  # upstream's maxDurationBeforeRetry, 2m2s
 DEADLINE_EXCEEDED = "context deadline exceeded"
@@ -337,6 +350,8 @@ class VolumeManager:
         self._reconstructed = False
         self._cleaning: set[str] = set()  # pods whose empty volume dirs are being removed
         self._observer: Callable[[VolumeOperation], None] | None = None
+        # uid -> the volumes of a change being allocated, set up early (`set_early`)
+        self._early: dict[str, dict[str, Mapping[str, Any]]] = {}
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -402,6 +417,8 @@ class VolumeManager:
         for uid, old in self._dsw.items():
             if uid not in new:
                 self._forget_desired(old, None)
+        for uid in [uid for uid in self._early if uid not in new]:
+            del self._early[uid]
         self._dsw = new
         self._wake()
         self._signal_change()
@@ -434,6 +451,15 @@ class VolumeManager:
                 dynamic=old is not None and (before is None or before.dynamic
                                              or before.fingerprint != fingerprint),
             )
+        in_spec = {str(v.get("name") or "") for v in (pod.get("spec") or {}).get("volumes") or []}
+        for name, volume in self._early.get(uid, {}).items():
+            plugin = self._find_plugin(volume)
+            if name in in_spec or plugin is None:
+                continue
+            volumes[name] = DesiredVolume(
+                pod_uid=uid, name=name, volume=dict(volume), plugin=plugin,
+                fingerprint=_fingerprint(volume),
+                host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name, dynamic=True)
         basis = _resync_basis(pod)
         version = 1 if old is None else old.version + int(basis != old.resync_basis)
         desired = DesiredPod(uid, dict(pod), volumes, errors, version, basis)
@@ -463,6 +489,31 @@ class VolumeManager:
         if old is not None:
             desired.version = max(desired.version, old.version + 1)
         self._dsw[uid] = desired
+        self._wake()
+
+    def set_early(self, uid: str, pod: Mapping[str, Any] | None) -> None:
+        """Desire now the emptyDir, Secret and ConfigMap volumes that `pod` (the pod's
+        change being allocated) mounts and the desired pod lacks; None: no longer (see the
+        module docstring)."""
+        desired = self._dsw.get(uid)
+        if pod is None:
+            if self._early.pop(uid, None) is not None and desired is not None:
+                self._dsw[uid] = self._process_pod(desired.pod, desired)
+                self._wake()
+            return
+        if desired is None or uid in self._terminated:
+            return
+        have = {str(v.get("name") or "")
+                for v in (desired.pod.get("spec") or {}).get("volumes") or []}
+        referenced = referenced_volume_names(pod)
+        early: dict[str, Mapping[str, Any]] = {
+            str(v.get("name")): v for v in (pod.get("spec") or {}).get("volumes") or []
+            if isinstance(v, dict) and str(v.get("name") or "") in referenced
+            and str(v.get("name")) not in have and _EARLY_KINDS & v.keys()}
+        if not early:
+            return
+        self._early[uid] = early
+        self._dsw[uid] = self._process_pod(desired.pod, desired)
         self._wake()
 
     def resync_pod(self, pod_uid: str) -> None:
@@ -566,8 +617,9 @@ class VolumeManager:
                 else:
                     entry["hostPhase"] = VolumeHostPhase.PENDING.value
                 statuses.append(entry)
+        early = self._early.get(pod_uid, {})
         for uid, name in sorted(self._asw):
-            if uid == pod_uid and name not in seen:
+            if uid == pod_uid and name not in seen and name not in early:
                 statuses.append({"name": name, "hostPhase": VolumeHostPhase.UNMOUNTING.value})
         return statuses
 
@@ -633,6 +685,15 @@ class VolumeManager:
                     task.add_done_callback(self._callback_done)
             except Exception:
                 log.exception("volume manager subscriber failed for pod %s", uid)
+
+    def _notify_setup(self, key: Key) -> None:
+        """A setup ended: the pod's subscribers are told, unless the volume is set up
+        early (`set_early`: its pod's worker cannot use it before the change is allocated,
+        which wakes the worker itself)."""
+        if key[1] in self._early.get(key[0], {}):
+            self._signal_change()
+        else:
+            self._notify(key[0])
 
     def _callback_done(self, task: asyncio.Task[Any]) -> None:
         self._callback_tasks.discard(task)
@@ -797,7 +858,7 @@ class VolumeManager:
                 os.path.lexists, desired.host_dir
             ):
                 self._asw[key] = _mounted_from(desired, uncertain=True)
-            self._notify(desired.pod_uid)
+            self._notify_setup(key)
             return
         self._asw[key] = _mounted_from(
             desired, uncertain=False, synced_version=version, last_sync=self._now()
@@ -807,7 +868,7 @@ class VolumeManager:
             self._observe(VolumeOperation(desired.pod_uid, desired.name, desired.plugin.name,
                                           MOUNT, time.monotonic() - started, desired.dynamic))
         if not was_mounted or had_error:
-            self._notify(desired.pod_uid)
+            self._notify_setup(key)
 
     async def _teardown_op(self, key: Key) -> None:
         mounted = self._asw.get(key)
