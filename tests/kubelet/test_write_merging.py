@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from ephemera.client import ApiUnavailable
 from ephemera.kubelet import events
 from ephemera.kubelet.events import KubeletEvents
-from ephemera.kubelet.status import STATUS_WRITERS, StatusManager
+from ephemera.kubelet.status import StatusManager
 
 
 class RecordingApi:
@@ -227,44 +226,3 @@ async def test_queued_deferred_events_wait_again_when_a_sync_begins() -> None:
     quiet_now.set()
     await second
     assert api.event_reasons() == [events.KILLING, events.PULLED]
-
-
-class GatedApi(RecordingApi):
-    """Holds every PATCH until `gate` opens; counts the PATCHes in flight."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.in_flight = 0
-        self.most_in_flight = 0
-        self.fail_once = {"/api/v1/namespaces/ns/pods/p2/status"}
-
-    async def patch(self, path: str, body: Any, **kw: Any) -> dict[str, Any]:
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            await self.gate.wait()
-            if path in self.fail_once:
-                self.fail_once.discard(path)
-                raise ApiUnavailable("connection refused")
-            return await super().patch(path, body, **kw)
-        finally:
-            self.in_flight -= 1
-
-
-async def test_many_pods_statuses_are_written_side_by_side_and_failures_retried() -> None:
-    """Many pods' statuses due at once go out together (not one round trip after the
-    other), at most STATUS_WRITERS at a time; a failed one is written again."""
-    api = GatedApi()
-    manager = StatusManager(api, retry_interval=0.01)  # type: ignore[arg-type]
-    pods = [{"metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"}, "status": {}}
-            for i in range(STATUS_WRITERS + 4)]
-    async with running(manager):
-        for pod in pods:
-            manager.set_pod_status(pod, {"phase": "Running"})
-        await until(lambda: api.in_flight == STATUS_WRITERS)
-        api.gate.set()
-        await until(lambda: manager.is_settled() and len(api.status_patches()) == len(pods))
-    assert api.most_in_flight == STATUS_WRITERS
-    assert sorted(path for verb, path, _ in api.sent) == sorted(
-        f"/api/v1/namespaces/ns/pods/p{i}/status" for i in range(len(pods)))

@@ -603,30 +603,3 @@ async def test_one_sandbox_s_status_and_containers_without_the_other_pods(
     await runtime.remove_pod_sandbox(two)
     assert await runtime.pod_sandbox_status(two) is None
     assert await runtime.pod_sandbox_status("no-such-sandbox") is None
-
-
-async def test_many_pods_start_at_once_each_start_gets_its_own_answer(
-        runtime: OciRuntime, busybox_layer: Path) -> None:
-    """Sandboxes of several pods made at once (one lock per pod: the same pod asked twice at
-    once still gets one sandbox), and their containers started at once through the one fork
-    server, whose answers come back as the launchers exit: the one failing start is the
-    one that raises, the others run."""
-    pods = [sandbox_config(f"pod-{i}") for i in range(4)]
-    ids = await asyncio.gather(*(runtime.run_pod_sandbox(p) for p in [*pods, pods[0]]))
-    assert ids[0] == ids[-1] and len(set(ids)) == len(pods)
-    assert sorted(s.id for s in await runtime.list_pod_sandboxes()) == sorted(set(ids))
-    configs = [container_config(busybox_layer, "main", "sleep 1000") for _ in pods]
-    configs[2] = dataclasses.replace(configs[2], argv=("/no/such/binary",))
-    containers = [await runtime.create_container(sandbox_id, config, pod)
-                  for sandbox_id, config, pod in zip(ids, configs, pods, strict=False)]
-    server = runtime._shim_server.process
-    results = await asyncio.gather(*(runtime.start_container(c) for c in containers),
-                                   return_exceptions=True)
-    assert [type(r) for r in results] == [type(None), type(None), RuntimeError_, type(None)]
-    assert "/no/such/binary" in str(results[2])
-    states = [(await runtime.container_status(c)).state for c in containers]
-    assert states == [ContainerState.RUNNING, ContainerState.RUNNING, ContainerState.EXITED,
-                      ContainerState.RUNNING]
-    # one server answered them all (no fallback to launchers run directly)
-    assert runtime._shim_server.process is not None
-    assert server is None or runtime._shim_server.process is server

@@ -42,7 +42,6 @@ import logging
 import signal
 import socket
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +54,6 @@ log = logging.getLogger("ephemera.kubelet")
 
 DEFAULT_PORT = 10250
 USER_AGENT = "ephemera-kubelet"
-# Threads of the kubelet's default executor (see `_serve`).
-KUBELET_THREADS = 32
 
 
 def _cidr(text: str) -> str:
@@ -370,12 +367,6 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
     from ephemera.kubelet.server import kubelet_ssl_context
     from ephemera.kubelet.workerdeps import WorkerSettings
 
-    # Blocking work off the event loop (`asyncio.to_thread`: pod storage images, volume
-    # set-up and teardown, pod directories) mostly waits on the kernel or a child process;
-    # the default pool (cores + 4 threads) would queue many pods' mkfs and unmounts behind
-    # each other on a small machine.
-    asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(max_workers=KUBELET_THREADS, thread_name_prefix="kubelet"))
     node_name = (args.node_name or socket.gethostname()).lower()
     root_dir: Path = args.root_dir.resolve()
     root_dir.mkdir(parents=True, exist_ok=True)

@@ -586,8 +586,6 @@ class _PodEntry:
 
 # How long a status published during its worker's sync may wait for the sync's end.
 DEFAULT_MAX_HOLD = 0.25
-# Status writes in flight at once (different pods').
-STATUS_WRITERS = 8
 
 
 class StatusManager:
@@ -754,40 +752,27 @@ class StatusManager:
             entry.api_status = dict(result.get("status") or {})
         return True
 
-    async def _write_all(self, uids: list[str]) -> list[str]:
-        """Write the due statuses of `uids`; the UIDs whose write failed. Different pods'
-        writes go out side by side (at most STATUS_WRITERS at once; each pod is written
-        once here): many pods started or deleted at once do not wait for as many round
-        trips in a row."""
-        gate = asyncio.Semaphore(STATUS_WRITERS)
-
-        async def write_one(uid: str) -> str | None:
-            async with gate:
-                return None if await self._write_due(uid) else uid
-
-        return [uid for uid in await asyncio.gather(*map(write_one, uids)) if uid is not None]
-
     async def run(self) -> None:
         """Write dirty statuses until cancelled; failed writes are retried."""
         while True:
             await self._wake.wait()
             self._wake.clear()
             dirty, self._dirty = self._dirty, set()
+            failed = []
             loop = asyncio.get_running_loop()
             now = loop.time()
             waits = [w for w in (self._held_for(uid, now) for uid in dirty) if w > 0]
             if waits:  # wake when the first held one is due (release wakes us earlier)
                 loop.call_later(min(waits), self._wake.set)
             self._writing = True
-            due = []
-            for uid in dirty:
-                if self._held_for(uid, now) > 0:
-                    self._dirty.add(uid)
-                    continue
-                self._dirty_since.pop(uid, None)
-                due.append(uid)
             try:
-                failed = await self._write_all(due)
+                for uid in dirty:
+                    if self._held_for(uid, now) > 0:
+                        self._dirty.add(uid)
+                        continue
+                    self._dirty_since.pop(uid, None)
+                    if not await self._write_due(uid):
+                        failed.append(uid)
             finally:
                 self._writing = False
             if failed:

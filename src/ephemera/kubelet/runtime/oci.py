@@ -73,7 +73,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -220,100 +219,43 @@ def managed_hosts(hostname: str, domain: str, ips: list[str]) -> str:
     names = f"{hostname}.{domain}\t{hostname}" if domain else hostname
     return text + "".join(f"{ip}\t{names}\n" for ip in ips or ["127.0.1.1"])
 
-class _Answer:
-    """One request's answer: True (`ok`), False (`error`), None (the server is gone)."""
-
-    def __init__(self) -> None:
-        self.ready = threading.Event()
-        self.value: bool | None = None
-
-    def set(self, value: bool | None) -> None:
-        self.value = value
-        self.ready.set()
-
-
 class ShimServer(ServedHelper):
-    """The kubelet side of shim.py's fork server: started on first use, requests tagged
-    with an id and answered as their launchers exit (so many containers start at once),
-    restarted once if it died. A reader thread hands each answer to its waiting caller.
-    `start()` returns None when the server is unusable (the caller then runs a launcher
-    directly)."""
+    """The kubelet side of shim.py's fork server: started on first use, one request at a
+    time, restarted once if it died. `start()` returns None when the server is unusable
+    (the caller then runs a launcher directly)."""
 
     def __init__(self, log_path: Path) -> None:
         super().__init__()
         self.log_path = log_path
-        self._next_id = 0
-        self._pending: dict[bytes, _Answer] = {}
-        self._pending_lock = threading.Lock()
-        self._reader: threading.Thread | None = None
-        self._broken = False  # the reader saw the connection end
 
     def _spawn(self) -> None:
         with open(self.log_path, "ab") as log:
             self.spawn(SHIM, output=log)
-        assert self.sock is not None
-        self._broken = False
-        self._reader = threading.Thread(target=self._read_answers, args=(self.sock,),
-                                        name="shim-server-answers", daemon=True)
-        self._reader.start()
-
-    def _read_answers(self, sock: socket.socket) -> None:
-        buffer = b""
-        try:
-            while True:
-                data = sock.recv(4096)
-                if not data:
-                    break
-                buffer += data
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    request_id, _, answer = line.partition(b" ")
-                    with self._pending_lock:
-                        waiter = self._pending.pop(request_id, None)
-                    if waiter is not None:
-                        waiter.set(answer == b"ok")
-        except OSError:
-            pass
-        self._broken = True
-        with self._pending_lock:
-            lost, self._pending = self._pending, {}
-        for waiter in lost.values():
-            waiter.set(None)
 
     def _stop(self) -> None:
-        if self.sock is not None:
-            with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
         self.stop()
-        if self._reader is not None:
-            self._reader.join(timeout=5)
-            self._reader = None
 
     def start(self, options: list[str]) -> bool | None:
         if any("\n" in option or "\0" in option for option in options):
             return None
         request = "\0".join(options).encode() + b"\n"
-        for _ in range(2):
-            with self.lock:
-                if self._broken or self.process is None or self.process.poll() is not None:
+        with self.lock:
+            for _ in range(2):
+                if self.process is None or self.process.poll() is not None:
                     self._stop()
                     self._spawn()
                 assert self.sock is not None
-                self._next_id += 1
-                request_id = str(self._next_id).encode()
-                waiter = _Answer()
-                with self._pending_lock:
-                    self._pending[request_id] = waiter
                 try:
-                    self.sock.sendall(request_id + b" " + request)
+                    self.sock.sendall(request)
+                    answer = b""
+                    while not answer.endswith(b"\n"):
+                        data = self.sock.recv(64)
+                        if not data:
+                            raise ConnectionError("the shim server closed the connection")
+                        answer += data
+                    return answer == b"ok\n"
                 except OSError:
-                    with self._pending_lock:
-                        self._pending.pop(request_id, None)
                     self._stop()
-                    continue
-            waiter.ready.wait()
-            if waiter.value is not None:
-                return waiter.value
         return None
 
     def close(self) -> None:
@@ -344,11 +286,7 @@ class OciRuntime(RuntimeService):
         self.hide_cgroup2 = kind == "crun" and cgroups.is_hybrid()
         self.unshare = shutil.which("unshare") or "/usr/bin/unshare"
         self._executor: ThreadPoolExecutor | None = None  # blocking work, off the event loop
-        # run_pod_sandbox is idempotent per pod UID: one lock per pod, so that many pods'
-        # sandboxes (namespaces, CNI ADD, mounts) are made at once
-        self._sandbox_locks: weakref.WeakValueDictionary[str, threading.Lock] = \
-            weakref.WeakValueDictionary()
-        self._sandbox_locks_guard = threading.Lock()
+        self._sandbox_lock = threading.Lock()  # run_pod_sandbox is idempotent per pod UID
         self._meta_lock = threading.Lock()  # container.json rewrites (live mounts)
         # container id -> its sandbox's (fixed at create): a sandbox's listing skips the
         # other pods' containers without reading their state
@@ -414,15 +352,8 @@ class OciRuntime(RuntimeService):
     async def run_pod_sandbox(self, config: SandboxConfig) -> str:
         return await self._blocking(self._run_pod_sandbox, config)
 
-    def _pod_sandbox_lock(self, pod_uid: str) -> threading.Lock:
-        with self._sandbox_locks_guard:
-            lock = self._sandbox_locks.get(pod_uid)
-            if lock is None:
-                lock = self._sandbox_locks[pod_uid] = threading.Lock()
-            return lock
-
     def _run_pod_sandbox(self, config: SandboxConfig) -> str:
-        with self._pod_sandbox_lock(config.pod_uid):
+        with self._sandbox_lock:
             for existing in self._sandbox_metas():
                 if existing["pod_uid"] == config.pod_uid and existing["ready"]:
                     return str(existing["id"])
@@ -611,16 +542,9 @@ class OciRuntime(RuntimeService):
                 metas = []
         else:
             metas = self._sandbox_metas()
-        # one read of the mount table for a listing, not an ismount (a realpath walk) per
-        # namespace of every sandbox: each pod worker lists them all
-        points = set(mounts_under(self.sandboxes_dir)) if len(metas) > 1 else None
-
-        def mounted(path: Path) -> bool:
-            return str(path) in points if points is not None else os.path.ismount(path)
-
         for meta in metas:
             if meta["ready"] and not all(
-                    mounted(self._sandbox_dir(meta["id"]) / "ns" / ns)
+                    os.path.ismount(self._sandbox_dir(meta["id"]) / "ns" / ns)
                     for ns in meta["namespaces"]):
                 meta["ready"] = False
         return metas

@@ -619,60 +619,38 @@ def start(options: dict[str, list[str]]) -> int:
 
 def serve(options: dict[str, list[str]]) -> int:
     """The fork server: one per runtime instance, so that starting a container does not pay
-    for a new interpreter. Requests arrive on the socket `fd=` as lines `<id> <options>`
-    (the `start` options NUL-separated); for each, a forked child redirects its stdio to the
-    instance's `shim.log` and runs `start` (so the daemon is this server's grandchild,
-    reparented to init once the launcher exits); the answer line is `<id> ok` or
-    `<id> error`, written when that launcher exits. Launchers run side by side (a pidfd
-    each, polled with the socket): many containers start at once, not one after another.
-    Raw fds only: the children close the socket and the pidfds before anything else and
-    never touch them again. The server exits when the kubelet closes the socket (or dies);
-    launchers still running then finish on their own."""
+    for a new interpreter. Requests arrive on the socket `fd=` as lines of NUL-separated
+    `start` options; for each, a forked child redirects its stdio to the instance's
+    `shim.log` and runs `start` (so the daemon is this server's grandchild, reparented to
+    init once the launcher exits); the answer line is `ok` or `error`. Raw fds only: the
+    children close the socket before anything else and never touch it again. The server
+    exits when the kubelet closes the socket (or dies)."""
     sock = int(options["fd"][0])
     buffer = b""
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    launchers: dict[int, tuple[int, bytes]] = {}  # pidfd -> (pid, request id)
     while True:
         newline = buffer.find(b"\n")
-        if newline >= 0:
-            line, buffer = buffer[:newline], buffer[newline + 1 :]
-            request_id, _, rest = line.partition(b" ")
-            request = parse_options(rest.decode().split("\0"))
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    os.close(sock)
-                    for fd in launchers:
-                        os.close(fd)
-                    log = os.open(os.path.join(request["dir"][0], "shim.log"),
-                                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                    os.dup2(log, 1)
-                    os.dup2(log, 2)
-                    os.close(log)
-                    start(request)
-                finally:
-                    os._exit(1)
-            pidfd = os.pidfd_open(pid)
-            launchers[pidfd] = (pid, request_id)
-            poller.register(pidfd, select.POLLIN)
-            continue
-        for fd, _ in poller.poll():
-            if fd == sock:
-                data = os.read(sock, 65536)
-                if not data:
-                    return 0
-                buffer += data
-                continue
-            pid, request_id = launchers.pop(fd)
-            poller.unregister(fd)
-            os.close(fd)
-            _, status = os.waitpid(pid, 0)
-            answer = b"ok" if os.waitstatus_to_exitcode(status) == 0 else b"error"
-            try:
-                os.write(sock, request_id + b" " + answer + b"\n")
-            except OSError:  # the kubelet is gone: nobody to answer
+        if newline < 0:
+            data = os.read(sock, 65536)
+            if not data:
                 return 0
+            buffer += data
+            continue
+        line, buffer = buffer[:newline], buffer[newline + 1 :]
+        request = parse_options(line.decode().split("\0"))
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(sock)
+                log = os.open(os.path.join(request["dir"][0], "shim.log"),
+                              os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                os.close(log)
+                start(request)
+            finally:
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        os.write(sock, b"ok\n" if os.waitstatus_to_exitcode(status) == 0 else b"error\n")
 
 
 def main(argv: list[str]) -> int:

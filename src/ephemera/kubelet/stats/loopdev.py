@@ -23,7 +23,6 @@ import errno
 import fcntl
 import os
 import struct
-import threading
 import time
 from pathlib import Path
 from typing import Final
@@ -43,10 +42,6 @@ _NAME_SIZE: Final = 64
 # struct loop_info64: 5 x u64, 4 x u32 (lo_flags last), file name, crypt name, key, 2 x u64.
 _INFO64: Final = struct.Struct(f"=5Q4I{_NAME_SIZE}s{_NAME_SIZE}s32s2Q")
 _ATTEMPTS: Final = 16
-# The kubelet attaches many pods' images at once from its threads: a thread holds this only
-# from `LOOP_CTL_GET_FREE` to the bind (ioctls), so that its threads do not race each other
-# for the same free device (the EBUSY retries are for other processes); mounts run outside.
-_claim = threading.Lock()
 
 
 class LoopError(OSError):
@@ -85,23 +80,21 @@ def attach_and_mount(image: Path, target: Path, fs_type: str = "ext4",
         control = os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
         try:
             for _ in range(_ATTEMPTS):
-                with _claim:
-                    number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
-                    device = f"/dev/loop{number}"
-                    try:
-                        loop_fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
-                    except FileNotFoundError:
-                        time.sleep(0.001)  # devtmpfs has not made the node yet
-                        continue
+                number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
+                device = f"/dev/loop{number}"
+                try:
+                    loop_fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    time.sleep(0.001)  # devtmpfs has not made the node yet
+                    continue
+                try:
                     try:
                         _bind(loop_fd, image_fd, image)
                     except OSError as err:
-                        os.close(loop_fd)
                         if err.errno == errno.EBUSY:
                             continue  # taken by another process meanwhile
                         raise LoopError(err.errno, f"attaching {image} to {device}: "
                                                    f"{os.strerror(err.errno or 0)}") from None
-                try:
                     mounts.mount_device(device, target, fs_type, options)
                     return device
                 finally:

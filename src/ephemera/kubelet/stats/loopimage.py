@@ -48,7 +48,6 @@ import shutil
 import subprocess
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -124,18 +123,7 @@ class PodImages:
         self.logs_dir = self.root_dir / "logs" / "pods"
         self.mkfs = mkfs
         self._mounted: dict[str, PodImage] = {}
-        # One lock per pod (its image file, mount point and log link are its own): many
-        # pods' images are made, mounted and released at once, not one after another.
-        self._locks: weakref.WeakValueDictionary[str, threading.Lock] = \
-            weakref.WeakValueDictionary()
-        self._locks_guard = threading.Lock()
-
-    def _pod_lock(self, uid: str) -> threading.Lock:
-        with self._locks_guard:
-            lock = self._locks.get(uid)
-            if lock is None:
-                lock = self._locks[uid] = threading.Lock()
-            return lock
+        self._lock = threading.Lock()
 
     def image_path(self, uid: str) -> Path:
         return self.images_dir / f"{uid}.img"
@@ -163,21 +151,21 @@ class PodImages:
 
     def adopt(self) -> list[str]:
         """Record the images mounted by an earlier kubelet; their UIDs."""
-        found = []
-        by_point = {m.mount_point: m for m in mounts.mountinfo()}
-        with contextlib.suppress(FileNotFoundError):
-            for name in sorted(os.listdir(self.images_dir)):
-                if not name.endswith(".img"):
-                    continue
-                uid = name.removesuffix(".img")
-                m = by_point.get(str(self.mount_point(uid)))
-                if m is None or not m.source.startswith("/dev/loop") or \
-                        loopdev.backing_file(m.source) != str(self.image_path(uid)):
-                    continue
-                with self._pod_lock(uid):
+        with self._lock:
+            found = []
+            by_point = {m.mount_point: m for m in mounts.mountinfo()}
+            with contextlib.suppress(FileNotFoundError):
+                for name in sorted(os.listdir(self.images_dir)):
+                    if not name.endswith(".img"):
+                        continue
+                    uid = name.removesuffix(".img")
+                    m = by_point.get(str(self.mount_point(uid)))
+                    if m is None or not m.source.startswith("/dev/loop") or \
+                            loopdev.backing_file(m.source) != str(self.image_path(uid)):
+                        continue
                     self._record(uid, m.source)
-                found.append(uid)
-        return found
+                    found.append(uid)
+            return found
 
     def _record(self, uid: str, device: str) -> PodImage:
         point = self.mount_point(uid)
@@ -194,7 +182,7 @@ class PodImages:
         """The pod's image mounted on its directory, made (`size_bytes`, or sized to leave
         `capacity` available) when there is none. None when the pod directory or its log
         directory already holds files written without an image."""
-        with self._pod_lock(uid):
+        with self._lock:
             log_dir = Path(log_dir)
             point = self.mount_point(uid)
             image = self._mounted.get(uid)
@@ -276,7 +264,7 @@ class PodImages:
     def release(self, uid: str) -> None:
         """Unmount the pod's image, check its loop device is gone, delete the file and the
         log symlink. Raises (to be retried) when something is still mounted below."""
-        with self._pod_lock(uid):
+        with self._lock:
             point = self.mount_point(uid)
             path = self.image_path(uid)
             device = self._find_mount(uid)
