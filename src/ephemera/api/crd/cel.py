@@ -129,7 +129,9 @@ _NO_SUCH_MEMBER = re.compile(r"no such member in mapping: '([^']*)'")
 
 def _eval_error(err: BaseException) -> EvalError:
     """celpy's error as a short message in upstream's words where they exist; never the
-    evaluator's internals (its activation's repr)."""
+    evaluator's internals (its activation's repr); Python's recursion limit is `TooDeep`."""
+    if isinstance(err, RecursionError):
+        return TooDeep()
     text = str(err.args[0]) if getattr(err, "args", None) else str(err)
     undeclared = _UNDECLARED.search(text)
     if undeclared:
@@ -153,16 +155,10 @@ def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = Fa
     activation: dict[str, Any] = {"self": celpy.json_to_cel(value)}
     if has_old:
         activation["oldSelf"] = celpy.json_to_cel(old)
-    try:
+    try:  # celmeter returns an evaluation's failure as its value
         result, cost = celmeter.evaluate(compiled.program, activation, limit)
     except celmeter.CostLimitExceeded as over:
         raise CallCostExceeded(over.cost) from None
-    except RecursionError:
-        raise TooDeep() from None
-    except Exception as err:
-        raise _eval_error(err) from None
-    if isinstance(result, RecursionError):
-        raise TooDeep() from None
     if isinstance(result, Exception):
         failure = _eval_error(result)
         failure.cost = cost
