@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ephemera.api.crd.celcost import PER_CALL_LIMIT
+from ephemera.api.crd.celcost import MACROS, PER_CALL_LIMIT, comprehension_variable
 
 # celpy (and its grammar) is imported when the first rule is compiled, not with the
 # apiserver: it costs a second or more of start-up.
@@ -170,7 +170,6 @@ def evaluate(compiled: Compiled, value: Any, old: Any = None, has_old: bool = Fa
     return result, cost
 
 
-_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _BUILT_IN = frozenset({"self", "oldSelf", "has"})
 
 
@@ -195,10 +194,9 @@ def _names_unknown(tree: Any, known: frozenset[str]) -> bool:
     if data == "member_dot_arg" and len(kids) >= 2:
         name = str(kids[1])
         args = list(getattr(kids[2], "children", [])) if len(kids) > 2 else []
-        if name in _MACROS and len(args) == 2:
-            variables = [str(v.children[0]) for v in args[0].iter_subtrees()
-                         if str(v.data) == "ident" and v.children]
-            inner = known | frozenset(variables[:1])
+        if name in MACROS and len(args) == 2:
+            variable = comprehension_variable(args[0])
+            inner = known | frozenset([variable] if variable else [])
             return _names_unknown(kids[0], known) or _names_unknown(args[1], inner)
         if name not in known:
             return True

@@ -126,6 +126,18 @@ def _name(tree: Any) -> str:
     return str(getattr(tree, "data", ""))
 
 
+def comprehension_variable(tree: Any) -> str | None:
+    """The variable's name of a comprehension whose first argument is `tree` (celpy's
+    parse tree of the macro's first argument), if it is a plain identifier."""
+    kids = _children(tree)
+    while len(kids) == 1 and hasattr(kids[0], "data"):
+        if _name(kids[0]) == "ident":
+            inner = _children(kids[0])
+            return str(inner[0]) if inner else None
+        kids = _children(kids[0])
+    return None
+
+
 class _Bound:
     """The lower bound over one rule's parse tree (celpy's lark tree)."""
 
@@ -163,7 +175,7 @@ class _Bound:
         if name == "member_dot_arg" and len(kids) == 3 and str(kids[1]) in MACROS:
             target, args = kids[0], _children(kids[2])
             if len(args) == 2:
-                variable = self._variable(args[0])
+                variable = comprehension_variable(args[0])
                 if variable is not None:
                     shape = self.shape(target, scope)
                     inner = {**scope, variable: _element(shape)}
@@ -174,16 +186,6 @@ class _Bound:
             per_element = max_elements(rhs) if (rhs or {}).get("type") == "array" else 0
             return self.cost(kids[0], scope) + self.cost(kids[1], scope) + per_element
         return sum(self.cost(kid, scope) for kid in kids if hasattr(kid, "data"))
-
-    def _variable(self, tree: Any) -> str | None:
-        """The comprehension variable's name (the macro's first argument), if it is one."""
-        kids = _children(tree)
-        while len(kids) == 1 and hasattr(kids[0], "data"):
-            if _name(kids[0]) == "ident":
-                inner = _children(kids[0])
-                return str(inner[0]) if inner else None
-            kids = _children(kids[0])
-        return None
 
 
 def exceeds_hundredfold(tree: Any, node: Schema, cardinality: int) -> bool:
