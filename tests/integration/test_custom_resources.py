@@ -385,23 +385,20 @@ async def test_a_crd_deleted_before_it_was_established_leaves_no_strategy(api: A
     status, got = await api.get(f"{CRDS}/crontabz.stable.example.com")
     assert {c["type"]: c["status"] for c in got["status"]["conditions"]}["Established"] == \
         "False"
-    status, _ = await api.delete(f"{CRDS}/crontabz.stable.example.com")
-    assert status == 200
 
-    async def gone() -> bool:
-        status, _ = await api.get(f"{CRDS}/crontabz.stable.example.com")
-        return status == 404 and registered("crontabz") == []
+    async def delete_and_wait(plural: str) -> None:
+        status, _ = await api.delete(f"{CRDS}/{plural}.stable.example.com")
+        assert status == 200
 
-    await eventually(gone)
+        async def gone() -> bool:
+            status, _ = await api.get(f"{CRDS}/{plural}.stable.example.com")
+            return status == 404 and registered(plural) == []
+
+        await eventually(gone)
+
+    await delete_and_wait("crontabz")
     assert registered("crontabs") != []  # the established one is still served
-    status, _ = await api.delete(f"{CRDS}/crontabs.stable.example.com")
-    assert status == 200
-
-    async def both_gone() -> bool:
-        status, _ = await api.get(f"{CRDS}/crontabs.stable.example.com")
-        return status == 404 and registered("crontabs") == []
-
-    await eventually(both_gone)
+    await delete_and_wait("crontabs")
 
 
 async def test_deleting_a_namespace_deletes_its_custom_resources(api: Api) -> None:
