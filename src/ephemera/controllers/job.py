@@ -153,9 +153,9 @@ class JobController:
             self.expectations.deletion_observed(key, _key(pod))
 
     def _untracked(self, pod: Mapping[str, Any]) -> None:
-        """A pod without a Job controller (orphaned): it keeps no tracking finalizer."""
-        for pods in self._pods_of.values():
-            pods.pop(_key(pod), None)
+        """A pod without a Job controller (orphaned): it keeps no tracking finalizer. (It
+        is in no Job's `_pods_of`: a pod that loses its controller leaves its old Job's
+        there in `_pod_updated`.)"""
         if JOB_TRACKING_FINALIZER in (_md(pod).get("finalizers") or []):
             self.queue.add(ORPHAN_PREFIX + _key(pod))
 
