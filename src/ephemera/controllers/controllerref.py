@@ -34,6 +34,16 @@ def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def controller_uid(obj: Mapping[str, Any], kind: str, group: str) -> str | None:
+    """The uid of the object's controller when that is a `kind` of API group `group` (its
+    reference's apiVersion `group/...`), else None."""
+    ref = controller_of(obj)
+    if ref is None or ref.get("kind") != kind or \
+            not str(ref.get("apiVersion", "")).startswith(f"{group}/"):
+        return None
+    return str(ref.get("uid"))
+
+
 def new_controller_ref(owner: Mapping[str, Any], api_version: str, kind: str
                        ) -> dict[str, Any]:
     """`metav1.NewControllerRef`: controller and blockOwnerDeletion true."""

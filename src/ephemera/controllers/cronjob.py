@@ -38,6 +38,7 @@ from ephemera.batch.cronjobs import (
 )
 from ephemera.batch.jobs import has_condition
 from ephemera.client import ApiClient, EventRecorder, Informer, resource_path
+from ephemera.controllers.controllerref import controller_uid
 from ephemera.controllers.objects import metadata as _md
 from ephemera.controllers.objects import queue_key as _key
 from ephemera.controllers.runner import run_workers
@@ -52,10 +53,7 @@ NEXT_SCHEDULE_DELTA = 0.1  # upstream's nextScheduleDelta: requeue a little afte
 
 
 def _owner_uid(job: Mapping[str, Any]) -> str | None:
-    for ref in _md(job).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == "CronJob":
-            return str(ref.get("uid"))
-    return None
+    return controller_uid(job, "CronJob", "batch")
 
 
 def _finished(job: Mapping[str, Any]) -> str | None:

@@ -33,6 +33,7 @@ from ephemera.api.errors import StatusError
 from ephemera.batch.jobs import JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER, has_condition
 from ephemera.batch.jobsync import compute
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.controllers import controllerref
 from ephemera.controllers.controllerref import (
     ControllerRefManager,
     controller_of,
@@ -59,11 +60,8 @@ ORPHAN_PREFIX = "\0orphan:"  # queue keys of pods to release that have no Job
 
 
 def controller_uid(obj: Mapping[str, Any]) -> str | None:
-    for ref in _md(obj).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == "Job" and \
-                str(ref.get("apiVersion", "")).startswith("batch/"):
-            return str(ref.get("uid"))
-    return None
+    """The uid of the pod's controlling Job, if a Job controls it."""
+    return controllerref.controller_uid(obj, "Job", "batch")
 
 
 def job_pod(job: Mapping[str, Any], index: int | None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import parse_time
 from ephemera.client import ApiClient, Informer, resource_path
+from ephemera.controllers.objects import queue_key
 from ephemera.controllers.runner import run_workers
 from ephemera.controllers.workqueue import WorkQueue
 
@@ -49,8 +50,7 @@ class TTLAfterFinishedController:
 
     def _changed(self, job: Mapping[str, Any]) -> None:
         if expires_in(job, datetime.now(UTC)) is not None:
-            md = job.get("metadata") or {}
-            self.queue.add(f"{md.get('namespace')}/{md.get('name')}")
+            self.queue.add(queue_key(job))
 
     async def run(self) -> None:
         await run_workers(self.queue, self._sync, what="ttl-after-finished job", log=log,
