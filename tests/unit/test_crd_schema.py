@@ -117,6 +117,30 @@ def test_cel_rules_transition_rules_and_message_expressions() -> None:
                     old={"spec": {"size": 5}}) == ["spec: Forbidden: size may not shrink"]
     assert messages({"spec": {"size": 3}}, root) == ["spec.name: Required value: name is "
                                                      "required"]
+    # upstream's ruleMessageOrDefault and evalMessageExpression: texts trimmed (a rule
+    # spanning lines kept as written); an evaluated message that is empty, has a line break
+    # inside or is over 5 KiB falls back to the rule's message
+    spec["x-kubernetes-validations"] = [
+        {"rule": " self.size > 10 &&\n  self.size < 20 "},
+        {"rule": "self.size > 10", "message": " size too small ",
+         "messageExpression": "'  size is ' + string(self.size) + '\\n'"},
+        {"rule": "self.size > 11", "message": "small", "messageExpression": "'a\\nb'"},
+        {"rule": "self.size > 13", "message": "wee", "messageExpression": "'   '"},
+    ]
+    assert messages({"spec": {"size": 4, "name": "ab"}}, root) == [
+        'spec: Invalid value: "object": failed rule: self.size > 10 &&\n  self.size < 20',
+        'spec: Invalid value: "object": size is 4',
+        'spec: Invalid value: "object": small',
+        'spec: Invalid value: "object": wee']
+    long_text = "'" + "y" * (5 * 1024 + 1) + "'"
+    spec["x-kubernetes-validations"] = [
+        {"rule": "false", "message": "fallback", "messageExpression": long_text}]
+    assert messages({"spec": {"size": 4, "name": "ab"}}, root) == [
+        'spec: Invalid value: "object": fallback']
+    spec["x-kubernetes-validations"] = [
+        {"rule": "false", "message": "fallback", "messageExpression": long_text[:-2] + "'"}]
+    assert messages({"spec": {"size": 4, "name": "ab"}}, root) == [
+        'spec: Invalid value: "object": ' + "y" * (5 * 1024)]
     # a wrong type skips the rules, with upstream's note
     assert messages({"spec": {"size": "x"}}, root)[-1] == (
         'Invalid value: "null": some validation rules were not checked because the object '

@@ -37,6 +37,8 @@ from ephemera.api.field import FieldError, Path
 from ephemera.api.services import service_name_errors
 from ephemera.api.validation import path_segment_name, validate_object_meta
 
+# upstream's `MaxEvaluatedMessageExpressionSizeBytes`: a longer evaluated message is not used
+MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 LIST_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"
 NOT_CHECKED = ("some validation rules were not checked because the object was invalid; "
@@ -372,7 +374,7 @@ class _Walk:
         expression ran out of the budget (its own error is recorded and no rule runs
         further)."""
         type_ = s.get("type") or "object"
-        message = rule.get("message") or f"failed rule: {_rule_text(rule['rule'])}"
+        message = _rule_message_or_default(rule)
         where = path
         field_path = rule.get("fieldPath")
         if isinstance(field_path, str) and field_path.startswith("."):
@@ -398,8 +400,9 @@ class _Walk:
                 self._out_of_budget(where, type_, "messageExpression evaluation")
                 return None
             self.budget -= cost
-            if isinstance(text, str) and text.strip() and "\n" not in text:
-                message = text.strip()
+            text = text.strip() if isinstance(text, str) else ""
+            if text and "\n" not in text and len(text.encode()) <= MAX_MESSAGE_EXPRESSION_BYTES:
+                message = text
         kind = cel.REASONS.get(str(rule.get("reason") or "FieldValueInvalid"), "Invalid")
         if kind in ("Invalid", "Duplicate"):
             return FieldError(kind, str(where), message, type_)
@@ -442,8 +445,13 @@ def dns1035_label_errors(value: str) -> list[str]:
     return service_name_errors(value, False)
 
 
-def _rule_text(text: str) -> str:
-    return " ".join(text.split())
+def _rule_message_or_default(rule: Mapping[str, Any]) -> str:
+    """upstream's `ruleMessageOrDefault`: the rule's message, else `failed rule: RULE`
+    (both trimmed)."""
+    message = rule.get("message")
+    if isinstance(message, str) and message:
+        return message.strip()
+    return f"failed rule: {_rule_error_string(rule)}"
 
 
 def _eval_failure(err: cel.EvalError, rule: Mapping[str, Any]) -> str:
