@@ -15,6 +15,7 @@ import pytest
 from apiserver_fixtures import TABLE_ACCEPT, Api, eventually, open_watch
 
 from ephemera.api.crd import cel
+from ephemera.api.crd import schema as crschema
 from ephemera.apiserver import resources
 from ephemera.apiserver.app import REGISTRY
 from ephemera.apiserver.customresources import CustomResourceStrategy
@@ -559,7 +560,8 @@ async def test_cel_rules_are_evaluated_off_the_event_loop(
     """A create and a patch of a custom resource whose rules take long (here: held until the
     test lets them go) leave the apiserver answering other requests meanwhile: a GET sent
     while the rules run completes before the write does. Built-in kinds and custom
-    resources without rules are validated inline."""
+    resources without rules are validated inline. So are the rules the Warning pass
+    evaluates."""
     await make_crd(api)
     registry = api.app[REGISTRY]
     crontabs = resources.lookup("stable.example.com", "v1", "crontabs")
@@ -603,4 +605,13 @@ async def test_cel_rules_are_evaluated_off_the_event_loop(
 
     await while_rules_run(lambda: api.post(CT, crontab("slow")))
     await while_rules_run(lambda: api.patch(f"{CT}/slow", {"spec": {"replicas": 2}},
+                                            "application/merge-patch+json"))
+    # the Warning pass (for a schema whose rules may call a function ephemera's CEL has
+    # not, which it evaluates) too, on a create, an update and a patch
+    monkeypatch.setattr(crschema, "may_leave_rules_unchecked", lambda _schema: True)
+    await while_rules_run(lambda: api.post(CT, crontab("slower")))
+    _, slower = await api.get(f"{CT}/slower")
+    await while_rules_run(lambda: api.put(f"{CT}/slower", {**slower, "spec": {
+        **slower["spec"], "replicas": 3}}))
+    await while_rules_run(lambda: api.patch(f"{CT}/slower", {"spec": {"replicas": 2}},
                                             "application/merge-patch+json"))

@@ -35,7 +35,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import orjson
 
@@ -148,18 +148,19 @@ class Codec:
 
 
 _P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
-async def run_validation(strategy: Strategy, check: Callable[_P, None],
-                         *args: _P.args, **kwargs: _P.kwargs) -> None:
-    """`check` (a strategy's `validate_create` or `before_update`) on the event loop, or, for
-    a strategy whose validation may take long (`validates_in_thread`: a custom resource with
-    CEL rules), in a worker thread, so that other requests go on meanwhile. The object is
-    this request's own until the check returns; the CEL cost meter is per evaluation."""
+async def run_validation(strategy: Strategy, check: Callable[_P, _T],
+                         *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """`check` (a strategy's `validate_create`, `before_update` or `warnings`) on the event
+    loop, or, for a strategy whose validation may take long (`validates_in_thread`: a custom
+    resource with CEL rules), in a worker thread, so that other requests go on meanwhile.
+    The object is this request's own until the check returns; the CEL cost meter is per
+    evaluation."""
     if strategy.validates_in_thread:
-        await asyncio.to_thread(check, *args, **kwargs)
-    else:
-        check(*args, **kwargs)
+        return await asyncio.to_thread(check, *args, **kwargs)
+    return check(*args, **kwargs)
 
 
 def watch_route(cache: ResourceCache, selection: Selection | None) -> str | None:

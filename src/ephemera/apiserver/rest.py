@@ -39,6 +39,7 @@ from ephemera.apiserver.registry import (
     ListPage,
     Registry,
     dumps,
+    run_validation,
 )
 from ephemera.apiserver.resources import RESOURCES, Resource
 
@@ -305,7 +306,8 @@ class RestHandlers:
         ensure_namespace(obj, res, target.namespace)
         if md.get("resourceVersion"):
             raise errors.bad_request("resourceVersion can not be set for create requests")
-        warnings = [*warnings, *self.registry.strategy(res).warnings(obj, None)]
+        strategy = self.registry.strategy(res)
+        warnings = [*warnings, *await run_validation(strategy, strategy.warnings, obj, None)]
         obj = record_update(None, obj, manager, res)
         created = await self.registry.create(res, obj, dry_run=dry, user=request_user(request))
         return respond(created, 201, warnings)
@@ -325,7 +327,8 @@ class RestHandlers:
 
         async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
             new = json_copy(obj)
-            warnings[:] = [*decode_warnings, *strategy.warnings(new, current, sub)]
+            warnings[:] = [*decode_warnings, *await run_validation(
+                strategy, strategy.warnings, new, current, sub)]
             if current is None:
                 if sub or not strategy.allow_create_on_update:
                     raise errors.not_found(res.plural, target.name, res.group)
@@ -394,7 +397,8 @@ class RestHandlers:
                     None, json_copy(applied), manager, bool(force), res.definition,
                     res.api_version, sub)
                 ensure_namespace(new, res, target.namespace)
-                warnings.extend(strategy.warnings(new, None, sub))
+                warnings.extend(await run_validation(strategy, strategy.warnings, new, None,
+                                                     sub))
                 return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
             if is_apply:
                 assert applied is not None
@@ -406,7 +410,8 @@ class RestHandlers:
                 new = patch.apply_patch(content_type, current, body, res.definition)
                 warnings.extend(self._check_patched(new, current, res, content_type,
                                                     directive))
-            warnings.extend(strategy.warnings(new, current, sub))
+            warnings.extend(await run_validation(strategy, strategy.warnings, new, current,
+                                                 sub))
             md = meta.ensure_metadata(new)
             current_rv = (current.get("metadata") or {}).get("resourceVersion")
             wanted_rv = md.get("resourceVersion")
