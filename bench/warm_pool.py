@@ -92,6 +92,7 @@ from bench.pod_start import (
     run_bench,
     wait_until_trapping,
 )
+from ephemera.api import conditions
 
 DEFAULT_CLAIMS = 50
 QUICK_CLAIMS = 5
@@ -201,9 +202,7 @@ def running(pod: dict[str, Any]) -> bool:
 
 def pod_ready(pod: dict[str, Any]) -> bool:
     """Running (as above) and its `Ready` condition True: what a claim's pod is."""
-    return running(pod) and any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or [])
+    return running(pod) and conditions.is_true(pod.get("status"), "Ready")
 
 
 def claim_label(pod: dict[str, Any]) -> str:
