@@ -38,12 +38,10 @@ from ephemera.controllers.controllerref import ControllerRefManager, controller_
 from ephemera.controllers.expectations import Expectations
 from ephemera.controllers.history import (
     HASH_LABEL,
-    bump_revision,
     daemonset_history_to_delete,
     delete_revisions,
+    ensure_revision,
     owned_revisions,
-    revision_body,
-    revision_number,
 )
 from ephemera.controllers.objects import int_or_zero as _int
 from ephemera.controllers.objects import metadata as _md
@@ -342,20 +340,9 @@ class DaemonSetController(QueueController):
         template = (ds.get("spec") or {}).get("template") or {}
         collision = (ds.get("status") or {}).get("collisionCount") or None
         current = du.compute_hash(template, collision)
-        namespace, name = str(_md(ds).get("namespace")), str(_md(ds).get("name"))
-        owned = owned_revisions(self.revisions.list(), ds)
-        revision = max((revision_number(r) for r in owned), default=0) + 1
-        existing = [r for r in owned if (_md(r).get("labels") or {}).get(HASH_LABEL) == current]
-        if existing:
-            await bump_revision(self.api, existing[0], revision)
-            return current
-        body = revision_body(ds, "DaemonSet", f"{name}-{current}", current, template, revision)
-        try:
-            await self.api.create(resource_path("controllerrevisions", namespace,
-                                                group="apps"), body)
-        except StatusError as err:
-            if err.code != 409:
-                raise
+        await ensure_revision(self.api, ds, "DaemonSet",
+                              owned_revisions(self.revisions.list(), ds),
+                              f"{_md(ds).get('name')}-{current}", current, template)
         return current
 
     async def _update_status(self, ds: Obj, pods: list[Obj], current_hash: str) -> None:

@@ -17,7 +17,7 @@ from ephemera.controllers.objects import int_or_zero
 from ephemera.controllers.objects import metadata as _md
 
 __all__ = ["HASH_LABEL", "bump_revision", "daemonset_history_to_delete", "delete_revisions",
-           "owned_revisions", "revision_body", "revision_number",
+           "ensure_revision", "owned_revisions", "revision_body", "revision_number",
            "statefulset_history_to_delete"]
 
 HASH_LABEL = "controller-revision-hash"
@@ -63,6 +63,27 @@ async def bump_revision(api: ApiClient, history: Mapping[str, Any], next_revisio
         await api.patch(_path(history), {"revision": next_revision}, patch_type="merge")
     except StatusError as err:
         if err.code != 404:
+            raise
+
+
+async def ensure_revision(api: ApiClient, owner: Mapping[str, Any], kind: str,
+                          owned: list[Obj], name: str, hash_: str,
+                          template: Mapping[str, Any]) -> None:
+    """The revision of `owner`'s current `template` (hash label `hash_`) kept as the newest:
+    one of `owned` with that hash takes the next number (`bump_revision`), else
+    ControllerRevision `name` is created with it (one made meanwhile is no error)."""
+    next_revision = max((revision_number(r) for r in owned), default=0) + 1
+    existing = [r for r in owned if _hash(r) == hash_]
+    for revision in existing:
+        await bump_revision(api, revision, next_revision)
+    if existing:
+        return
+    body = revision_body(owner, kind, name, hash_, template, next_revision)
+    try:
+        await api.create(resource_path("controllerrevisions",
+                                       str(_md(owner).get("namespace")), group="apps"), body)
+    except StatusError as err:
+        if err.code != 409:
             raise
 
 

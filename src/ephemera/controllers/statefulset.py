@@ -38,11 +38,9 @@ from ephemera.controllers import podutil
 from ephemera.controllers.controllerref import ControllerRefManager, controller_of
 from ephemera.controllers.history import (
     HASH_LABEL,
-    bump_revision,
     delete_revisions,
+    ensure_revision,
     owned_revisions,
-    revision_body,
-    revision_number,
     statefulset_history_to_delete,
 )
 from ephemera.controllers.objects import int_or_zero as _int
@@ -257,9 +255,8 @@ class StatefulSetController(QueueController):
         revision the set has, kept as ControllerRevisions."""
         template = (sts.get("spec") or {}).get("template") or {}
         collision = (sts.get("status") or {}).get("collisionCount") or None
-        namespace, name = str(_md(sts).get("namespace")), str(_md(sts).get("name"))
         # upstream names a StatefulSet's revisions (label and status) by the revision's name
-        current = f"{name}-{du.compute_hash(template, collision)}"
+        current = f"{_md(sts).get('name')}-{du.compute_hash(template, collision)}"
         owned = owned_revisions(self.revisions.list(), sts)
         templates: dict[str, Obj] = {}
         for r in owned:
@@ -268,19 +265,8 @@ class StatefulSetController(QueueController):
             t.pop("$patch", None)
             if h:
                 templates[str(h)] = t
-        revision = max((revision_number(r) for r in owned), default=0) + 1
-        for r in owned:
-            if (_md(r).get("labels") or {}).get(HASH_LABEL) == current:
-                await bump_revision(self.api, r, revision)
-        if current not in templates:
-            body = revision_body(sts, "StatefulSet", current, current, template, revision)
-            try:
-                await self.api.create(resource_path("controllerrevisions", namespace,
-                                                    group="apps"), body)
-            except StatusError as err:
-                if err.code != 409:
-                    raise
-            templates[current] = copy.deepcopy(dict(template))
+        await ensure_revision(self.api, sts, "StatefulSet", owned, current, current, template)
+        templates.setdefault(current, copy.deepcopy(dict(template)))
         return current, templates
 
     async def _update_status(self, sts: Obj, pods: list[Obj], current_revision: str,
