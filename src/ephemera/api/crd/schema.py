@@ -322,8 +322,7 @@ class _Walk:
             try:
                 ok, cost = cel.evaluate(compiled, value, old, has_old)
             except cel.CallCostExceeded as over:
-                if over.cost > self.budget:
-                    self._out_of_budget(path, type_)
+                if not self._charge(over.cost, path, type_):
                     return
                 self.budget = -1
                 self.rule_errors.append(field.invalid(path, type_, (
@@ -353,10 +352,10 @@ class _Walk:
             if self.budget < 0:
                 return
 
-    def _charge(self, cost: int, path: Path, type_: str) -> bool:
+    def _charge(self, cost: int, path: Path, type_: str, what: str = "validation") -> bool:
         """`cost` taken from the budget; False (and upstream's error) when it does not fit."""
         if cost > self.budget:
-            self._out_of_budget(path, type_)
+            self._out_of_budget(path, type_, what)
             return False
         self.budget -= cost
         return True
@@ -384,8 +383,7 @@ class _Walk:
             try:
                 text, cost = cel.evaluate(cel.compile_rule(expression), value, old, has_old)
             except cel.CallCostExceeded as over:
-                if over.cost > self.budget:
-                    self._out_of_budget(where, type_, "messageExpression evaluation")
+                if not self._charge(over.cost, where, type_, "messageExpression evaluation"):
                     return None
                 self.budget = -1
                 self.rule_errors.append(field.invalid(where, type_, (
@@ -396,10 +394,8 @@ class _Walk:
                 cost, text = err.cost, None
             except cel.CompileError:
                 cost, text = 0, None
-            if cost > self.budget:
-                self._out_of_budget(where, type_, "messageExpression evaluation")
+            if not self._charge(cost, where, type_, "messageExpression evaluation"):
                 return None
-            self.budget -= cost
             text = text.strip() if isinstance(text, str) else ""
             if text and "\n" not in text and len(text.encode()) <= MAX_MESSAGE_EXPRESSION_BYTES:
                 message = text
