@@ -9,29 +9,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from apiserver_fixtures import Api, configmap, serve
+from apiserver_fixtures import Api, configmap
 
 from ephemera.apiserver.app import REGISTRY
-from ephemera.store import KeyValue, open_store
+from ephemera.store import KeyValue
 
 CMS = "/api/v1/namespaces/default/configmaps"
 MERGE = "application/merge-patch+json"
 KEY = "/registry/configmaps/default/cm"
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    store = open_store("sqlite", data_dir=tmp_path / "data")
-    try:
-        async for served in serve(store):
-            yield served
-    finally:
-        await store.close()
 
 
 async def stale_cache(api: Api) -> tuple[list[str], str]:
