@@ -75,6 +75,15 @@ async def test_a_stale_start_never_changes_the_answer(api: Api) -> None:
     assert body["metadata"]["resourceVersion"] == latest
     assert (await stored_data(api)) == ({"a": "3"}, latest)
 
+    # A patch the stale copy (a=1) fails, its `test` holding for the store's object: applied.
+    status, body = await api.patch(f"{CMS}/cm", [
+        {"op": "test", "path": "/data/a", "value": "3"},
+        {"op": "replace", "path": "/data/a", "value": "4"}], "application/json-patch+json")
+    assert status == 200, body
+    data, latest = await stored_data(api)
+    assert data == {"a": "4"}
+    assert body["metadata"]["resourceVersion"] == latest
+
     # Equal to the stale copy but not to the store's object: written.
     status, body = await api.patch(f"{CMS}/cm", {"data": {"a": "1"}}, MERGE)
     assert status == 200, body
