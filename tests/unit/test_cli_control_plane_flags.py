@@ -128,6 +128,8 @@ def test_apiserver_workers_need_etcd(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert ("--workers 2 needs --store etcd: the sqlite store is one process's"
             in usage_error([*data, "--workers", "2"], capsys))
     assert "--workers must be at least 1" in usage_error([*data, "--workers", "0"], capsys)
+    assert "--apiserver-workers must be at least 1" in usage_error(
+        ["up", "--data-dir", str(tmp_path / "u"), "--apiserver-workers", "0"], capsys)
     up = ["up", "--data-dir", str(tmp_path / "u")]
     assert "--apiserver-workers 3 needs --store etcd" in usage_error(
         [*up, "--apiserver-workers", "3"], capsys)

@@ -200,7 +200,7 @@ def advertised_url(args: argparse.Namespace, port: int) -> str:
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
-    check_workers(parser, args)
+    check_workers(parser, args.workers, args.store)
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
     for name in ("tls_cert_file", "tls_private_key_file", "client_ca_file"):

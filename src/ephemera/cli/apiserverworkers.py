@@ -47,12 +47,16 @@ from ephemera.cli.supervisor import (
 READY_POLL = 0.05
 
 
-def check_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """`--workers` must be positive, and 1 on the sqlite store (one process owns its file)."""
-    if args.workers < 1:
-        parser.error("--workers must be at least 1")
-    if args.workers > 1 and args.store != "etcd":
-        parser.error(f"--workers {args.workers} needs --store etcd: the sqlite store is one "
+def check_workers(parser: argparse.ArgumentParser, workers: int | None, store: str,
+                  flag: str = "--workers") -> None:
+    """The worker count (`flag`: `apiserver --workers`, `up --apiserver-workers`; None: not
+    given) must be positive, and 1 on the sqlite store (one process owns its file)."""
+    if workers is None:
+        return
+    if workers < 1:
+        parser.error(f"{flag} must be at least 1")
+    if workers > 1 and store != "etcd":
+        parser.error(f"{flag} {workers} needs --store etcd: the sqlite store is one "
                      "process's, so its apiserver runs as one worker")
 
 
