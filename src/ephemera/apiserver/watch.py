@@ -274,7 +274,9 @@ def _object(event: Event, codec: Codec, *, prev: bool = False) -> dict[str, Any]
     key = ("object", codec.resource.api_version, prev)
     obj: dict[str, Any] | None = event.memo.get(key)
     if obj is None:
-        obj = event.memo[key] = codec.decode(kv)
+        # the routing's parse of it, when there was one, taken by the first version decoding
+        parsed = event.memo.pop(SharedEvent.parsed_key(prev), None)
+        obj = event.memo[key] = codec.decode(kv, parsed)
     return obj
 
 
