@@ -293,12 +293,18 @@ def pod(name: str, node: str = "") -> bytes:
                        "metadata": {"name": name, "namespace": "ns"}, "spec": spec}).encode()
 
 
-async def test_routed_watchers_get_the_events_of_their_node_only(
-        make_store: StoreFactory) -> None:
-    store = await make_store()
+async def pod_cache(store: Store) -> tuple[WatchCache, ResourceCache]:
+    """A watch cache with the pods' node index, and its ready pod cache."""
     cache = WatchCache(store, indexes={PODS: FieldIndex("Pod", "spec.nodeName")})
     resource = await cache.ready(PODS)
     assert resource is not None
+    return cache, resource
+
+
+async def test_routed_watchers_get_the_events_of_their_node_only(
+        make_store: StoreFactory) -> None:
+    store = await make_store()
+    cache, resource = await pod_cache(store)
     resource.hub.progress_interval = 0.05  # a quiet watcher learns the end soon
     start = resource.revision
     watchers = {route: resource.watch(PODS, start, route=route)
@@ -343,9 +349,7 @@ async def test_routed_watchers_get_the_events_of_their_node_only(
 async def test_a_slow_routed_watcher_is_cut_off_without_holding_its_node_back(
         make_store: StoreFactory) -> None:
     store = await make_store()
-    cache = WatchCache(store, indexes={PODS: FieldIndex("Pod", "spec.nodeName")})
-    resource = await cache.ready(PODS)
-    assert resource is not None
+    cache, resource = await pod_cache(store)
     resource.hub.capacity = 3
     slow = resource.watch(PODS, resource.revision, route="n")
     fast = resource.watch(PODS, resource.revision, route="n")
