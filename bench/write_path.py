@@ -198,6 +198,20 @@ async def loop(admin: Client, node: Client, watch: Watch, pod: dict[str, Any], s
     return rows, pod
 
 
+async def start(admin: Client, node: Client, warmup: int
+                ) -> tuple[Watch, Watch, dict[str, Any]]:
+    """Set up the pod, open the two watches from its version (every pod's, as the admin;
+    the node's pods, as its kubelet), run `warmup` iterations; the watches and the pod."""
+    pod = await setup(admin, node)
+    version = pod["metadata"]["resourceVersion"]
+    watch = Watch(admin, PODS)
+    node_watch = Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE)
+    await watch.open(version)
+    await node_watch.open(version)
+    _, pod = await loop(admin, node, watch, pod, 1, warmup)
+    return watch, node_watch, pod
+
+
 @contextlib.contextmanager
 def maybe_py_spy(pid: int, output: Path | None) -> Iterator[None]:
     if output is None:
@@ -218,13 +232,7 @@ async def run(args: argparse.Namespace, work: Path) -> None:
         assert server.ssl_context is not None
         admin = Client(server.url, server.ssl_context)
         node = Client(server.url, node_context)
-        pod = await setup(admin, node)
-        version = pod["metadata"]["resourceVersion"]
-        watch = Watch(admin, PODS)
-        node_watch = Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE)
-        await watch.open(version)
-        await node_watch.open(version)
-        _, pod = await loop(admin, node, watch, pod, 1, args.warmup)
+        watch, node_watch, pod = await start(admin, node, args.warmup)
         cpu_before = process_cpu_seconds(server.pid)
         with maybe_py_spy(server.pid, args.py_spy):
             rows, pod = await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
@@ -273,13 +281,7 @@ async def count(args: argparse.Namespace, work: Path) -> None:
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     admin, node = Client(url, None, "admin"), Client(url, None, "node")
     try:
-        pod = await setup(admin, node)
-        version = pod["metadata"]["resourceVersion"]
-        watch = Watch(admin, PODS)
-        node_watch = Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE)
-        await watch.open(version)
-        await node_watch.open(version)
-        _, pod = await loop(admin, node, watch, pod, 1, args.warmup)
+        watch, node_watch, pod = await start(admin, node, args.warmup)
         reads = 0
         profile = cProfile.Profile()
         profile.enable()

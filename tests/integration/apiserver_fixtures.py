@@ -60,6 +60,11 @@ def configmap(name: str, data: dict[str, str] | None = None, **metadata: Any) ->
             "metadata": {"name": name, **metadata}, "data": data or {"k": "v"}}
 
 
+def causes(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (field, message) of each cause of a Status (a 422's)."""
+    return [(c["field"], c["message"]) for c in body["details"]["causes"]]
+
+
 @dataclass
 class Api:
     client: TestClient[web.Request, web.Application]

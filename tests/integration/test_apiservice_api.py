@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from apiserver_fixtures import TABLE_ACCEPT, Api
+from apiserver_fixtures import TABLE_ACCEPT, Api, causes
 
 APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
 
@@ -19,10 +19,6 @@ def apiservice(name: str = "v1alpha1.wardle.k8s.io", **spec: Any) -> dict[str, A
             "service": {"name": "api", "namespace": "wardle"}}
     return {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
             "metadata": {"name": name}, "spec": {**base, **spec}}
-
-
-def causes(body: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c["field"], c["message"]) for c in body["details"]["causes"]]
 
 
 async def test_create_conflict_status_and_table(api: Api) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from apiserver_fixtures import TABLE_ACCEPT, Api
+from apiserver_fixtures import TABLE_ACCEPT, Api, causes
 
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 CRONJOBS = "/apis/batch/v1/namespaces/default/cronjobs"
@@ -24,10 +24,6 @@ def cronjob(name: str = "tick", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
             "spec": {"schedule": "*/5 * * * *", "jobTemplate": job()["spec"] and {
                 "spec": copy.deepcopy(job()["spec"])}, **spec}}
-
-
-def causes(body: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c["field"], c["message"]) for c in body["details"]["causes"]]
 
 
 async def test_job_defaults_and_generated_selector(api: Api) -> None:

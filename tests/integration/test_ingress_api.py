@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from apiserver_fixtures import TABLE_ACCEPT, Api
+from apiserver_fixtures import TABLE_ACCEPT, Api, causes
 
 INGRESSES = "/apis/networking.k8s.io/v1/namespaces/default/ingresses"
 
@@ -22,10 +22,6 @@ def ingress(name: str = "site", **spec: Any) -> dict[str, Any]:
         {"path": "/", "pathType": "Prefix", "backend": backend()}]}}])
     return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
             "metadata": {"name": name}, "spec": spec}
-
-
-def causes(body: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c["field"], c["message"]) for c in body["details"]["causes"]]
 
 
 async def test_create_status_warning_and_table(api: Api) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from apiserver_fixtures import TABLE_ACCEPT, Api
+from apiserver_fixtures import TABLE_ACCEPT, Api, causes
 
 POLICIES = "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies"
 
@@ -16,10 +16,6 @@ def policy(name: str = "db", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": name},
             "spec": {"podSelector": {"matchLabels": {"app": "db"}}, **spec}}
-
-
-def causes(body: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c["field"], c["message"]) for c in body["details"]["causes"]]
 
 
 async def test_defaults_generation_warning_and_table(api: Api) -> None:

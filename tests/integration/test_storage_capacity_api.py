@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from apiserver_fixtures import TABLE_ACCEPT, Api
+from apiserver_fixtures import TABLE_ACCEPT, Api, causes
 
 CAPACITIES = "/apis/storage.k8s.io/v1/namespaces/default/csistoragecapacities"
 
@@ -17,10 +17,6 @@ def capacity(name: str = "fast-node1", **fields: Any) -> dict[str, Any]:
             "metadata": {"name": name}, "storageClassName": "fast",
             "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": "node1"}},
             "capacity": "10Gi", **fields}
-
-
-def causes(body: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c["field"], c["message"]) for c in body["details"]["causes"]]
 
 
 async def test_discovered_stored_and_listed(api: Api) -> None:

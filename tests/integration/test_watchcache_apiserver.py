@@ -49,14 +49,19 @@ async def all_pages(api: Api, query: str) -> list[str]:
     return got
 
 
-async def watch_lines(api: Api, query: str) -> list[dict[str, Any]]:
-    """A watch's events until it times out (timeoutSeconds=1), bookmarks without their
-    resourceVersion (a periodic one may come at any revision)."""
-    response = await api.client.get(f"{CMS}?watch=true&timeoutSeconds=1&{query}")
+async def watch_events(api: Api, path: str, timeout: int, query: str
+                       ) -> list[dict[str, Any]]:
+    """The events of a watch of `path` until it times out after `timeout` seconds."""
+    response = await api.client.get(f"{path}?watch=true&timeoutSeconds={timeout}&{query}")
     assert response.status == 200
+    return [json.loads(line) for line in (await response.read()).splitlines()]
+
+
+async def watch_lines(api: Api, query: str) -> list[dict[str, Any]]:
+    """A configmap watch's events until it times out (timeoutSeconds=1), bookmarks without
+    their resourceVersion (a periodic one may come at any revision)."""
     events = []
-    for line in (await response.read()).splitlines():
-        event = json.loads(line)
+    for event in await watch_events(api, CMS, 1, query):
         obj = event["object"]
         if event["type"] == "BOOKMARK":
             events.append({"type": "BOOKMARK",
@@ -146,11 +151,8 @@ PODS = "/api/v1/namespaces/default/pods"
 
 
 async def pod_watch_lines(api: Api, query: str) -> list[tuple[str, str, str, str]]:
-    response = await api.client.get(f"{PODS}?watch=true&timeoutSeconds=4&{query}")
-    assert response.status == 200
     events = []
-    for line in (await response.read()).splitlines():
-        event = json.loads(line)
+    for event in await watch_events(api, PODS, 4, query):
         obj = event["object"]
         if event["type"] != "BOOKMARK":
             events.append((event["type"], obj["metadata"]["name"],

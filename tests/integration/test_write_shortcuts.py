@@ -9,29 +9,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from apiserver_fixtures import Api, configmap, serve
+from apiserver_fixtures import Api, configmap
 
 from ephemera.apiserver.app import REGISTRY
-from ephemera.store import KeyValue, open_store
+from ephemera.store import KeyValue
 
 CMS = "/api/v1/namespaces/default/configmaps"
 MERGE = "application/merge-patch+json"
 KEY = "/registry/configmaps/default/cm"
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    store = open_store("sqlite", data_dir=tmp_path / "data")
-    try:
-        async for served in serve(store):
-            yield served
-    finally:
-        await store.close()
 
 
 async def stale_cache(api: Api) -> tuple[list[str], str]:
@@ -87,6 +74,15 @@ async def test_a_stale_start_never_changes_the_answer(api: Api) -> None:
     assert status == 200, body
     assert body["metadata"]["resourceVersion"] == latest
     assert (await stored_data(api)) == ({"a": "3"}, latest)
+
+    # A patch the stale copy (a=1) fails, its `test` holding for the store's object: applied.
+    status, body = await api.patch(f"{CMS}/cm", [
+        {"op": "test", "path": "/data/a", "value": "3"},
+        {"op": "replace", "path": "/data/a", "value": "4"}], "application/json-patch+json")
+    assert status == 200, body
+    data, latest = await stored_data(api)
+    assert data == {"a": "4"}
+    assert body["metadata"]["resourceVersion"] == latest
 
     # Equal to the stale copy but not to the store's object: written.
     status, body = await api.patch(f"{CMS}/cm", {"data": {"a": "1"}}, MERGE)

@@ -146,6 +146,31 @@ async def test_a_watch_from_before_the_window_is_refused(make_store: StoreFactor
         await cache.close()
 
 
+async def fast_keeps_up_slow_is_dropped(store: Store, fast: Watcher, slow: Watcher,
+                                        writes: list[tuple[str, bytes]]) -> None:
+    """Creates `writes` while `fast` is read and `slow` never: `fast` gets every one, in
+    order, and `slow` (past its buffer's capacity) is dropped."""
+    received: list[str] = []
+
+    async def consume() -> None:
+        async for item in fast:
+            if isinstance(item, Event):
+                received.append(item.kv.key)
+                if len(received) == len(writes):
+                    return
+
+    consumer = asyncio.create_task(consume())
+    for key, value in writes:
+        await store.create(key, value)
+        await asyncio.sleep(0)  # the fast one keeps up; the slow one never reads
+    async with asyncio.timeout(10):
+        await consumer
+    assert received == [key for key, _ in writes]
+    with pytest.raises(WatcherDropped):
+        async for _item in slow:
+            pass
+
+
 async def test_a_slow_watcher_is_cut_off_and_the_others_keep_receiving(
         make_store: StoreFactory) -> None:
     store = await make_store()
@@ -157,25 +182,8 @@ async def test_a_slow_watcher_is_cut_off_and_the_others_keep_receiving(
     fast = resource.watch(PREFIX, resource.revision)
     assert slow is not None and fast is not None
     try:
-        received: list[str] = []
-
-        async def consume() -> None:
-            async for item in fast:
-                if isinstance(item, Event):
-                    received.append(item.kv.key)
-                    if len(received) == 20:
-                        return
-
-        consumer = asyncio.create_task(consume())
-        for i in range(20):
-            await store.create(f"{PREFIX}a/o{i:02}", b"v")
-            await asyncio.sleep(0)  # the fast one keeps up; the slow one never reads
-        async with asyncio.timeout(10):
-            await consumer
-        assert received == [f"{PREFIX}a/o{i:02}" for i in range(20)]
-        with pytest.raises(WatcherDropped):
-            async for _item in slow:
-                pass
+        await fast_keeps_up_slow_is_dropped(
+            store, fast, slow, [(f"{PREFIX}a/o{i:02}", b"v") for i in range(20)])
     finally:
         await slow.close()
         await fast.close()
@@ -285,12 +293,18 @@ def pod(name: str, node: str = "") -> bytes:
                        "metadata": {"name": name, "namespace": "ns"}, "spec": spec}).encode()
 
 
-async def test_routed_watchers_get_the_events_of_their_node_only(
-        make_store: StoreFactory) -> None:
-    store = await make_store()
+async def pod_cache(store: Store) -> tuple[WatchCache, ResourceCache]:
+    """A watch cache with the pods' node index, and its ready pod cache."""
     cache = WatchCache(store, indexes={PODS: FieldIndex("Pod", "spec.nodeName")})
     resource = await cache.ready(PODS)
     assert resource is not None
+    return cache, resource
+
+
+async def test_routed_watchers_get_the_events_of_their_node_only(
+        make_store: StoreFactory) -> None:
+    store = await make_store()
+    cache, resource = await pod_cache(store)
     resource.hub.progress_interval = 0.05  # a quiet watcher learns the end soon
     start = resource.revision
     watchers = {route: resource.watch(PODS, start, route=route)
@@ -335,33 +349,14 @@ async def test_routed_watchers_get_the_events_of_their_node_only(
 async def test_a_slow_routed_watcher_is_cut_off_without_holding_its_node_back(
         make_store: StoreFactory) -> None:
     store = await make_store()
-    cache = WatchCache(store, indexes={PODS: FieldIndex("Pod", "spec.nodeName")})
-    resource = await cache.ready(PODS)
-    assert resource is not None
+    cache, resource = await pod_cache(store)
     resource.hub.capacity = 3
     slow = resource.watch(PODS, resource.revision, route="n")
     fast = resource.watch(PODS, resource.revision, route="n")
     assert slow is not None and fast is not None
     try:
-        received: list[str] = []
-
-        async def consume() -> None:
-            async for item in fast:
-                if isinstance(item, Event):
-                    received.append(item.kv.key)
-                    if len(received) == 10:
-                        return
-
-        consumer = asyncio.create_task(consume())
-        for i in range(10):
-            await store.create(f"{PODS}ns/p{i}", pod(f"p{i}", "n"))
-            await asyncio.sleep(0)
-        async with asyncio.timeout(10):
-            await consumer
-        assert received == [f"{PODS}ns/p{i}" for i in range(10)]
-        with pytest.raises(WatcherDropped):
-            async for _item in slow:
-                pass
+        await fast_keeps_up_slow_is_dropped(
+            store, fast, slow, [(f"{PODS}ns/p{i}", pod(f"p{i}", "n")) for i in range(10)])
         assert len(resource.hub) == 1  # the dropped one left the index
     finally:
         await slow.close()

@@ -128,6 +128,8 @@ def test_apiserver_workers_need_etcd(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert ("--workers 2 needs --store etcd: the sqlite store is one process's"
             in usage_error([*data, "--workers", "2"], capsys))
     assert "--workers must be at least 1" in usage_error([*data, "--workers", "0"], capsys)
+    assert "--apiserver-workers must be at least 1" in usage_error(
+        ["up", "--data-dir", str(tmp_path / "u"), "--apiserver-workers", "0"], capsys)
     up = ["up", "--data-dir", str(tmp_path / "u")]
     assert "--apiserver-workers 3 needs --store etcd" in usage_error(
         [*up, "--apiserver-workers", "3"], capsys)
@@ -178,3 +180,30 @@ def test_default_workers() -> None:
 
     assert [default_workers("sqlite", n) for n in (1, 2, 16)] == [1, 1, 1]
     assert [default_workers("etcd", n) for n in (1, 2, 4, 6, 16)] == [1, 1, 2, 3, 4]
+
+
+async def test_worker_group_sessions_and_a_worker_that_will_not_stop(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Workers run in sessions of their own (a terminal's Ctrl-C reaches only the parent,
+    which stops them); one that ignores SIGTERM is killed after the grace, and it is said."""
+    import asyncio
+    import os
+    import sys
+
+    from ephemera.cli.apiserverworkers import WorkerGroup
+
+    script = ("import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "pathlib.Path(sys.argv[1]).write_text('1'); time.sleep(60)")
+    group = WorkerGroup(lambda i, port_file: [sys.executable, "-c", script, str(port_file)],
+                        1, tmp_path)
+    group.start()
+    async with asyncio.timeout(30):
+        while not group.ready():
+            await asyncio.sleep(0.05)
+    process = group.processes[0]
+    assert process is not None
+    assert os.getsid(process.pid) == process.pid != os.getsid(0)
+    await group.stop(grace=0.2)
+    assert process.returncode == -9
+    assert (f"ephemera apiserver: worker 0 (pid {process.pid}) did not stop in 0.2s; "
+            "killing it") in capsys.readouterr().err

@@ -13,9 +13,9 @@ import pytest
 from ephemera.api.selectors import Selection
 from ephemera.apiserver import registry as registry_module
 from ephemera.apiserver.registry import Codec
-from ephemera.apiserver.resources import core_resource
+from ephemera.apiserver.resources import Resource, core_resource
 from ephemera.apiserver.watch import _encode, _Stream
-from ephemera.apiserver.watchcache import SharedEvent
+from ephemera.apiserver.watchcache import FieldIndex, SharedEvent
 from ephemera.store import Event, KeyValue
 
 PODS = core_resource("pods")
@@ -67,9 +67,10 @@ def test_an_event_is_decoded_and_encoded_once_for_all_streams(
     encodes: list[str] = []
     decode, event_line = Codec.decode, _Stream.event
 
-    def counting_decode(self: Codec, kv: KeyValue) -> dict[str, Any]:
+    def counting_decode(self: Codec, kv: KeyValue,
+                        parsed: dict[str, Any] | None = None) -> dict[str, Any]:
         decodes.append(kv.mod_revision)
-        return decode(self, kv)
+        return decode(self, kv, parsed)
 
     def counting_event(self: _Stream, type_: str, kv: KeyValue,
                        obj: dict[str, Any] | None = None) -> bytes:
@@ -86,3 +87,44 @@ def test_an_event_is_decoded_and_encoded_once_for_all_streams(
     assert len({id(line) for line in lines if line}) == 3  # the same bytes, shared
     assert {json.loads(line)["type"] for line in lines if line} == {
         "ADDED", "DELETED", "MODIFIED"}
+
+
+def test_the_versions_of_a_custom_resource_each_get_their_own_apiversion() -> None:
+    # The versions of a custom resource share one watch cache, hence one shared event.
+    v1, v2 = (Resource("example.com", version, "widgets", "Widget", True,
+                       f"com.example.{version}.Widget", storage_prefix="example.com/widgets",
+                       custom=True, storage_version="v1") for version in ("v1", "v2"))
+    codecs = [Codec(v1), Codec(v2)]
+    key = "/registry/example.com/widgets/ns/w"
+    old = KeyValue(key, codecs[0].encode({"metadata": {"name": "w", "labels": {"a": "x"}}}),
+                   5, 5)
+    new = KeyValue(key, codecs[0].encode({"metadata": {"name": "w", "labels": {"a": "y"}}}),
+                   5, 6)
+    shared = SharedEvent("PUT", new, old)
+    sel = Selection.parse(v1.selector_kind, "a=x", None)  # stops matching: DELETED
+    for selection in (Selection.parse(v1.selector_kind, None, None), sel):
+        for codec in codecs * 2:
+            line = _encode(_Stream(codec.resource, codec, None, "PartialObjectMetadata"),
+                           codec, selection, shared)
+            assert json.loads(line)["object"]["apiVersion"] == codec.resource.api_version
+
+
+def test_the_node_index_parse_is_the_streams_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routing a shared event parses its object and previous state; the streams decode
+    those parses instead of parsing the stored bytes again, and answer the same lines."""
+    parses: list[int] = []
+    parse = FieldIndex.parse
+
+    def counting_parse(kv: KeyValue) -> dict[str, Any]:
+        parses.append(kv.mod_revision)
+        return parse(kv)
+
+    monkeypatch.setattr(registry_module, "loads", lambda data: pytest.fail("parsed again"))
+    monkeypatch.setattr(FieldIndex, "parse", staticmethod(counting_parse))
+    moved = events()[1]
+    shared = SharedEvent(moved.type, moved.kv, moved.prev)
+    assert FieldIndex("Pod", "spec.nodeName").routes(shared) == {"a", "b"}
+    lines = [_encode(stream(), CODEC, sel, shared) for sel in SELECTIONS]
+    assert sorted(parses) == [5, 6]
+    monkeypatch.undo()
+    assert lines == [_encode(stream(), CODEC, sel, moved) for sel in SELECTIONS]

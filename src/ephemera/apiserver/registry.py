@@ -126,8 +126,10 @@ class Codec:
                 out[key] = value
         return dumps(out)
 
-    def decode(self, kv: KeyValue) -> dict[str, Any]:
-        obj: dict[str, Any] = loads(kv.value)
+    def decode(self, kv: KeyValue, parsed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The object of `kv` as served (`parsed`: its stored value, already parsed, which
+        becomes the answer)."""
+        obj: dict[str, Any] = loads(kv.value) if parsed is None else parsed
         meta.ensure_metadata(obj)["resourceVersion"] = str(kv.mod_revision)
         if self.resource.custom:
             # The None conversion of custom resources: only apiVersion changes.

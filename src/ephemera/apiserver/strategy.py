@@ -643,19 +643,27 @@ class APIServiceStrategy(Strategy):
         return apiservice.warnings_on_create(new) if old is None else []
 
 
-class IngressStrategy(Strategy):
-    """Ingresses: an empty status and generation 1 on create, the generation bumped on a spec
-    change, `ValidateIngressCreate` / `ValidateIngressUpdate` / the status rules
-    (`ephemera.api.ingress`), and a `Warning` on create that no controller routes them."""
+class _GenerationStrategy(Strategy):
+    """A kind whose generation counts its spec's changes: 1 on create, bumped when the spec
+    changes."""
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
-        obj["status"] = {"loadBalancer": {}}
         _md(obj)["generation"] = 1
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         super().prepare_for_update(new, old)
         if new.get("spec") != old.get("spec"):
             _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
+
+
+class IngressStrategy(_GenerationStrategy):
+    """Ingresses: an empty status and generation 1 on create, the generation bumped on a spec
+    change, `ValidateIngressCreate` / `ValidateIngressUpdate` / the status rules
+    (`ephemera.api.ingress`), and a `Warning` on create that no controller routes them."""
+
+    def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        super().prepare_for_create(obj)
+        obj["status"] = {"loadBalancer": {}}
 
     def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
         errs = super().create_errors(obj)
@@ -676,21 +684,13 @@ class IngressStrategy(Strategy):
         return ingress.warnings_on_create(new) if old is None else []
 
 
-class NetworkPolicyStrategy(Strategy):
+class NetworkPolicyStrategy(_GenerationStrategy):
     """NetworkPolicies: v1 defaults, `ValidateNetworkPolicySpec` on create and update
     (`ephemera.api.networkpolicy`), generation 1 on create and bumped when the spec changes,
     and a `Warning` on create that ephemera does not enforce them."""
 
     def default(self, obj: dict[str, Any]) -> None:
         networkpolicy.default_network_policy(obj)
-
-    def prepare_for_create(self, obj: dict[str, Any]) -> None:
-        _md(obj)["generation"] = 1
-
-    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
-        super().prepare_for_update(new, old)
-        if new.get("spec") != old.get("spec"):
-            _md(new)["generation"] = (_md(old).get("generation") or 0) + 1
 
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return networkpolicy.validate_network_policy(obj)
@@ -884,18 +884,13 @@ JOB_DELETE_WARNING = ("child pods are preserved by default when jobs are deleted
                       "propagationPolicy=Orphan to suppress this warning")
 
 
-class _SpecGenerationStrategy(Strategy):
+class _SpecGenerationStrategy(_GenerationStrategy):
     """A kind with spec and status: status cleared on create and kept on update, generation
     1 on create and bumped when the spec changes."""
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
+        super().prepare_for_create(obj)
         obj["status"] = {}
-        _md(obj)["generation"] = 1
-
-    def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
-        super().prepare_for_update(new, old)
-        if new.get("spec") != old.get("spec"):
-            _md(new)["generation"] = _md(old).get("generation", 0) + 1
 
 
 class JobStrategy(_SpecGenerationStrategy):

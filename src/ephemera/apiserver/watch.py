@@ -259,8 +259,10 @@ def _encode(stream: _Stream, codec: Codec, sel: Selection, event: Event) -> byte
 
 # -- one decode and one encoding per event for all the watchers of the watch cache ----------
 # The watch cache pushes `SharedEvent`s: what one stream decodes or encodes from it is kept
-# in its `memo` for the others (the objects are shared: only read). Events from the store
-# (no watch cache) are decoded and encoded per stream.
+# in its `memo` for the others (the objects are shared: only read). The memo is keyed by the
+# apiVersion the stream serves, as the versions of a custom resource share one cache (and
+# its objects are decoded as the version asked for). Events from the store (no watch cache)
+# are decoded and encoded per stream.
 
 
 def _object(event: Event, codec: Codec, *, prev: bool = False) -> dict[str, Any]:
@@ -269,10 +271,12 @@ def _object(event: Event, codec: Codec, *, prev: bool = False) -> dict[str, Any]
     assert kv is not None
     if not isinstance(event, SharedEvent):
         return codec.decode(kv)
-    key = ("object", prev)
+    key = ("object", codec.resource.api_version, prev)
     obj: dict[str, Any] | None = event.memo.get(key)
     if obj is None:
-        obj = event.memo[key] = codec.decode(kv)
+        # the routing's parse of it, when there was one, taken by the first version decoding
+        parsed = event.memo.pop(SharedEvent.parsed_key(prev), None)
+        obj = event.memo[key] = codec.decode(kv, parsed)
     return obj
 
 
@@ -282,7 +286,7 @@ def _line(stream: _Stream, type_: str, event: Event,
     every JSON stream (a Table stream's line depends on the stream: its own)."""
     if stream.table_version is not None or not isinstance(event, SharedEvent):
         return stream.event(type_, event.kv, obj)
-    key = ("json", type_)
+    key = ("json", stream.codec.resource.api_version, type_)
     line: bytes | None = event.memo.get(key)
     if line is None:
         line = event.memo[key] = stream.event(type_, event.kv)
@@ -298,9 +302,10 @@ def _gone_line(stream: _Stream, event: Event, prev_obj: dict[str, Any]) -> bytes
     if stream.table_version is None:
         if not isinstance(event, SharedEvent):
             return stream.event("DELETED", gone)
-        line: bytes | None = event.memo.get(("json", "gone"))
+        key = ("json", stream.codec.resource.api_version, "gone")
+        line: bytes | None = event.memo.get(key)
         if line is None:
-            line = event.memo[("json", "gone")] = stream.event("DELETED", gone)
+            line = event.memo[key] = stream.event("DELETED", gone)
         return line
     metadata = {**prev_obj["metadata"], "resourceVersion": str(kv.mod_revision)}
     return stream.event("DELETED", gone, {**prev_obj, "metadata": metadata})

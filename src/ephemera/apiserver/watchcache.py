@@ -71,9 +71,15 @@ _PREFIX_END = "\U0010ffff"
 class SharedEvent(Event):
     """An event as the cache pushes it to its watchers: `memo` holds what one watch stream
     computed from it (the decoded objects, the encoded line) for the others. Whatever is put
-    there is shared: read it, never change it."""
+    there is shared: read it, never change it. One exception: the stored object (`prev`:
+    its previous state) the routing parsed, under `parsed_key(prev)`, is handed to the first
+    stream that decodes it, which takes it out (and makes it its decoded object)."""
 
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @staticmethod
+    def parsed_key(prev: bool) -> tuple[str, bool]:
+        return ("parsed", prev)
 
 
 @dataclass(frozen=True)
@@ -84,11 +90,33 @@ class FieldIndex:
     kind: str
     field: str
 
-    def value(self, stored: bytes) -> str:
-        """The field's value in a stored object, as field selectors see it ("" when
-        unset: an unscheduled pod's `spec.nodeName`)."""
-        names = frozenset((self.field,))
-        return field_values(self.kind, orjson.loads(stored), names)[self.field]
+    def value(self, obj: Mapping[str, Any]) -> str:
+        """The field's value in a stored object (parsed), as field selectors see it (""
+        when unset: an unscheduled pod's `spec.nodeName`)."""
+        return field_values(self.kind, obj, frozenset((self.field,)))[self.field]
+
+    def routes(self, event: Event) -> set[str]:
+        """The field's values in the event's object and in its previous state (a watcher
+        of either must see it: one that stops matching gets a DELETED). The objects parsed
+        for it are left on a shared event, for the watch streams' decode."""
+        values = {self.value(self._parsed(event, prev=False))}
+        if event.prev is not None:
+            values.add(self.value(self._parsed(event, prev=True)))
+        return values
+
+    def _parsed(self, event: Event, *, prev: bool) -> dict[str, Any]:
+        kv = event.prev if prev else event.kv
+        assert kv is not None
+        obj = self.parse(kv)
+        if isinstance(event, SharedEvent):
+            event.memo[SharedEvent.parsed_key(prev)] = obj
+        return obj
+
+    @staticmethod
+    def parse(kv: KeyValue) -> dict[str, Any]:
+        """A stored value, parsed."""
+        obj: dict[str, Any] = orjson.loads(kv.value)
+        return obj
 
 
 class ResourceCache:
@@ -177,16 +205,8 @@ class ResourceCache:
         if len(self.history) > self.history_limit:
             self.window_start = self.history.popleft().revision
         shared = SharedEvent(event.type, event.kv, event.prev)
-        self.hub.publish((shared,), self.routes if self.hub.routed else None)
-
-    def routes(self, event: Event) -> set[str]:
-        """The index field's values in the event's object and in its previous state (a
-        watcher of either must see it: one that stops matching gets a DELETED)."""
-        assert self.index is not None
-        values = {self.index.value(event.kv.value)}
-        if event.prev is not None:
-            values.add(self.index.value(event.prev.value))
-        return values
+        routes = self.index.routes if self.index is not None and self.hub.routed else None
+        self.hub.publish((shared,), routes)
 
     def list(self, prefix: str, *, limit: int = 0, start_after: str = "") -> ListResult:
         """The keys under `prefix` (which lies under the cache's) after `start_after`, at

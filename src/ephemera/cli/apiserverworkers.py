@@ -14,10 +14,12 @@ one member of the control plane, not N.
 The parent writes `--port-file` and `--write-kubeconfig` and says `serving on` once every
 worker serves (a worker that exits before that ends the whole command with exit code 1:
 its error is on stderr); it restarts a worker that dies later (one line on stderr, with
-back-off), and on
-SIGTERM or SIGINT stops them all (SIGTERM, SIGKILL after a grace period) and exits.
-Workers die with the parent (`PR_SET_PDEATHSIG`). On the sqlite store, which belongs to one
-process, more than one worker is refused (`check_workers`).
+back-off), and on SIGTERM or SIGINT stops them all (SIGTERM, SIGKILL after a grace period,
+saying so) and exits. Workers die with the parent (`PR_SET_PDEATHSIG`) and run in sessions
+of their own, as the supervisor's children do: a terminal's Ctrl-C reaches the parent
+alone, which stops them (they do not exit first, to be taken for crashes and restarted).
+On the sqlite store, which belongs to one process, more than one worker is refused
+(`check_workers`).
 """
 
 from __future__ import annotations
@@ -47,12 +49,16 @@ from ephemera.cli.supervisor import (
 READY_POLL = 0.05
 
 
-def check_workers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """`--workers` must be positive, and 1 on the sqlite store (one process owns its file)."""
-    if args.workers < 1:
-        parser.error("--workers must be at least 1")
-    if args.workers > 1 and args.store != "etcd":
-        parser.error(f"--workers {args.workers} needs --store etcd: the sqlite store is one "
+def check_workers(parser: argparse.ArgumentParser, workers: int | None, store: str,
+                  flag: str = "--workers") -> None:
+    """The worker count (`flag`: `apiserver --workers`, `up --apiserver-workers`; None: not
+    given) must be positive, and 1 on the sqlite store (one process owns its file)."""
+    if workers is None:
+        return
+    if workers < 1:
+        parser.error(f"{flag} must be at least 1")
+    if workers > 1 and store != "etcd":
+        parser.error(f"{flag} {workers} needs --store etcd: the sqlite store is one "
                      "process's, so its apiserver runs as one worker")
 
 
@@ -117,7 +123,7 @@ class WorkerGroup:
         self.port_file(index).unlink(missing_ok=True)
         return await asyncio.create_subprocess_exec(
             *self.argv(index, self.port_file(index)), stdin=asyncio.subprocess.DEVNULL,
-            preexec_fn=die_with_parent)
+            start_new_session=True, preexec_fn=die_with_parent)
 
     async def _keep_running(self, index: int) -> None:
         loop = asyncio.get_running_loop()
@@ -160,13 +166,15 @@ class WorkerGroup:
             if process is not None and process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal.SIGTERM)
-        for process in self.processes:
+        for index, process in enumerate(self.processes):
             if process is None:
                 continue
             try:
                 async with asyncio.timeout(grace):
                     await process.wait()
             except TimeoutError:
+                print(f"ephemera apiserver: worker {index} (pid {process.pid}) did not stop "
+                      f"in {grace:g}s; killing it", file=sys.stderr, flush=True)
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await process.wait()

@@ -87,7 +87,7 @@ from ephemera.apiserver.server import client_ssl_context, free_port, port_is_fre
 from ephemera.apiserver.serviceallocator import DEFAULT_SERVICE_CIDR
 from ephemera.cli import flags, hollow
 from ephemera.cli.apiserver import server_url, serving_names
-from ephemera.cli.apiserverworkers import default_workers
+from ephemera.cli.apiserverworkers import check_workers, default_workers
 from ephemera.cli.controllers import signing_duration
 from ephemera.cli.controlplane import ControlPlaneError, first_member_url, share_identity
 from ephemera.cli.demo import plugin_path_hint, run_demo
@@ -262,12 +262,8 @@ def node_reported_ready(node: dict[str, Any], since: dt.datetime, port: int) -> 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags.check_store_flags(parser, args)
     check_eviction_flags(parser, args)
-    workers = args.apiserver_workers  # None: default_workers(store)
-    if workers is not None and workers < 1:
-        parser.error("--apiserver-workers must be at least 1")
-    if workers is not None and workers > 1 and args.store != "etcd":
-        parser.error(f"--apiserver-workers {workers} needs --store etcd: the sqlite store "
-                     "is one process's, so its apiserver runs as one worker")
+    # None: default_workers(store)
+    check_workers(parser, args.apiserver_workers, args.store, "--apiserver-workers")
     if args.token_auth_file is not None and not args.token_auth_file.is_file():
         parser.error(f"--token-auth-file: no such file: {args.token_auth_file}")
     if args.hollow_nodes < 0:
