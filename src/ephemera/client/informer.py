@@ -58,6 +58,10 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{namespace}/{name}" if namespace else str(name)
 
 
+def _namespace(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("namespace") or "")
+
+
 def _rv(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -134,6 +138,8 @@ class Informer:
         self.path = path
         self.name = name or path
         self._cache: dict[str, Obj] = {}
+        # namespace -> key -> object: upstream's NamespaceIndex, kept with the cache
+        self._by_namespace: dict[str, dict[str, Obj]] = {}
         self._handlers: list[_Handler] = []
         self._synced = asyncio.Event()
         self.reflector: Reflector[Obj, WatchEvent] = Reflector(
@@ -154,9 +160,12 @@ class Informer:
         """The cached object of `key` (`namespace/name` or `name`); do not modify it."""
         return self._cache.get(key)
 
-    def list(self) -> list[Obj]:
-        """All cached objects (the dicts themselves: do not modify them)."""
-        return list(self._cache.values())
+    def list(self, namespace: str | None = None) -> list[Obj]:
+        """All cached objects, or those of one namespace (through the namespace index, not a
+        scan); the dicts themselves: do not modify them."""
+        if namespace is None:
+            return list(self._cache.values())
+        return list(self._by_namespace.get(namespace, {}).values())
 
     def keys(self) -> Iterator[str]:
         return iter(list(self._cache))
@@ -216,6 +225,9 @@ class Informer:
         fresh: dict[str, Obj] = {object_key(item): item for item in items}
         old = self._cache
         self._cache = fresh
+        self._by_namespace = {}
+        for key, obj in fresh.items():
+            self._by_namespace.setdefault(_namespace(obj), {})[key] = obj
         for key, obj in old.items():
             if key not in fresh:
                 self._deleted(obj)
@@ -231,12 +243,19 @@ class Informer:
         """A watch event: update the cache, then tell the handlers."""
         obj = event.object
         key = object_key(obj)
+        namespace = _namespace(obj)
         if event.type == "DELETED":
             gone = self._cache.pop(key, None)
+            in_namespace = self._by_namespace.get(namespace)
+            if in_namespace is not None:
+                in_namespace.pop(key, None)
+                if not in_namespace:
+                    del self._by_namespace[namespace]
             self._deleted(gone if gone is not None else obj)
             return
         before = self._cache.get(key)
         self._cache[key] = obj
+        self._by_namespace.setdefault(namespace, {})[key] = obj
         if before is None:
             self._added(obj)
         else:

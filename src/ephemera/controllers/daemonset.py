@@ -214,8 +214,8 @@ class DaemonSetController(QueueController):
                                                  (_md(obj).get("labels") or {}).items()}),
             path_of=lambda obj: resource_path("pods", namespace, str(_md(obj).get("name"))),
             fresh_owner=lambda: self.api.get(_ds_path(namespace, name)))
-        candidates = [p for p in self.pods.list() if _md(p).get("namespace") == namespace
-                      and not _md(p).get("deletionTimestamp")]
+        candidates = [p for p in self.pods.list(namespace)
+                      if not _md(p).get("deletionTimestamp")]
         pods = await manager.claim(candidates)
         current_hash = await self._ensure_revision(ds)
         if _md(ds).get("deletionTimestamp") or not self.expectations.satisfied(key):
@@ -255,7 +255,8 @@ class DaemonSetController(QueueController):
         that no pod of the DaemonSet (one being deleted too) still has."""
         limit = (ds.get("spec") or {}).get("revisionHistoryLimit")
         uid = _md(ds).get("uid")
-        live = {str((_md(p).get("labels") or {}).get(HASH_LABEL)) for p in self.pods.list()
+        live = {str((_md(p).get("labels") or {}).get(HASH_LABEL))
+                for p in self.pods.list(str(_md(ds).get("namespace") or ""))
                 if (controller_of(p) or {}).get("uid") == uid}
         doomed = daemonset_history_to_delete(
             owned_revisions(self.revisions.list(), ds), current_hash, live,

@@ -146,7 +146,7 @@ class DeploymentController(QueueController):
             matches=lambda obj: _selects(d, _labels(obj)),
             path_of=lambda obj: _rs_path(namespace, str(_md(obj).get("name"))),
             fresh_owner=lambda: self.api.get(_deploy_path(namespace, name)))
-        candidates = [rs for rs in self.sets.list() if _md(rs).get("namespace") == namespace]
+        candidates = self.sets.list(namespace)
         rs_list = await manager.claim(candidates)
         if _md(d).get("deletionTimestamp"):
             await self._sync_status_only(d, rs_list)
@@ -356,8 +356,8 @@ class DeploymentController(QueueController):
         """The ReplicaSets this Deployment controls, as the cache has them now."""
         uid = _md(d).get("uid")
         namespace = _md(d).get("namespace")
-        return [rs for rs in self.sets.list() if _md(rs).get("namespace") == namespace
-                and (controller_of(rs) or {}).get("uid") == uid]
+        return [rs for rs in self.sets.list(str(namespace or ""))
+                if (controller_of(rs) or {}).get("uid") == uid]
 
     # -- rollouts ---------------------------------------------------------------------------
 

@@ -250,10 +250,8 @@ class EndpointSliceController:
     def _pod_changed(self, pod: Obj) -> None:
         md = _md(pod)
         labels = md.get("labels") or {}
-        for service in self.services.list():
+        for service in self.services.list(str(md.get("namespace") or "")):
             smd = _md(service)
-            if smd.get("namespace") != md.get("namespace"):
-                continue
             if _selector_matches((service.get("spec") or {}).get("selector") or {}, labels):
                 self._enqueue(f"{smd.get('namespace')}/{smd.get('name')}")
 
@@ -269,7 +267,7 @@ class EndpointSliceController:
             if service is None and self.endpoints.get(key) is not None:
                 await self._delete(resource_path("endpoints", namespace, name))
             return
-        pods = self.pods.list()
+        pods = self.pods.list(namespace)
         await self._sync_slices(service, owned, desired_slices(service, pods))
         await self._sync_endpoints(service, desired_subsets(service, pods))
 

@@ -271,8 +271,7 @@ class JobController:
             fresh_owner=lambda: self.api.get(resource_path("jobs", namespace, name,
                                                            group="batch")),
             finalizers=(JOB_TRACKING_FINALIZER,))
-        return await manager.claim([p for p in self.pods.list()
-                                    if _md(p).get("namespace") == namespace])
+        return await manager.claim(self.pods.list(namespace))
 
     def _backoff_remaining(self, uid: str, failures: int) -> float:
         if failures <= 0 or uid not in self._last_failure:

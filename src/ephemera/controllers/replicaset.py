@@ -154,8 +154,8 @@ class ReplicaSetController(QueueController):
 
     def _matching_sets(self, pod: Mapping[str, Any]) -> list[Obj]:
         namespace, labels = _md(pod).get("namespace"), _labels(pod)
-        return [rs for rs in self.sets.list()
-                if _md(rs).get("namespace") == namespace and self.kind.selects(rs, labels)]
+        return [rs for rs in self.sets.list(str(namespace or ""))
+                if self.kind.selects(rs, labels)]
 
     def _pod_added(self, pod: Obj) -> None:
         if _md(pod).get("deletionTimestamp"):
@@ -218,8 +218,7 @@ class ReplicaSetController(QueueController):
             return
         needs_sync = self.expectations.satisfied(key)
         namespace = str(_md(rs).get("namespace") or "")
-        active = [p for p in self.pods.list()
-                  if _md(p).get("namespace") == namespace and podutil.is_active(p)]
+        active = [p for p in self.pods.list(namespace) if podutil.is_active(p)]
         manager = ControllerRefManager(
             self.api, rs, self.kind.api_version, self.kind.kind,
             matches=lambda obj: self.kind.selects(rs, _labels(obj)),
@@ -286,12 +285,11 @@ class ReplicaSetController(QueueController):
         if owner is None:
             return pods
         namespace = _md(rs).get("namespace")
-        siblings = {_md(s).get("uid") for s in self.sets.list()
-                    if _md(s).get("namespace") == namespace
-                    and (controller_of(s) or {}).get("uid") == owner.get("uid")}
-        return [p for p in self.pods.list()
-                if _md(p).get("namespace") == namespace and podutil.is_active(p)
-                and (controller_of(p) or {}).get("uid") in siblings]
+        in_namespace = str(namespace or "")
+        siblings = {_md(s).get("uid") for s in self.sets.list(in_namespace)
+                    if (controller_of(s) or {}).get("uid") == owner.get("uid")}
+        return [p for p in self.pods.list(in_namespace)
+                if podutil.is_active(p) and (controller_of(p) or {}).get("uid") in siblings]
 
     async def _create_pod(self, rs: Obj) -> None:
         namespace = str(_md(rs).get("namespace") or "")

@@ -149,7 +149,7 @@ class ResourceQuotaController:
     # -- one namespace -------------------------------------------------------------------
 
     def _namespace_pods(self, namespace: str) -> list[Obj]:
-        return [p for p in self.pods.list() if _namespace(p) == namespace]
+        return self.pods.list(namespace)
 
     async def _objects(self, namespace: str, kinds: list[tuple[str, str]]
                        ) -> dict[tuple[str, str], list[Obj]]:

@@ -121,7 +121,7 @@ class StatefulSetController(QueueController):
                                                  (_md(obj).get("labels") or {}).items()}),
             path_of=lambda obj: resource_path("pods", namespace, str(_md(obj).get("name"))),
             fresh_owner=lambda: self.api.get(_sts_path(namespace, name)))
-        candidates = [p for p in self.pods.list() if _md(p).get("namespace") == namespace]
+        candidates = self.pods.list(namespace)
         pods = await manager.claim(candidates)
         update_revision, revisions = await self._ensure_revision(sts)
         status = sts.get("status") or {}
