@@ -374,6 +374,32 @@ async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) ->
     assert calls[1] == ("unstaged", ("u1", False))
 
 
+async def test_a_change_made_again_after_its_pod_came_back_is_decided_and_reported_anew(
+        tmp_path: Path) -> None:
+    """A failed change whose pod came back to its allocated spec is gone altogether: the
+    same change made again is being decided again and its failure reported again."""
+    node = _Node()
+    manager = _manager(tmp_path, node)
+    woken: list[str] = []
+    manager.on_failed = lambda pod, message: woken.append(message)
+    await manager.allocate_new(_pod("u1"))
+    change = _pod("u1", volumes=[{"name": "cfg", "configMap": {"name": "settings"}}])
+    task = asyncio.create_task(manager.run())
+    try:
+        await wait_until(lambda: manager._wake is not None)
+        manager.request(change)
+        await wait_until(lambda: "u1" in manager.pending)
+        assert (await manager.try_allocate(_pod("u1"))).allocated  # back to the allocated spec
+        assert "u1" not in manager.desired and "u1" not in manager.pending
+        manager.request(change)
+        assert manager.deciding("u1")
+        await wait_until(lambda: len(woken) == 2)
+        assert woken == ['volume "cfg": configmap "settings" not found'] * 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_deciding_lasts_until_a_changes_first_attempt_ends(tmp_path: Path) -> None:
     """`deciding(uid)`: a requested change whose first attempt has not ended (its outcome
     will wake the pod's worker); not once it failed (pending) or was allocated."""

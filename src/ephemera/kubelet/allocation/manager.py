@@ -197,7 +197,6 @@ class AllocationManager:
         self.on_outcome: Callable[[str], Any] = lambda result: None
         # Pods admission no longer counts (terminal: their containers are done).
         self.is_inactive: Callable[[str], bool] = lambda uid: False
-        self._reported: dict[str, str] = {}
         self._wake: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -291,8 +290,7 @@ class AllocationManager:
         `write_new` has made it durable). Its allocated view."""
         uid = _uid(pod)
         view = allocated_view(pod)
-        self.desired.pop(uid, None)
-        self.pending.pop(uid, None)
+        self.withdraw(uid)
         self._staged[uid] = view
         return view
 
@@ -344,7 +342,6 @@ class AllocationManager:
         more of it is allocated; what is allocated stays until `forget`)."""
         self.desired.pop(uid, None)
         self.pending.pop(uid, None)
-        self._reported.pop(uid, None)
 
     def forget(self, uid: str) -> None:
         """The pod is gone: never allocated again."""
@@ -422,8 +419,7 @@ class AllocationManager:
             if (pod.get("metadata") or {}).get("deletionTimestamp"):
                 return AllocationResult(False, "pod is terminating")
             if not self.differs(pod):
-                self.desired.pop(uid, None)
-                self.pending.pop(uid, None)
+                self.withdraw(uid)
                 return AllocationResult(True)
             outcome = DEFERRED
             try:
@@ -451,7 +447,6 @@ class AllocationManager:
             if self.desired.get(uid) is not None and not self.differs(self.desired[uid]):
                 self.desired.pop(uid, None)
             self.pending.pop(uid, None)
-            self._reported.pop(uid, None)
         log.info("allocated the change to pod %s/%s",
                  (pod.get("metadata") or {}).get("namespace"),
                  (pod.get("metadata") or {}).get("name"))
@@ -464,9 +459,9 @@ class AllocationManager:
                        outcome: str) -> AllocationResult:
         """The change stays pending; reported (outcome, `on_failed`) once per message."""
         uid = _uid(pod)
+        reported = self.pending.get(uid)
         self.pending[uid] = message
-        if self._reported.get(uid) != message:
-            self._reported[uid] = message
+        if reported != message:
             self._call(self.on_outcome, outcome)
             self._call(self.on_failed, dict(pod), message)
         return AllocationResult(False, message)
@@ -518,8 +513,7 @@ class AllocationManager:
     def deciding(self, uid: str) -> bool:
         """The pod has a change whose first allocation attempt has not ended: its outcome
         (`on_allocated`, or `on_failed` with the reason) is still to come."""
-        return uid in self.desired and uid not in self.pending and \
-            uid not in self._reported and self._wake is not None
+        return uid in self.desired and uid not in self.pending and self._wake is not None
 
     def pending_changes(self, uid: str) -> tuple[list[Obj], list[str]]:
         """(containers, volume names) the API has for the pod that are not allocated."""
