@@ -8,7 +8,6 @@ restarts the container instead."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from kubelet_harness import (
     container_status,
     pod,
     running_kubelet,
+    slowed,
     wait_until,
 )
 
@@ -215,14 +215,8 @@ async def test_a_live_swap_is_one_status_write_when_allocated_during_a_sync(
         before = await _live_worker(h)
         uid, main_id = before["metadata"]["uid"], container_status(before)["containerID"]
         await wait_until(h.kubelet.status.is_settled)
-        runtime = h.kubelet.runtime
-        listing = runtime.list_containers
-
-        async def slow_listing(sandbox_id: str = "") -> Any:
-            await asyncio.sleep(0.05)  # the allocation's checkpoint lands meanwhile
-            return await listing(sandbox_id)
-
-        runtime.list_containers = slow_listing  # type: ignore[method-assign]
+        # the allocation's checkpoint lands while the sync lists the containers
+        slowed(h.kubelet.runtime, "list_containers", 0.05)
         writes = h.kubelet.status.writes
         await _change(h, [EXTRA], [{"name": "extra", "mountPath": "/keep"}])
         swapped = await h.wait_pod("w", lambda p: _mounts(p) == [("extra", "/keep", False)])
