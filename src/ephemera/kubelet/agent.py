@@ -104,6 +104,7 @@ from ephemera.kubelet.nodeshutdown import shut_down_node
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
 from ephemera.kubelet.podadmission import AdmitResult, PodAdmission, admit
+from ephemera.kubelet.podutil import pod_terminal
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
 from ephemera.kubelet.portforward import PortForwardError, PortForwardTarget
 from ephemera.kubelet.prober.handlers import ProbeTarget
@@ -175,10 +176,6 @@ class KubeletConfig:
     cluster_dns: list[str] = field(default_factory=list)
     cluster_domain: str = ""
     resolv_conf: str = "/etc/resolv.conf"
-
-
-def _terminal(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _created(pod: Mapping[str, Any]) -> str:
@@ -416,7 +413,7 @@ class Kubelet:
 
     def _pod_seen(self, pod: Obj) -> None:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        if _terminal(pod):
+        if pod_terminal(pod):
             self.objects.unregister_pod(uid)
         else:  # what the API's and the allocated spec reference stays watched
             self.objects.register_pod(uid, pod, self.allocation.get(uid))
@@ -569,7 +566,7 @@ class Kubelet:
         (staged changes included), and the images of the image volumes still in the volume
         manager's actual state (mounted, their teardown deferred while in use or not done
         yet: their layers are the mounts' lower dirs)."""
-        needed = {ref for p in self.pods_informer.list() if not _terminal(p)
+        needed = {ref for p in self.pods_informer.list() if not pod_terminal(p)
                   for ref in pod_image_refs(p)}
         needed.update(ref for p in self.allocation.effective_pods()
                       for ref in pod_image_refs(p))
