@@ -352,12 +352,12 @@ async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) ->
         calls.append(("staging", ([v["name"] for v in view["spec"]["volumes"]], on_disk)))
 
     manager.on_staging = staging
-    manager.on_unstaged = lambda uid, written: calls.append(("unstaged", (uid, written)))
+    manager.on_unstaged = lambda uid: calls.append(("unstaged", uid))
     manager.on_allocated = lambda uid: calls.append(("allocated", uid))
     await manager.allocate_new(_pod("u1"))
     change = _pod("u1", volumes=[{"name": "scratch", "emptyDir": {}}])
     assert (await manager.try_allocate(change)).allocated
-    assert calls == [("staging", (["scratch"], [])), ("unstaged", ("u1", True)),
+    assert calls == [("staging", (["scratch"], [])), ("unstaged", "u1"),
                      ("allocated", "u1")]
 
     calls.clear()
@@ -371,7 +371,7 @@ async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) ->
     assert not result.allocated
     assert result.message == "writing the allocation checkpoint: no space left on device"
     assert [name for name, _ in calls] == ["staging", "unstaged"]
-    assert calls[1] == ("unstaged", ("u1", False))
+    assert calls[1] == ("unstaged", "u1")
 
 
 async def test_a_change_made_again_after_its_pod_came_back_is_decided_and_reported_anew(

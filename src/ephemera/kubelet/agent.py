@@ -372,7 +372,7 @@ class Kubelet:
         if set_early is not None:
             set_early(str((view.get("metadata") or {}).get("uid") or ""), view)
 
-    def _unstaged(self, uid: str, written: bool) -> None:
+    def _unstaged(self, uid: str) -> None:
         set_early = getattr(self.volumes, "set_early", None)
         if set_early is not None:
             set_early(uid, None)

@@ -40,9 +40,9 @@ nothing is mounted or started for a change the node has not admitted.
   each change not allocated for a new reason (metrics). Callbacks returning awaitables run as
   tasks whose failures are logged; `await close()` waits for them (a forget's checkpoint
   write among them). While a checked change's checkpoint is written, `on_staging(view)` and
-  then `on_unstaged(uid, written)` (before `on_allocated`) let the kubelet set up the
-  change's new volumes during the fsync; nothing of the change is actuated before it is on
-  disk.
+  then `on_unstaged(uid)` whatever the write's outcome (before `on_allocated`) let the
+  kubelet set up the change's new volumes during the fsync; nothing of the change is
+  actuated before it is on disk.
 
 `allocated_view(pod)`: the allocated pod as `/allocatedPods` serves it (status left blank).
 """
@@ -188,11 +188,11 @@ class AllocationManager:
         self.on_allocated: Callable[[str], Any] = lambda uid: None
         self.on_change_allocated: Callable[[Obj, Obj], Any] = lambda previous, current: None
         # A change that passed its checks, while its checkpoint is written: `on_staging`
-        # (its allocated view) before the write, `on_unstaged(uid, written)` once the write
+        # (its allocated view) before the write, `on_unstaged(uid)` once the write
         # ended, before `on_allocated` (the kubelet sets up its new volumes meanwhile;
         # nothing is actuated before `on_allocated`).
         self.on_staging: Callable[[Obj], Any] = lambda view: None
-        self.on_unstaged: Callable[[str, bool], Any] = lambda uid, written: None
+        self.on_unstaged: Callable[[str], Any] = lambda uid: None
         self.on_failed: Callable[[Obj, str], Any] = lambda pod, message: None
         self.on_outcome: Callable[[str], Any] = lambda result: None
         # Pods admission no longer counts (terminal: their containers are done).
@@ -438,10 +438,10 @@ class AllocationManager:
                 # durable before anything actuates it
                 written = await self._commit(uid, current)
             except Exception as err:
-                self._call(self.on_unstaged, uid, False)
                 return self._not_allocated(
                     pod, f"writing the allocation checkpoint: {go_error_text(err)}", ERROR)
-            self._call(self.on_unstaged, uid, written)
+            finally:
+                self._call(self.on_unstaged, uid)
             if not written:  # forgotten while being written: no event, no metric
                 return AllocationResult(False, "pod is gone")
             if self.desired.get(uid) is not None and not self.differs(self.desired[uid]):
