@@ -340,19 +340,23 @@ async def test_a_restarted_kubelet_readmits_from_the_checkpoint(tmp_path: Path) 
 
 
 async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) -> None:
-    """`on_staging` runs before the change's checkpoint is on disk (the kubelet sets up its
-    volumes meanwhile), `on_unstaged` once the write ended and before `on_allocated`; a
-    failed write unstages it too and allocates nothing."""
+    """`on_staging_changed` runs before the change's checkpoint is on disk, the change then
+    `staged_change` (the kubelet sets up its volumes meanwhile), and again once the write
+    ended (no longer staged) and before `on_allocated`; a failed write unstages it too and
+    allocates nothing."""
     node = _Node()
     manager = _manager(tmp_path, node)
     calls: list[tuple[str, Any]] = []
 
-    def staging(view: Obj) -> None:
+    def staging(uid: str) -> None:
+        view = manager.staged_change(uid)
+        if view is None:
+            calls.append(("unstaged", uid))
+            return
         on_disk = AllocationCheckpoint(tmp_path).load()["u1"]["spec"]["volumes"]
         calls.append(("staging", ([v["name"] for v in view["spec"]["volumes"]], on_disk)))
 
-    manager.on_staging = staging
-    manager.on_unstaged = lambda uid: calls.append(("unstaged", uid))
+    manager.on_staging_changed = staging
     manager.on_allocated = lambda uid: calls.append(("allocated", uid))
     await manager.allocate_new(_pod("u1"))
     change = _pod("u1", volumes=[{"name": "scratch", "emptyDir": {}}])

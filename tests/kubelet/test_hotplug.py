@@ -9,6 +9,7 @@ restarts the container instead."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,35 @@ async def test_a_live_swap_is_one_status_write_when_allocated_during_a_sync(
                                   .get("volumeStatuses") or []] == ["extra"])
         await wait_until(h.kubelet.status.is_settled)
         assert h.kubelet.status.writes - writes == 2
+
+
+async def test_a_changes_new_volume_is_set_up_while_its_checkpoint_is_written(
+        tmp_path: Path) -> None:
+    """The kubelet's wiring of the early set-up: while the change's checkpoint write is held,
+    its new emptyDir is mounted on the host already (the allocation manager's
+    `staged_change`), not yet in the container nor in `volumeStatuses`; once written it is
+    mounted live."""
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        uid = before["metadata"]["uid"]
+        checkpoint = h.kubelet.allocation.checkpoint
+        store = checkpoint.store
+        release = threading.Event()
+
+        def held(pods: Any) -> None:
+            release.wait(10)
+            store(pods)
+
+        checkpoint.store = held  # type: ignore[method-assign]
+        try:
+            await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                             {"name": "extra", "mountPath": "/extra"}])
+            await wait_until(lambda: h.kubelet.allocation.staged_change(uid) is not None)
+            await wait_until(lambda: h.kubelet.volumes.is_volume_mounted(uid, "extra"))
+            assert ("extra", "/extra", False) not in _mounts(await h.api.get(
+                resource_path("pods", "default", "w")))
+            assert [v["name"] for v in h.kubelet.volumes.volume_statuses(uid)] == ["keep"]
+        finally:
+            release.set()
+        await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p))
+        assert h.kubelet.allocation.staged_change(uid) is None

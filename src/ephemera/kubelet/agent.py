@@ -243,9 +243,12 @@ class Kubelet:
         self.pod_admission.on_rejected = self._rejected
         self.allocation.on_outcome = lambda result: self.metrics.dynamic_allocations.labels(
             result=result).inc()
-        # A change's new volumes are set up while its checkpoint is written (`set_early`).
-        self.allocation.on_staging = self._staging
-        self.allocation.on_unstaged = self._unstaged
+        # A change's new volumes are set up while its checkpoint is written
+        # (`VolumeManager.set_staged_source`).
+        self.allocation.on_staging_changed = self._staging_changed
+        set_staged_source = getattr(self.volumes, "set_staged_source", None)
+        if set_staged_source is not None:
+            set_staged_source(self.allocation.staged_change)
         self.metrics.track_pending_allocations(lambda: len(self.allocation.pending))
         self._initial_done = False
         self.relister = Relister(runtime, self._runtime_changed,
@@ -367,15 +370,10 @@ class Kubelet:
         if self.workers is not None and self._initial_done:
             self.volumes.set_desired_pods(self.workers.pods_needing_volumes())
 
-    def _staging(self, view: Obj) -> None:
-        set_early = getattr(self.volumes, "set_early", None)
-        if set_early is not None:
-            set_early(str((view.get("metadata") or {}).get("uid") or ""), view)
-
-    def _unstaged(self, uid: str) -> None:
-        set_early = getattr(self.volumes, "set_early", None)
-        if set_early is not None:
-            set_early(uid, None)
+    def _staging_changed(self, uid: str) -> None:
+        staging_changed = getattr(self.volumes, "staging_changed", None)
+        if staging_changed is not None:
+            staging_changed(uid)
 
     def _volume_event(self, uid: str) -> None:
         if self.workers is not None:
