@@ -53,7 +53,10 @@ def test_mount_points_on_btrfs(btrfs: Path, kernel: bool,
     mounts.bind_mount(source, bound)
     try:
         assert os.stat(bound).st_dev == os.stat(btrfs).st_dev
-        answers = {p.name: mounts.is_mountpoint(p) for p in (btrfs, subvolume, plain, bound)}
-        assert answers == {"mnt": True, "sub": False, "plain": False, "bound": True}
+        missing = btrfs / "missing"
+        answers = {p.name: mounts.is_mountpoint(p)
+                   for p in (btrfs, subvolume, plain, bound, missing)}
+        assert answers == {"mnt": True, "sub": False, "plain": False, "bound": True,
+                           "missing": False}
     finally:
         mounts.unmount(bound)

@@ -238,14 +238,15 @@ if _statx is not None:
 
 
 def _mount_root(path: str) -> bool | None:
-    """statx's `STATX_ATTR_MOUNT_ROOT` of `path`, or None when the kernel (or libc) does not
-    report it."""
+    """statx's `STATX_ATTR_MOUNT_ROOT` of `path` (False when nothing is there), or None when
+    the kernel (or libc) does not report it."""
     if _statx is None:
         return None
     buf = ctypes.create_string_buffer(_STATX_SIZE)
     if _statx(_AT_FDCWD, os.fsencode(path), _AT_SYMLINK_NOFOLLOW | _AT_NO_AUTOMOUNT, 0,
               buf) != 0:
-        return None  # ENOENT and the like: the table's answer (not listed)
+        # nothing there is no mount point; other errors (ENOSYS...): the table's answer
+        return False if ctypes.get_errno() in (errno.ENOENT, errno.ENOTDIR) else None
     raw = buf.raw
     if not int.from_bytes(raw[_STATX_ATTRIBUTES_MASK:_STATX_ATTRIBUTES_MASK + 8],
                           sys.byteorder) & _STATX_ATTR_MOUNT_ROOT:
