@@ -365,7 +365,6 @@ class HollowNode:
 
     def on_pod_delete(self, pod: Obj) -> None:
         self.pod_admission.deleted(pod)
-        self.status.forget(_uid(pod))
 
     def _worker_done(self, uid: str) -> None:
         if uid not in self.pod_admission.api_pods:

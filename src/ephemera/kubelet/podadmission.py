@@ -229,16 +229,18 @@ class PodAdmission:
 
     def deleted(self, pod: Obj) -> None:
         """The pod object is gone from the API: nothing more of it is allocated, its worker
-        (if any) terminates it."""
+        (if any) terminates it and then forgets its status; a pod without one (rejected, or
+        its allocation still being written) has its status forgotten now."""
         uid = pod_uid(pod)
         self.rejected.discard(uid)
         self.api_pods.pop(uid, None)
         self.allocation.withdraw(uid)  # nothing more of a deleted pod is allocated
         self.allocation.retry()  # room may have appeared for pending changes
-        if self.workers is None:
-            return
-        if uid in self.admitted or self.workers.get(uid) is not None:
+        if self.workers is not None and (uid in self.admitted
+                                         or self.workers.get(uid) is not None):
             self.workers.remove(pod)
+        else:
+            self.status.forget(uid)
         self.admitted.discard(uid)
 
     def forget(self, uid: str) -> None:
