@@ -251,10 +251,6 @@ class HollowRuntime(FakeRuntime):
         return super()._decide(argv)
 
 
-def _uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
-
-
 # --- one node --------------------------------------------------------------------------------
 
 
