@@ -30,8 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ephemera.api.errors import StatusError
 from ephemera.client import resource_path
 from ephemera.kubelet import node as node_module
-from ephemera.kubelet.agent import admit
 from ephemera.kubelet.allocation import AllocationCheckpoint, AllocationManager
+from ephemera.kubelet.podadmission import admit
 
 Obj = dict[str, Any]
 EMPTY_DIR = "kubernetes.io/empty-dir"

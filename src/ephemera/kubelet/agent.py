@@ -103,7 +103,7 @@ from ephemera.kubelet.node import (
 from ephemera.kubelet.nodeshutdown import shut_down_node
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
-from ephemera.kubelet.podadmission import AdmitResult, PodAdmission, admit
+from ephemera.kubelet.podadmission import AdmitResult, PodAdmission
 from ephemera.kubelet.podutil import pod_terminal
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
 from ephemera.kubelet.portforward import PortForwardError, PortForwardTarget
@@ -119,7 +119,7 @@ from ephemera.kubelet.tokens import TokenManager
 from ephemera.kubelet.volumes.manager import MOUNT, VolumeOperation
 from ephemera.kubelet.workerdeps import WorkerDeps, WorkerSettings
 
-__all__ = ["AdmitResult", "Kubelet", "KubeletConfig", "admit"]
+__all__ = ["Kubelet", "KubeletConfig"]
 
 log = logging.getLogger(__name__)
 
