@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 DATA_DIR ?= run-data
 # Debian packages the project needs, as "command:package" pairs; a command given as an
 # absolute path is checked as that file (the CNI plugins live in /usr/lib/cni, not on PATH).
-DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo mkfs.ext4:e2fsprogs /usr/lib/cni/bridge:containernetworking-plugins nft:nftables ip:iproute2
+DEB_NEEDS := etcd:etcd-server runc:runc crun:crun busybox:busybox-static umoci:umoci skopeo:skopeo mkfs.ext4:e2fsprogs /usr/lib/cni/bridge:containernetworking-plugins nft:nftables ip:iproute2 mkfs.btrfs:btrfs-progs
 PYTEST_ARGS ?=
 
 .PHONY: run test setup debs lint unit bench clean

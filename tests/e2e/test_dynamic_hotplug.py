@@ -143,32 +143,38 @@ def test_a_read_only_live_mount_refuses_writes(k: Kubectl) -> None:
     assert result.returncode != 0 and "Read-only file system" in result.stderr
 
 
+def _live_mount_fails(k: Kubectl, uid: str, cid: str, name: str, path: str,
+                      cause: str) -> None:
+    """Add emptyDir `name` mounted at `path` to pod w's running container c, whose live
+    mount fails with `cause`: a FailedMount Warning, the volume set up on the host only, the
+    container untouched, nothing mounted in it or left cloned on the host."""
+    table = _mount_points(k)
+    patch_dynamic(k, "w", [
+        {"op": "add", "path": "/spec/volumes/-", "value": {"name": name, "emptyDir": {}}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": name, "mountPath": path}}])
+    events: list[dict[str, Any]] = wait(lambda: [
+        e for e in k.json("get", "events", "--field-selector",
+                          "involvedObject.name=w,reason=FailedMount")["items"]],
+        "a FailedMount event", k.cluster)
+    assert (events[0]["type"], events[0]["message"]) == ("Warning", (
+        f'MountVolume.LiveMount failed for volume "{name}" : mounting "{path}" in running '
+        f'container "c": {cause}'))
+    p = wait_pod(k, "w", lambda p: volume_phases(p).get(name) == "HostMounted",
+                 "the volume set up on the host")
+    assert (container(p)["containerID"], container(p)["restartCount"]) == (cid, 0)
+    assert "running" in container(p)["state"] and (name, path) not in _reported(p)
+    assert _mount_points(k) == table
+    assert _host_clones(volume_dir(k.cluster, uid, "empty-dir", name)) == []
+
+
 @pytest.mark.parametrize("target", ["/etc", "/proc/1/root", "../../.."])
 def test_a_planted_symlink_never_redirects_a_live_mount(k: Kubectl, target: str) -> None:
     before = _pod(k, _live())
     uid = before["metadata"]["uid"]
     cid = container(before)["containerID"]
     exec_in(k, "w", "c", f"ln -s {target} /plant")
-    table = _mount_points(k)
-    patch_dynamic(k, "w", [
-        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "evil", "emptyDir": {}}},
-        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
-         "value": {"name": "evil", "mountPath": "/plant"}}])
-    events: list[dict[str, Any]] = wait(lambda: [
-        e for e in k.json("get", "events", "--field-selector",
-                          "involvedObject.name=w,reason=FailedMount")["items"]],
-        "a FailedMount event", k.cluster)
-    assert events[0]["type"] == "Warning"
-    assert events[0]["message"] == (
-        'MountVolume.LiveMount failed for volume "evil" : mounting "/plant" in running '
-        'container "c": too many levels of symbolic links')
-    p = wait_pod(k, "w", lambda p: volume_phases(p).get("evil") == "HostMounted",
-                 "the volume set up on the host")
-    assert (container(p)["containerID"], container(p)["restartCount"]) == (cid, 0)
-    assert "running" in container(p)["state"]
-    assert ("evil", "/plant") not in _reported(p)
-    assert _mount_points(k) == table
-    assert _host_clones(volume_dir(k.cluster, uid, "empty-dir", "evil")) == []
+    _live_mount_fails(k, uid, cid, "evil", "/plant", "too many levels of symbolic links")
     assert exec_in(k, "w", "c", "readlink /plant") == target + "\n"
 
 
@@ -182,23 +188,7 @@ def test_a_read_only_root_takes_live_mounts_only_at_existing_directories(k: Kube
     result = k("exec", "w", "-c", "c", "--", "sh", "-c", "touch /x", check=False)
     assert result.returncode != 0 and "Read-only file system" in result.stderr
     exec_in(k, "w", "c", "echo ok > /keep/f")  # /keep is not in the image: made before ro
-    table = _mount_points(k)
-    patch_dynamic(k, "w", [
-        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "extra", "emptyDir": {}}},
-        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
-         "value": {"name": "extra", "mountPath": "/extra"}}])
-    events: list[dict[str, Any]] = wait(lambda: [
-        e for e in k.json("get", "events", "--field-selector",
-                          "involvedObject.name=w,reason=FailedMount")["items"]],
-        "a FailedMount event", k.cluster)
-    assert (events[0]["type"], events[0]["message"]) == ("Warning", (
-        'MountVolume.LiveMount failed for volume "extra" : mounting "/extra" in running '
-        'container "c": read-only file system'))
-    p = pod_json(k, "w")
-    assert (container(p)["containerID"], container(p)["restartCount"]) == (cid, 0)
-    assert "running" in container(p)["state"] and ("extra", "/extra") not in _reported(p)
-    assert _mount_points(k) == table
-    assert _host_clones(volume_dir(k.cluster, uid, "empty-dir", "extra")) == []
+    _live_mount_fails(k, uid, cid, "extra", "/extra", "read-only file system")
 
     patch_dynamic(k, "w", [{"op": "replace", "path": "/spec/containers/0/volumeMounts/1",
                             "value": {"name": "extra", "mountPath": "/tmp"}}])

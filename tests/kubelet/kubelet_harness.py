@@ -147,6 +147,18 @@ async def wait_until(check: Callable[[], bool | Awaitable[bool]], timeout: float
         await asyncio.sleep(0.05)
 
 
+def slowed(obj: object, method: str, seconds: float) -> None:
+    """Make the async `method` of `obj` wait `seconds` before it runs (as a real runtime's
+    call takes a while), so something else lands meanwhile."""
+    real = getattr(obj, method)
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(seconds)
+        return await real(*args, **kwargs)
+
+    setattr(obj, method, slow)
+
+
 async def running_worker(h: Harness, *, sidecar: bool = False) -> dict[str, Any]:
     """Create Pod `w` (container `c` with `dynamicVolumePolicy: RestartContainer` and an
     emptyDir `keep` at /keep; with `sidecar`, a container `side` too) and wait until all its

@@ -340,24 +340,28 @@ async def test_a_restarted_kubelet_readmits_from_the_checkpoint(tmp_path: Path) 
 
 
 async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) -> None:
-    """`on_staging` runs before the change's checkpoint is on disk (the kubelet sets up its
-    volumes meanwhile), `on_unstaged` once the write ended and before `on_allocated`; a
-    failed write unstages it too and allocates nothing."""
+    """`on_staging_changed` runs before the change's checkpoint is on disk, the change then
+    `staged_change` (the kubelet sets up its volumes meanwhile), and again once the write
+    ended (no longer staged) and before `on_allocated`; a failed write unstages it too and
+    allocates nothing."""
     node = _Node()
     manager = _manager(tmp_path, node)
     calls: list[tuple[str, Any]] = []
 
-    def staging(view: Obj) -> None:
+    def staging(uid: str) -> None:
+        view = manager.staged_change(uid)
+        if view is None:
+            calls.append(("unstaged", uid))
+            return
         on_disk = AllocationCheckpoint(tmp_path).load()["u1"]["spec"]["volumes"]
         calls.append(("staging", ([v["name"] for v in view["spec"]["volumes"]], on_disk)))
 
-    manager.on_staging = staging
-    manager.on_unstaged = lambda uid, written: calls.append(("unstaged", (uid, written)))
+    manager.on_staging_changed = staging
     manager.on_allocated = lambda uid: calls.append(("allocated", uid))
     await manager.allocate_new(_pod("u1"))
     change = _pod("u1", volumes=[{"name": "scratch", "emptyDir": {}}])
     assert (await manager.try_allocate(change)).allocated
-    assert calls == [("staging", (["scratch"], [])), ("unstaged", ("u1", True)),
+    assert calls == [("staging", (["scratch"], [])), ("unstaged", "u1"),
                      ("allocated", "u1")]
 
     calls.clear()
@@ -371,7 +375,33 @@ async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) ->
     assert not result.allocated
     assert result.message == "writing the allocation checkpoint: no space left on device"
     assert [name for name, _ in calls] == ["staging", "unstaged"]
-    assert calls[1] == ("unstaged", ("u1", False))
+    assert calls[1] == ("unstaged", "u1")
+
+
+async def test_a_change_made_again_after_its_pod_came_back_is_decided_and_reported_anew(
+        tmp_path: Path) -> None:
+    """A failed change whose pod came back to its allocated spec is gone altogether: the
+    same change made again is being decided again and its failure reported again."""
+    node = _Node()
+    manager = _manager(tmp_path, node)
+    woken: list[str] = []
+    manager.on_failed = lambda pod, message: woken.append(message)
+    await manager.allocate_new(_pod("u1"))
+    change = _pod("u1", volumes=[{"name": "cfg", "configMap": {"name": "settings"}}])
+    task = asyncio.create_task(manager.run())
+    try:
+        await wait_until(lambda: manager._wake is not None)
+        manager.request(change)
+        await wait_until(lambda: "u1" in manager.pending)
+        assert (await manager.try_allocate(_pod("u1"))).allocated  # back to the allocated spec
+        assert "u1" not in manager.desired and "u1" not in manager.pending
+        manager.request(change)
+        assert manager.deciding("u1")
+        await wait_until(lambda: len(woken) == 2)
+        assert woken == ['volume "cfg": configmap "settings" not found'] * 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_deciding_lasts_until_a_changes_first_attempt_ends(tmp_path: Path) -> None:

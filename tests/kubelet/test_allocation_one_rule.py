@@ -23,8 +23,8 @@ from kubelet_harness import Harness, pod, running_kubelet, running_worker, wait_
 
 from ephemera.client import resource_path
 from ephemera.kubelet import node as node_module
-from ephemera.kubelet.agent import admit
 from ephemera.kubelet.allocation import AllocationCheckpoint, AllocationManager
+from ephemera.kubelet.podadmission import admit
 from ephemera.kubelet.volumes.mounts import unmount_all_under
 
 Obj = dict[str, Any]

@@ -22,6 +22,7 @@ from kubelet_harness import (
     pod,
     running_kubelet,
     running_worker,
+    slowed,
     wait_until,
 )
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,8 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ephemera.api.errors import StatusError
 from ephemera.client import resource_path
 from ephemera.kubelet import node as node_module
-from ephemera.kubelet.agent import admit
 from ephemera.kubelet.allocation import AllocationCheckpoint, AllocationManager
+from ephemera.kubelet.podadmission import admit
 
 Obj = dict[str, Any]
 EMPTY_DIR = "kubernetes.io/empty-dir"
@@ -326,14 +327,7 @@ async def test_a_restart_swap_is_one_status_write_and_its_events_follow_it(
         first = await running_worker(h)
         uid, old_id = first["metadata"]["uid"], container_status(first)["containerID"]
         await wait_until(h.kubelet.status.is_settled)
-        runtime = h.kubelet.runtime
-        stop = runtime.stop_container
-
-        async def slow_stop(container_id: str, timeout: float) -> None:
-            await asyncio.sleep(0.05)  # as a real container's stop takes a while
-            await stop(container_id, timeout)
-
-        runtime.stop_container = slow_stop  # type: ignore[method-assign]
+        slowed(h.kubelet.runtime, "stop_container", 0.05)  # as a real container's stop
         writes = h.kubelet.status.writes
         keep = {"name": "keep", "emptyDir": {}}
         await _edit_dynamic(h, [keep, {"name": "new", "emptyDir": {}}],

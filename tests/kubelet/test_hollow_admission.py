@@ -14,7 +14,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from kubelet_harness import FAST, NODE, Harness, container_status, pod, running_kubelet
+from kubelet_harness import (
+    FAST,
+    NODE,
+    Harness,
+    container_status,
+    pod,
+    running_kubelet,
+    wait_until,
+)
 
 from ephemera.client import resource_path
 from ephemera.kubelet.hollow import HollowConfig, HollowNodes
@@ -67,7 +75,7 @@ def _worker(name: str, node: str) -> Obj:
 
 
 async def test_a_hollow_node_rejects_and_allocates_as_the_kubelet_does(tmp_path: Path) -> None:
-    async with running_kubelet(tmp_path) as h, hollow_node(h, tmp_path / "hollow"):
+    async with running_kubelet(tmp_path) as h, hollow_node(h, tmp_path / "hollow") as nodes:
         # Pod-level ephemeral-storage beyond the node's allocatable.
         rejected: dict[str, tuple[Any, ...]] = {}
         for name, node in (("big-kubelet", NODE), ("big-hollow", HOLLOW)):
@@ -85,6 +93,15 @@ async def test_a_hollow_node_rejects_and_allocates_as_the_kubelet_does(tmp_path:
         assert message.startswith("Pod was rejected: Node didn't have enough resource: "
                                   "ephemeral-storage, requested: ")
         assert event == ("Warning", reason, message.removeprefix("Pod was rejected: "))
+        # Deleted, a rejected pod (no worker) leaves nothing in either status manager.
+        managers = {"big-kubelet": h.kubelet.status, "big-hollow": nodes.nodes[HOLLOW].status}
+        uids = {name: (await h.api.get(resource_path("pods", "default", name)))["metadata"]
+                ["uid"] for name in managers}
+        assert all(managers[name].get(uids[name]) is not None for name in managers)
+        for name in managers:
+            await h.api.delete(resource_path("pods", "default", name))
+        await wait_until(lambda: all(managers[name].get(uids[name]) is None
+                                     for name in managers))
 
         # /dynamic changes: one that does not fit, then one that does.
         for name, node in (("w-kubelet", NODE), ("w-hollow", HOLLOW)):

@@ -8,8 +8,8 @@ restarts the container instead."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from kubelet_harness import (
     container_status,
     pod,
     running_kubelet,
+    slowed,
     wait_until,
 )
 
@@ -215,14 +216,8 @@ async def test_a_live_swap_is_one_status_write_when_allocated_during_a_sync(
         before = await _live_worker(h)
         uid, main_id = before["metadata"]["uid"], container_status(before)["containerID"]
         await wait_until(h.kubelet.status.is_settled)
-        runtime = h.kubelet.runtime
-        listing = runtime.list_containers
-
-        async def slow_listing(sandbox_id: str = "") -> Any:
-            await asyncio.sleep(0.05)  # the allocation's checkpoint lands meanwhile
-            return await listing(sandbox_id)
-
-        runtime.list_containers = slow_listing  # type: ignore[method-assign]
+        # the allocation's checkpoint lands while the sync lists the containers
+        slowed(h.kubelet.runtime, "list_containers", 0.05)
         writes = h.kubelet.status.writes
         await _change(h, [EXTRA], [{"name": "extra", "mountPath": "/keep"}])
         swapped = await h.wait_pod("w", lambda p: _mounts(p) == [("extra", "/keep", False)])
@@ -231,3 +226,35 @@ async def test_a_live_swap_is_one_status_write_when_allocated_during_a_sync(
                                   .get("volumeStatuses") or []] == ["extra"])
         await wait_until(h.kubelet.status.is_settled)
         assert h.kubelet.status.writes - writes == 2
+
+
+async def test_a_changes_new_volume_is_set_up_while_its_checkpoint_is_written(
+        tmp_path: Path) -> None:
+    """The kubelet's wiring of the early set-up: while the change's checkpoint write is held,
+    its new emptyDir is mounted on the host already (the allocation manager's
+    `staged_change`), not yet in the container nor in `volumeStatuses`; once written it is
+    mounted live."""
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        uid = before["metadata"]["uid"]
+        checkpoint = h.kubelet.allocation.checkpoint
+        store = checkpoint.store
+        release = threading.Event()
+
+        def held(pods: Any) -> None:
+            release.wait(10)
+            store(pods)
+
+        checkpoint.store = held  # type: ignore[method-assign]
+        try:
+            await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
+                                             {"name": "extra", "mountPath": "/extra"}])
+            await wait_until(lambda: h.kubelet.allocation.staged_change(uid) is not None)
+            await wait_until(lambda: h.kubelet.volumes.is_volume_mounted(uid, "extra"))
+            assert ("extra", "/extra", False) not in _mounts(await h.api.get(
+                resource_path("pods", "default", "w")))
+            assert [v["name"] for v in h.kubelet.volumes.volume_statuses(uid)] == ["keep"]
+        finally:
+            release.set()
+        await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p))
+        assert h.kubelet.allocation.staged_change(uid) is None

@@ -12,11 +12,11 @@ import pytest
 
 from ephemera.controllers.nodelifecycle import desired_taints, unknown_conditions
 from ephemera.kubelet import containerconfig
-from ephemera.kubelet.agent import admit
 from ephemera.kubelet.backoff import BackOff, BackOffPolicy
 from ephemera.kubelet.eviction.thresholds import hard_eviction_reservation, parse_eviction_hard
 from ephemera.kubelet.logs import LogOptions, parse_cri_line, stream_log
 from ephemera.kubelet.node import NodeConfig, NodeStatusBuilder, Pressure, allocatable
+from ephemera.kubelet.podadmission import admit
 from ephemera.kubelet.podutil import format_pod, go_duration
 from ephemera.kubelet.runtime.base import ContainerState, ContainerStatus, Mount, SandboxStatus
 from ephemera.kubelet.status import (

@@ -439,7 +439,8 @@ async def test_failed_volume_waits_for_its_back_off(root: Path, host: FakeVolume
 async def test_a_changes_volumes_are_set_up_early_and_dropped_when_not_allocated(
     manager: Running, host: FakeVolumeHost
 ) -> None:
-    """`set_early`: while a change's checkpoint is written its new emptyDir, Secret and
+    """While a change's checkpoint is written (`set_staged_source`, `staging_changed`) its
+    new emptyDir, Secret and
     ConfigMap volumes are set up (not reported in `volumeStatuses`, the pod's worker not
     woken, not other kinds, not unreferenced ones); dropped, they are torn down; kept by
     the allocated pod, they stay mounted as they are."""
@@ -458,9 +459,19 @@ async def test_a_changes_volumes_are_set_up_early_and_dropped_when_not_allocated
     change["spec"]["containers"][0]["volumeMounts"] += [
         {"name": "sec", "mountPath": "/sec"}, {"name": "meta", "mountPath": "/meta"}]
 
+    staged: dict[str, dict[str, Any]] = {}
+    vm.set_staged_source(staged.get)
+
+    def stage(view: dict[str, Any] | None) -> None:
+        if view is None:
+            del staged[UID]
+        else:
+            staged[UID] = view
+        vm.staging_changed(UID)
+
     notified: list[str] = []
     vm.subscribe(notified.append)
-    vm.set_early(UID, change)
+    stage(change)
     await eventually(lambda: vm.is_volume_mounted(UID, "sec"))
     assert notified == []  # the pod's worker cannot use it yet: not woken
     sec_dir = vm.mounted_volumes(UID)["sec"]
@@ -472,17 +483,17 @@ async def test_a_changes_volumes_are_set_up_early_and_dropped_when_not_allocated
     assert vm.volume_statuses(UID) == [{"name": "keep", "hostPhase": "HostMounted"}]
 
     # the write failed: dropped, torn down
-    vm.set_early(UID, None)
+    stage(None)
     await eventually(lambda: not sec_dir.exists()
                      and vm.volume_statuses(UID) == [{"name": "keep",
                                                       "hostPhase": "HostMounted"}])
     assert mounts_under(sec_dir) == []
 
     # set up early again, then allocated: the same mount stays (nothing set up twice)
-    vm.set_early(UID, change)
+    stage(change)
     await eventually(lambda: vm.is_volume_mounted(UID, "sec"))
     mount = mounts_under(vm.mounted_volumes(UID)["sec"])
-    vm.set_early(UID, None)
+    stage(None)
     vm.set_desired_pods([change])
     await vm.wait_for_pod_volumes(change, timeout=10)
     assert mounts_under(vm.mounted_volumes(UID)["sec"]) == mount

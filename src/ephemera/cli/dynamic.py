@@ -603,18 +603,13 @@ def _spec_names(pod: Pod) -> tuple[list[str], list[str]]:
 async def _allocation_failure(api: ApiClient, pod_path: str, pod: Pod, desired: Pod) -> str:
     """When the node has not allocated the `desired` volumes and containers: why, from the
     pod's latest FailedAllocation event ("" when allocated or no reason is known)."""
-    meta = pod["metadata"]
     try:
         allocated = await api.get(f"{pod_path}/allocated")
-        if _spec_names(allocated) == _spec_names(desired):
-            return ""
-        events = await api.list(resource_path("events", meta["namespace"]),
-                                field_selector=f"involvedObject.uid={meta['uid']}")
     except StatusError:
         return ""
-    failed = [e for e in events["items"] if e.get("reason") == "FailedAllocation"]
-    failed.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-    return str(failed[-1].get("message", "")) if failed else ""
+    if _spec_names(allocated) == _spec_names(desired):
+        return ""
+    return await _latest_event(api, pod, "FailedAllocation")
 
 
 async def _mount_failure(api: ApiClient, pod: Pod, before: Pod, desired: Pod) -> str:
@@ -627,16 +622,24 @@ async def _mount_failure(api: ApiClient, pod: Pod, before: Pod, desired: Pod) ->
         previous = old.get(container["name"], {}).get("volumeMounts")
         added |= {m[0] for m in _mount_set(container.get("volumeMounts")) -
                   _mount_set(previous)}
+    return await _latest_event(api, pod, "FailedMount", lambda message: any(
+        f'volume "{name}"' in message for name in added))
+
+
+async def _latest_event(api: ApiClient, pod: Pod, reason: str,
+                        about: Callable[[str], bool] = lambda message: True) -> str:
+    """The message of the pod's latest event with `reason` whose message is `about` what
+    is asked ("" when there is none, or the events cannot be read)."""
     meta = pod["metadata"]
     try:
         events = await api.list(resource_path("events", meta["namespace"]),
                                 field_selector=f"involvedObject.uid={meta['uid']}")
     except StatusError:
         return ""
-    failed = [e for e in events["items"] if e.get("reason") == "FailedMount" and
-              any(f'volume "{name}"' in str(e.get("message", "")) for name in added)]
-    failed.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-    return str(failed[-1].get("message", "")) if failed else ""
+    found = [e for e in events["items"]
+             if e.get("reason") == reason and about(str(e.get("message", "")))]
+    found.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return str(found[-1].get("message", "")) if found else ""
 
 
 # --- status ------------------------------------------------------------------------------------

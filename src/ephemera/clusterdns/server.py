@@ -109,15 +109,12 @@ class DnsServer:
         local = self.answer_local(wire, tcp=tcp)
         if not isinstance(local, dns.message.Message):
             return local
-        try:
-            return await self._forward(local, tcp)
-        finally:
-            self.forwarding -= 1
+        return await self._forward(local, tcp)
 
     def answer_local(self, wire: bytes, *, tcp: bool) -> bytes | dns.message.Message | None:
         """The reply when it needs no upstream (None: none is sent); else the parsed query,
-        to forward, with its slot taken (`forwarding` counts it until the caller's
-        `_forward` ends): the caller must forward it."""
+        to forward, with its slot taken (`forwarding` counts it until `_forward`, which
+        the caller must call, gives it back)."""
         try:
             query = dns.message.from_wire(wire)
         except dns.exception.DNSException:
@@ -174,6 +171,13 @@ class DnsServer:
             return response.to_wire(max_size=limit)
 
     async def _forward(self, query: dns.message.Message, tcp: bool) -> bytes:
+        """The upstreams' reply to `query`, whose slot (`answer_local`) it gives back."""
+        try:
+            return await self._ask_upstreams(query, tcp)
+        finally:
+            self.forwarding -= 1
+
+    async def _ask_upstreams(self, query: dns.message.Message, tcp: bool) -> bytes:
         for upstream in self.upstreams:
             try:
                 if tcp:
@@ -236,10 +240,7 @@ class DnsServer:
             self._transport.sendto(local, addr)
 
     async def _forward_datagram(self, query: dns.message.Message, addr: Any) -> None:
-        try:
-            reply = await self._forward(query, tcp=False)
-        finally:
-            self.forwarding -= 1
+        reply = await self._forward(query, tcp=False)
         if self._transport is not None:
             self._transport.sendto(reply, addr)
 

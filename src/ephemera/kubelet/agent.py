@@ -103,7 +103,8 @@ from ephemera.kubelet.node import (
 from ephemera.kubelet.nodeshutdown import shut_down_node
 from ephemera.kubelet.objectcache import PodObjects
 from ephemera.kubelet.pleg import Relister
-from ephemera.kubelet.podadmission import AdmitResult, PodAdmission, admit
+from ephemera.kubelet.podadmission import AdmitResult, PodAdmission
+from ephemera.kubelet.podutil import pod_terminal
 from ephemera.kubelet.podworkers import PodWorkers, remove_orphan_dirs
 from ephemera.kubelet.portforward import PortForwardError, PortForwardTarget
 from ephemera.kubelet.prober.handlers import ProbeTarget
@@ -118,7 +119,7 @@ from ephemera.kubelet.tokens import TokenManager
 from ephemera.kubelet.volumes.manager import MOUNT, VolumeOperation
 from ephemera.kubelet.workerdeps import WorkerDeps, WorkerSettings
 
-__all__ = ["AdmitResult", "Kubelet", "KubeletConfig", "admit"]
+__all__ = ["Kubelet", "KubeletConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -175,10 +176,6 @@ class KubeletConfig:
     cluster_dns: list[str] = field(default_factory=list)
     cluster_domain: str = ""
     resolv_conf: str = "/etc/resolv.conf"
-
-
-def _terminal(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _created(pod: Mapping[str, Any]) -> str:
@@ -246,9 +243,12 @@ class Kubelet:
         self.pod_admission.on_rejected = self._rejected
         self.allocation.on_outcome = lambda result: self.metrics.dynamic_allocations.labels(
             result=result).inc()
-        # A change's new volumes are set up while its checkpoint is written (`set_early`).
-        self.allocation.on_staging = self._staging
-        self.allocation.on_unstaged = self._unstaged
+        # A change's new volumes are set up while its checkpoint is written
+        # (`VolumeManager.set_staged_source`).
+        self.allocation.on_staging_changed = self._staging_changed
+        set_staged_source = getattr(self.volumes, "set_staged_source", None)
+        if set_staged_source is not None:
+            set_staged_source(self.allocation.staged_change)
         self.metrics.track_pending_allocations(lambda: len(self.allocation.pending))
         self._initial_done = False
         self.relister = Relister(runtime, self._runtime_changed,
@@ -370,15 +370,10 @@ class Kubelet:
         if self.workers is not None and self._initial_done:
             self.volumes.set_desired_pods(self.workers.pods_needing_volumes())
 
-    def _staging(self, view: Obj) -> None:
-        set_early = getattr(self.volumes, "set_early", None)
-        if set_early is not None:
-            set_early(str((view.get("metadata") or {}).get("uid") or ""), view)
-
-    def _unstaged(self, uid: str, written: bool) -> None:
-        set_early = getattr(self.volumes, "set_early", None)
-        if set_early is not None:
-            set_early(uid, None)
+    def _staging_changed(self, uid: str) -> None:
+        staging_changed = getattr(self.volumes, "staging_changed", None)
+        if staging_changed is not None:
+            staging_changed(uid)
 
     def _volume_event(self, uid: str) -> None:
         if self.workers is not None:
@@ -416,7 +411,7 @@ class Kubelet:
 
     def _pod_seen(self, pod: Obj) -> None:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        if _terminal(pod):
+        if pod_terminal(pod):
             self.objects.unregister_pod(uid)
         else:  # what the API's and the allocated spec reference stays watched
             self.objects.register_pod(uid, pod, self.allocation.get(uid))
@@ -569,7 +564,7 @@ class Kubelet:
         (staged changes included), and the images of the image volumes still in the volume
         manager's actual state (mounted, their teardown deferred while in use or not done
         yet: their layers are the mounts' lower dirs)."""
-        needed = {ref for p in self.pods_informer.list() if not _terminal(p)
+        needed = {ref for p in self.pods_informer.list() if not pod_terminal(p)
                   for ref in pod_image_refs(p)}
         needed.update(ref for p in self.allocation.effective_pods()
                       for ref in pod_image_refs(p))

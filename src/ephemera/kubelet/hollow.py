@@ -251,10 +251,6 @@ class HollowRuntime(FakeRuntime):
         return super()._decide(argv)
 
 
-def _uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
-
-
 # --- one node --------------------------------------------------------------------------------
 
 
@@ -365,7 +361,6 @@ class HollowNode:
 
     def on_pod_delete(self, pod: Obj) -> None:
         self.pod_admission.deleted(pod)
-        self.status.forget(_uid(pod))
 
     def _worker_done(self, uid: str) -> None:
         if uid not in self.pod_admission.api_pods:

@@ -43,6 +43,7 @@ from ephemera.kubelet.allocation import (
 )
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.eviction import admit_under_pressure
+from ephemera.kubelet.podutil import pod_terminal, pod_uid
 from ephemera.kubelet.podworkers import PodWorkers
 from ephemera.kubelet.status import StatusManager, rejected_status
 
@@ -77,14 +78,6 @@ def admit(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
     if shortage is not None:
         return AdmitResult(False, f"OutOf{shortage.resource}", shortage.message)
     return AdmitResult(True)
-
-
-def _uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
-
-
-def _terminal(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _name(pod: Mapping[str, Any]) -> str:
@@ -132,7 +125,7 @@ class PodAdmission:
         pressure = admit_under_pressure(pod, self.node_conditions(), self.gates)
         if not pressure.admit:
             return AdmitResult(False, pressure.reason, pressure.message)
-        return admit(pod, self.allocation.others(_uid(pod)), self.node_allocatable(),
+        return admit(pod, self.allocation.others(pod_uid(pod)), self.node_allocatable(),
                      self.gates)
 
     def inactive(self, uid: str) -> bool:
@@ -143,7 +136,7 @@ class PodAdmission:
             if terminal is not None:
                 return terminal
         pod = self.api_pods.get(uid)
-        return pod is not None and _terminal(pod)
+        return pod is not None and pod_terminal(pod)
 
     # -- the pods --
 
@@ -152,7 +145,7 @@ class PodAdmission:
         worker with its allocated spec."""
         workers = self.workers
         assert workers is not None
-        uid = _uid(pod)
+        uid = pod_uid(pod)
         if not uid or uid in self.rejected:
             return
         self.on_seen(pod)
@@ -162,7 +155,7 @@ class PodAdmission:
                 return
             # A pod in the allocation checkpoint was admitted before a restart: re-admitted
             # with its allocated spec, no new admission.
-            if not self.allocation.is_allocated(uid) and not _terminal(pod) and \
+            if not self.allocation.is_allocated(uid) and not pod_terminal(pod) and \
                     not (pod.get("metadata") or {}).get("deletionTimestamp"):
                 result = self.admit(pod)
                 if not result.admit:
@@ -183,7 +176,7 @@ class PodAdmission:
 
     def _reject(self, pod: Obj, result: AdmitResult) -> None:
         assert self.workers is not None
-        self.rejected.add(_uid(pod))
+        self.rejected.add(pod_uid(pod))
         self.on_rejected(pod, result)
         log.info("rejected pod %s: %s", _name(pod), result.message)
         self.status.set_pod_status(pod, rejected_status(pod.get("status"), result.reason,
@@ -221,12 +214,12 @@ class PodAdmission:
         if self.workers is not None:
             self.workers.spawn(self.events.pod(pod, events.WARNING, FAILED_ALLOCATION,
                                                message), pod=pod)
-            self.workers.wake(_uid(pod))
+            self.workers.wake(pod_uid(pod))
 
     def _change_allocated(self, previous: Obj, current: Obj) -> None:
         """KEP-6395: a Normal `SuccessfulAllocation` event naming what the change adds and
         removes."""
-        pod = self.api_pods.get(_uid(current)) or current
+        pod = self.api_pods.get(pod_uid(current)) or current
         message = f"Allocated pod update: {describe_change(previous, current)}"
         log.info("pod %s: %s", _name(current), message)
         if self.workers is not None:
@@ -236,16 +229,18 @@ class PodAdmission:
 
     def deleted(self, pod: Obj) -> None:
         """The pod object is gone from the API: nothing more of it is allocated, its worker
-        (if any) terminates it."""
-        uid = _uid(pod)
+        (if any) terminates it and then forgets its status; a pod without one (rejected, or
+        its allocation still being written) has its status forgotten now."""
+        uid = pod_uid(pod)
         self.rejected.discard(uid)
         self.api_pods.pop(uid, None)
         self.allocation.withdraw(uid)  # nothing more of a deleted pod is allocated
         self.allocation.retry()  # room may have appeared for pending changes
-        if self.workers is None:
-            return
-        if uid in self.admitted or self.workers.get(uid) is not None:
+        if self.workers is not None and (uid in self.admitted
+                                         or self.workers.get(uid) is not None):
             self.workers.remove(pod)
+        else:
+            self.status.forget(uid)
         self.admitted.discard(uid)
 
     def forget(self, uid: str) -> None:

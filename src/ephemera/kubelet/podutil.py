@@ -26,6 +26,7 @@ __all__ = [
     "mounts_under",
     "pod_log_dir",
     "pod_spec",
+    "pod_terminal",
     "pod_uid",
     "restart_count_from_log_dir",
 ]
@@ -75,6 +76,12 @@ def pod_spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def pod_uid(pod: Mapping[str, Any]) -> str:
     return str(metadata(pod).get("uid") or "")
+
+
+def pod_terminal(pod: Mapping[str, Any]) -> bool:
+    """The pod's phase is terminal (Succeeded or Failed)."""
+    status = pod.get("status")
+    return isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed")
 
 
 def pod_log_dir(root_dir: Path, pod: Mapping[str, Any]) -> Path:

@@ -123,8 +123,8 @@ class PodWorker:
         self.failed_mount_reported: dict[str, str] = {}
         # Statuses published are merged until the sync (or the volume wait) ends.
         self.status_held = False
-        # A sync runs; the pod's allocated spec (or what is not allocated) changed during it.
-        self.in_sync = False
+        # The pod's allocated spec (or what is not allocated) changed since the sync began
+        # (reset as each sync begins).
         self.changed_in_sync = False
         # Containers and volumes the API has but the node has not allocated yet (KEP-6395).
         self.unallocated: list[Obj] = []
@@ -157,7 +157,7 @@ class PodWorker:
             if not self.status_held:
                 self.deps.status.hold(self.uid)
                 self.status_held = True
-            self.in_sync, self.changed_in_sync = True, False
+            self.changed_in_sync = False
             try:
                 delay = await self.sync()
             except asyncio.CancelledError:
@@ -174,7 +174,6 @@ class PodWorker:
                 # which the pod's allocated spec changed (the change was allocated while it
                 # ran): the next sync, at once, actuates the change, and its status is the
                 # one written. Else the status is written now, whatever wakes the worker.
-                self.in_sync = False
                 if self.done or not (self.pod_runtime.awaiting_volumes or self.unallocated
                                      or self.unallocated_volumes or self.changed_in_sync):
                     self.deps.status.release(self.uid)
@@ -596,10 +595,10 @@ class PodWorkers:
             worker.unallocated = list(unallocated)
             worker.unallocated_volumes = list(unallocated_volumes)
             if not deciding:
-                worker.changed_in_sync |= worker.in_sync
+                worker.changed_in_sync = True
                 worker.wake.set()
         if old.get("spec") != pod.get("spec"):
-            worker.changed_in_sync |= worker.in_sync
+            worker.changed_in_sync = True
             worker.wake.set()
         if metadata(old).get("deletionTimestamp") != metadata(pod).get("deletionTimestamp") or \
                 (old.get("status") or {}).get("phase") != (pod.get("status") or {}).get("phase"):

@@ -39,10 +39,10 @@ nothing is mounted or started for a change the node has not admitted.
   `on_outcome(result)` with `admitted` for each allocated change, `deferred` or `error` for
   each change not allocated for a new reason (metrics). Callbacks returning awaitables run as
   tasks whose failures are logged; `await close()` waits for them (a forget's checkpoint
-  write among them). While a checked change's checkpoint is written, `on_staging(view)` and
-  then `on_unstaged(uid, written)` (before `on_allocated`) let the kubelet set up the
-  change's new volumes during the fsync; nothing of the change is actuated before it is on
-  disk.
+  write among them). While a checked change's checkpoint is written it is
+  `staged_change(uid)`; `on_staging_changed(uid)` as its write begins and once it ended,
+  whatever the outcome (before `on_allocated`), so the kubelet sets up the change's new
+  volumes during the fsync; nothing of the change is actuated before it is on disk.
 
 `allocated_view(pod)`: the allocated pod as `/allocatedPods` serves it (status left blank).
 """
@@ -187,17 +187,14 @@ class AllocationManager:
         self.pending: dict[str, str] = {}  # uid -> why the change is not allocated
         self.on_allocated: Callable[[str], Any] = lambda uid: None
         self.on_change_allocated: Callable[[Obj, Obj], Any] = lambda previous, current: None
-        # A change that passed its checks, while its checkpoint is written: `on_staging`
-        # (its allocated view) before the write, `on_unstaged(uid, written)` once the write
-        # ended, before `on_allocated` (the kubelet sets up its new volumes meanwhile;
-        # nothing is actuated before `on_allocated`).
-        self.on_staging: Callable[[Obj], Any] = lambda view: None
-        self.on_unstaged: Callable[[str, bool], Any] = lambda uid, written: None
+        # A change that passed its checks began or ended being written (`staged_change`;
+        # the kubelet sets up its new volumes meanwhile; nothing is actuated before
+        # `on_allocated`).
+        self.on_staging_changed: Callable[[str], Any] = lambda uid: None
         self.on_failed: Callable[[Obj, str], Any] = lambda pod, message: None
         self.on_outcome: Callable[[str], Any] = lambda result: None
         # Pods admission no longer counts (terminal: their containers are done).
         self.is_inactive: Callable[[str], bool] = lambda uid: False
-        self._reported: dict[str, str] = {}
         self._wake: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -246,13 +243,6 @@ class AllocationManager:
         """`forget(uid)` was called (its write may still be under way)."""
         return uid in self._staged and self._staged[uid] is None
 
-    async def _commit(self, uid: str, view: Obj | None) -> bool:
-        """Make `view` (None: no pod) the allocated pod of `uid` once the checkpoint holding
-        it is on disk; False when another change (a forget) replaced it before it was
-        written. Raises when the write fails (the change is then dropped)."""
-        self._staged[uid] = view
-        return await self._write_staged(uid, view)
-
     async def _write_staged(self, uid: str, view: Obj | None) -> bool:
         """Write the checkpoint with every staged change once `view` is staged for `uid`.
         True when `view` is on disk (this write or an earlier one carried it), False when a
@@ -280,6 +270,12 @@ class AllocationManager:
                     self.allocated[staged_uid] = staged_view
             return True
 
+    def staged_change(self, uid: str) -> Obj | None:
+        """The allocated view of the allocated pod's change whose checkpoint is being
+        written (None: none is; a new pod's first write or a forget is no change)."""
+        view = self._staged.get(uid)
+        return view if view is not None and uid in self.allocated else None
+
     def is_allocated(self, uid: str) -> bool:
         return uid in self.allocated
 
@@ -291,8 +287,7 @@ class AllocationManager:
         `write_new` has made it durable). Its allocated view."""
         uid = _uid(pod)
         view = allocated_view(pod)
-        self.desired.pop(uid, None)
-        self.pending.pop(uid, None)
+        self.withdraw(uid)
         self._staged[uid] = view
         return view
 
@@ -344,7 +339,6 @@ class AllocationManager:
         more of it is allocated; what is allocated stays until `forget`)."""
         self.desired.pop(uid, None)
         self.pending.pop(uid, None)
-        self._reported.pop(uid, None)
 
     def forget(self, uid: str) -> None:
         """The pod is gone: never allocated again."""
@@ -422,8 +416,7 @@ class AllocationManager:
             if (pod.get("metadata") or {}).get("deletionTimestamp"):
                 return AllocationResult(False, "pod is terminating")
             if not self.differs(pod):
-                self.desired.pop(uid, None)
-                self.pending.pop(uid, None)
+                self.withdraw(uid)
                 return AllocationResult(True)
             outcome = DEFERRED
             try:
@@ -437,21 +430,21 @@ class AllocationManager:
                 return self._not_allocated(pod, message, outcome)
             previous = self.allocated[uid]
             current = allocated_view(pod)
-            self._call(self.on_staging, current)
+            self._staged[uid] = current
+            self._call(self.on_staging_changed, uid)
             try:
                 # durable before anything actuates it
-                written = await self._commit(uid, current)
+                written = await self._write_staged(uid, current)
             except Exception as err:
-                self._call(self.on_unstaged, uid, False)
                 return self._not_allocated(
                     pod, f"writing the allocation checkpoint: {go_error_text(err)}", ERROR)
-            self._call(self.on_unstaged, uid, written)
+            finally:
+                self._call(self.on_staging_changed, uid)
             if not written:  # forgotten while being written: no event, no metric
                 return AllocationResult(False, "pod is gone")
             if self.desired.get(uid) is not None and not self.differs(self.desired[uid]):
                 self.desired.pop(uid, None)
             self.pending.pop(uid, None)
-            self._reported.pop(uid, None)
         log.info("allocated the change to pod %s/%s",
                  (pod.get("metadata") or {}).get("namespace"),
                  (pod.get("metadata") or {}).get("name"))
@@ -464,9 +457,9 @@ class AllocationManager:
                        outcome: str) -> AllocationResult:
         """The change stays pending; reported (outcome, `on_failed`) once per message."""
         uid = _uid(pod)
+        reported = self.pending.get(uid)
         self.pending[uid] = message
-        if self._reported.get(uid) != message:
-            self._reported[uid] = message
+        if reported != message:
             self._call(self.on_outcome, outcome)
             self._call(self.on_failed, dict(pod), message)
         return AllocationResult(False, message)
@@ -518,8 +511,7 @@ class AllocationManager:
     def deciding(self, uid: str) -> bool:
         """The pod has a change whose first allocation attempt has not ended: its outcome
         (`on_allocated`, or `on_failed` with the reason) is still to come."""
-        return uid in self.desired and uid not in self.pending and \
-            uid not in self._reported and self._wake is not None
+        return uid in self.desired and uid not in self.pending and self._wake is not None
 
     def pending_changes(self, uid: str) -> tuple[list[Obj], list[str]]:
         """(containers, volume names) the API has for the pod that are not allocated."""

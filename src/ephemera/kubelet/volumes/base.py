@@ -144,16 +144,9 @@ def ensure_dir(path: Path, mode: int = 0o777) -> None:
 
 
 def setup_tmpfs_dir(path: Path, size_bytes: int | None) -> None:
-    """`path` exists and is a tmpfs mount (mounted now unless it already is one; a directory
-    just created is none, so the mount table is not read for a new volume)."""
-    try:
-        path.mkdir(parents=True)
-        created = True
-    except FileExistsError:
-        if not path.is_dir():
-            raise
-        created = False
-    if created or not mounts.is_mountpoint(path):
+    """`path` exists and is a tmpfs mount (mounted now unless it already is one)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if not mounts.is_mountpoint(path):
         mounts.mount_tmpfs(path, size_bytes)
     if (os.stat(path).st_mode & 0o7777) != 0o777:
         os.chmod(path, 0o777)

@@ -43,10 +43,12 @@ volumes=[a b], unattached volumes=[], failed to process volumes=[]: context dead
 exceeded` (lists as Go's `%v` prints them, sorted), failing fast with the processing errors
 joined by "; " instead of the deadline when the pod has some.
 
-**Early set-up of a change's volumes** (`set_early(uid, pod)`): while the kubelet writes the
-allocation checkpoint of a pod change (KEP-6395), the emptyDir, Secret and ConfigMap volumes
-the change adds (names the desired pod lacks) are desired already, so their set-up overlaps
-the checkpoint's fsync; `set_early(uid, None)` drops them once the write ended (the allocated
+**Early set-up of a change's volumes**: while the kubelet writes the allocation checkpoint of
+a pod change (KEP-6395), the emptyDir, Secret and ConfigMap volumes the change adds (names
+the desired pod lacks) are desired already, so their set-up overlaps the checkpoint's fsync.
+The change being written is the allocation manager's (`set_staged_source(source)`:
+`source(uid)`, the pod's change being written or None); `staging_changed(uid)` says its write
+began or ended. Once it ended the early volumes are no longer desired as such (the allocated
 pod then desires them, or, when the write failed, they are torn down as any volume no longer
 desired). Nothing mounts them in a container before the change is allocated (the pod worker
 sees only the allocated spec), and `volume_statuses` leaves them out until then (the worker
@@ -120,7 +122,7 @@ log = logging.getLogger(__name__)
 POD_ATTACH_AND_MOUNT_TIMEOUT = 123.0  # upstream's podAttachAndMountTimeout, 2m3s
 DEFAULT_SYNC_PERIOD = 60.0  # upstream's --sync-frequency
 RECONCILE_PERIOD = 0.1  # upstream's reconciler loop period
-# The volume kinds a change being allocated sets up early (`set_early`).
+# The volume kinds a change being allocated sets up early (`set_staged_source`).
 _EARLY_KINDS = frozenset({"emptyDir", "secret", "configMap"})
 BACKOFF_INITIAL = 0.5  # upstream's initialDurationBeforeRetry
 BACKOFF_MAX = 122.0  # upstream's maxDurationBeforeRetry, 2m2s
@@ -350,8 +352,8 @@ class VolumeManager:
         self._reconstructed = False
         self._cleaning: set[str] = set()  # pods whose empty volume dirs are being removed
         self._observer: Callable[[VolumeOperation], None] | None = None
-        # uid -> the volumes of a change being allocated, set up early (`set_early`)
-        self._early: dict[str, dict[str, Mapping[str, Any]]] = {}
+        # uid -> the pod's change whose allocation is being written (its early volumes)
+        self._staged_source: Callable[[str], Mapping[str, Any] | None] = lambda uid: None
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -366,6 +368,12 @@ class VolumeManager:
                 self._subscribers.callbacks.remove(callback)
 
         return unsubscribe
+
+    def set_staged_source(self, source: Callable[[str], Mapping[str, Any] | None]) -> None:
+        """`source(uid)`: the pod's change whose allocation checkpoint is being written, or
+        None (its new emptyDir, Secret and ConfigMap volumes are set up early; see the module
+        docstring)."""
+        self._staged_source = source
 
     def set_in_use_checker(self, checker: InUseChecker | None) -> None:
         """`async checker(pod_uid, volume_name) -> bool`: True while a running container of
@@ -417,8 +425,6 @@ class VolumeManager:
         for uid, old in self._dsw.items():
             if uid not in new:
                 self._forget_desired(old, None)
-        for uid in [uid for uid in self._early if uid not in new]:
-            del self._early[uid]
         self._dsw = new
         self._wake()
         self._signal_change()
@@ -451,10 +457,9 @@ class VolumeManager:
                 dynamic=old is not None and (before is None or before.dynamic
                                              or before.fingerprint != fingerprint),
             )
-        in_spec = {str(v.get("name") or "") for v in (pod.get("spec") or {}).get("volumes") or []}
-        for name, volume in self._early.get(uid, {}).items():
+        for name, volume in self._early_volumes(uid, pod).items():
             plugin = self._find_plugin(volume)
-            if name in in_spec or plugin is None:
+            if plugin is None:
                 continue
             volumes[name] = DesiredVolume(
                 pod_uid=uid, name=name, volume=dict(volume), plugin=plugin,
@@ -491,30 +496,31 @@ class VolumeManager:
         self._dsw[uid] = desired
         self._wake()
 
-    def set_early(self, uid: str, pod: Mapping[str, Any] | None) -> None:
-        """Desire now the emptyDir, Secret and ConfigMap volumes that `pod` (the pod's
-        change being allocated) mounts and the desired pod lacks; None: no longer (see the
-        module docstring)."""
+    def staging_changed(self, uid: str) -> None:
+        """The pod's change being written (`set_staged_source`) began or ended: its early
+        volumes are desired now, or no longer."""
         desired = self._dsw.get(uid)
+        if desired is not None and uid not in self._terminated:
+            self._dsw[uid] = self._process_pod(desired.pod, desired)
+            self._wake()
+
+    def _early_volumes(self, uid: str, pod: Mapping[str, Any] | None = None
+                       ) -> dict[str, Mapping[str, Any]]:
+        """The volumes of the pod's change being written that are set up early: emptyDir,
+        Secret and ConfigMap volumes it mounts that `pod` (default: the desired pod) lacks."""
+        staged = self._staged_source(uid)
+        if staged is None or uid in self._terminated:
+            return {}
         if pod is None:
-            if self._early.pop(uid, None) is not None and desired is not None:
-                self._dsw[uid] = self._process_pod(desired.pod, desired)
-                self._wake()
-            return
-        if desired is None or uid in self._terminated:
-            return
-        have = {str(v.get("name") or "")
-                for v in (desired.pod.get("spec") or {}).get("volumes") or []}
-        referenced = referenced_volume_names(pod)
-        early: dict[str, Mapping[str, Any]] = {
-            str(v.get("name")): v for v in (pod.get("spec") or {}).get("volumes") or []
-            if isinstance(v, dict) and str(v.get("name") or "") in referenced
-            and str(v.get("name")) not in have and _EARLY_KINDS & v.keys()}
-        if not early:
-            return
-        self._early[uid] = early
-        self._dsw[uid] = self._process_pod(desired.pod, desired)
-        self._wake()
+            desired = self._dsw.get(uid)
+            if desired is None:
+                return {}
+            pod = desired.pod
+        have = {str(v.get("name") or "") for v in (pod.get("spec") or {}).get("volumes") or []}
+        referenced = referenced_volume_names(staged)
+        return {str(v.get("name")): v for v in (staged.get("spec") or {}).get("volumes") or []
+                if isinstance(v, dict) and str(v.get("name") or "") in referenced
+                and str(v.get("name")) not in have and _EARLY_KINDS & v.keys()}
 
     def resync_pod(self, pod_uid: str) -> None:
         """Set up the pod's resyncing volumes (configMap, secret, projected, downwardAPI)
@@ -617,7 +623,7 @@ class VolumeManager:
                 else:
                     entry["hostPhase"] = VolumeHostPhase.PENDING.value
                 statuses.append(entry)
-        early = self._early.get(pod_uid, {})
+        early = self._early_volumes(pod_uid)
         for uid, name in sorted(self._asw):
             if uid == pod_uid and name not in seen and name not in early:
                 statuses.append({"name": name, "hostPhase": VolumeHostPhase.UNMOUNTING.value})
@@ -688,9 +694,9 @@ class VolumeManager:
 
     def _notify_setup(self, key: Key) -> None:
         """A setup ended: the pod's subscribers are told, unless the volume is set up
-        early (`set_early`: its pod's worker cannot use it before the change is allocated,
-        which wakes the worker itself)."""
-        if key[1] in self._early.get(key[0], {}):
+        early (its pod's worker cannot use it before the change is allocated, which wakes
+        the worker itself)."""
+        if key[1] in self._early_volumes(key[0]):
             self._signal_change()
         else:
             self._notify(key[0])
