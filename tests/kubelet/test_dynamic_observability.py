@@ -321,7 +321,7 @@ async def test_a_restart_swap_is_one_status_write_and_its_events_follow_it(
         tmp_path: Path) -> None:
     """Issue 12 item 5: the statuses of a swap's syncs (`Pending`, then `Unmounting` while
     the container stops, then the restarted container) reach the API as one write when the
-    swap is quick (a second one prunes the old volume once torn down), and the swap's
+    swap is quick (a second one prunes the old volume if torn down later), and the swap's
     Normal events are posted after that write."""
     async with running_kubelet(tmp_path) as h:
         first = await running_worker(h)
@@ -338,7 +338,10 @@ async def test_a_restart_swap_is_one_status_write_and_its_events_follow_it(
         await wait_until(lambda: [v["name"] for v in (h.kubelet.status.get(uid) or {})
                                   .get("volumeStatuses") or []] == ["new"])
         await wait_until(h.kubelet.status.is_settled)
-        assert h.kubelet.status.writes - writes == 2
+        # Pending, Unmounting and the restarted container coalesce into one write; the old
+        # volume's pruning is a second one, unless its teardown ended before the first write
+        # was sent (then that write carries it): never one write per sync.
+        assert h.kubelet.status.writes - writes in (1, 2)
         started = await h.wait_event("w", lambda e: e["reason"] == "Started"
                                      and e.get("count") == 2)
         assert int(started["metadata"]["resourceVersion"]) > \
