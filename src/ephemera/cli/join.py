@@ -175,6 +175,6 @@ def join_control_plane(parser: argparse.ArgumentParser, args: argparse.Namespace
         argv += ["--feature-gates", gates]
     from ephemera.cli.main import build_parser
 
-    up_args = build_parser().parse_args(argv)
+    up_args = build_parser(argv).parse_args(argv)
     code: int = up_args.func(up_args)
     return code

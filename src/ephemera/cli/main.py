@@ -1,7 +1,13 @@
 """The `ephemera` console script: argparse with one subcommand per module listed in
 `COMMANDS`. A command module provides `add_parser(subparsers)` (which registers its parser
 and sets `func`) and is run as `func(args) -> exit code`. Later components (scheduler,
-controllers, kubelet) add themselves by adding their module to `COMMANDS`."""
+controllers, kubelet) add themselves by adding their module to `COMMANDS`.
+
+A command line that names its command imports only that command's module: every component
+`ephemera up` starts is a process of its own, and importing all the others' modules (the
+apiserver's, the hollow nodes', ...) cost each of them about a second of CPU at start. Without
+a known command (`ephemera --help`, a typo) every module is imported, so the help and
+argparse's "invalid choice" list name them all."""
 
 from __future__ import annotations
 
@@ -11,24 +17,35 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-# Subcommand modules, in help order.
-COMMANDS = (
-    "ephemera.cli.up",
-    "ephemera.cli.apiserver",
-    "ephemera.cli.scheduler",
-    "ephemera.cli.controllers",
-    "ephemera.cli.images",
-    "ephemera.cli.kubelet",
-    "ephemera.cli.proxy",
-    "ephemera.cli.dns",
-    "ephemera.cli.hollow",
-    "ephemera.cli.join",
-    "ephemera.cli.tokens",
-    "ephemera.cli.dynamic",
-)
+# Subcommand names and their modules, in help order.
+COMMANDS: dict[str, str] = {
+    "up": "ephemera.cli.up",
+    "apiserver": "ephemera.cli.apiserver",
+    "scheduler": "ephemera.cli.scheduler",
+    "controller-manager": "ephemera.cli.controllers",
+    "images": "ephemera.cli.images",
+    "kubelet": "ephemera.cli.kubelet",
+    "proxy": "ephemera.cli.proxy",
+    "dns": "ephemera.cli.dns",
+    "hollow-nodes": "ephemera.cli.hollow",
+    "join": "ephemera.cli.join",
+    "token": "ephemera.cli.tokens",
+    "dynamic": "ephemera.cli.dynamic",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The command a command line names: its first argument that is not an option (the
+    top-level options take no values), if it is one of `COMMANDS`."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: with only the named command's subparser when `argv` names one,
+    else with all of them."""
     parser = argparse.ArgumentParser(
         prog="ephemera",
         description="A small Kubernetes: dynamic node-local volumes and pod-level "
@@ -36,16 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        import_module(name).add_parser(subparsers)
+    named = None if argv is None else _named_command(argv)
+    for name, module in COMMANDS.items():
+        if named is None or name == named:
+            import_module(module).add_parser(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(given)
+    args = parser.parse_args(given)
     # The command line as given (`ephemera apiserver --workers` starts its workers with it).
-    args.command_argv = list(sys.argv[1:] if argv is None else argv)
+    args.command_argv = given
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
