@@ -9,6 +9,7 @@ import functools
 import re
 import sys
 import tomllib
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -38,13 +39,27 @@ def local_modules() -> set[str]:
     return names
 
 
+def _statements(tree: ast.AST) -> Iterator[ast.stmt]:
+    """Every statement of a module, nested ones included (imports are statements, so the
+    expressions, most of a module's nodes, need not be walked)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, field, None)
+            if isinstance(children, list):
+                stack.extend(children)
+        if isinstance(node, ast.stmt):
+            yield node
+
+
 @functools.cache
 def imported() -> dict[str, set[str]]:
     """Top-level module -> the files importing it (absolute imports only)."""
     out: dict[str, set[str]] = {}
     for tree in TREES:
         for path in (REPO / tree).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for node in _statements(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Import):
                     modules = [alias.name for alias in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
