@@ -26,6 +26,7 @@ from volumes_testing import (
 )
 
 from ephemera.kubelet.volumes import VolumeManager, VolumeMountTimeout
+from ephemera.kubelet.volumes import manager as manager_module
 from ephemera.kubelet.volumes.manager import backoff_delay
 
 MiB = 1024 * 1024
@@ -499,3 +500,53 @@ async def test_a_changes_volumes_are_set_up_early_and_dropped_when_not_allocated
     assert mounts_under(vm.mounted_volumes(UID)["sec"]) == mount
     assert {s["name"]: s["hostPhase"] for s in vm.volume_statuses(UID)} == {
         "keep": "HostMounted", "sec": "HostMounted", "meta": "HostMounted"}
+
+
+def test_desired_pods_are_processed_again_only_when_they_change(
+    root: Path, host: FakeVolumeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`set_desired_pods` runs at every pod change of the node with every pod: the pods
+    given as the same objects keep their desired state (no fingerprinting again), a new
+    object is processed again, and so is every pod while a change of it is being written
+    (its early volumes come and go with the staging, not with the object)."""
+    fingerprinted: list[str] = []
+    real = manager_module._fingerprint
+
+    def counting(volume: Any) -> str:
+        fingerprinted.append(str(volume.get("name")))
+        return real(volume)
+
+    monkeypatch.setattr(manager_module, "_fingerprint", counting)
+    vm = VolumeManager(root, host)  # the reconciler is not needed: desired state only
+    a = make_pod([{"name": "a1", "emptyDir": {}}], uid="uid-a", name="a")
+    b = make_pod([{"name": "b1", "emptyDir": {}}], uid="uid-b", name="b")
+    vm.set_desired_pods([a, b])
+    assert sorted(fingerprinted) == ["a1", "b1"]
+    fingerprinted.clear()
+    b2 = make_pod([{"name": "b1", "emptyDir": {}}, {"name": "b2", "emptyDir": {}}],
+                  uid="uid-b", name="b")
+    vm.set_desired_pods([a, b2])
+    assert sorted(fingerprinted) == ["b1", "b2"]  # not a's again
+    assert [s["name"] for s in vm.volume_statuses("uid-b")] == ["b1", "b2"]
+    assert [s["name"] for s in vm.volume_statuses("uid-a")] == ["a1"]
+    fingerprinted.clear()
+    vm.set_desired_pods([a, b2])
+    assert fingerprinted == []
+
+    # a change of a is being written: its early volume is desired while it is, even though
+    # the pod object given stays the same, and not once the writing ended
+    change = copy.deepcopy(a)
+    change["spec"]["volumes"].append({"name": "early", "emptyDir": {}})
+    change["spec"]["containers"][0]["volumeMounts"].append(
+        {"name": "early", "mountPath": "/early"})
+    staged: dict[str, dict[str, Any]] = {"uid-a": change}
+    vm.set_staged_source(staged.get)
+    vm.set_desired_pods([a, b2])
+    assert "early" in fingerprinted
+    assert sorted(vm._dsw["uid-a"].volumes) == ["a1", "early"]
+    staged.clear()
+    fingerprinted.clear()
+    vm.set_desired_pods([a, b2])
+    assert fingerprinted == ["a1"]  # a again (it held an early volume), b2 not
+    assert sorted(vm._dsw["uid-a"].volumes) == ["a1"]
+    assert [s["name"] for s in vm.volume_statuses("uid-a")] == ["a1"]

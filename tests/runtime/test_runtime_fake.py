@@ -111,9 +111,13 @@ async def test_sandbox_idempotent_and_name_attempt_unique(tmp_path: Path) -> Non
         await runtime.create_container(sandbox_id, config("c", "x"), pod)
     await runtime.create_container(sandbox_id, config("c", "x", attempt=1), pod)
     assert [s.attempt for s in await runtime.list_containers(sandbox_id)] == [0, 1]
+    assert await runtime.pod_sandbox_status(sandbox_id) == (
+        await runtime.list_pod_sandboxes())[0]
     await runtime.stop_pod_sandbox(sandbox_id)
     [status] = await runtime.list_pod_sandboxes()
     assert not status.ready
+    assert await runtime.pod_sandbox_status(sandbox_id) == status  # by id, as listed
+    assert await runtime.pod_sandbox_status("no-such-sandbox") is None
     with pytest.raises(RuntimeError_, match="not ready"):
         await runtime.create_container(sandbox_id, config("d", "x"), pod)
     assert await runtime.run_pod_sandbox(pod) != sandbox_id  # a new sandbox after a stop

@@ -42,3 +42,31 @@ def test_a_hugepages_empty_dir_does_not_fill_the_node_s_ephemeral_storage() -> N
     assert shortage is not None and shortage.message == (
         "Node didn't have enough resource: ephemeral-storage, requested: 67108864, used: 0, "
         "capacity: 33554432")
+
+
+def test_each_other_pod_s_requests_are_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admission sums the others' needs of cpu, memory and ephemeral-storage from one
+    `pod_requests` each (a node of n pods costs n, not n per checked resource), with the
+    same message as per resource."""
+    from ephemera.pods import resources as podresources
+
+    calls: list[str] = []
+    real = podresources.pod_requests
+
+    def counting(pod: Any, **kwargs: Any) -> Any:
+        calls.append(str(pod["metadata"]["uid"]))
+        return real(pod, **kwargs)
+
+    monkeypatch.setattr(podresources, "pod_requests", counting)
+    needs = {"cpu": "100m", "memory": "16Mi", "ephemeral-storage": "1Mi"}
+    pod = _pod()
+    pod["spec"]["containers"][0]["resources"] = {"requests": needs}
+    others = [{**pod, "metadata": {"uid": f"o{i}"}} for i in range(10)]
+    allocatable = {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"}
+    shortage = insufficient(pod, others, allocatable, {})
+    assert shortage is not None and shortage.message == (
+        "Node didn't have enough resource: cpu, requested: 100, used: 1000, capacity: 1000")
+    assert sorted(calls) == sorted(["u", *(f"o{i}" for i in range(10))])
+    calls.clear()
+    assert insufficient(pod, others[:5], allocatable, {}) is None
+    assert len(calls) == 6  # the pod and each of the 5 others once, for three resources

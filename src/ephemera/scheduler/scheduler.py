@@ -3,18 +3,24 @@
 It keeps two informers (client/): the nodes, and the pods that are not finished
 (`status.phase!=Succeeded,status.phase!=Failed`). Pods bound to a node are counted on it in
 the cache; pods without `spec.nodeName`, with `schedulerName` `default-scheduler`, no
-`deletionTimestamp` and no `schedulingGates` go to the queue. One pod at a time:
+`deletionTimestamp` and no `schedulingGates` go to the queue. As upstream's, a serial
+scheduling cycle (one pod at a time) and concurrent binding cycles:
 
-1. `schedule_pod` filters and scores every node (algorithm.py, plugins.py);
-2. on success the pod is assumed on the node (cache.py), bound with `POST
-   pods/NAME/binding`, and a `Normal Scheduled` event says `Successfully assigned ns/name to
-   node`;
+1. `schedule_pod` filters and scores every node (algorithm.py, plugins.py) against the cache;
+2. on success the pod is assumed on the node (cache.py), so the next pod already sees the
+   slot taken, and its binding cycle runs as its own task while the loop goes on with the
+   next pod: `POST pods/NAME/binding`, then a `Normal Scheduled` event says
+   `Successfully assigned ns/name to node`. At most `max_bindings_in_flight` bindings are
+   under way at once (upstream has no such cap; its client's QPS limit bounds them): when
+   all are taken, the loop waits for one to end before it picks the next pod. A binding
+   that fails forgets the assumed pod and puts it back with back-off; one whose pod was
+   deleted meanwhile, or already bound, just ends;
 3. when nothing fits, the pod's `PodScheduled` condition becomes `False`/`Unschedulable` with
    the FitError message (a strategic merge PATCH of `pods/NAME/status`, skipped when already
    so), a `Warning FailedScheduling` event repeats the message, and the pod waits in the queue
    until a node is added or changes, a pod leaves a node, or 5 minutes pass (queue.py).
 
-Each decision is one INFO log line. Binding failures are retried with back-off.
+Each decision is one INFO log line.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 from ephemera.client.informer import object_key
 from ephemera.scheduler.algorithm import ScheduleResult, schedule_pod, truncate_message
-from ephemera.scheduler.cache import SchedulerCache
+from ephemera.scheduler.cache import SchedulerCache, pod_uid
 from ephemera.scheduler.nodeinfo import Gates, pod_fit_request
 from ephemera.scheduler.plugins import PodInfo, missing_features
 from ephemera.scheduler.queue import SchedulingQueue
@@ -44,6 +50,8 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 ACTIVE_PODS_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 # How often unschedulable pods are checked for having waited too long.
 FLUSH_INTERVAL = 30.0
+# Binding cycles under way at once (POST binding + the Scheduled event).
+MAX_BINDINGS_IN_FLIGHT = 16
 
 
 def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -98,13 +106,21 @@ class Scheduler:
     def __init__(self, api: ApiClient, gates: Gates = None, *,
                  scheduler_name: str = DEFAULT_SCHEDULER_NAME,
                  queue: SchedulingQueue | None = None,
-                 events: EventRecorder | None = None) -> None:
+                 events: EventRecorder | None = None,
+                 max_bindings_in_flight: int = MAX_BINDINGS_IN_FLIGHT) -> None:
+        if max_bindings_in_flight < 1:
+            raise ValueError("max_bindings_in_flight must be at least 1")
         self.api = api
         self.gates = gates
         self.scheduler_name = scheduler_name
         self.cache = SchedulerCache(gates)
         self.queue = queue or SchedulingQueue()
         self.events = events or EventRecorder(api, scheduler_name)
+        self._binding_slots = asyncio.Semaphore(max_bindings_in_flight)
+        self._bindings: set[asyncio.Task[None]] = set()
+        # While `run` runs, binding tasks belong to its task group: one that fails
+        # unexpectedly ends the scheduler, as a failing `_bind` did when it was awaited.
+        self._task_group: asyncio.TaskGroup | None = None
         self.pods = Informer(api, resource_path("pods"), field_selector=ACTIVE_PODS_SELECTOR,
                              name="pods")
         self.nodes = Informer(api, resource_path("nodes"), name="nodes")
@@ -120,6 +136,7 @@ class Scheduler:
         fill the cache at once but scheduling waits until it is set (as upstream starts its
         informers before the leader election, so a new leader starts warm)."""
         async with asyncio.TaskGroup() as tasks:
+            self._task_group = tasks
             tasks.create_task(self.nodes.run(), name="nodes-informer")
             tasks.create_task(self.pods.run(), name="pods-informer")
             tasks.create_task(self._flush_periodically(), name="flush-unschedulable")
@@ -129,37 +146,81 @@ class Scheduler:
                 await leading.wait()
             log.info("scheduler %s started: %d nodes, %d pods waiting", self.scheduler_name,
                      len(self.nodes), len(self.queue.active))
-            while True:
-                await self.schedule_one()
+            try:
+                while True:
+                    await self.schedule_one()
+            finally:
+                self._task_group = None
 
     async def _flush_periodically(self) -> None:
         while True:
             await asyncio.sleep(min(FLUSH_INTERVAL, self.queue.max_unschedulable / 2))
             self.queue.flush_stale()
 
+    @property
+    def bindings_in_flight(self) -> int:
+        return len(self._bindings)
+
+    async def wait_for_bindings(self) -> None:
+        """Wait until every binding cycle started so far has ended."""
+        while self._bindings:
+            await asyncio.wait(set(self._bindings))
+
     async def schedule_one(self) -> None:
-        """Pop one pending pod and place it (or say why it cannot be placed)."""
+        """The scheduling cycle of one pending pod: pick its node and start its binding
+        cycle (or say why it cannot be placed). Waits first for a free binding slot, which
+        the binding cycle keeps until it ends."""
+        await self._binding_slots.acquire()
+        binding = False
+        try:
+            binding = await self._scheduling_cycle()
+        finally:
+            if not binding:
+                self._binding_slots.release()
+
+    async def _scheduling_cycle(self) -> bool:
+        """Whether a binding cycle was started (it then owns the slot taken for it)."""
         key = await self.queue.pop()
         pod = self.pods.get(key)
         if pod is None or not is_pending_for(pod, self.scheduler_name) \
                 or self.cache.is_assumed(pod):
             self.queue.remove(key)
-            return
+            return False
         result = schedule_pod(pod, self.cache.node_infos(), self.gates)
         if result.node_name is None:
             self.queue.unschedulable(key)
             self._log_unschedulable(pod, result)
             await self._record_unschedulable(pod, result.message)
-            return
-        await self._bind(key, pod, result)
+            return False
+        self.cache.assume(pod, str(result.node_name))
+        coro = self._binding_cycle(key, pod, result)
+        name = f"bind-{key}"
+        task = (self._task_group.create_task(coro, name=name) if self._task_group is not None
+                else asyncio.create_task(coro, name=name))
+        self._bindings.add(task)
+        task.add_done_callback(self._binding_ended)
+        return True
+
+    def _binding_ended(self, task: asyncio.Task[None]) -> None:
+        self._bindings.discard(task)
+        self._binding_slots.release()
+        if self._task_group is None and not task.cancelled() and task.exception() is not None:
+            log.error("a binding cycle failed", exc_info=task.exception())
 
     # -- outcomes -------------------------------------------------------------------------
 
-    async def _bind(self, key: str, pod: Mapping[str, Any], result: ScheduleResult) -> None:
+    def _still_same_pod(self, key: str, pod: Mapping[str, Any]) -> bool:
+        """Whether `key` in the queue still means `pod` (not a pod of the same name created
+        after it was deleted while its binding was under way)."""
+        current = self.pods.get(key)
+        return current is None or pod_uid(current) == pod_uid(pod)
+
+    async def _binding_cycle(self, key: str, pod: Mapping[str, Any],
+                             result: ScheduleResult) -> None:
+        """Bind the assumed `pod` to its node; on failure forget it and requeue it."""
         node = str(result.node_name)
         md = _md(pod)
         namespace, name = str(md.get("namespace") or ""), str(md.get("name") or "")
-        self.cache.assume(pod, node)
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": name, "namespace": namespace, "uid": md.get("uid")},
                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
@@ -168,12 +229,15 @@ class Scheduler:
         except StatusError as err:
             self.cache.forget(pod)
             self.queue.move_all_unschedulable()
+            same = self._still_same_pod(key, pod)
             if err.code == 404 or (err.code == 409 and "already assigned" in err.message):
                 log.info("not binding %s/%s to %s: %s", namespace, name, node, err.message)
-                self.queue.remove(key)
+                if same:
+                    self.queue.remove(key)
                 return
             log.warning("binding %s/%s to %s failed: %s", namespace, name, node, err.message)
-            self.queue.retry_later(key)
+            if same:
+                self.queue.retry_later(key)
             await self.events.record(pod, "Warning", "FailedScheduling",
                                      truncate_message(f"Binding rejected: {err.message}"),
                                      action="Scheduling", kind="Pod", api_version="v1")
@@ -181,9 +245,11 @@ class Scheduler:
         except ApiUnavailable as err:
             self.cache.forget(pod)
             log.warning("binding %s/%s to %s failed: %s", namespace, name, node, err)
-            self.queue.retry_later(key)
+            if self._still_same_pod(key, pod):
+                self.queue.retry_later(key)
             return
-        self.queue.done(key)
+        if self._still_same_pod(key, pod):
+            self.queue.done(key)
         log.info("scheduled %s/%s on %s (score %d; %d of %d nodes feasible)", namespace, name,
                  node, result.scores[node], result.feasible, result.num_nodes)
         await self.events.record(pod, "Normal", "Scheduled",

@@ -63,7 +63,17 @@ def _emptydir_bytes(pod: Mapping[str, Any], medium: str) -> int:
 
 def node_need(pod: Mapping[str, Any], resource: str, gates: Mapping[str, bool]) -> int:
     """What the pod needs of `resource` on the node (milli-CPU, bytes)."""
-    request = podresources.pod_requests(pod, gates=gates).get(resource)
+    return _need(pod, podresources.pod_requests(pod, gates=gates), resource)
+
+
+def _needs(pod: Mapping[str, Any], gates: Mapping[str, bool]) -> dict[str, int]:
+    """`node_need` of every checked resource, from one `pod_requests`."""
+    requests = podresources.pod_requests(pod, gates=gates)
+    return {resource: _need(pod, requests, resource) for resource in _CHECKED_RESOURCES}
+
+
+def _need(pod: Mapping[str, Any], requests: Mapping[str, Any], resource: str) -> int:
+    request = requests.get(resource)
     amount = 0
     if request is not None:
         amount = int(request.milli_value()) if resource == "cpu" else int(request.value())
@@ -88,15 +98,20 @@ def insufficient(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
                  allocatable: Mapping[str, Any], gates: Mapping[str, bool], *,
                  baseline: Mapping[str, Any] | None = None) -> Shortage | None:
     """See the module docstring."""
+    needs = _needs(pod, gates)
+    floors = _needs(baseline, gates) if baseline is not None else None
+    used_by: list[dict[str, int]] | None = None  # the others' needs, each computed once
     for resource in _CHECKED_RESOURCES:
         capacity = _capacity(allocatable, resource)
         if capacity is None:
             continue
-        need = node_need(pod, resource, gates)
-        floor = node_need(baseline, resource, gates) if baseline is not None else 0
+        need = needs[resource]
+        floor = floors[resource] if floors is not None else 0
         if need <= floor:
             continue
-        used = sum(node_need(other, resource, gates) for other in others)
+        if used_by is None:
+            used_by = [_needs(other, gates) for other in others]
+        used = sum(other_needs[resource] for other_needs in used_by)
         if need + used > capacity:
             return Shortage(resource, f"Node didn't have enough resource: {resource}, "
                                       f"requested: {need}, used: {used}, capacity: {capacity}")

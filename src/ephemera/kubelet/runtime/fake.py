@@ -231,10 +231,19 @@ class FakeRuntime(RuntimeService):
         del self.sandboxes[sandbox_id]
         self._save()
 
+    @staticmethod
+    def _sandbox_status(s: _Sandbox) -> SandboxStatus:
+        return SandboxStatus(id=s.id, pod_uid=s.pod_uid, namespace=s.namespace, name=s.name,
+                             ready=s.ready, ip=s.ip, created_at=s.created_at)
+
     async def list_pod_sandboxes(self) -> list[SandboxStatus]:
-        return [SandboxStatus(id=s.id, pod_uid=s.pod_uid, namespace=s.namespace, name=s.name,
-                              ready=s.ready, ip=s.ip, created_at=s.created_at)
+        return [self._sandbox_status(s)
                 for s in sorted(self.sandboxes.values(), key=lambda s: s.created_at)]
+
+    async def pod_sandbox_status(self, sandbox_id: str) -> SandboxStatus | None:
+        """By id, without listing (and sorting) every sandbox of the node."""
+        found = self.sandboxes.get(sandbox_id)
+        return self._sandbox_status(found) if found is not None else None
 
     # -- containers --------------------------------------------------------------------------
 

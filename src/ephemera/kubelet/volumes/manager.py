@@ -274,6 +274,10 @@ class DesiredPod:
     errors: dict[str, str]  # volume name -> processing error
     version: int
     resync_basis: str
+    # The object it was built from (identity only: pod objects are never changed in place,
+    # a change is a new object) and whether it holds early volumes of a change being written.
+    source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    early: bool = False
 
 
 @dataclass
@@ -412,7 +416,10 @@ class VolumeManager:
 
     def set_desired_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """Replace the desired state with these pods' volumes (the admitted pods; full
-        objects). Volumes no longer desired are torn down by the reconciler once unused."""
+        objects). Volumes no longer desired are torn down by the reconciler once unused.
+        A pod given as the very object its desired state was built from, with no change
+        being written, keeps that state as it is (nothing is parsed or fingerprinted again:
+        a call costs the pods that changed, not every pod of the node)."""
         self._sources_ready = True
         new: dict[str, DesiredPod] = {}
         for pod in pods:
@@ -421,7 +428,12 @@ class VolumeManager:
                 continue
             if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
                 continue
-            new[uid] = self._process_pod(pod, self._dsw.get(uid))
+            old = self._dsw.get(uid)
+            if old is not None and old.source is pod and not old.early \
+                    and self._staged_source(uid) is None:
+                new[uid] = old
+                continue
+            new[uid] = self._process_pod(pod, old)
         for uid, old in self._dsw.items():
             if uid not in new:
                 self._forget_desired(old, None)
@@ -457,17 +469,20 @@ class VolumeManager:
                 dynamic=old is not None and (before is None or before.dynamic
                                              or before.fingerprint != fingerprint),
             )
+        early = False
         for name, volume in self._early_volumes(uid, pod).items():
             plugin = self._find_plugin(volume)
             if plugin is None:
                 continue
+            early = True
             volumes[name] = DesiredVolume(
                 pod_uid=uid, name=name, volume=dict(volume), plugin=plugin,
                 fingerprint=_fingerprint(volume),
                 host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name, dynamic=True)
         basis = _resync_basis(pod)
         version = 1 if old is None else old.version + int(basis != old.resync_basis)
-        desired = DesiredPod(uid, dict(pod), volumes, errors, version, basis)
+        desired = DesiredPod(uid, dict(pod), volumes, errors, version, basis, source=pod,
+                             early=early)
         if old is not None:
             self._forget_desired(old, desired)
         return desired
