@@ -23,11 +23,13 @@ from ephemera.store import Store
 from ephemera.store.base import (
     Event,
     KeyNotFound,
+    KeyValue,
     ListResult,
     Progress,
     Watcher,
     WatcherDropped,
 )
+from ephemera.store.watchhub import WatchHub
 
 PREFIX = "/registry/things/"
 NAMESPACES = ("a", "b", "c")
@@ -362,3 +364,31 @@ async def test_a_slow_routed_watcher_is_cut_off_without_holding_its_node_back(
         await slow.close()
         await fast.close()
         await cache.close()
+
+
+async def test_a_routed_watcher_is_woken_first() -> None:
+    """An event is pushed to the routed watchers (the kubelet of the pod's node, which acts
+    on it) before the unrouted ones, so their streams run first."""
+    hub = WatchHub(0, capacity=10, progress_interval=60.0)
+    names = ["informer-1", "informer-2", "kubelet", "informer-3"]
+    watchers = {name: hub.register(PODS, 0, route="n" if name == "kubelet" else None)
+                for name in names}
+    woken: list[str] = []
+
+    async def consume(name: str) -> None:
+        async for item in watchers[name]:
+            if isinstance(item, Event):
+                woken.append(name)
+                return
+
+    tasks = [asyncio.create_task(consume(name)) for name in names]
+    try:
+        for _ in range(3):
+            await asyncio.sleep(0)  # every consumer waits in its watcher
+        hub.publish([Event("PUT", KeyValue(f"{PODS}ns/p", b"{}", 1, 1), None)],
+                    routes=lambda event: ("n",))
+        async with asyncio.timeout(10):
+            await asyncio.gather(*tasks)
+        assert woken[0] == "kubelet" and sorted(woken) == sorted(names)
+    finally:
+        await hub.close()
