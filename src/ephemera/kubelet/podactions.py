@@ -391,6 +391,16 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
 # --- the pod's runtime view (KEP-6395's IsVolumeInUseByPod) ----------------------------------
 
 
+def _grouped(containers: Sequence[ContainerStatus]) -> dict[str, list[ContainerStatus]]:
+    """The instances of each container name, oldest first."""
+    grouped: dict[str, list[ContainerStatus]] = {}
+    for c in containers:
+        grouped.setdefault(c.name, []).append(c)
+    for mine in grouped.values():
+        mine.sort(key=lambda c: (c.attempt, c.created_at))
+    return grouped
+
+
 class PodRuntimeCache:
     """A pod worker's in-memory view of its pod's containers, so that KEP-6395's
     `IsVolumeInUseByPod` needs no runtime call: the worker's last listing of its sandbox's
@@ -528,11 +538,22 @@ class PodRuntime:
         reads at once (one wait instead of two; a sandbox not ready is handled as
         `ensure_sandbox` does, and the instances are listed again after)."""
         if self.sandbox_id is not None:
-            current, listed = await asyncio.gather(self.sandbox_status(), self.instances())
+            current, listed = await self.sandbox_status_and_instances()
             if current is not None and current.ready:
                 return current, listed
         sandbox = await self.ensure_sandbox()
         return sandbox, await self.instances()
+
+    async def sandbox_status_and_instances(
+            self) -> tuple[SandboxStatus | None, dict[str, list[ContainerStatus]]]:
+        """`sandbox_status` and `instances`, read together (`pod_sandbox_and_containers`)."""
+        if self.sandbox_id is None:
+            return None, {}
+        listing = self.cache.listing_begins()
+        sandbox, containers = await self.deps.runtime.pod_sandbox_and_containers(
+            self.sandbox_id)
+        self.cache.listed(listing, containers)
+        return sandbox, _grouped(containers)
 
     async def ensure_sandbox(self) -> SandboxStatus | None:
         runtime = self.deps.runtime
@@ -565,12 +586,7 @@ class PodRuntime:
         listing = self.cache.listing_begins()
         containers = await self.deps.runtime.list_containers(self.sandbox_id)
         self.cache.listed(listing, containers)
-        grouped: dict[str, list[ContainerStatus]] = {}
-        for c in containers:
-            grouped.setdefault(c.name, []).append(c)
-        for mine in grouped.values():
-            mine.sort(key=lambda c: (c.attempt, c.created_at))
-        return grouped
+        return _grouped(containers)
 
     def volumes_ready_for(self, container: Mapping[str, Any]) -> bool:
         """Every pod volume the container mounts is set up on the host."""

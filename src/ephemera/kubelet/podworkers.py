@@ -238,8 +238,7 @@ class PodWorker:
         if actions.init_done:
             await pod_runtime.stop_removed_containers(instances, sandbox)
         # Both runtime reads at once: the status goes out as soon as they are in.
-        instances, fresh = await asyncio.gather(pod_runtime.instances(),
-                                                pod_runtime.sandbox_status())
+        fresh, instances = await pod_runtime.sandbox_status_and_instances()
         sandbox = fresh or sandbox
         if actions.init_done and all_done(self.pod, instances):
             self.terminal = True

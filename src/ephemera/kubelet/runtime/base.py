@@ -14,6 +14,7 @@ other's containers.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -233,6 +234,15 @@ class RuntimeService(abc.ABC):
             if sandbox.id == sandbox_id:
                 return sandbox
         return None
+
+    async def pod_sandbox_and_containers(
+            self, sandbox_id: str) -> tuple[SandboxStatus | None, list[ContainerStatus]]:
+        """`pod_sandbox_status` and `list_containers` of one sandbox, read together (what a
+        pod worker reads before and after a sync's actions); a runtime may read both in one
+        go."""
+        sandbox, containers = await asyncio.gather(self.pod_sandbox_status(sandbox_id),
+                                                   self.list_containers(sandbox_id))
+        return sandbox, containers
 
     async def update_runtime_config(self, pod_cidr: str) -> None:
         """The CRI's UpdateRuntimeConfig: the node's `spec.podCIDR`, from which pod

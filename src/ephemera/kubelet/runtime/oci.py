@@ -549,20 +549,20 @@ class OciRuntime(RuntimeService):
                 meta["ready"] = False
         return metas
 
+    @staticmethod
+    def _sandbox_status(meta: dict[str, Any]) -> SandboxStatus:
+        ip = ""
+        # A host-network sandbox has no address of its own (the kubelet reports the node's,
+        # as upstream's does for containerd's empty one).
+        if not meta["host_network"] and meta["ready"] and (meta.get("network") or {}).get("ips"):
+            ip = meta["network"]["ips"][0]
+        return SandboxStatus(
+            id=meta["id"], pod_uid=meta["pod_uid"], namespace=meta["namespace"],
+            name=meta["name"], ready=meta["ready"], ip=ip, created_at=meta["created_at"])
+
     async def _sandbox_statuses(self, sandbox_id: str = "") -> list[SandboxStatus]:
         metas = await self._blocking(self._checked_sandbox_metas, sandbox_id)
-        result = []
-        for meta in metas:
-            ip = ""
-            # A host-network sandbox has no address of its own (the kubelet reports the
-            # node's, as upstream's does for containerd's empty one).
-            if not meta["host_network"] and meta["ready"] and (
-                    meta.get("network") or {}).get("ips"):
-                ip = meta["network"]["ips"][0]
-            result.append(SandboxStatus(
-                id=meta["id"], pod_uid=meta["pod_uid"], namespace=meta["namespace"],
-                name=meta["name"], ready=meta["ready"], ip=ip, created_at=meta["created_at"]))
-        return sorted(result, key=lambda s: s.created_at)
+        return sorted(map(self._sandbox_status, metas), key=lambda s: s.created_at)
 
     async def list_pod_sandboxes(self) -> list[SandboxStatus]:
         return await self._sandbox_statuses()
@@ -943,21 +943,30 @@ class OciRuntime(RuntimeService):
     async def container_status(self, container_id: str) -> ContainerStatus:
         return await self._blocking(self._status, container_id)
 
-    async def list_containers(self, sandbox_id: str = "") -> list[ContainerStatus]:
-        def collect() -> list[ContainerStatus]:
-            result = []
-            for entry in self.containers_dir.iterdir():
-                known = self._sandbox_of.get(entry.name)
-                if sandbox_id and known is not None and known != sandbox_id:
-                    continue  # another pod's: its state is not read
-                with contextlib.suppress(NotFoundError):
-                    status = self._status(entry.name)
-                    self._sandbox_of[entry.name] = status.sandbox_id
-                    if not sandbox_id or status.sandbox_id == sandbox_id:
-                        result.append(status)
-            return sorted(result, key=lambda s: s.created_at)
+    def _containers(self, sandbox_id: str = "") -> list[ContainerStatus]:
+        result = []
+        for entry in self.containers_dir.iterdir():
+            known = self._sandbox_of.get(entry.name)
+            if sandbox_id and known is not None and known != sandbox_id:
+                continue  # another pod's: its state is not read
+            with contextlib.suppress(NotFoundError):
+                status = self._status(entry.name)
+                self._sandbox_of[entry.name] = status.sandbox_id
+                if not sandbox_id or status.sandbox_id == sandbox_id:
+                    result.append(status)
+        return sorted(result, key=lambda s: s.created_at)
 
-        return await self._blocking(collect)
+    async def list_containers(self, sandbox_id: str = "") -> list[ContainerStatus]:
+        return await self._blocking(self._containers, sandbox_id)
+
+    async def pod_sandbox_and_containers(
+            self, sandbox_id: str) -> tuple[SandboxStatus | None, list[ContainerStatus]]:
+        """Both in one worker thread (one hand-over to it and back, not two)."""
+        def read() -> tuple[list[dict[str, Any]], list[ContainerStatus]]:
+            return self._checked_sandbox_metas(sandbox_id), self._containers(sandbox_id)
+
+        metas, containers = await self._blocking(read)
+        return (self._sandbox_status(metas[0]) if metas else None), containers
 
     async def memory_stats(self) -> MemorySnapshot | None:
         """Read from the cgroups: the root (the machine), the node parent (every pod), each
