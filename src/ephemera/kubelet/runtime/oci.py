@@ -825,7 +825,9 @@ class OciRuntime(RuntimeService):
                 meta = self._settle_pending(directory, meta, pid)
                 meta["pending"] = [{"op": op, "mount": vars(mount)} for op, mount in ops]
                 write_json(directory / "container.json", meta)
-                table = livemount.container_mounts(pid)
+                # The container's mount table, read only if an addition is at a path not
+                # being freed (whether it is there already, after a crash).
+                table: list[livemount.MountInfo] = []
                 # One request to the mount helper for the whole batch: the removals, then the
                 # additions not there yet (one at a path being freed waits for that removal).
                 removing: dict[str, int] = {}
@@ -839,7 +841,8 @@ class OciRuntime(RuntimeService):
                             removing[target] = len(changes)
                             changes.append(livemount.Change(target))
                         elif target in removing or not livemount.is_live_mounted(
-                                pid, mount.host_path, target, table):
+                                pid, mount.host_path, target,
+                                table := table or livemount.container_mounts(pid)):
                             changes.append(livemount.Change(
                                 target, mount.host_path, mount.read_only,
                                 removing.get(target)))
