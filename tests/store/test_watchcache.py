@@ -10,16 +10,18 @@ were or are on its node, and an unrouted one every event."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from store_fixtures import StoreFactory
 
 from ephemera.apiserver.watchcache import FieldIndex, ResourceCache, SharedEvent, WatchCache
-from ephemera.store import Store
+from ephemera.store import Store, open_store
 from ephemera.store.base import (
     Event,
     KeyNotFound,
@@ -392,3 +394,33 @@ async def test_a_routed_watcher_is_woken_first() -> None:
         assert woken[0] == "kubelet" and sorted(woken) == sorted(names)
     finally:
         await hub.close()
+
+
+async def test_a_write_is_answered_after_the_watch_cache_s_watchers_have_its_event(
+        tmp_path: Path) -> None:
+    """sqlite: the streams of the watch cache's watchers (woken by the cache, itself woken by
+    the store) get a write's event before the writer is answered, and the cache holds it."""
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    cache, resource = await pod_cache(store)
+    watcher = resource.watch(PODS, resource.revision)
+    assert watcher is not None
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for item in watcher:
+            if isinstance(item, Event):
+                seen.append(item.revision)
+
+    task = asyncio.create_task(consume())
+    try:
+        for i in range(3):
+            written = await store.create(f"{PODS}ns/p{i}", pod(f"p{i}", "n"))
+            assert seen[-1:] == [written.mod_revision]
+            assert resource.revision == written.mod_revision
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await watcher.close()
+        await cache.close()
+        await store.close()
