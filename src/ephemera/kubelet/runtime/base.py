@@ -59,6 +59,24 @@ class Mount:
     propagation: str = ""  # "" (private), "rslave" (HostToContainer), "rshared" (Bidirectional)
 
 
+def mounts_after_live_changes(mounts: Sequence[Mount], unmount: Sequence[str],
+                              mount: Sequence[Mount],
+                              errors: Sequence[LiveMountError | None]) -> tuple[Mount, ...]:
+    """A container's mounts after `change_live(id, unmount, mount)` answered `errors` (the
+    runtime's record of them): each change done replaces what was mounted at its path (a
+    removal leaves nothing there; an addition comes last); a failed one changes nothing."""
+    result = list(mounts)
+    changes = [(path, None) for path in unmount] + [(m.container_path, m) for m in mount]
+    for (path, added), error in zip(changes, errors, strict=True):
+        if error is not None:
+            continue
+        target = path.rstrip("/") or "/"
+        result = [m for m in result if (m.container_path.rstrip("/") or "/") != target]
+        if added is not None:
+            result.append(added)
+    return tuple(result)
+
+
 @dataclass(frozen=True)
 class DnsConfig:
     """The sandbox's resolver configuration (the CRI's `DNSConfig`), written as its

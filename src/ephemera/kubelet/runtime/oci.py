@@ -97,6 +97,7 @@ from ephemera.kubelet.runtime.base import (
     RuntimeService,
     SandboxConfig,
     SandboxStatus,
+    mounts_after_live_changes,
 )
 from ephemera.kubelet.runtime.cni import CniError, CniNetwork, PodRef, result_ips
 from ephemera.kubelet.runtime.helperprocess import ServedHelper, isolated_command
@@ -854,16 +855,12 @@ class OciRuntime(RuntimeService):
                         continue
                     planned.append(len(changes) - 1)
                 results = livemount.change_in(pidfd, meta["name"], changes) if changes else []
-                for (op, mount), change in zip(ops, planned, strict=True):
-                    error = results[change] if isinstance(change, int) else change
-                    errors.append(error)
-                    if error is not None:
-                        continue
-                    target = _target(mount)
-                    meta["mounts"] = [m for m in meta["mounts"]
-                                      if _target(Mount(**m)) != target]
-                    if op == "mount":
-                        meta["mounts"].append(vars(mount))
+                errors = [results[change] if isinstance(change, int) else change
+                          for change in planned]
+                meta["mounts"] = [vars(m) for m in mounts_after_live_changes(
+                    [Mount(**m) for m in meta["mounts"]],
+                    [m.container_path for op, m in ops if op == "unmount"],
+                    [m for op, m in ops if op == "mount"], errors)]
             finally:
                 os.close(pidfd)
                 if meta.pop("pending", None) is not None:
@@ -966,7 +963,8 @@ class OciRuntime(RuntimeService):
             self, sandbox_id: str) -> tuple[SandboxStatus | None, list[ContainerStatus]]:
         """Both in one worker thread (one hand-over to it and back, not two)."""
         def read() -> tuple[list[dict[str, Any]], list[ContainerStatus]]:
-            return self._checked_sandbox_metas(sandbox_id), self._containers(sandbox_id)
+            r = self._checked_sandbox_metas(sandbox_id), self._containers(sandbox_id)
+            return r
 
         metas, containers = await self._blocking(read)
         return (self._sandbox_status(metas[0]) if metas else None), containers
