@@ -963,8 +963,7 @@ class OciRuntime(RuntimeService):
             self, sandbox_id: str) -> tuple[SandboxStatus | None, list[ContainerStatus]]:
         """Both in one worker thread (one hand-over to it and back, not two)."""
         def read() -> tuple[list[dict[str, Any]], list[ContainerStatus]]:
-            r = self._checked_sandbox_metas(sandbox_id), self._containers(sandbox_id)
-            return r
+            return self._checked_sandbox_metas(sandbox_id), self._containers(sandbox_id)
 
         metas, containers = await self._blocking(read)
         return (self._sandbox_status(metas[0]) if metas else None), containers
