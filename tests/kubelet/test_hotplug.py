@@ -228,6 +228,50 @@ async def test_a_live_swap_is_one_status_write_when_allocated_during_a_sync(
         assert h.kubelet.status.writes - writes == 2
 
 
+async def test_a_live_change_s_status_needs_no_listing_after_it(tmp_path: Path) -> None:
+    """The sync that changes mounts live publishes the container's new mounts without
+    listing the containers again (as the runtime recorded them), and the old volume's
+    teardown still follows at once (the worker's in-use view knows it is unmounted)."""
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        uid, main_id = before["metadata"]["uid"], container_status(before)["containerID"]
+        await wait_until(h.kubelet.status.is_settled)
+        timeline: list[str] = []
+        runtime, status = h.runtime, h.kubelet.status
+        list_containers, change_live = runtime.list_containers, runtime.change_live
+        set_pod_status = status.set_pod_status
+
+        async def listing(*args: Any) -> Any:
+            timeline.append("list")
+            return await list_containers(*args)
+
+        async def changing(*args: Any) -> Any:
+            errors = await change_live(*args)
+            timeline.append("change")
+            return errors
+
+        def publishing(pod: Obj, new: Obj) -> None:
+            mounts = [m["name"] for c in new.get("containerStatuses") or []
+                      if c["name"] == "c" for m in c.get("volumeMounts") or []]
+            if mounts == ["extra"] and "published" not in timeline:
+                timeline.append("published")
+            set_pod_status(pod, new)
+
+        runtime.list_containers = listing  # type: ignore[method-assign]
+        runtime.change_live = changing  # type: ignore[method-assign]
+        status.set_pod_status = publishing  # type: ignore[method-assign]
+        await _change(h, [EXTRA], [{"name": "extra", "mountPath": "/keep"}])
+        swapped = await h.wait_pod("w", lambda p: _mounts(p) == [("extra", "/keep", False)])
+        assert container_status(swapped)["containerID"] == main_id
+        changed = timeline.index("change")
+        assert timeline[changed:changed + 2] == ["change", "published"]
+        recorded = await runtime.container_status(main_id.split("//")[1])
+        assert [(m.volume_name, m.container_path) for m in recorded.mounts
+                if m.volume_name] == [("extra", "/keep")]
+        await wait_until(lambda: [v["name"] for v in (status.get(uid) or {})
+                                  .get("volumeStatuses") or []] == ["extra"])
+
+
 async def test_a_changes_new_volume_is_set_up_while_its_checkpoint_is_written(
         tmp_path: Path) -> None:
     """The kubelet's wiring of the early set-up: while the change's checkpoint write is held,

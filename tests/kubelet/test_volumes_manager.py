@@ -550,3 +550,78 @@ def test_desired_pods_are_processed_again_only_when_they_change(
     assert fingerprinted == ["a1"]  # a again (it held an early volume), b2 not
     assert sorted(vm._dsw["uid-a"].volumes) == ["a1"]
     assert [s["name"] for s in vm.volume_statuses("uid-a")] == ["a1"]
+
+
+async def _settle(vm: VolumeManager) -> None:
+    """One reconciler pass and every operation it started (the reconciler is not running)."""
+    await vm.reconcile_once()
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    await asyncio.gather(*others)
+
+
+async def test_an_early_volume_is_not_set_up_again_when_its_change_is_allocated(
+    root: Path, host: FakeVolumeHost
+) -> None:
+    """The allocation of a change bumps the pod's version, which sets its Secret and
+    ConfigMap volumes up again; one set up early for that change (in sync at the version
+    before) is not set up a second time, whether its setup ended before the allocation or
+    was still running. A Secret changed in between still reaches it."""
+    vm = VolumeManager(root, host, sync_period=3600.0, reconcile_period=3600.0)
+    try:
+        for secret in ("sec", "slow"):
+            host.put_secret(secret, {"token": b"t1"})
+        pod = make_pod([{"name": "keep", "emptyDir": {}}])
+        vm.set_desired_pods([pod])
+        await _settle(vm)
+        change = copy.deepcopy(pod)
+        change["spec"]["volumes"] += [{"name": n, "secret": {"secretName": n}}
+                                      for n in ("sec", "slow")]
+        change["spec"]["containers"][0]["volumeMounts"] += [
+            {"name": n, "mountPath": f"/{n}"} for n in ("sec", "slow")]
+        staged: dict[str, dict[str, Any]] = {}
+        vm.set_staged_source(staged.get)
+
+        def reads(name: str) -> int:
+            return host.calls.count(("secret", "default", name))
+
+        # "slow"'s early setup is still under way when the change is allocated
+        release = asyncio.Event()
+        get_secret = host.get_secret
+
+        async def held_get_secret(namespace: str, name: str) -> dict[str, Any] | None:
+            if name == "slow" and reads("slow") == 0:
+                host.calls.append(("secret", namespace, name))
+                await release.wait()
+                return copy.deepcopy(host.secrets.get((namespace, name)))
+            return await get_secret(namespace, name)
+
+        host.get_secret = held_get_secret  # type: ignore[method-assign]
+        staged[UID] = change
+        vm.staging_changed(UID)
+        await vm.reconcile_once()
+        await eventually(lambda: vm.is_volume_mounted(UID, "sec") and reads("slow") == 1)
+        # allocated (as `AllocationManager` does: staging ends, the allocated pod follows)
+        del staged[UID]
+        vm.staging_changed(UID)
+        vm.set_desired_pods([change])
+        release.set()
+        await _settle(vm)
+        await _settle(vm)
+        assert vm.is_volume_mounted(UID, "slow")
+        assert (reads("sec"), reads("slow")) == (1, 1)
+
+        # a Secret change still reaches an early volume
+        host.put_secret("sec", {"token": b"t2"})
+        vm.resync_pod(UID)
+        await _settle(vm)
+        assert read_tree(vm.mounted_volumes(UID)["sec"]) == {"token": b"t2"}
+        assert (reads("sec"), reads("slow")) == (2, 2)  # the pod's resyncing volumes
+        # and a later change of the pod's spec sets them up again, as before
+        later = copy.deepcopy(change)
+        later["metadata"].setdefault("labels", {})["changed"] = "yes"
+        vm.set_desired_pods([later])
+        await _settle(vm)
+        assert (reads("sec"), reads("slow")) == (3, 3)
+    finally:
+        await vm.teardown_all()
+        assert cleanup_mounts(root.parent) == []

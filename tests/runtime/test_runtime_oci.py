@@ -580,7 +580,8 @@ async def test_memory_stats_read_the_container_pod_and_node_cgroups(
 async def test_one_sandbox_s_status_and_containers_without_the_other_pods(
         runtime: OciRuntime, busybox_layer: Path) -> None:
     """`pod_sandbox_status` answers for one sandbox as the listing does (None once it is
-    gone), and a sandbox's container listing reads no state of another pod's containers."""
+    gone), and a sandbox's container listing reads no state of another pod's containers;
+    `pod_sandbox_and_containers` answers both at once."""
     first = sandbox_config(name="one")
     second = dataclasses.replace(sandbox_config(name="two"), pod_uid=str(uuid.uuid4()))
     one = await runtime.run_pod_sandbox(first)
@@ -598,8 +599,12 @@ async def test_one_sandbox_s_status_and_containers_without_the_other_pods(
     saved = record.read_text()
     record.write_text("{")
     assert [c.id for c in await runtime.list_containers(one)] == [mine]
+    # both read in one go, as the two calls answer
+    assert await runtime.pod_sandbox_and_containers(one) == (
+        listed[one], await runtime.list_containers(one))
     record.write_text(saved)
     await runtime.remove_container(theirs)
     await runtime.remove_pod_sandbox(two)
     assert await runtime.pod_sandbox_status(two) is None
     assert await runtime.pod_sandbox_status("no-such-sandbox") is None
+    assert await runtime.pod_sandbox_and_containers(two) == (None, [])

@@ -10,24 +10,28 @@ were or are on its node, and an unrouted one every event."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from store_fixtures import StoreFactory
 
 from ephemera.apiserver.watchcache import FieldIndex, ResourceCache, SharedEvent, WatchCache
-from ephemera.store import Store
+from ephemera.store import Store, open_store
 from ephemera.store.base import (
     Event,
     KeyNotFound,
+    KeyValue,
     ListResult,
     Progress,
     Watcher,
     WatcherDropped,
 )
+from ephemera.store.watchhub import WatchHub
 
 PREFIX = "/registry/things/"
 NAMESPACES = ("a", "b", "c")
@@ -362,3 +366,61 @@ async def test_a_slow_routed_watcher_is_cut_off_without_holding_its_node_back(
         await slow.close()
         await fast.close()
         await cache.close()
+
+
+async def test_a_routed_watcher_is_woken_first() -> None:
+    """An event is pushed to the routed watchers (the kubelet of the pod's node, which acts
+    on it) before the unrouted ones, so their streams run first."""
+    hub = WatchHub(0, capacity=10, progress_interval=60.0)
+    names = ["informer-1", "informer-2", "kubelet", "informer-3"]
+    watchers = {name: hub.register(PODS, 0, route="n" if name == "kubelet" else None)
+                for name in names}
+    woken: list[str] = []
+
+    async def consume(name: str) -> None:
+        async for item in watchers[name]:
+            if isinstance(item, Event):
+                woken.append(name)
+                return
+
+    tasks = [asyncio.create_task(consume(name)) for name in names]
+    try:
+        for _ in range(3):
+            await asyncio.sleep(0)  # every consumer waits in its watcher
+        hub.publish([Event("PUT", KeyValue(f"{PODS}ns/p", b"{}", 1, 1), None)],
+                    routes=lambda event: ("n",))
+        async with asyncio.timeout(10):
+            await asyncio.gather(*tasks)
+        assert woken[0] == "kubelet" and sorted(woken) == sorted(names)
+    finally:
+        await hub.close()
+
+
+async def test_a_write_is_answered_after_the_watch_cache_s_watchers_have_its_event(
+        tmp_path: Path) -> None:
+    """sqlite: the streams of the watch cache's watchers (woken by the cache, itself woken by
+    the store) get a write's event before the writer is answered, and the cache holds it."""
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    cache, resource = await pod_cache(store)
+    watcher = resource.watch(PODS, resource.revision)
+    assert watcher is not None
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for item in watcher:
+            if isinstance(item, Event):
+                seen.append(item.revision)
+
+    task = asyncio.create_task(consume())
+    try:
+        for i in range(3):
+            written = await store.create(f"{PODS}ns/p{i}", pod(f"p{i}", "n"))
+            assert seen[-1:] == [written.mod_revision]
+            assert resource.revision == written.mod_revision
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await watcher.close()
+        await cache.close()
+        await store.close()

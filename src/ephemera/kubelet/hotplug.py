@@ -40,7 +40,12 @@ from typing import Any, Protocol
 from ephemera.api.goformat import go_quote
 from ephemera.kubelet import containerconfig, events
 from ephemera.kubelet.events import KubeletEvents
-from ephemera.kubelet.runtime.base import ContainerStatus, Mount, RuntimeService
+from ephemera.kubelet.runtime.base import (
+    ContainerStatus,
+    Mount,
+    RuntimeService,
+    mounts_after_live_changes,
+)
 
 __all__ = ["LIVE_MOUNT_BACKOFF", "NOT_REQUIRED", "LiveMounts", "mounts_stale", "wants_live"]
 
@@ -111,9 +116,10 @@ class LiveMounts:
 
     async def actuate(self, pod: Mapping[str, Any], container: Mapping[str, Any],
                       instance: ContainerStatus, volume_dirs: Mapping[str, Path],
-                      env: Mapping[str, str]) -> float:
+                      env: Mapping[str, str]) -> tuple[float, tuple[Mount, ...]]:
         """One pass; the delay until the next one is due (0: nothing left to do; else the
-        shortest back-off of a failed change)."""
+        shortest back-off of a failed change), and the container's mounts after it (as the
+        runtime records them: `mounts_after_live_changes`)."""
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         name = str(container.get("name"))
         try:
@@ -127,7 +133,7 @@ class LiveMounts:
         except containerconfig.ContainerConfigError as err:
             self.spawn(self.events.pod(pod, events.WARNING, events.FAILED_MOUNT,
                                        f"Error: container {go_quote(name)}: {err}"))
-            return LIVE_MOUNT_BACKOFF[0]
+            return LIVE_MOUNT_BACKOFF[0], instance.mounts
         wanted_keys = {_key(m) for m in wanted}
         have = [m for m in instance.mounts if m.volume_name]
         removed = [m for m in have if _key(m) not in wanted_keys]
@@ -152,10 +158,10 @@ class LiveMounts:
                 continue
             due.append((mount, remove))
         if not due:
-            return delay
-        errors = await self.runtime.change_live(
-            instance.id, [m.container_path for m, remove in due if remove],
-            [m for m, remove in due if not remove])
+            return delay, instance.mounts
+        removals = [m.container_path for m, remove in due if remove]
+        additions = [m for m, remove in due if not remove]
+        errors = await self.runtime.change_live(instance.id, removals, additions)
         for (mount, remove), error in zip(due, errors, strict=True):
             key = self._key_of(uid, name, mount, remove=remove)
             if error is None:
@@ -175,7 +181,7 @@ class LiveMounts:
             self.spawn(self.events.pod(pod, events.WARNING, reason, message))
             delay = _shortest(delay, max(self.backoff.remaining(key, failed_at),
                                          LIVE_MOUNT_BACKOFF[0]))
-        return delay
+        return delay, mounts_after_live_changes(instance.mounts, removals, additions, errors)
 
     def _left(self, key: str) -> float:
         """Seconds until the change `key` may be tried again (0: now)."""

@@ -124,6 +124,7 @@ __all__ = [
     "all_done",
     "compute_pod_actions",
     "container_names",
+    "live_changes_only",
     "mounts_differ",
     "should_restart",
 ]
@@ -391,6 +392,24 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
 # --- the pod's runtime view (KEP-6395's IsVolumeInUseByPod) ----------------------------------
 
 
+def live_changes_only(actions: Sequence[Action]) -> bool:
+    """The actions change no container's state, only mounts live (at least one
+    `LiveMountChange`): after them a worker knows its containers without listing them
+    again (`PodRuntime.with_live_changes`)."""
+    return any(isinstance(a, LiveMountChange) for a in actions) and all(
+        isinstance(a, LiveMountChange | ClearWaiting | WaitForVolumes) for a in actions)
+
+
+def _grouped(containers: Sequence[ContainerStatus]) -> dict[str, list[ContainerStatus]]:
+    """The instances of each container name, oldest first."""
+    grouped: dict[str, list[ContainerStatus]] = {}
+    for c in containers:
+        grouped.setdefault(c.name, []).append(c)
+    for mine in grouped.values():
+        mine.sort(key=lambda c: (c.attempt, c.created_at))
+    return grouped
+
+
 class PodRuntimeCache:
     """A pod worker's in-memory view of its pod's containers, so that KEP-6395's
     `IsVolumeInUseByPod` needs no runtime call: the worker's last listing of its sandbox's
@@ -417,6 +436,12 @@ class PodRuntimeCache:
             self._containers, self._listed = list(containers), number
         self._starting = {t: e for t, e in self._starting.items() if number <= e[1]}
         self._stopped = {c: n for c, n in self._stopped.items() if number <= n}
+
+    def replaced(self, container: ContainerStatus) -> None:
+        """The worker changed the listed `container` (its mounts, live): as listed now."""
+        if self._containers is not None:
+            self._containers = [container if c.id == container.id else c
+                                for c in self._containers]
 
     def starting(self, volume_names: frozenset[str]) -> int:
         self._next_token += 1
@@ -479,6 +504,8 @@ class PodRuntime:
         # volume manager is setting up (its notification wakes the worker).
         self.awaiting_volumes = False
         self.cache = PodRuntimeCache()
+        # The containers whose mounts the last `execute` changed live, as changed (by id).
+        self.live_changed: dict[str, ContainerStatus] = {}
 
     @property
     def pod(self) -> Obj:
@@ -528,11 +555,27 @@ class PodRuntime:
         reads at once (one wait instead of two; a sandbox not ready is handled as
         `ensure_sandbox` does, and the instances are listed again after)."""
         if self.sandbox_id is not None:
-            current, listed = await asyncio.gather(self.sandbox_status(), self.instances())
+            current, listed = await self.sandbox_status_and_instances()
             if current is not None and current.ready:
                 return current, listed
         sandbox = await self.ensure_sandbox()
         return sandbox, await self.instances()
+
+    def with_live_changes(self, instances: Instances) -> dict[str, list[ContainerStatus]]:
+        """`instances` with the containers the last `execute` changed live as changed."""
+        return {name: [self.live_changed.get(c.id, c) for c in mine]
+                for name, mine in instances.items()}
+
+    async def sandbox_status_and_instances(
+            self) -> tuple[SandboxStatus | None, dict[str, list[ContainerStatus]]]:
+        """`sandbox_status` and `instances`, read together (`pod_sandbox_and_containers`)."""
+        if self.sandbox_id is None:
+            return None, {}
+        listing = self.cache.listing_begins()
+        sandbox, containers = await self.deps.runtime.pod_sandbox_and_containers(
+            self.sandbox_id)
+        self.cache.listed(listing, containers)
+        return sandbox, _grouped(containers)
 
     async def ensure_sandbox(self) -> SandboxStatus | None:
         runtime = self.deps.runtime
@@ -565,12 +608,7 @@ class PodRuntime:
         listing = self.cache.listing_begins()
         containers = await self.deps.runtime.list_containers(self.sandbox_id)
         self.cache.listed(listing, containers)
-        grouped: dict[str, list[ContainerStatus]] = {}
-        for c in containers:
-            grouped.setdefault(c.name, []).append(c)
-        for mine in grouped.values():
-            mine.sort(key=lambda c: (c.attempt, c.created_at))
-        return grouped
+        return _grouped(containers)
 
     def volumes_ready_for(self, container: Mapping[str, Any]) -> bool:
         """Every pod volume the container mounts is set up on the host."""
@@ -594,6 +632,7 @@ class PodRuntime:
         when the runtime's events will tell)."""
         next_delay = IDLE
         self.awaiting_volumes = False
+        self.live_changed = {}
         for action in actions:
             if isinstance(action, StartContainer):
                 next_delay = min(next_delay, await self.start(action.container,
@@ -652,8 +691,11 @@ class PodRuntime:
                     pod_ip=sandbox.ip if sandbox is not None else "",
                     node_allocatable=deps.node_allocatable,
                     service_env=deps.service_env(self.pod)))
-        delay = await self.live_mounts.actuate(
+        delay, mounts = await self.live_mounts.actuate(
             self.pod, container, running, deps.volumes.mounted_volumes(self.uid), env)
+        if mounts != running.mounts:
+            changed = self.live_changed[running.id] = dataclasses.replace(running, mounts=mounts)
+            self.cache.replaced(changed)
         return delay if delay > 0 else IDLE
 
     async def stop_removed_containers(self, instances: Instances,

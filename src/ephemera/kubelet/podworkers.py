@@ -68,6 +68,8 @@ from ephemera.kubelet.podactions import (
     SyncRetry,
     all_done,
     compute_pod_actions,
+    container_names,
+    live_changes_only,
 )
 from ephemera.kubelet.podutil import (
     format_pod,
@@ -237,9 +239,13 @@ class PodWorker:
             self.terminal = True
         if actions.init_done:
             await pod_runtime.stop_removed_containers(instances, sandbox)
-        # Both runtime reads at once: the status goes out as soon as they are in.
-        instances, fresh = await asyncio.gather(pod_runtime.instances(),
-                                                pod_runtime.sandbox_status())
+        if live_changes_only(actions.actions) and set(instances) <= container_names(pod):
+            # Only mounts changed, live, and the worker knows how: its containers as listed
+            # at the sync's start with those changes, no listing on the way to the status
+            # (a container that changed state meanwhile wakes the worker again).
+            fresh, instances = sandbox, pod_runtime.with_live_changes(instances)
+        else:  # both runtime reads at once: the status goes out as soon as they are in
+            fresh, instances = await pod_runtime.sandbox_status_and_instances()
         sandbox = fresh or sandbox
         if actions.init_done and all_done(self.pod, instances):
             self.terminal = True

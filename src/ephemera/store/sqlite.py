@@ -25,9 +25,13 @@ a consistent snapshot while the writer commits).
 Watch: committed events are published on the event loop, in revision order, to a `WatchHub`
 (bounded buffer per watcher, dropped on overflow). A watch from an old revision registers with
 the hub first, noting the hub's last published revision R, then replays history up to R from
-the table while live events after R wait in its buffer: no gap, no duplicate. Only one process
-may open a data dir (an exclusive `flock` on `<data_dir>/store.lock`), since the fan-out is
-in-process.
+the table while live events after R wait in its buffer: no gap, no duplicate. The writers are
+answered one turn of the loop after the events are published, so the watchers' tasks woken by
+an event (the apiserver's watch cache, and the watch streams it wakes in turn) run before the
+writer resumes: a client waiting on a watch for a write (a kubelet for its pod's update, a
+client for a status) gets the event without waiting for the writer's own response to be
+encoded and sent, and a write answered is in the watch cache. Only one process may open a data
+dir (an exclusive `flock` on `<data_dir>/store.lock`), since the fan-out is in-process.
 """
 
 from __future__ import annotations
@@ -369,7 +373,8 @@ class SqliteStore(Store):
         return revision
 
     def _acknowledge(self, batch: _Batch) -> None:
-        """On the event loop, after COMMIT: publish the events in order, then answer. (A
+        """On the event loop, after COMMIT: publish the events in order, then answer at the
+        loop's next turn (after the tasks the events woke; see the module's docstring). (A
         store serves one event loop; a write from another loop is answered on its own.)"""
         events = [outcome.event for outcome in batch.outcomes if outcome.event is not None]
         if events:
@@ -380,7 +385,7 @@ class SqliteStore(Store):
             if outcome.compacted:
                 self._compacted = max(self._compacted, outcome.compacted)
             if write.loop is loop:
-                _settle(write.future, outcome)
+                loop.call_soon(_settle, write.future, outcome)
             else:
                 with contextlib.suppress(RuntimeError):
                     write.loop.call_soon_threadsafe(_settle, write.future, outcome)

@@ -232,14 +232,19 @@ class WatchHub:
                     del self._routed[route]
 
     def publish(self, events: Iterable[Event], routes: Routes | None = None) -> None:
+        """Push each event to the watchers that want it, the routed ones first: their
+        streams are woken (and write the event) in the order they are pushed, and a routed
+        watcher is the one that acts on the event (the kubelet of a pod's node, e.g. on a
+        `pods/NAME/dynamic` update), where the others follow (informers, the writer's own
+        watch)."""
         for event in events:
             self.revision = max(self.revision, event.revision)
-            self._offer(event, self._watchers)
             if self._routed and routes is not None:
                 for value in routes(event):
                     watchers = self._routed.get(value)
                     if watchers:
                         self._offer(event, watchers)
+            self._offer(event, self._watchers)
 
     def _offer(self, event: Event, watchers: set[BufferedWatcher]) -> None:
         key = event.kv.key

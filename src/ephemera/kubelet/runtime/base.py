@@ -14,6 +14,7 @@ other's containers.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -56,6 +57,24 @@ class Mount:
     sub_path: str = ""  # already resolved into host_path by the kubelet; kept for status
     volume_name: str = ""  # the pod volume this mount comes from (for status and in-use checks)
     propagation: str = ""  # "" (private), "rslave" (HostToContainer), "rshared" (Bidirectional)
+
+
+def mounts_after_live_changes(mounts: Sequence[Mount], unmount: Sequence[str],
+                              mount: Sequence[Mount],
+                              errors: Sequence[LiveMountError | None]) -> tuple[Mount, ...]:
+    """A container's mounts after `change_live(id, unmount, mount)` answered `errors` (the
+    runtime's record of them): each change done replaces what was mounted at its path (a
+    removal leaves nothing there; an addition comes last); a failed one changes nothing."""
+    result = list(mounts)
+    changes = [(path, None) for path in unmount] + [(m.container_path, m) for m in mount]
+    for (path, added), error in zip(changes, errors, strict=True):
+        if error is not None:
+            continue
+        target = path.rstrip("/") or "/"
+        result = [m for m in result if (m.container_path.rstrip("/") or "/") != target]
+        if added is not None:
+            result.append(added)
+    return tuple(result)
 
 
 @dataclass(frozen=True)
@@ -233,6 +252,15 @@ class RuntimeService(abc.ABC):
             if sandbox.id == sandbox_id:
                 return sandbox
         return None
+
+    async def pod_sandbox_and_containers(
+            self, sandbox_id: str) -> tuple[SandboxStatus | None, list[ContainerStatus]]:
+        """`pod_sandbox_status` and `list_containers` of one sandbox, read together (what a
+        pod worker reads before and after a sync's actions); a runtime may read both in one
+        go."""
+        sandbox, containers = await asyncio.gather(self.pod_sandbox_status(sandbox_id),
+                                                   self.list_containers(sandbox_id))
+        return sandbox, containers
 
     async def update_runtime_config(self, pod_cidr: str) -> None:
         """The CRI's UpdateRuntimeConfig: the node's `spec.podCIDR`, from which pod

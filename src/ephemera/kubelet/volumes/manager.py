@@ -264,6 +264,7 @@ class DesiredVolume:
     fingerprint: str
     host_dir: Path
     dynamic: bool = False  # added to the pod after it was first desired
+    early: bool = False  # of the change whose checkpoint is being written (`_early_volumes`)
 
 
 @dataclass
@@ -290,6 +291,7 @@ class MountedVolume:
     uncertain: bool  # on disk, but not (or not verifiably) set up
     synced_version: int = 0
     last_sync: float = 0.0
+    early: bool = False  # set up early and not set up again since (`_carry_early_sync`)
 
 
 def _mounted_from(
@@ -305,6 +307,7 @@ def _mounted_from(
         uncertain=uncertain,
         synced_version=synced_version,
         last_sync=last_sync,
+        early=desired.early and not uncertain,
     )
 
 
@@ -346,6 +349,10 @@ class VolumeManager:
         self._asw: dict[Key, MountedVolume] = {}
         self._op_states: dict[Key, _OpState] = {}
         self._ops: dict[Key, asyncio.Task[None]] = {}
+        # Early setups under way (`DesiredVolume.early`), and those of them whose change was
+        # allocated meanwhile: (old version, new version), for `_carry_early_sync`.
+        self._early_setups: set[Key] = set()
+        self._carried: dict[Key, tuple[int, int]] = {}
         self._terminated: OrderedDict[str, None] = OrderedDict()
         self._sources_ready = False
         self._in_use_checker: InUseChecker | None = None
@@ -478,14 +485,36 @@ class VolumeManager:
             volumes[name] = DesiredVolume(
                 pod_uid=uid, name=name, volume=dict(volume), plugin=plugin,
                 fingerprint=_fingerprint(volume),
-                host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name, dynamic=True)
+                host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name, dynamic=True,
+                early=True)
         basis = _resync_basis(pod)
         version = 1 if old is None else old.version + int(basis != old.resync_basis)
         desired = DesiredPod(uid, dict(pod), volumes, errors, version, basis, source=pod,
                              early=early)
         if old is not None:
             self._forget_desired(old, desired)
+            if version > old.version:
+                self._carry_early_sync(old.version, desired)
         return desired
+
+    def _carry_early_sync(self, old_version: int, new: DesiredPod) -> None:
+        """The pod's version went up (its allocated spec changed): a volume set up early
+        (from the staged change, while its checkpoint was written) and in sync at the old
+        version counts as in sync at the new one, so the allocation of that change does not
+        set it up a second time a few milliseconds after the first (its files were just
+        written from the object cache). A Secret or ConfigMap that changed meanwhile bumped
+        the version through `resync_pod` first, so such a volume is behind and still set up
+        again. An early setup still running is carried when it ends (`_setup_op`)."""
+        for name, volume in new.volumes.items():
+            key = (new.uid, name)
+            mounted = self._asw.get(key)
+            if key in self._early_setups:
+                self._carried[key] = (old_version, new.version)
+            elif mounted is not None and mounted.early and not mounted.uncertain and \
+                    mounted.fingerprint == volume.fingerprint and \
+                    mounted.synced_version == old_version:
+                mounted.synced_version = new.version
+                mounted.early = False
 
     def _forget_desired(self, old: DesiredPod, new: DesiredPod | None) -> None:
         """Drop the back-off and errors of volumes that left (or changed in) the desired
@@ -863,11 +892,17 @@ class VolumeManager:
         was_mounted = self._is_mounted(key)
         had_error = bool(self._op_states.get(key, _OpState()).error)
         started = time.monotonic()
+        if desired.early:
+            self._early_setups.add(key)
         try:
             await desired.plugin.setup(pod_object, desired.volume, desired.host_dir, self.host)
         except asyncio.CancelledError:
+            self._early_setups.discard(key)
+            self._carried.pop(key, None)
             raise
         except Exception as exc:
+            self._early_setups.discard(key)
+            self._carried.pop(key, None)
             cause = go_error_text(exc)
             message = f'MountVolume.SetUp failed for volume "{desired.name}" : {cause}'
             log.warning("pod %s: %s", desired.pod_uid, message)
@@ -881,9 +916,14 @@ class VolumeManager:
                 self._asw[key] = _mounted_from(desired, uncertain=True)
             self._notify_setup(key)
             return
+        self._early_setups.discard(key)
+        carried = self._carried.pop(key, None)
         self._asw[key] = _mounted_from(
             desired, uncertain=False, synced_version=version, last_sync=self._now()
         )
+        if carried is not None and carried[0] == version:
+            self._asw[key].synced_version = carried[1]
+            self._asw[key].early = False
         self._op_states.pop(key, None)
         if not was_mounted:
             self._observe(VolumeOperation(desired.pod_uid, desired.name, desired.plugin.name,
