@@ -1,15 +1,21 @@
 """Watch streams: resourceVersion rules, bookmarks, initial events, selectors with their
-transitions, Table events, compaction, timeouts."""
+transitions, Table events, compaction, timeouts, the events queued for a stream written
+together."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from asyncio.selector_events import _SelectorSocketTransport
 from pathlib import Path
+from typing import Any
 
+import pytest
+from aiohttp.web_protocol import RequestHandler
 from apiserver_fixtures import TABLE_ACCEPT, Api, configmap, open_watch, serve
 
-from ephemera.store import open_store
+from ephemera.apiserver.app import REGISTRY
+from ephemera.store import Event, KeyValue, open_store
 
 PODS = "/api/v1/namespaces/default/pods"
 CMS = "/api/v1/namespaces/default/configmaps"
@@ -204,3 +210,67 @@ async def test_the_app_compacts_the_store_periodically(tmp_path: Path) -> None:
             assert (await watch.next())["type"] == "ERROR"
     finally:
         await store.close()
+
+
+# -- the events queued for a stream go out together -----------------------------------------
+
+
+def server_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every `transport.write` of the apiserver's side of a connection, recorded."""
+    writes: list[bytes] = []
+    original = _SelectorSocketTransport.write
+
+    def write(self: _SelectorSocketTransport, data: Any) -> None:
+        if isinstance(self._protocol, RequestHandler):  # type: ignore[attr-defined]
+            writes.append(bytes(data))
+        original(self, data)
+
+    monkeypatch.setattr(_SelectorSocketTransport, "write", write)
+    return writes
+
+
+def event_writes(writes: list[bytes]) -> list[bytes]:
+    return [data for data in writes if b'{"type":"' in data]
+
+
+async def test_events_queued_for_a_stream_are_written_together(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, first = await api.post(CMS, configmap("c0"))
+    for i in range(1, 20):
+        await api.post(CMS, configmap(f"c{i}"))
+    writes = server_writes(monkeypatch)
+    # a client watching again from an older resourceVersion: 19 events wait for its stream
+    watch = await open_watch(api, f"{CMS}?watch=true&resourceVersion="
+                                  f"{first['metadata']['resourceVersion']}")
+    events = [await watch.next() for _ in range(19)]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", f"c{i}") for i in range(1, 20)]
+    assert len(event_writes(writes)) == 1
+
+    # live: the watch cache applies several committed events in one step (as it does for a
+    # store watch response holding several); the stream writes them once, in order
+    registry = api.app[REGISTRY]
+    assert registry.watch_cache is not None
+    cache = await registry.watch_cache.ready("/registry/configmaps/")
+    assert cache is not None
+    watch.close()
+    revision = cache.revision
+    watch = await open_watch(api, f"{CMS}?watch=true&resourceVersion={revision}")
+    assert len(cache.hub) == 1
+    writes.clear()
+    stored = cache.items["/registry/configmaps/default/c0"]
+    for i in range(1, 6):
+        kv = KeyValue(stored.key, stored.value, stored.create_revision, revision + i)
+        cache.apply(Event("PUT", kv, stored))
+    events = [await watch.next() for _ in range(5)]
+    assert [(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in events] == [
+        ("MODIFIED", str(revision + i)) for i in range(1, 6)]
+    assert len(event_writes(writes)) == 1
+
+    # a lone event is written at once, on its own
+    writes.clear()
+    await api.post(CMS, configmap("lone"))
+    event = await watch.next()
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "lone")
+    assert len(event_writes(writes)) == 1
+    watch.close()

@@ -117,6 +117,14 @@ class Watcher(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None: ...
 
+    def take_ready(self, limit: int) -> list[Event | Progress]:
+        """At most `limit` of the next items iteration would yield without waiting, taken
+        now (in order); none when the next one needs a wait (or ends the iteration). Only
+        between two steps of the iteration, never while one is awaited. A consumer that
+        writes to a client uses it to send everything queued in one write."""
+        del limit
+        return []
+
 
 class Store(abc.ABC):
     """Keys are strings (`/registry/pods/default/p1`), values opaque bytes."""

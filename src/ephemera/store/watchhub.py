@@ -140,6 +140,23 @@ class BufferedWatcher(Watcher):
             revision = max(self._progress_revision(), self.delivered_revision)
             return self._deliver(Progress(revision))
 
+    def take_ready(self, limit: int) -> list[Event | Progress]:
+        """See `Watcher.take_ready`: the replayed history already fetched, then the buffer;
+        it stops before a replay page still to fetch, and before the end of the watch (an
+        error, or closing) that the next step of the iteration reports."""
+        items: list[Event | Progress] = []
+        while len(items) < limit and not self._closed:
+            if self._replayed:
+                items.append(self._deliver(self._replayed.popleft()))
+                continue
+            if self._replay is not None or not self._buffer:
+                break
+            item = self._buffer.popleft()
+            if isinstance(item, Progress) and item.revision <= self.delivered_revision:
+                continue  # says nothing new
+            items.append(self._deliver(item))
+        return items
+
     async def _next_replayed(self) -> Event | None:
         while not self._replayed:
             if self._replay is None:
