@@ -31,6 +31,7 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
     assert result["store"] == "sqlite"
     assert (result["nodes"], result["pods"], result["created"]) == (NODES, PODS, PODS)
     assert result["all_running_seconds"] is not None
+    assert result["running_at_end"] == PODS  # followed through the benchmark's own watch
     assert result["pods_per_second_end_to_end"] > 0
     assert result["creates"]["count"] == PODS and result["creates"]["errors"] == 0
     for reads in ("gets", "paginated_lists"):
