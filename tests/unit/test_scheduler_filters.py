@@ -192,6 +192,19 @@ def test_untolerated_taint_filters_the_node() -> None:
     assert reasons(tolerant, node) is None
 
 
+def test_a_node_update_changes_the_taints_its_cached_filters_see() -> None:
+    """The node's effective taints are derived once per node object: a new object (a taint
+    added, the node gone NotReady, then back) is judged by its own taints."""
+    node = info(make_node())
+    assert reasons(make_pod(), node) is None
+    node.set_node(make_node(taints=[{"key": "dedicated", "effect": "NoSchedule"}]))
+    assert reasons(make_pod(), node) == (REASON_TAINT,)
+    node.set_node(make_node(ready="Unknown"))
+    assert reasons(make_pod(), node) == (REASON_TAINT,)
+    node.set_node(make_node())
+    assert reasons(make_pod(), node) is None
+
+
 def test_prefer_no_schedule_does_not_filter() -> None:
     node = info(make_node(taints=[{"key": "k", "effect": "PreferNoSchedule"}]))
     assert reasons(make_pod(), node) is None

@@ -148,6 +148,9 @@ class NodeInfo:
         self.requested = Resources()
         self.non_zero_requested = Resources()
         self._pods: dict[str, _Accounted] = {}
+        # What the filters derive from the node object alone (its effective taints), kept
+        # until the object is replaced: every pod's scheduling cycle filters every node.
+        self.derived: dict[str, Any] = {}
         self.set_node(node)
 
     @property
@@ -156,6 +159,7 @@ class NodeInfo:
 
     def set_node(self, node: Mapping[str, Any]) -> None:
         self.node = node
+        self.derived = {}
         status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
         self.allocatable = Resources.of(resource_list((status or {}).get("allocatable")))
 

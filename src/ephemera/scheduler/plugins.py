@@ -257,9 +257,17 @@ def node_unschedulable(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
     return FilterStatus("NodeUnschedulable", (REASON_UNSCHEDULABLE,), True)
 
 
+def _node_taints(node: NodeInfo) -> list[Taint]:
+    """`effective_taints` of the node, computed once per node object."""
+    taints: list[Taint] | None = node.derived.get("taints")
+    if taints is None:
+        taints = node.derived["taints"] = effective_taints(node.node)
+    return taints
+
+
 def taint_toleration(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
     tolerations = pod.tolerations
-    for taint in effective_taints(node.node):
+    for taint in _node_taints(node):
         if taint.effect not in (NO_SCHEDULE, NO_EXECUTE):
             continue
         if not any(tolerates(t, taint) for t in tolerations):
