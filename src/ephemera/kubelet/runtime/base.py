@@ -14,7 +14,6 @@ other's containers.
 from __future__ import annotations
 
 import abc
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -258,9 +257,7 @@ class RuntimeService(abc.ABC):
         """`pod_sandbox_status` and `list_containers` of one sandbox, read together (what a
         pod worker reads before and after a sync's actions); a runtime may read both in one
         go."""
-        sandbox, containers = await asyncio.gather(self.pod_sandbox_status(sandbox_id),
-                                                   self.list_containers(sandbox_id))
-        return sandbox, containers
+        return await self.pod_sandbox_status(sandbox_id), await self.list_containers(sandbox_id)
 
     async def update_runtime_config(self, pod_cidr: str) -> None:
         """The CRI's UpdateRuntimeConfig: the node's `spec.podCIDR`, from which pod
