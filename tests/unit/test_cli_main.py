@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from ephemera.cli.main import COMMANDS, build_parser
+from ephemera.cli.main import COMMANDS, GC_YOUNG_THRESHOLD, build_parser
 
 
 def _modules_after(argv: list[str]) -> set[str]:
     """The `ephemera.cli` command modules imported by building the parser for `argv`, in a
     fresh interpreter."""
-    code = ("import sys; from ephemera.cli.main import COMMANDS, build_parser; "
+    code = ("import sys; from ephemera.cli.main import COMMANDS, GC_YOUNG_THRESHOLD, build_parser; "
             f"build_parser({argv!r}); "
             "print(' '.join(m for m in COMMANDS.values() if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -46,3 +46,13 @@ def test_the_parser_for_one_command_parses_as_the_full_one() -> None:
     argv = ["proxy", "--cluster-cidr", "10.1.0.0/16"]
     assert vars(build_parser(argv).parse_args(argv)).keys() == \
         vars(build_parser().parse_args(argv)).keys()
+
+
+def test_every_command_runs_with_the_components_gc_settings() -> None:
+    """`main` freezes what the imports made and collects young objects far less often (the
+    components hold large informer caches; docs/benchmarks.md has the measurement)."""
+    code = ("import gc; from ephemera.cli import main as m; m.tune_gc(); "
+            "print(gc.get_threshold()[0], gc.get_freeze_count() > 1000)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(GC_YOUNG_THRESHOLD), "True"]
