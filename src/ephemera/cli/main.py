@@ -7,7 +7,8 @@ A command line that names its command imports only that command's module: every 
 `ephemera up` starts is a process of its own, and importing all the others' modules (the
 apiserver's, the hollow nodes', ...) cost each of them about a second of CPU at start. Without
 a known command (`ephemera --help`, a typo) every module is imported, so the help and
-argparse's "invalid choice" list name them all."""
+argparse's "invalid choice" list name them all. Every command runs with the components'
+garbage-collector settings (`tune_gc`)."""
 
 from __future__ import annotations
 
