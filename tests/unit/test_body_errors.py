@@ -29,3 +29,13 @@ def test_parse_errors_read_as_go_s(body: bytes, message: str) -> None:
         decode_document(body)
     assert str(err.value) == message
     assert "unicode string" not in str(err.value) and "offset" not in str(err.value)
+
+
+def test_yaml_map_keys_become_json_keys_and_a_null_key_is_refused() -> None:
+    """As sigs.k8s.io/yaml converts YAML to JSON: number keys written out, a null key (the
+    fuzz suite's `?`) a decode error, never a 500."""
+    assert decode_document(b"a: 1\n2: x\n1.5: y\n") == {"a": 1, "2": "x", "1.5": "y"}
+    with pytest.raises(DecodeError) as err:
+        decode_document(b"?")
+    assert str(err.value) == ("error converting YAML to JSON: unsupported map key of type: "
+                              "%!s(<nil>), key: <nil>, value: <nil>")

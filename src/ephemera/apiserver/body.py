@@ -111,7 +111,43 @@ def decode_document(data: bytes) -> Any:
         if json_error is not None:
             raise DecodeError(_json_message(json_error))
         raise DecodeError("error converting YAML to JSON: expected exactly one document")
-    return docs[0]
+    return _json_keys(docs[0])
+
+
+def _go_value(value: Any) -> str:
+    """A YAML value as Go's `%+#v` shows a scalar (`<nil>`, `"s"`, `1`, `true`)."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dict):
+        return "map[interface {}]interface {}{...}"
+    return "[]interface {}{...}"
+
+
+def _json_keys(value: Any) -> Any:
+    """Map keys as sigs.k8s.io/yaml turns YAML into JSON: strings kept, numbers and booleans
+    written out (`1`, `1.5`, `true`), and a null key refused (`? x` in YAML, for instance)."""
+    if isinstance(value, list):
+        return [_json_keys(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(key, bool):
+            name = "true" if key else "false"
+        elif isinstance(key, int | float | str):
+            name = str(key)
+        else:
+            kind = "%!s(<nil>)" if key is None else "interface {}"
+            raise DecodeError(f"error converting YAML to JSON: unsupported map key of type: "
+                              f"{kind}, key: {_go_value(key)}, value: {_go_value(item)}")
+        out[name] = _json_keys(item)
+    return out
 
 
 # PyYAML's words for a problem -> go-yaml's (what upstream's sigs.k8s.io/yaml reports).
