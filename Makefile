@@ -24,7 +24,7 @@ test: setup lint
 	$(BIN)/pytest -n auto --dist loadgroup -q $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

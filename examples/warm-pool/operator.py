@@ -12,8 +12,9 @@ The state lives in the cluster, so a restarted operator carries on where it stop
 - only then are the claim's volumes added (`pods/NAME/dynamic`, containers with
   `dynamicVolumePolicy.restartPolicy: NotRequired`: mounted into the running containers);
 - a released pod gets its claim volumes removed and is labelled free again only once its
-  containers report the mounts gone (Recycle), or is deleted (Replace): no pod ever serves a
-  second claim with the first one's secret;
+  containers report the mounts gone and `status.volumeStatuses` no longer lists them (their
+  teardown finished, so the names can be added again) (Recycle), or is deleted (Replace): no
+  pod ever serves a second claim with the first one's secret;
 - a pod labelled for a claim that no longer exists (the operator died between the label and
   the delete handler) is released by the pool's reconcile.
 """
@@ -164,12 +165,20 @@ async def _set_claim_volumes(namespace: str, name: str,
     return {m["mountPath"] for m in mounts}
 
 
+def _torn_down(pod: dict[str, Any]) -> bool:
+    """No claim volume is still listed in `status.volumeStatuses`: the kubelet finished tearing
+    them down, and a volume of the same name can be added again."""
+    statuses = (pod.get("status") or {}).get("volumeStatuses") or []
+    return not any(_is_claim_volume(str(v.get("name", ""))) for v in statuses)
+
+
 async def _wait_actuated(namespace: str, name: str, wanted: set[str]) -> dict[str, Any]:
-    """Wait until the pod's containers report exactly `wanted` as their claim mounts."""
+    """Wait until the pod's containers report exactly `wanted` as their claim mounts (and, for
+    a release, the removed volumes' teardown finished)."""
     deadline = time.monotonic() + ACTUATION_TIMEOUT
     while True:
         pod = await api().get(_pods_path(namespace, name))
-        if _reported_mounts(pod) == wanted:
+        if _reported_mounts(pod) == wanted and (wanted or _torn_down(pod)):
             return pod
         if time.monotonic() > deadline:
             raise kopf.TemporaryError(f"pod {name}: the claim volumes are not actuated yet",
@@ -232,7 +241,9 @@ def _pool_pod(pool: dict[str, Any]) -> dict[str, Any]:
 
 
 @kopf.timer(GROUP, VERSION, "warmpools", interval=0.5, initial_delay=0)
-async def reconcile_pool(body: Any, namespace: str, name: str, logger: Any, **_: Any) -> None:
+async def reconcile_pool(body: Any, namespace: str | None, name: str, logger: Any,
+                         **_: Any) -> None:
+    assert namespace is not None, "WarmPools are namespaced"
     pool = dict(body)
     spec = pool.get("spec") or {}
     pods = await _pool_pods(namespace, name)
@@ -246,7 +257,7 @@ async def reconcile_pool(body: Any, namespace: str, name: str, logger: Any, **_:
             await _release(namespace, pod, str(spec.get("releasePolicy") or "Recycle"),
                            logger, _labels(pod)[CLAIM_LABEL])
     wanted = int(spec.get("replicas") or 0)
-    for _ in range(wanted - len(free)):
+    for _missing in range(wanted - len(free)):
         await api().create(_pods_path(namespace), _pool_pod(pool))
     if len(free) > wanted:
         # as a ReplicaSet scales down: the not-ready first, then the youngest
@@ -287,11 +298,12 @@ def _now() -> str:
 
 
 @kopf.on.create(GROUP, VERSION, "claims")
-async def bind(body: Any, namespace: str, name: str, uid: str, logger: Any,
+async def bind(body: Any, namespace: str | None, name: str, uid: str, logger: Any,
                runtime: Any, **_: Any) -> None:
     """Bind the claim to a ready pod of its pool and swap its volumes in; queued (retried)
     while the pool has none. The time reported runs from the first attempt (kopf's
     `runtime`), so a queued claim's wait counts."""
+    assert namespace is not None, "Claims are namespaced"
     claim = dict(body)
     status = claim.get("status") or {}
     if status.get("podName") or (claim.get("metadata") or {}).get("deletionTimestamp"):
@@ -331,8 +343,9 @@ async def bind(body: Any, namespace: str, name: str, uid: str, logger: Any,
 
 
 @kopf.on.delete(GROUP, VERSION, "claims")
-async def release(body: Any, namespace: str, name: str, uid: str, logger: Any,
+async def release(body: Any, namespace: str | None, name: str, uid: str, logger: Any,
                   **_: Any) -> None:
+    assert namespace is not None, "Claims are namespaced"
     pool_name = body["spec"]["poolName"]
     try:
         pool = await api().get(resource_path("warmpools", namespace, pool_name, group=GROUP,

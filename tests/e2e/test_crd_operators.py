@@ -500,10 +500,11 @@ class Claims:
             assert holders[name] == [claim["status"]["podName"]], (name, holders[name])
 
     async def check_released(self, pod_name: str, uid: str, name: str) -> None:
-        """The released pod no longer carries the claim's label, does not read its token,
-        and its node has removed the claim Secret's volume directory (unless, in a stream,
-        the pod has meanwhile been bound to the next claim, which has a directory of the
-        same name)."""
+        """The released pod no longer carries the claim's label, does not read its token, is
+        free only once its status no longer lists the claim Secret's volume (so the next bind
+        can add it again), and its node has removed that volume's directory (unless, in a
+        stream, the pod has meanwhile been bound to the next claim, which has a directory of
+        the same name)."""
         cluster = self.pool.k.cluster
         path = resource_path("pods", self.ns, pod_name)
         deadline = time.monotonic() + 10
@@ -515,6 +516,9 @@ class Claims:
                 return
             label = (pod["metadata"].get("labels") or {}).get(CLAIM_LABEL)
             assert label != uid, pod["metadata"]
+            if label is None:  # free again only once the Secret's teardown finished
+                assert "claim-secret" not in {v["name"] for v in (pod.get("status") or {}).get(
+                    "volumeStatuses") or []}, pod["status"]
             assert _token_inside(cluster, pod) != f"token-of-{name}"
             host_dir = volume_dir(cluster, pod["metadata"]["uid"], "secret", "claim-secret")
             if label is not None or not host_dir.exists():
