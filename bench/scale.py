@@ -6,7 +6,10 @@ per store:
 1. the time until all N Nodes are Ready;
 2. P pods created by C concurrent clients (keep-alive HTTPS connections, the admin
    kubeconfig's client certificate), while a sampler measures gets of single pods and
-   paginated lists (`limit=500` with `continue`) and K watches on all pods stay open;
+   paginated lists (`limit=500` with `continue`) and K watches stay open: on all the
+   namespace's pods (`--watch-scope all`, every event to every watch), or each on one node's
+   pods (`--watch-scope node`: `fieldSelector=spec.nodeName=NODE`, watch i on node i mod N,
+   as K kubelets watch; the watch cache routes an event only to its node's watches);
 3. the time from the first create until every pod is Running (followed through one more
    watch of the namespace's pods: polling with lists of up to 30,000 pods would be most of
    the apiserver's work), and pods per second end to end;
@@ -67,6 +70,7 @@ FULL = {"nodes": 1000, "pods": 30000, "clients": 8, "watches": 1000}
 QUICK = {"nodes": 5, "pods": 50, "clients": 2, "watches": 5}
 PAGE_SIZE = 500
 NAMESPACE = "default"
+HOLLOW_PREFIX = "hollow-node-"  # the hollow nodes' names: this and their index
 STOP_TIMEOUT = 30.0
 
 
@@ -202,6 +206,7 @@ class Run:
                       logs / "controller-manager.log"),
             Component("hollow-nodes", ["hollow-nodes", "--kubeconfig", kubeconfig,
                                        "--count", str(a.nodes),
+                                       "--node-name-prefix", HOLLOW_PREFIX,
                                        "--capacity", f"pods={max(110, 2 * a.pods // a.nodes)}"
                                        ",cpu=64,memory=256Gi",
                                        "--root-dir", str(self.work_dir / "hollow")],
@@ -300,6 +305,7 @@ class Run:
         await rss
         self.result.update({
             "nodes": a.nodes, "pods": a.pods, "clients": a.clients, "watches": a.watches,
+            "watch_scope": a.watch_scope,
             "created": len(created), "create_seconds": round(created_in, 2),
             # how many ran when the wait ended (all of them, unless --timeout ran out)
             "running_at_end": running.running,
@@ -412,8 +418,11 @@ class Run:
 
     async def _watch(self, http: aiohttp.ClientSession, index: int, counts: list[int],
                      stop: asyncio.Event) -> None:
-        """A watch of the namespace's pods, counting events, open until stopped."""
+        """A watch of the namespace's pods (or, with `--watch-scope node`, of node
+        `index mod N`'s), counting events, open until stopped."""
         params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": "0"}
+        if self.args.watch_scope == "node":
+            params["fieldSelector"] = f"spec.nodeName={HOLLOW_PREFIX}{index % self.args.nodes}"
         with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
             async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods", params=params) as r:
                 reader = asyncio.create_task(self._count_lines(r, index, counts))
@@ -436,6 +445,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"smoke-sized defaults ({QUICK}) instead of the full run ({FULL})")
     for name in FULL:
         parser.add_argument(f"--{name}", type=int, default=None, metavar="N")
+    parser.add_argument("--watch-scope", choices=("all", "node"), default="all",
+                        help="what each of the --watches watches: all the benchmark's pods "
+                             "(default), or one node's pods (spec.nodeName), as kubelets do")
     parser.add_argument("--stores", default=",".join(STORES), metavar="LIST",
                         help="sqlite,etcd (default both)")
     parser.add_argument("--apiserver-workers", default="1", metavar="LIST",
