@@ -4,6 +4,7 @@ pods off one slot."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from test_scheduler_filters import make_node, make_pod
 from ephemera.scheduler.algorithm import (
     NO_NODES_AVAILABLE,
     fit_error_message,
+    num_feasible_nodes_to_find,
     schedule_pod,
     truncate_message,
 )
@@ -86,16 +88,45 @@ def test_several_reasons_from_one_node_each_count() -> None:
         "nodes are available: 1 No preemption victims found for incoming pod.")
 
 
-def test_the_least_allocated_feasible_node_wins_and_ties_go_by_name() -> None:
+def test_the_least_allocated_feasible_node_wins_and_ties_go_to_any_of_the_best() -> None:
     busy = NodeInfo(make_node("a"))
     busy.add_pod("x", make_pod("x", requests={"cpu": "2", "memory": "4Gi"}))
     nodes = [busy, NodeInfo(make_node("c")), NodeInfo(make_node("b")),
              NodeInfo(make_node("d", es="1Gi"))]
-    result = schedule_pod(make_pod(requests={"cpu": "1", "ephemeral-storage": "2Gi"}), nodes)
-    assert result.node_name == "b"
+    pod = make_pod(requests={"cpu": "1", "ephemeral-storage": "2Gi"})
+    result = schedule_pod(pod, nodes)
     assert set(result.scores) == {"a", "b", "c"}
     assert result.scores["a"] < result.scores["b"] == result.scores["c"]
     assert set(result.statuses) == {"d"}
+    assert result.processed == 4
+    rng = random.Random(7)
+    chosen = {schedule_pod(pod, nodes, rng=rng).node_name for _ in range(40)}
+    assert chosen == {"b", "c"}  # as upstream's selectHost: either of the best, never "a"
+
+
+def test_how_many_feasible_nodes_are_enough() -> None:
+    """upstream's numFeasibleNodesToFind, percentageOfNodesToScore unset."""
+    assert [num_feasible_nodes_to_find(n) for n in (0, 5, 99, 100, 199, 250, 1000, 5000,
+                                                     6000)] == \
+        [0, 5, 99, 100, 100, 120, 420, 500, 300]
+
+
+def test_the_search_stops_at_enough_feasible_nodes_and_goes_on_from_there() -> None:
+    nodes = [NodeInfo(make_node(f"n{i:03}")) for i in range(250)]  # 120 are enough
+    nodes[5] = NodeInfo(make_node("n005", es="1Gi"))  # too small: tried, not feasible
+    pod = make_pod(requests={"ephemeral-storage": "2Gi"})
+    first = schedule_pod(pod, nodes)
+    assert (first.feasible, first.processed, set(first.statuses)) == (120, 121, {"n005"})
+    assert set(first.scores) == {f"n{i:03}" for i in range(121)} - {"n005"}
+    second = schedule_pod(pod, nodes, start=240)  # round the end of the list
+    assert set(second.scores) == {f"n{i:03}" for i in [*range(240, 250), *range(111)]} - {
+        "n005"}
+    # when too few fit, every node is tried and the message counts them all
+    nodes = [NodeInfo(make_node(f"m{i:03}", es="1Gi")) for i in range(150)]
+    failed = schedule_pod(pod, nodes, start=70)
+    assert failed.processed == 150 and failed.node_name is None
+    assert failed.message.startswith("0/150 nodes are available: 150 Insufficient "
+                                     "ephemeral-storage.")
 
 
 def test_truncated_event_message() -> None:

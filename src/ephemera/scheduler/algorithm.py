@@ -1,8 +1,14 @@
 """One scheduling decision: filter every node, score the feasible ones, pick the best; or the
 failure message upstream's scheduler would write.
 
-`schedule_pod(pod, nodes, gates)` returns a `ScheduleResult`: the chosen node (highest
-LeastAllocated score; ties go to the first node by name), or the `FitError` message:
+`schedule_pod(pod, nodes, gates, start=i)` returns a `ScheduleResult`: the chosen node (the
+highest LeastAllocated score; ties go to one of the best at random, as upstream's `selectHost`
+does), or the `FitError` message. As upstream's `findNodesThatPassFilters`, the nodes are
+tried from index `start` round the list, and the search stops once
+`num_feasible_nodes_to_find(len(nodes))` feasible nodes are found (all nodes below 100;
+42% at 1,000, at least 100 and 5%): the caller moves its start by `result.processed` for the
+next pod, so every node gets its turn. When no node fits, every node was tried, and the
+message is:
 
     0/3 nodes are available: 3 Insufficient ephemeral-storage. preemption: 0/3 nodes are
     available: 3 No preemption victims found for incoming pod.
@@ -19,6 +25,7 @@ as `No preemption victims found for incoming pod`; a node rejected by any other 
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +45,7 @@ __all__ = [
     "PREEMPTION_NOT_HELPFUL",
     "ScheduleResult",
     "fit_error_message",
+    "num_feasible_nodes_to_find",
     "schedule_pod",
     "truncate_message",
 ]
@@ -48,6 +56,11 @@ PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 # upstream's validation.NoteLengthLimit, the longest event message the scheduler sends.
 NOTE_LENGTH_LIMIT = 1024
+# upstream's minFeasibleNodesToFind and minFeasibleNodesPercentageToFind, and the base of
+# the adaptive percentage of nodes to score (percentageOfNodesToScore unset).
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+BASE_PERCENTAGE_OF_NODES_TO_SCORE = 50
 
 
 @dataclass
@@ -57,6 +70,7 @@ class ScheduleResult:
     statuses: dict[str, FilterStatus] = field(default_factory=dict)  # rejected nodes
     scores: dict[str, int] = field(default_factory=dict)  # feasible nodes
     num_nodes: int = 0
+    processed: int = 0  # how many nodes were tried (the next pod starts that much further)
 
     @property
     def feasible(self) -> int:
@@ -100,23 +114,40 @@ def truncate_message(message: str, limit: int = NOTE_LENGTH_LIMIT) -> str:
     return message[:limit - len(suffix)] + suffix
 
 
-def schedule_pod(pod: Mapping[str, Any], nodes: Sequence[NodeInfo],
-                 gates: Gates = None) -> ScheduleResult:
-    """Filter `nodes` for `pod`, score the feasible ones, choose one."""
+def num_feasible_nodes_to_find(num_all_nodes: int) -> int:
+    """upstream's `numFeasibleNodesToFind` with `percentageOfNodesToScore` unset: every node
+    below 100 nodes; else (50 - nodes/125)%, at least 5%, and at least 100 nodes."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    percentage = max(BASE_PERCENTAGE_OF_NODES_TO_SCORE - num_all_nodes // 125,
+                     MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(num_all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def schedule_pod(pod: Mapping[str, Any], nodes: Sequence[NodeInfo], gates: Gates = None, *,
+                 start: int = 0, rng: random.Random | None = None) -> ScheduleResult:
+    """Filter `nodes` for `pod` from index `start` on until enough are feasible, score the
+    feasible ones, choose one of the best (at random: `rng`, default the module's)."""
     info = PodInfo.of(pod, gates)
     result = ScheduleResult(None, num_nodes=len(nodes))
     if not nodes:
         result.message = NO_NODES_AVAILABLE
         return result
-    for node in nodes:
+    wanted = num_feasible_nodes_to_find(len(nodes))
+    for i in range(len(nodes)):
+        node = nodes[(start + i) % len(nodes)]
         status = run_filters(info, node)
         if status is None:
             result.scores[node.name] = least_allocated_score(info, node)
         else:
             result.statuses[node.name] = status
+        if len(result.scores) >= wanted:
+            break
+    result.processed = len(result.scores) + len(result.statuses)
     if not result.scores:
         result.message = fit_error_message(len(nodes), result.statuses, pod)
         return result
     best = max(result.scores.values())
-    result.node_name = min(name for name, score in result.scores.items() if score == best)
+    result.node_name = (rng or random).choice(
+        [name for name, score in result.scores.items() if score == best])
     return result

@@ -33,6 +33,7 @@ class SchedulerCache:
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, tuple[Mapping[str, Any], str]] = {}  # uid -> (pod, node name)
         self._assumed: set[str] = set()
+        self._by_name: list[NodeInfo] | None = None  # node_infos(), until nodes change
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -47,13 +48,17 @@ class SchedulerCache:
             if on == name:
                 info.add_pod(uid, pod)
         self._nodes[name] = info
+        self._by_name = None
 
     def remove_node(self, name: str) -> None:
-        self._nodes.pop(name, None)
+        if self._nodes.pop(name, None) is not None:
+            self._by_name = None
 
     def node_infos(self) -> list[NodeInfo]:
-        """Every node, by name."""
-        return [self._nodes[name] for name in sorted(self._nodes)]
+        """Every node, by name (the list kept until a node is added or removed; a copy)."""
+        if self._by_name is None:
+            self._by_name = [self._nodes[name] for name in sorted(self._nodes)]
+        return list(self._by_name)
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)

@@ -6,7 +6,9 @@ the cache; pods without `spec.nodeName`, with `schedulerName` `default-scheduler
 `deletionTimestamp` and no `schedulingGates` go to the queue. As upstream's, a serial
 scheduling cycle (one pod at a time) and concurrent binding cycles:
 
-1. `schedule_pod` filters and scores every node (algorithm.py, plugins.py) against the cache;
+1. `schedule_pod` filters and scores the nodes (algorithm.py, plugins.py) against the cache:
+   as upstream's, from where the previous pod's search stopped, until enough feasible nodes
+   are found (all of them below 100 nodes, 42% of 1,000), one of the best at random;
 2. on success the pod is assumed on the node (cache.py), so the next pod already sees the
    slot taken, and its binding cycle runs as its own task while the loop goes on with the
    next pod: `POST pods/NAME/binding`, then a `Normal Scheduled` event says
@@ -114,6 +116,7 @@ class Scheduler:
         self.gates = gates
         self.scheduler_name = scheduler_name
         self.cache = SchedulerCache(gates)
+        self._next_start_node_index = 0  # where the next pod's search of the nodes begins
         self.queue = queue or SchedulingQueue()
         self.events = events or EventRecorder(api, scheduler_name)
         self._binding_slots = asyncio.Semaphore(max_bindings_in_flight)
@@ -186,7 +189,11 @@ class Scheduler:
                 or self.cache.is_assumed(pod):
             self.queue.remove(key)
             return False
-        result = schedule_pod(pod, self.cache.node_infos(), self.gates)
+        nodes = self.cache.node_infos()
+        result = schedule_pod(pod, nodes, self.gates, start=self._next_start_node_index)
+        if nodes:
+            self._next_start_node_index = (self._next_start_node_index
+                                           + result.processed) % len(nodes)
         if result.node_name is None:
             self.queue.unschedulable(key)
             self._log_unschedulable(pod, result)
