@@ -33,6 +33,7 @@ class SchedulerCache:
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, tuple[Mapping[str, Any], str]] = {}  # uid -> (pod, node name)
         self._assumed: set[str] = set()
+        self._sorted: list[NodeInfo] | None = None  # node_infos(), until a node comes or goes
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -47,13 +48,17 @@ class SchedulerCache:
             if on == name:
                 info.add_pod(uid, pod)
         self._nodes[name] = info
+        self._sorted = None
 
     def remove_node(self, name: str) -> None:
-        self._nodes.pop(name, None)
+        if self._nodes.pop(name, None) is not None:
+            self._sorted = None
 
     def node_infos(self) -> list[NodeInfo]:
-        """Every node, by name."""
-        return [self._nodes[name] for name in sorted(self._nodes)]
+        """Every node, by name (sorted once per change of the set of nodes, not per pod)."""
+        if self._sorted is None:
+            self._sorted = [self._nodes[name] for name in sorted(self._nodes)]
+        return list(self._sorted)
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)
