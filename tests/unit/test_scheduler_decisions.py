@@ -12,6 +12,7 @@ from test_scheduler_filters import make_node, make_pod
 from ephemera.scheduler.algorithm import (
     NO_NODES_AVAILABLE,
     fit_error_message,
+    num_feasible_nodes_to_find,
     schedule_pod,
     truncate_message,
 )
@@ -96,6 +97,39 @@ def test_the_least_allocated_feasible_node_wins_and_ties_go_by_name() -> None:
     assert set(result.scores) == {"a", "b", "c"}
     assert result.scores["a"] < result.scores["b"] == result.scores["c"]
     assert set(result.statuses) == {"d"}
+
+
+@pytest.mark.parametrize(("nodes", "wanted"), [
+    (1, 1), (99, 99), (100, 100), (200, 100), (300, 144), (1000, 420), (5000, 500),
+    (6000, 300), (20000, 1000)])
+def test_num_feasible_nodes_to_find_is_upstreams_adaptive_share(nodes: int,
+                                                                 wanted: int) -> None:
+    assert num_feasible_nodes_to_find(nodes) == wanted
+
+
+def test_a_large_cluster_is_searched_in_part_from_where_the_last_search_ended() -> None:
+    """From 100 nodes on the search stops once enough nodes fit and the next pod's starts
+    where it ended (upstream's nextStartNodeIndex), so every node gets its turn; a pod that
+    fits nowhere is still filtered against every node, and its message counts them all."""
+    nodes = infos(*(make_node(f"n{i:03}", es="1Gi") for i in range(300)))
+    first = schedule_pod(make_pod(), nodes)
+    assert (first.processed, first.feasible, first.num_nodes) == (144, 144, 300)
+    assert first.node_name == "n000"
+    second = schedule_pod(make_pod(), nodes, start=first.processed)
+    assert second.node_name == "n144" and second.processed == 144
+    wrapped = schedule_pod(make_pod(), nodes, start=282)
+    assert wrapped.processed == 144 and set(wrapped.scores) == {
+        f"n{i:03}" for i in (*range(282, 300), *range(126))}
+    assert wrapped.node_name == "n000"  # ties go by name among the nodes searched
+    nowhere = schedule_pod(make_pod(requests={"ephemeral-storage": "2Gi"}), nodes, start=7)
+    assert nowhere.node_name is None and nowhere.processed == 300
+    assert nowhere.message.startswith("0/300 nodes are available: 300 Insufficient "
+                                      "ephemeral-storage.")
+    rejected = [make_node(f"n{i:03}", es="1Gi") for i in range(300)]
+    some_fit = infos(*rejected[:250], *(make_node(f"n{i:03}") for i in range(250, 300)))
+    partial = schedule_pod(make_pod(requests={"ephemeral-storage": "2Gi"}), some_fit)
+    assert partial.processed == 300 and partial.feasible == 50  # fewer fit than wanted
+    assert partial.node_name == "n250"
 
 
 def test_truncated_event_message() -> None:

@@ -118,6 +118,8 @@ class Scheduler:
         self.events = events or EventRecorder(api, scheduler_name)
         self._binding_slots = asyncio.Semaphore(max_bindings_in_flight)
         self._bindings: set[asyncio.Task[None]] = set()
+        # upstream's nextStartNodeIndex: where the next pod's search for nodes begins.
+        self._next_start_node = 0
         # While `run` runs, binding tasks belong to its task group: one that fails
         # unexpectedly ends the scheduler, as a failing `_bind` did when it was awaited.
         self._task_group: asyncio.TaskGroup | None = None
@@ -186,7 +188,10 @@ class Scheduler:
                 or self.cache.is_assumed(pod):
             self.queue.remove(key)
             return False
-        result = schedule_pod(pod, self.cache.node_infos(), self.gates)
+        nodes = self.cache.node_infos()
+        result = schedule_pod(pod, nodes, self.gates, self._next_start_node)
+        if nodes:
+            self._next_start_node = (self._next_start_node + result.processed) % len(nodes)
         if result.node_name is None:
             self.queue.unschedulable(key)
             self._log_unschedulable(pod, result)
