@@ -19,7 +19,9 @@ seconds when set (then exit 0: `Always` pods restart, counted in `restartCount`;
 `OnFailure` pods end `Succeeded`); a container whose command the fake runtime knows (`exit
 1`, `sleep 5`...) behaves as the fake runtime says.
 
-What the process shares (`HollowNodes`): one API client (one connection pool), ONE pod
+What the process shares (`HollowNodes`): one API client for the pods (one connection pool;
+the Nodes and Leases on a second client when given, so that renewals never wait for a
+connection behind the pods' writes), ONE pod
 informer for all its nodes (`fieldSelector=spec.nodeName!=`, dispatched by `spec.nodeName`),
 one heartbeat scheduler that renews every Lease each `lease_renew_interval` and checks every
 Node status each `node_status_interval` (written on change or every
