@@ -289,10 +289,10 @@ class Run:
             log(f"[{self.store}] {len(created)} pods created in {created_in:.1f}s")
             running_in = await self._wait_running(running, len(created), started)
             cpu_used = cpu.since(cpu_before)
-            if a.idle_seconds > 0 and running_in is not None:
-                self.result["cpu_cores_pods_running"] = await self._quiet_cpu()
             sampler_stop.set()
             await sampler
+            if a.idle_seconds > 0 and running_in is not None:
+                self.result["cpu_cores_pods_running"] = await self._quiet_cpu()
             t0 = time.perf_counter()
             async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods") as r:
                 body = await r.read()
