@@ -208,7 +208,8 @@ class EndpointSliceController:
         """`pods`: an informer of all pods shared with other controllers (else its own)."""
         self.api = api
         self.services = Informer(api, resource_path("services"), name="services")
-        self.pods = pods or Informer(api, resource_path("pods"), name="endpoint pods")
+        self.pods = pods if pods is not None else Informer(
+            api, resource_path("pods"), name="endpoint pods")
         self.slices = Informer(api, resource_path("endpointslices", group=DISCOVERY),
                                label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}",
                                name="endpointslices")

@@ -108,7 +108,8 @@ class JobController:
         self.backoff_max = backoff_max
         self.workers = workers
         self.jobs = Informer(api, JOBS, name="jobs")
-        self.pods = pods or Informer(api, resource_path("pods"), name="job pods")
+        self.pods = pods if pods is not None else Informer(api, resource_path("pods"),
+                                                               name="job pods")
         self.queue: WorkQueue[str] = WorkQueue(base_delay=0.05, max_delay=30.0)
         self._pods_of: dict[str, dict[str, dict[str, Any]]] = {}  # job uid -> pod key -> pod
         self._job_key_of: dict[str, str] = {}  # job uid -> namespace/name

@@ -78,7 +78,8 @@ class ResourceQuotaController:
         self.resync_period = resync_period
         self.evaluator = quota.PodEvaluator(self.gates)
         self.quotas = Informer(api, resource_path("resourcequotas"), name="resourcequotas")
-        self.pods = pods or Informer(api, resource_path("pods"), name="pods")
+        self.pods = pods if pods is not None else Informer(api, resource_path("pods"),
+                                                               name="pods")
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         # How many quota status writes this controller made (for tests and logs).

@@ -144,8 +144,9 @@ class GarbageCollector:
         for res in wanted:
             if res in self._monitors:
                 continue
-            informer = self.shared.get(res.path()) or Informer(
-                self.api, res.path(), name=f"gc {res.plural}.{res.group}")
+            informer = self.shared.get(res.path())  # (an empty Informer is falsy: len 0)
+            if informer is None:
+                informer = Informer(self.api, res.path(), name=f"gc {res.plural}.{res.group}")
             self._watch(informer, res)
             task = asyncio.create_task(informer.run(), name=f"gc-monitor-{res.plural}")
             self._monitors[res] = (informer, task)
