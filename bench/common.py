@@ -315,6 +315,7 @@ class Apiserver:
         self.store = store
         self.etcd_endpoints = list(etcd_endpoints)
         self.workers = workers  # `--workers` (etcd only)
+        self.port = 0  # `--port`: 0 a free one; set it to start again where it served
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.ssl_context: ssl.SSLContext | None = None
@@ -335,7 +336,7 @@ class Apiserver:
 
     def command(self) -> list[str]:
         argv = [sys.executable, "-m", "ephemera.cli", "apiserver", "--data-dir", str(self.data_dir),
-                 "--port", "0", "--write-kubeconfig", str(self.kubeconfig),
+                 "--port", str(self.port), "--write-kubeconfig", str(self.kubeconfig),
                  "--store", self.store]
         if self.etcd_endpoints:
             argv += ["--etcd-endpoints", ",".join(self.etcd_endpoints)]
@@ -368,6 +369,13 @@ class Apiserver:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing of a clean stop runs."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
 
     def stop(self) -> int | None:
         """SIGTERM and wait (SIGKILL after a timeout); the exit code."""

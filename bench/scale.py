@@ -6,14 +6,24 @@ per store:
 1. the time until all N Nodes are Ready;
 2. P pods created by C concurrent clients (keep-alive HTTPS connections, the admin
    kubeconfig's client certificate), while a sampler measures gets of single pods and
-   paginated lists (`limit=500` with `continue`) and K watches on all pods stay open;
+   paginated lists (`limit=500` with `continue`) and K watches stay open: on all the
+   namespace's pods (`--watch-scope all`, every event to every watch), or each on one node's
+   pods (`--watch-scope node`: `fieldSelector=spec.nodeName=NODE`, watch i on node i mod N,
+   as K kubelets watch; the watch cache routes an event only to its node's watches);
 3. the time from the first create until every pod is Running (followed through one more
    watch of the namespace's pods: polling with lists of up to 30,000 pods would be most of
    the apiserver's work), and pods per second end to end;
 4. one list of all pods (unpaginated);
 5. the peak RSS of every process (apiserver, etcd, scheduler, controller-manager,
    hollow-nodes; each with its children), sampled every second, and the CPU time each
-   used from the first create until every pod ran.
+   used from the first create until every pod ran;
+6. with `--restart-check`: every component killed with SIGKILL and started again, one after
+   the other (the apiserver on the same port and data, so the others' kubeconfigs still
+   hold; then the scheduler, the controller-manager, the hollow nodes); the time until
+   every Node is Ready and every pod Running again in a consistent list (from the store),
+   and until the watch cache's answers equal the store's: a list from the cache
+   (`resourceVersion=0`) and a watch's initial events (`sendInitialEvents=true`) against a
+   consistent list, compared by each object's name and resourceVersion, pods and Nodes.
 
 `--apiserver-workers 1,2` runs each store once per count of apiserver worker processes
 (`ephemera apiserver --workers N`, etcd only: a count above 1 is skipped on sqlite), one after
@@ -67,6 +77,7 @@ FULL = {"nodes": 1000, "pods": 30000, "clients": 8, "watches": 1000}
 QUICK = {"nodes": 5, "pods": 50, "clients": 2, "watches": 5}
 PAGE_SIZE = 500
 NAMESPACE = "default"
+HOLLOW_PREFIX = "hollow-node-"  # the hollow nodes' names: this and their index
 STOP_TIMEOUT = 30.0
 
 
@@ -112,6 +123,13 @@ class Component:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "ephemera.cli", *self.argv], stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
 
     def check(self) -> None:
         if self.process is not None and self.process.poll() is not None:
@@ -202,6 +220,7 @@ class Run:
                       logs / "controller-manager.log"),
             Component("hollow-nodes", ["hollow-nodes", "--kubeconfig", kubeconfig,
                                        "--count", str(a.nodes),
+                                       "--node-name-prefix", HOLLOW_PREFIX,
                                        "--capacity", f"pods={max(110, 2 * a.pods // a.nodes)}"
                                        ",cpu=64,memory=256Gi",
                                        "--root-dir", str(self.work_dir / "hollow")],
@@ -304,6 +323,7 @@ class Run:
         await rss
         self.result.update({
             "nodes": a.nodes, "pods": a.pods, "clients": a.clients, "watches": a.watches,
+            "watch_scope": a.watch_scope,
             "created": len(created), "create_seconds": round(created_in, 2),
             # how many ran when the wait ended (all of them, unless --timeout ran out)
             "running_at_end": running.running,
@@ -334,6 +354,117 @@ class Run:
         cores = {k: round(v / self.args.idle_seconds, 3) for k, v in sorted(used.items())}
         log(f"[{self.store}] cores busy over {self.args.idle_seconds:.0f}s quiet: {cores}")
         return cores
+
+    # -- every component restarted (--restart-check) --
+
+    def _session(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(ssl=self.apiserver.ssl_context or False, limit=8)
+        return aiohttp.ClientSession(self.apiserver.url, connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=None))
+
+    async def check_restart(self) -> dict[str, Any]:
+        """Step 6 of the module docstring; its results, also kept in `self.result`."""
+        a = self.args
+        began = time.monotonic()
+        self.apiserver.port = int(self.apiserver.url.rsplit(":", 1)[1].rstrip("/"))
+        for child in _children(self.apiserver.pid):  # its workers, if any
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        self.apiserver.kill()
+        self.apiserver.start()
+        log(f"[{self.store}] apiserver killed and serving again in "
+            f"{time.monotonic() - began:.1f}s")
+        for component in self.components:
+            component.kill()
+            component.start()
+            log(f"[{self.store}] {component.name} killed and started again")
+        restarted = time.monotonic()
+        out: dict[str, Any] = {}
+        async with self._session() as http:
+            await self._wait_nodes_ready(http)
+            out["nodes_ready_seconds"] = round(time.monotonic() - restarted, 2)
+            deadline = restarted + a.timeout
+            while True:
+                pods = await self._listed(http, f"/api/v1/namespaces/{NAMESPACE}/pods")
+                running = sum(p["phase"] == "Running" for p in pods.values())
+                if running >= a.pods or time.monotonic() > deadline:
+                    break
+                log(f"[{self.store}] after the restarts: {running}/{a.pods} Running")
+                await asyncio.sleep(2.0)
+            out["running"] = running
+            out["all_running_seconds"] = round(time.monotonic() - restarted, 2)
+            log(f"[{self.store}] after the restarts: {running}/{a.pods} Running in "
+                f"{out['all_running_seconds']}s")
+            out["cache_vs_store"] = await self._compare_cache_with_store(http, deadline)
+        self.result["restart_check"] = out
+        return out
+
+    async def _listed(self, http: aiohttp.ClientSession, path: str,
+                      params: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
+        """name -> {resourceVersion, phase} of a list (paginated from the store when no
+        `params`; one answer otherwise), retried while the apiserver is not answering."""
+        for _attempt in range(60):
+            try:
+                if params is None:
+                    items = [item async for item in self._list(http, path)]
+                else:
+                    async with http.get(path, params=dict(params)) as r:
+                        items = orjson.loads(await r.read()).get("items") or []
+                return {i["metadata"]["name"]: {
+                    "resourceVersion": i["metadata"]["resourceVersion"],
+                    "phase": str((i.get("status") or {}).get("phase") or "")} for i in items}
+            except (aiohttp.ClientError, KeyError):
+                await asyncio.sleep(1.0)
+        raise RuntimeError(f"{path}: no answer after the restarts")
+
+    async def _watched(self, http: aiohttp.ClientSession, path: str) -> dict[str, str]:
+        """name -> resourceVersion of a watch's initial events (until the bookmark that
+        ends them)."""
+        params = {"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
+                  "resourceVersionMatch": "NotOlderThan", "resourceVersion": ""}
+        seen: dict[str, str] = {}
+        async with http.get(path, params=params) as r:
+            async for line in r.content:
+                if not line.strip():
+                    continue
+                event = orjson.loads(line)
+                md = (event.get("object") or {}).get("metadata") or {}
+                if event.get("type") == "BOOKMARK":
+                    if (md.get("annotations") or {}).get("k8s.io/initial-events-end"):
+                        return seen
+                elif event.get("type") == "ADDED":
+                    seen[md["name"]] = md["resourceVersion"]
+        raise RuntimeError(f"{path}: the watch ended before its initial events did")
+
+    async def _compare_cache_with_store(self, http: aiohttp.ClientSession,
+                                        deadline: float) -> dict[str, Any]:
+        """Until the cache's list and a watch's initial events equal a consistent list (or
+        the deadline): per resource, the counts, the differences left and the time taken."""
+        began = time.monotonic()
+        out: dict[str, Any] = {}
+        for resource, path in (("pods", f"/api/v1/namespaces/{NAMESPACE}/pods"),
+                               ("nodes", "/api/v1/nodes")):
+            attempts = 0
+            while True:
+                attempts += 1
+                store = {k: v["resourceVersion"] for k, v in (await self._listed(
+                    http, path)).items()}
+                cache = {k: v["resourceVersion"] for k, v in (await self._listed(
+                    http, path, {"resourceVersion": "0"})).items()}
+                watch = await self._watched(http, path)
+                differ = {"cache_list": sum(cache.get(k) != v for k, v in store.items())
+                          + len(cache.keys() - store.keys()),
+                          "watch": sum(watch.get(k) != v for k, v in store.items())
+                          + len(watch.keys() - store.keys())}
+                if not any(differ.values()) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(1.0)  # changes still landing: compare again
+            out[resource] = {"store": len(store), "cache_list": len(cache),
+                             "watch": len(watch), "differ": differ, "attempts": attempts,
+                             "seconds": round(time.monotonic() - began, 2)}
+            log(f"[{self.store}] {resource}: cache list and watch against the store: "
+                f"{out[resource]}")
+        return out
 
     async def _wait_nodes_ready(self, http: aiohttp.ClientSession) -> None:
         deadline = time.monotonic() + self.args.timeout
@@ -428,8 +559,11 @@ class Run:
 
     async def _watch(self, http: aiohttp.ClientSession, index: int, counts: list[int],
                      stop: asyncio.Event) -> None:
-        """A watch of the namespace's pods, counting events, open until stopped."""
+        """A watch of the namespace's pods (or, with `--watch-scope node`, of node
+        `index mod N`'s), counting events, open until stopped."""
         params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": "0"}
+        if self.args.watch_scope == "node":
+            params["fieldSelector"] = f"spec.nodeName={HOLLOW_PREFIX}{index % self.args.nodes}"
         with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
             async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods", params=params) as r:
                 reader = asyncio.create_task(self._count_lines(r, index, counts))
@@ -452,6 +586,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"smoke-sized defaults ({QUICK}) instead of the full run ({FULL})")
     for name in FULL:
         parser.add_argument(f"--{name}", type=int, default=None, metavar="N")
+    parser.add_argument("--watch-scope", choices=("all", "node"), default="all",
+                        help="what each of the --watches watches: all the benchmark's pods "
+                             "(default), or one node's pods (spec.nodeName), as kubelets do")
+    parser.add_argument("--restart-check", action="store_true",
+                        help="after the run, kill and start again every component, then "
+                             "compare the watch cache's lists and watches with the store's")
     parser.add_argument("--stores", default=",".join(STORES), metavar="LIST",
                         help="sqlite,etcd (default both)")
     parser.add_argument("--apiserver-workers", default="1", metavar="LIST",
@@ -499,10 +639,23 @@ def report(results: list[dict[str, Any]]) -> str:
                      format_ms(r["list_all"]["seconds"]),
                      ", ".join(f"{k} {v}" for k, v in r["rss_mib"].items()),
                      ", ".join(f"{k} {v}" for k, v in cpu.items())])
-    return markdown_table(
+    table = markdown_table(
         ["store", "apiserver workers", "nodes", "pods", "clients", "nodes Ready s",
          "all Running s", "pods/s", "create p50/p99 ms", "get p50/p99 ms",
          "list page p50/p99 ms", "list all ms", "peak RSS MiB", "CPU s until Running"], rows)
+    restarts = [[r["store"], str(c["nodes_ready_seconds"]), f"{c['running']}/{r['pods']}",
+                 str(c["all_running_seconds"]),
+                 *(f"{v['store']} / {v['cache_list']} / {v['watch']}; differ "
+                   f"{v['differ']['cache_list']} / {v['differ']['watch']} "
+                   f"({v['attempts']} comparisons, {v['seconds']} s)"
+                   for v in (c["cache_vs_store"]["pods"], c["cache_vs_store"]["nodes"]))]
+                for r in results if (c := r.get("restart_check"))]
+    if restarts:
+        table += "\n\nEvery component killed and started again:\n\n" + markdown_table(
+            ["store", "nodes Ready s", "Running", "all Running s",
+             "pods: store / cache list / watch", "nodes: store / cache list / watch"],
+            restarts)
+    return table
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -526,6 +679,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 try:
                     run.start()
                     results.append(asyncio.run(run.measure()))
+                    if args.restart_check:
+                        asyncio.run(run.check_restart())
                 finally:
                     run.stop()
     finally:

@@ -9,9 +9,11 @@ pod, in a loop:
 2. the kubelet's merge PATCH of `pods/NAME/status` (as `system:node:NODE`, with the new
    `volumeMounts` and `volumeStatuses`), until its event reaches the same watch.
 
-Two watches are open during the run, as in a cluster: the namespace's (the benchmark's, which
-is timed) and the node's (`spec.nodeName=NODE`, the kubelet's). No kubelet runs: the status is
-what the kubelet would write, so the apiserver's side of both writes is measured alone.
+Three watches are open during the run, as in a cluster: the namespace's pods (the
+benchmark's, which is timed), the node's pods (`spec.nodeName=NODE`, the kubelet's) and the
+node itself (`metadata.name=NODE`, the kubelet's too: it keeps the apiserver's watch cache of
+nodes serving, which admission reads as upstream's node lister). No kubelet runs: the status
+is what the kubelet would write, so the apiserver's side of both writes is measured alone.
 
 `--py-spy FILE` samples the apiserver with py-spy during the timed loop (collapsed stacks to
 FILE, a summary of the hottest frames printed). Times are medians over `--iterations` after
@@ -199,17 +201,20 @@ async def loop(admin: Client, node: Client, watch: Watch, pod: dict[str, Any], s
 
 
 async def start(admin: Client, node: Client, warmup: int
-                ) -> tuple[Watch, Watch, dict[str, Any]]:
-    """Set up the pod, open the two watches from its version (every pod's, as the admin;
-    the node's pods, as its kubelet), run `warmup` iterations; the watches and the pod."""
+                ) -> tuple[Watch, list[Watch], dict[str, Any]]:
+    """Set up the pod, open the watches from its version (every pod's, as the admin; the
+    node's pods and the node, as its kubelet), run `warmup` iterations; the timed watch, the
+    kubelet's watches and the pod."""
     pod = await setup(admin, node)
     version = pod["metadata"]["resourceVersion"]
     watch = Watch(admin, PODS)
-    node_watch = Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE)
+    kubelet_watches = [Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE),
+                       Watch(node, "/api/v1/nodes?fieldSelector=metadata.name%3D" + NODE)]
     await watch.open(version)
-    await node_watch.open(version)
+    for kubelet_watch in kubelet_watches:
+        await kubelet_watch.open(version)
     _, pod = await loop(admin, node, watch, pod, 1, warmup)
-    return watch, node_watch, pod
+    return watch, kubelet_watches, pod
 
 
 @contextlib.contextmanager
@@ -232,13 +237,13 @@ async def run(args: argparse.Namespace, work: Path) -> None:
         assert server.ssl_context is not None
         admin = Client(server.url, server.ssl_context)
         node = Client(server.url, node_context)
-        watch, node_watch, pod = await start(admin, node, args.warmup)
+        watch, kubelet_watches, pod = await start(admin, node, args.warmup)
         cpu_before = process_cpu_seconds(server.pid)
         with maybe_py_spy(server.pid, args.py_spy):
             rows, pod = await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
         cpu = process_cpu_seconds(server.pid) - cpu_before
-        await watch.close()
-        await node_watch.close()
+        for each in (watch, *kubelet_watches):
+            await each.close()
         await admin.session.close()
         await node.session.close()
     finally:
@@ -281,14 +286,14 @@ async def count(args: argparse.Namespace, work: Path) -> None:
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     admin, node = Client(url, None, "admin"), Client(url, None, "node")
     try:
-        watch, node_watch, pod = await start(admin, node, args.warmup)
+        watch, kubelet_watches, pod = await start(admin, node, args.warmup)
         reads = 0
         profile = cProfile.Profile()
         profile.enable()
         await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
         profile.disable()
-        await watch.close()
-        await node_watch.close()
+        for each in (watch, *kubelet_watches):
+            await each.close()
     finally:
         await admin.session.close()
         await node.session.close()

@@ -20,7 +20,7 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
     json_path = tmp_path / "scale.json"
     run = run_bench("bench.scale",
                     ["--quick", "--stores", "sqlite", "--nodes", str(NODES), "--pods", str(PODS),
-                     "--clients", str(CLIENTS), "--watches", str(WATCHES),
+                     "--clients", str(CLIENTS), "--watches", str(WATCHES), "--restart-check",
                      "--work-dir", str(work_dir), "--json", str(json_path)],
                     work_dir, timeout=240)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
@@ -43,4 +43,11 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
                                       "hollow-nodes"}
     assert all(value > 0 for value in result["rss_mib"].values())
     assert set(result["cpu_seconds_until_running"]) == {*result["rss_mib"], "client"}
+    # every component killed and started again: nothing lost, the cache answers as the store
+    restart = result["restart_check"]
+    assert restart["running"] == PODS
+    for resource, count in (("pods", PODS), ("nodes", NODES)):
+        compared = restart["cache_vs_store"][resource]
+        assert (compared["store"], compared["cache_list"], compared["watch"]) == (count,) * 3
+        assert compared["differ"] == {"cache_list": 0, "watch": 0}
     assert "| sqlite |" in run.stdout

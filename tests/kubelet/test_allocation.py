@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -378,56 +381,71 @@ async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) ->
     assert calls[1] == ("unstaged", "u1")
 
 
-async def test_a_change_made_again_after_its_pod_came_back_is_decided_and_reported_anew(
-        tmp_path: Path) -> None:
-    """A failed change whose pod came back to its allocated spec is gone altogether: the
-    same change made again is being decided again and its failure reported again."""
+@dataclass
+class _MissingConfigMapChange:
+    """A manager with pod u1 allocated, and a change of it adding a volume of a ConfigMap the
+    node does not have yet; `woken` collects the failures reported to the pod's worker."""
+    node: _Node
+    manager: AllocationManager
+    change: Obj
+    woken: list[str]
+
+
+async def _missing_configmap_change(tmp_path: Path) -> _MissingConfigMapChange:
     node = _Node()
     manager = _manager(tmp_path, node)
     woken: list[str] = []
     manager.on_failed = lambda pod, message: woken.append(message)
     await manager.allocate_new(_pod("u1"))
     change = _pod("u1", volumes=[{"name": "cfg", "configMap": {"name": "settings"}}])
+    return _MissingConfigMapChange(node, manager, change, woken)
+
+
+@asynccontextmanager
+async def _allocation_loop(manager: AllocationManager) -> AsyncIterator[None]:
+    """The manager's allocation loop running (and waiting for requests) meanwhile."""
     task = asyncio.create_task(manager.run())
     try:
         await wait_until(lambda: manager._wake is not None)
-        manager.request(change)
-        await wait_until(lambda: "u1" in manager.pending)
-        assert (await manager.try_allocate(_pod("u1"))).allocated  # back to the allocated spec
-        assert "u1" not in manager.desired and "u1" not in manager.pending
-        manager.request(change)
-        assert manager.deciding("u1")
-        await wait_until(lambda: len(woken) == 2)
-        assert woken == ['volume "cfg": configmap "settings" not found'] * 2
+        yield
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_change_made_again_after_its_pod_came_back_is_decided_and_reported_anew(
+        tmp_path: Path) -> None:
+    """A failed change whose pod came back to its allocated spec is gone altogether: the
+    same change made again is being decided again and its failure reported again."""
+    t = await _missing_configmap_change(tmp_path)
+    manager = t.manager
+    async with _allocation_loop(manager):
+        manager.request(t.change)
+        await wait_until(lambda: "u1" in manager.pending)
+        assert (await manager.try_allocate(_pod("u1"))).allocated  # back to the allocated spec
+        assert "u1" not in manager.desired and "u1" not in manager.pending
+        manager.request(t.change)
+        assert manager.deciding("u1")
+        await wait_until(lambda: len(t.woken) == 2)
+        assert t.woken == ['volume "cfg": configmap "settings" not found'] * 2
 
 
 async def test_deciding_lasts_until_a_changes_first_attempt_ends(tmp_path: Path) -> None:
     """`deciding(uid)`: a requested change whose first attempt has not ended (its outcome
     will wake the pod's worker); not once it failed (pending) or was allocated."""
-    node = _Node()
-    manager = _manager(tmp_path, node)
-    woken: list[str] = []
-    manager.on_failed = lambda pod, message: woken.append(message)
-    await manager.allocate_new(_pod("u1"))
-    change = _pod("u1", volumes=[{"name": "cfg", "configMap": {"name": "settings"}}])
-    manager.desired["u1"] = change
+    t = await _missing_configmap_change(tmp_path)
+    manager = t.manager
+    manager.desired["u1"] = t.change
     assert not manager.deciding("u1")  # no allocation loop: nothing would decide it
     del manager.desired["u1"]
-    task = asyncio.create_task(manager.run())
-    try:
-        await wait_until(lambda: manager._wake is not None)
-        manager.request(change)
+    async with _allocation_loop(manager):
+        manager.request(t.change)
         assert manager.deciding("u1")
         await wait_until(lambda: "u1" in manager.pending)
-        assert woken == ['volume "cfg": configmap "settings" not found']
+        assert t.woken == ['volume "cfg": configmap "settings" not found']
         assert not manager.deciding("u1")  # failed: the worker shows it pending
-        node.configmaps.add("settings")
-        manager.request(change)
-        await wait_until(lambda: manager.get("u1")["spec"] == change["spec"])  # type: ignore[index]
+        t.node.configmaps.add("settings")
+        manager.request(t.change)
+        await wait_until(
+            lambda: manager.get("u1")["spec"] == t.change["spec"])  # type: ignore[index]
         assert not manager.deciding("u1")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)

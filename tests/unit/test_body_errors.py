@@ -39,3 +39,9 @@ def test_yaml_map_keys_become_json_keys_and_a_null_key_is_refused() -> None:
         decode_document(b"?")
     assert str(err.value) == ("error converting YAML to JSON: unsupported map key of type: "
                               "%!s(<nil>), key: <nil>, value: <nil>")
+    # equal as Python keys, two keys in JSON; a merge key still merges
+    assert decode_document(b"true: a\n1: b\n1.0e+6: c\n") == {"true": "a", "1": "b", "1e+06": "c"}
+    assert decode_document(b"base: &b {x: 1}\nm: {<<: *b, y: 2}\n")["m"] == {"x": 1, "y": 2}
+    with pytest.raises(DecodeError) as err:  # the value as Go's %+#v quotes it
+        decode_document(b'~: "tab\\there \\x01"\n')
+    assert str(err.value).endswith('key: <nil>, value: "tab\\there \\x01"')

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from ephemera.cli.main import COMMANDS, GC_YOUNG_THRESHOLD, build_parser
+from ephemera.cli.main import COMMANDS, GC_YOUNG_THRESHOLD, SWITCH_INTERVAL, build_parser
 
 
 def _modules_after(argv: list[str]) -> set[str]:
@@ -48,11 +49,17 @@ def test_the_parser_for_one_command_parses_as_the_full_one() -> None:
         vars(build_parser().parse_args(argv)).keys()
 
 
-def test_every_command_runs_with_the_components_gc_settings() -> None:
-    """`main` freezes what the imports made and collects young objects far less often (the
-    components hold large informer caches; docs/benchmarks.md has the measurement)."""
-    code = ("import gc; from ephemera.cli import main as m; m.tune_gc(); "
-            "print(gc.get_threshold()[0], gc.get_freeze_count() > 1000)")
+def test_every_command_runs_with_the_components_gc_and_thread_settings(tmp_path: Path) -> None:
+    """`main` freezes what the imports made, collects young objects far less often (the
+    components hold large informer caches) and shortens the GIL switch interval (threads back
+    from a system call wait less; docs/benchmarks.md has both measurements): seen after a
+    command ran through `main` in a fresh interpreter."""
+    code = ("import gc, sys; from ephemera.cli.main import main; "
+            f"rc = main(['images', 'list', '--root-dir', {str(tmp_path)!r}, '-o', 'json']); "
+            "print('gc', rc, gc.get_threshold()[0], gc.get_freeze_count() > 1000, "
+            "sys.getswitchinterval())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()
-    assert out == [str(GC_YOUNG_THRESHOLD), "True"]
+                         check=True).stdout.splitlines()
+    assert out[-1].split() == ["gc", "0", str(GC_YOUNG_THRESHOLD), "True",
+                               str(SWITCH_INTERVAL)]
+    assert SWITCH_INTERVAL < 0.005  # Python's default

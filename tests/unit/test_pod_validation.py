@@ -683,3 +683,24 @@ def test_dynamic_volume_hot_plug_gate() -> None:
     default_pod(new, off)
     new["metadata"]["labels"] = {"a": "b"}
     assert [str(e) for e in validate_pod_update(new, old, off)] == []
+
+
+def test_semantic_equal_skips_the_walk_only_for_the_same_json(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same JSON value (types included) is equal without normalizing either side; values
+    Python's `==` takes as equal but JSON does not (0 and 0.0: a zero int is "unset", a float
+    is kept) still go through the walk and keep its answer."""
+    from ephemera.pods import validation
+
+    spec = {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}}]}
+    assert validation._semantic_equal(spec, copy.deepcopy(spec))
+    assert not validation._semantic_equal({"hostNetwork": 0}, {"hostNetwork": 0.0})
+    assert validation._semantic_equal({"limits": {"cpu": "1"}}, {"limits": {"cpu": "1000m"}})
+    walked: list[Any] = []
+    real = validation._semantic
+    monkeypatch.setattr(validation, "_semantic",
+                        lambda value, key="": walked.append(value) or real(value, key))
+    assert validation._semantic_equal(spec, copy.deepcopy(spec))
+    assert walked == []
+    assert validation._semantic_equal({"a": 1}, {"a": 1, "b": ""})
+    assert walked != []

@@ -7,6 +7,8 @@ so that no plugin reaches through the registry.
   first, a live read on a miss, live lists kept for a while); without a cache, or for a kind
   it does not hold, a live read.
 - `get`: a live read from the store (pods, nodes, namespaces).
+- `watched`: the watch cache's copy (upstream's informer lister: perhaps a little behind the
+  store), or None when the cache has none; a plugin that refuses on it reads live first.
 - `namespaces`: the namespace cache of the namespace lifecycle, or None.
 - `update_quota`: the quota writer, the registry's compare-and-swap update of a ResourceQuota.
 
@@ -54,6 +56,9 @@ class RegistryAdmissionContext:
 
     async def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
         return await self._registry.get(resource, namespace, name)
+
+    def watched(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._registry.cached_object(resource, namespace, name)
 
     async def update_quota(self, namespace: str, name: str, update: QuotaUpdate) -> None:
         await self._registry.update(RESOURCE_QUOTAS, namespace, name, update)

@@ -12,6 +12,7 @@ import yaml
 from aiohttp import web
 
 from ephemera.api import errors, fieldvalidation, protobuf
+from ephemera.api.goformat import go_float, go_quote
 from ephemera.api.patch import go_json_error
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -47,7 +48,17 @@ async def _read(request: web.Request, limit: int) -> bytes:
 
 
 class _YamlLoader(yaml.SafeLoader):
-    """YAML as sigs.k8s.io/yaml reads it: timestamps stay strings."""
+    """YAML as sigs.k8s.io/yaml reads it: timestamps stay strings, and map keys become JSON
+    keys as they are read (so `true` and `1`, equal as Python keys, stay two keys)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)  # `<<` merge keys, as SafeLoader does
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            value = self.construct_object(value_node, deep=deep)
+            out[_json_key(key, value)] = value
+        return out
 
 
 _YamlLoader.yaml_implicit_resolvers = {
@@ -111,43 +122,39 @@ def decode_document(data: bytes) -> Any:
         if json_error is not None:
             raise DecodeError(_json_message(json_error))
         raise DecodeError("error converting YAML to JSON: expected exactly one document")
-    return _json_keys(docs[0])
+    return docs[0]
 
 
 def _go_value(value: Any) -> str:
-    """A YAML value as Go's `%+#v` shows a scalar (`<nil>`, `"s"`, `1`, `true`)."""
+    """A YAML value as Go's `%+#v` shows a scalar (`<nil>`, `"s"`, `1`, `1.5`, `true`)."""
     if value is None:
         return "<nil>"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, int | float):
+        return go_quote(value)
+    if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        return go_float(value)
     if isinstance(value, dict):
         return "map[interface {}]interface {}{...}"
     return "[]interface {}{...}"
 
 
-def _json_keys(value: Any) -> Any:
-    """Map keys as sigs.k8s.io/yaml turns YAML into JSON: strings kept, numbers and booleans
-    written out (`1`, `1.5`, `true`), and a null key refused (`? x` in YAML, for instance)."""
-    if isinstance(value, list):
-        return [_json_keys(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if isinstance(key, bool):
-            name = "true" if key else "false"
-        elif isinstance(key, int | float | str):
-            name = str(key)
-        else:
-            kind = "%!s(<nil>)" if key is None else "interface {}"
-            raise DecodeError(f"error converting YAML to JSON: unsupported map key of type: "
-                              f"{kind}, key: {_go_value(key)}, value: {_go_value(item)}")
-        out[name] = _json_keys(item)
-    return out
+def _json_key(key: Any, value: Any) -> str:
+    """A map key as sigs.k8s.io/yaml writes it in JSON: strings kept, numbers and booleans
+    written out (`1`, `1.5`, `true`); a null key (`? x` in YAML, for instance) or a
+    collection refused as upstream refuses it."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, str | int):
+        return str(key)
+    if isinstance(key, float):
+        return go_float(key)
+    kind = "%!s(<nil>)" if key is None else "interface {}"
+    raise DecodeError(f"error converting YAML to JSON: unsupported map key of type: "
+                      f"{kind}, key: {_go_value(key)}, value: {_go_value(value)}")
 
 
 # PyYAML's words for a problem -> go-yaml's (what upstream's sigs.k8s.io/yaml reports).

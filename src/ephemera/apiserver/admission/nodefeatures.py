@@ -18,6 +18,11 @@ the `NodeDeclaredFeatures` gate on. A node lists what it supports in
 A node that does not exist declares nothing: when the request needs a feature, it is refused
 with upstream's `node "n1" not found` (403). A request that needs no feature, or a pod not
 bound to a node, is not checked. With the gate off nothing is checked, as upstream.
+
+The Node is read as upstream's plugin reads it, from a watch-fed cache (its node lister): the
+apiserver's watch cache, no store read on a `PUT /dynamic`'s way. A refusal is never decided on
+the cache: when the cached Node lacks a needed feature, or the cache has none, the Node is
+read from the store and that copy decides (a feature declared a moment ago is seen).
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ def _spec(pod: dict[str, Any] | None) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
+def _declared(node: dict[str, Any]) -> set[str]:
+    declared = (node.get("status") or {}).get("declaredFeatures")
+    return {str(f) for f in declared} if isinstance(declared, list) else set()
+
+
 async def node_declared_features(context: AdmissionContext, req: AdmissionRequest,
                                  node: str) -> Collection[str]:
     """The node's `status.declaredFeatures` (read live); 403 `node "n" not found` when it
@@ -57,8 +67,7 @@ async def node_declared_features(context: AdmissionContext, req: AdmissionReques
         if err.code == 404:
             raise req.forbidden(f'node {go_quote(node)} not found') from None
         raise
-    declared = (obj.get("status") or {}).get("declaredFeatures")
-    return {str(f) for f in declared} if isinstance(declared, list) else set()
+    return _declared(obj)
 
 
 class NodeDeclaredFeatureValidator(AdmissionPluginBase):
@@ -99,6 +108,9 @@ async def _require_features(context: AdmissionContext, req: AdmissionRequest, no
     """403 `<subject> requires features F1, F2 which are not available on node "n"` when
     `node` does not declare every feature in `needed` (nothing needed or no node: no check)."""
     if not needed or not node:
+        return
+    cached = context.watched(NODES, "", node)
+    if cached is not None and all(f in _declared(cached) for f in needed):
         return
     declared = await node_declared_features(context, req, node)
     missing = [f for f in needed if f not in declared]

@@ -190,6 +190,28 @@ def _target(mount: Mount) -> str:
     return mount.container_path.rstrip("/") or "/"
 
 
+def _running_init(directory: Path) -> tuple[int | None, int]:
+    """A pidfd of the running init of the container instance in `directory` (its start time
+    verified) and its pid; (None, 0) when it is not running, and also when pidfds are
+    unavailable (ENOSYS, EMFILE, ...)."""
+    pidfd: int | None = None
+    try:
+        started = read_kv(directory / "started")
+        if not started or (directory / "exit").exists():
+            return None, 0
+        pid = int(started["pid"])
+        pidfd = os.pidfd_open(pid)
+        if _proc_start_time(pid) == started["start_time"]:
+            found, pidfd = pidfd, None
+            return found, pid
+        return None, 0
+    except (OSError, KeyError, ValueError):
+        return None, 0
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
 def _proc_start_time(pid: int) -> str:
     """The start time of a live process ("" when it is gone or a zombie)."""
     try:
@@ -816,7 +838,7 @@ class OciRuntime(RuntimeService):
         """The changes in order, under one pending record; each one's error or None."""
         with self._meta_lock:
             directory, meta = self._container_meta(container_id)
-            pidfd = self._init_pidfd(container_id)
+            pidfd, pid = _running_init(directory)  # the record and `started` read once
             if pidfd is None:
                 return [LiveMountError(
                     f"{'mounting' if op == 'mount' else 'unmounting'} "
@@ -825,7 +847,6 @@ class OciRuntime(RuntimeService):
                     for op, mount in ops]
             errors: list[LiveMountError | None] = []
             try:
-                pid = int(read_kv(directory / "started")["pid"])
                 meta = self._settle_pending(directory, meta, pid)
                 meta["pending"] = [{"op": op, "mount": vars(mount)} for op, mount in ops]
                 write_json(directory / "container.json", meta)
@@ -1042,23 +1063,11 @@ class OciRuntime(RuntimeService):
     def _init_pidfd(self, container_id: str) -> int | None:
         """A pidfd of the container's running init (its start time verified), else None:
         also when pidfds are unavailable (ENOSYS, EMFILE, ...; the caller then polls)."""
-        pidfd: int | None = None
         try:
             directory, _ = self._container_meta(container_id)
-            started = read_kv(directory / "started")
-            if not started or (directory / "exit").exists():
-                return None
-            pid = int(started["pid"])
-            pidfd = os.pidfd_open(pid)
-            if _proc_start_time(pid) == started["start_time"]:
-                found, pidfd = pidfd, None
-                return found
+        except (NotFoundError, OSError, ValueError):
             return None
-        except (NotFoundError, OSError, KeyError, ValueError):
-            return None
-        finally:
-            if pidfd is not None:
-                os.close(pidfd)
+        return _running_init(directory)[0]
 
     async def _init_exited(self, container_id: str, timeout: float) -> None:
         """Until the container's init has exited (its pidfd becomes readable: no polling),
