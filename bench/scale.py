@@ -270,6 +270,8 @@ class Run:
             await self._wait_nodes_ready(http)
             self.result["nodes_ready_seconds"] = round(time.monotonic() - began, 2)
             log(f"[{self.store}] {a.nodes} nodes Ready in {self.result['nodes_ready_seconds']}s")
+            if a.idle_seconds > 0:
+                self.result["cpu_cores_nodes_only"] = await self._quiet_cpu()
             watch_stop = asyncio.Event()
             running = RunningPods()
             follower = asyncio.create_task(self._follow_running(http, running, watch_stop))
@@ -308,6 +310,8 @@ class Run:
             cpu_used = cpu.since(cpu_before)
             sampler_stop.set()
             await sampler
+            if a.idle_seconds > 0 and running_in is not None:
+                self.result["cpu_cores_pods_running"] = await self._quiet_cpu()
             t0 = time.perf_counter()
             async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods") as r:
                 body = await r.read()
@@ -338,6 +342,18 @@ class Run:
             "cpu_seconds_until_running": {k: round(v, 1) for k, v in sorted(cpu_used.items())},
         })
         return self.result
+
+    async def _quiet_cpu(self) -> dict[str, float]:
+        """Cores each process keeps busy over `--idle-seconds` with nothing asked of the
+        cluster (leases, node statuses, relists, reconciles, resyncs: the cost that grows
+        with the nodes and the run's length, not with the pods started)."""
+        cpu = CpuMeter(self.pids())
+        before = cpu.snapshot()
+        await asyncio.sleep(self.args.idle_seconds)
+        used = cpu.since(before)
+        cores = {k: round(v / self.args.idle_seconds, 3) for k, v in sorted(used.items())}
+        log(f"[{self.store}] cores busy over {self.args.idle_seconds:.0f}s quiet: {cores}")
+        return cores
 
     # -- every component restarted (--restart-check) --
 
@@ -586,6 +602,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
                         help="keep the data and logs there (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
+    parser.add_argument("--idle-seconds", type=float, default=0.0, metavar="SECONDS",
+                        help="also measure each process's CPU over this long with the nodes "
+                             "Ready and no pod yet, and again once all pods run (default 0: "
+                             "not measured)")
     args = parser.parse_args(argv)
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:

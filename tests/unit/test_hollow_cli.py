@@ -1,14 +1,18 @@
 """`ephemera hollow-nodes` and `up --hollow-nodes` flags: what `up` hands its hollow-nodes
 child parses back to the same settings, and a hollow-node flag without `--hollow-nodes` is
-refused, not ignored."""
+refused, not ignored; the Nodes and Leases on a client of their own."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from ephemera.cli import hollow
 from ephemera.cli.main import build_parser
 from ephemera.cli.up import run as up_run
+from ephemera.client import ApiClient, ClientConfig
+from ephemera.kubelet.hollow import HollowConfig, HollowNodes
 
 
 def _parse(*argv: str) -> object:
@@ -47,3 +51,18 @@ def test_bad_flags_are_refused(argv: list[str], message: str,
     with pytest.raises(SystemExit):
         _parse("hollow-nodes", *argv)
     assert message in capsys.readouterr().err
+
+
+def test_nodes_and_leases_go_through_their_own_client(tmp_path: Path) -> None:
+    """With a heartbeat client the Nodes and Leases are written through it (its own
+    connection pool: a renewal never waits for a connection behind the pods' status writes
+    and events, whose wait aiohttp counts against the connect timeout), everything about
+    the pods through the main client."""
+    main = ApiClient(ClientConfig(server="http://127.0.0.1:1"))
+    heartbeat = ApiClient(ClientConfig(server="http://127.0.0.1:1"))
+    nodes = HollowNodes(main, HollowConfig(count=2, root_dir=tmp_path), heartbeat)
+    for node in nodes.nodes.values():
+        assert node.node_agent.api is heartbeat
+        assert node.status.api is main and node.workers.deps.api is main
+    alone = HollowNodes(main, HollowConfig(count=1, root_dir=tmp_path))
+    assert alone.nodes["hollow-node-0"].node_agent.api is main

@@ -104,29 +104,38 @@ def test_the_least_allocated_feasible_node_wins_and_ties_go_to_any_of_the_best()
     assert chosen == {"b", "c"}  # as upstream's selectHost: either of the best, never "a"
 
 
-def test_how_many_feasible_nodes_are_enough() -> None:
-    """upstream's numFeasibleNodesToFind, percentageOfNodesToScore unset."""
-    assert [num_feasible_nodes_to_find(n) for n in (0, 5, 99, 100, 199, 250, 1000, 5000,
-                                                     6000)] == \
-        [0, 5, 99, 100, 100, 120, 420, 500, 300]
+@pytest.mark.parametrize(("nodes", "wanted"), [
+    (1, 1), (99, 99), (100, 100), (200, 100), (300, 144), (1000, 420), (5000, 500),
+    (6000, 300), (20000, 1000)])
+def test_num_feasible_nodes_to_find_is_upstreams_adaptive_share(nodes: int,
+                                                                 wanted: int) -> None:
+    assert num_feasible_nodes_to_find(nodes) == wanted
 
 
-def test_the_search_stops_at_enough_feasible_nodes_and_goes_on_from_there() -> None:
-    nodes = [NodeInfo(make_node(f"n{i:03}")) for i in range(250)]  # 120 are enough
-    nodes[5] = NodeInfo(make_node("n005", es="1Gi"))  # too small: tried, not feasible
-    pod = make_pod(requests={"ephemeral-storage": "2Gi"})
-    first = schedule_pod(pod, nodes)
-    assert (first.feasible, first.processed, set(first.statuses)) == (120, 121, {"n005"})
-    assert set(first.scores) == {f"n{i:03}" for i in range(121)} - {"n005"}
-    second = schedule_pod(pod, nodes, start=240)  # round the end of the list
-    assert set(second.scores) == {f"n{i:03}" for i in [*range(240, 250), *range(111)]} - {
-        "n005"}
-    # when too few fit, every node is tried and the message counts them all
-    nodes = [NodeInfo(make_node(f"m{i:03}", es="1Gi")) for i in range(150)]
-    failed = schedule_pod(pod, nodes, start=70)
-    assert failed.processed == 150 and failed.node_name is None
-    assert failed.message.startswith("0/150 nodes are available: 150 Insufficient "
-                                     "ephemeral-storage.")
+def test_a_large_cluster_is_searched_in_part_from_where_the_last_search_ended() -> None:
+    """From 100 nodes on the search stops once enough nodes fit and the next pod's starts
+    where it ended (upstream's nextStartNodeIndex), so every node gets its turn; a pod that
+    fits nowhere is still filtered against every node, and its message counts them all."""
+    nodes = infos(*(make_node(f"n{i:03}", es="1Gi") for i in range(300)))
+    first = schedule_pod(make_pod(), nodes)
+    assert (first.processed, first.feasible, first.num_nodes) == (144, 144, 300)
+    assert set(first.scores) == {f"n{i:03}" for i in range(144)}
+    assert first.node_name in first.scores  # all tie: any of them
+    second = schedule_pod(make_pod(), nodes, start=first.processed)
+    assert set(second.scores) == {f"n{i:03}" for i in range(144, 288)}
+    assert second.node_name in second.scores and second.processed == 144
+    wrapped = schedule_pod(make_pod(), nodes, start=282)
+    assert wrapped.processed == 144 and set(wrapped.scores) == {
+        f"n{i:03}" for i in (*range(282, 300), *range(126))}
+    nowhere = schedule_pod(make_pod(requests={"ephemeral-storage": "2Gi"}), nodes, start=7)
+    assert nowhere.node_name is None and nowhere.processed == 300
+    assert nowhere.message.startswith("0/300 nodes are available: 300 Insufficient "
+                                      "ephemeral-storage.")
+    rejected = [make_node(f"n{i:03}", es="1Gi") for i in range(300)]
+    some_fit = infos(*rejected[:250], *(make_node(f"n{i:03}") for i in range(250, 300)))
+    partial = schedule_pod(make_pod(requests={"ephemeral-storage": "2Gi"}), some_fit)
+    assert partial.processed == 300 and partial.feasible == 50  # fewer fit than wanted
+    assert partial.node_name in {f"n{i:03}" for i in range(250, 300)}
 
 
 def test_truncated_event_message() -> None:

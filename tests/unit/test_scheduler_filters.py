@@ -18,6 +18,7 @@ from ephemera.scheduler.plugins import (
     PodInfo,
     Taint,
     effective_taints,
+    has_node_constraints,
     least_allocated_score,
     run_filters,
     tolerates,
@@ -166,6 +167,36 @@ def test_removing_a_pod_frees_its_requests() -> None:
         0, 0, 0)
 
 
+def test_a_status_update_keeps_the_counted_requests_and_a_resize_recounts_them() -> None:
+    """A pod's requests are computed again only when what they are computed from changed:
+    a new status (phase, conditions, container states) keeps them, the actuated resources
+    of a resize change them."""
+    pod = make_pod("a", requests={"cpu": "1"})
+    node = info(make_node(), pod)
+    counted = node._pods["uid-a"].requested
+    running = {**pod, "status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}], "containerStatuses": [
+        {"name": "c0", "ready": True, "state": {"running": {}}}]}}
+    node.add_pod("uid-a", running)
+    assert node._pods["uid-a"].requested is counted
+    assert node.pods() == [running] and node.requested.milli_cpu == 1000
+    resized = {**running, "spec": {**running["spec"], "containers": [
+        {"name": "c0", "image": "busybox", "resources": {"requests": {"cpu": "2"}}}]},
+        "status": {**running["status"], "containerStatuses": [
+            {"name": "c0", "allocatedResources": {"cpu": "2"},
+             "resources": {"requests": {"cpu": "2"}}}]}}
+    node.add_pod("uid-a", resized)
+    assert node.requested.milli_cpu == 2000 and node.pod_count == 1
+    shrinking = {**resized, "spec": running["spec"]}  # spec back to 1, actuated still 2
+    node.add_pod("uid-a", shrinking)
+    assert node.requested.milli_cpu == 2000
+    done = {**shrinking, "status": {"phase": "Running", "containerStatuses": [
+        {"name": "c0", "allocatedResources": {"cpu": "1"},
+         "resources": {"requests": {"cpu": "1"}}}]}}
+    node.add_pod("uid-a", done)
+    assert node.requested.milli_cpu == 1000
+
+
 # --- taints, unschedulable, readiness -----------------------------------------------------
 
 
@@ -282,6 +313,32 @@ def test_node_affinity_terms_are_ored() -> None:
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}))
     assert reasons(pod, node) is None
+
+
+def test_a_node_update_changes_the_labels_its_cached_filters_see() -> None:
+    """The node's labels are derived once per node object: a relabelled node is matched by
+    its new labels."""
+    node = info(make_node(labels={"disk": "ssd"}))
+    pod = make_pod(nodeSelector={"disk": "ssd"})
+    assert reasons(pod, node) is None
+    node.set_node(make_node(labels={"disk": "hdd"}))
+    assert reasons(pod, node) == (REASON_AFFINITY,)
+    node.set_node(make_node(labels={"disk": "ssd"}))
+    assert reasons(pod, node) is None
+
+
+@pytest.mark.parametrize(("spec", "constrained"), [
+    ({}, False),
+    ({"nodeSelector": {}}, False),
+    ({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}},
+     False),
+    ({"nodeSelector": {"disk": "ssd"}}, True),
+    ({"affinity": _required()}, True),  # no terms at all: matches nothing, as upstream
+])
+def test_has_node_constraints(spec: dict[str, Any], constrained: bool) -> None:
+    assert has_node_constraints(make_pod(**spec)) is constrained
+    node = info(make_node(labels={"disk": "hdd"}))
+    assert reasons(make_pod(**spec), node) == ((REASON_AFFINITY,) if constrained else None)
 
 
 # --- declared features --------------------------------------------------------------------

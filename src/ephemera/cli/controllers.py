@@ -193,8 +193,11 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     """Run every controller until `stop` is set or the quota or node lifecycle controller
     ends (or until cancelled, as when the leadership is lost); 1 when the resourcequota
     controller failed."""
+    # One informer of all pods for every controller that watches them (upstream's shared
+    # informer factory): one copy of each pod in memory and one watch stream, not five.
+    pods = Informer(api, resource_path("pods"), name="pods")
     controller = ResourceQuotaController(api, gates=args.feature_gates,
-                                         resync_period=args.resync_period)
+                                         resync_period=args.resync_period, pods=pods)
     task = asyncio.create_task(controller.run(), name="resourcequota-controller")
     node_lifecycle = NodeLifecycleController(
         api, grace_period=args.node_monitor_grace_period,
@@ -203,14 +206,15 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     accounts_task = asyncio.create_task(ServiceAccountsController(api).run(),
                                         name="serviceaccounts-controller")
     more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
-            asyncio.create_task(EndpointSliceController(api).run(),
+            asyncio.create_task(EndpointSliceController(api, pods).run(),
                                 name="endpointslice-controller"),
-            asyncio.create_task(GarbageCollector(api).run(), name="garbage-collector"),
-            asyncio.create_task(JobController(api).run(), name="job-controller"),
+            asyncio.create_task(GarbageCollector(api, shared={pods.path: pods}).run(),
+                                name="garbage-collector"),
+            asyncio.create_task(JobController(api, pods=pods).run(), name="job-controller"),
             asyncio.create_task(CronJobController(api).run(), name="cronjob-controller"),
             asyncio.create_task(TTLAfterFinishedController(api).run(),
                                 name="ttl-after-finished-controller")]
-    more.extend(_workload_controllers(api))
+    more.extend(_workload_controllers(api, pods))
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
         more.append(asyncio.create_task(ipam.run(), name="nodeipam"))
@@ -243,10 +247,9 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     return 1 if failed else 0
 
 
-def _workload_controllers(api: ApiClient) -> list[asyncio.Task[None]]:
+def _workload_controllers(api: ApiClient, pods: Informer) -> list[asyncio.Task[None]]:
     """The ReplicaSet, ReplicationController, Deployment, DaemonSet and StatefulSet
-    controllers on shared informers."""
-    pods = Informer(api, resource_path("pods"), name="pods")
+    controllers on shared informers (`pods`: the process's informer of all pods)."""
     sets = Informer(api, resource_path("replicasets", group="apps"), name="replicasets")
     rcs = Informer(api, resource_path("replicationcontrollers"), name="replicationcontrollers")
     deployments = Informer(api, resource_path("deployments", group="apps"), name="deployments")

@@ -142,6 +142,8 @@ class Informer:
         self._by_namespace: dict[str, dict[str, Obj]] = {}
         self._handlers: list[_Handler] = []
         self._synced = asyncio.Event()
+        self._runner: asyncio.Future[None] | None = None  # the list and watch (`run`)
+        self._runs = 0  # callers of `run` waiting on it
         self.reflector: Reflector[Obj, WatchEvent] = Reflector(
             ApiListerWatcher(api, path, label_selector=label_selector,
                              field_selector=field_selector, watch_timeout=watch_timeout,
@@ -217,8 +219,21 @@ class Informer:
     # -- list and watch: the reflector feeds the cache ----------------------------------
 
     async def run(self) -> None:
-        """List and watch until cancelled."""
-        await self.reflector.run()
+        """List and watch until cancelled. An informer shared by several controllers (one
+        cache and one watch for all, as upstream's shared informers) is run by each of
+        them: the first call starts the list and watch, the others wait on it, and it stops
+        when the last caller is cancelled."""
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.ensure_future(self.reflector.run())
+        runner = self._runner
+        self._runs += 1
+        try:
+            await asyncio.shield(runner)
+        finally:
+            self._runs -= 1
+            if self._runs == 0 and not runner.done():
+                runner.cancel()
+                await asyncio.gather(runner, return_exceptions=True)
 
     def replace(self, items: Sequence[Obj], resource_version: str) -> None:
         """A list: replace the cache, telling the handlers what changed."""

@@ -204,10 +204,12 @@ class EndpointSliceController:
     """Keeps the EndpointSlices and Endpoints of every Service with a selector; `run()`
     until cancelled."""
 
-    def __init__(self, api: ApiClient) -> None:
+    def __init__(self, api: ApiClient, pods: Informer | None = None) -> None:
+        """`pods`: an informer of all pods shared with other controllers (else its own)."""
         self.api = api
         self.services = Informer(api, resource_path("services"), name="services")
-        self.pods = Informer(api, resource_path("pods"), name="endpoint pods")
+        self.pods = pods if pods is not None else Informer(
+            api, resource_path("pods"), name="endpoint pods")
         self.slices = Informer(api, resource_path("endpointslices", group=DISCOVERY),
                                label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}",
                                name="endpointslices")

@@ -99,14 +99,17 @@ class JobController:
 
     def __init__(self, api: ApiClient, recorder: EventRecorder | None = None, *,
                  backoff_base: float = DEFAULT_BACKOFF_BASE,
-                 backoff_max: float = DEFAULT_BACKOFF_MAX, workers: int = WORKERS) -> None:
+                 backoff_max: float = DEFAULT_BACKOFF_MAX, workers: int = WORKERS,
+                 pods: Informer | None = None) -> None:
+        """`pods`: an informer of all pods shared with other controllers (else its own)."""
         self.api = api
         self.recorder = recorder or EventRecorder(api, "job-controller")
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.workers = workers
         self.jobs = Informer(api, JOBS, name="jobs")
-        self.pods = Informer(api, resource_path("pods"), name="job pods")
+        self.pods = pods if pods is not None else Informer(api, resource_path("pods"),
+                                                               name="job pods")
         self.queue: WorkQueue[str] = WorkQueue(base_delay=0.05, max_delay=30.0)
         self._pods_of: dict[str, dict[str, dict[str, Any]]] = {}  # job uid -> pod key -> pod
         self._job_key_of: dict[str, str] = {}  # job uid -> namespace/name

@@ -70,13 +70,16 @@ class ResourceQuotaController:
     """Keeps `status` of every ResourceQuota current; `run()` until cancelled."""
 
     def __init__(self, api: ApiClient, *, gates: Mapping[str, bool] | None = None,
-                 resync_period: float = DEFAULT_RESYNC_PERIOD) -> None:
+                 resync_period: float = DEFAULT_RESYNC_PERIOD,
+                 pods: Informer | None = None) -> None:
+        """`pods`: an informer of all pods shared with other controllers (else its own)."""
         self.api = api
         self.gates: Mapping[str, bool] = dict(gates or {})
         self.resync_period = resync_period
         self.evaluator = quota.PodEvaluator(self.gates)
         self.quotas = Informer(api, resource_path("resourcequotas"), name="resourcequotas")
-        self.pods = Informer(api, resource_path("pods"), name="pods")
+        self.pods = pods if pods is not None else Informer(api, resource_path("pods"),
+                                                               name="pods")
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         # How many quota status writes this controller made (for tests and logs).

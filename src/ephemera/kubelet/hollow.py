@@ -19,7 +19,9 @@ seconds when set (then exit 0: `Always` pods restart, counted in `restartCount`;
 `OnFailure` pods end `Succeeded`); a container whose command the fake runtime knows (`exit
 1`, `sleep 5`...) behaves as the fake runtime says.
 
-What the process shares (`HollowNodes`): one API client (one connection pool), ONE pod
+What the process shares (`HollowNodes`): one API client for the pods (one connection pool;
+the Nodes and Leases on a second client when given, so that renewals never wait for a
+connection behind the pods' writes), ONE pod
 informer for all its nodes (`fieldSelector=spec.nodeName!=`, dispatched by `spec.nodeName`),
 one heartbeat scheduler that renews every Lease each `lease_renew_interval` and checks every
 Node status each `node_status_interval` (written on change or every
@@ -259,7 +261,7 @@ class HollowNode:
     `on_pod_delete`, called by the process's shared informer."""
 
     def __init__(self, name: str, api: ApiClient, config: HollowConfig,
-                 images: HollowImages) -> None:
+                 images: HollowImages, heartbeat_api: ApiClient | None = None) -> None:
         self.name = name
         self.api = api
         self.config = config
@@ -269,7 +271,8 @@ class HollowNode:
                                       runtime_version="fake://0.1.0",
                                       extra_labels=dict(config.labels),
                                       capacity=dict(config.capacity), taints=config.taints)
-        self.node_agent = NodeAgent(api, self.node_config, pressure_probe=Pressure,
+        self.node_agent = NodeAgent(heartbeat_api or api, self.node_config,
+                                    pressure_probe=Pressure,
                                     report_interval=config.node_status_report_interval)
         self.node_allocatable: dict[str, Any] = dict(config.capacity)
         self.runtime = HollowRuntime(name, config.pod_lifetime)
@@ -405,12 +408,17 @@ def _discard(keys: set[tuple[str, str]], key: tuple[str, str], _done: Any) -> No
 class HollowNodes:
     """All the hollow nodes of one process and what they share (module docstring)."""
 
-    def __init__(self, api: ApiClient, config: HollowConfig) -> None:
+    def __init__(self, api: ApiClient, config: HollowConfig,
+                 heartbeat_api: ApiClient | None = None) -> None:
+        """`heartbeat_api`: the client the Nodes and Leases are written with (registration,
+        lease renewals, node statuses), when not `api`: its own connections, so that a
+        renewal never waits for a connection behind the pods' status writes and events."""
         self.api = api
         self.config = config
         images = HollowImages()
         self.nodes: dict[str, HollowNode] = {
-            config.node_name(i): HollowNode(config.node_name(i), api, config, images)
+            config.node_name(i): HollowNode(config.node_name(i), api, config, images,
+                                            heartbeat_api)
             for i in range(config.count)}
         self.pods = Informer(api, resource_path("pods"), field_selector="spec.nodeName!=",
                              name="pods of the hollow nodes")

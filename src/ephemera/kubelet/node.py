@@ -465,8 +465,12 @@ class NodeAgent:
     async def update_status(self, *, force: bool = False) -> bool:
         """Upstream's `tryUpdateNodeStatus`: build the status on the Node as the API has it
         and PATCH it when it differs there in anything but heartbeat times (or the report
-        interval passed, or `force`); True if written."""
-        node = await self.api.get(resource_path("nodes", name=self.name))
+        interval passed, or `force`); True if written. The Node is read with
+        `resourceVersion=0`, from the apiserver's watch cache, as upstream's first try
+        (`FromApiserverCache`): the status is a merge patch, so a slightly old copy costs
+        at most a write the API did not need."""
+        node = await self.api.get(resource_path("nodes", name=self.name),
+                                  resourceVersion="0")
         original = node.get("status") or {}
         status = self._status(original)
         # What the Node's status becomes once the merge patch is applied.

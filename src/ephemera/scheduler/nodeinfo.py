@@ -37,6 +37,7 @@ __all__ = [
     "assigned_pod_requests",
     "pod_fit_request",
     "pod_score_request",
+    "request_inputs",
 ]
 
 # upstream's schedutil.DefaultMilliCPURequest and DefaultMemoryRequest
@@ -131,11 +132,28 @@ def assigned_pod_requests(pod: Mapping[str, Any], gates: Gates = None
     return Resources.of(requests), Resources.of(non_zero)
 
 
+def request_inputs(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What `assigned_pod_requests` reads of a pod: its spec, the allocated and actuated
+    resources of the container statuses that have any, and the `PodResizePending`
+    condition. Two pods with equal inputs request the same (a status update of a running pod
+    does not change them)."""
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    statuses = tuple(
+        (key, item.get("name"), item.get("allocatedResources"), item.get("resources"))
+        for key in ("containerStatuses", "initContainerStatuses")
+        for item in ((status or {}).get(key) or ()) if isinstance(item, Mapping)
+        and (item.get("allocatedResources") is not None or item.get("resources") is not None))
+    resize = tuple(c.get("reason") for c in ((status or {}).get("conditions") or ())
+                   if isinstance(c, Mapping) and c.get("type") == "PodResizePending")
+    return pod.get("spec"), statuses, resize
+
+
 @dataclass
 class _Accounted:
     pod: Mapping[str, Any]
     requested: Resources
     non_zero: Resources
+    inputs: tuple[Any, ...]
 
 
 class NodeInfo:
@@ -174,10 +192,16 @@ class NodeInfo:
         return uid in self._pods
 
     def add_pod(self, uid: str, pod: Mapping[str, Any]) -> None:
-        """Count `pod` (replacing what was counted for `uid`)."""
+        """Count `pod` (replacing what was counted for `uid`; its requests are computed
+        again only when what they are computed from changed: `request_inputs`)."""
+        inputs = request_inputs(pod)
+        previous = self._pods.get(uid)
+        if previous is not None and previous.inputs == inputs:
+            previous.pod = pod
+            return
         self.remove_pod(uid)
         requested, non_zero = assigned_pod_requests(pod, self.gates)
-        self._pods[uid] = _Accounted(pod, requested, non_zero)
+        self._pods[uid] = _Accounted(pod, requested, non_zero, inputs)
         self.requested.add(requested)
         self.non_zero_requested.add(non_zero)
 

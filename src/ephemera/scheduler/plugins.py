@@ -60,8 +60,10 @@ __all__ = [
     "PodInfo",
     "Taint",
     "effective_taints",
+    "has_node_constraints",
     "least_allocated_score",
     "matches_node_affinity",
+    "node_labels",
     "required_node_features",
     "run_filters",
     "tolerates",
@@ -124,19 +126,21 @@ class PodInfo:
     fit_request: Resources = field(default_factory=Resources)
     score_request: Resources = field(default_factory=Resources)
     required_features: tuple[str, ...] = ()
+    tolerations: list[Mapping[str, Any]] = field(default_factory=list)
+    # Whether the pod has a nodeSelector or a required node affinity (without either every
+    # node matches, and NodeAffinity need not look at the node's labels).
+    node_constrained: bool = True
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], gates: Gates = None) -> PodInfo:
+        spec = _map(pod.get("spec"))
         return cls(pod, gates, pod_fit_request(pod, gates), pod_score_request(pod, gates),
-                   required_node_features(pod, gates))
+                   required_node_features(pod, gates), _items(spec.get("tolerations")),
+                   has_node_constraints(pod))
 
     @property
     def spec(self) -> Mapping[str, Any]:
         return _map(self.pod.get("spec"))
-
-    @property
-    def tolerations(self) -> list[Mapping[str, Any]]:
-        return _items(self.spec.get("tolerations"))
 
 
 # --- taints and tolerations ------------------------------------------------------------------
@@ -217,17 +221,38 @@ def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str)
                and _expression_matches(f, {"metadata.name": name}) for f in fields)
 
 
-def matches_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+def _required_affinity(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _map(_map(_map(spec.get("affinity")).get("nodeAffinity"))
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+
+
+def has_node_constraints(pod: Mapping[str, Any]) -> bool:
+    """Whether `matches_node_affinity` can be false for some node: the pod has a non-empty
+    `spec.nodeSelector` or required node affinity terms."""
+    spec = _map(pod.get("spec"))
+    return bool(_map(spec.get("nodeSelector"))) or "nodeSelectorTerms" in _required_affinity(
+        spec)
+
+
+def node_labels(node: Mapping[str, Any]) -> dict[str, str]:
+    """The node's labels as strings (what selectors and affinity terms match)."""
+    md = _map(node.get("metadata"))
+    return {str(k): str(v) for k, v in _map(md.get("labels")).items()}
+
+
+def matches_node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any],
+                          labels: Mapping[str, str] | None = None) -> bool:
     """`spec.nodeSelector` (every label equal) and the required node affinity (some term
-    matching) of upstream's `RequiredNodeAffinity.Match`."""
+    matching) of upstream's `RequiredNodeAffinity.Match`. `labels`: `node_labels(node)`, when
+    the caller keeps them."""
     spec = _map(pod.get("spec"))
     md = _map(node.get("metadata"))
-    labels = {str(k): str(v) for k, v in _map(md.get("labels")).items()}
+    if labels is None:
+        labels = node_labels(node)
     for key, value in _map(spec.get("nodeSelector")).items():
         if labels.get(str(key)) != str(value):
             return False
-    required = _map(_map(_map(spec.get("affinity")).get("nodeAffinity"))
-                    .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    required = _required_affinity(spec)
     if "nodeSelectorTerms" not in required:
         return True
     return any(_term_matches(t, labels, str(md.get("name") or ""))
@@ -275,8 +300,17 @@ def taint_toleration(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
     return None
 
 
+def _node_labels(node: NodeInfo) -> dict[str, str]:
+    """`node_labels` of the node, computed once per node object."""
+    labels: dict[str, str] | None = node.derived.get("labels")
+    if labels is None:
+        labels = node.derived["labels"] = node_labels(node.node)
+    return labels
+
+
 def node_affinity(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
-    if matches_node_affinity(pod.pod, node.node):
+    if not pod.node_constrained or matches_node_affinity(pod.pod, node.node,
+                                                         _node_labels(node)):
         return None
     return FilterStatus("NodeAffinity", (REASON_AFFINITY,), True)
 

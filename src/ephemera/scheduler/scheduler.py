@@ -116,7 +116,8 @@ class Scheduler:
         self.gates = gates
         self.scheduler_name = scheduler_name
         self.cache = SchedulerCache(gates)
-        self._next_start_node_index = 0  # where the next pod's search of the nodes begins
+        # upstream's nextStartNodeIndex: where the next pod's search of the nodes begins.
+        self._next_start_node_index = 0
         self.queue = queue or SchedulingQueue()
         self.events = events or EventRecorder(api, scheduler_name)
         self._binding_slots = asyncio.Semaphore(max_bindings_in_flight)

@@ -87,8 +87,12 @@ class GarbageCollector:
 
     def __init__(self, api: ApiClient, recorder: EventRecorder | None = None, *,
                  discovery_period: float = DEFAULT_DISCOVERY_PERIOD,
-                 workers: int = DELETE_WORKERS) -> None:
+                 workers: int = DELETE_WORKERS,
+                 shared: Mapping[str, Informer] | None = None) -> None:
+        """`shared`: informers of other controllers by path (`/api/v1/pods`), used as the
+        monitors of those resources instead of informers of its own."""
         self.api = api
+        self.shared: dict[str, Informer] = dict(shared or {})
         self.recorder = recorder or EventRecorder(api, "garbage-collector-controller")
         self.discovery_period = discovery_period
         self.workers = workers
@@ -140,7 +144,9 @@ class GarbageCollector:
         for res in wanted:
             if res in self._monitors:
                 continue
-            informer = Informer(self.api, res.path(), name=f"gc {res.plural}.{res.group}")
+            informer = self.shared.get(res.path())  # (an empty Informer is falsy: len 0)
+            if informer is None:
+                informer = Informer(self.api, res.path(), name=f"gc {res.plural}.{res.group}")
             self._watch(informer, res)
             task = asyncio.create_task(informer.run(), name=f"gc-monitor-{res.plural}")
             self._monitors[res] = (informer, task)
