@@ -440,10 +440,10 @@ class Run:
                                         deadline: float) -> dict[str, Any]:
         """Until the cache's list and a watch's initial events equal a consistent list (or
         the deadline): per resource, the counts, the differences left and the time taken."""
-        began = time.monotonic()
         out: dict[str, Any] = {}
         for resource, path in (("pods", f"/api/v1/namespaces/{NAMESPACE}/pods"),
                                ("nodes", "/api/v1/nodes")):
+            began = time.monotonic()
             attempts = 0
             while True:
                 attempts += 1
