@@ -39,9 +39,19 @@ def test_yaml_map_keys_become_json_keys_and_a_null_key_is_refused() -> None:
         decode_document(b"?")
     assert str(err.value) == ("error converting YAML to JSON: unsupported map key of type: "
                               "%!s(<nil>), key: <nil>, value: <nil>")
-    # equal as Python keys, two keys in JSON; a merge key still merges
+    # equal as Python keys, two keys in JSON; float keys as float32s are; a merge key merges
     assert decode_document(b"true: a\n1: b\n1.0e+6: c\n") == {"true": "a", "1": "b", "1e+06": "c"}
+    assert decode_document(b".inf: a\n-.inf: b\n.nan: c\n3.14159265358979: d\n") == {
+        ".inf": "a", "-.inf": "b", ".nan": "c", "3.1415927": "d"}
     assert decode_document(b"base: &b {x: 1}\nm: {<<: *b, y: 2}\n")["m"] == {"x": 1, "y": 2}
     with pytest.raises(DecodeError) as err:  # the value as Go's %+#v quotes it
         decode_document(b'~: "tab\\there \\x01"\n')
     assert str(err.value).endswith('key: <nil>, value: "tab\\there \\x01"')
+    with pytest.raises(DecodeError) as err:
+        decode_document(b"~: {a: [1, ~]}\n")
+    assert str(err.value).endswith('value: map[interface {}]interface {}{"a":[]interface {}'
+                                   '{1, interface {}(nil)}}')
+    with pytest.raises(DecodeError) as err:  # go-yaml refuses a collection as a key first
+        decode_document(b"? [a, 1]\n: b\n")
+    assert str(err.value) == ('error converting YAML to JSON: yaml: invalid map key: '
+                              '[]interface {}{"a", 1}')

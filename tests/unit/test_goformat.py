@@ -44,6 +44,16 @@ def test_go_float_is_percent_v(value: float, text: str) -> None:
 
 
 @pytest.mark.parametrize(("value", "text"), [
+    (1.5, "1.5"), (0.1, "0.1"), (3.14159265358979, "3.1415927"), (1e6, "1e+06"),
+    (16777217.0, "1.6777216e+07"), (1e100, "+Inf"), (-1e100, "-Inf"), (1e-50, "0"),
+    (float("nan"), "NaN")])
+def test_go_float_of_a_float32(value: float, text: str) -> None:
+    """`strconv.FormatFloat(f, 'g', -1, 32)`: rounded to a float32 first, then its shortest
+    digits (sigs.k8s.io/yaml's float map keys)."""
+    assert go_float(value, bits=32) == text
+
+
+@pytest.mark.parametrize(("value", "text"), [
     ("x", '"x"'), ("\x00", '"\\x00"'), ("é", '"é"'), (123, "123"), (-1, "-1"),
     (True, "true"), (False, "false"), (2.5, "2.5"), (None, '"null"'),
     (["a", "b"], '[]string{"a", "b"}'), ([], "[]string{}"),

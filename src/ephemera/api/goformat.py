@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -42,10 +43,17 @@ def go_quote_list(values: Sequence[str]) -> str:
 
 
 
-def go_float(value: float) -> str:
+def go_float(value: float, bits: int = 64) -> str:
     """Go's `%v` of a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`): the shortest digits
     that read back as the same number, with an exponent when it is below -4 or at least 6
-    (`1e+06`, `1.5e-05`, `123456`, `0.0001`)."""
+    (`1e+06`, `1.5e-05`, `123456`, `0.0001`). With `bits=32`, `FormatFloat(f, 'g', -1, 32)`:
+    the value rounded to a float32 (`+Inf` beyond its range) and the shortest digits that
+    read back as that float32 (`3.1415927`)."""
+    if bits == 32 and not (math.isnan(value) or math.isinf(value)):
+        try:
+            value = _as_float32(value)
+        except OverflowError:
+            value = math.copysign(math.inf, value)
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -53,10 +61,7 @@ def go_float(value: float) -> str:
     if value == 0:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
     sign = "-" if value < 0 else ""
-    # Python's repr is also the shortest round-tripping form: take its digits.
-    parts = Decimal(repr(abs(value))).normalize().as_tuple()
-    digits = "".join(str(d) for d in parts.digits)
-    exp = len(digits) + int(parts.exponent) - 1  # the exponent of the first digit
+    digits, exp = _shortest_digits(abs(value), bits)
     if exp < -4 or exp >= 6:
         mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
         return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
@@ -65,6 +70,25 @@ def go_float(value: float) -> str:
     if len(digits) <= exp + 1:
         return sign + digits + "0" * (exp + 1 - len(digits))
     return f"{sign}{digits[:exp + 1]}.{digits[exp + 1:]}"
+
+
+def _as_float32(value: float) -> float:
+    """`value` rounded to the nearest float32 (OverflowError beyond its range)."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _shortest_digits(value: float, bits: int) -> tuple[str, int]:
+    """The shortest significant digits of a positive finite `value` that read back as the
+    same float64 (or float32), and the decimal exponent of the first digit."""
+    text = repr(value)  # Python's repr is the shortest round-tripping float64 form
+    if bits == 32:
+        for precision in range(9):  # a float32 needs at most 9 significant digits
+            text = f"{value:.{precision}e}"
+            if _as_float32(float(text)) == value:
+                break
+    parts = Decimal(text).normalize().as_tuple()
+    digits = "".join(str(d) for d in parts.digits)
+    return digits, len(digits) + int(parts.exponent) - 1
 
 
 class GoText(str):

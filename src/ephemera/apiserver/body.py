@@ -56,7 +56,8 @@ class _YamlLoader(yaml.SafeLoader):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
-            value = self.construct_object(value_node, deep=deep)
+            # a key refused: its value built whole now, for the message
+            value = self.construct_object(value_node, deep=deep or key is None)
             out[_json_key(key, value)] = value
         return out
 
@@ -125,10 +126,12 @@ def decode_document(data: bytes) -> Any:
     return docs[0]
 
 
-def _go_value(value: Any) -> str:
-    """A YAML value as Go's `%+#v` shows a scalar (`<nil>`, `"s"`, `1`, `1.5`, `true`)."""
+def _go_value(value: Any, nested: bool = False) -> str:
+    """A YAML value as Go's `%+#v` shows it (`<nil>`, `"s"`, `1`, `1.5`, `true`,
+    `[]interface {}{"a", 1}`, `map[interface {}]interface {}{"k":"v"}`; a nil inside a
+    collection is `interface {}(nil)`; map keys sorted, as fmt sorts them)."""
     if value is None:
-        return "<nil>"
+        return "interface {}(nil)" if nested else "<nil>"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -138,23 +141,32 @@ def _go_value(value: Any) -> str:
     if isinstance(value, float):
         return go_float(value)
     if isinstance(value, dict):
-        return "map[interface {}]interface {}{...}"
-    return "[]interface {}{...}"
+        items = sorted(f"{_go_value(k, True)}:{_go_value(v, True)}" for k, v in value.items())
+        return "map[interface {}]interface {}{" + ", ".join(items) + "}"
+    return "[]interface {}{" + ", ".join(_go_value(v, True) for v in value) + "}"
+
+
+# What sigs.k8s.io/yaml writes for a float key that is no number in JSON.
+_FLOAT_KEY_WORDS = {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}
 
 
 def _json_key(key: Any, value: Any) -> str:
-    """A map key as sigs.k8s.io/yaml writes it in JSON: strings kept, numbers and booleans
-    written out (`1`, `1.5`, `true`); a null key (`? x` in YAML, for instance) or a
-    collection refused as upstream refuses it."""
+    """A map key as sigs.k8s.io/yaml writes it in JSON: strings kept, integers and booleans
+    written out (`1`, `true`), floats as float32s are (`FormatFloat(k, 'g', -1, 32)`:
+    `1.5`, `3.1415927`, `.inf`); a collection as a key is go-yaml's `invalid map key`, and a
+    null key (`? x` in YAML, for instance) sigs.k8s.io/yaml's `unsupported map key`."""
     if isinstance(key, bool):
         return "true" if key else "false"
     if isinstance(key, str | int):
         return str(key)
     if isinstance(key, float):
-        return go_float(key)
-    kind = "%!s(<nil>)" if key is None else "interface {}"
+        text = go_float(key, bits=32)
+        return _FLOAT_KEY_WORDS.get(text, text)
+    if isinstance(key, list | dict):
+        raise DecodeError(f"error converting YAML to JSON: yaml: invalid map key: "
+                          f"{_go_value(key)}")
     raise DecodeError(f"error converting YAML to JSON: unsupported map key of type: "
-                      f"{kind}, key: {_go_value(key)}, value: {_go_value(value)}")
+                      f"%!s(<nil>), key: {_go_value(key)}, value: {_go_value(value)}")
 
 
 # PyYAML's words for a problem -> go-yaml's (what upstream's sigs.k8s.io/yaml reports).
