@@ -302,6 +302,13 @@ def client_ssl_context(kubeconfig: Path, scratch_dir: Path) -> tuple[str, ssl.SS
     return str(cluster["server"]), context
 
 
+def kill_process(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL `process` (if still running) and reap it: a crash, no clean stop."""
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait()
+
+
 class Apiserver:
     """A real `ephemera apiserver` on a data dir and a store, on a free loopback port.
 
@@ -373,9 +380,7 @@ class Apiserver:
     def kill(self) -> None:
         """SIGKILL, as a crash: nothing of a clean stop runs."""
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_process(process)
 
     def stop(self) -> int | None:
         """SIGTERM and wait (SIGKILL after a timeout); the exit code."""

@@ -65,6 +65,7 @@ from bench.common import (
     Apiserver,
     CpuMeter,
     format_ms,
+    kill_process,
     log,
     machine_description,
     markdown_table,
@@ -127,9 +128,7 @@ class Component:
     def kill(self) -> None:
         """SIGKILL, as a crash."""
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_process(process)
 
     def check(self) -> None:
         if self.process is not None and self.process.poll() is not None:
@@ -387,13 +386,14 @@ class Run:
             while True:
                 pods = await self._listed(http, f"/api/v1/namespaces/{NAMESPACE}/pods")
                 running = sum(p["phase"] == "Running" for p in pods.values())
-                if running >= a.pods or time.monotonic() > deadline:
+                if running >= self.result["created"] or time.monotonic() > deadline:
                     break
-                log(f"[{self.store}] after the restarts: {running}/{a.pods} Running")
+                log(f"[{self.store}] after the restarts: {running}/{self.result['created']} "
+                    "Running")
                 await asyncio.sleep(2.0)
             out["running"] = running
             out["all_running_seconds"] = round(time.monotonic() - restarted, 2)
-            log(f"[{self.store}] after the restarts: {running}/{a.pods} Running in "
+            log(f"[{self.store}] after the restarts: {running}/{self.result['created']} Running in "
                 f"{out['all_running_seconds']}s")
             out["cache_vs_store"] = await self._compare_cache_with_store(http, deadline)
         self.result["restart_check"] = out
@@ -409,6 +409,7 @@ class Run:
                     items = [item async for item in self._list(http, path)]
                 else:
                     async with http.get(path, params=dict(params)) as r:
+                        r.raise_for_status()
                         items = orjson.loads(await r.read()).get("items") or []
                 return {i["metadata"]["name"]: {
                     "resourceVersion": i["metadata"]["resourceVersion"],
@@ -423,7 +424,9 @@ class Run:
         params = {"watch": "1", "sendInitialEvents": "true", "allowWatchBookmarks": "true",
                   "resourceVersionMatch": "NotOlderThan", "resourceVersion": ""}
         seen: dict[str, str] = {}
-        async with http.get(path, params=params) as r:
+        async with http.get(path, params=params,
+                            timeout=aiohttp.ClientTimeout(total=self.args.timeout)) as r:
+            r.raise_for_status()
             async for line in r.content:
                 if not line.strip():
                     continue
@@ -472,9 +475,10 @@ class Run:
             for component in self.components:
                 component.check()
             ready = 0
-            async for node in self._list(http, "/api/v1/nodes"):
-                ready += any(c.get("type") == "Ready" and c.get("status") == "True"
-                             for c in (node.get("status") or {}).get("conditions") or [])
+            with contextlib.suppress(aiohttp.ClientError):  # not answering yet: again
+                async for node in self._list(http, "/api/v1/nodes"):
+                    ready += any(c.get("type") == "Ready" and c.get("status") == "True"
+                                 for c in (node.get("status") or {}).get("conditions") or [])
             if ready >= self.args.nodes:
                 return
             if time.monotonic() > deadline:
@@ -488,6 +492,7 @@ class Run:
             if token:
                 params["continue"] = token
             async with http.get(path, params=params) as r:
+                r.raise_for_status()
                 page = orjson.loads(await r.read())
             for item in page.get("items") or []:
                 yield item
@@ -666,6 +671,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="ephemera-scale-"))
+    # read before the first run: the commit run and the load it started on
+    machine, loadavg = machine_description(Path(tempfile.gettempdir())), os.getloadavg()
     results = []
     try:
         for store in args.stores:
@@ -688,8 +695,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     document = {"benchmark": "scale", "date": datetime.datetime.now(datetime.UTC).isoformat(),
                 "command": " ".join(["python", "-m", "bench.scale", *(argv or sys.argv[1:])]),
-                "machine": machine_description(Path(tempfile.gettempdir())),
-                "loadavg": os.getloadavg(), "results": results}
+                "machine": machine, "loadavg": loadavg, "results": results}
     print(report(results))
     if args.json is not None:
         args.json.write_text(json.dumps(document, indent=2) + "\n")
