@@ -210,3 +210,20 @@ async def test_a_pod_created_again_while_the_old_ones_binding_fails(api: FakeApi
     assert "default/a" not in s.queue
     assert api.bound == {"a": "n1"}
     assert [e[1] for e in api.events] == ["FailedScheduling", "Scheduled"]
+
+
+async def test_each_pod_searches_the_nodes_from_where_the_last_search_stopped(
+        api: FakeApi) -> None:
+    """250 nodes: a search stops at 120 feasible ones (upstream's numFeasibleNodesToFind),
+    and the next pod's search starts after the nodes the last one tried, round the list."""
+    nodes = [node(f"n{i:03}", pods="1") for i in range(250)]
+    s = make_scheduler(api, nodes, [pod("a"), pod("b"), pod("c")])
+    for name in ("a", "b", "c"):
+        await s.schedule_one()
+        await settle()
+        api.answer(name)
+    await s.wait_for_bindings()
+    index = {name: int(on[1:]) for name, on in api.bound.items()}
+    assert index["a"] in range(120)
+    assert index["b"] in range(120, 240)
+    assert index["c"] in {*range(240, 250), *range(111)} - {index["a"]}

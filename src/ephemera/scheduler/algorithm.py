@@ -1,5 +1,5 @@
-"""One scheduling decision: filter every node, score the feasible ones, pick the best; or the
-failure message upstream's scheduler would write.
+"""One scheduling decision: filter the nodes until enough are feasible, score those, pick one
+of the best; or the failure message upstream's scheduler would write.
 
 `schedule_pod(pod, nodes, gates, start=i)` returns a `ScheduleResult`: the chosen node (the
 highest LeastAllocated score; ties go to one of the best at random, as upstream's `selectHost`

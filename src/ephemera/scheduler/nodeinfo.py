@@ -166,8 +166,9 @@ class NodeInfo:
         self.requested = Resources()
         self.non_zero_requested = Resources()
         self._pods: dict[str, _Accounted] = {}
-        # What the filters derive from the node object alone (its effective taints), kept
-        # until the object is replaced: every pod's scheduling cycle filters every node.
+        # What the filters derive from the node object alone (its effective taints, its
+        # labels), kept until the object is replaced: every pod's scheduling cycle filters
+        # many nodes.
         self.derived: dict[str, Any] = {}
         self.set_node(node)
 

@@ -138,10 +138,6 @@ class PodInfo:
                    required_node_features(pod, gates), _items(spec.get("tolerations")),
                    has_node_constraints(pod))
 
-    @property
-    def spec(self) -> Mapping[str, Any]:
-        return _map(self.pod.get("spec"))
-
 
 # --- taints and tolerations ------------------------------------------------------------------
 

@@ -258,8 +258,9 @@ class Scheduler:
             return
         if self._still_same_pod(key, pod):
             self.queue.done(key)
-        log.info("scheduled %s/%s on %s (score %d; %d of %d nodes feasible)", namespace, name,
-                 node, result.scores[node], result.feasible, result.num_nodes)
+        log.info("scheduled %s/%s on %s (score %d; %d of %d nodes searched feasible, of %d)",
+                 namespace, name, node, result.scores[node], result.feasible,
+                 result.processed, result.num_nodes)
         await self.events.record(pod, "Normal", "Scheduled",
                                  f"Successfully assigned {namespace}/{name} to {node}",
                                  action="Binding", kind="Pod", api_version="v1")
