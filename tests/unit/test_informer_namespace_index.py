@@ -84,12 +84,14 @@ async def test_a_shared_informer_lists_and_watches_once_until_its_last_runner_st
     assert sorted(seen) == ["p1", "q1"]
     first.cancel()
     await asyncio.gather(first, return_exceptions=True)
-    assert informer._runner is not None and not informer._runner.done()
+    runner = informer._runner
+    assert runner is not None and not runner.done()
     second.cancel()
     await asyncio.gather(second, return_exceptions=True)
-    assert informer._runner.done()
+    assert runner.done() and informer._runner is None
+    api.watching.clear()
     third = asyncio.create_task(informer.run())  # run again after all stopped: a new list
-    await asyncio.sleep(0.05)
-    assert api.lists == 2
+    await asyncio.wait_for(api.watching.wait(), 5)
+    assert (api.lists, api.watches) == (2, 2)
     third.cancel()
     await asyncio.gather(third, return_exceptions=True)

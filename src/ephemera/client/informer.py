@@ -13,6 +13,10 @@ or any other failure; a re-list reports what
 changed meanwhile to the handlers as adds, updates and deletes. Failures are retried with
 exponential back-off (0.2 s doubling up to 5 s).
 
+One informer may be shared by several controllers (one cache and one watch for all, as
+upstream's shared informer factory): each of them calls `run()`; the first call starts the
+list and watch, the others wait on it, and it stops when the last caller is cancelled.
+
 Handlers are plain (synchronous) callables run on the event loop, in event order:
 `on_add(obj)`, `on_update(old, new)`, `on_delete(obj)` (the last state known). A handler that
 raises is logged and does not stop the informer. Keep them quick; hand real work to a queue.
@@ -232,6 +236,8 @@ class Informer:
         finally:
             self._runs -= 1
             if self._runs == 0 and not runner.done():
+                if self._runner is runner:  # a caller from now on starts a new one
+                    self._runner = None
                 runner.cancel()
                 await asyncio.gather(runner, return_exceptions=True)
 

@@ -151,6 +151,9 @@ class GarbageCollector:
             task = asyncio.create_task(informer.run(), name=f"gc-monitor-{res.plural}")
             self._monitors[res] = (informer, task)
             started.append(informer)
+        # A resource no longer served (its CRD deleted) loses its monitor; the shared
+        # informers are of built-in resources (pods), always served, so a handler is never
+        # added twice to one of them.
         for res in [r for r in self._monitors if r not in wanted]:
             _, task = self._monitors.pop(res)
             task.cancel()
