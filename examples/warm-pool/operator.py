@@ -11,10 +11,10 @@ The state lives in the cluster, so a restarted operator carries on where it stop
   take the same pod (the loser gets 409 and tries the next pod);
 - only then are the claim's volumes added (`pods/NAME/dynamic`, containers with
   `dynamicVolumePolicy.restartPolicy: NotRequired`: mounted into the running containers);
-- a released pod gets its claim volumes removed and is labelled free again only once its
-  containers report the mounts gone and `status.volumeStatuses` no longer lists them (their
-  teardown finished, so the names can be added again) (Recycle), or is deleted (Replace): no
-  pod ever serves a second claim with the first one's secret;
+- a released pod (Recycle) gets its claim volumes removed and is labelled free again only
+  once its containers report the mounts gone and `status.volumeStatuses` no longer lists
+  them (their teardown finished, so the names can be added again); with Replace it is
+  deleted: no pod ever serves a second claim with the first one's secret;
 - a pod labelled for a claim that no longer exists (the operator died between the label and
   the delete handler) is released by the pool's reconcile.
 """

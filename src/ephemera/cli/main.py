@@ -8,7 +8,7 @@ A command line that names its command imports only that command's module: every 
 apiserver's, the hollow nodes', ...) cost each of them about a second of CPU at start. Without
 a known command (`ephemera --help`, a typo) every module is imported, so the help and
 argparse's "invalid choice" list name them all. Every command runs with the components'
-garbage-collector settings (`tune_gc`)."""
+garbage-collector settings (`tune_gc`) and GIL switch interval (`tune_threads`)."""
 
 from __future__ import annotations
 

@@ -467,8 +467,9 @@ class NodeAgent:
         and PATCH it when it differs there in anything but heartbeat times (or the report
         interval passed, or `force`); True if written. The Node is read with
         `resourceVersion=0`, from the apiserver's watch cache, as upstream's first try
-        (`FromApiserverCache`): the status is a merge patch, so a slightly old copy costs
-        at most a write the API did not need."""
+        (`FromApiserverCache`): the status is a merge patch, so a slightly old copy costs a
+        write the API did not need, or delays one it needed (the cache had not yet seen
+        another writer's change) until the next check or the report interval."""
         node = await self.api.get(resource_path("nodes", name=self.name),
                                   resourceVersion="0")
         original = node.get("status") or {}
