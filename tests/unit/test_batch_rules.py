@@ -17,7 +17,7 @@ from ephemera.batch.cronjobs import (
     parse_schedule,
     validate_cronjob,
 )
-from ephemera.batch.jobs import default_job, validate_job_spec
+from ephemera.batch.jobs import default_job, generate_selector, validate_job_spec
 from ephemera.batch.jobsync import compute, format_indexes, parse_indexes
 
 NOW = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
@@ -167,6 +167,19 @@ def test_job_spec_messages() -> None:
     assert "spec.completions: Required value: when completion mode is Indexed" in errs
     assert ("spec.parallelism: Invalid value: 200000: must be less than or equal to 100000 "
             "when completion mode is Indexed") in errs
+
+
+def test_a_null_spec_or_template_is_an_empty_one_when_the_selector_is_generated() -> None:
+    """JSON `null` is Go's zero value: the selector and the template's labels are made as
+    for an absent spec (the fuzz suite's `{"spec": null}` Job was a 500)."""
+    for job in ({"metadata": {"name": "x", "uid": "u"}, "spec": None},
+                {"metadata": {"name": "x", "uid": "u"},
+                 "spec": {"template": {"metadata": None}, "selector": None}}):
+        generate_selector(job)
+        assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid":
+                                                           "u"}}
+        assert job["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/job-name"] \
+            == "x"
 
 
 @pytest.mark.parametrize(("text", "message"), [

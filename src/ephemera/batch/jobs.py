@@ -61,6 +61,15 @@ def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """The object at `parent[key]`, made an empty one when missing or null (JSON `null`
+    decodes to Go's zero value, an empty struct or map)."""
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = parent[key] = {}
+    return value
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -115,22 +124,17 @@ def default_job(job: dict[str, Any], gates: Mapping[str, bool]) -> None:
 def generate_selector(job: dict[str, Any]) -> None:
     """upstream's `generateSelectorIfNeeded` (create): unless `manualSelector`, label the
     template with the Job's name and UID (both spellings) and select the UID label."""
-    spec = job.setdefault("spec", {})
+    spec = _child(job, "spec")
     if spec.get("manualSelector"):
         return
     md = job.get("metadata") or {}
-    template = spec.setdefault("template", {})
-    tmd = template.setdefault("metadata", {})
-    labels = tmd.setdefault("labels", {})
+    labels = _child(_child(_child(spec, "template"), "metadata"), "labels")
     for key in (LEGACY_JOB_NAME_LABEL, JOB_NAME_LABEL):
         labels.setdefault(key, md.get("name", ""))
     for key in (LEGACY_CONTROLLER_UID_LABEL, CONTROLLER_UID_LABEL):
         labels.setdefault(key, md.get("uid", ""))
-    selector = spec.get("selector")
-    if not isinstance(selector, dict):
-        selector = spec["selector"] = {}
-    match = selector.setdefault("matchLabels", {})
-    match.setdefault(CONTROLLER_UID_LABEL, md.get("uid", ""))
+    _child(_child(spec, "selector"), "matchLabels").setdefault(CONTROLLER_UID_LABEL,
+                                                                md.get("uid", ""))
 
 
 # --- validation -----------------------------------------------------------------------------
