@@ -227,3 +227,23 @@ async def test_each_pod_searches_the_nodes_from_where_the_last_search_stopped(
     assert index["a"] in range(120)
     assert index["b"] in range(120, 240)
     assert index["c"] in {*range(240, 250), *range(111)} - {index["a"]}
+
+
+async def test_only_a_changed_request_of_a_bound_pod_retries_the_unschedulable(
+        api: FakeApi) -> None:
+    """A status write of a bound pod leaves the unschedulable pods where they are; a resize
+    (its requests changed) may have freed room, and moves them to be tried again."""
+    s = make_scheduler(api, [node("n1")], [pod("waiting")])
+    key = await s.queue.pop()
+    s.queue.unschedulable(key)
+    bound = pod("big", rv="2")
+    bound["spec"] = {"nodeName": "n1", "containers": [
+        {"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "1"}}}]}
+    s._pod_added(bound)
+    running = {**bound, "status": {"phase": "Running"}}
+    s._pod_updated(bound, running)
+    assert s.queue.unschedulable_pods == [key]
+    resized = {**running, "spec": {**running["spec"], "containers": [
+        {"name": "c", "image": "busybox:1.36", "resources": {"requests": {"cpu": "500m"}}}]}}
+    s._pod_updated(running, resized)
+    assert s.queue.unschedulable_pods == []

@@ -179,6 +179,28 @@ def test_the_observed_binding_replaces_the_assumption() -> None:
     assert node.pod_count == 0 and node.requested.ephemeral_storage == 0
 
 
+def test_a_status_update_through_the_cache_keeps_the_counted_requests() -> None:
+    """The pods watch sends every status write of a bound pod: the cache replaces the pod
+    on its node without computing its requests again; a pod seen on another node than the
+    one it was counted on moves there."""
+    cache = SchedulerCache()
+    cache.set_node(make_node("n1"))
+    cache.set_node(make_node("n2"))
+    bound = make_pod("p", requests={"cpu": "1"}, nodeName="n1")
+    cache.add_pod(bound)
+    n1, n2 = cache.node("n1"), cache.node("n2")
+    assert n1 is not None and n2 is not None
+    counted = n1._pods["uid-p"].requested
+    running = {**bound, "status": {"phase": "Running"}}
+    cache.add_pod(running)
+    assert n1._pods["uid-p"].requested is counted
+    assert n1.pods() == [running] and n1.requested.milli_cpu == 1000
+    moved = {**running, "spec": {**running["spec"], "nodeName": "n2"}}
+    cache.add_pod(moved)
+    assert (n1.pod_count, n1.requested.milli_cpu) == (0, 0)
+    assert (n2.pod_count, n2.requested.milli_cpu) == (1, 1000)
+
+
 def test_pods_of_a_node_seen_before_the_node_are_counted_when_it_comes() -> None:
     cache = SchedulerCache()
     cache.add_pod(make_pod("early", requests={"cpu": "1"}, nodeName="late"))

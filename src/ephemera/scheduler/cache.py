@@ -66,7 +66,11 @@ class SchedulerCache:
     # -- pods -------------------------------------------------------------------------------
 
     def _count(self, uid: str, pod: Mapping[str, Any], node_name: str) -> None:
-        self._uncount(uid)
+        previous = self._pods.get(uid)
+        if previous is not None and previous[1] != node_name:
+            self._uncount(uid)
+        # On the same node, `NodeInfo.add_pod` replaces the pod and recounts its requests
+        # only if what they are computed from changed (a status update does not).
         self._pods[uid] = (pod, node_name)
         info = self._nodes.get(node_name)
         if info is not None:

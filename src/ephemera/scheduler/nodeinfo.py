@@ -170,15 +170,18 @@ class NodeInfo:
         # labels), kept until the object is replaced: every pod's scheduling cycle filters
         # many nodes.
         self.derived: dict[str, Any] = {}
+        self.name = ""  # metadata.name
+        self.unschedulable = False  # spec.unschedulable
         self.set_node(node)
-
-    @property
-    def name(self) -> str:
-        return str((self.node.get("metadata") or {}).get("name") or "")
 
     def set_node(self, node: Mapping[str, Any]) -> None:
         self.node = node
         self.derived = {}
+        md = node.get("metadata")
+        self.name = str((md if isinstance(md, Mapping) else {}).get("name") or "")
+        spec = node.get("spec")
+        self.unschedulable = bool((spec if isinstance(spec, Mapping) else {}).get(
+            "unschedulable"))
         status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
         self.allocatable = Resources.of(resource_list((status or {}).get("allocatable")))
 

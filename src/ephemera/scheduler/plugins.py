@@ -78,8 +78,6 @@ REASON_FEATURES = "node(s) didn't match Pod's required features"
 TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 NO_SCHEDULE, NO_EXECUTE = "NoSchedule", "NoExecute"
 MAX_NODE_SCORE = 100
-# LeastAllocated's default resources and weights.
-SCORING_RESOURCES = (("cpu", 1), ("memory", 1))
 
 # TaintNodesByCondition: (condition type, status) -> taint key, all NoSchedule.
 CONDITION_TAINTS: Mapping[tuple[str, str], str] = {
@@ -270,7 +268,7 @@ def required_node_features(pod: Mapping[str, Any], gates: Gates = None) -> tuple
 
 
 def node_unschedulable(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
-    if not _map(node.node.get("spec")).get("unschedulable"):
+    if not node.unschedulable:
         return None
     taint = Taint(TAINT_UNSCHEDULABLE, "", NO_SCHEDULE)
     if any(tolerates(t, taint) for t in pod.tolerations):
@@ -318,18 +316,20 @@ def node_resources_fit(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
     allocatable, requested, want = node.allocatable, node.requested, pod.fit_request
     if node.pod_count + 1 > allocatable.allowed_pod_number:
         reasons.append(REASON_TOO_MANY_PODS)
-    checks = (("cpu", want.milli_cpu, allocatable.milli_cpu, requested.milli_cpu),
-              ("memory", want.memory, allocatable.memory, requested.memory),
-              ("ephemeral-storage", want.ephemeral_storage, allocatable.ephemeral_storage,
-               requested.ephemeral_storage))
-    for name, amount, total, used in checks:
-        if amount > 0 and amount > total - used:
-            reasons.append(f"Insufficient {name}")
-    for name in sorted(want.scalars):
-        amount = want.scalars[name]
-        if amount > 0 and amount > allocatable.scalars.get(name, 0) - requested.scalars.get(
-                name, 0):
-            reasons.append(f"Insufficient {name}")
+    # (Written out, not looped over a table: this runs for every node a pod is tried on.)
+    if want.milli_cpu > 0 and want.milli_cpu > allocatable.milli_cpu - requested.milli_cpu:
+        reasons.append("Insufficient cpu")
+    if want.memory > 0 and want.memory > allocatable.memory - requested.memory:
+        reasons.append("Insufficient memory")
+    if want.ephemeral_storage > 0 and want.ephemeral_storage > (
+            allocatable.ephemeral_storage - requested.ephemeral_storage):
+        reasons.append("Insufficient ephemeral-storage")
+    if want.scalars:
+        for name in sorted(want.scalars):
+            amount = want.scalars[name]
+            if amount > 0 and amount > (allocatable.scalars.get(name, 0)
+                                        - requested.scalars.get(name, 0)):
+                reasons.append(f"Insufficient {name}")
     if not reasons:
         return None
     return FilterStatus("NodeResourcesFit", tuple(reasons), False)
@@ -379,15 +379,14 @@ def _least_requested(requested: int, capacity: int) -> int:
 def least_allocated_score(pod: PodInfo, node: NodeInfo) -> int:
     """LeastAllocated: the weighted mean over cpu and memory of the free share (0-100) left
     after placing the pod, skipping a resource the node has none of."""
-    amounts = {"cpu": (node.non_zero_requested.milli_cpu + pod.score_request.milli_cpu,
-                       node.allocatable.milli_cpu),
-               "memory": (node.non_zero_requested.memory + pod.score_request.memory,
-                          node.allocatable.memory)}
+    used, allocatable, want = node.non_zero_requested, node.allocatable, pod.score_request
     score = weights = 0
-    for name, weight in SCORING_RESOURCES:
-        requested, capacity = amounts[name]
-        if capacity == 0:
-            continue
-        score += _least_requested(requested, capacity) * weight
-        weights += weight
+    # LeastAllocated's default resources, cpu and memory, weight 1 each (written out: this
+    # runs for every feasible node).
+    if allocatable.milli_cpu:
+        score += _least_requested(used.milli_cpu + want.milli_cpu, allocatable.milli_cpu)
+        weights += 1
+    if allocatable.memory:
+        score += _least_requested(used.memory + want.memory, allocatable.memory)
+        weights += 1
     return score // weights if weights else 0

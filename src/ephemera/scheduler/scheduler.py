@@ -39,7 +39,7 @@ from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, 
 from ephemera.client.informer import object_key
 from ephemera.scheduler.algorithm import ScheduleResult, schedule_pod, truncate_message
 from ephemera.scheduler.cache import SchedulerCache, pod_uid
-from ephemera.scheduler.nodeinfo import Gates, pod_fit_request
+from ephemera.scheduler.nodeinfo import Gates, pod_fit_request, request_inputs
 from ephemera.scheduler.plugins import PodInfo, missing_features
 from ephemera.scheduler.queue import SchedulingQueue
 
@@ -335,9 +335,11 @@ class Scheduler:
             self.queue.remove(key)
             was_counted = _assigned(old)
             self.cache.add_pod(new)
-            if was_counted and pod_fit_request(old, self.gates) != pod_fit_request(new,
-                                                                                   self.gates):
-                self.queue.move_all_unschedulable()  # a resize may have freed room
+            # A resize may have freed room. (Equal request inputs mean equal requests:
+            # most updates are status writes, and are not computed twice for nothing.)
+            if was_counted and request_inputs(old) != request_inputs(new) \
+                    and pod_fit_request(old, self.gates) != pod_fit_request(new, self.gates):
+                self.queue.move_all_unschedulable()
             return
         if self.cache.is_assumed(new):
             return  # the binding is on its way
