@@ -274,8 +274,9 @@ class Run:
             watch_stop = asyncio.Event()
             running = RunningPods()
             follower = asyncio.create_task(self._follow_running(http, running, watch_stop))
-            watch_events = [0] * a.watches
-            watches = [asyncio.create_task(self._watch(http, i, watch_events, watch_stop))
+            watch_events, foreign_events = [0] * a.watches, [0] * a.watches
+            watches = [asyncio.create_task(self._watch(http, i, watch_events, foreign_events,
+                                                       watch_stop))
                        for i in range(a.watches)]
             creates, gets, lists = Latencies(), Latencies(), Latencies()
             created: list[str] = []
@@ -335,6 +336,9 @@ class Run:
                          "bytes": len(body)},
             "watch_events_min": min(watch_events) if watch_events else 0,
             "watch_events_max": max(watch_events) if watch_events else 0,
+            "watch_events_total": sum(watch_events),
+            # with --watch-scope node: events a watch got of a pod on another node (0)
+            "watch_events_foreign": sum(foreign_events),
             "rss_mib": {k: round(v / 2**20, 1) for k, v in sorted(self.rss_peak.items())},
             # CPU seconds each process used from the first create until all were Running
             # (`client` is this benchmark: the creates, the sampler and the watches).
@@ -563,25 +567,31 @@ class Run:
                 await asyncio.wait_for(stop.wait(), 0.2)
 
     async def _watch(self, http: aiohttp.ClientSession, index: int, counts: list[int],
-                     stop: asyncio.Event) -> None:
+                     foreign: list[int], stop: asyncio.Event) -> None:
         """A watch of the namespace's pods (or, with `--watch-scope node`, of node
-        `index mod N`'s), counting events, open until stopped."""
+        `index mod N`'s, counting in `foreign` the events of pods on other nodes), counting
+        events, open until stopped."""
         params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": "0"}
+        node: bytes | None = None
         if self.args.watch_scope == "node":
             params["fieldSelector"] = f"spec.nodeName={HOLLOW_PREFIX}{index % self.args.nodes}"
+            node = f'"nodeName":"{HOLLOW_PREFIX}{index % self.args.nodes}"'.encode()
         with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
             async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods", params=params) as r:
-                reader = asyncio.create_task(self._count_lines(r, index, counts))
+                reader = asyncio.create_task(self._count_lines(r, index, counts, foreign,
+                                                               node))
                 await stop.wait()
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
 
     @staticmethod
-    async def _count_lines(response: aiohttp.ClientResponse, index: int,
-                           counts: list[int]) -> None:
+    async def _count_lines(response: aiohttp.ClientResponse, index: int, counts: list[int],
+                           foreign: list[int], node: bytes | None) -> None:
         async for line in response.content:
             if line.strip() and b'"BOOKMARK"' not in line[:40]:
                 counts[index] += 1
+                if node is not None and node not in line:
+                    foreign[index] += 1
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

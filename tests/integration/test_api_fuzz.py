@@ -12,6 +12,7 @@ an unknown field named with a control character)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import threading
@@ -31,6 +32,7 @@ from ephemera.api import schema
 from ephemera.api.listoptions import query_flag
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.apiserver.resources import RESOURCES, Resource
+from ephemera.apiserver.strategy import STRUCT_FIELDS
 from ephemera.store import open_store
 
 EXAMPLES = int(os.environ.get("EPHEMERA_FUZZ_EXAMPLES", "25"))
@@ -254,6 +256,71 @@ def seed_object(resource: Resource, name: str) -> dict[str, Any]:
     return body
 
 
+def _template(restart: str = "Always") -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "fuzz"}}, "spec": {
+        "restartPolicy": restart, "containers": [{"name": "c", "image": "busybox"}]}}
+
+
+@cache
+def _csr_request() -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    subject = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "fuzz")])
+    request = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(
+        ec.generate_private_key(ec.SECP256R1()), hashes.SHA256())
+    return base64.b64encode(request.public_bytes(serialization.Encoding.PEM)).decode()
+
+
+# What a valid object of each kind needs besides its metadata (its name, for the kinds whose
+# name is made of its spec), so that a PUT or patch meets an object that exists.
+VALID_FIELDS: dict[str, Any] = {
+    "Service": lambda: {"spec": {"ports": [{"port": 80}]}},
+    "RoleBinding": lambda: {"roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                        "kind": "ClusterRole", "name": "view"}},
+    "ClusterRoleBinding": lambda: {"roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                               "kind": "ClusterRole", "name": "view"}},
+    "CertificateSigningRequest": lambda: {"spec": {
+        "request": _csr_request(), "signerName": "example.com/fuzz",
+        "usages": ["digital signature"]}},
+    "EndpointSlice": lambda: {"addressType": "IPv4"},
+    "ReplicationController": lambda: {"spec": {"selector": {"app": "fuzz"},
+                                               "template": _template()}},
+    "Deployment": lambda: {"spec": {"selector": {"matchLabels": {"app": "fuzz"}},
+                                    "template": _template()}},
+    "ReplicaSet": lambda: {"spec": {"selector": {"matchLabels": {"app": "fuzz"}},
+                                    "template": _template()}},
+    "StatefulSet": lambda: {"spec": {"selector": {"matchLabels": {"app": "fuzz"}},
+                                     "template": _template()}},
+    "DaemonSet": lambda: {"spec": {"selector": {"matchLabels": {"app": "fuzz"}},
+                                   "template": _template()}},
+    "ControllerRevision": lambda: {"data": {}, "revision": 1},
+    "Job": lambda: {"spec": {"template": _template("Never")}},
+    "CronJob": lambda: {"spec": {"schedule": "* * * * *", "jobTemplate": {
+        "spec": {"template": _template("Never")}}}},
+    "Ingress": lambda: {"spec": {"defaultBackend": {"service": {"name": "s", "port": {
+        "number": 80}}}}},
+    "CSIStorageCapacity": lambda: {"storageClassName": "sc"},
+    "CustomResourceDefinition": lambda: {
+        "metadata": {"name": "targets.fuzz.example.com"}, "spec": {
+            "group": "fuzz.example.com", "scope": "Namespaced",
+            "names": {"plural": "targets", "kind": "Target"},
+            "versions": [{"name": "v1", "served": True, "storage": True,
+                          "schema": {"openAPIV3Schema": {"type": "object"}}}]}},
+    "APIService": lambda: {"metadata": {"name": "v1.fuzz.example.com"}, "spec": {
+        "group": "fuzz.example.com", "version": "v1", "groupPriorityMinimum": 100,
+        "versionPriority": 10}},
+}
+
+
+def valid_object(resource: Resource) -> dict[str, Any]:
+    """A valid object of the resource's kind: `seed_object` with what its kind requires."""
+    body = seed_object(resource, "target")
+    fields = VALID_FIELDS.get(resource.kind)
+    return {**body, **fields()} if fields else body
+
+
 RAW_BODIES = st.one_of(
     st.binary(max_size=200),
     ANY_JSON.map(encoded),
@@ -358,3 +425,111 @@ def test_an_unknown_control_character_field_is_warned_about_go_quoted(server: Se
     # the field's name quoted as Go's %q does, then the header text's quotes and
     # backslashes escaped: 299 - "unknown field \"\\x1f\""
     assert response.headers.getlist("Warning") == ['299 - "unknown field \\"\\\\x1f\\""']
+
+
+# --- JSON null in place of an object -------------------------------------------------------
+
+NULL_DEPTH = 3  # spec.template.spec, for one (in a create; two levels in an update)
+# Upstream's subresources that take the whole object (the others are POST-only or a
+# different kind).
+WHOLE_OBJECT_SUBRESOURCES = ("status", "approval")
+DRY_RUN = "?dryRun=All"  # every rule up to the store, without its writes (the time they take)
+
+
+def object_paths(node: dict[str, Any], depth: int) -> list[tuple[str, ...]]:
+    """The paths of the object-typed fields of a schema node, `depth` levels down."""
+    paths: list[tuple[str, ...]] = []
+    for key, sub in (schema.resolve(node).get("properties") or {}).items():
+        target = schema.resolve(sub)
+        if target.get("type", "object") != "object" or not (
+                "properties" in target or "additionalProperties" in target):
+            continue
+        paths.append((key,))
+        if depth > 1:
+            paths.extend((key, *rest) for rest in object_paths(target, depth - 1))
+    return paths
+
+
+def with_value(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A copy of `obj` with `value` at `path` (its missing parents made)."""
+    out = json.loads(json.dumps(obj))
+    node = out
+    for key in path[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[path[-1]] = json.loads(json.dumps(value))
+    return out
+
+
+def outcome(status: int, answer: bytes, name: str, path: tuple[str, ...]
+            ) -> tuple[int, str]:
+    """The HTTP status and, for an error, its message with the object's name blanked. An
+    object accepted never holds a null top-level struct (it would be stored so)."""
+    if status < 300 and len(path) == 1 and path[0] in STRUCT_FIELDS:
+        assert json.loads(answer).get(path[0], {}) is not None, (path, answer[:300])
+    message = json.loads(answer)["message"] if status >= 400 else ""
+    return status, message.replace(f'"{name}"', '""')
+
+
+def put_latest(server: Server, path: str, target: str, field: tuple[str, ...], value: Any
+               ) -> tuple[int, bytes]:
+    """PUT to `target` the object at `path` as it is now with `value` at `field`, again
+    when a controller of the apiserver (a CRD's names) changed it in between (409)."""
+    for _ in range(5):
+        status, current = server.request("GET", path)
+        assert status == 200, current
+        status, answer = server.request(
+            "PUT", target, encoded(with_value(json.loads(current), field, value)))
+        if status != 409:
+            break
+    return status, answer
+
+
+@pytest.mark.parametrize("resource", WRITABLE, ids=lambda r: r.plural)
+def test_null_in_place_of_an_object_is_never_a_server_error(server: Server,
+                                                            resource: Resource) -> None:
+    """JSON null for each object field of the kind, three levels down in a create, two in a
+    PUT of an object that exists (and of its status) and in a JSON patch: never a 5xx. Null in a
+    top-level field that is a struct in Go's types (`metadata`, `spec`, `status`, `roleRef`,
+    ...) is that struct's zero value, as upstream's decoder reads it: answered as `{}` is."""
+    paths = object_paths(schema.definition(resource.definition), NULL_DEPTH)
+    seed = valid_object(resource)
+    top = {path for path in paths if len(path) == 1 and path[0] in STRUCT_FIELDS}
+    for path in paths:
+        answers = []
+        for value, name in ((None, "null-a"), ({}, "null-b")):
+            body = with_value(seed, path, value)
+            if path != ("metadata",):
+                body["metadata"] = {**body.get("metadata", {}), "name": name}
+            status, answer = server.request("POST", collection_path(resource) + DRY_RUN,
+                                            encoded(body))
+            assert_status_answer(status, answer, f"POST {resource.plural} {path} {value}")
+            answers.append(outcome(status, answer, name, path))
+            if value is not None and path not in top:
+                break
+        if path in top:
+            assert answers[0] == answers[1], (path, answers)
+    if resource not in UPDATABLE:
+        return
+    name = seed["metadata"]["name"] if resource.plural != "namespaces" else NAMESPACE
+    base = collection_path(resource) if resource.plural != "namespaces" else "/api/v1/namespaces"
+    status, answer = server.request("POST", base, encoded(seed))
+    assert status in (201, 409), answer
+    for sub in ("", *[s for s in resource.subresources if s in WHOLE_OBJECT_SUBRESOURCES]):
+        target = f"{base}/{name}" + (f"/{sub}" if sub else "")
+        for path in (p for p in paths if len(p) < NULL_DEPTH):
+            answers = []
+            for value in (None, {}):
+                status, answer = put_latest(server, f"{base}/{name}", target + DRY_RUN, path,
+                                            value)
+                assert_status_answer(status, answer, f"PUT {target} {path} {value}")
+                answers.append(outcome(status, answer, name, path))
+                if value is not None and path not in top:
+                    break
+            if path in top:
+                assert answers[0][0] == answers[1][0], (target, path, answers)
+            patch = [{"op": "add", "path": "/" + "/".join(path), "value": None}]
+            status, answer = server.request("PATCH", target + DRY_RUN, encoded(patch),
+                                            content_type="application/json-patch+json")
+            assert_status_answer(status, answer, f"PATCH {target} {path}")

@@ -109,3 +109,17 @@ async def test_reviews_cannot_be_read(reviewer: Reviewer, path: str) -> None:
     status, body, _ = await reviewer.api.request("DELETE", f"{REVIEWS}/x",
                                                  headers={"Authorization": "Bearer admin"})
     assert status == 405
+
+
+async def test_a_token_request_with_null_spec_and_metadata_gets_the_defaults(
+        reviewer: Reviewer) -> None:
+    """JSON null is Go's zero value: a TokenRequest with `spec: null` (and `metadata: null`)
+    is issued as with `{}`, for the API audiences and an hour."""
+    status, body, _ = await reviewer.api.request(
+        "POST", "/api/v1/namespaces/default/serviceaccounts/default/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": None,
+         "spec": None}, headers={"Authorization": "Bearer admin"})
+    assert status == 201, body
+    assert (body["spec"]["audiences"], body["spec"]["expirationSeconds"]) == (
+        list(API_AUDIENCES), 3600)
+    assert (await reviewer.review(body["status"]["token"]))["authenticated"] is True

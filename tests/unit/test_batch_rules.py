@@ -12,6 +12,7 @@ from ephemera.api.featuregates import FeatureGates
 from ephemera.api.field import Path
 from ephemera.batch.cronjobs import (
     ScheduleError,
+    default_cronjob,
     job_name,
     most_recent_due,
     parse_schedule,
@@ -180,6 +181,21 @@ def test_a_null_spec_or_template_is_an_empty_one_when_the_selector_is_generated(
                                                            "u"}}
         assert job["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/job-name"] \
             == "x"
+
+
+def test_a_null_template_is_defaulted_as_an_empty_one() -> None:
+    """A JobSpec's template and a CronJob's jobTemplate, its spec and template are struct
+    values in Go: a null (or missing) one gets the pod spec defaults as `{}` does."""
+    gates = FeatureGates()
+    job: dict[str, Any] = {"spec": {"template": None}}
+    default_job(job, gates)
+    assert job["spec"]["template"]["spec"]["dnsPolicy"] == "ClusterFirst"
+    for cronjob in ({"spec": {"jobTemplate": None}}, {"spec": {"jobTemplate": {"spec": {
+            "template": {"spec": None}}}}}, {"spec": None}):
+        default_cronjob(cronjob, gates)
+        pod_spec = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        assert (pod_spec["restartPolicy"], cronjob["spec"]["concurrencyPolicy"]) == (
+            "Always", "Allow")
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from test_informer_namespace_index import _CountingApi
+from informer_fakes import CountingApi
 
 from ephemera.client.api import ApiClient
 from ephemera.client.informer import Informer
@@ -18,7 +18,7 @@ from ephemera.controllers.resourcequota import ResourceQuotaController
 
 
 async def test_every_controller_uses_the_shared_pod_informer() -> None:
-    fake = _CountingApi()
+    fake = CountingApi()
     api = cast(ApiClient, fake)
     pods = Informer(api, "/api/v1/pods", name="pods")
     assert len(pods) == 0  # empty, as when the controllers are built

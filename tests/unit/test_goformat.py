@@ -13,6 +13,7 @@ from ephemera.api.goformat import (
     go_error_text,
     go_float,
     go_quote,
+    go_scalar,
     go_slice,
     go_string_map,
     go_value,
@@ -51,6 +52,18 @@ def test_go_float_of_a_float32(value: float, text: str) -> None:
     """`strconv.FormatFloat(f, 'g', -1, 32)`: rounded to a float32 first, then its shortest
     digits (sigs.k8s.io/yaml's float map keys)."""
     assert go_float(value, bits=32) == text
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (True, "true"), (False, "false"), ("x", '"x"'), ("a\tb", '"a\\tb"'), ("", '""'),
+    (0, "0"), (-7, "-7"), (2**70, "1180591620717411303424"), (2.5, "2.5"), (1e6, "1e+06"),
+    (-0.0, "-0"), (float("inf"), "+Inf"),
+    (None, None), ([], None), (["a"], None), ({}, None), ({"a": 1}, None), ((1,), None),
+])
+def test_go_scalar_prints_scalars_only(value: Any, text: str | None) -> None:
+    """Bools before ints (a Python bool is an int); nil and collections are left to the
+    caller (None)."""
+    assert go_scalar(value) == text
 
 
 @pytest.mark.parametrize(("value", "text"), [

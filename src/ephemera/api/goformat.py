@@ -1,6 +1,7 @@
 """How Go prints values into the messages ephemera copies from upstream: `go_quote` is
 `strconv.Quote` (what `%q` prints for a string), `go_quote_list` is `%q` of a `[]string`,
-`go_float` is `%v` of a float64, `go_value` is how a field error prints its bad value.
+`go_float` is `%v` of a float64, `go_scalar` is `%v` of a JSON scalar (bool, string, number),
+`go_value` is how a field error prints its bad value.
 The one implementation every message builder uses."""
 
 from __future__ import annotations
@@ -110,14 +111,10 @@ def go_string_map(mapping: Mapping[str, str]) -> GoText:
         f"{go_quote(k)}:{go_quote(str(mapping[k]))}" for k in sorted(mapping)) + "}")
 
 
-def go_value(value: Any) -> str:
-    """A bad value as apimachinery's `field.Error` prints it: strings `%q`, ints, floats and
-    bools `%v`, nil as the string `"null"` (Go turns a nil value into "null" and then quotes
-    it), a list of strings as Go's `%#v` of a `[]string` (`[]string{"a", "b"}`), `GoText` as
-    it is. Objects, whose `%#v` names Go's internal struct types (`core.SELinuxOptions{...}`),
-    are printed as compact JSON: ephemera's choice, as the Go type is not known here."""
-    if isinstance(value, GoText):
-        return str(value)
+def go_scalar(value: Any) -> str | None:
+    """A JSON scalar as every Go printer here shows it: a bool `true`/`false`, a string
+    `%q` (`go_quote`), an int its digits, a float `go_float`; None for anything else (nil,
+    collections), which each caller prints its own way."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -126,6 +123,20 @@ def go_value(value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         return go_float(value)
+    return None
+
+
+def go_value(value: Any) -> str:
+    """A bad value as apimachinery's `field.Error` prints it: strings `%q`, ints, floats and
+    bools `%v`, nil as the string `"null"` (Go turns a nil value into "null" and then quotes
+    it), a list of strings as Go's `%#v` of a `[]string` (`[]string{"a", "b"}`), `GoText` as
+    it is. Objects, whose `%#v` names Go's internal struct types (`core.SELinuxOptions{...}`),
+    are printed as compact JSON: ephemera's choice, as the Go type is not known here."""
+    if isinstance(value, GoText):
+        return str(value)
+    scalar = go_scalar(value)
+    if scalar is not None:
+        return scalar
     if value is None:
         return go_quote("null")
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):

@@ -265,12 +265,19 @@ def validate_annotations(annotations: Any, path: field.Path) -> list[FieldError]
     return errs
 
 
+def child_object(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """The object at `parent[key]`, made an empty one when it is missing or JSON `null`: Go
+    decodes a null into a struct field as its zero value, an empty struct. For a field that
+    is a struct value in upstream's types (an object's `metadata`, `spec` and `status`, a
+    pod template's `spec`), not for a pointer, whose null means unset."""
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = parent[key] = {}
+    return value
+
+
 def ensure_metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        meta = {}
-        obj["metadata"] = meta
-    return meta
+    return child_object(obj, "metadata")
 
 
 def drop_empty_metadata(md: dict[str, Any]) -> None:

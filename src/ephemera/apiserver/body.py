@@ -12,7 +12,7 @@ import yaml
 from aiohttp import web
 
 from ephemera.api import errors, fieldvalidation, protobuf
-from ephemera.api.goformat import go_float, go_quote
+from ephemera.api.goformat import go_float, go_scalar
 from ephemera.api.patch import go_json_error
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -132,14 +132,9 @@ def _go_value(value: Any, nested: bool = False) -> str:
     collection is `interface {}(nil)`; map keys sorted, as fmt sorts them)."""
     if value is None:
         return "interface {}(nil)" if nested else "<nil>"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return go_quote(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return go_float(value)
+    scalar = go_scalar(value)
+    if scalar is not None:
+        return scalar
     if isinstance(value, dict):
         items = sorted(f"{_go_value(k, True)}:{_go_value(v, True)}" for k, v in value.items())
         return "map[interface {}]interface {}{" + ", ".join(items) + "}"

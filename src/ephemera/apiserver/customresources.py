@@ -142,6 +142,9 @@ class CustomResourceStrategy(Strategy):
         # cel-python can take seconds for a rule within upstream's cost limits
         self.validates_in_thread = self.schema is not None and crschema.has_rules(self.schema)
 
+    def zero_nulls(self, obj: dict[str, Any]) -> None:
+        """Nothing: a custom resource is unstructured, its nulls are its schema's to judge."""
+
     def default(self, obj: dict[str, Any]) -> None:
         if self.schema is not None:
             crschema.default(obj, self.schema)

@@ -336,6 +336,7 @@ class Registry:
         (a create through PUT or server-side apply): defaults, mutating admission,
         BeforeCreate, validation, validating admission. Returns the object to store."""
         strategy = self.strategy(resource)
+        strategy.zero_nulls(obj)
         strategy.default(obj)
         md = meta.ensure_metadata(obj)
         req = self.admission_request("CREATE", resource, md.get("namespace") or "",
@@ -357,6 +358,7 @@ class Registry:
         compare-and-swap: defaults, mutating admission, BeforeUpdate with validation,
         validating admission. Returns the object to store."""
         strategy = self.strategy(resource)
+        strategy.zero_nulls(new)
         strategy.default(new)
         old_md = meta.ensure_metadata(old)
         req = self.admission_request("UPDATE", resource, old_md.get("namespace") or "",
@@ -549,6 +551,7 @@ class Registry:
         strategy = self.strategy(resource)
         req: AdmissionRequest | None = None
         if not prepared:
+            strategy.zero_nulls(obj)
             strategy.default(obj)
             md = meta.ensure_metadata(obj)
             req = self.admission_request("CREATE", resource, md.get("namespace") or "",

@@ -4,6 +4,9 @@
 validation, the `/dynamic` rules, QoS) live in `ephemera.pods`; this module only says when
 each applies.
 
+- decoding (`Strategy.zero_nulls`): a JSON `null` in a built-in kind's `metadata`, `spec`,
+  `status` (or `roleRef`, an Event's `involvedObject` and `source`), struct values in Go's
+  types, is their zero value `{}`, as upstream's decoder reads it.
 - defaults (`Strategy.default`, what upstream's decoder applies to every body, before
   admission): pods get `ephemera.pods.defaults.default_pod` with the apiserver's gates.
 - create: system fields (`uid`, `creationTimestamp`), no deletion fields; pods get
@@ -41,6 +44,7 @@ from ephemera.api import (
     ingress,
     meta,
     networkpolicy,
+    schema,
     services,
     storagecapacity,
 )
@@ -73,6 +77,9 @@ from ephemera.pods.validation import (
 DeleteOutcome = Literal["immediate", "graceful", "pending"]
 
 NAMESPACE_FINALIZER = "kubernetes"
+# The top-level fields that are struct values (not pointers) in every built-in Go type that
+# has them: JSON null decodes into each as its zero value.
+STRUCT_FIELDS = ("metadata", "spec", "status", "roleRef", "involvedObject", "source")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
@@ -87,6 +94,8 @@ class Strategy:
         self.resource = resource
         self.gates: Mapping[str, bool] = gates if gates is not None else FeatureGates()
         self.has_status = "status" in resource.subresources
+        props = (schema.definitions().get(resource.definition) or {}).get("properties") or {}
+        self.struct_fields = tuple(k for k in STRUCT_FIELDS if k in props)
 
     # upstream's AllowCreateOnUpdate: PUT of a missing object creates it.
     allow_create_on_update = False
@@ -101,7 +110,15 @@ class Strategy:
     # worker thread instead of on the event loop (`Registry` runs it: `run_validation`).
     validates_in_thread = False
 
-    # -- defaults ---------------------------------------------------------------------------
+    # -- decoding and defaults ------------------------------------------------------------
+
+    def zero_nulls(self, obj: dict[str, Any]) -> None:
+        """A JSON `null` in one of the kind's `STRUCT_FIELDS`, as upstream's decoder reads it
+        into a struct: the zero value, an empty object (the kind's defaults then apply to it
+        as to `{}`). Before `default`, on every body and patched object."""
+        for key in self.struct_fields:
+            if key in obj and obj[key] is None:
+                obj[key] = {}
 
     def default(self, obj: dict[str, Any]) -> None:
         """The kind's defaults, as upstream's decoder applies them to a request body (and to

@@ -88,7 +88,7 @@ async def create_token(request: web.Request, registry: Registry, issuer: TokenIs
             "metadata.namespace", md["namespace"],
             "must match the service account namespace if specified")], group=GROUP)
     account = await registry.get(SERVICE_ACCOUNTS, namespace, name)
-    spec = token_request.setdefault("spec", {})
+    spec = meta.child_object(token_request, "spec")
     if not spec.get("audiences"):
         spec["audiences"] = list(audiences)
     if spec.get("expirationSeconds") is None:

@@ -24,6 +24,7 @@ from cronsim import CronSim, CronSimError
 from ephemera.api import field
 from ephemera.api import validation as meta_validation
 from ephemera.api.field import FieldError, Path
+from ephemera.api.meta import child_object
 from ephemera.batch.jobs import default_job_spec_template, validate_job_spec
 
 __all__ = [
@@ -127,10 +128,8 @@ def _d(value: Any) -> dict[str, Any]:
 def default_cronjob(cronjob: dict[str, Any], gates: Mapping[str, bool]) -> None:
     """upstream's `SetDefaults_CronJob` and the job template's pod defaults (not the Job's
     own defaults: those come when the controller creates a Job)."""
-    spec = cronjob.get("spec")
-    if not isinstance(spec, dict):
-        return
-    if not spec.get("concurrencyPolicy"):
+    spec = child_object(cronjob, "spec")  # struct values down to the pod spec: `{}` when
+    if not spec.get("concurrencyPolicy"):  # missing or null, and defaulted
         spec["concurrencyPolicy"] = "Allow"
     if spec.get("suspend") is None:
         spec["suspend"] = False
@@ -138,9 +137,7 @@ def default_cronjob(cronjob: dict[str, Any], gates: Mapping[str, bool]) -> None:
         spec["successfulJobsHistoryLimit"] = 3
     if spec.get("failedJobsHistoryLimit") is None:
         spec["failedJobsHistoryLimit"] = 1
-    job_spec = _d(spec.get("jobTemplate")).get("spec")
-    if isinstance(job_spec, dict):
-        default_job_spec_template(job_spec, gates)
+    default_job_spec_template(child_object(child_object(spec, "jobTemplate"), "spec"), gates)
 
 
 def _validate_time_zone(value: Any, path: Path) -> list[FieldError]:

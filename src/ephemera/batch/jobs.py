@@ -17,6 +17,7 @@ from ephemera.api import validation as meta_validation
 from ephemera.api.field import FieldError, Path
 from ephemera.api.goformat import go_string_map
 from ephemera.api.labelselector import selector_matches, validate_label_selector
+from ephemera.api.meta import child_object
 from ephemera.pods.defaults import default_pod_template
 from ephemera.pods.unimplemented import unimplemented_warnings, unimplemented_warnings_on_update
 from ephemera.pods.validation import validate_pod_spec
@@ -61,15 +62,6 @@ def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    """The object at `parent[key]`, made an empty one when missing or null (JSON `null`
-    decodes to Go's zero value, an empty struct or map)."""
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        value = parent[key] = {}
-    return value
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -84,16 +76,12 @@ def has_condition(job: Mapping[str, Any], type_: str) -> bool:
 
 def default_job_spec_template(spec: dict[str, Any], gates: Mapping[str, bool]) -> None:
     """The pod template defaults of a JobSpec (also a CronJob's `jobTemplate.spec`)."""
-    template = spec.get("template")
-    if isinstance(template, dict):
-        default_pod_template(template, gates)
+    default_pod_template(child_object(spec, "template"), gates)  # a struct value
 
 
 def default_job(job: dict[str, Any], gates: Mapping[str, bool]) -> None:
     """upstream's `SetDefaults_Job` and the template's pod defaults."""
-    spec = job.get("spec")
-    if not isinstance(spec, dict):
-        return
+    spec = child_object(job, "spec")
     if spec.get("completions") is None and spec.get("parallelism") is None:
         spec["completions"] = 1
         spec["parallelism"] = 1
@@ -103,7 +91,7 @@ def default_job(job: dict[str, Any], gates: Mapping[str, bool]) -> None:
         spec["backoffLimit"] = MAX_INT32 if spec.get("backoffLimitPerIndex") is not None else 6
     template_labels = _d(spec.get("template")).get("metadata", {}) or {}
     labels = _d(template_labels).get("labels")
-    md = job.setdefault("metadata", {})
+    md = child_object(job, "metadata")
     if labels and not md.get("labels"):
         md["labels"] = dict(labels)
     if not spec.get("completionMode"):
@@ -124,17 +112,17 @@ def default_job(job: dict[str, Any], gates: Mapping[str, bool]) -> None:
 def generate_selector(job: dict[str, Any]) -> None:
     """upstream's `generateSelectorIfNeeded` (create): unless `manualSelector`, label the
     template with the Job's name and UID (both spellings) and select the UID label."""
-    spec = _child(job, "spec")
+    spec = child_object(job, "spec")
     if spec.get("manualSelector"):
         return
     md = job.get("metadata") or {}
-    labels = _child(_child(_child(spec, "template"), "metadata"), "labels")
+    labels = child_object(child_object(child_object(spec, "template"), "metadata"), "labels")
     for key in (LEGACY_JOB_NAME_LABEL, JOB_NAME_LABEL):
         labels.setdefault(key, md.get("name", ""))
     for key in (LEGACY_CONTROLLER_UID_LABEL, CONTROLLER_UID_LABEL):
         labels.setdefault(key, md.get("uid", ""))
-    _child(_child(spec, "selector"), "matchLabels").setdefault(CONTROLLER_UID_LABEL,
-                                                                md.get("uid", ""))
+    child_object(child_object(spec, "selector"), "matchLabels").setdefault(
+        CONTROLLER_UID_LABEL, md.get("uid", ""))
 
 
 # --- validation -----------------------------------------------------------------------------

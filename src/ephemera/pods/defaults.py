@@ -32,6 +32,7 @@ from ephemera.api.featuregates import (
     POD_LEVEL_RESOURCES,
     gate_enabled,
 )
+from ephemera.api.meta import child_object
 from ephemera.api.quantity import MILLI, Quantity, QuantityError, quantity_from_json
 from ephemera.pods import resources
 from ephemera.pods.validation import VOLUME_SOURCES
@@ -356,9 +357,7 @@ def default_pod(pod: dict[str, Any], gates: Mapping[str, bool]) -> None:
     """Apply upstream's v1 pod defaults to `pod` in place (see the module docstring for
     the order). `gates` maps feature-gate names to their state; a missing gate takes
     ephemera's default."""
-    spec = _dict(pod.get("spec"))
-    if spec is None:
-        return
+    spec = child_object(pod, "spec")  # a struct value: missing or null is `{}`, defaulted
     containers = _dicts(spec.get("containers"))
     init_containers = _dicts(spec.get("initContainers"))
 
@@ -382,9 +381,7 @@ def default_pod_template(template: dict[str, Any], gates: Mapping[str, bool]) ->
     """The defaults of a pod template's spec (a workload's `spec.template`): upstream
     defaults a PodTemplateSpec with `SetDefaults_PodSpec` and the container and volume
     defaults, not with the Pod-only `SetDefaults_Pod`."""
-    spec = _dict(template.get("spec"))
-    if spec is not None:
-        default_pod_spec(spec, gates)
+    default_pod_spec(child_object(template, "spec"), gates)
 
 
 def default_pod_spec(spec: dict[str, Any], gates: Mapping[str, bool]) -> None:

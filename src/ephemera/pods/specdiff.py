@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ephemera.api.goformat import go_float, go_quote
+from ephemera.api.goformat import go_quote, go_scalar
 
 __all__ = ["spec_diff"]
 
@@ -144,14 +144,9 @@ def _inline(value: Any, type_name: str = "", top: bool = False) -> str:
     diff line."""
     if value is None:
         return "nil"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return go_quote(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return go_float(value)
+    scalar = go_scalar(value)
+    if scalar is not None:
+        return scalar
     prefix = type_name if top and type_name else ""
     if isinstance(value, Mapping):
         if type_name.startswith("map") or type_name == "core.ResourceList":
