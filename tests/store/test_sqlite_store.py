@@ -285,3 +285,29 @@ def test_random_operations_match_a_model(ops: list[tuple[str, str, bytes, int]])
 
     with tempfile.TemporaryDirectory() as data_dir:
         asyncio.run(scenario(Path(data_dir)))
+
+
+async def test_expiry_times_survive_a_reopen(tmp_path: Path) -> None:
+    """The expiry table is part of the store: a key whose TTL ran out while the store was
+    closed is deleted once it is open again (its DELETE event to a watch); a key made
+    permanent before the close stays."""
+    store = open_store("sqlite", data_dir=tmp_path)
+    gone = await store.create("/e/gone", b"1", ttl=1)
+    kept = await store.create("/e/kept", b"2", ttl=1)
+    await store.update("/e/kept", b"3", kept.mod_revision)
+    await store.close()
+    await asyncio.sleep(1.1)
+    store = open_store("sqlite", data_dir=tmp_path)
+    try:
+        watcher = await store.watch("/e/", await store.current_revision())
+        items = aiter(watcher)
+        async with asyncio.timeout(10):
+            event = await anext(items)
+            while not isinstance(event, Event):
+                event = await anext(items)
+        await watcher.close()
+        assert (event.type, event.kv.key, event.kv.value) == ("DELETE", "/e/gone", b"1")
+        assert event.kv.create_revision == gone.create_revision
+        assert [kv.key for kv in (await store.list("/e/")).kvs] == ["/e/kept"]
+    finally:
+        await store.close()

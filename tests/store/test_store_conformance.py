@@ -364,3 +364,31 @@ async def test_closed_watcher_stops_iterating(store: Store) -> None:
     await watcher.close()
     await store.create("/cl/b", b"v")
     assert [item async for item in watcher] == []
+
+
+async def test_a_key_written_with_a_ttl_is_deleted_when_it_expires(store: Store) -> None:
+    """As a key attached to an etcd lease: the expiry is a delete at a revision of its own,
+    with a DELETE event carrying the last value; a write without a TTL makes a key
+    permanent, and keys written without one never expire."""
+    start = await store.current_revision()
+    watcher = await store.watch("/ttl/", start)
+    try:
+        await store.create("/ttl/expiring", b"1", ttl=1)
+        await store.create("/ttl/permanent", b"2")
+        kept = await store.create("/ttl/kept", b"3", ttl=1)
+        await store.update("/ttl/kept", b"4", kept.mod_revision)
+        updated = await store.create("/ttl/updated", b"5")
+        await store.update("/ttl/updated", b"6", updated.mod_revision, ttl=1)
+        events = await next_events(watcher, 8)
+    finally:
+        await watcher.close()
+    assert [e.type for e in events[:6]] == ["PUT"] * 6
+    expired = events[6:]
+    assert sorted((e.type, e.kv.key, e.kv.value) for e in expired) == [
+        ("DELETE", "/ttl/expiring", b"1"), ("DELETE", "/ttl/updated", b"6")]
+    assert expired[0].kv.mod_revision < expired[1].kv.mod_revision
+    assert await store.get("/ttl/expiring") is None
+    assert await store.get("/ttl/updated") is None
+    remaining = await store.list("/ttl/")
+    assert [(kv.key, kv.value) for kv in remaining.kvs] == [
+        ("/ttl/kept", b"4"), ("/ttl/permanent", b"2")]

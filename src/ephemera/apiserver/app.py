@@ -53,7 +53,7 @@ from ephemera.apiserver.authz.reviews import Reviews, is_review
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
 from ephemera.apiserver.informers import ObjectCache
 from ephemera.apiserver.namespaces import NamespaceLifecycle
-from ephemera.apiserver.registry import Registry
+from ephemera.apiserver.registry import DEFAULT_EVENT_TTL, Registry
 from ephemera.apiserver.resources import (
     Resource,
     core_resource,
@@ -149,6 +149,8 @@ class ApiserverConfig:
     service_node_port_range: str = DEFAULT_NODE_PORT_RANGE
     # `--watch-cache`: serve the reads that need not be consistent from memory (watchcache).
     watch_cache: bool = True
+    # `--event-ttl`: seconds an Event is kept after its last write (0: for ever).
+    event_ttl: int = DEFAULT_EVENT_TTL
 
 
 REGISTRY = web.AppKey("registry", Registry)
@@ -172,7 +174,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         mount_service_account_token=config.mount_service_account_token))
     cache = WatchCache(store, indexes=WATCH_CACHE_INDEXES) if config.watch_cache else None
     registry = Registry(store, gates=config.feature_gates, admission=admission,
-                        watch_cache=cache)
+                        watch_cache=cache, event_ttl=config.event_ttl)
     allocations = ServiceAllocations(store, config.service_cluster_ip_range,
                                      config.service_node_port_range)
     registry.set_write_hooks(core_resource("services"), allocations)

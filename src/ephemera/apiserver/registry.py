@@ -82,6 +82,8 @@ GENERATE_NAME_ATTEMPTS = 8
 LIST_PAGE = 500
 # Seconds between looks at the store's revision while a read waits for a newer one.
 FRESHNESS_POLL = 0.05
+# upstream's `--event-ttl` default (1h): an Event is deleted this long after its last write.
+DEFAULT_EVENT_TTL = 3600
 
 # --- encoding ------------------------------------------------------------------------------
 
@@ -232,9 +234,11 @@ class Registry:
     default) with the strategies of `gates` (ephemera's defaults by default)."""
 
     def __init__(self, store: Store, *, gates: FeatureGates | None = None,
-                 admission: Admission | None = None, watch_cache: WatchCache | None = None
-                 ) -> None:
+                 admission: Admission | None = None, watch_cache: WatchCache | None = None,
+                 event_ttl: int = DEFAULT_EVENT_TTL) -> None:
         self.store = store
+        # `--event-ttl`: how long an Event is kept after its last write (seconds; 0: ever).
+        self.event_ttl = event_ttl
         # Serves the lists and watches that need not be consistent (`watchcache`); None:
         # every read from the store (upstream's `--watch-cache=false`).
         self.watch_cache = watch_cache
@@ -251,6 +255,12 @@ class Registry:
         self.block_timeout = BLOCK_TIMEOUT
         # The open watches of each custom resource, ended when it is no longer served.
         self._custom_watches: dict[Resource, weakref.WeakSet[Watcher]] = {}
+
+    def _ttl(self, resource: Resource) -> int:
+        """The TTL of `resource`'s objects in the store: Events expire (upstream's event
+        storage writes each with `--event-ttl`, on create and on every update)."""
+        core_event = resource.group == "" and resource.plural == "events" and not resource.custom
+        return self.event_ttl if core_event else 0
 
     def write_revision(self, resource: Resource) -> int:
         """The store revision of this registry's last write of `resource` (0: none yet)."""
@@ -606,7 +616,7 @@ class Registry:
                 raise self._exists(resource, name, generated)
             return obj
         try:
-            kv = await self.store.create(key, data)
+            kv = await self.store.create(key, data, ttl=self._ttl(resource))
         except KeyExists:
             if generated and retry:
                 return None
@@ -680,7 +690,8 @@ class Registry:
                 meta.ensure_metadata(new)["resourceVersion"] = str(kv.mod_revision)
                 return new, False
             try:
-                stored = await self.store.update(key, data, kv.mod_revision)
+                stored = await self.store.update(key, data, kv.mod_revision,
+                                                 ttl=self._ttl(resource))
             except BaseException as err:
                 if finish is not None:
                     await finish(False)
@@ -770,7 +781,8 @@ class Registry:
                 if options.dry_run or _same_object(obj, original):
                     return DeleteResult(obj, False)
                 try:
-                    stored = await self.store.update(key, codec.encode(obj), kv.mod_revision)
+                    stored = await self.store.update(key, codec.encode(obj), kv.mod_revision,
+                                                     ttl=self._ttl(resource))
                 except (RevisionMismatch, KeyNotFound):
                     continue
                 self._wrote(resource, stored.mod_revision)

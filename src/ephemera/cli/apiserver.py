@@ -38,6 +38,7 @@ from ephemera.apiserver.authn import Authenticator, StoreObjectReader, TokenFile
 from ephemera.apiserver.authz.modes import DEFAULT_WITH_AUTHENTICATION, MODES
 from ephemera.apiserver.bootstraptoken import BootstrapTokenAuthenticator
 from ephemera.apiserver.certs import ensure_pki, write_admin_kubeconfig
+from ephemera.apiserver.registry import DEFAULT_EVENT_TTL
 from ephemera.apiserver.server import client_ssl_context, serve, server_ssl_context
 from ephemera.apiserver.serviceaccounttoken import (
     DEFAULT_ISSUER,
@@ -115,6 +116,10 @@ def add_parser(subparsers: Any) -> None:
                         help="serve lists with resourceVersion=0 or not older than N, and "
                              "watches, from an in-memory cache per resource fed by one store "
                              "watch (default true); false: every read from the store")
+    parser.add_argument("--event-ttl", type=_event_ttl, default=DEFAULT_EVENT_TTL,
+                        metavar="DURATION",
+                        help="how long an Event is kept after its last write, a Go duration "
+                             "(default 1h0m0s, upstream's; 0: for ever)")
     parser.add_argument("--audit-log-path", type=Path, default=None, metavar="FILE",
                         help="write audit.k8s.io/v1 events there, one JSON line each "
                              "(default: no audit log)")
@@ -161,6 +166,15 @@ def _ip_address(text: str) -> str:
     if address.is_unspecified:
         raise argparse.ArgumentTypeError(f"{text!r}: an address others can reach")
     return str(address)
+
+
+def _event_ttl(text: str) -> int:
+    """`--event-ttl`: a Go duration, kept in whole seconds as upstream's event storage does
+    (`uint64(ttl.Seconds())`)."""
+    seconds = flags.duration_arg(text)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration of 0 or more")
+    return int(seconds)
 
 
 def _authorization_modes(text: str) -> list[str]:
@@ -283,7 +297,7 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                 anonymous_auth: bool = True,
                 service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR,
                 service_node_port_range: str = DEFAULT_NODE_PORT_RANGE,
-                watch_cache: bool = True) -> Any:
+                watch_cache: bool = True, event_ttl: int = DEFAULT_EVENT_TTL) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
 
     return create_app(store, ApiserverConfig(audit=audit, authenticator=authenticator,
@@ -297,7 +311,7 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                                                  mount_service_account_token),
                                              service_cluster_ip_range=service_cluster_ip_range,
                                              service_node_port_range=service_node_port_range,
-                                             watch_cache=watch_cache))
+                                             watch_cache=watch_cache, event_ttl=event_ttl))
 
 
 def _token_authentication(args: argparse.Namespace, data_dir: Path, store: Any,
@@ -346,7 +360,7 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
                           issuer, audiences, args.mount_service_account_token, audit,
                           args.authorization_mode, args.anonymous_auth,
                           args.service_cluster_ip_range, args.service_node_port_range,
-                          watch_cache=args.watch_cache)
+                          watch_cache=args.watch_cache, event_ttl=args.event_ttl)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

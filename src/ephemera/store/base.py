@@ -12,6 +12,12 @@ without bound; the client re-lists.
 
 Compaction: after `compact(rev)`, a list at a revision < rev, or a watch from
 after_revision < rev - 1 (history no longer complete) raises `Compacted`.
+
+Expiry: a create or update with `ttl` (seconds) makes the key expire, as a key attached to
+an etcd lease: some time after `ttl` seconds (a second or so later; never before) the key is
+deleted, at a revision of its own, with a DELETE event as any delete. A write without `ttl`
+makes the key permanent again (etcd: a put without a lease detaches the key from its lease).
+The apiserver gives Events their TTL this way (`--event-ttl`).
 """
 
 from __future__ import annotations
@@ -130,8 +136,9 @@ class Store(abc.ABC):
     """Keys are strings (`/registry/pods/default/p1`), values opaque bytes."""
 
     @abc.abstractmethod
-    async def create(self, key: str, value: bytes) -> KeyValue:
-        """Create `key`; raises KeyExists. Returns the stored KeyValue."""
+    async def create(self, key: str, value: bytes, *, ttl: int = 0) -> KeyValue:
+        """Create `key` (expiring after `ttl` seconds, if not 0); raises KeyExists. Returns
+        the stored KeyValue."""
 
     @abc.abstractmethod
     async def get(self, key: str) -> KeyValue | None: ...
@@ -146,8 +153,10 @@ class Store(abc.ABC):
         newer than the current revision."""
 
     @abc.abstractmethod
-    async def update(self, key: str, value: bytes, expected_mod_revision: int) -> KeyValue:
-        """Replace the value if the key's mod_revision is `expected_mod_revision`; raises
+    async def update(self, key: str, value: bytes, expected_mod_revision: int, *,
+                     ttl: int = 0) -> KeyValue:
+        """Replace the value if the key's mod_revision is `expected_mod_revision` (expiring
+        after `ttl` seconds from now, if not 0; permanent otherwise); raises
         RevisionMismatch (with the current value) or KeyNotFound."""
 
     @abc.abstractmethod

@@ -26,6 +26,9 @@ Semantics:
 - watch = one Watch stream per watcher with start_revision = after_revision + 1, prev_kv (for
   DELETE values and `prev`) and progress_notify. Events go to a bounded buffer
   (`BufferedWatcher`); a watcher that overflows it is dropped and its stream cancelled.
+- ttl: a create or update with `ttl` puts the key with a lease (`LeaseManager`: one granted
+  per minute or so, shared by the keys written meanwhile, as upstream's apiserver does); etcd
+  deletes the key when its lease expires. A put without `ttl` detaches the key from its lease.
 - Errors: etcd answers OUT_OF_RANGE "mvcc: required revision has been compacted" (a list or a
   compaction at a compacted revision) and "... is a future revision"; these become `Compacted`
   and `FutureRevision`. A watch from a compacted revision is answered with a created response
@@ -64,6 +67,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import time
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import grpc
@@ -145,6 +150,44 @@ class _WatchState:
         self.task: asyncio.Task[None] | None = None
 
 
+# upstream's lease manager (storage/etcd3/lease_manager.go): a lease is reused by the writes
+# of the next `min(60 s, 5% of the TTL)`, at most 1,000 keys each, so that expiring objects
+# (Events) do not cost a LeaseGrant each.
+LEASE_REUSE_SECONDS = 60
+LEASE_REUSE_PERCENT = 0.05
+LEASE_MAX_KEYS = 1000
+
+
+class LeaseManager:
+    """Leases for keys written with a TTL, one granted per reuse window (upstream's
+    `leaseManager.GetLease`): a key expires between `ttl` and `ttl` + the window after its
+    write, never before."""
+
+    def __init__(self, grant: Callable[[int], Awaitable[int]], *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._grant = grant  # TTL seconds -> a new lease's ID
+        self._clock = clock
+        self._lease = 0
+        self._expires = 0.0  # when the last granted lease expires (clock)
+        self._keys = 0  # keys attached to it so far
+        self._lock = asyncio.Lock()
+
+    async def lease_for(self, ttl: int) -> int:
+        async with self._lock:
+            now = self._clock()
+            reuse = min(LEASE_REUSE_SECONDS, int(LEASE_REUSE_PERCENT * ttl))
+            # It outlives this key's TTL, and by no more than the window.
+            valid = now + ttl < self._expires
+            sufficient = now + ttl + reuse >= self._expires
+            self._keys += 1
+            if self._lease and valid and sufficient and self._keys <= LEASE_MAX_KEYS:
+                return self._lease
+            self._lease = await self._grant(ttl + reuse)
+            self._expires = now + ttl + reuse
+            self._keys = 1
+            return self._lease
+
+
 class EtcdStore(Store):
     """The etcd backend: `EtcdStore(["http://127.0.0.1:2379"], prefix="/t-1")`."""
 
@@ -171,6 +214,7 @@ class EtcdStore(Store):
         self._kv: rpc.KVStub | None = None
         self._watch_stub: rpc.WatchStub | None = None
         self._watchers: set[BufferedWatcher] = set()
+        self._leases = LeaseManager(self._grant_lease)
         self._closed = False
 
     # -- plumbing ------------------------------------------------------------------------
@@ -204,6 +248,22 @@ class EtcdStore(Store):
     def _error(self, error: grpc.aio.AioRpcError) -> StoreError:
         return StoreError(f"etcd {error.code().name}: {error.details()}")
 
+    async def _grant_lease(self, ttl: int) -> int:
+        self._connect()
+        assert self._channel is not None
+        try:
+            response = await rpc.LeaseStub(self._channel).LeaseGrant(
+                rpc.LeaseGrantRequest(TTL=ttl), timeout=self._timeout)
+        except grpc.aio.AioRpcError as error:
+            raise self._error(error) from error
+        return int(response.ID)
+
+    async def _put(self, full: bytes, value: bytes, ttl: int, *,
+                   prev_kv: bool = False) -> rpc.PutRequest:
+        """The PutRequest of a write: attached to a lease when it expires."""
+        lease = await self._leases.lease_for(ttl) if ttl > 0 else 0
+        return rpc.PutRequest(key=full, value=value, lease=lease, prev_kv=prev_kv)
+
     async def _txn(self, request: rpc.TxnRequest) -> rpc.TxnResponse:
         try:
             return await self._connect().Txn(request, timeout=self._timeout)
@@ -212,8 +272,9 @@ class EtcdStore(Store):
 
     # -- writes --------------------------------------------------------------------------
 
-    async def create(self, key: str, value: bytes) -> KeyValue:
+    async def create(self, key: str, value: bytes, *, ttl: int = 0) -> KeyValue:
         full = self._key(key)
+        put = await self._put(full, value, ttl)
         response = await self._txn(
             rpc.TxnRequest(
                 compare=[
@@ -224,7 +285,7 @@ class EtcdStore(Store):
                         create_revision=0,
                     )
                 ],
-                success=[rpc.RequestOp(request_put=rpc.PutRequest(key=full, value=value))],
+                success=[rpc.RequestOp(request_put=put)],
             )
         )
         if not response.succeeded:
@@ -255,14 +316,14 @@ class EtcdStore(Store):
             return KeyNotFound(key)
         return RevisionMismatch(key, self._kv_from(kvs[0]))
 
-    async def update(self, key: str, value: bytes, expected_mod_revision: int) -> KeyValue:
+    async def update(self, key: str, value: bytes, expected_mod_revision: int, *,
+                     ttl: int = 0) -> KeyValue:
         full = self._key(key)
+        put = await self._put(full, value, ttl, prev_kv=True)
         response = await self._txn(
             rpc.TxnRequest(
                 compare=self._guard(full, expected_mod_revision),
-                success=[
-                    rpc.RequestOp(request_put=rpc.PutRequest(key=full, value=value, prev_kv=True))
-                ],
+                success=[rpc.RequestOp(request_put=put)],
                 failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=full))],
             )
         )

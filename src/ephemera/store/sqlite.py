@@ -7,6 +7,7 @@ Tables:
 - `current`: the live keys, keyed by key; a read of the current value is a primary-key lookup,
   never an aggregate over history.
 - `meta`: the current revision and the compacted revision.
+- `expiry`: the keys written with a TTL, and when each expires (wall-clock seconds).
 
 Durability: WAL journal with `PRAGMA synchronous=FULL`. An acknowledged write must survive
 `kill -9` of the process. `synchronous=NORMAL` would already give that (a WAL commit reaches the
@@ -21,6 +22,13 @@ Threads: all SQLite calls run off the event loop. Writes go to one dedicated wri
 (which owns the only writing connection, so revisions are assigned without lock contention);
 reads run on a small pool of reader threads, each with its own connection (WAL lets them read
 a consistent snapshot while the writer commits).
+
+Expiry: the writer thread keeps the expiring keys in memory too (a dict and a heap, read from
+`expiry` at start), and when the soonest is due, or at least every second while any is
+pending, it deletes the due keys in one transaction of its own, each a delete at its own
+revision with its DELETE event, as etcd's lessor revokes an expired lease's keys. Expiry times
+are wall-clock, so a key whose TTL ran out while the store was closed goes right after it
+opens again.
 
 Watch: committed events are published on the event loop, in revision order, to a `WatchHub`
 (bounded buffer per watcher, dropped on overflow). A watch from an old revision registers with
@@ -39,11 +47,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import heapq
 import logging
 import os
 import queue
 import sqlite3
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +81,7 @@ LOCK_FILE = "store.lock"
 SYNCHRONOUS = "FULL"
 MAX_BATCH = 256  # writes per group commit
 REPLAY_PAGE = 512  # history rows read per replay step
+EXPIRY_CHECK = 1.0  # seconds the writer waits at most for a write while keys expire
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -92,6 +103,10 @@ CREATE TABLE IF NOT EXISTS current (
     value BLOB NOT NULL,
     create_revision INTEGER NOT NULL,
     mod_revision INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS expiry (
+    key TEXT PRIMARY KEY,
+    expires_at REAL NOT NULL  -- time.time() when the key is deleted
 );
 """
 
@@ -165,8 +180,9 @@ class _Write:
     key: str
     value: bytes
     expected: int
-    future: asyncio.Future[Any]
+    future: asyncio.Future[Any] | None  # None: the store's own (an expiry), nobody waits
     loop: asyncio.AbstractEventLoop
+    ttl: int = 0
 
 
 @dataclass
@@ -184,7 +200,11 @@ class _Batch:
     outcomes: list[_Outcome] = field(default_factory=list)
 
 
-def _settle(future: asyncio.Future[Any], outcome: _Outcome) -> None:
+def _settle(future: asyncio.Future[Any] | None, outcome: _Outcome) -> None:
+    if future is None:  # an expiry
+        if outcome.error is not None:
+            log.warning("expiry: %s", outcome.error)
+        return
     if future.done():  # the caller was cancelled (the write itself happened)
         return
     if outcome.error is not None:
@@ -216,6 +236,12 @@ class SqliteStore(Store):
         self._writer_conn.executescript(SCHEMA)
         revision, compacted = _read_meta(self._writer_conn)
         self._writer_revision = revision  # owned by the writer thread
+        # The expiring keys (owned by the writer thread): key -> when, and a heap of
+        # (when, key) whose entries are stale once the dict says otherwise.
+        self._expiring: dict[str, float] = {}
+        self._expiry_heap: list[tuple[float, str]] = []
+        self._load_expiry(self._writer_conn)
+        self._loop: asyncio.AbstractEventLoop | None = None  # where expiries are published
         self._revision = revision  # the last acknowledged revision (event loop)
         self._compacted = compacted
         self._hub = WatchHub(revision, capacity=watch_capacity, progress_interval=progress_interval)
@@ -240,19 +266,67 @@ class SqliteStore(Store):
         key: str = "",
         value: bytes = b"",
         expected: int = 0,
+        ttl: int = 0,
     ) -> Any:
         if self._closed:
             raise StoreError("store is closed")
         loop = asyncio.get_running_loop()
+        self._loop = loop
         future: asyncio.Future[Any] = loop.create_future()
-        self._writes.put(_Write(kind, key, value, expected, future, loop))
+        self._writes.put(_Write(kind, key, value, expected, future, loop, ttl))
         return await future
+
+    def _load_expiry(self, conn: sqlite3.Connection) -> None:
+        self._expiring = dict(conn.execute("SELECT key, expires_at FROM expiry").fetchall())
+        self._expiry_heap = [(when, key) for key, when in self._expiring.items()]
+        heapq.heapify(self._expiry_heap)
+
+    def _set_expiry(self, conn: sqlite3.Connection, key: str, ttl: int) -> None:
+        """Within a write's transaction: `key` expires `ttl` seconds from now (0: never)."""
+        if ttl > 0:
+            when = time.time() + ttl
+            conn.execute("INSERT OR REPLACE INTO expiry VALUES (?, ?)", (key, when))
+            self._expiring[key] = when
+            heapq.heappush(self._expiry_heap, (when, key))
+        elif self._expiring.pop(key, None) is not None:
+            conn.execute("DELETE FROM expiry WHERE key = ?", (key,))
+
+    def _expiry_wait(self) -> float | None:
+        """How long the writer may wait for a write before keys are due (None: forever)."""
+        if not self._expiring:
+            return None
+        return min(max(self._expiry_heap[0][0] - time.time(), 0.0), EXPIRY_CHECK)
+
+    def _expire(self, conn: sqlite3.Connection) -> None:
+        """Delete the keys whose time has come, MAX_BATCH per transaction."""
+        loop = self._loop
+        if loop is None:  # nothing to publish on yet: after the first write
+            return
+        now = time.time()
+        heap = self._expiry_heap
+        while heap and heap[0][0] <= now:
+            due: list[_Write] = []
+            while heap and heap[0][0] <= now and len(due) < MAX_BATCH:
+                when, key = heapq.heappop(heap)
+                if self._expiring.get(key) == when:  # not rewritten since
+                    due.append(_Write("delete", key, b"", 0, None, loop))
+            if not due:
+                continue
+            batch = _Batch(due)
+            self._apply(conn, batch)
+            log.info("expired %d keys", len(due))
+            with contextlib.suppress(RuntimeError):  # the loop is gone
+                loop.call_soon_threadsafe(self._acknowledge, batch)
 
     def _write_loop(self) -> None:
         conn = self._writer_conn
         stopping = False
         while not stopping:
-            first = self._writes.get()
+            try:
+                first = self._writes.get(timeout=self._expiry_wait())
+            except queue.Empty:
+                self._expire(conn)
+                continue
             if first is None:
                 break
             writes = [first]
@@ -269,6 +343,8 @@ class SqliteStore(Store):
             self._apply(conn, batch)
             with contextlib.suppress(RuntimeError):  # the loop is gone
                 writes[0].loop.call_soon_threadsafe(self._acknowledge, batch)
+            if self._expiring and self._expiry_heap[0][0] <= time.time():
+                self._expire(conn)
 
     def _apply(self, conn: sqlite3.Connection, batch: _Batch) -> None:
         revision = self._writer_revision
@@ -295,12 +371,12 @@ class SqliteStore(Store):
             batch.outcomes = [_Outcome(error=failure) for _ in batch.writes]
             with contextlib.suppress(sqlite3.Error):
                 self._writer_revision = _read_meta(conn)[0]
+                self._load_expiry(conn)  # what the rolled-back writes changed in memory
             return
         self._writer_revision = revision
 
-    @staticmethod
     def _apply_one(
-        conn: sqlite3.Connection, write: _Write, revision: int, outcome: _Outcome
+        self, conn: sqlite3.Connection, write: _Write, revision: int, outcome: _Outcome
     ) -> int:
         key = write.key
         if write.kind == "compact":
@@ -339,6 +415,7 @@ class SqliteStore(Store):
             conn.execute(
                 "INSERT INTO current VALUES (?, ?, ?, ?)", (key, write.value, revision, revision)
             )
+            self._set_expiry(conn, key, write.ttl)
             kv = KeyValue(key, write.value, revision, revision)
             outcome.result = kv
             outcome.event = Event("PUT", kv, None)
@@ -358,6 +435,7 @@ class SqliteStore(Store):
                 "UPDATE current SET value = ?, mod_revision = ? WHERE key = ?",
                 (write.value, revision, key),
             )
+            self._set_expiry(conn, key, write.ttl)
             kv = KeyValue(key, write.value, current.create_revision, revision)
             outcome.event = Event("PUT", kv, current)
         else:
@@ -366,6 +444,7 @@ class SqliteStore(Store):
                 (revision, key, current.value, current.create_revision, current.mod_revision),
             )
             conn.execute("DELETE FROM current WHERE key = ?", (key,))
+            self._set_expiry(conn, key, 0)
             kv = KeyValue(key, current.value, current.create_revision, revision)
             outcome.event = Event("DELETE", kv, current)
         outcome.result = kv
@@ -390,12 +469,13 @@ class SqliteStore(Store):
                 with contextlib.suppress(RuntimeError):
                     write.loop.call_soon_threadsafe(_settle, write.future, outcome)
 
-    async def create(self, key: str, value: bytes) -> KeyValue:
-        kv: KeyValue = await self._write("create", key, value)
+    async def create(self, key: str, value: bytes, *, ttl: int = 0) -> KeyValue:
+        kv: KeyValue = await self._write("create", key, value, ttl=ttl)
         return kv
 
-    async def update(self, key: str, value: bytes, expected_mod_revision: int) -> KeyValue:
-        kv: KeyValue = await self._write("update", key, value, expected_mod_revision)
+    async def update(self, key: str, value: bytes, expected_mod_revision: int, *,
+                     ttl: int = 0) -> KeyValue:
+        kv: KeyValue = await self._write("update", key, value, expected_mod_revision, ttl)
         return kv
 
     async def delete(self, key: str, expected_mod_revision: int = 0) -> KeyValue:
@@ -496,6 +576,7 @@ class SqliteStore(Store):
     async def watch(self, prefix: str, after_revision: int) -> Watcher:
         if self._closed:
             raise StoreError("store is closed")
+        self._loop = asyncio.get_running_loop()
         if after_revision + 1 < self._compacted:
             raise Compacted(after_revision + 1, self._compacted)
         until = self._hub.revision
