@@ -97,6 +97,23 @@ async def test_patch_field_validation(api: Api) -> None:
     assert body["message"].endswith('strict decoding error: unknown field "bogus"')
 
 
+async def test_strategic_patch_strict_error_prints_the_patch_as_go_does(api: Api) -> None:
+    """Upstream's value is `%+v` of the patch map (not the patched object): ints as int64,
+    other numbers as float64 (`1e+06`), keys sorted; a wrong type says the same."""
+    await api.post(CMS, configmap("c1", {"a": "1"}))
+    status, body = await api.patch(f"{CMS}/c1?fieldValidation=Strict",
+                                   {"data": {"b": "2"}, "bogus": 1e6, "n": 1000000},
+                                   STRATEGIC)
+    assert status == 422
+    assert body["details"]["causes"][0]["message"] == (
+        'Invalid value: "map[bogus:1e+06 data:map[b:2] n:1000000]": strict decoding error: '
+        'unknown field "bogus", unknown field "n"')
+    status, body = await api.patch(f"{CMS}/c1", {"data": {"b": 2.5}}, STRATEGIC)
+    assert status == 422
+    assert body["details"]["causes"][0]["message"].startswith(
+        'Invalid value: "map[data:map[b:2.5]]": ')
+
+
 async def testserver_side_apply_creates_then_merges(api: Api) -> None:
     applied = configmap("c1", {"a": "1"})
     status, body = await api.patch(f"{CMS}/c1?fieldManager=kubectl&force=false", applied,
