@@ -149,6 +149,25 @@ async def testserver_side_apply_of_a_pod(api: Api) -> None:
     assert body["metadata"]["managedFields"][0]["manager"] == "kubectl"
 
 
+async def test_apply_of_a_null_object_merges_nothing_into_the_live_one(api: Api) -> None:
+    """A null struct in an apply configuration (structured-merge-diff: a null map merged into
+    a non-empty live map keeps the live entries; the manager owns the field itself): a
+    status apply with `status: null` leaves the pod's status as `{}` does."""
+    await api.create_pod("p1")
+    await api.patch(f"{PODS}/p1/status?fieldManager=kubelet",
+                    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
+                     "status": {"message": "hi", "conditions": [
+                         {"type": "Ready", "status": "False"}]}}, APPLY)
+    _, before = await api.get(f"{PODS}/p1")
+    for applied in ({}, None):
+        status, body = await api.patch(
+            f"{PODS}/p1/status?fieldManager=other",
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
+             "status": applied}, APPLY)
+        assert status == 200, body
+        assert body["status"] == before["status"], applied
+
+
 async def test_status_subresource_changes_only_status(api: Api) -> None:
     created = await api.create_pod("p1")
     changed = dict(created)
