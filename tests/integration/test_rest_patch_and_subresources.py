@@ -97,6 +97,23 @@ async def test_patch_field_validation(api: Api) -> None:
     assert body["message"].endswith('strict decoding error: unknown field "bogus"')
 
 
+async def test_strategic_patch_strict_error_prints_the_patch_as_go_does(api: Api) -> None:
+    """Upstream's value is `%+v` of the patch map (not the patched object): ints as int64,
+    other numbers as float64 (`1e+06`), keys sorted; a wrong type says the same."""
+    await api.post(CMS, configmap("c1", {"a": "1"}))
+    status, body = await api.patch(f"{CMS}/c1?fieldValidation=Strict",
+                                   {"data": {"b": "2"}, "bogus": 1e6, "n": 1000000},
+                                   STRATEGIC)
+    assert status == 422
+    assert body["details"]["causes"][0]["message"] == (
+        'Invalid value: "map[bogus:1e+06 data:map[b:2] n:1000000]": strict decoding error: '
+        'unknown field "bogus", unknown field "n"')
+    status, body = await api.patch(f"{CMS}/c1", {"data": {"b": 2.5}}, STRATEGIC)
+    assert status == 422
+    assert body["details"]["causes"][0]["message"].startswith(
+        'Invalid value: "map[data:map[b:2.5]]": ')
+
+
 async def testserver_side_apply_creates_then_merges(api: Api) -> None:
     applied = configmap("c1", {"a": "1"})
     status, body = await api.patch(f"{CMS}/c1?fieldManager=kubectl&force=false", applied,
@@ -130,6 +147,25 @@ async def testserver_side_apply_of_a_pod(api: Api) -> None:
     assert body["status"]["phase"] == "Pending"
     assert body["spec"]["restartPolicy"] == "Always"
     assert body["metadata"]["managedFields"][0]["manager"] == "kubectl"
+
+
+async def test_apply_of_a_null_object_merges_nothing_into_the_live_one(api: Api) -> None:
+    """A null struct in an apply configuration (structured-merge-diff: a null map merged into
+    a non-empty live map keeps the live entries; the manager owns the field itself): a
+    status apply with `status: null` leaves the pod's status as `{}` does."""
+    await api.create_pod("p1")
+    await api.patch(f"{PODS}/p1/status?fieldManager=kubelet",
+                    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
+                     "status": {"message": "hi", "conditions": [
+                         {"type": "Ready", "status": "False"}]}}, APPLY)
+    _, before = await api.get(f"{PODS}/p1")
+    for applied in ({}, None):
+        status, body = await api.patch(
+            f"{PODS}/p1/status?fieldManager=other",
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
+             "status": applied}, APPLY)
+        assert status == 200, body
+        assert body["status"] == before["status"], applied
 
 
 async def test_status_subresource_changes_only_status(api: Api) -> None:

@@ -103,6 +103,40 @@ async def test_deployment_validation_messages(api: Api) -> None:
         "Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")
 
 
+async def test_a_missing_or_null_template_is_the_zero_template(api: Api) -> None:
+    """An apps kind's `spec.template` is a struct value upstream: missing or null, it decodes
+    to the empty template, which is defaulted (restartPolicy Always) and then reported for
+    what it lacks; a ReplicationController's is a pointer, `Required value`. A StatefulSet
+    does not validate its template's pod spec (upstream's TODO), and a DaemonSet without a
+    selector matches no labels."""
+    no_labels = ("spec.template.metadata.labels: Invalid value: map[string]string(nil): "
+                 "`selector` does not match template `labels`")
+    containers = "spec.template.spec.containers: Required value"
+    for plural, kind, want in (
+            ("deployments", "Deployment", f"[{no_labels}, {containers}]"),
+            ("replicasets", "ReplicaSet", f"[{no_labels}, {containers}]"),
+            ("statefulsets", "StatefulSet", no_labels),
+            ("daemonsets", "DaemonSet", f"[{no_labels}, {containers}]")):
+        for template in ({"template": None}, {}):
+            body = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "w"},
+                    "spec": {"selector": {"matchLabels": {"app": "w"}}, **template}}
+            status, err = await api.post(f"/apis/apps/v1/namespaces/default/{plural}", body)
+            assert status == 422, err
+            assert err["message"] == f'{kind}.apps "w" is invalid: {want}', (plural, template)
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "w"},
+          "spec": {"template": {"metadata": {"labels": {"app": "w"}}, "spec": {
+              "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}
+    status, err = await api.post("/apis/apps/v1/namespaces/default/daemonsets", ds)
+    assert err["message"] == ('DaemonSet.apps "w" is invalid: spec.template.metadata.labels: '
+                              'Invalid value: map[string]string{"app":"w"}: `selector` does '
+                              "not match template `labels`")
+    rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "w"},
+          "spec": {"selector": {"app": "w"}, "template": None}}
+    status, err = await api.post(RCS, rc)
+    assert err["message"] == ('ReplicationController "w" is invalid: spec.template: '
+                              "Required value")
+
+
 async def test_template_gets_the_pod_rules_of_both_keps(api: Api) -> None:
     """The template is validated as a pod: pod-level ephemeral-storage (KEP-6386) and
     dynamicVolumePolicy (KEP-6395) with the pod's messages, under `spec.template.spec`."""

@@ -257,8 +257,6 @@ def test_patch_strict_error_is_an_invalid_on_the_patch_field() -> None:
     assert err.message == (' "" is invalid: patch: Invalid value: "{\\"spec\\":{\\"foo\\":1}}": '
                            'strict decoding error: unknown field "spec.foo"')
     assert err.status()["details"]["causes"][0]["field"] == "patch"
-    assert fv.go_map_text({"spec": {"foo": 1, "a": [True, None, "x"]}}) == (
-        "map[spec:map[a:[true <nil> x] foo:1]]")
 
 
 def test_apply_unknown_fields_use_structured_merge_diff_paths() -> None:

@@ -12,6 +12,7 @@ from ephemera.api.goformat import (
     GoText,
     go_error_text,
     go_float,
+    go_json,
     go_quote,
     go_scalar,
     go_slice,
@@ -64,6 +65,29 @@ def test_go_scalar_prints_scalars_only(value: Any, text: str | None) -> None:
     """Bools before ints (a Python bool is an int); nil and collections are left to the
     caller (None)."""
     assert go_scalar(value) == text
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    # float64s print as strconv.FormatFloat(f, 'g', -1, 64): shortest digits, an exponent
+    # below 1e-4 and from 1e+06 on (%v's 'g' uses precision 6 for that choice)
+    (1e6, "1e+06"), (1.5, "1.5"), (100000.0, "100000"), (1e21, "1e+21"), (-0.0, "-0"),
+    (1.0, "1"), (123456.0, "123456"), (1234567.0, "1.234567e+06"), (0.0001, "0.0001"),
+    (0.00001, "1e-05"), (-2.5e-7, "-2.5e-07"), (1e100, "1e+100"), (0.1, "0.1"),
+    (1 / 3, "0.3333333333333333"), (5e-324, "5e-324"), (1.7976931348623157e308,
+                                                        "1.7976931348623157e+308"),
+    # int64s (sigs.k8s.io/json's PreserveInts) print their digits; past int64, a float64
+    (1000000, "1000000"), (-7, "-7"), (0, "0"), (2**63 - 1, "9223372036854775807"),
+    (-2**63, "-9223372036854775808"), (2**63, "9.223372036854776e+18"),
+    (10**21, "1e+21"),
+    (True, "true"), (False, "false"), ("a b", "a b"), ("", ""), (None, "<nil>"),
+    ([], "[]"), ({}, "map[]"), ([1, "x", None, 2.5e6], "[1 x <nil> 2.5e+06]"),
+    ({"spec": {"foo": 1, "a": [True, None, "x"]}}, "map[spec:map[a:[true <nil> x] foo:1]]"),
+    ({"b": 1e6, "a": {"$patch": "merge"}}, "map[a:map[$patch:merge] b:1e+06]"),
+])
+def test_go_json_is_percent_v_of_decoded_json(value: Any, text: str) -> None:
+    """Go's `%v` of an `interface{}` holding decoded JSON, as upstream's strategic merge
+    patch messages print it: maps with sorted keys, bare strings, `<nil>`."""
+    assert go_json(value) == text
 
 
 @pytest.mark.parametrize(("value", "text"), [

@@ -234,6 +234,26 @@ def test_apply_merges_into_the_live_object() -> None:
         ".": {}, "f:image": {}, "f:name": {}}, "same value: shared ownership, no conflict"
 
 
+def test_an_applied_null_drops_a_scalar_and_keeps_a_live_map_or_list() -> None:
+    """structured-merge-diff: a null map or list merged into a non-empty live one keeps the
+    live entries (and the applier owns the field itself); a null scalar (or a null where
+    the live value is empty) leaves null, which decodes as unset."""
+    live = created(labels={"app": "web"})
+    live["spec"]["restartPolicy"] = "Always"
+    applied = config({"containers": None, "restartPolicy": None, "volumes": None},
+                     labels=None)
+    applied["status"] = None
+    obj = server_side_apply(live, applied, "ssa", True, POD, "v1", now="t2")
+    assert obj["metadata"]["labels"] == {"app": "web"}
+    assert obj["spec"]["containers"] == live["spec"]["containers"]
+    assert obj["status"] == {"phase": "Pending"}
+    assert "restartPolicy" not in obj["spec"]
+    assert "volumes" not in obj["spec"]
+    ssa = entries(obj)[("ssa", "Apply")]["fieldsV1"]
+    assert ssa["f:spec"] == {"f:containers": {}, "f:restartPolicy": {}, "f:volumes": {}}
+    assert ssa["f:metadata"]["f:labels"] == {}
+
+
 def test_conflict_after_create_is_409_with_upstream_message() -> None:
     live = created()
     with pytest.raises(ApplyConflict) as info:

@@ -273,6 +273,8 @@ def test_volume_statuses_merge_by_name_as_the_schema_declares() -> None:
 @pytest.mark.parametrize(("patch", "code", "message"), [
     ({"spec": {"containers": [{"image": "b"}]}}, 400,
      "map: map[image:b] does not contain declared merge key: name"),
+    ({"spec": {"containers": [{"image": "b", "x": 1e6, "y": 1000000, "z": 2.5}]}}, 400,
+     "map: map[image:b x:1e+06 y:1000000 z:2.5] does not contain declared merge key: name"),
     ({"spec": {"containers": [{"name": "c", "$patch": "bogus"}]}}, 400,
      "unknown patch type: bogus in map: map[$patch:bogus name:c]"),
     ({"spec": {"containers": [{"name": "c", "$patch": "merge"}]}}, 400,

@@ -490,30 +490,14 @@ def patch_strict_error(paths: list[str], patched: str,
                        duplicates: Sequence[str] = ()) -> StatusError:
     """422 for fieldValidation=Strict on a JSON, merge or strategic merge patch, as upstream
     builds it: an Invalid error with an empty kind and name on the field `patch`, whose value
-    is the patched object (the JSON text for JSON and merge patches; Go's `%+v` of the map
-    for strategic merge patches, see `go_map_text`)."""
+    `patched` is the patched object's JSON text for JSON and merge patches and Go's `%+v` of
+    the patch itself for strategic merge patches (`goformat.go_json`)."""
     detail = strict_decoding_message(paths, duplicates)
     value = go_quote(patched)
     message = f"Invalid value: {value}: {detail}"
     return StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
                        {"causes": [{"reason": "FieldValueInvalid", "message": message,
                                     "field": "patch"}]})
-
-
-def go_map_text(value: Any) -> str:
-    """Go's `fmt.Sprintf("%+v", v)` of a decoded JSON value: `map[a:1 b:[x y]]`, keys
-    sorted."""
-    if isinstance(value, dict):
-        return "map[" + " ".join(f"{k}:{go_map_text(value[k])}" for k in sorted(value)) + "]"
-    if isinstance(value, list):
-        return "[" + " ".join(go_map_text(v) for v in value) + "]"
-    if value is None:
-        return "<nil>"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-        return str(int(value))
-    return str(value)
 
 
 def directive(value: str | None, options_kind: str = "CreateOptions") -> str:

@@ -1,7 +1,8 @@
 """How Go prints values into the messages ephemera copies from upstream: `go_quote` is
 `strconv.Quote` (what `%q` prints for a string), `go_quote_list` is `%q` of a `[]string`,
 `go_float` is `%v` of a float64, `go_scalar` is `%v` of a JSON scalar (bool, string, number),
-`go_value` is how a field error prints its bad value.
+`go_value` is how a field error prints its bad value, `go_json` is `%v` of a decoded JSON
+value (`map[a:1 b:[x <nil>]]`).
 The one implementation every message builder uses."""
 
 from __future__ import annotations
@@ -124,6 +125,30 @@ def go_scalar(value: Any) -> str | None:
     if isinstance(value, float):
         return go_float(value)
     return None
+
+
+_INT64 = range(-2**63, 2**63)
+
+
+def go_json(value: Any) -> str:
+    """Go's `%v` (and `%+v`) of a JSON value decoded into an `interface{}` as upstream's
+    patch handlers decode it (sigs.k8s.io/json's `PreserveInts`): an integer that fits an
+    int64 is an int64 and prints its digits; any other number is a float64 and prints as
+    `go_float` (`1e+06` for `1e6`, `1` for `1.0`, `1e+19` for 10000000000000000000); a map
+    prints as `map[k:v ...]` with its keys sorted, a slice as `[a b]`, a string bare, nil as
+    `<nil>`."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_json(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list | tuple):
+        return "[" + " ".join(go_json(v) for v in value) + "]"
+    if isinstance(value, int) and not isinstance(value, bool) and value not in _INT64:
+        return go_float(float(value))
+    scalar = go_scalar(value)
+    return scalar if scalar is not None else str(value)
 
 
 def go_value(value: Any) -> str:

@@ -523,10 +523,15 @@ def _merge(lhs: Any, rhs: Any, prop: Node | None, at: FieldPath) -> Any:
         rmap = rhs if isinstance(rhs, dict) else {}
         out: dict[str, Any] = {}
         for key in [*lmap, *(k for k in rmap if k not in lmap)]:
-            if key in rmap and rmap[key] is None:
-                continue  # null in the applied configuration: the field goes
-            merged = _merge(lmap.get(key, MISSING), rmap.get(key, MISSING),
-                            _child_prop(t, key), (*at, ("f", key)))
+            left, right, child = lmap.get(key, MISSING), rmap.get(key, MISSING), \
+                _child_prop(t, key)
+            if right is None:
+                if _is_leaf(_pair_type(child, left, None), left, None):
+                    continue  # a null scalar, atomic or empty value applied: the field goes
+                # a null map or list (structured-merge-diff reads it as an empty one) merges
+                # nothing into the live entries, which stay
+                right = MISSING
+            merged = _merge(left, right, child, (*at, ("f", key)))
             if merged is not MISSING:
                 out[key] = merged
         return out if out else MISSING

@@ -32,6 +32,7 @@ from typing import Any
 
 from ephemera.api import schema
 from ephemera.api.errors import StatusError
+from ephemera.api.goformat import go_json
 from ephemera.api.jsoncopy import json_copy
 
 Node = dict[str, Any]
@@ -110,34 +111,7 @@ def items_node(node: Node | None) -> Node | None:
     return items if isinstance(items, dict) else None
 
 
-# --- Go-flavoured formatting for upstream's messages ----------------------------------------
-
-
-def go_format(value: Any) -> str:
-    """Go's `%v` of a decoded JSON value: `map[a:1 b:[x y]]`, `<nil>`, bare strings."""
-    if value is None:
-        return "<nil>"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "map[" + " ".join(f"{k}:{go_format(value[k])}" for k in sorted(value)) + "]"
-    if isinstance(value, list):
-        return "[" + " ".join(go_format(v) for v in value) + "]"
-    if isinstance(value, float):
-        return _go_float(value)
-    return str(value)
-
-
-def _go_float(value: float) -> str:
-    if value == int(value) and abs(value) < 1e21:
-        return str(int(value))
-    text = repr(value)
-    if "e" in text:
-        mantissa, exp = text.split("e")
-        sign = "-" if exp.startswith("-") else "+"
-        digits = exp.lstrip("+-").rjust(2, "0")
-        return f"{mantissa}e{sign}{digits}"
-    return text
+# --- Go's names for upstream's messages (values print with `goformat.go_json`) --------------
 
 
 def _go_type(value: Any) -> str:
@@ -185,7 +159,7 @@ def unprocessable_entity(server_message: str) -> StatusError:
 
 
 def _no_merge_key(item: Any, merge_key: str) -> _PatchError:
-    return _PatchError(f"map: {go_format(item)} does not contain declared merge key: {merge_key}")
+    return _PatchError(f"map: {go_json(item)} does not contain declared merge key: {merge_key}")
 
 
 def _bad_arg_type(expected: str, actual: Any) -> _PatchError:
@@ -193,7 +167,7 @@ def _bad_arg_type(expected: str, actual: Any) -> _PatchError:
 
 
 def _bad_patch_type(directive: Any, patch: Any) -> _PatchError:
-    return _PatchError(f"unknown patch type: {go_format(directive)} in map: {go_format(patch)}")
+    return _PatchError(f"unknown patch type: {go_json(directive)} in map: {go_json(patch)}")
 
 
 # --- public entry point -----------------------------------------------------------------------
@@ -219,10 +193,10 @@ def _patch_meta(prop: Node | None) -> tuple[str, str]:
     raw = extension(prop, "x-kubernetes-patch-strategy") or ""
     strategies = [s for s in str(raw).split(",") if s]
     if len(strategies) > 2:
-        raise _PatchError(f"unexpected patch strategy: {go_format(strategies)}", 500)
+        raise _PatchError(f"unexpected patch strategy: {go_json(strategies)}", 500)
     others = [s for s in strategies if s != "retainKeys"]
     if len(strategies) == 2 and len(others) != 1:
-        raise _PatchError(f"unexpected patch strategy: {go_format(strategies)}", 500)
+        raise _PatchError(f"unexpected patch strategy: {go_json(strategies)}", 500)
     strategy = others[0] if others else ""
     merge_key = extension(prop, "x-kubernetes-patch-merge-key") or ""
     return strategy, str(merge_key)
@@ -421,8 +395,8 @@ def _validate_patch_with_set_order_list(patch_list: list[Any], order: list[Any],
         order_index += 1
     if patch_index < len(non_delete) and order_index >= len(order):
         raise _PatchError(
-            f"the order in patch list:\n{go_format(patch_list)}\n doesn't match "
-            f"{SET_ELEMENT_ORDER_PREFIX} list:\n{go_format(order)}")
+            f"the order in patch list:\n{go_json(patch_list)}\n doesn't match "
+            f"{SET_ELEMENT_ORDER_PREFIX} list:\n{go_json(order)}")
 
 
 def _merge_key_value_equal(left: Any, right: Any, merge_key: str) -> bool:
@@ -460,7 +434,7 @@ def _element_kind(*lists: list[Any], allow_empty: bool = False) -> str | None:
                 seen = current
             elif seen != current:
                 raise _PatchError("list element types are not identical: "
-                                  + go_format(list(lists)))
+                                  + go_json(list(lists)))
     if seen is None and not allow_empty:
         raise _PatchError("no elements in any of the given slices")
     return seen

@@ -22,7 +22,7 @@ from aiohttp import web
 from ephemera.api import errors, field, fieldvalidation, listoptions, managedfields, meta, patch
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import parse_go_bool
-from ephemera.api.goformat import go_quote, go_value
+from ephemera.api.goformat import go_json, go_quote, go_value
 from ephemera.api.jsoncopy import json_copy
 from ephemera.api.selectors import Selection, SelectorError
 from ephemera.apiserver import tables
@@ -409,7 +409,7 @@ class RestHandlers:
                 # apply_patch patches a copy of its own: `current` stays as it was
                 new = patch.apply_patch(content_type, current, body, res.definition)
                 warnings.extend(self._check_patched(new, current, res, content_type,
-                                                    directive))
+                                                    directive, body))
             warnings.extend(await run_validation(strategy, strategy.warnings, new, current,
                                                  sub))
             md = meta.ensure_metadata(new)
@@ -465,25 +465,30 @@ class RestHandlers:
 
     @staticmethod
     def _check_patched(new: dict[str, Any], current: dict[str, Any], res: Resource,
-                       content_type: str, directive: str) -> list[str]:
+                       content_type: str, directive: str, body: bytes) -> list[str]:
         """Field validation of a patched object: wrong types 422, unknown fields 422
         (Strict), dropped with warnings (Warn) or silently (Ignore). What the patch left as
         it was in a built-in object is not walked again (it passed when stored); a custom
-        resource's schema may have changed since, so its object is walked whole."""
+        resource's schema may have changed since, so its object is walked whole.
+        The error's value is, as upstream's, the patched object's JSON for a JSON or merge
+        patch and Go's `%+v` of the patch itself for a strategic merge patch."""
         known = fieldvalidation.UNKNOWN if res.custom else current
+
+        def shown() -> str:
+            if content_type == PATCH_STRATEGIC:
+                return go_json(json.loads(body))
+            return json.dumps(new, separators=(",", ":"), ensure_ascii=False)
+
         err = None if res.custom else fieldvalidation.type_errors(new, res.definition, known)
         if err is not None:
-            text = go_quote(json.dumps(new, separators=(",", ":"), ensure_ascii=False))
-            message = f"Invalid value: {text}: {err}"
+            message = f"Invalid value: {go_quote(shown())}: {err}"
             raise StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
                               {"causes": [{"reason": "FieldValueInvalid", "message": message,
                                            "field": "patch"}]})
         if directive == fieldvalidation.STRICT:
             paths = fieldvalidation.unknown_fields(new, res.definition, known)
             if paths:
-                patched = (fieldvalidation.go_map_text(new) if content_type == PATCH_STRATEGIC
-                           else json.dumps(new, separators=(",", ":")))
-                raise fieldvalidation.patch_strict_error(paths, patched)
+                raise fieldvalidation.patch_strict_error(paths, shown())
             return []
         paths = fieldvalidation.drop_unknown_fields(new, res.definition, known)
         return fieldvalidation.warning_texts(paths) if directive == fieldvalidation.WARN else []

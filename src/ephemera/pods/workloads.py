@@ -132,9 +132,14 @@ def default_workload(plural: str, obj: dict[str, Any], gates: Mapping[str, bool]
     if plural in (DEPLOYMENTS, STATEFULSETS, DAEMONSETS) and \
             spec.get("revisionHistoryLimit") is None:
         spec["revisionHistoryLimit"] = DEFAULT_REVISION_HISTORY_LIMIT
-    template = spec.get("template")
-    if isinstance(template, dict):
-        default_pod_template(template, gates)
+    if plural == REPLICATIONCONTROLLERS:  # a pointer: a missing template stays unset
+        template = spec.get("template")
+        if isinstance(template, dict):
+            default_pod_template(template, gates)
+        return
+    # the apps kinds' template is a struct value: missing or null, it is the zero template,
+    # defaulted like any other (restartPolicy Always, ...), which validation then judges
+    default_pod_template(meta.child_object(spec, "template"), gates)
 
 
 # --- int or percent ---------------------------------------------------------------------------
@@ -214,12 +219,13 @@ def _template_errors(plural: str, spec: Mapping[str, Any], path: Path,
     template = spec.get("template")
     tpath = path.child("template")
     if not isinstance(template, dict):
-        return [field.required(tpath)]
-    labels = _d(_d(template.get("metadata")).get("labels"))
+        if plural == REPLICATIONCONTROLLERS:  # a pointer; the apps kinds' is a struct value
+            return [field.required(tpath)]
+        template = {}
     errs: list[FieldError] = []
     if selector_matches is False:
-        errs.append(field.invalid(tpath.child("metadata", "labels"),
-                                  go_string_map({str(k): str(x) for k, x in labels.items()}),
+        labels = _d(template.get("metadata")).get("labels")
+        errs.append(field.invalid(tpath.child("metadata", "labels"), _go_labels(labels),
                                   "`selector` does not match template `labels`"))
     if plural == STATEFULSETS:
         md = _d(template.get("metadata"))
@@ -239,10 +245,22 @@ def _template_errors(plural: str, spec: Mapping[str, Any], path: Path,
     return errs
 
 
-def _selector_matches(spec: Mapping[str, Any]) -> bool | None:
+def _go_labels(labels: Any) -> GoText:
+    """Go's `%#v` of a template's labels: `map[string]string(nil)` when there are none (a
+    nil map: no `labels`, or `null`), else the map."""
+    if not isinstance(labels, dict):
+        return GoText("map[string]string(nil)")
+    return go_string_map({str(k): str(x) for k, x in labels.items()})
+
+
+def _selector_matches(spec: Mapping[str, Any], plural: str = "") -> bool | None:
     """None when there is nothing to check (no or an unconvertible selector, or an empty
-    one), else whether the template's labels match."""
+    one), else whether the template's labels match. A DaemonSet's missing selector is
+    checked too, as upstream's `LabelSelectorAsSelector(nil)` is a selector that matches
+    nothing."""
     selector = spec.get("selector")
+    if plural == DAEMONSETS and selector is None:
+        return False
     if not isinstance(selector, dict) or ls.is_empty(selector):
         return None
     sel = ls.as_selector(selector)
@@ -400,7 +418,7 @@ def validate_workload_spec(plural: str, obj: Mapping[str, Any], gates: Mapping[s
     if plural == DAEMONSETS:
         errs = _validate_selector(plural, spec, path)
         errs.extend(_template_errors(plural, spec, path, gates, old_template,
-                                     _selector_matches(spec)))
+                                     _selector_matches(spec, plural)))
         errs.extend(_nonnegative(spec, "minReadySeconds", path))
         errs.extend(_validate_daemonset_strategy(spec.get("updateStrategy"),
                                                  path.child("updateStrategy")))
