@@ -353,12 +353,14 @@ async def test_a_live_swap_s_listing_is_read_while_its_checkpoint_is_written(
 async def test_a_listing_read_ahead_is_used_only_while_nothing_has_happened_since(
         tmp_path: Path) -> None:
     """`PodWorker.prefetch_listing` reads the sandbox and containers between syncs; the next
-    sync's listing is that read (no runtime call) unless a runtime, probe or volume event for
-    the pod (`PodWorkers.wake`) came after it began; none is read during a sync."""
+    sync's listing is that read (no runtime call) unless a runtime or probe event for the pod
+    (`PodWorkers.runtime_changed`) came after it began (a volume event does not count); none
+    is read during a sync."""
     async with running_kubelet(tmp_path) as h:
         before = await _live_worker(h)
         uid, main_id = before["metadata"]["uid"], container_status(before)["containerID"]
         await wait_until(lambda: h.kubelet.status.is_settled() and h.kubelet.workers.is_idle())
+        on_changed = h.kubelet.relister.on_changed
         h.kubelet.relister.on_changed = lambda uid: None  # only the test's own events
         worker = h.kubelet.workers.get(uid)
         assert worker is not None
@@ -379,7 +381,7 @@ async def test_a_listing_read_ahead_is_used_only_while_nothing_has_happened_sinc
         worker.prefetch_listing()
         assert worker._prefetched is not None
         await worker._prefetched[1]
-        worker.wakes += 1  # as `PodWorkers.wake` counts an event
+        worker.runtime_events += 1  # as `PodWorkers.runtime_changed` counts an event
         await worker._listing()
         assert len(reads) == 3  # read ahead, then read again
         worker.syncing = True
@@ -387,3 +389,9 @@ async def test_a_listing_read_ahead_is_used_only_while_nothing_has_happened_sinc
         worker.syncing = False
         await worker._listing()
         assert len(reads) == 4  # nothing read ahead during a sync
+        # The relister's and the probes' events count; a volume event changes no container.
+        events = worker.runtime_events
+        h.kubelet.workers.wake(uid)
+        assert worker.runtime_events == events
+        on_changed(uid)
+        assert worker.runtime_events == events + 1

@@ -364,7 +364,7 @@ class Kubelet:
 
     def _runtime_changed(self, uid: str) -> None:
         if self.workers is not None:
-            self.workers.wake(uid)
+            self.workers.runtime_changed(uid)
 
     def _volumes_changed(self) -> None:
         if self.workers is not None and self._initial_done:

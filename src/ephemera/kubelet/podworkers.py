@@ -22,8 +22,9 @@ A pod's sync:
    `PodRuntime`; then removed containers are stopped (KEP-5972). The instances are read at
    the sync's start, or earlier: while a change's allocation checkpoint is written (nothing
    of it is actuated before), the idle worker reads them ahead (`prefetch_listing`), and the
-   sync that actuates the change uses that read if no runtime, probe or volume event for the
-   pod came after it began (as upstream's pod cache, newer than the last sync).
+   sync that actuates the change uses that read if no runtime (or probe) event for the pod
+   came after it began (as upstream's pod cache, newer than the last sync, which only the
+   relister updates).
 3. **Status** (`status.generate_pod_status`) handed to the status manager (which merges
    what one sync publishes into one write: `StatusManager.hold`), with the statuses
    of removed containers still being stopped, `waiting` `Unallocated` (`Container addition
@@ -151,9 +152,9 @@ class PodWorker:
         self.pod_runtime = PodRuntime(self, self.deps, workers.crash_backoff,
                                       workers.image_backoff, workers.live_mounts)
         self.syncing = False
-        self.wakes = 0  # `PodWorkers.wake` calls (runtime, probe and volume events)
+        self.runtime_events = 0  # `PodWorkers.runtime_changed` calls (relister, probes)
         # A listing read ahead while the pod's change is checkpointed (`prefetch_listing`):
-        # the wake count when it began, and the read.
+        # the runtime event count when it began, and the read.
         self._prefetched: tuple[int, asyncio.Future[SandboxListing]] | None = None
 
     # -- loop --
@@ -287,17 +288,20 @@ class PodWorker:
             return
         read = asyncio.ensure_future(self.pod_runtime.sandbox_status_and_instances())
         read.add_done_callback(_retrieved)
-        self._prefetched = (self.wakes, read)
+        self._prefetched = (self.runtime_events, read)
 
     async def _listing(self) -> tuple[SandboxStatus | None, Instances]:
         """The sandbox and the containers for this sync: the listing read ahead when it
-        began after the last sync ended and no runtime, probe or volume event has come
-        since (as upstream's pod cache, newer than the last sync), else read now."""
+        began after the last sync ended and no runtime (or probe) event for the pod has come
+        since (as upstream's pod cache, newer than the last sync, which only the relister
+        updates), else read now. A volume event changes no container: it leaves the read
+        valid."""
         prefetched, self._prefetched = self._prefetched, None
-        if prefetched is not None and prefetched[0] == self.wakes:
+        if prefetched is not None and prefetched[0] == self.runtime_events:
             with contextlib.suppress(Exception):
                 sandbox, listed = await prefetched[1]
-                if sandbox is not None and sandbox.ready and prefetched[0] == self.wakes:
+                if sandbox is not None and sandbox.ready and \
+                        prefetched[0] == self.runtime_events:
                     return sandbox, listed
         return await self.pod_runtime.sandbox_and_instances()
 
@@ -686,7 +690,14 @@ class PodWorkers:
     def wake(self, uid: str) -> None:
         worker = self._workers.get(uid)
         if worker is not None:
-            worker.wakes += 1
+            worker.wake.set()
+
+    def runtime_changed(self, uid: str) -> None:
+        """The relister (or a probe) saw the pod's containers change: its worker syncs, and
+        a listing it read ahead is stale."""
+        worker = self._workers.get(uid)
+        if worker is not None:
+            worker.runtime_events += 1
             worker.wake.set()
 
     def prefetch_listing(self, uid: str) -> None:
