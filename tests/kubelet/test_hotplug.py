@@ -4,7 +4,9 @@ container gets mounts added, changed in place and removed without a restart (sam
 restartCount 0), the host side follows (set up before, torn down after), a failing live mount
 leaves the container running with a `FailedMount` event and is retried, a restarted kubelet
 neither mounts twice nor loses a removal, and with DynamicVolumeHotPlug off the kubelet
-restarts the container instead."""
+restarts the container instead. The swap's path: the containers listed while the change's
+checkpoint is written (and that read dropped after a runtime event), no listing after the
+live change."""
 
 from __future__ import annotations
 
