@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -61,6 +62,35 @@ def test_checkpoint_round_trip_is_deterministic(tmp_path: Path) -> None:
     assert cp.path.read_bytes() == first  # sorted by UID: same bytes
     assert [p.name for p in cp.dir.iterdir()] == ["allocated_pods_state"]  # no temp left
     assert AllocationCheckpoint(tmp_path / "none").load() == {}
+
+
+def test_a_checkpoint_write_is_five_system_calls_and_overwrites_a_killed_one_s_leftover(
+        tmp_path: Path) -> None:
+    """A write (of the swap's path: its thread lets go of the GIL at each call) is open,
+    write, fsync, close, rename; a temporary file a killed kubelet left (longer, torn) is
+    truncated, and the checkpoint read back is the new one."""
+    cp = AllocationCheckpoint(tmp_path)
+    cp.store({"a": _pod("a")})  # the directory made
+    leftover = cp.dir / ".allocated_pods_state.tmp"
+    leftover.write_text('{"version": "v2", "data": "' + "x" * 10_000)
+    calls: list[str] = []
+    real = {name: getattr(os, name) for name in ("open", "write", "fsync", "close", "replace",
+                                                 "mkdir", "stat", "lstat", "fstat")}
+
+    def counted(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return real[name](*args, **kwargs)
+        return call
+
+    pods = {"a": _pod("a"), "b": _pod("b")}
+    with pytest.MonkeyPatch.context() as patch:
+        for name in real:
+            patch.setattr(os, name, counted(name))
+        cp.store(pods)
+    assert calls == ["open", "write", "fsync", "close", "replace"]
+    assert cp.load() == pods
+    assert [p.name for p in cp.dir.iterdir()] == ["allocated_pods_state"]
 
 
 def test_checkpoint_corruption_is_detected(tmp_path: Path) -> None:

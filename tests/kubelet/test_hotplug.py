@@ -4,7 +4,9 @@ container gets mounts added, changed in place and removed without a restart (sam
 restartCount 0), the host side follows (set up before, torn down after), a failing live mount
 leaves the container running with a `FailedMount` event and is retried, a restarted kubelet
 neither mounts twice nor loses a removal, and with DynamicVolumeHotPlug off the kubelet
-restarts the container instead."""
+restarts the container instead. The swap's path: the containers listed while the change's
+checkpoint is written (and that read dropped after a runtime event), no listing after the
+live change."""
 
 from __future__ import annotations
 
@@ -302,3 +304,96 @@ async def test_a_changes_new_volume_is_set_up_while_its_checkpoint_is_written(
             release.set()
         await h.wait_pod("w", lambda p: ("extra", "/extra", False) in _mounts(p))
         assert h.kubelet.allocation.staged_change(uid) is None
+
+
+
+async def test_a_live_swap_s_listing_is_read_while_its_checkpoint_is_written(
+        tmp_path: Path) -> None:
+    """The pod's containers are listed while the change's checkpoint is written (nothing
+    is actuated before it is on disk: the live change comes after), and the swap ends
+    right."""
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        main_id = container_status(before)["containerID"]
+        await wait_until(h.kubelet.status.is_settled)
+        timeline: list[str] = []
+        runtime, checkpoint = h.runtime, h.kubelet.allocation.checkpoint
+        list_containers, change_live, store = runtime.list_containers, runtime.change_live, \
+            checkpoint.store
+        release = threading.Event()
+
+        async def listing(*args: Any) -> Any:
+            if args and args[0]:  # the worker's listing of its sandbox (not the relister's)
+                timeline.append("list")
+            return await list_containers(*args)
+
+        async def changing(*args: Any) -> Any:
+            timeline.append("change")
+            return await change_live(*args)
+
+        def held(pods: Any) -> None:
+            timeline.append("checkpoint")
+            release.wait(10)
+            timeline.append("written")
+            store(pods)
+
+        runtime.list_containers = listing  # type: ignore[method-assign]
+        runtime.change_live = changing  # type: ignore[method-assign]
+        checkpoint.store = held  # type: ignore[method-assign]
+        try:
+            await _change(h, [EXTRA], [{"name": "extra", "mountPath": "/keep"}])
+            await wait_until(lambda: "list" in timeline[timeline.index("checkpoint"):]
+                             if "checkpoint" in timeline else False)
+            assert "change" not in timeline
+        finally:
+            release.set()
+        swapped = await h.wait_pod("w", lambda p: _mounts(p) == [("extra", "/keep", False)])
+        assert container_status(swapped)["containerID"] == main_id
+        assert timeline.index("written") < timeline.index("change")
+
+
+async def test_a_listing_read_ahead_is_used_only_while_nothing_has_happened_since(
+        tmp_path: Path) -> None:
+    """`PodWorker.prefetch_listing` reads the sandbox and containers between syncs; the next
+    sync's listing is that read (no runtime call) unless a runtime or probe event for the pod
+    (`PodWorkers.runtime_changed`) came after it began (a volume event does not count); none
+    is read during a sync."""
+    async with running_kubelet(tmp_path) as h:
+        before = await _live_worker(h)
+        uid, main_id = before["metadata"]["uid"], container_status(before)["containerID"]
+        await wait_until(lambda: h.kubelet.status.is_settled() and h.kubelet.workers.is_idle())
+        on_changed = h.kubelet.relister.on_changed
+        h.kubelet.relister.on_changed = lambda uid: None  # only the test's own events
+        worker = h.kubelet.workers.get(uid)
+        assert worker is not None
+        runtime = h.runtime
+        reads: list[str] = []
+        list_containers = runtime.list_containers
+
+        async def listing(*args: Any) -> Any:
+            if args and args[0]:
+                reads.append(args[0])
+            return await list_containers(*args)
+
+        runtime.list_containers = listing  # type: ignore[method-assign]
+        worker.prefetch_listing()
+        sandbox, instances = await worker._listing()
+        assert len(reads) == 1 and sandbox is not None and sandbox.ready
+        assert [c.id for c in instances["c"]] == [main_id.split("//")[1]]
+        worker.prefetch_listing()
+        assert worker._prefetched is not None
+        await worker._prefetched[1]
+        worker.runtime_events += 1  # as `PodWorkers.runtime_changed` counts an event
+        await worker._listing()
+        assert len(reads) == 3  # read ahead, then read again
+        worker.syncing = True
+        worker.prefetch_listing()
+        worker.syncing = False
+        await worker._listing()
+        assert len(reads) == 4  # nothing read ahead during a sync
+        # The relister's and the probes' events count; a volume event changes no container.
+        events = worker.runtime_events
+        h.kubelet.workers.wake(uid)
+        assert worker.runtime_events == events
+        on_changed(uid)
+        assert worker.runtime_events == events + 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import re
 import uuid
@@ -29,7 +30,13 @@ from ephemera.kubelet.runtime.base import (
     NotFoundError,
     RuntimeError_,
 )
-from ephemera.kubelet.runtime.oci import OciRuntime, mounts_under
+from ephemera.kubelet.runtime.oci import (
+    OciRuntime,
+    mounts_under,
+    read_kv,
+    read_small,
+    write_json,
+)
 
 CRI_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z) (stdout|stderr) (F|P) (.*)$")
@@ -608,3 +615,31 @@ async def test_one_sandbox_s_status_and_containers_without_the_other_pods(
     assert await runtime.pod_sandbox_status(two) is None
     assert await runtime.pod_sandbox_status("no-such-sandbox") is None
     assert await runtime.pod_sandbox_and_containers(two) == (None, [])
+
+
+def test_records_are_read_and_written_in_few_system_calls(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime's records (read and written in worker threads on a live swap's path,
+    where each system call lets go of the GIL) take open, write, close, rename to write and
+    open, read until empty, close to read; the text round-trips, a large one too."""
+    calls: list[str] = []
+    for name in ("open", "read", "write", "close", "replace", "stat", "fstat", "lseek"):
+        real = getattr(os, name)
+
+        def counted(*args: object, _name: str = name, _real: object = real) -> object:
+            calls.append(_name)
+            return _real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(os, name, counted)
+    record = {"name": "c", "mounts": [{"container_path": f"/m{i}"} for i in range(5000)]}
+    write_json(tmp_path / "container.json", record)
+    assert [c for c in calls if c != "write"] == ["open", "close", "replace"]
+    calls.clear()
+    assert json.loads(read_small(tmp_path / "container.json")) == record
+    assert calls[0] == "open" and calls[-1] == "close" and set(calls[1:-1]) == {"read"}
+    calls.clear()
+    (tmp_path / "started").write_text("pid=7\nstart_time=42\n")
+    calls.clear()
+    assert read_kv(tmp_path / "started") == {"pid": "7", "start_time": "42"}
+    assert calls == ["open", "read", "read", "close"]
+    assert read_kv(tmp_path / "missing") == {}

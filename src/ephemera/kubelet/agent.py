@@ -364,16 +364,20 @@ class Kubelet:
 
     def _runtime_changed(self, uid: str) -> None:
         if self.workers is not None:
-            self.workers.wake(uid)
+            self.workers.runtime_changed(uid)
 
     def _volumes_changed(self) -> None:
         if self.workers is not None and self._initial_done:
             self.volumes.set_desired_pods(self.workers.pods_needing_volumes())
 
     def _staging_changed(self, uid: str) -> None:
+        """A change's checkpoint write began or ended: its new volumes are set up, and its
+        pod's containers listed, meanwhile."""
         staging_changed = getattr(self.volumes, "staging_changed", None)
         if staging_changed is not None:
             staging_changed(uid)
+        if self.workers is not None and self.allocation.staged_change(uid) is not None:
+            self.workers.prefetch_listing(uid)
 
     def _volume_event(self, uid: str) -> None:
         if self.workers is not None:

@@ -19,7 +19,12 @@ A pod's sync:
    volumes are not all set up waits alone, and the volume manager's notification wakes the
    worker when they are.
 2. **Containers**: `compute_pod_actions` on the sandbox's instances, executed by the pod's
-   `PodRuntime`; then removed containers are stopped (KEP-5972).
+   `PodRuntime`; then removed containers are stopped (KEP-5972). The instances are read at
+   the sync's start, or earlier: while a change's allocation checkpoint is written (nothing
+   of it is actuated before), the idle worker reads them ahead (`prefetch_listing`), and the
+   sync that actuates the change uses that read if no runtime (or probe) event for the pod
+   came after it began (as upstream's pod cache, newer than the last sync, which only the
+   relister updates).
 3. **Status** (`status.generate_pod_status`) handed to the status manager (which merges
    what one sync publishes into one write: `StatusManager.hold`), with the statuses
    of removed containers still being stopped, `waiting` `Unallocated` (`Container addition
@@ -98,6 +103,13 @@ UNALLOCATED_REASON = "Unallocated"
 UNALLOCATED_MESSAGE = "Container addition pending node allocation"
 
 Obj = dict[str, Any]
+SandboxListing = tuple[SandboxStatus | None, dict[str, list[ContainerStatus]]]
+
+
+def _retrieved(read: asyncio.Future[Any]) -> None:
+    """A read ahead nobody awaited: its failure is not reported (the sync reads again)."""
+    if not read.cancelled():
+        read.exception()
 
 
 # --- one pod ---------------------------------------------------------------------------------
@@ -139,6 +151,11 @@ class PodWorker:
         # The pod's sandbox and containers in the runtime (`podactions`).
         self.pod_runtime = PodRuntime(self, self.deps, workers.crash_backoff,
                                       workers.image_backoff, workers.live_mounts)
+        self.syncing = False
+        self.runtime_events = 0  # `PodWorkers.runtime_changed` calls (relister, probes)
+        # A listing read ahead while the pod's change is checkpointed (`prefetch_listing`):
+        # the runtime event count when it began, and the read.
+        self._prefetched: tuple[int, asyncio.Future[SandboxListing]] | None = None
 
     # -- loop --
 
@@ -155,6 +172,7 @@ class PodWorker:
         while not self.done:
             self.wake.clear()
             began = time.monotonic()
+            self.syncing = True
             self.workers.sync_began()
             if not self.status_held:
                 self.deps.status.hold(self.uid)
@@ -180,6 +198,8 @@ class PodWorker:
                                      or self.unallocated_volumes or self.changed_in_sync):
                     self.deps.status.release(self.uid)
                     self.status_held = False
+                self.syncing = False
+                self._prefetched = None  # read before this sync acted: stale now
                 self.workers.sync_ended()
             self.deps.on_sync_done("sync", time.monotonic() - began)
             if self.done:
@@ -223,7 +243,7 @@ class PodWorker:
         if not self.volumes_ready and not await self._wait_volumes():
             self.publish_status()
             return 0.0
-        sandbox, instances = await pod_runtime.sandbox_and_instances()
+        sandbox, instances = await self._listing()
         if not self.acted and not any(instances.values()) and \
                 (pod.get("status") or {}).get("containerStatuses"):
             # A pod from before this kubelet's start whose containers are gone (a node
@@ -257,6 +277,33 @@ class PodWorker:
             await self._finish_terminal()
             return IDLE
         return next_delay
+
+    def prefetch_listing(self) -> None:
+        """A change of the pod is being checkpointed (nothing of it may be actuated yet):
+        read its sandbox and containers meanwhile, so the sync that actuates the change
+        need not wait for the listing. Only between syncs (nothing this worker does can
+        then change them before the next sync begins), and only for a running pod."""
+        if self.syncing or self.done or self._prefetched is not None or self.terminal or \
+                self.deleting() or self.pod_runtime.sandbox_id is None:
+            return
+        read = asyncio.ensure_future(self.pod_runtime.sandbox_status_and_instances())
+        read.add_done_callback(_retrieved)
+        self._prefetched = (self.runtime_events, read)
+
+    async def _listing(self) -> tuple[SandboxStatus | None, Instances]:
+        """The sandbox and the containers for this sync: the listing read ahead when it
+        began after the last sync ended and no runtime (or probe) event for the pod has come
+        since (as upstream's pod cache, newer than the last sync, which only the relister
+        updates), else read now. A volume event changes no container: it leaves the read
+        valid."""
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == self.runtime_events:
+            with contextlib.suppress(Exception):
+                sandbox, listed = await prefetched[1]
+                if sandbox is not None and sandbox.ready and \
+                        prefetched[0] == self.runtime_events:
+                    return sandbox, listed
+        return await self.pod_runtime.sandbox_and_instances()
 
     def _failed_probe(self, name: str, container_id: str) -> tuple[str, float | None] | None:
         probes = self.deps.probes
@@ -644,6 +691,21 @@ class PodWorkers:
         worker = self._workers.get(uid)
         if worker is not None:
             worker.wake.set()
+
+    def runtime_changed(self, uid: str) -> None:
+        """The relister (or a probe) saw the pod's containers change: its worker syncs, and
+        a listing it read ahead is stale."""
+        worker = self._workers.get(uid)
+        if worker is not None:
+            worker.runtime_events += 1
+            worker.wake.set()
+
+    def prefetch_listing(self, uid: str) -> None:
+        """The pod's change is being checkpointed: its worker reads its containers
+        meanwhile (`PodWorker.prefetch_listing`)."""
+        worker = self._workers.get(uid)
+        if worker is not None:
+            worker.prefetch_listing()
 
     def _worker_done(self, worker: PodWorker) -> None:
         if self._workers.get(worker.uid) is worker:
