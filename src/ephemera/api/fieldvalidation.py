@@ -564,8 +564,17 @@ MAX_NESTING_DEPTH = 250
 EXCEEDED_MAX_DEPTH = "exceeded max depth"
 
 
-def too_deep(value: Any, limit: int = MAX_NESTING_DEPTH) -> bool:
-    """Whether a decoded JSON value nests objects and arrays deeper than `limit`."""
+def too_deep(value: Any, limit: int = MAX_NESTING_DEPTH, source: str | bytes | None = None
+             ) -> bool:
+    """Whether a decoded JSON value nests objects and arrays deeper than `limit`. `source`:
+    the JSON text it was decoded from; every level of nesting opens with a `{` or a `[`, so
+    a text with no more than `limit` of them (counted at C speed, those inside strings
+    included) cannot nest deeper, and the value is not walked."""
+    if source is not None:
+        opening = (source.count("{") + source.count("[") if isinstance(source, str)
+                   else source.count(b"{") + source.count(b"["))
+        if opening <= limit:
+            return False
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -599,14 +608,14 @@ def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
         except (orjson.JSONDecodeError, TypeError):  # TypeError: nested beyond orjson's
             same = False
         if same:
-            if too_deep(fast):
+            if too_deep(fast, source=text):
                 raise ValueError(EXCEEDED_MAX_DEPTH)
             return fast, []
     try:
         raw = json.loads(text, object_pairs_hook=_pairs_hook)
     except RecursionError:
         raise ValueError(EXCEEDED_MAX_DEPTH) from None
-    if too_deep(raw):
+    if too_deep(raw, source=text):
         raise ValueError(EXCEEDED_MAX_DEPTH)
     found: list[str] = []
     return _plain(raw, "", found), found
