@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from ephemera.api.errors import StatusError, bad_request
@@ -784,8 +784,16 @@ def _set_managed_fields(obj: dict[str, Any], managers: _Managers) -> None:
 # --- helpers over objects ---------------------------------------------------------------------
 
 
+_last_now: tuple[int, str] = (-1, "")
+
+
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The current second in RFC 3339 (UTC), formatted once a second."""
+    global _last_now
+    second = int(time.time())
+    if second != _last_now[0]:
+        _last_now = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _last_now[1]
 
 
 def _ignored_fields(subresource: str) -> list[FieldPath]:
