@@ -40,6 +40,10 @@ def test_other_types_are_deep_copied_too() -> None:
     ({"a": 1}, {"a": 1.0}, False),  # may be equal: the caller does the work
     ({"a": 1}, {"a": 2}, False),
     ({"big": 2**70}, {"big": 2**70}, False),  # orjson does not encode it: not surely equal
+    ("a", "a", True), ("a", "b", False), (2**70, 2**70, True), (None, None, True),
+    (1, True, False), (True, 1, False), (0, None, False), (1, 1.0, False),
+    (0.0, -0.0, False),  # equal in Python, not in JSON
+    (1.5, 1.5, True),
 ])
 def test_same_json(a: Any, b: Any, same: bool) -> None:
     assert same_json(a, b) is same

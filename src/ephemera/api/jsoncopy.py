@@ -19,6 +19,9 @@ import orjson
 T = TypeVar("T")
 
 _ATOMS = (str, int, float, bool, type(None))
+# Scalars whose `==` on two values of the same type is JSON's equality (not floats: 0.0 ==
+# -0.0, which JSON writes apart).
+_EXACT_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def json_copy(value: T) -> T:
@@ -65,11 +68,18 @@ def _copy(value: Any) -> Any:
 
 def same_json(a: Any, b: Any) -> bool:
     """True when `a` and `b` are the same JSON value, types included (Python's `==` takes
-    true for 1): `==` first, then their canonical encodings (both at C speed). False for
-    values orjson does not encode and for 1 against 1.0, which may be equal: a caller
-    skipping work on equal values then does the work."""
+    true for 1): two strings, integers, booleans or nulls by `==`; anything else by `==`
+    first, then their canonical encodings (both at C speed). False for values orjson does
+    not encode and for 1 against 1.0, which may be equal: a caller skipping work on equal
+    values then does the work."""
     if a is b:
         return True
+    kind = type(a)
+    if kind is not type(b):
+        if kind in _EXACT_SCALARS or type(b) in _EXACT_SCALARS:
+            return False  # (True == 1 in Python) or perhaps equal (1 and 1.0)
+    elif kind in _EXACT_SCALARS:
+        return bool(a == b)
     if a != b:
         return False
     try:

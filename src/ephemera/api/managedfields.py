@@ -495,14 +495,17 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
             lmap = left if isinstance(left, dict) else {}
             rmap = right if isinstance(right, dict) else {}
             for key in [*lmap, *(k for k in rmap if k not in lmap)]:
-                walk(lmap.get(key, MISSING), rmap.get(key, MISSING), _child_prop(t, key),
-                     (*at, ("f", key)))
+                lvalue, rvalue = lmap.get(key, MISSING), rmap.get(key, MISSING)
+                if not same_json(lvalue, rvalue):  # (walk's first test, before the schema)
+                    walk(lvalue, rvalue, _child_prop(t, key), (*at, ("f", key)))
         else:
             litems = _index_items(t, left, at)
             ritems = _index_items(t, right, at)
+            item_prop = _items_prop(t)
             for pe in [*litems, *(k for k in ritems if k not in litems)]:
-                walk(litems.get(pe, MISSING), ritems.get(pe, MISSING), _items_prop(t),
-                     (*at, pe))
+                litem, ritem = litems.get(pe, MISSING), ritems.get(pe, MISSING)
+                if not same_json(litem, ritem):
+                    walk(litem, ritem, item_prop, (*at, pe))
         if at:
             if left is MISSING:
                 c.added.add(at)
