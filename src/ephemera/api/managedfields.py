@@ -42,6 +42,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from ephemera.api.errors import StatusError, bad_request
 from ephemera.api.goformat import go_quote
 from ephemera.api.jsoncopy import json_copy, same_json
@@ -350,8 +352,29 @@ def encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
     return emit(_trie(p for p in paths if p))
 
 
+# Decoded field sets by the compact JSON of their `fieldsV1`: a write decodes every manager
+# of the stored object, which are mostly those the previous write stored. Bounded: the table
+# starts again when full.
+_DECODED: dict[bytes, frozenset[FieldPath]] = {}
+_DECODED_LIMIT = 2048
+
+
 def decode_fields(fields_v1: Any) -> FieldSet:
     """A `fieldsV1` object as a field set; raises ValueError when it is malformed."""
+    try:
+        key = orjson.dumps(fields_v1)
+    except TypeError:
+        return _decode_fields(fields_v1)
+    known = _DECODED.get(key)
+    if known is None:
+        known = frozenset(_decode_fields(fields_v1))
+        if len(_DECODED) >= _DECODED_LIMIT:
+            _DECODED.clear()
+        _DECODED[key] = known
+    return set(known)
+
+
+def _decode_fields(fields_v1: Any) -> FieldSet:
     out: FieldSet = set()
 
     def walk(obj: Any, prefix: FieldPath) -> None:
@@ -633,7 +656,15 @@ def _ensure_named_fields(paths: FieldSet, root: Node | None) -> FieldSet:
 
 def _without(paths: FieldSet, ignored: list[FieldPath]) -> FieldSet:
     """RecursiveDifference with a few prefixes: drop the paths under any of them."""
-    return {p for p in paths if not any(p[:len(i)] == i for i in ignored)}
+    prefixes = [(len(i), i) for i in ignored]
+    out: FieldSet = set()
+    for path in paths:
+        for length, prefix in prefixes:
+            if path[:length] == prefix:
+                break
+        else:
+            out.add(path)
+    return out
 
 
 # --- managers ---------------------------------------------------------------------------------
