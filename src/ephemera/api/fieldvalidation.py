@@ -113,11 +113,14 @@ def _facts(node: dict[str, Any]) -> _Facts:
 
 def _resolved(node: dict[str, Any]) -> tuple[dict[str, Any], _Facts, str | None]:
     """`_resolve` with the facts of the node behind the reference."""
-    facts = _facts(node)
+    entry = _FACTS.get(id(node))
+    facts = entry[1] if entry is not None and entry[0] is node else _facts(node)
     if facts.ref is None:
         return node, facts, None
     target = schema.definition(facts.ref)
-    return target, _facts(target), facts.ref
+    entry = _FACTS.get(id(target))
+    return (target, entry[1] if entry is not None and entry[0] is target else _facts(target),
+            facts.ref)
 
 
 # --- unknown fields ------------------------------------------------------------------------
