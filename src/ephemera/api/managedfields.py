@@ -780,6 +780,8 @@ def _encode_managers(managers: _Managers) -> list[dict[str, Any]]:
 
 
 def _cap_update_managers(managers: _Managers) -> None:
+    if sum(m.operation == "Update" for m in managers.values()) <= MAX_UPDATE_MANAGERS:
+        return  # (without sorting them by their identifiers, which encodes each)
     updaters = sorted((m for m in managers.values() if m.operation == "Update"),
                       key=lambda m: (_time_sort_key(m.time), m.identifier()))
     if len(updaters) <= MAX_UPDATE_MANAGERS:
