@@ -24,6 +24,10 @@ against the app in this process (plain HTTP on loopback, bearer tokens for the s
 users), under cProfile: Python function calls and store reads per iteration.
 `--top-functions N` prints ephemera's N hottest functions (by own and by cumulative time),
 `--profile FILE` dumps the cProfile stats for `python -m pstats FILE` or snakeviz.
+`--count --plain` runs the same loop without the profiler: under
+`valgrind --tool=cachegrind --cache-sim=no`, the difference of the instructions counted at
+two `--iterations` over the difference of the iterations is the process's instructions per
+iteration, which neither load nor profiling overhead blurs (start-up cancels out).
 """
 
 from __future__ import annotations
@@ -290,9 +294,12 @@ async def count(args: argparse.Namespace, work: Path) -> None:
         watch, kubelet_watches, pod = await start(admin, node, args.warmup)
         reads = 0
         profile = cProfile.Profile()
-        profile.enable()
+        cpu = time.thread_time()
+        if not args.plain:
+            profile.enable()
         await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
         profile.disable()
+        cpu = time.thread_time() - cpu
         for each in (watch, *kubelet_watches):
             await each.close()
     finally:
@@ -300,6 +307,11 @@ async def count(args: argparse.Namespace, work: Path) -> None:
         await node.session.close()
         await runner.cleanup()
         await store.close()
+    if args.plain:
+        print(f"per iteration (this process's event loop thread: server, watches and client): "
+              f"{cpu / args.iterations * 1000:.2f} ms of CPU, {reads / args.iterations:.2f} "
+              f"store reads")
+        return
     calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
     print(f"per iteration (this process: server, watches and client): "
           f"{calls / args.iterations:.0f} Python calls, {reads / args.iterations:.2f} "
@@ -333,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
                              "by own and by cumulative time)")
     parser.add_argument("--profile", type=Path, default=None, metavar="FILE",
                         help="with --count: dump the cProfile stats to FILE (pstats format)")
+    parser.add_argument("--plain", action="store_true",
+                        help="with --count: no profiler, the loop thread's CPU per iteration "
+                             "(run it under valgrind --tool=cachegrind at two --iterations to "
+                             "count instructions per iteration)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="write-path-") as work:
         asyncio.run((count if args.count else run)(args, Path(work)))
