@@ -24,10 +24,12 @@ against the app in this process (plain HTTP on loopback, bearer tokens for the s
 users), under cProfile: Python function calls and store reads per iteration.
 `--top-functions N` prints ephemera's N hottest functions (by own and by cumulative time),
 `--profile FILE` dumps the cProfile stats for `python -m pstats FILE` or snakeviz.
-`--count --plain` runs the same loop without the profiler: under
-`valgrind --tool=cachegrind --cache-sim=no`, the difference of the instructions counted at
-two `--iterations` over the difference of the iterations is the process's instructions per
-iteration, which neither load nor profiling overhead blurs (start-up cancels out).
+`--count --plain` runs the same loop without the profiler (the loop thread's CPU per
+iteration). Instructions per iteration, which load does not blur: run
+`PYTHONHASHSEED=0 valgrind --tool=callgrind --instr-atstart=no python -m bench.write_path
+--count --plain --callgrind` at two `--iterations` (instrumentation is on during the timed
+loop only, every thread of the process counted); the difference of the `Collected` counts
+over the difference of the iterations.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import os
 import pstats
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -294,12 +298,16 @@ async def count(args: argparse.Namespace, work: Path) -> None:
         watch, kubelet_watches, pod = await start(admin, node, args.warmup)
         reads = 0
         profile = cProfile.Profile()
+        if args.callgrind:
+            await asyncio.to_thread(callgrind_instrumentation, True)
         cpu = time.thread_time()
         if not args.plain:
             profile.enable()
         await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
         profile.disable()
         cpu = time.thread_time() - cpu
+        if args.callgrind:
+            await asyncio.to_thread(callgrind_instrumentation, False)
         for each in (watch, *kubelet_watches):
             await each.close()
     finally:
@@ -320,6 +328,13 @@ async def count(args: argparse.Namespace, work: Path) -> None:
         profile.dump_stats(str(args.profile))
     if args.top_functions:
         print_top_functions(profile, args.top_functions)
+
+
+def callgrind_instrumentation(on: bool) -> None:
+    """Switch valgrind's callgrind instrumentation of this process on or off
+    (`callgrind_control -i`)."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())],
+                   check=True, capture_output=True)
 
 
 def print_top_functions(profile: cProfile.Profile, top: int) -> None:
@@ -346,9 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, default=None, metavar="FILE",
                         help="with --count: dump the cProfile stats to FILE (pstats format)")
     parser.add_argument("--plain", action="store_true",
-                        help="with --count: no profiler, the loop thread's CPU per iteration "
-                             "(run it under valgrind --tool=cachegrind at two --iterations to "
-                             "count instructions per iteration)")
+                        help="with --count: no profiler, the loop thread's CPU per iteration")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="with --count: callgrind's instrumentation on during the timed "
+                             "loop only (run under valgrind --tool=callgrind "
+                             "--instr-atstart=no)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="write-path-") as work:
         asyncio.run((count if args.count else run)(args, Path(work)))
