@@ -331,3 +331,18 @@ def test_loads_json_refuses_deep_compact_bodies() -> None:
     with pytest.raises(ValueError, match="exceeded max depth"):
         fv.loads_json(nested(fv.MAX_NESTING_DEPTH + 1))
     assert fv.loads_json(nested(fv.MAX_NESTING_DEPTH - 1))[1] == []
+
+
+@pytest.mark.parametrize("text, deep", [
+    ('{"a":' * fv.MAX_NESTING_DEPTH + "1" + "}" * fv.MAX_NESTING_DEPTH, False),  # the limit
+    ('[{"a":' * 126 + "1" + "}]" * 126, True),  # 252 levels
+    ("[" * 10 + '"' + "{" * 300 + '"' + "]" * 10, False),  # 310 brackets, 300 in a string
+    ('{"a":[1,2,{"b":"c"}]}', False),
+])
+def test_too_deep_with_its_source_text(text: str, deep: bool) -> None:
+    """The text's count of opening brackets bounds the depth: the answer is the walk's,
+    whether the count lets the walk be skipped or not."""
+    value = json.loads(text)
+    assert fv.too_deep(value) is deep
+    assert fv.too_deep(value, source=text) is deep
+    assert fv.too_deep(value, source=text.encode()) is deep

@@ -508,3 +508,16 @@ def test_an_unchanged_manager_keeps_its_stored_encoding() -> None:
     record_update(old, new, "kubelet", POD, "v1", "status", now="2024-01-02T00:00:00Z")
     before = entries(old)[("kubectl-create", "Update")]["fieldsV1"]
     assert entries(new)[("kubectl-create", "Update")]["fieldsV1"] is before
+
+
+def test_decoded_field_sets_are_the_callers_own() -> None:
+    """decode_fields remembers what it decoded; each answer is a new set all the same, and
+    a malformed fieldsV1 is refused every time."""
+    fields_v1 = {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}}
+    first = decode_fields(fields_v1)
+    first.add((("f", "spec"),))
+    assert decode_fields(fields_v1) == {(("f", "metadata"), ("f", "labels")),
+                                        (("f", "metadata"), ("f", "labels"), ("f", "app"))}
+    for _ in range(2):
+        with pytest.raises(ValueError, match="fieldsV1 values must be objects"):
+            decode_fields({"f:metadata": 1})

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -77,6 +77,52 @@ def _is_object(node: dict[str, Any]) -> bool:
     return node.get("type") == "object" or "properties" in node
 
 
+class _Facts(NamedTuple):
+    """What the walks ask of a schema node, read once per node (`_facts`)."""
+
+    ref: str | None  # the definition its `$ref` names (then the rest is the node's own)
+    opaque: bool
+    is_object: bool
+    kind: str | None  # its `type`
+    props: dict[str, Any] | None
+    extra: Any  # additionalProperties
+    items: dict[str, Any] | None  # an array's `items`
+
+
+# Facts by id(node), with the node kept so that its id is not reused while its entry lives.
+# Built-in nodes live as long as the process; custom resources' schemas are replaced by new
+# nodes, and the table starts again when it grows past `_FACTS_LIMIT`.
+_FACTS: dict[int, tuple[dict[str, Any], _Facts]] = {}
+_FACTS_LIMIT = 50_000
+
+
+def _facts(node: dict[str, Any]) -> _Facts:
+    entry = _FACTS.get(id(node))
+    if entry is not None and entry[0] is node:
+        return entry[1]
+    kind = node.get("type")
+    items = node.get("items") if kind == "array" else None
+    facts = _Facts(_ref_name(node), _opaque(node), _is_object(node),
+                   kind if isinstance(kind, str) else None, node.get("properties"),
+                   node.get("additionalProperties"), items if isinstance(items, dict) else None)
+    if len(_FACTS) >= _FACTS_LIMIT:
+        _FACTS.clear()
+    _FACTS[id(node)] = (node, facts)
+    return facts
+
+
+def _resolved(node: dict[str, Any]) -> tuple[dict[str, Any], _Facts, str | None]:
+    """`_resolve` with the facts of the node behind the reference."""
+    entry = _FACTS.get(id(node))
+    facts = entry[1] if entry is not None and entry[0] is node else _facts(node)
+    if facts.ref is None:
+        return node, facts, None
+    target = schema.definition(facts.ref)
+    entry = _FACTS.get(id(target))
+    return (target, entry[1] if entry is not None and entry[0] is target else _facts(target),
+            facts.ref)
+
+
 # --- unknown fields ------------------------------------------------------------------------
 
 
@@ -94,39 +140,34 @@ def _known_child(known: Any, key: str | int) -> Any:
     return known[key] if isinstance(known, list) and key < len(known) else UNKNOWN
 
 
-def _is_known(value: Any, known: Any) -> bool:
-    """A dict or list equal to its known counterpart (scalars are as cheap to check)."""
-    return known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known)
-
-
 def _walk_unknown(value: Any, node: dict[str, Any], path: str, found: list[str],
                   drop: bool, known: Any = UNKNOWN) -> None:
-    if _is_known(value, known):
+    if known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known):
+        return  # a dict or list equal to its known counterpart
+    _, facts, _ = _resolved(node)
+    if value is None or facts.opaque:
         return
-    node, _ = _resolve(node, None)
-    if value is None or _opaque(node):
-        return
-    if isinstance(value, dict) and _is_object(node):
-        props: dict[str, Any] | None = node.get("properties")
-        extra = node.get("additionalProperties")
+    if isinstance(value, dict) and facts.is_object:
+        props, extra = facts.props, facts.extra
+        known_map = known if isinstance(known, dict) else None
         unknown: list[str] = []
         for key, sub in value.items():
             if props is not None and key in props:
                 _walk_unknown(sub, props[key], _strict_child(path, key), found, drop,
-                              _known_child(known, key))
+                              UNKNOWN if known_map is None else known_map.get(key, UNKNOWN))
             elif isinstance(extra, dict):
                 _walk_unknown(sub, extra, _strict_child(path, key), found, drop,
-                              _known_child(known, key))
+                              UNKNOWN if known_map is None else known_map.get(key, UNKNOWN))
             elif props is not None or extra is False:
                 found.append(_strict_child(path, key))
                 unknown.append(key)
         if drop:
             for key in unknown:
                 del value[key]
-    elif isinstance(value, list) and node.get("type") == "array" and "items" in node:
+    elif isinstance(value, list) and facts.items is not None:
+        items = facts.items
         for i, item in enumerate(value):
-            _walk_unknown(item, node["items"], f"{path}[{i}]", found, drop,
-                          _known_child(known, i))
+            _walk_unknown(item, items, f"{path}[{i}]", found, drop, _known_child(known, i))
 
 
 def unknown_fields(obj: Any, definition: str, known: Any = UNKNOWN) -> list[str]:
@@ -360,10 +401,10 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
     """Raise _TypeError for the first value that the Go decoder would refuse."""
     if value is None:
         return  # null decodes into anything as the zero value
-    if _is_known(value, known):
-        return
+    if known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known):
+        return  # a dict or list equal to its known counterpart
     declared = node
-    node, name = _resolve(node, None)
+    node, facts, name = _resolved(node)
     if name == QUANTITY:
         err = quantity_error(value)
         if err:
@@ -386,20 +427,22 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
         if err:
             raise _TypeError(err)
         return
-    if _opaque(node) and node.get("type") in ("object", None):
+    kind = facts.kind
+    if facts.opaque and kind in ("object", None):
         return
-    kind = node.get("type")
-    if kind == "object" or "properties" in node:
+    if facts.is_object:
         if not isinstance(value, dict):
             raise _unmarshal_error(value, declared, struct, fields)
-        props: dict[str, Any] | None = node.get("properties")
-        extra = node.get("additionalProperties")
+        props, extra = facts.props, facts.extra
         own_struct = name.rsplit(".", 1)[-1] if name and props is not None else struct
+        known_map = known if isinstance(known, dict) else None
         for key, sub in value.items():
             if props is not None and key in props:
-                _check(sub, props[key], own_struct, [*fields, key], _known_child(known, key))
+                _check(sub, props[key], own_struct, [*fields, key],
+                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN))
             elif isinstance(extra, dict):
-                _check(sub, extra, struct, fields, _known_child(known, key))
+                _check(sub, extra, struct, fields,
+                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN))
         return
     if kind == "array":
         if not isinstance(value, list):
@@ -548,8 +591,17 @@ MAX_NESTING_DEPTH = 250
 EXCEEDED_MAX_DEPTH = "exceeded max depth"
 
 
-def too_deep(value: Any, limit: int = MAX_NESTING_DEPTH) -> bool:
-    """Whether a decoded JSON value nests objects and arrays deeper than `limit`."""
+def too_deep(value: Any, limit: int = MAX_NESTING_DEPTH, source: str | bytes | None = None
+             ) -> bool:
+    """Whether a decoded JSON value nests objects and arrays deeper than `limit`. `source`:
+    the JSON text it was decoded from; every level of nesting opens with a `{` or a `[`, so
+    a text with no more than `limit` of them (counted at C speed, those inside strings
+    included) cannot nest deeper, and the value is not walked."""
+    if source is not None:
+        opening = (source.count("{") + source.count("[") if isinstance(source, str)
+                   else source.count(b"{") + source.count(b"["))
+        if opening <= limit:
+            return False
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -583,14 +635,14 @@ def loads_json(text: str | bytes) -> tuple[Any, list[str]]:
         except (orjson.JSONDecodeError, TypeError):  # TypeError: nested beyond orjson's
             same = False
         if same:
-            if too_deep(fast):
+            if too_deep(fast, source=text):
                 raise ValueError(EXCEEDED_MAX_DEPTH)
             return fast, []
     try:
         raw = json.loads(text, object_pairs_hook=_pairs_hook)
     except RecursionError:
         raise ValueError(EXCEEDED_MAX_DEPTH) from None
-    if too_deep(raw):
+    if too_deep(raw, source=text):
         raise ValueError(EXCEEDED_MAX_DEPTH)
     found: list[str] = []
     return _plain(raw, "", found), found

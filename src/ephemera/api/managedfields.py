@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from ephemera.api.errors import StatusError, bad_request
 from ephemera.api.goformat import go_quote
@@ -350,8 +352,29 @@ def encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
     return emit(_trie(p for p in paths if p))
 
 
+# Decoded field sets by the compact JSON of their `fieldsV1`: a write decodes every manager
+# of the stored object, which are mostly those the previous write stored. Bounded: the table
+# starts again when full.
+_DECODED: dict[bytes, frozenset[FieldPath]] = {}
+_DECODED_LIMIT = 2048
+
+
 def decode_fields(fields_v1: Any) -> FieldSet:
     """A `fieldsV1` object as a field set; raises ValueError when it is malformed."""
+    try:
+        key = orjson.dumps(fields_v1)
+    except TypeError:
+        return _decode_fields(fields_v1)
+    known = _DECODED.get(key)
+    if known is None:
+        known = frozenset(_decode_fields(fields_v1))
+        if len(_DECODED) >= _DECODED_LIMIT:
+            _DECODED.clear()
+        _DECODED[key] = known
+    return set(known)
+
+
+def _decode_fields(fields_v1: Any) -> FieldSet:
     out: FieldSet = set()
 
     def walk(obj: Any, prefix: FieldPath) -> None:
@@ -495,14 +518,17 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
             lmap = left if isinstance(left, dict) else {}
             rmap = right if isinstance(right, dict) else {}
             for key in [*lmap, *(k for k in rmap if k not in lmap)]:
-                walk(lmap.get(key, MISSING), rmap.get(key, MISSING), _child_prop(t, key),
-                     (*at, ("f", key)))
+                lvalue, rvalue = lmap.get(key, MISSING), rmap.get(key, MISSING)
+                if not same_json(lvalue, rvalue):  # (walk's first test, before the schema)
+                    walk(lvalue, rvalue, _child_prop(t, key), (*at, ("f", key)))
         else:
             litems = _index_items(t, left, at)
             ritems = _index_items(t, right, at)
+            item_prop = _items_prop(t)
             for pe in [*litems, *(k for k in ritems if k not in litems)]:
-                walk(litems.get(pe, MISSING), ritems.get(pe, MISSING), _items_prop(t),
-                     (*at, pe))
+                litem, ritem = litems.get(pe, MISSING), ritems.get(pe, MISSING)
+                if not same_json(litem, ritem):
+                    walk(litem, ritem, item_prop, (*at, pe))
         if at:
             if left is MISSING:
                 c.added.add(at)
@@ -635,7 +661,15 @@ def _ensure_named_fields(paths: FieldSet, root: Node | None) -> FieldSet:
 
 def _without(paths: FieldSet, ignored: list[FieldPath]) -> FieldSet:
     """RecursiveDifference with a few prefixes: drop the paths under any of them."""
-    return {p for p in paths if not any(p[:len(i)] == i for i in ignored)}
+    prefixes = [(len(i), i) for i in ignored]
+    out: FieldSet = set()
+    for path in paths:
+        for length, prefix in prefixes:
+            if path[:length] == prefix:
+                break
+        else:
+            out.add(path)
+    return out
 
 
 # --- managers ---------------------------------------------------------------------------------
@@ -751,6 +785,8 @@ def _encode_managers(managers: _Managers) -> list[dict[str, Any]]:
 
 
 def _cap_update_managers(managers: _Managers) -> None:
+    if sum(m.operation == "Update" for m in managers.values()) <= MAX_UPDATE_MANAGERS:
+        return  # (without sorting them by their identifiers, which encodes each)
     updaters = sorted((m for m in managers.values() if m.operation == "Update"),
                       key=lambda m: (_time_sort_key(m.time), m.identifier()))
     if len(updaters) <= MAX_UPDATE_MANAGERS:
@@ -789,8 +825,16 @@ def _set_managed_fields(obj: dict[str, Any], managers: _Managers) -> None:
 # --- helpers over objects ---------------------------------------------------------------------
 
 
+_last_now: tuple[int, str] = (-1, "")
+
+
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The current second in RFC 3339 (UTC), formatted once a second."""
+    global _last_now
+    second = int(time.time())
+    if second != _last_now[0]:
+        _last_now = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _last_now[1]
 
 
 def _ignored_fields(subresource: str) -> list[FieldPath]:

@@ -26,7 +26,7 @@ from ephemera.api import field
 from ephemera.api.errors import StatusError, bad_request, invalid, unsupported_media_type
 from ephemera.api.fieldvalidation import EXCEEDED_MAX_DEPTH, json_kind, too_deep
 from ephemera.api.goformat import go_quote
-from ephemera.api.jsoncopy import json_copy
+from ephemera.api.jsoncopy import copy_decoded, json_copy
 from ephemera.api.strategicpatch import strategic_merge_patch, unprocessable_entity
 
 JSON_PATCH = "application/json-patch+json"
@@ -82,7 +82,7 @@ def json_patch(live: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
         if not isinstance(op, dict):
             raise bad_request("error decoding patch: json: cannot unmarshal "
                               f"{json_kind(op)} into Go value of type handlers.jsonPatchOp")
-    doc: Any = json_copy(live)
+    doc: Any = copy_decoded(live)
     for op in json_copy(ops):  # values must not be shared with the caller's operations
         doc = _apply_operation(doc, op)
     if not isinstance(doc, dict):
@@ -137,7 +137,7 @@ def _op_failure(kind: str, path: str, source: Any) -> str:
 
 def merge_patch(live: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     """RFC 7386: objects merge recursively, `null` removes a key, anything else replaces."""
-    result: dict[str, Any] = _merge_value(json_copy(live), patch)
+    result: dict[str, Any] = _merge_value(copy_decoded(live), patch)
     return result
 
 
@@ -174,7 +174,7 @@ def _decode(body: bytes, prefix: str) -> Any:
         raise bad_request(prefix + go_json_error(text, err)) from None
     except ValueError as err:
         raise bad_request(prefix + str(err)) from None
-    if too_deep(value):
+    if too_deep(value, source=text):
         raise bad_request(prefix + EXCEEDED_MAX_DEPTH)
     return value
 

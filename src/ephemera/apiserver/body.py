@@ -102,7 +102,7 @@ def decode_document(data: bytes) -> Any:
         except (ValueError, UnicodeDecodeError) as err:
             json_error = err
         else:
-            if fieldvalidation.too_deep(value):
+            if fieldvalidation.too_deep(value, source=data):
                 raise DecodeError(f"json parse error: {fieldvalidation.EXCEEDED_MAX_DEPTH}")
             return value
     else:

@@ -43,7 +43,7 @@ from ephemera.api import errors, meta
 from ephemera.api.deletion import gc_finalizers
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import FeatureGates
-from ephemera.api.jsoncopy import json_copy
+from ephemera.api.jsoncopy import copy_decoded
 from ephemera.api.listoptions import (
     BLOCK_TIMEOUT,
     CONTINUE_EXPIRED,
@@ -372,7 +372,7 @@ class Registry:
         strategy.default(new)
         old_md = meta.ensure_metadata(old)
         req = self.admission_request("UPDATE", resource, old_md.get("namespace") or "",
-                                     old_md.get("name") or "", new, json_copy(old),
+                                     old_md.get("name") or "", new, copy_decoded(old),
                                      subresource=subresource, user=user, dry_run=dry_run)
         await self.admission.admit(req)
         new = req.obj if req.obj is not None else new
@@ -668,7 +668,7 @@ class Registry:
                 # pod-level ephemeral-storage) lands on both sides of the update alike.
                 self.strategy(resource).default(current)
             try:
-                new = await update(json_copy(current) if current is not None else None)
+                new = await update(copy_decoded(current) if current is not None else None)
             except Exception:
                 if is_current:
                     raise
@@ -755,9 +755,9 @@ class Registry:
             obj = codec.decode(kv)
             md = meta.ensure_metadata(obj)
             _check_preconditions(resource, md, options)
-            req.old = json_copy(obj)
+            req.old = copy_decoded(obj)
             await self.admission.validate(req)
-            original = json_copy(obj)
+            original = copy_decoded(obj)
             outcome = strategy.before_delete(obj, options.grace_period_seconds)
             if outcome == "pending":
                 return DeleteResult(obj, False)

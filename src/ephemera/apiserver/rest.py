@@ -23,7 +23,7 @@ from ephemera.api import errors, field, fieldvalidation, listoptions, managedfie
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import parse_go_bool
 from ephemera.api.goformat import go_json, go_quote, go_value
-from ephemera.api.jsoncopy import json_copy
+from ephemera.api.jsoncopy import copy_decoded, json_copy
 from ephemera.api.selectors import Selection, SelectorError
 from ephemera.apiserver import tables
 from ephemera.apiserver.accept import parse_accept
@@ -326,7 +326,7 @@ class RestHandlers:
         decode_warnings = list(warnings)
 
         async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
-            new = json_copy(obj)
+            new = copy_decoded(obj)
             warnings[:] = [*decode_warnings, *await run_validation(
                 strategy, strategy.warnings, new, current, sub)]
             if current is None:
@@ -403,7 +403,7 @@ class RestHandlers:
             if is_apply:
                 assert applied is not None
                 new = managedfields.server_side_apply(
-                    json_copy(current), json_copy(applied), manager, bool(force),
+                    copy_decoded(current), json_copy(applied), manager, bool(force),
                     res.definition, res.api_version, sub)
             else:
                 # apply_patch patches a copy of its own: `current` stays as it was

@@ -138,17 +138,18 @@ def _items(value: Any) -> list[tuple[int, Mapping[str, Any]]]:
         if isinstance(value, list) else []
 
 
+_BY_PLACE: dict[str, list[Unimplemented]] = {}
+for _entry in UNIMPLEMENTED:
+    _BY_PLACE.setdefault(_entry.where, []).append(_entry)
+
+
 def _warnings(spec: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
     """(identity, warning) of each field set: the identity names a container by its name,
     not its index, so that an update that reorders containers earns no new warning."""
-    by_place: dict[str, list[Unimplemented]] = {}
-    for entry in UNIMPLEMENTED:
-        by_place.setdefault(entry.where, []).append(entry)
-
     def check(place: str, obj: Mapping[str, Any], at: str, identity: str
               ) -> list[tuple[str, str]]:
         return [(f"{identity}.{e.key}", e.warning(f"{at}.{e.key}"))
-                for e in by_place.get(place, []) if _set(obj.get(e.key))]
+                for e in _BY_PLACE.get(place, ()) if e.key in obj and _set(obj[e.key])]
 
     out = check(POD, spec, path, "spec")
     for i, volume in _items(spec.get("volumes")):
