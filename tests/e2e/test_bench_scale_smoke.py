@@ -37,6 +37,9 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
     for reads in ("gets", "paginated_lists"):
         assert result[reads]["errors"] == 0
     assert result["list_all"]["items"] == PODS
+    # the heartbeats while the pods started: no node late enough to be marked Unknown
+    assert result["nodes_marked_unknown"] == 0
+    assert result["lease_renewal_gaps"].get("over_40s", 0) == 0
     # Every watch saw at least each pod's ADDED event.
     assert result["watch_events_min"] >= PODS
     assert set(result["rss_mib"]) == {"apiserver", "scheduler", "controller-manager",
