@@ -322,6 +322,7 @@ class Apiserver:
         self.store = store
         self.etcd_endpoints = list(etcd_endpoints)
         self.workers = workers  # `--workers` (etcd only)
+        self.extra_args: list[str] = []  # more flags, last on the command line
         self.port = 0  # `--port`: 0 a free one; set it to start again where it served
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
@@ -349,7 +350,7 @@ class Apiserver:
             argv += ["--etcd-endpoints", ",".join(self.etcd_endpoints)]
         if self.workers > 1:
             argv += ["--workers", str(self.workers)]
-        return argv
+        return argv + self.extra_args
 
     def start(self, timeout: float = APISERVER_START_TIMEOUT) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ import datetime
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -166,6 +167,34 @@ def _pod(name: str) -> dict[str, Any]:
                                                                 "memory": "16Mi"}}}]}}
 
 
+class LeaseGaps:
+    """The seconds between successive `renewTime`s of each Lease, as a watch tells."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, float] = {}
+        self.gaps: list[float] = []
+
+    def apply(self, event: Mapping[str, Any]) -> None:
+        obj = event.get("object") or {}
+        name = (obj.get("metadata") or {}).get("name")
+        renewed = (obj.get("spec") or {}).get("renewTime")
+        if not name or not renewed:
+            return
+        at = datetime.datetime.fromisoformat(renewed.replace("Z", "+00:00")).timestamp()
+        before = self.last.get(name)
+        if before is not None and at > before:
+            self.gaps.append(at - before)
+        self.last[name] = at
+
+    def summary(self) -> dict[str, Any]:
+        if not self.gaps:
+            return {"count": 0}
+        return {"count": len(self.gaps), "p50_s": round(percentile(self.gaps, 50), 1),
+                "p99_s": round(percentile(self.gaps, 99), 1),
+                "max_s": round(max(self.gaps), 1),
+                "over_40s": sum(1 for g in self.gaps if g > 40)}
+
+
 class RunningPods:
     """How many of the namespace's pods are Running, as a watch of them tells."""
 
@@ -198,6 +227,7 @@ class Run:
         self.work_dir = work_dir
         self.etcd: Any = None
         self.apiserver = Apiserver(work_dir / "apiserver", store, workers=workers)
+        self.apiserver.extra_args = shlex.split(args.apiserver_flags)
         self.components: list[Component] = []
         self.rss_peak: dict[str, int] = {}
         self.result: dict[str, Any] = {"store": store, "apiserver_workers": workers}
@@ -274,6 +304,9 @@ class Run:
             watch_stop = asyncio.Event()
             running = RunningPods()
             follower = asyncio.create_task(self._follow_running(http, running, watch_stop))
+            leases = LeaseGaps()
+            lease_follower = asyncio.create_task(self._follow_leases(http, leases, watch_stop))
+            unknown_before = self._unknown_marks()
             watch_events, foreign_events = [0] * a.watches, [0] * a.watches
             watches = [asyncio.create_task(self._watch(http, i, watch_events, foreign_events,
                                                        watch_stop))
@@ -307,6 +340,7 @@ class Run:
             created_in = time.monotonic() - started
             log(f"[{self.store}] {len(created)} pods created in {created_in:.1f}s")
             running_in = await self._wait_running(running, len(created), started)
+            unknown_marks = self._unknown_marks() - unknown_before
             cpu_used = cpu.since(cpu_before)
             sampler_stop.set()
             await sampler
@@ -318,7 +352,7 @@ class Run:
                 listed = len(orjson.loads(body).get("items") or []) if r.status == 200 else 0
             list_all = time.perf_counter() - t0
             watch_stop.set()
-            await asyncio.gather(follower, *watches, return_exceptions=True)
+            await asyncio.gather(follower, lease_follower, *watches, return_exceptions=True)
         stop_sampling.set()
         await rss
         self.result.update({
@@ -334,6 +368,11 @@ class Run:
             lists.summary(),
             "list_all": {"items": listed, "seconds": round(list_all, 3),
                          "bytes": len(body)},
+            # Node heartbeats from the first create until all were Running: the time between
+            # successive renewals of each node's Lease (10 s when on time; the node lifecycle
+            # controller marks a node Unknown past 40 s), and how often it did.
+            "lease_renewal_gaps": leases.summary(),
+            "nodes_marked_unknown": unknown_marks,
             "watch_events_min": min(watch_events) if watch_events else 0,
             "watch_events_max": max(watch_events) if watch_events else 0,
             "watch_events_total": sum(watch_events),
@@ -521,6 +560,32 @@ class Run:
                 return None
             await asyncio.sleep(2.0)
 
+    def _unknown_marks(self) -> int:
+        """How often the node lifecycle controller has marked a node Unknown (its log)."""
+        path = self.work_dir / "controller-manager.log"
+        try:
+            return path.read_text(errors="replace").count("; marking it unknown")
+        except OSError:
+            return 0
+
+    async def _follow_leases(self, http: aiohttp.ClientSession, gaps: LeaseGaps,
+                             stop: asyncio.Event) -> None:
+        """A watch of the node Leases (from the watch cache), feeding `gaps`, until stopped."""
+        path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+        while not stop.is_set():
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(path, params={"watch": "1", "resourceVersion": "0"}) as r:
+                    async def read() -> None:
+                        async for line in r.content:
+                            if line.strip():
+                                gaps.apply(orjson.loads(line))
+                    reader = asyncio.create_task(read())
+                    ender = asyncio.create_task(stop.wait())
+                    await asyncio.wait({reader, ender}, return_when=asyncio.FIRST_COMPLETED)
+                    for task in (reader, ender):
+                        task.cancel()
+                    await asyncio.gather(reader, ender, return_exceptions=True)
+
     async def _follow_running(self, http: aiohttp.ClientSession, running: RunningPods,
                               stop: asyncio.Event) -> None:
         """One more watch of the namespace's pods, from the watch cache (resourceVersion 0:
@@ -617,6 +682,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
                         help="keep the data and logs there (default: a temporary directory)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
+    parser.add_argument("--apiserver-flags", default="", metavar="FLAGS",
+                        help="more flags for the apiserver, as one shell-quoted string (e.g. "
+                             "'--max-requests-inflight 0 --max-mutating-requests-inflight 0' "
+                             "to serve without the priority filter's seats)")
     parser.add_argument("--idle-seconds", type=float, default=0.0, metavar="SECONDS",
                         help="also measure each process's CPU over this long with the nodes "
                              "Ready and no pod yet, and again once all pods run (default 0: "
@@ -638,6 +707,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _lease_cell(r: Mapping[str, Any]) -> str:
+    gaps = r.get("lease_renewal_gaps") or {}
+    if not gaps.get("count"):
+        return "-"
+    return (f"{gaps['p50_s']} / {gaps['p99_s']} / {gaps['max_s']}; {gaps['over_40s']}; "
+            f"{r.get('nodes_marked_unknown', 0)}")
+
+
 def report(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
@@ -652,12 +729,15 @@ def report(results: list[dict[str, Any]]) -> str:
                      f"{r['gets']['p50_ms']} / {r['gets']['p99_ms']}",
                      f"{r['paginated_lists']['p50_ms']} / {r['paginated_lists']['p99_ms']}",
                      format_ms(r["list_all"]["seconds"]),
+                     _lease_cell(r),
                      ", ".join(f"{k} {v}" for k, v in r["rss_mib"].items()),
                      ", ".join(f"{k} {v}" for k, v in cpu.items())])
     table = markdown_table(
         ["store", "apiserver workers", "nodes", "pods", "clients", "nodes Ready s",
          "all Running s", "pods/s", "create p50/p99 ms", "get p50/p99 ms",
-         "list page p50/p99 ms", "list all ms", "peak RSS MiB", "CPU s until Running"], rows)
+         "list page p50/p99 ms", "list all ms",
+         "lease gap p50/p99/max s; gaps > 40 s; Unknown marks", "peak RSS MiB",
+         "CPU s until Running"], rows)
     restarts = [[r["store"], str(c["nodes_ready_seconds"]), f"{c['running']}/{r['pods']}",
                  str(c["all_running_seconds"]),
                  *(f"{v['store']} / {v['cache_list']} / {v['watch']}; differ "

@@ -53,6 +53,7 @@ from ephemera.apiserver.authz.reviews import Reviews, is_review
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
 from ephemera.apiserver.informers import ObjectCache
 from ephemera.apiserver.namespaces import NamespaceLifecycle
+from ephemera.apiserver.priority import PriorityConfig, priority_middleware
 from ephemera.apiserver.registry import DEFAULT_EVENT_TTL, Registry
 from ephemera.apiserver.resources import (
     Resource,
@@ -151,6 +152,8 @@ class ApiserverConfig:
     watch_cache: bool = True
     # `--event-ttl`: seconds an Event is kept after its last write (0: for ever).
     event_ttl: int = DEFAULT_EVENT_TTL
+    # `--max-requests-inflight`, `--max-mutating-requests-inflight`: seats (priority).
+    priority: PriorityConfig = field(default_factory=PriorityConfig)
 
 
 REGISTRY = web.AppKey("registry", Registry)
@@ -201,6 +204,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
                    router.authorization]
     if config.audit is not None:  # after authentication, before authorization: upstream's
         middlewares.insert(3, config.audit.middleware)
+    middlewares.insert(-1, priority_middleware(config.priority))  # before authorization
     app = web.Application(middlewares=middlewares,
                           client_max_size=config.max_body_bytes)
     app[REGISTRY] = registry

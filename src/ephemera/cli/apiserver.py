@@ -120,6 +120,14 @@ def add_parser(subparsers: Any) -> None:
                         metavar="DURATION",
                         help="how long an Event is kept after its last write, a Go duration "
                              "(default 1h0m0s, upstream's; 0: for ever)")
+    parser.add_argument("--max-requests-inflight", type=_non_negative, default=400,
+                        metavar="N",
+                        help="with --max-mutating-requests-inflight, the server's seats "
+                             "(upstream's APF meaning): node heartbeats get node-high's share "
+                             "(40/245), every other request global-default's (20/245), "
+                             "divided among --workers; 0 and 0: no limit (default 400)")
+    parser.add_argument("--max-mutating-requests-inflight", type=_non_negative, default=200,
+                        metavar="N", help="see --max-requests-inflight (default 200)")
     parser.add_argument("--audit-log-path", type=Path, default=None, metavar="FILE",
                         help="write audit.k8s.io/v1 events there, one JSON line each "
                              "(default: no audit log)")
@@ -155,7 +163,28 @@ def add_parser(subparsers: Any) -> None:
                              "with --store etcd (default 1)")
     # Internal: set by `--workers` on the worker processes it starts.
     parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-count", type=int, default=1, help=argparse.SUPPRESS)
     parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
+    return value
+
+
+def _priority(args: argparse.Namespace) -> Any:
+    """The seats of `--max-requests-inflight` and `--max-mutating-requests-inflight`, shared
+    by the `--workers` (`ephemera.apiserver.priority`)."""
+    from ephemera.apiserver.priority import PriorityConfig
+
+    return PriorityConfig(max_requests_inflight=args.max_requests_inflight,
+                          max_mutating_requests_inflight=args.max_mutating_requests_inflight,
+                          workers=max(args.workers, args.worker_count))
 
 
 def _ip_address(text: str) -> str:
@@ -297,8 +326,10 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                 anonymous_auth: bool = True,
                 service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR,
                 service_node_port_range: str = DEFAULT_NODE_PORT_RANGE,
-                watch_cache: bool = True, event_ttl: int = DEFAULT_EVENT_TTL) -> Any:
+                watch_cache: bool = True, event_ttl: int = DEFAULT_EVENT_TTL,
+                priority: Any = None) -> Any:
     from ephemera.apiserver.app import ApiserverConfig, create_app
+    from ephemera.apiserver.priority import PriorityConfig
 
     return create_app(store, ApiserverConfig(audit=audit, authenticator=authenticator,
                                              authorization_modes=authorization_modes,
@@ -311,7 +342,8 @@ def _create_app(store: Any, authenticator: Authenticator, gates: FeatureGates,
                                                  mount_service_account_token),
                                              service_cluster_ip_range=service_cluster_ip_range,
                                              service_node_port_range=service_node_port_range,
-                                             watch_cache=watch_cache, event_ttl=event_ttl))
+                                             watch_cache=watch_cache, event_ttl=event_ttl,
+                                             priority=priority or PriorityConfig()))
 
 
 def _token_authentication(args: argparse.Namespace, data_dir: Path, store: Any,
@@ -360,7 +392,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
                           issuer, audiences, args.mount_service_account_token, audit,
                           args.authorization_mode, args.anonymous_auth,
                           args.service_cluster_ip_range, args.service_node_port_range,
-                          watch_cache=args.watch_cache, event_ttl=args.event_ttl)
+                          watch_cache=args.watch_cache, event_ttl=args.event_ttl,
+                          priority=_priority(args))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

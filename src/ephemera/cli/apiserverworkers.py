@@ -95,12 +95,14 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-def worker_argv(command: Sequence[str], port: int, index: int, port_file: Path) -> list[str]:
+def worker_argv(command: Sequence[str], port: int, index: int, port_file: Path,
+                count: int = 1) -> list[str]:
     """The worker's command: the parent's own arguments, then the worker's overrides (the
-    last of a repeated option wins)."""
+    last of a repeated option wins); `--worker-count` tells it how many share the seats
+    (`ephemera.apiserver.priority`)."""
     return [sys.executable, "-m", "ephemera.cli", *command, "--workers", "1",
             "--port", str(port), "--port-file", str(port_file),
-            "--worker-index", str(index)]
+            "--worker-index", str(index), "--worker-count", str(count)]
 
 
 class WorkerGroup:
@@ -199,7 +201,7 @@ async def run_workers(args: argparse.Namespace, on_ready: Callable[[int], None])
         loop.add_signal_handler(sig, stop.set)
     with reservation, tempfile.TemporaryDirectory(prefix="ephemera-apiserver-") as tmp:
         command = getattr(args, "command_argv", None) or sys.argv[1:]
-        group = WorkerGroup(lambda i, f: worker_argv(command, port, i, f),
+        group = WorkerGroup(lambda i, f: worker_argv(command, port, i, f, args.workers),
                             args.workers, Path(tmp))
         group.start()
         try:

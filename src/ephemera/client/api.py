@@ -13,7 +13,9 @@ Objects go in and come out as plain JSON dicts. A response that is not 2xx raise
 details), so callers test `err.code == 404` or `err.reason == "Conflict"` exactly as the server
 said it. A connection that cannot be made or breaks raises `ApiUnavailable`. A watch yields
 `WatchEvent`s; an `ERROR` event in the stream (for example `410 Expired`) raises the
-`StatusError` it carries. Nothing else in ephemera speaks HTTP to the apiserver.
+`StatusError` it carries. A 429 with `Retry-After` (the apiserver's priority filter under
+saturation) is sent again after that many seconds, up to 10 times, as client-go does.
+Nothing else in ephemera speaks HTTP to the apiserver.
 
 Several apiservers: `ApiClient(config, endpoints=[URL, ...])` knows more servers than the
 kubeconfig's (same credentials, same CA). An `EndpointPicker` (`ephemera.client.endpoints`)
@@ -76,6 +78,21 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
 # With several apiservers: give up connecting to one this soon and try the next.
 FAILOVER_CONNECT_TIMEOUT = 1.0
+
+
+# client-go's `maxRetries` (rest.Request): how often a request told to come back later
+# (429 with `Retry-After`, as a saturated apiserver answers) is sent again.
+MAX_RETRIES = 10
+
+
+def _retry_after(resp: aiohttp.ClientResponse) -> int | None:
+    """The seconds to wait before sending the request again: a 429 with a whole number of
+    seconds in `Retry-After` (client-go's `checkWait`, which also retries 5xx with one;
+    ephemera's clients retry only the 429 the apiserver's priority filter sends)."""
+    if resp.status != 429:
+        return None
+    value = resp.headers.get("Retry-After", "")
+    return int(value) if value.isdigit() else None
 
 
 class ApiUnavailable(ConnectionError):
@@ -298,14 +315,19 @@ class ApiClient:
         timeout = aiohttp.ClientTimeout(total=self.request_timeout,
                                         connect=self.connect_timeout)
         try:
-            async with self._send(method, path, params=_query(params), data=data,
-                                  headers=headers, timeout=timeout) as resp:
-                raw = await resp.read()
-                if resp.status >= 400:
-                    raise _status_error(resp.status, raw)
-                if self.on_warning is not None:
-                    for header in resp.headers.getall("Warning", []):
-                        self.on_warning(warning_text(header))
+            for attempt in range(MAX_RETRIES + 1):
+                async with self._send(method, path, params=_query(params), data=data,
+                                      headers=headers, timeout=timeout) as resp:
+                    raw = await resp.read()
+                    wait = _retry_after(resp) if attempt < MAX_RETRIES else None
+                    if wait is None:
+                        if resp.status >= 400:
+                            raise _status_error(resp.status, raw)
+                        if self.on_warning is not None:
+                            for header in resp.headers.getall("Warning", []):
+                                self.on_warning(warning_text(header))
+                        break
+                await asyncio.sleep(wait)
         except ApiUnavailable:
             raise  # ended on purpose (set_client_certificate), already in words
         except (TimeoutError, aiohttp.ClientError, OSError) as err:

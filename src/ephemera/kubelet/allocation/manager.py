@@ -313,7 +313,13 @@ class AllocationManager:
     def differs(self, pod: Mapping[str, Any]) -> bool:
         """The pod's spec is not the allocated one."""
         current = self.allocated.get(_uid(pod))
-        return current is not None and _canonical(_spec(current)) != _canonical(_spec(pod))
+        if current is None:
+            return False
+        allocated, desired = _spec(current), _spec(pod)
+        # Plain equality first (what an unchanged spec meets at C speed; JSON documents equal
+        # as Python values are equal as canonical JSON but for 1 and 1.0, which no spec
+        # field holds both of), the canonical JSON only when that says they differ.
+        return allocated != desired and _canonical(allocated) != _canonical(desired)
 
     def worker_pod(self, pod: Mapping[str, Any]) -> Obj:
         """The API pod with its allocated spec (what the pod worker actuates)."""
