@@ -43,7 +43,8 @@ timed; the new volumes are made before it and the old ones dropped after, untime
 
 Where a swap's time goes: wall-clock milestones (one host, one clock) from the client (the
 PUT's response, Running on the watch) and the kubelet's files: the allocation checkpoint's
-rename (its ctime: allocation done, fsynced), the new emptyDir's dir (its birth time) and the
+write (the later ctime of its two slots: allocation done, flushed right after), the new
+emptyDir's dir (its birth time) and the
 new Secret volume's `..data` link (its ctime: the tmpfs mounted and the files written), the
 old container's exit (the shim's `finished_at`), the new instance's `created_at` (overlay
 mounted, config.json written), its `shim.log` (birth: the shim forked), the runtime's pid file
@@ -112,7 +113,7 @@ from bench.pod_start import (
     unmount,
     wait_until_trapping,
 )
-from ephemera.kubelet.allocation.checkpoint import CHECKPOINT_NAME
+from ephemera.kubelet.allocation.checkpoint import ALTERNATE_SUFFIX, CHECKPOINT_NAME
 from ephemera.kubelet.runtime import livemount
 
 DEFAULT_SWAPS = 50
@@ -153,7 +154,7 @@ now = time.time  # the one clock: the kubelet's files carry wall-clock times
 SWAP_STEPS = [
     ("sent", ""),
     ("answered", "apiserver: PUT /dynamic (→ 200)"),
-    ("allocated", "kubelet: watch, allocation check, checkpoint fsync (→ renamed)"),
+    ("allocated", "kubelet: watch, allocation check, checkpoint write (→ written)"),
     ("volumes_ready", "volume manager: emptyDir and Secret tmpfs set up (→ both ready)"),
     ("old_exited", "pod worker wakes, SIGTERM, the old container exits (→ shim's exit)"),
     ("container_created", "exit seen, image, container config, overlay, config.json"),
@@ -165,7 +166,7 @@ SWAP_STEPS = [
 LIVE_STEPS = [
     ("sent", ""),
     ("answered", "apiserver: PUT /dynamic (→ 200)"),
-    ("allocated", "kubelet: watch, allocation check, checkpoint fsync (→ renamed)"),
+    ("allocated", "kubelet: watch, allocation check, checkpoint write (→ written)"),
     ("volumes_ready", "volume manager: emptyDir and Secret tmpfs set up (→ both ready)"),
     ("attached", "pod worker: old mounts detached, new ones attached (→ the runtime's record)"),
     ("running", "status write, watch (→ the new mounts on the watch)"),
@@ -456,6 +457,15 @@ def ctime(path: Path) -> float:
         return math.nan
 
 
+def checkpoint_written(kubelet_dir: Path) -> float:
+    """When the allocation checkpoint was last written: the later change time of its two
+    slots (a write overwrites one in place); NaN when there is none."""
+    times = [ctime(kubelet_dir / "checkpoints" / name)
+             for name in (CHECKPOINT_NAME, CHECKPOINT_NAME + ALTERNATE_SUFFIX)]
+    known = [t for t in times if not math.isnan(t)]
+    return max(known) if known else math.nan
+
+
 def kubelet_milestones(kubelet_dir: Path, uid: str, index: int, old_attempt: int,
                        new_attempt: int) -> dict[str, float]:
     """The kubelet's side of swap `index` (module docstring); missing files are left out."""
@@ -464,7 +474,7 @@ def kubelet_milestones(kubelet_dir: Path, uid: str, index: int, old_attempt: int
     containers = kubelet_dir / "pods" / uid / "containers" / CONTAINER
     old, new = containers / str(old_attempt), containers / str(new_attempt)
     found = {
-        "allocated": ctime(kubelet_dir / "checkpoints" / CHECKPOINT_NAME),
+        "allocated": checkpoint_written(kubelet_dir),
         "emptydir_ready": birth_time(volumes / "kubernetes.io~empty-dir" / scratch),
         "secret_ready": ctime(volumes / "kubernetes.io~secret" / creds / "..data"),
         "shim_began": birth_time(new / "shim.log"),
@@ -491,7 +501,7 @@ def live_milestones(kubelet_dir: Path, uid: str, index: int) -> dict[str, float]
     scratch, creds = volume_names(index)
     volumes = kubelet_dir / "pods" / uid / "volumes"
     found = {
-        "allocated": ctime(kubelet_dir / "checkpoints" / CHECKPOINT_NAME),
+        "allocated": checkpoint_written(kubelet_dir),
         "emptydir_ready": birth_time(volumes / "kubernetes.io~empty-dir" / scratch),
         "secret_ready": ctime(volumes / "kubernetes.io~secret" / creds / "..data"),
     }

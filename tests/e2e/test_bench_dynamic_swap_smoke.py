@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 SWAPS = 2
 SWAP_STEPS = [
     "apiserver: PUT /dynamic (→ 200)",
-    "kubelet: watch, allocation check, checkpoint fsync (→ renamed)",
+    "kubelet: watch, allocation check, checkpoint write (→ written)",
     "volume manager: emptyDir and Secret tmpfs set up (→ both ready)",
     "pod worker wakes, SIGTERM, the old container exits (→ shim's exit)",
     "exit seen, image, container config, overlay, config.json",
@@ -32,7 +32,7 @@ SWAP_STEPS = [
 ]
 LIVE_STEPS = [
     "apiserver: PUT /dynamic (→ 200)",
-    "kubelet: watch, allocation check, checkpoint fsync (→ renamed)",
+    "kubelet: watch, allocation check, checkpoint write (→ written)",
     "volume manager: emptyDir and Secret tmpfs set up (→ both ready)",
     "pod worker: old mounts detached, new ones attached (→ the runtime's record)",
     "status write, watch (→ the new mounts on the watch)",

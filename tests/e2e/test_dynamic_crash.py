@@ -47,6 +47,8 @@ from cluster import (
 )
 from kep_e2e import RawApi, pod_path
 
+from ephemera.kubelet.allocation.checkpoint import AllocationCheckpoint, CheckpointCorruptedError
+
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("dynamic-crash")]
 
 
@@ -84,10 +86,10 @@ def poll(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
 
 
 def _checkpoint_has(cluster: Cluster, text: str) -> bool:
-    path = cluster.data_dir / "kubelet" / "checkpoints" / "allocated_pods_state"
-    try:
-        return text in path.read_text()
-    except FileNotFoundError:
+    """Whether the allocation checkpoint's last write (its newest slot) holds `text`."""
+    try:  # read while the kubelet writes: a slot caught mid-write is the older's turn
+        return text in AllocationCheckpoint(cluster.data_dir / "kubelet").newest().read_text()
+    except (FileNotFoundError, CheckpointCorruptedError):
         return False
 
 

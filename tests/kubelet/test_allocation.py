@@ -7,6 +7,7 @@ signals of a change that cannot be allocated."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -57,24 +58,33 @@ def test_checkpoint_round_trip_is_deterministic(tmp_path: Path) -> None:
     pods = {"b": _pod("b"), "a": _pod("a", memory="1Mi")}
     cp.store(pods)
     assert cp.load() == pods
-    first = cp.path.read_bytes()
+    assert cp.newest() == cp.path
+    first = json.loads(cp.path.read_bytes())
     cp.store({"a": pods["a"], "b": pods["b"]})
-    assert cp.path.read_bytes() == first  # sorted by UID: same bytes
-    assert [p.name for p in cp.dir.iterdir()] == ["allocated_pods_state"]  # no temp left
+    assert cp.newest() == cp.slots[1]
+    again = json.loads(cp.slots[1].read_bytes())
+    # sorted by UID: the same list, only the sequence moved on
+    assert json.loads(again["data"]) == {**json.loads(first["data"]), "sequence": 2}
+    assert sorted(p.name for p in cp.dir.iterdir()) == [
+        "allocated_pods_state", "allocated_pods_state.alt"]  # nothing else written
+    assert AllocationCheckpoint(tmp_path).load() == pods
     assert AllocationCheckpoint(tmp_path / "none").load() == {}
 
 
-def test_a_checkpoint_write_is_five_system_calls_and_overwrites_a_killed_one_s_leftover(
-        tmp_path: Path) -> None:
-    """A write (of the swap's path: its thread lets go of the GIL at each call) is open,
-    write, fsync, close, rename; a temporary file a killed kubelet left (longer, torn) is
-    truncated, and the checkpoint read back is the new one."""
+def test_a_checkpoint_write_overwrites_the_older_slot_in_place(tmp_path: Path) -> None:
+    """A write (on the swap's path: its thread lets go of the GIL at each call) is open,
+    pwrite, fdatasync, close of the slot that does not hold the last write: no rename, no
+    new file once both slots exist, and a smaller checkpoint is padded to the slot's
+    size (its metadata unchanged)."""
     cp = AllocationCheckpoint(tmp_path)
-    cp.store({"a": _pod("a")})  # the directory made
-    leftover = cp.dir / ".allocated_pods_state.tmp"
-    leftover.write_text('{"version": "v2", "data": "' + "x" * 10_000)
+    big = {uid: _pod(uid) for uid in "abcdefgh"}
+    cp.store(big)
+    cp.store(big)
+    sizes = [path.stat().st_size for path in cp.slots]
+    inodes = [path.stat().st_ino for path in cp.slots]
     calls: list[str] = []
-    real = {name: getattr(os, name) for name in ("open", "write", "fsync", "close", "replace",
+    real = {name: getattr(os, name) for name in ("open", "write", "pwrite", "fsync",
+                                                 "fdatasync", "close", "replace", "rename",
                                                  "mkdir", "stat", "lstat", "fstat")}
 
     def counted(name: str) -> Any:
@@ -83,14 +93,48 @@ def test_a_checkpoint_write_is_five_system_calls_and_overwrites_a_killed_one_s_l
             return real[name](*args, **kwargs)
         return call
 
-    pods = {"a": _pod("a"), "b": _pod("b")}
+    small = {"a": _pod("a")}
     with pytest.MonkeyPatch.context() as patch:
         for name in real:
             patch.setattr(os, name, counted(name))
-        cp.store(pods)
-    assert calls == ["open", "write", "fsync", "close", "replace"]
-    assert cp.load() == pods
-    assert [p.name for p in cp.dir.iterdir()] == ["allocated_pods_state"]
+        cp.store(small)
+    assert calls == ["open", "pwrite", "fdatasync", "close"]
+    assert cp.newest() == cp.slots[0]
+    assert [path.stat().st_size for path in cp.slots] == sizes
+    assert [path.stat().st_ino for path in cp.slots] == inodes
+    assert AllocationCheckpoint(tmp_path).load() == small
+
+
+def test_a_torn_newest_slot_falls_back_to_the_older_write(tmp_path: Path) -> None:
+    """A power loss mid-write can tear only the slot being written: the other one holds the
+    write before, which is what was actuated then, and the next write goes to the torn
+    slot."""
+    cp = AllocationCheckpoint(tmp_path)
+    cp.store({"a": _pod("a")})
+    cp.store({"a": _pod("a"), "b": _pod("b")})
+    torn = cp.slots[1].read_bytes().rstrip()  # the write, without the slot's padding
+    cp.slots[1].write_bytes(torn[: len(torn) // 2])
+    restarted = AllocationCheckpoint(tmp_path)
+    assert restarted.load() == {"a": _pod("a")}
+    restarted.store({"c": _pod("c")})
+    assert restarted.newest() == cp.slots[1]
+    assert AllocationCheckpoint(tmp_path).load() == {"c": _pod("c")}
+
+
+def test_a_checkpoint_from_before_the_slots_is_read_and_kept_until_overwritten(
+        tmp_path: Path) -> None:
+    """One file, no sequence (an older ephemera's or upstream's layout): read as sequence 0;
+    the first write goes to the other slot, so it is never overwritten unflushed."""
+    cp = AllocationCheckpoint(tmp_path)
+    cp.dir.mkdir(parents=True)
+    data = json.dumps({"podList": [_pod("a")]}, sort_keys=True, separators=(",", ":"))
+    cp.path.write_text(json.dumps({"version": "v2", "data": data,
+                                   "checksum": hashlib.sha256(data.encode()).hexdigest()}))
+    assert cp.load() == {"a": _pod("a")}
+    cp.store({"b": _pod("b")})
+    assert cp.newest() == cp.slots[1]
+    assert json.loads(json.loads(cp.path.read_text())["data"])["podList"] == [_pod("a")]
+    assert AllocationCheckpoint(tmp_path).load() == {"b": _pod("b")}
 
 
 def test_checkpoint_corruption_is_detected(tmp_path: Path) -> None:
@@ -100,14 +144,14 @@ def test_checkpoint_corruption_is_detected(tmp_path: Path) -> None:
     outer["data"] = outer["data"].replace('"c0"', '"cX"')
     cp.path.write_text(json.dumps(outer))
     with pytest.raises(CheckpointCorruptedError, match="checksum mismatch"):
-        cp.load()
+        AllocationCheckpoint(tmp_path).load()
     cp.path.write_text('{"version": "v2", "data": ')
     with pytest.raises(CheckpointCorruptedError, match="not valid JSON"):
-        cp.load()
+        AllocationCheckpoint(tmp_path).load()
     cp.path.write_text(json.dumps({"version": "v9", "data": "{}", "checksum": ""}))
     with pytest.raises(CheckpointCorruptedError,
                        match='unsupported checkpoint version "v9"'):
-        cp.load()
+        AllocationCheckpoint(tmp_path).load()
 
 
 # --- the manager -----------------------------------------------------------------------------
@@ -190,8 +234,9 @@ async def test_pending_changes_are_retried_and_restored(tmp_path: Path) -> None:
     restored = _manager(tmp_path, node)
     assert restored.restore() == 1
     assert restored.get("u1")["spec"] == change["spec"]  # type: ignore[index]
-    # a corrupted checkpoint is ignored (the pods are admitted again as new)
-    AllocationCheckpoint(tmp_path).path.write_text("garbage")
+    # a corrupted checkpoint (both slots) is ignored (the pods are admitted again as new)
+    for slot in AllocationCheckpoint(tmp_path).slots:
+        slot.write_text("garbage")
     assert _manager(tmp_path, node).restore() == 0
 
 
