@@ -79,6 +79,7 @@ FULL = {"nodes": 1000, "pods": 30000, "clients": 8, "watches": 1000}
 QUICK = {"nodes": 5, "pods": 50, "clients": 2, "watches": 5}
 PAGE_SIZE = 500
 NAMESPACE = "default"
+PROGRESS_INTERVAL = 15.0  # seconds between progress lines while the pods are created
 HOLLOW_PREFIX = "hollow-node-"  # the hollow nodes' names: this and their index
 STOP_TIMEOUT = 30.0
 
@@ -336,7 +337,17 @@ class Run:
                     else:
                         creates.errors += 1
 
-            await asyncio.gather(*(client() for _ in range(a.clients)))
+            async def progress() -> None:
+                while True:
+                    await asyncio.sleep(PROGRESS_INTERVAL)
+                    log(f"[{self.store}] {len(created)}/{a.pods} created, {running.running} "
+                        f"Running after {time.monotonic() - started:.1f}s")
+
+            reporter = asyncio.create_task(progress())
+            try:
+                await asyncio.gather(*(client() for _ in range(a.clients)))
+            finally:
+                reporter.cancel()
             created_in = time.monotonic() - started
             log(f"[{self.store}] {len(created)} pods created in {created_in:.1f}s")
             running_in = await self._wait_running(running, len(created), started)
