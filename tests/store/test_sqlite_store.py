@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -309,5 +310,42 @@ async def test_expiry_times_survive_a_reopen(tmp_path: Path) -> None:
         assert (event.type, event.kv.key, event.kv.value) == ("DELETE", "/e/gone", b"1")
         assert event.kv.create_revision == gone.create_revision
         assert [kv.key for kv in (await store.list("/e/")).kvs] == ["/e/kept"]
+    finally:
+        await store.close()
+
+
+async def test_a_failing_expiry_does_not_stop_the_writes(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An expiry transaction that fails (disk full) leaves its keys due and is tried again a
+    second later; the writes are answered meanwhile, and the key expires once the store
+    can write again."""
+    store = open_store("sqlite", data_dir=tmp_path)
+    try:
+        assert isinstance(store, SqliteStore)
+        real = store._apply_one
+        failing = True
+
+        def apply_one(conn: Any, write: Any, revision: int, outcome: Any) -> int:
+            if failing and write.future is None:  # an expiry
+                raise sqlite3.OperationalError("database or disk is full")
+            return real(conn, write, revision, outcome)
+
+        monkeypatch.setattr(store, "_apply_one", apply_one)
+        watcher = await store.watch("/x/", await store.current_revision())
+        await store.create("/x/expiring", b"1", ttl=1)
+        await asyncio.sleep(1.5)  # due, and failing
+        async with asyncio.timeout(5):
+            await store.create("/x/other", b"2")
+        assert await store.get("/x/expiring") is not None
+        failing = False
+        items = aiter(watcher)
+        deleted = None
+        async with asyncio.timeout(10):
+            while deleted is None:
+                item = await anext(items)
+                if isinstance(item, Event) and item.type == "DELETE":
+                    deleted = item
+        await watcher.close()
+        assert deleted.kv.key == "/x/expiring"
     finally:
         await store.close()

@@ -64,6 +64,10 @@ def test_long_running_requests_take_no_seat() -> None:
         assert level(ALICE, "GET", f"{PODS}/p/{sub}") is Level.EXEMPT, sub
     assert level(ALICE, "GET", "/api/v1/nodes/n1/proxy/stats") is Level.EXEMPT
     assert level(ALICE, "GET", PODS) is Level.NORMAL
+    for probe in ("/healthz", "/readyz", "/livez"):  # upstream's `probes` FlowSchema
+        assert level(ALICE, "GET", probe) is Level.EXEMPT, probe
+    assert level(ALICE, "GET", "/healthz/etcd") is Level.NORMAL
+    assert level(ALICE, "GET", "/version") is Level.NORMAL
 
 
 def test_seats_are_upstream_shares_of_the_flags_divided_among_workers() -> None:

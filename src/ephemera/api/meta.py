@@ -266,7 +266,8 @@ def validate_annotations(annotations: Any, path: field.Path) -> list[FieldError]
 
 
 def child_object(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    """The object at `parent[key]`, made an empty one when it is missing or JSON `null`: Go
+    """The object at `parent[key]`, made an empty one when it is missing, JSON `null` or
+    not an object (a wrong type is refused earlier, by field validation at decode): Go
     decodes a null into a struct field as its zero value, an empty struct. For a field that
     is a struct value in upstream's types (an object's `metadata`, `spec` and `status`, a
     pod template's `spec`), not for a pointer, whose null means unset."""

@@ -6,7 +6,9 @@ authentication, audit, priority and fairness, authorization):
 
 - **exempt** (no seat, never queued): long-running requests, as upstream's
   `BasicLongRunningRequestCheck` names them (verbs `watch` and `proxy`; subresources
-  `attach`, `exec`, `proxy`, `log`, `portforward`);
+  `attach`, `exec`, `proxy`, `log`, `portforward`), and a GET of `/healthz`, `/readyz` or
+  `/livez` (upstream's `probes` FlowSchema: a saturated apiserver is not failed by its own
+  probes);
 - **node-high**: what upstream's `system-node-high` FlowSchema matches, any verb on `nodes`,
   `nodes/status` and `coordination.k8s.io` `leases`, by a user of the `system:nodes` group
   (a `system:node:NAME` user has it) or of `system:masters`. Upstream exempts
@@ -43,7 +45,9 @@ import asyncio
 import collections
 import dataclasses
 import enum
+import logging
 import math
+import time
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +55,8 @@ from aiohttp import web
 from ephemera.apiserver.authz import Attributes
 from ephemera.apiserver.authz.requestinfo import attributes_of
 from ephemera.apiserver.rest import USER
+
+log = logging.getLogger("ephemera.apiserver")
 
 DEFAULT_MAX_REQUESTS_INFLIGHT = 400
 DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT = 200
@@ -65,9 +71,11 @@ NODE_HIGH_QUEUE = 64 * 50
 GLOBAL_DEFAULT_QUEUE = 128 * 50
 DEFAULT_WAIT_LIMIT = 15.0  # upstream: the request timeout (60 s) / 4
 RETRY_AFTER = "1"
+REJECTION_LOG_INTERVAL = 60.0  # seconds between log lines about a level's refusals
 TOO_MANY_REQUESTS = "Too many requests, please try again later."
 
 LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/livez"})
 LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "proxy", "log", "portforward"})
 NODE_HIGH_GROUPS = frozenset({"system:nodes", "system:masters"})
 NODE_HIGH_RESOURCES = frozenset({("", "nodes"), ("coordination.k8s.io", "leases")})
@@ -84,7 +92,9 @@ def classify(attributes: Attributes, *, authenticated: bool = True) -> Level:
     (`authenticated` False: the apiserver has no authenticator, every request acts as an
     administrator) the user counts as `system:masters`."""
     if not attributes.resource_request:
-        return Level.NORMAL
+        # upstream's `probes` FlowSchema: a GET of a health endpoint never waits
+        probe = attributes.verb == "get" and attributes.path in PROBE_PATHS
+        return Level.EXEMPT if probe else Level.NORMAL
     if (attributes.verb in LONG_RUNNING_VERBS
             or attributes.subresource in LONG_RUNNING_SUBRESOURCES):
         return Level.EXEMPT
@@ -188,6 +198,18 @@ class PriorityAndFairness:
             Level.NORMAL: Seats(config.seats(GLOBAL_DEFAULT_SHARES), GLOBAL_DEFAULT_QUEUE,
                                 config.wait_limit),
         }
+        self._next_log: dict[Level, float] = {}  # when a level's refusals are logged next
+
+    def _rejected(self, level: Level, seats: Seats, request: web.Request) -> None:
+        """One log line for a level's first refusal, then at most one a minute with the
+        count (the clients retry a 429 without a trace of their own)."""
+        now = time.monotonic()
+        if now < self._next_log.get(level, 0.0):
+            return
+        self._next_log[level] = now + REJECTION_LOG_INTERVAL
+        log.warning("priority level %s: %d requests refused with 429 so far (%d seats, %d "
+                    "waiting); the last: %s %s", level.value, seats.rejected, seats.seats,
+                    len(seats.waiting), request.method, request.path)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -199,6 +221,7 @@ class PriorityAndFairness:
         try:
             await seats.acquire()
         except Rejected:
+            self._rejected(level, seats, request)
             return too_many_requests()
         try:
             response: web.StreamResponse = await handler(request)

@@ -169,48 +169,51 @@ class PodWorker:
 
     async def _run(self) -> None:
         settings = self.deps.settings
-        while not self.done:
-            self.wake.clear()
-            began = time.monotonic()
-            self.syncing = True
-            self.workers.sync_began()
-            if not self.status_held:
-                self.deps.status.hold(self.uid)
-                self.status_held = True
-            self.changed_in_sync = False
-            try:
-                delay = await self.sync()
-            except asyncio.CancelledError:
-                raise
-            except SyncRetry as restart:
-                delay = restart.delay if restart.delay is not None else IDLE
-            except Exception:
-                log.exception("syncing pod %s failed", format_pod(self.pod))
-                delay = settings.retry_delay
-            finally:
-                # A change waiting for its allocation or its volumes keeps the hold: its
-                # `Pending` status and the restarted container's are one write when these
-                # are quick (else it is written after `max_hold`). So does a sync during
-                # which the pod's allocated spec changed (the change was allocated while it
-                # ran): the next sync, at once, actuates the change, and its status is the
-                # one written. Else the status is written now, whatever wakes the worker.
-                if self.done or not (self.pod_runtime.awaiting_volumes or self.unallocated
-                                     or self.unallocated_volumes or self.changed_in_sync):
-                    self.deps.status.release(self.uid)
-                    self.status_held = False
-                self.syncing = False
-                self._prefetched = None  # read before this sync acted: stale now
-                self.workers.sync_ended()
-            self.deps.on_sync_done("sync", time.monotonic() - began)
-            if self.done:
-                break
-            wait = min(delay, settings.resync_period) if not self.terminal else delay
-            if wait == IDLE:
-                await self.wake.wait()
-            elif wait > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        await self.wake.wait()
+        try:
+            while not self.done:
+                self.wake.clear()
+                began = time.monotonic()
+                self.syncing = True
+                self.workers.sync_began()
+                if not self.status_held:
+                    self.deps.status.hold(self.uid)
+                    self.status_held = True
+                self.changed_in_sync = False
+                try:
+                    delay = await self.sync()
+                except asyncio.CancelledError:
+                    raise
+                except SyncRetry as restart:
+                    delay = restart.delay if restart.delay is not None else IDLE
+                except Exception:
+                    log.exception("syncing pod %s failed", format_pod(self.pod))
+                    delay = settings.retry_delay
+                finally:
+                    # A change waiting for its allocation or its volumes keeps the hold: its
+                    # `Pending` status and the restarted container's are one write when these
+                    # are quick (else it is written after `max_hold`). So does a sync during
+                    # which the pod's allocated spec changed (the change was allocated while it
+                    # ran): the next sync, at once, actuates the change, and its status is the
+                    # one written. Else the status is written now, whatever wakes the worker.
+                    if self.done or not (self.pod_runtime.awaiting_volumes or self.unallocated
+                                         or self.unallocated_volumes or self.changed_in_sync):
+                        self.deps.status.release(self.uid)
+                        self.status_held = False
+                    self.syncing = False
+                    self._drop_prefetched()  # read before this sync acted: stale now
+                    self.workers.sync_ended()
+                self.deps.on_sync_done("sync", time.monotonic() - began)
+                if self.done:
+                    break
+                wait = min(delay, settings.resync_period) if not self.terminal else delay
+                if wait == IDLE:
+                    await self.wake.wait()
+                elif wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait):
+                            await self.wake.wait()
+        finally:
+            self._drop_prefetched()  # the worker ends, or the kubelet stops
         self.workers._worker_done(self)
 
     # -- sync --
@@ -277,6 +280,12 @@ class PodWorker:
             await self._finish_terminal()
             return IDLE
         return next_delay
+
+    def _drop_prefetched(self) -> None:
+        """Forget a listing read ahead (cancelled if still under way: nobody will use it)."""
+        if self._prefetched is not None:
+            self._prefetched[1].cancel()
+            self._prefetched = None
 
     def prefetch_listing(self) -> None:
         """A change of the pod is being checkpointed (nothing of it may be actuated yet):

@@ -14,9 +14,11 @@ Compaction: after `compact(rev)`, a list at a revision < rev, or a watch from
 after_revision < rev - 1 (history no longer complete) raises `Compacted`.
 
 Expiry: a create or update with `ttl` (seconds) makes the key expire, as a key attached to
-an etcd lease: some time after `ttl` seconds (a second or so later; never before) the key is
-deleted, at a revision of its own, with a DELETE event as any delete. A write without `ttl`
-makes the key permanent again (etcd: a put without a lease detaches the key from its lease).
+an etcd lease: after `ttl` seconds, and at most a reuse window later (SQLite: a second or so;
+etcd: min(60 s, 5% of the TTL), the lease being shared by the writes of that window), the
+key is deleted with a DELETE event as any delete (SQLite: each at a revision of its own;
+etcd: the keys of one lease at one revision). A write without `ttl` makes the key permanent
+again (etcd: a put without a lease detaches the key from its lease).
 The apiserver gives Events their TTL this way (`--event-ttl`).
 """
 

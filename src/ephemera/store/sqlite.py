@@ -24,9 +24,11 @@ reads run on a small pool of reader threads, each with its own connection (WAL l
 a consistent snapshot while the writer commits).
 
 Expiry: the writer thread keeps the expiring keys in memory too (a dict and a heap, read from
-`expiry` at start), and when the soonest is due, or at least every second while any is
-pending, it deletes the due keys in one transaction of its own, each a delete at its own
-revision with its DELETE event, as etcd's lessor revokes an expired lease's keys. Expiry times
+`expiry` at start), and when the soonest is due (checked at least every second while any is
+pending) it deletes up to MAX_BATCH due keys in a transaction of their own, each a delete at
+its own revision with its DELETE event, taking the writes waiting meanwhile before the next
+batch. A failed expiry transaction (disk full) is tried again a second later, the writes
+still served in between. Expiry times
 are wall-clock, so a key whose TTL ran out while the store was closed goes right after it
 opens again.
 
@@ -201,9 +203,7 @@ class _Batch:
 
 
 def _settle(future: asyncio.Future[Any] | None, outcome: _Outcome) -> None:
-    if future is None:  # an expiry
-        if outcome.error is not None:
-            log.warning("expiry: %s", outcome.error)
+    if future is None:  # an expiry (its failures are logged by the writer)
         return
     if future.done():  # the caller was cancelled (the write itself happened)
         return
@@ -241,6 +241,7 @@ class SqliteStore(Store):
         self._expiring: dict[str, float] = {}
         self._expiry_heap: list[tuple[float, str]] = []
         self._load_expiry(self._writer_conn)
+        self._expiry_not_before = 0.0  # time.time() before which no expiry is tried again
         self._loop: asyncio.AbstractEventLoop | None = None  # where expiries are published
         self._revision = revision  # the last acknowledged revision (event loop)
         self._compacted = compacted
@@ -292,31 +293,56 @@ class SqliteStore(Store):
             conn.execute("DELETE FROM expiry WHERE key = ?", (key,))
 
     def _expiry_wait(self) -> float | None:
-        """How long the writer may wait for a write before keys are due (None: forever)."""
-        if not self._expiring:
+        """How long the writer may wait for a write before keys are due (None: forever).
+        Not less than a second while nothing can be published yet (no loop known) or
+        after an expiry failed."""
+        if not self._expiry_heap:
             return None
+        if self._loop is None or time.time() < self._expiry_not_before:
+            return EXPIRY_CHECK
         return min(max(self._expiry_heap[0][0] - time.time(), 0.0), EXPIRY_CHECK)
 
+    def _expiry_due(self) -> bool:
+        return bool(self._expiry_heap) and self._expiry_heap[0][0] <= time.time() \
+            and self._loop is not None and time.time() >= self._expiry_not_before
+
     def _expire(self, conn: sqlite3.Connection) -> None:
-        """Delete the keys whose time has come, MAX_BATCH per transaction."""
+        """Delete up to MAX_BATCH keys whose time has come, in one transaction (the writer
+        takes the writes waiting meanwhile before the next batch)."""
         loop = self._loop
-        if loop is None:  # nothing to publish on yet: after the first write
-            return
+        if loop is None or time.time() < self._expiry_not_before:
+            return  # nothing to publish on yet (after the first write or watch), or backing off
         now = time.time()
         heap = self._expiry_heap
-        while heap and heap[0][0] <= now:
-            due: list[_Write] = []
-            while heap and heap[0][0] <= now and len(due) < MAX_BATCH:
-                when, key = heapq.heappop(heap)
-                if self._expiring.get(key) == when:  # not rewritten since
-                    due.append(_Write("delete", key, b"", 0, None, loop))
-            if not due:
-                continue
-            batch = _Batch(due)
-            self._apply(conn, batch)
-            log.info("expired %d keys", len(due))
-            with contextlib.suppress(RuntimeError):  # the loop is gone
-                loop.call_soon_threadsafe(self._acknowledge, batch)
+        due: list[_Write] = []
+        while heap and heap[0][0] <= now and len(due) < MAX_BATCH:
+            when, key = heapq.heappop(heap)
+            if self._expiring.get(key) == when:  # not rewritten since
+                due.append(_Write("delete", key, b"", 0, None, loop))
+        if len(heap) > 2 * len(self._expiring) + 1024:  # mostly entries rewritten since
+            self._expiry_heap = [(when, key) for key, when in self._expiring.items()]
+            heapq.heapify(self._expiry_heap)
+        if not due:
+            return
+        batch = _Batch(due)
+        self._apply(conn, batch)
+        failed = [(w.key, o.error) for w, o in zip(due, batch.outcomes, strict=True)
+                  if o.error is not None]
+        if len(failed) == len(due) and isinstance(failed[0][1], StoreError) and \
+                str(failed[0][1]).startswith("sqlite write failed"):
+            # The transaction failed (disk full, I/O error): its keys are due again (reloaded
+            # by `_apply`); the writes waiting are taken first, and the next try is in a second.
+            self._expiry_not_before = time.time() + EXPIRY_CHECK
+            log.warning("expiring %d keys failed: %s; trying again in %.0f s", len(due),
+                        failed[0][1], EXPIRY_CHECK)
+            return
+        for key, _ in failed:  # gone or rewritten some other way: no longer expiring
+            if self._expiring.pop(key, None) is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("DELETE FROM expiry WHERE key = ?", (key,))
+        log.info("expired %d keys", len(due) - len(failed))
+        with contextlib.suppress(RuntimeError):  # the loop is gone
+            loop.call_soon_threadsafe(self._acknowledge, batch)
 
     def _write_loop(self) -> None:
         conn = self._writer_conn
@@ -325,7 +351,8 @@ class SqliteStore(Store):
             try:
                 first = self._writes.get(timeout=self._expiry_wait())
             except queue.Empty:
-                self._expire(conn)
+                if self._expiry_due():
+                    self._expire(conn)
                 continue
             if first is None:
                 break
@@ -343,7 +370,7 @@ class SqliteStore(Store):
             self._apply(conn, batch)
             with contextlib.suppress(RuntimeError):  # the loop is gone
                 writes[0].loop.call_soon_threadsafe(self._acknowledge, batch)
-            if self._expiring and self._expiry_heap[0][0] <= time.time():
+            if self._expiry_due():
                 self._expire(conn)
 
     def _apply(self, conn: sqlite3.Connection, batch: _Batch) -> None:

@@ -12,14 +12,14 @@ overwrites the older slot in place (`pwrite` from offset 0, padded to the slot's
 `fdatasync`) and never renames: an overwrite within a file's size changes no metadata, so its
 flush is the data alone (0.1-0.2 ms on this machine's disk, against 2-4 ms for upstream's
 temporary file fsynced and renamed over the old one, which commits the filesystem's journal;
-the checkpoint's flush is on the way from every pod change to its actuation). A crash can
-tear only the slot being written (a power loss mid-write; a killed process cannot tear a
-`pwrite`), and the other slot still holds the previous write, which is what was actuated
-then: `load()` takes the valid slot with the higher sequence. A slot's size only grows (to a
-multiple of 4 KiB, with room to spare, so a pod added rarely extends it). `load()` returns
-the pods by UID; when no slot is valid (checksum, JSON) it raises `CheckpointCorruptedError`,
-with upstream's message for a version other than "v2". A single file from before the slots
-(no `sequence`) reads as sequence 0.
+the checkpoint's flush is on the way from every pod change to its actuation; the directory
+is flushed too, once, when a slot file is first made). A crash or a kill can tear only the
+slot being written, and the other slot still holds the previous write, which is what was
+actuated then: `load()` takes the valid slot with the higher sequence. A slot's size only
+grows (to a multiple of 4 KiB, with room to spare, so a pod added rarely extends it).
+`load()` returns the pods by UID; when no slot is valid (checksum, JSON) it raises
+`CheckpointCorruptedError`, with upstream's message for a version other than "v2". A single
+file from before the slots (no `sequence`) reads as sequence 0.
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ class AllocationCheckpoint:
             if len(body) > size:
                 size = _slot_size(len(body))
             body += b" " * (size - len(body))
+            new = self._sizes[slot] == 0  # the slot's file is made by this write
             try:
                 fd = os.open(self.slots[slot], _SLOT_FLAGS, 0o600)
             except FileNotFoundError:
@@ -108,6 +109,12 @@ class AllocationCheckpoint:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
+            if new:  # its name too, before the write counts as done
+                dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
             self._sizes[slot] = size
             self._sequence, self._newest = sequence, slot
 
