@@ -176,8 +176,8 @@ async def _serve(kubeconfig: Any, args: argparse.Namespace, config: HollowConfig
     # informer) on one, the Nodes and Leases on the other (docs/design.md, "Hollow nodes").
     async with ApiClient(kubeconfig, user_agent=USER_AGENT,
                          endpoints=args.apiserver_endpoints) as api, \
-            ApiClient(kubeconfig, user_agent=USER_AGENT, endpoints=args.apiserver_endpoints,
-                      connection_limit=config.heartbeat_concurrency) as heartbeat_api:
+            ApiClient(kubeconfig, user_agent=USER_AGENT,
+                      endpoints=args.apiserver_endpoints) as heartbeat_api:
         nodes = HollowNodes(api, config, heartbeat_api)
         await nodes.run(stop, ready=lambda: print(f"hollow nodes ready: {config.count}",
                                                   file=sys.stderr, flush=True))

@@ -191,7 +191,7 @@ class ApiClient:
     def __init__(self, config: ClientConfig, *, user_agent: str = "ephemera",
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                  on_warning: Callable[[str], None] | None = None,
-                 endpoints: Sequence[str] = (), connection_limit: int = 100) -> None:
+                 endpoints: Sequence[str] = ()) -> None:
         """`on_warning` receives the text of each `Warning` header the apiserver sends
         (client-go's WarningHandler); without it warnings are dropped. `endpoints`: apiserver
         URLs to use, in order of preference, before the kubeconfig's server (which is always
@@ -202,9 +202,6 @@ class ApiClient:
         self.user_agent = user_agent
         self.request_timeout = request_timeout
         self._ssl = config.ssl_context()
-        # Connections the pool keeps open at most (aiohttp's default 100); a request beyond
-        # them waits for one, and that wait counts against the connect timeout.
-        self.connection_limit = connection_limit
         self._session: aiohttp.ClientSession | None = None
         self._closing: set[asyncio.Task[None]] = set()
         # Responses being read: ended by `set_client_certificate` (a closed session does not
@@ -246,8 +243,7 @@ class ApiClient:
             headers = {"User-Agent": self.user_agent, "Accept": "application/json"}
             if self.config.token:
                 headers["Authorization"] = f"Bearer {self.config.token}"
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False,
-                                             limit=self.connection_limit)
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False)
             self._session = aiohttp.ClientSession(
                 connector=connector, headers=headers, json_serialize=lambda o: orjson.dumps(o)
                 .decode())

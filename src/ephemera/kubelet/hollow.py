@@ -161,10 +161,7 @@ class HollowConfig:
     node_status_interval: float = 60.0  # how often each Node's status is checked
     node_status_report_interval: float = 300.0  # upstream's nodeStatusReportFrequency
     heartbeat_qps: float = 200.0  # leases and node statuses together, whole process
-    # Heartbeats in flight at most (each node has at most one lease renewal and one status
-    # check under way; real kubelets renew on a connection each): enough for 1,000 nodes'
-    # ~117 a second at 2 s each; the heartbeat client's pool has as many connections.
-    heartbeat_concurrency: int = 256
+    heartbeat_concurrency: int = 64
     register_concurrency: int = 16
     relist_period: float = 5.0
     reconcile_period: float = 1.0
