@@ -325,11 +325,10 @@ class SqliteStore(Store):
         if not due:
             return
         batch = _Batch(due)
-        self._apply(conn, batch)
+        committed = self._apply(conn, batch)
         failed = [(w.key, o.error) for w, o in zip(due, batch.outcomes, strict=True)
                   if o.error is not None]
-        if len(failed) == len(due) and isinstance(failed[0][1], StoreError) and \
-                str(failed[0][1]).startswith("sqlite write failed"):
+        if not committed:
             # The transaction failed (disk full, I/O error): its keys are due again (reloaded
             # by `_apply`); the writes waiting are taken first, and the next try is in a second.
             self._expiry_not_before = time.time() + EXPIRY_CHECK
@@ -373,7 +372,9 @@ class SqliteStore(Store):
             if self._expiry_due():
                 self._expire(conn)
 
-    def _apply(self, conn: sqlite3.Connection, batch: _Batch) -> None:
+    def _apply(self, conn: sqlite3.Connection, batch: _Batch) -> bool:
+        """Run the batch's writes in one transaction; whether it committed (else every
+        write's outcome is the failure)."""
         revision = self._writer_revision
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -399,8 +400,9 @@ class SqliteStore(Store):
             with contextlib.suppress(sqlite3.Error):
                 self._writer_revision = _read_meta(conn)[0]
                 self._load_expiry(conn)  # what the rolled-back writes changed in memory
-            return
+            return False
         self._writer_revision = revision
+        return True
 
     def _apply_one(
         self, conn: sqlite3.Connection, write: _Write, revision: int, outcome: _Outcome
