@@ -28,9 +28,8 @@ Expiry: the writer thread keeps the expiring keys in memory too (a dict and a he
 pending) it deletes up to MAX_BATCH due keys in a transaction of their own, each a delete at
 its own revision with its DELETE event, taking the writes waiting meanwhile before the next
 batch. A failed expiry transaction (disk full) is tried again a second later, the writes
-still served in between. Expiry times
-are wall-clock, so a key whose TTL ran out while the store was closed goes right after it
-opens again.
+still served in between. Expiry times are wall-clock, so a key whose TTL ran out while the
+store was closed goes right after it opens again.
 
 Watch: committed events are published on the event loop, in revision order, to a `WatchHub`
 (bounded buffer per watcher, dropped on overflow). A watch from an old revision registers with
