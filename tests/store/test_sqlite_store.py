@@ -349,3 +349,42 @@ async def test_a_failing_expiry_does_not_stop_the_writes(tmp_path: Path,
         assert deleted.kv.key == "/x/expiring"
     finally:
         await store.close()
+
+
+async def test_a_rollback_whose_reload_fails_is_reloaded_before_the_next_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed transaction's writes changed the writer's memory (a delete dropped the key's
+    expiry); when reading the tables back fails too, the next transaction reads them first,
+    so the key, still there, still expires."""
+    import ephemera.store.sqlite as sqlite_module
+
+    store = open_store("sqlite", data_dir=tmp_path)
+    try:
+        assert isinstance(store, SqliteStore)
+        await store.create("/r/k", b"1", ttl=100)
+        real_apply_one, real_read_meta = store._apply_one, sqlite_module._read_meta
+        state = {"fail_write": True, "fail_read": True}
+
+        def apply_one(conn: Any, write: Any, revision: int, outcome: Any) -> int:
+            revision = real_apply_one(conn, write, revision, outcome)
+            if state["fail_write"]:
+                state["fail_write"] = False
+                raise sqlite3.OperationalError("disk I/O error")
+            return revision
+
+        def read_meta(conn: Any) -> tuple[int, int]:
+            if state["fail_read"]:
+                state["fail_read"] = False
+                raise sqlite3.OperationalError("disk I/O error")
+            return real_read_meta(conn)
+
+        monkeypatch.setattr(store, "_apply_one", apply_one)
+        monkeypatch.setattr(sqlite_module, "_read_meta", read_meta)
+        with pytest.raises(StoreError, match="sqlite write failed"):
+            await store.delete("/r/k")
+        assert "/r/k" not in store._expiring  # what the rolled-back delete left in memory
+        await store.create("/r/other", b"2")
+        assert await store.get("/r/k") is not None
+        assert "/r/k" in store._expiring  # read back before that write
+    finally:
+        await store.close()

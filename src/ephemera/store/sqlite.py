@@ -241,6 +241,7 @@ class SqliteStore(Store):
         self._expiry_heap: list[tuple[float, str]] = []
         self._load_expiry(self._writer_conn)
         self._expiry_not_before = 0.0  # time.time() before which no expiry is tried again
+        self._stale = False  # memory not reloaded after a rollback yet (`_reload`)
         self._loop: asyncio.AbstractEventLoop | None = None  # where expiries are published
         self._revision = revision  # the last acknowledged revision (event loop)
         self._compacted = compacted
@@ -371,9 +372,22 @@ class SqliteStore(Store):
             if self._expiry_due():
                 self._expire(conn)
 
+    def _reload(self, conn: sqlite3.Connection) -> None:
+        """After a rollback: the revision and the expiring keys as the tables have them (the
+        rolled-back writes changed them in memory); if this read fails too, it is tried again
+        before the next transaction."""
+        try:
+            self._writer_revision = _read_meta(conn)[0]
+            self._load_expiry(conn)
+            self._stale = False
+        except sqlite3.Error:
+            self._stale = True
+
     def _apply(self, conn: sqlite3.Connection, batch: _Batch) -> bool:
         """Run the batch's writes in one transaction; whether it committed (else every
         write's outcome is the failure)."""
+        if self._stale:
+            self._reload(conn)
         revision = self._writer_revision
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -396,9 +410,7 @@ class SqliteStore(Store):
             failure = StoreError("sqlite write failed: " + (
                 str(error) if isinstance(error, sqlite3.Error) else "see the apiserver's log"))
             batch.outcomes = [_Outcome(error=failure) for _ in batch.writes]
-            with contextlib.suppress(sqlite3.Error):
-                self._writer_revision = _read_meta(conn)[0]
-                self._load_expiry(conn)  # what the rolled-back writes changed in memory
+            self._reload(conn)
             return False
         self._writer_revision = revision
         return True
