@@ -120,13 +120,13 @@ def add_parser(subparsers: Any) -> None:
                         metavar="DURATION",
                         help="how long an Event is kept after its last write, a Go duration "
                              "(default 1h0m0s, upstream's; 0: for ever)")
-    parser.add_argument("--max-requests-inflight", type=_non_negative, default=400,
+    parser.add_argument("--max-requests-inflight", type=flags.int_arg(0), default=400,
                         metavar="N",
                         help="with --max-mutating-requests-inflight, the server's seats "
                              "(upstream's APF meaning): node heartbeats get node-high's share "
                              "(40/245), every other request global-default's (20/245), "
                              "divided among --workers; 0 and 0: no limit (default 400)")
-    parser.add_argument("--max-mutating-requests-inflight", type=_non_negative, default=200,
+    parser.add_argument("--max-mutating-requests-inflight", type=flags.int_arg(0), default=200,
                         metavar="N", help="see --max-requests-inflight (default 200)")
     parser.add_argument("--audit-log-path", type=Path, default=None, metavar="FILE",
                         help="write audit.k8s.io/v1 events there, one JSON line each "
@@ -165,16 +165,6 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-count", type=int, default=1, help=argparse.SUPPRESS)
     parser.set_defaults(func=lambda args: run(parser, args))
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must not be negative")
-    return value
 
 
 def _priority(args: argparse.Namespace) -> Any:

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,19 @@ def duration_arg(value: str) -> float:
         return parse_go_duration(value)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def int_arg(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text}")
+        return value
+    return parse
 
 
 def endpoints_arg(value: str) -> list[str]:

@@ -59,16 +59,6 @@ def _positive(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid count {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The hollow nodes' own flags (shared with `up --hollow-nodes`)."""
     parser.add_argument("--node-name-prefix", default="hollow-node-", metavar="PREFIX",
@@ -130,7 +120,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--kubeconfig", type=Path, default=None, metavar="FILE",
                         help="how to reach the API server (default: $KUBECONFIG, then "
                              "~/.kube/config)")
-    parser.add_argument("--count", type=_count, required=True, metavar="N",
+    parser.add_argument("--count", type=flags.int_arg(1), required=True, metavar="N",
                         help="how many nodes")
     parser.add_argument("--root-dir", type=Path, default=None, metavar="DIR",
                         help="pod and log directories (default: a temporary directory)")
