@@ -346,3 +346,24 @@ def test_too_deep_with_its_source_text(text: str, deep: bool) -> None:
     assert fv.too_deep(value) is deep
     assert fv.too_deep(value, source=text) is deep
     assert fv.too_deep(value, source=text.encode()) is deep
+
+
+_TIME_TEXTS = [
+    "2026-12-01T00:00:01Z", "2026-12-01T23:59:59+02:00", "2026-12-01T00:00:01.5Z",
+    "2026-12-01T00:00:01,25-07:30", "2026-12-01T00:00:01.123456Z",
+    "2026-12-01T00:00:01.123456+01:00", "2026-12-01T00:00:01.12345Z",
+    "2026-12-01T00:00:01.1234567Z", "2026-13-01T00:00:01Z", "2026-00-01T00:00:01Z",
+    "2026-12-32T00:00:01Z", "2026-12-00T00:00:01Z", "2026-12-01T24:00:01Z",
+    "2026-12-01T00:60:01Z", "2026-12-01T00:00:60Z", "2026-12-01T00:00:01",
+    "2026-12-01T00:00:01Zx", "2026-12-01 00:00:01Z", "2026-12-01T00:00:01.Z",
+    "2026-12-01T00:00:01+0200", "\u0662\u0660\u0662\u0666-12-01T00:00:01Z",
+    "2026-12-01T00:00:01.\u0665Z",
+    "2026-12-01T00:00:01Z\n", "", "2026", "2026-12-01T00:00:01z",
+]
+
+
+@pytest.mark.parametrize("micro", [False, True])
+@pytest.mark.parametrize("text", _TIME_TEXTS)
+def test_time_error_takes_valid_times_as_the_full_parse_does(text: str, micro: bool) -> None:
+    """The check's shortcut for plainly valid times answers as the layout walk does."""
+    assert fv.time_error(text, micro) == fv._time_error(text, micro)

@@ -313,9 +313,27 @@ _RFC3339 = "2006-01-02T15:04:05Z07:00"
 _RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
 
 
+# The valid times as written by clients (ASCII digits, in range below): no message built.
+_TIME_VALID = re.compile(r"[0-9]{4}-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
+                         r"(?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:[0-9]{2})")
+_MICRO_TIME_VALID = re.compile(r"[0-9]{4}-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):"
+                               r"([0-9]{2})\.[0-9]{6}(?:Z|[+-][0-9]{2}:[0-9]{2})")
+
+
 def time_error(text: str, micro: bool = False) -> str | None:
     """Why `text` does not parse as metav1.Time (RFC 3339) or MicroTime (six fractional
     digits), worded like Go's time.Parse, or None. Best effort on the wording."""
+    valid = (_MICRO_TIME_VALID if micro else _TIME_VALID).fullmatch(text)
+    if valid is not None:
+        month, day, hour, minute, second = map(int, valid.groups())
+        if 1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 \
+                and second <= 59:
+            return None
+    return _time_error(text, micro)
+
+
+def _time_error(text: str, micro: bool) -> str | None:
+    """`time_error` for what is not plainly valid: walks the layout as Go does."""
     layout = _RFC3339_MICRO if micro else _RFC3339
     prefix = f"parsing time {go_quote(text)} as {go_quote(layout)}: "
     rest = text
