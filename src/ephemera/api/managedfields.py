@@ -501,10 +501,9 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
     c = _Comparison()
 
     def walk(left: Any, right: Any, p: Node | None, at: FieldPath) -> None:
-        if same_json(left, right):
-            # An unchanged subtree adds, modifies and removes nothing: a write changes a
-            # few fields of a large object, so most of it is skipped here.
-            return
+        # Called for values that are not the same JSON only (`same_json` is tested before
+        # each call): an unchanged subtree adds, modifies and removes nothing, and a write
+        # changes a few fields of a large object, so most of it is never walked.
         t = _pair_type(p, left, right)
         if _is_leaf(t, left, right):
             if left is MISSING:
@@ -519,7 +518,7 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
             rmap = right if isinstance(right, dict) else {}
             for key in [*lmap, *(k for k in rmap if k not in lmap)]:
                 lvalue, rvalue = lmap.get(key, MISSING), rmap.get(key, MISSING)
-                if not same_json(lvalue, rvalue):  # (walk's first test, before the schema)
+                if not same_json(lvalue, rvalue):  # before the child's schema lookup
                     walk(lvalue, rvalue, _child_prop(t, key), (*at, ("f", key)))
         else:
             litems = _index_items(t, left, at)
@@ -535,7 +534,8 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
             elif right is MISSING:
                 c.removed.add(at)
 
-    walk(lhs, rhs, prop, ())
+    if not same_json(lhs, rhs):
+        walk(lhs, rhs, prop, ())
     return c
 
 
