@@ -33,12 +33,12 @@ over the difference of the iterations.
 
 `--path create` loops the scale path's writes instead (issue #17), one new pod per
 iteration: the pod's create (POST, as an administrator; a ReplicaSet's pod: labels, an
-owner reference, requests), its binding (POST `pods/NAME/binding`, as the scheduler would),
-the kubelet's status PATCH from Pending to Running (as `system:node:NODE`: conditions,
-container status, IPs) and an Event about it (POST, as the kubelet), each until its event
-reaches the namespace's watch (the Event has no watch: its answer); the same three watches
-are open, so the binding and the status reach the node's watch too. Every mode and measure
-above applies to it.
+owner reference, requests), its binding (POST `pods/NAME/binding` with the pod's UID, as
+the scheduler's), the kubelet's status PATCH from Pending to Running (as
+`system:node:NODE`: conditions, container status, IPs) and an Event about it (POST, as the
+kubelet), each until its event reaches the namespace's watch (the Event, which no watch
+follows, until its answer); the same three watches are open, so the binding and the status
+reach the node's watch too. Every mode and measure above applies to it.
 """
 
 from __future__ import annotations
@@ -265,7 +265,8 @@ async def loop_create(admin: Client, node: Client, watch: Watch, pod: dict[str, 
         name = created["metadata"]["name"]
         t3 = time.perf_counter()
         await admin.call("POST", f"{PODS}/{name}/binding", {
-            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "uid": created["metadata"]["uid"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}})
         t4 = time.perf_counter()
         t5 = await watch.wait_bound(name)
