@@ -335,8 +335,33 @@ def _trie(paths: Iterable[FieldPath]) -> dict[PathElement, Any]:
     return root
 
 
+# Encoded field sets, as JSON, by their paths in the order given (the order decides between
+# elements that sort alike): writes of one shape (every pod of a ReplicaSet created, every
+# Event) encode the same sets. Bounded: the table starts again when full.
+_ENCODED: dict[tuple[FieldPath, ...], bytes] = {}
+_ENCODED_LIMIT = 2048
+
+
 def encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
-    """A field set as a `fieldsV1` object (children sorted as upstream sorts them)."""
+    """A field set as a `fieldsV1` object (children sorted as upstream sorts them); a new
+    object on every call."""
+    key = tuple(paths)
+    known = _ENCODED.get(key)
+    if known is not None:
+        decoded: dict[str, Any] = orjson.loads(known)
+        return decoded
+    encoded = _encode_fields(key)
+    try:
+        text = orjson.dumps(encoded)
+    except TypeError:  # a key orjson does not encode (a lone surrogate): not remembered
+        return encoded
+    if len(_ENCODED) >= _ENCODED_LIMIT:
+        _ENCODED.clear()
+    _ENCODED[key] = text
+    return encoded
+
+
+def _encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
     def emit(trie: dict[PathElement, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for pe in sorted(trie, key=_element_sort_key):
@@ -863,13 +888,27 @@ def _view_without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# `_empty_object`'s result by root node (kept, so that its id stays its own); bounded.
+_EMPTY_OBJECTS: dict[int, tuple[Node, dict[str, dict[str, None]]]] = {}
+_EMPTY_OBJECTS_LIMIT = 1024
+
+
 def _empty_object(root: Node | None) -> dict[str, Any]:
     """What upstream compares a create against: a new typed object, whose struct fields
     (`metadata`, `spec`, `status`, ...) are present, holding their required fields as null
-    (Go serialises the fields without omitempty)."""
-    out: dict[str, Any] = {}
+    (Go serialises the fields without omitempty). A new object on every call."""
     if root is None:
-        return out
+        return {}
+    entry = _EMPTY_OBJECTS.get(id(root))
+    if entry is None or entry[0] is not root:
+        if len(_EMPTY_OBJECTS) >= _EMPTY_OBJECTS_LIMIT:
+            _EMPTY_OBJECTS.clear()
+        entry = _EMPTY_OBJECTS[id(root)] = (root, _new_empty_object(root))
+    return {name: dict(fields) for name, fields in entry[1].items()}
+
+
+def _new_empty_object(root: Node) -> dict[str, dict[str, None]]:
+    out: dict[str, dict[str, None]] = {}
     for name in (root.get("properties") or {}):
         prop = field_node(root, name)
         t = _schema_type(prop)
