@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +46,7 @@ import orjson
 from ephemera.api.errors import StatusError, bad_request
 from ephemera.api.goformat import go_quote
 from ephemera.api.jsoncopy import json_copy, same_json
+from ephemera.api.meta import now_rfc3339
 from ephemera.api.strategicpatch import (
     Node,
     canonical_json,
@@ -850,16 +850,9 @@ def _set_managed_fields(obj: dict[str, Any], managers: _Managers) -> None:
 # --- helpers over objects ---------------------------------------------------------------------
 
 
-_last_now: tuple[int, str] = (-1, "")
-
-
 def _now() -> str:
-    """The current second in RFC 3339 (UTC), formatted once a second."""
-    global _last_now
-    second = int(time.time())
-    if second != _last_now[0]:
-        _last_now = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
-    return _last_now[1]
+    """The current second in RFC 3339 (UTC)."""
+    return now_rfc3339()
 
 
 def _ignored_fields(subresource: str) -> list[FieldPath]:
