@@ -367,3 +367,38 @@ _TIME_TEXTS = [
 def test_time_error_takes_valid_times_as_the_full_parse_does(text: str, micro: bool) -> None:
     """The check's shortcut for plainly valid times answers as the layout walk does."""
     assert fv.time_error(text, micro) == fv._time_error(text, micro)
+
+
+_UNKNOWN_AT: list[tuple[str, ...]] = [
+    (), ("metadata",), ("spec",), ("spec", "containers", 0), ("spec", "containers", 0,
+                                                               "livenessProbe", "httpGet"),
+    ("spec", "volumes", 0, "emptyDir"), ("status",), ("status", "containerStatuses", 0),
+    ("metadata", "managedFields", 0), ("metadata", "managedFields", 0, "fieldsV1"),
+    ("metadata", "labels"), ("spec", "containers", 0, "resources", "limits"),
+]
+
+
+@pytest.mark.parametrize("where", [None, *_UNKNOWN_AT])
+@pytest.mark.parametrize("known", [False, True])
+def test_the_type_walk_flags_every_unknown_field(where: tuple[str, ...] | None,
+                                                 known: bool) -> None:
+    """`type_errors` leaves `unknown` empty only where `unknown_fields` finds nothing, so
+    that `check` may skip the second walk."""
+    obj = pod()
+    if where is not None:
+        target: Any = obj
+        for step in where:
+            target = target[step]
+        target["bogus"] = "1"
+    stored = pod() if known else fv.UNKNOWN
+    flagged: list[bool] = []
+    assert fv.type_errors(obj, POD, stored, flagged) is None
+    found = fv.unknown_fields(obj, POD, stored)
+    if found:
+        assert flagged
+    expected = where is not None and where not in (
+        ("metadata", "managedFields", 0, "fieldsV1"), ("metadata", "labels"),
+        ("spec", "containers", 0, "resources", "limits"))
+    assert bool(found) == expected
+    warnings = fv.check(copy.deepcopy(obj), POD, "Warn", "Pod", "v1", known=stored)
+    assert warnings == [f'unknown field "{p}"' for p in found]

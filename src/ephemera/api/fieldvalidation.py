@@ -415,8 +415,10 @@ def _unmarshal_error(value: Any, node: dict[str, Any], struct: str, fields: list
 
 
 def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
-           known: Any = UNKNOWN) -> None:
-    """Raise _TypeError for the first value that the Go decoder would refuse."""
+           known: Any, unknown: list[bool]) -> None:
+    """Raise _TypeError for the first value that the Go decoder would refuse. Appends to
+    `unknown` at a key the schema does not know (where `_walk_unknown` may report one: it
+    walks no node this walk does not)."""
     if value is None:
         return  # null decodes into anything as the zero value
     if known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known):
@@ -457,16 +459,21 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
         for key, sub in value.items():
             if props is not None and key in props:
                 _check(sub, props[key], own_struct, [*fields, key],
-                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN))
+                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
+                       unknown)
             elif isinstance(extra, dict):
                 _check(sub, extra, struct, fields,
-                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN))
+                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
+                       unknown)
+            elif props is not None or extra is False:
+                unknown.append(True)
         return
     if kind == "array":
         if not isinstance(value, list):
             raise _unmarshal_error(value, declared, struct, fields)
         for i, item in enumerate(value):
-            _check(item, node.get("items", {}), struct, fields, _known_child(known, i))
+            _check(item, node.get("items", {}), struct, fields, _known_child(known, i),
+                   unknown)
         return
     if kind == "string":
         if not isinstance(value, str):
@@ -491,17 +498,20 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
                 raise _unmarshal_error(value, node, struct, fields, f"number {int(value)}")
 
 
-def type_errors(obj: Any, definition: str, known: Any = UNKNOWN) -> str | None:
+def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
+                unknown: list[bool] | None = None) -> str | None:
     """The decode error of the first value of the wrong type in `obj` (document order), or
     None. Examples: `json: cannot unmarshal string into Go struct field
     PodSpec.spec.containers of type []v1.Container`, `quantities must match the regular
     expression '...'`. Integral floats are accepted where integers are expected (a YAML
-    body converted to JSON cannot tell 1 from 1.0)."""
+    body converted to JSON cannot tell 1 from 1.0). `unknown`, when given, gets an entry
+    when the walk met a field the schema does not know: an object that passed with
+    `unknown` left empty has no unknown fields (`unknown_fields` would find none)."""
     root = {"$ref": "#/definitions/" + definition}
     if not isinstance(obj, dict):
         return _unmarshal_error(obj, root, "", []).message
     try:
-        _check(obj, root, "", [], known)
+        _check(obj, root, "", [], known, [] if unknown is None else unknown)
     except _TypeError as e:
         return e.message
     return None
@@ -681,14 +691,19 @@ def check(obj: Any, definition: str, field_validation: str | None, kind: str,
     stored object of the kind (any version of it: each passed), whose equal subtrees are
     not walked again."""
     mode = directive(field_validation, options_kind)
-    err = type_errors(obj, definition, known) if check_types else None
+    unknown: list[bool] = []
+    err = type_errors(obj, definition, known, unknown) if check_types else None
     if err is not None:
         raise decode_error(kind, version, err)
     dups = list(duplicates or ())
-    if mode == STRICT:
+    if check_types and not unknown:
+        paths = []  # the type walk met no unknown field
+    elif mode == STRICT:
         paths = unknown_fields(obj, definition, known)
+    else:
+        paths = drop_unknown_fields(obj, definition, known)
+    if mode == STRICT:
         if paths or dups:
             raise strict_error(kind, version, paths, dups)
         return []
-    paths = drop_unknown_fields(obj, definition, known)
     return warning_texts(paths, dups) if mode == WARN else []
