@@ -402,3 +402,13 @@ def test_the_type_walk_flags_every_unknown_field(where: tuple[str, ...] | None,
     assert bool(found) == expected
     warnings = fv.check(copy.deepcopy(obj), POD, "Warn", "Pod", "v1", known=stored)
     assert warnings == [f'unknown field "{p}"' for p in found]
+
+
+def test_the_type_walk_adds_no_facts_once_a_kind_was_walked() -> None:
+    """Each definition's walk starts from one node: walking the same kind again reads the
+    facts it read before (the table does not grow with every write)."""
+    assert fv.type_errors(pod(), POD) is None
+    size = len(fv._FACTS)
+    for _ in range(3):
+        assert fv.type_errors(pod(), POD) is None
+    assert len(fv._FACTS) == size

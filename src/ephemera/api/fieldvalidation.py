@@ -498,6 +498,11 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
                 raise _unmarshal_error(value, node, struct, fields, f"number {int(value)}")
 
 
+# The reference node each definition's walk starts from: one per definition, so that its
+# facts are read once (a new node per call was a new entry in `_FACTS` on every write).
+_ROOTS: dict[str, dict[str, Any]] = {}
+
+
 def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
                 unknown: list[bool] | None = None) -> str | None:
     """The decode error of the first value of the wrong type in `obj` (document order), or
@@ -507,7 +512,11 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     body converted to JSON cannot tell 1 from 1.0). `unknown`, when given, gets an entry
     when the walk met a field the schema does not know: an object that passed with
     `unknown` left empty has no unknown fields (`unknown_fields` would find none)."""
-    root = {"$ref": "#/definitions/" + definition}
+    root = _ROOTS.get(definition)
+    if root is None:
+        if len(_ROOTS) >= _FACTS_LIMIT:
+            _ROOTS.clear()
+        root = _ROOTS[definition] = {"$ref": "#/definitions/" + definition}
     if not isinstance(obj, dict):
         return _unmarshal_error(obj, root, "", []).message
     try:
