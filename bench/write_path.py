@@ -30,6 +30,15 @@ iteration). Instructions per iteration, which load does not blur: run
 --count --plain --callgrind` at two `--iterations` (instrumentation is on during the timed
 loop only, every thread of the process counted); the difference of the `Collected` counts
 over the difference of the iterations.
+
+`--path create` loops the scale path's writes instead (issue #17), one new pod per
+iteration: the pod's create (POST, as an administrator; a ReplicaSet's pod: labels, an
+owner reference, requests), its binding (POST `pods/NAME/binding` with the pod's UID, as
+the scheduler's), the kubelet's status PATCH from Pending to Running (as
+`system:node:NODE`: conditions, container status, IPs) and an Event about it (POST, as the
+kubelet), each until its event reaches the namespace's watch (the Event, which no watch
+follows, until its answer); the same three watches are open, so the binding and the status
+reach the node's watch too. Every mode and measure above applies to it.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +142,7 @@ class Watch:
         self.client = client
         self.path = path
         self.seen: dict[str, float] = {}
+        self.bound: dict[str, float] = {}  # pod name -> when its event with a node came
         self.changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -146,7 +156,11 @@ class Watch:
     async def _read(self, response: aiohttp.ClientResponse) -> None:
         while line := await response.content.readline():
             event = orjson.loads(line)
-            self.seen[event["object"]["metadata"]["resourceVersion"]] = time.perf_counter()
+            now = time.perf_counter()
+            obj = event["object"]
+            self.seen[obj["metadata"]["resourceVersion"]] = now
+            if (obj.get("spec") or {}).get("nodeName"):
+                self.bound.setdefault(obj["metadata"]["name"], now)
             self.changed.set()
 
     async def wait(self, version: str) -> float:
@@ -154,6 +168,12 @@ class Watch:
             self.changed.clear()
             await asyncio.wait_for(self.changed.wait(), 30)
         return self.seen[version]
+
+    async def wait_bound(self, name: str) -> float:
+        while name not in self.bound:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 30)
+        return self.bound[name]
 
     async def close(self) -> None:
         if self.task is not None:
@@ -184,6 +204,89 @@ async def setup(admin: Client, node: Client) -> dict[str, Any]:
                            "application/merge-patch+json")
 
 
+def scale_pod(index: int) -> dict[str, Any]:
+    """A ReplicaSet's pod, as the scale benchmark creates them (unscheduled)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"scale-{index}",
+                         "labels": {"app": "scale", "pod-template-hash": "5d8f9c7b6"},
+                         "ownerReferences": [{
+                             "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "scale",
+                             "uid": "6d1f0c4e-1111-4a52-9a57-3f1d2a0b9c01",
+                             "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "10m",
+                                                                "memory": "16Mi"}}}]}}
+
+
+def scale_running_status(created: dict[str, Any], index: int) -> dict[str, Any]:
+    """What the (hollow) kubelet writes when the pod starts: Pending to Running."""
+    now = "2026-12-01T00:00:01Z"
+    ip = f"10.244.{index // 250 % 250}.{index % 250 + 2}"
+    conditions = [{"type": kind, "status": "True", "lastProbeTime": None,
+                   "lastTransitionTime": now}
+                  for kind in ("PodReadyToStartContainers", "Initialized", "Ready",
+                               "ContainersReady")]
+    return {"phase": "Running", "conditions": conditions,
+            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": ip, "podIPs": [{"ip": ip}], "startTime": now,
+            "containerStatuses": [{
+                "name": "c", "ready": True, "restartCount": 0, "started": True,
+                "image": "docker.io/library/busybox:latest", "imageID": "",
+                "containerID": "hollow://" + created["metadata"]["uid"],
+                "state": {"running": {"startedAt": now}}}]}
+
+
+def scale_event(created: dict[str, Any], index: int) -> dict[str, Any]:
+    """The kubelet's `Started` Event about the pod (as `EventRecorder` writes it)."""
+    md = created["metadata"]
+    now = "2026-12-01T00:00:01Z"
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{md['name']}.{index:x}", "namespace": NAMESPACE},
+            "involvedObject": {"kind": "Pod", "namespace": NAMESPACE, "name": md["name"],
+                               "uid": md["uid"], "apiVersion": "v1",
+                               "resourceVersion": md["resourceVersion"],
+                               "fieldPath": "spec.containers{c}"},
+            "reason": "Started", "message": "Started container c", "type": "Normal",
+            "source": {"component": "kubelet", "host": NODE},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": "kubelet", "reportingInstance": NODE}
+
+
+async def loop_create(admin: Client, node: Client, watch: Watch, pod: dict[str, Any],
+                      start: int, count: int
+                      ) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    """`--path create`: per iteration a new pod created, bound, Running, and an Event."""
+    rows = []
+    for index in range(start, start + count):
+        t0 = time.perf_counter()
+        created = await admin.call("POST", PODS, scale_pod(index))
+        t1 = time.perf_counter()
+        t2 = await watch.wait(created["metadata"]["resourceVersion"])
+        name = created["metadata"]["name"]
+        t3 = time.perf_counter()
+        await admin.call("POST", f"{PODS}/{name}/binding", {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "uid": created["metadata"]["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}})
+        t4 = time.perf_counter()
+        t5 = await watch.wait_bound(name)
+        t6 = time.perf_counter()
+        pod = await node.call("PATCH", f"{PODS}/{name}/status",
+                              {"metadata": {"uid": created["metadata"]["uid"]},
+                               "status": scale_running_status(created, index)},
+                              "application/merge-patch+json")
+        t7 = time.perf_counter()
+        t8 = await watch.wait(pod["metadata"]["resourceVersion"])
+        t9 = time.perf_counter()
+        await node.call("POST", f"/api/v1/namespaces/{NAMESPACE}/events",
+                        scale_event(created, index))
+        t10 = time.perf_counter()
+        rows.append({"create": t1 - t0, "create_event": t2 - t0, "bind": t4 - t3,
+                     "bind_event": t5 - t3, "status": t7 - t6, "status_event": t8 - t6,
+                     "event": t10 - t9})
+    return rows, pod
+
+
 async def loop(admin: Client, node: Client, watch: Watch, pod: dict[str, Any], start: int,
                count: int) -> tuple[list[dict[str, float]], dict[str, Any]]:
     rows = []
@@ -209,11 +312,19 @@ async def loop(admin: Client, node: Client, watch: Watch, pod: dict[str, Any], s
     return rows, pod
 
 
-async def start(admin: Client, node: Client, warmup: int
+Loop = Callable[[Client, Client, Watch, dict[str, Any], int, int],
+                Awaitable[tuple[list[dict[str, float]], dict[str, Any]]]]
+PATHS: dict[str, Loop] = {"live": loop, "create": loop_create}
+KEYS = {"live": ("put", "put_event", "patch", "patch_event"),
+        "create": ("create", "create_event", "bind", "bind_event", "status", "status_event",
+                   "event")}
+
+
+async def start(admin: Client, node: Client, warmup: int, path: str = "live"
                 ) -> tuple[Watch, list[Watch], dict[str, Any]]:
     """Set up the pod, open the watches from its version (every pod's, as the admin; the
-    node's pods and the node, as its kubelet), run `warmup` iterations; the timed watch, the
-    kubelet's watches and the pod."""
+    node's pods and the node, as its kubelet), run `warmup` iterations of `path`'s loop; the
+    timed watch, the kubelet's watches and the last pod written."""
     pod = await setup(admin, node)
     version = pod["metadata"]["resourceVersion"]
     watch = Watch(admin, PODS)
@@ -222,7 +333,7 @@ async def start(admin: Client, node: Client, warmup: int
     await watch.open(version)
     for kubelet_watch in kubelet_watches:
         await kubelet_watch.open(version)
-    _, pod = await loop(admin, node, watch, pod, 1, warmup)
+    _, pod = await PATHS[path](admin, node, watch, pod, 1, warmup)
     return watch, kubelet_watches, pod
 
 
@@ -246,10 +357,11 @@ async def run(args: argparse.Namespace, work: Path) -> None:
         assert server.ssl_context is not None
         admin = Client(server.url, server.ssl_context)
         node = Client(server.url, node_context)
-        watch, kubelet_watches, pod = await start(admin, node, args.warmup)
+        watch, kubelet_watches, pod = await start(admin, node, args.warmup, args.path)
         cpu_before = process_cpu_seconds(server.pid)
         with maybe_py_spy(server.pid, args.py_spy):
-            rows, pod = await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
+            rows, pod = await PATHS[args.path](admin, node, watch, pod, 1 + args.warmup,
+                                               args.iterations)
         cpu = process_cpu_seconds(server.pid) - cpu_before
         for each in (watch, *kubelet_watches):
             await each.close()
@@ -258,11 +370,13 @@ async def run(args: argparse.Namespace, work: Path) -> None:
     finally:
         server.stop()
     print(f"{args.iterations} iterations (medians, ms):")
-    for key in ("put", "put_event", "patch", "patch_event"):
+    for key in KEYS[args.path]:
         values = [row[key] * 1000 for row in rows]
         print(f"  {key:12s} p50 {statistics.median(values):6.2f}  "
               f"min {min(values):6.2f}")
-    print(f"  apiserver CPU per iteration (2 writes): {cpu / args.iterations * 1000:.2f} ms")
+    writes = 2 if args.path == "live" else 4
+    print(f"  apiserver CPU per iteration ({writes} writes): "
+          f"{cpu / args.iterations * 1000:.2f} ms")
     if args.py_spy is not None:
         print(collapsed_stacks_summary(args.py_spy, top=args.top))
 
@@ -295,7 +409,7 @@ async def count(args: argparse.Namespace, work: Path) -> None:
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     admin, node = Client(url, None, "admin"), Client(url, None, "node")
     try:
-        watch, kubelet_watches, pod = await start(admin, node, args.warmup)
+        watch, kubelet_watches, pod = await start(admin, node, args.warmup, args.path)
         reads = 0
         profile = cProfile.Profile()
         if args.callgrind:
@@ -303,7 +417,7 @@ async def count(args: argparse.Namespace, work: Path) -> None:
         cpu = time.thread_time()
         if not args.plain:
             profile.enable()
-        await loop(admin, node, watch, pod, 1 + args.warmup, args.iterations)
+        await PATHS[args.path](admin, node, watch, pod, 1 + args.warmup, args.iterations)
         profile.disable()
         cpu = time.thread_time() - cpu
         if args.callgrind:
@@ -349,6 +463,9 @@ def print_top_functions(profile: cProfile.Profile, top: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", choices=sorted(PATHS), default="live",
+                        help="live: the live swap's PUT /dynamic and status PATCH; create: "
+                             "the scale path's pod create, binding, status PATCH and Event")
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--py-spy", type=Path, default=None)

@@ -326,3 +326,21 @@ async def test_every_plugin_gets_the_apiserver_s_context(api: Api) -> None:
     assert err.value.code == 404
     with pytest.raises(RuntimeError, match="admission plugin R has no context"):
         _ = Recorder(name="R").context
+
+
+async def test_an_updates_old_object_is_the_same_in_both_phases(chain_api: Api,
+                                                                 second: Recorder) -> None:
+    """`req.old` is the stored object, unchanged by the strategy's BeforeUpdate between the
+    phases (admission reads it as it is, not a copy)."""
+    await chain_api.create_pod("p1")
+    for path, body in ((f"{PODS}/p1", {"spec": {"activeDeadlineSeconds": 60},
+                                       "status": {"phase": "Failed"}}),
+                       (f"{PODS}/p1/status", {"spec": {"activeDeadlineSeconds": 30},
+                                              "status": {"phase": "Running"}})):
+        status, before = await chain_api.get(f"{PODS}/p1")
+        assert status == 200
+        second.log.clear()
+        status, after = await chain_api.patch(path, body, MERGE)
+        assert status == 200, after
+        admit, validate = second.log
+        assert admit.old == validate.old == before

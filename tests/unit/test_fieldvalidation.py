@@ -346,3 +346,69 @@ def test_too_deep_with_its_source_text(text: str, deep: bool) -> None:
     assert fv.too_deep(value) is deep
     assert fv.too_deep(value, source=text) is deep
     assert fv.too_deep(value, source=text.encode()) is deep
+
+
+_TIME_TEXTS = [
+    "2026-12-01T00:00:01Z", "2026-12-01T23:59:59+02:00", "2026-12-01T00:00:01.5Z",
+    "2026-12-01T00:00:01,25-07:30", "2026-12-01T00:00:01.123456Z",
+    "2026-12-01T00:00:01.123456+01:00", "2026-12-01T00:00:01.12345Z",
+    "2026-12-01T00:00:01.1234567Z", "2026-13-01T00:00:01Z", "2026-00-01T00:00:01Z",
+    "2026-12-32T00:00:01Z", "2026-12-00T00:00:01Z", "2026-12-01T24:00:01Z",
+    "2026-12-01T00:60:01Z", "2026-12-01T00:00:60Z", "2026-12-01T00:00:01",
+    "2026-12-01T00:00:01Zx", "2026-12-01 00:00:01Z", "2026-12-01T00:00:01.Z",
+    "2026-12-01T00:00:01+0200", "\u0662\u0660\u0662\u0666-12-01T00:00:01Z",
+    "2026-12-01T00:00:01.\u0665Z",
+    "2026-12-01T00:00:01Z\n", "", "2026", "2026-12-01T00:00:01z",
+]
+
+
+@pytest.mark.parametrize("micro", [False, True])
+@pytest.mark.parametrize("text", _TIME_TEXTS)
+def test_time_error_takes_valid_times_as_the_full_parse_does(text: str, micro: bool) -> None:
+    """The check's shortcut for plainly valid times answers as the layout walk does."""
+    assert fv.time_error(text, micro) == fv._time_error(text, micro)
+
+
+_UNKNOWN_AT: list[tuple[str, ...]] = [
+    (), ("metadata",), ("spec",), ("spec", "containers", 0), ("spec", "containers", 0,
+                                                               "livenessProbe", "httpGet"),
+    ("spec", "volumes", 0, "emptyDir"), ("status",), ("status", "containerStatuses", 0),
+    ("metadata", "managedFields", 0), ("metadata", "managedFields", 0, "fieldsV1"),
+    ("metadata", "labels"), ("spec", "containers", 0, "resources", "limits"),
+]
+
+
+@pytest.mark.parametrize("where", [None, *_UNKNOWN_AT])
+@pytest.mark.parametrize("known", [False, True])
+def test_the_type_walk_flags_every_unknown_field(where: tuple[str, ...] | None,
+                                                 known: bool) -> None:
+    """`type_errors` leaves `unknown` empty only where `unknown_fields` finds nothing, so
+    that `check` may skip the second walk."""
+    obj = pod()
+    if where is not None:
+        target: Any = obj
+        for step in where:
+            target = target[step]
+        target["bogus"] = "1"
+    stored = pod() if known else fv.UNKNOWN
+    flagged: list[bool] = []
+    assert fv.type_errors(obj, POD, stored, flagged) is None
+    found = fv.unknown_fields(obj, POD, stored)
+    if found:
+        assert flagged
+    expected = where is not None and where not in (
+        ("metadata", "managedFields", 0, "fieldsV1"), ("metadata", "labels"),
+        ("spec", "containers", 0, "resources", "limits"))
+    assert bool(found) == expected
+    warnings = fv.check(copy.deepcopy(obj), POD, "Warn", "Pod", "v1", known=stored)
+    assert warnings == [f'unknown field "{p}"' for p in found]
+
+
+def test_the_type_walk_adds_no_facts_once_a_kind_was_walked() -> None:
+    """Each definition's walk starts from one node: walking the same kind again reads the
+    facts it read before (the table does not grow with every write)."""
+    assert fv.type_errors(pod(), POD) is None
+    size = len(fv._FACTS)
+    for _ in range(3):
+        assert fv.type_errors(pod(), POD) is None
+    assert len(fv._FACTS) == size

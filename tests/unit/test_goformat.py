@@ -137,3 +137,17 @@ def test_status_messages_quote_names_as_go_does() -> None:
     assert errors.unknown("dial tcp 127.0.0.1:1: connect: connection refused").status() == {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "dial tcp 127.0.0.1:1: connect: connection refused", "code": 500}
+
+
+def test_go_quote_of_every_ascii_character_as_strconv_quote() -> None:
+    """The printable-ASCII shortcut answers as the character walk: every ASCII character
+    alone and between letters."""
+    expected = {'"': '\\"', "\\": "\\\\", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n",
+                "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+    for code in range(128):
+        ch = chr(code)
+        quoted = expected.get(ch) or (ch if 0x20 <= code < 0x7F else f"\\x{code:02x}")
+        assert go_quote(ch) == f'"{quoted}"'
+        assert go_quote(f"a{ch}b") == f'"a{quoted}b"'
+    assert go_quote("") == '""'
+    assert go_quote("café") == '"café"'

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ephemera.api import managedfields
 from ephemera.api.errors import StatusError
 from ephemera.api.managedfields import (
     LAST_APPLIED_ANNOTATION,
@@ -521,3 +522,25 @@ def test_decoded_field_sets_are_the_callers_own() -> None:
     for _ in range(2):
         with pytest.raises(ValueError, match="fieldsV1 values must be objects"):
             decode_fields({"f:metadata": 1})
+
+
+def test_encode_fields_remembers_a_set_but_answers_a_new_object_each_time() -> None:
+    paths = {(("f", "metadata"), ("f", "labels"), ("f", "app")),
+             (("f", "spec"), ("f", "containers"), ("k", (("name", '"c"'),))),
+             (("f", "spec"), ("f", "containers"), ("k", (("name", '"c"'),)), ("f", "image"))}
+    first = managedfields.encode_fields(paths)
+    assert first == {"f:metadata": {"f:labels": {"f:app": {}}},
+                     "f:spec": {"f:containers": {'k:{"name":"c"}': {".": {}, "f:image": {}}}}}
+    first["f:spec"].clear()
+    again = managedfields.encode_fields(paths)
+    assert again is not first
+    assert again["f:spec"] == {"f:containers": {'k:{"name":"c"}': {".": {}, "f:image": {}}}}
+
+
+def test_the_empty_object_of_a_create_is_a_new_object_each_time() -> None:
+    root = managedfields.definition_node("io.k8s.api.core.v1.Pod")
+    first = managedfields._empty_object(root)
+    assert first and all(isinstance(v, dict) for v in first.values())
+    for fields in first.values():
+        fields["x"] = 1
+    assert all("x" not in v for v in managedfields._empty_object(root).values())

@@ -205,3 +205,13 @@ def test_config_map_keys() -> None:
     assert v.config_map_key_errors("..a") == ["must not start with '..'"]
     assert v.config_map_key_errors("a b")[0].startswith(
         "a valid config key must consist of alphanumeric characters")
+
+
+def test_now_rfc3339_is_the_current_second() -> None:
+    from ephemera.api.meta import now, now_rfc3339, rfc3339
+
+    before = rfc3339(now())
+    stamp = now_rfc3339()
+    after = rfc3339(now())
+    assert before <= stamp <= after
+    assert len(stamp) == len("2026-12-01T00:00:00Z") and stamp.endswith("Z")

@@ -313,9 +313,27 @@ _RFC3339 = "2006-01-02T15:04:05Z07:00"
 _RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
 
 
+# The valid times as written by clients (ASCII digits, in range below): no message built.
+_TIME_VALID = re.compile(r"[0-9]{4}-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
+                         r"(?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:[0-9]{2})")
+_MICRO_TIME_VALID = re.compile(r"[0-9]{4}-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):"
+                               r"([0-9]{2})\.[0-9]{6}(?:Z|[+-][0-9]{2}:[0-9]{2})")
+
+
 def time_error(text: str, micro: bool = False) -> str | None:
     """Why `text` does not parse as metav1.Time (RFC 3339) or MicroTime (six fractional
     digits), worded like Go's time.Parse, or None. Best effort on the wording."""
+    valid = (_MICRO_TIME_VALID if micro else _TIME_VALID).fullmatch(text)
+    if valid is not None:
+        month, day, hour, minute, second = map(int, valid.groups())
+        if 1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 \
+                and second <= 59:
+            return None
+    return _time_error(text, micro)
+
+
+def _time_error(text: str, micro: bool) -> str | None:
+    """`time_error` for what is not plainly valid: walks the layout as Go does."""
     layout = _RFC3339_MICRO if micro else _RFC3339
     prefix = f"parsing time {go_quote(text)} as {go_quote(layout)}: "
     rest = text
@@ -397,8 +415,10 @@ def _unmarshal_error(value: Any, node: dict[str, Any], struct: str, fields: list
 
 
 def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
-           known: Any = UNKNOWN) -> None:
-    """Raise _TypeError for the first value that the Go decoder would refuse."""
+           known: Any, unknown: list[bool]) -> None:
+    """Raise _TypeError for the first value that the Go decoder would refuse. Appends to
+    `unknown` at a key the schema does not know (where `_walk_unknown` may report one: it
+    walks no node this walk does not)."""
     if value is None:
         return  # null decodes into anything as the zero value
     if known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known):
@@ -439,16 +459,21 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
         for key, sub in value.items():
             if props is not None and key in props:
                 _check(sub, props[key], own_struct, [*fields, key],
-                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN))
+                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
+                       unknown)
             elif isinstance(extra, dict):
                 _check(sub, extra, struct, fields,
-                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN))
+                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
+                       unknown)
+            elif props is not None or extra is False:
+                unknown.append(True)
         return
     if kind == "array":
         if not isinstance(value, list):
             raise _unmarshal_error(value, declared, struct, fields)
         for i, item in enumerate(value):
-            _check(item, node.get("items", {}), struct, fields, _known_child(known, i))
+            _check(item, node.get("items", {}), struct, fields, _known_child(known, i),
+                   unknown)
         return
     if kind == "string":
         if not isinstance(value, str):
@@ -473,17 +498,29 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
                 raise _unmarshal_error(value, node, struct, fields, f"number {int(value)}")
 
 
-def type_errors(obj: Any, definition: str, known: Any = UNKNOWN) -> str | None:
+# The reference node each definition's walk starts from: one per definition, so that its
+# facts are read once (a new node per call was a new entry in `_FACTS` on every write).
+_ROOTS: dict[str, dict[str, Any]] = {}
+
+
+def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
+                unknown: list[bool] | None = None) -> str | None:
     """The decode error of the first value of the wrong type in `obj` (document order), or
     None. Examples: `json: cannot unmarshal string into Go struct field
     PodSpec.spec.containers of type []v1.Container`, `quantities must match the regular
     expression '...'`. Integral floats are accepted where integers are expected (a YAML
-    body converted to JSON cannot tell 1 from 1.0)."""
-    root = {"$ref": "#/definitions/" + definition}
+    body converted to JSON cannot tell 1 from 1.0). `unknown`, when given, gets an entry
+    when the walk met a field the schema does not know: an object that passed with
+    `unknown` left empty has no unknown fields (`unknown_fields` would find none)."""
+    root = _ROOTS.get(definition)
+    if root is None:
+        if len(_ROOTS) >= _FACTS_LIMIT:
+            _ROOTS.clear()
+        root = _ROOTS[definition] = {"$ref": "#/definitions/" + definition}
     if not isinstance(obj, dict):
         return _unmarshal_error(obj, root, "", []).message
     try:
-        _check(obj, root, "", [], known)
+        _check(obj, root, "", [], known, [] if unknown is None else unknown)
     except _TypeError as e:
         return e.message
     return None
@@ -663,14 +700,19 @@ def check(obj: Any, definition: str, field_validation: str | None, kind: str,
     stored object of the kind (any version of it: each passed), whose equal subtrees are
     not walked again."""
     mode = directive(field_validation, options_kind)
-    err = type_errors(obj, definition, known) if check_types else None
+    unknown: list[bool] = []
+    err = type_errors(obj, definition, known, unknown) if check_types else None
     if err is not None:
         raise decode_error(kind, version, err)
     dups = list(duplicates or ())
-    if mode == STRICT:
+    if check_types and not unknown:
+        paths = []  # the type walk met no unknown field
+    elif mode == STRICT:
         paths = unknown_fields(obj, definition, known)
+    else:
+        paths = drop_unknown_fields(obj, definition, known)
+    if mode == STRICT:
         if paths or dups:
             raise strict_error(kind, version, paths, dups)
         return []
-    paths = drop_unknown_fields(obj, definition, known)
     return warning_texts(paths, dups) if mode == WARN else []

@@ -22,6 +22,8 @@ def go_quote(text: str) -> str:
     """Go's `strconv.Quote`: printable characters as they are, the usual backslash escapes,
     `\\xNN` below 0x80, `\\uNNNN`/`\\UNNNNNNNN` above; safe in a message and in an HTTP
     header."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return '"' + text + '"'  # (printable ASCII but these two: as it is)
     out = ['"']
     for ch in text:
         code = ord(ch)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +46,7 @@ import orjson
 from ephemera.api.errors import StatusError, bad_request
 from ephemera.api.goformat import go_quote
 from ephemera.api.jsoncopy import json_copy, same_json
+from ephemera.api.meta import now_rfc3339
 from ephemera.api.strategicpatch import (
     Node,
     canonical_json,
@@ -335,8 +335,33 @@ def _trie(paths: Iterable[FieldPath]) -> dict[PathElement, Any]:
     return root
 
 
+# Encoded field sets, as JSON, by their paths in the order given (the order decides between
+# elements that sort alike): writes of one shape (every pod of a ReplicaSet created, every
+# Event) encode the same sets. Bounded: the table starts again when full.
+_ENCODED: dict[tuple[FieldPath, ...], bytes] = {}
+_ENCODED_LIMIT = 2048
+
+
 def encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
-    """A field set as a `fieldsV1` object (children sorted as upstream sorts them)."""
+    """A field set as a `fieldsV1` object (children sorted as upstream sorts them); a new
+    object on every call."""
+    key = tuple(paths)
+    known = _ENCODED.get(key)
+    if known is not None:
+        decoded: dict[str, Any] = orjson.loads(known)
+        return decoded
+    encoded = _encode_fields(key)
+    try:
+        text = orjson.dumps(encoded)
+    except TypeError:  # a key orjson does not encode (a lone surrogate): not remembered
+        return encoded
+    if len(_ENCODED) >= _ENCODED_LIMIT:
+        _ENCODED.clear()
+    _ENCODED[key] = text
+    return encoded
+
+
+def _encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
     def emit(trie: dict[PathElement, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for pe in sorted(trie, key=_element_sort_key):
@@ -501,10 +526,9 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
     c = _Comparison()
 
     def walk(left: Any, right: Any, p: Node | None, at: FieldPath) -> None:
-        if same_json(left, right):
-            # An unchanged subtree adds, modifies and removes nothing: a write changes a
-            # few fields of a large object, so most of it is skipped here.
-            return
+        # Called for values that are not the same JSON only (`same_json` is tested before
+        # each call): an unchanged subtree adds, modifies and removes nothing, and a write
+        # changes a few fields of a large object, so most of it is never walked.
         t = _pair_type(p, left, right)
         if _is_leaf(t, left, right):
             if left is MISSING:
@@ -519,7 +543,7 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
             rmap = right if isinstance(right, dict) else {}
             for key in [*lmap, *(k for k in rmap if k not in lmap)]:
                 lvalue, rvalue = lmap.get(key, MISSING), rmap.get(key, MISSING)
-                if not same_json(lvalue, rvalue):  # (walk's first test, before the schema)
+                if not same_json(lvalue, rvalue):  # before the child's schema lookup
                     walk(lvalue, rvalue, _child_prop(t, key), (*at, ("f", key)))
         else:
             litems = _index_items(t, left, at)
@@ -535,7 +559,8 @@ def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
             elif right is MISSING:
                 c.removed.add(at)
 
-    walk(lhs, rhs, prop, ())
+    if not same_json(lhs, rhs):
+        walk(lhs, rhs, prop, ())
     return c
 
 
@@ -825,16 +850,9 @@ def _set_managed_fields(obj: dict[str, Any], managers: _Managers) -> None:
 # --- helpers over objects ---------------------------------------------------------------------
 
 
-_last_now: tuple[int, str] = (-1, "")
-
-
 def _now() -> str:
-    """The current second in RFC 3339 (UTC), formatted once a second."""
-    global _last_now
-    second = int(time.time())
-    if second != _last_now[0]:
-        _last_now = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
-    return _last_now[1]
+    """The current second in RFC 3339 (UTC)."""
+    return now_rfc3339()
 
 
 def _ignored_fields(subresource: str) -> list[FieldPath]:
@@ -863,13 +881,27 @@ def _view_without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# `_empty_object`'s result by root node (kept, so that its id stays its own); bounded.
+_EMPTY_OBJECTS: dict[int, tuple[Node, dict[str, dict[str, None]]]] = {}
+_EMPTY_OBJECTS_LIMIT = 1024
+
+
 def _empty_object(root: Node | None) -> dict[str, Any]:
     """What upstream compares a create against: a new typed object, whose struct fields
     (`metadata`, `spec`, `status`, ...) are present, holding their required fields as null
-    (Go serialises the fields without omitempty)."""
-    out: dict[str, Any] = {}
+    (Go serialises the fields without omitempty). A new object on every call."""
     if root is None:
-        return out
+        return {}
+    entry = _EMPTY_OBJECTS.get(id(root))
+    if entry is None or entry[0] is not root:
+        if len(_EMPTY_OBJECTS) >= _EMPTY_OBJECTS_LIMIT:
+            _EMPTY_OBJECTS.clear()
+        entry = _EMPTY_OBJECTS[id(root)] = (root, _new_empty_object(root))
+    return {name: dict(fields) for name, fields in entry[1].items()}
+
+
+def _new_empty_object(root: Node) -> dict[str, dict[str, None]]:
+    out: dict[str, dict[str, None]] = {}
     for name in (root.get("properties") or {}):
         prop = field_node(root, name)
         t = _schema_type(prop)

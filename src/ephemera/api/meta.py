@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,8 +35,17 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+_last_second: tuple[int, str] = (-1, "")
+
+
 def now_rfc3339() -> str:
-    return rfc3339(now())
+    """The current second as `rfc3339` writes it, formatted once a second (a write stamps
+    several fields: creation, conditions, managedFields)."""
+    global _last_second
+    second = int(time.time())
+    if second != _last_second[0]:
+        _last_second = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _last_second[1]
 
 
 def rfc3339_after(seconds: int, start: datetime | None = None) -> str:

@@ -28,6 +28,7 @@ raises `OverflowError` instead of hanging.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from decimal import Decimal
 from fractions import Fraction
@@ -258,10 +259,21 @@ def _interpret_suffix(suffix: str) -> tuple[int, int, QuantityFormat] | None:
     return None
 
 
+# Texts parsed lately and their quantities (immutable, so shared): a write parses the same
+# few spellings (`10m`, `16Mi`) again and again, in defaulting and in validation.
+PARSE_CACHE = 4096
+
+
 def parse_quantity(text: str) -> Quantity:
     """Upstream's `ParseQuantity`; raises `QuantityError` with upstream's message."""
     if not isinstance(text, str):
         raise TypeError(f"a quantity is parsed from a string, not {type(text).__name__}")
+    return _parse(str(text))
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE)
+def _parse(text: str) -> Quantity:
+    """`parse_quantity` of a `str` (errors are raised, not remembered)."""
     if text == "":
         _fail(ERR_FORMAT_WRONG)
     if text == "0":

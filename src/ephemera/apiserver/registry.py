@@ -366,13 +366,14 @@ class Registry:
                              ) -> dict[str, Any]:
         """Everything an update (or patch, or apply) of `old` into `new` does before the
         compare-and-swap: defaults, mutating admission, BeforeUpdate with validation,
-        validating admission. Returns the object to store."""
+        validating admission. Returns the object to store. `old` is read, never changed:
+        admission gets it as it is (plugins read `req.old`), not a copy."""
         strategy = self.strategy(resource)
         strategy.zero_nulls(new)
         strategy.default(new)
         old_md = meta.ensure_metadata(old)
         req = self.admission_request("UPDATE", resource, old_md.get("namespace") or "",
-                                     old_md.get("name") or "", new, copy_decoded(old),
+                                     old_md.get("name") or "", new, old,
                                      subresource=subresource, user=user, dry_run=dry_run)
         await self.admission.admit(req)
         new = req.obj if req.obj is not None else new

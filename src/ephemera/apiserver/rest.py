@@ -479,12 +479,16 @@ class RestHandlers:
                 return go_json(json.loads(body))
             return json.dumps(new, separators=(",", ":"), ensure_ascii=False)
 
-        err = None if res.custom else fieldvalidation.type_errors(new, res.definition, known)
+        unknown: list[bool] = []
+        err = None if res.custom else fieldvalidation.type_errors(new, res.definition, known,
+                                                                  unknown)
         if err is not None:
             message = f"Invalid value: {go_quote(shown())}: {err}"
             raise StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
                               {"causes": [{"reason": "FieldValueInvalid", "message": message,
                                            "field": "patch"}]})
+        if not res.custom and not unknown:
+            return []  # the type walk met no unknown field
         if directive == fieldvalidation.STRICT:
             paths = fieldvalidation.unknown_fields(new, res.definition, known)
             if paths:

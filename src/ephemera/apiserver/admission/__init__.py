@@ -14,6 +14,8 @@ The shape
   Binding; None on DELETE). Mutating plugins change it in place (assigning a new dict to
   `req.obj` in `admit` is honoured too).
 - `old`: the stored object on UPDATE and (in the validating phase) DELETE; None on CREATE.
+  Read only: on UPDATE it is the very object the strategy's BeforeUpdate compares the new
+  one with (no plugin changes it, nor does BeforeUpdate).
 - `user`: the authenticated `UserInfo`, or None when the apiserver runs without
   authentication.
 - `dry_run`: the request has `dryRun=All`: admission runs, nothing is stored, so a plugin

@@ -22,7 +22,10 @@ bound to a node, is not checked. With the gate off nothing is checked, as upstre
 The Node is read as upstream's plugin reads it, from a watch-fed cache (its node lister): the
 apiserver's watch cache, no store read on a `PUT /dynamic`'s way. A refusal is never decided on
 the cache: when the cached Node lacks a needed feature, or the cache has none, the Node is
-read from the store and that copy decides (a feature declared a moment ago is seen).
+read from the store and that copy decides (a feature declared a moment ago is seen). A
+binding's pod is read the same way when the binding names the pod's UID (as the scheduler's
+do): the watch cache's copy of that UID is the pod being bound, whose pod-level resources,
+which the check reads, no write changes; otherwise it is read from the store.
 """
 
 from __future__ import annotations
@@ -85,11 +88,25 @@ class NodeDeclaredFeatureValidator(AdmissionPluginBase):
             await self._validate_update(req)
         elif req.subresource == "binding":
             target = (req.obj or {}).get("target") or {}
-            pod = await self.context.get(PODS, req.namespace, req.name)
+            pod = self._watched_pod(req)
+            if pod is None:
+                pod = await self.context.get(PODS, req.namespace, req.name)
             await self._validate_placement(req, pod, str(target.get("name") or ""))
         elif req.obj is not None:
             await self._validate_placement(req, req.obj, str(_spec(req.obj).get("nodeName")
                                                              or ""))
+
+    def _watched_pod(self, req: AdmissionRequest) -> dict[str, Any] | None:
+        """The watch cache's copy of a binding's pod when the binding names its UID (the
+        incarnation being bound; its pod-level resources are immutable), else None."""
+        metadata = (req.obj or {}).get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
+        if not uid:
+            return None
+        cached = self.context.watched(PODS, req.namespace, req.name)
+        if cached is None or (cached.get("metadata") or {}).get("uid") != uid:
+            return None
+        return cached
 
     async def _validate_update(self, req: AdmissionRequest) -> None:
         if req.obj is None or req.old is None:
