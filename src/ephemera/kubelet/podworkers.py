@@ -241,7 +241,7 @@ class PodWorker:
         if not self.storage_ready:
             await self._prepare_storage()
         if not self._dirs_exist():  # two stats; a thread only to make them
-            await asyncio.to_thread(self._ensure_dirs)
+            await deps.offload(self._ensure_dirs)
         self._report_volume_errors()
         if not self.volumes_ready and not await self._wait_volumes():
             self.publish_status()
