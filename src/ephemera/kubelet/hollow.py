@@ -183,7 +183,9 @@ class MemoryCheckpoint(AllocationCheckpoint):
         self._pods: dict[str, dict[str, Any]] = {}
 
     def store(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
-        self._pods = {uid: dict(pod) for uid, pod in pods.items()}
+        # The allocated views themselves (the manager replaces a view, never changes one):
+        # a write costs one dict, not a copy of every pod of the node.
+        self._pods = dict(pods)  # type: ignore[arg-type]
 
     def load(self) -> dict[str, dict[str, Any]]:
         return dict(self._pods)
