@@ -18,7 +18,9 @@ deterministic up to timer races, the number to compare), the process CPU seconds
 (noisy), the API calls per pod by verb, and with `--top K` the K functions of most
 cumulative time; with `--idle S`, the CPU the process then spends per second with every pod
 Running (each node's status, volume and allocation loops and the relister, which grow with
-time and pods per node, not with pods started).
+time and pods per node, not with pods started); with `--resync`, the calls and CPU of one
+periodic resync of every pod (its worker woken with nothing changed: each pod's every
+`resync_period`).
 """
 
 from __future__ import annotations
@@ -127,7 +129,8 @@ def _running(api: MemoryApi) -> int:
 
 
 async def run(nodes: int, pods: int, profile: cProfile.Profile | None,
-              idle: float = 0.0) -> dict[str, Any]:
+              idle: float = 0.0, resync_profile: cProfile.Profile | None = None
+              ) -> dict[str, Any]:
     api = MemoryApi()
     with tempfile.TemporaryDirectory(prefix="hollow-pods-") as root:
         config = HollowConfig(count=nodes, root_dir=Path(root))
@@ -173,6 +176,18 @@ async def run(nodes: int, pods: int, profile: cProfile.Profile | None,
             idle0 = time.process_time()
             await asyncio.sleep(idle)
             idle_cpu = time.process_time() - idle0
+        resync: dict[str, float] = {}
+        if resync_profile is not None:  # one periodic resync of every pod, nothing changed
+            cpu1 = time.process_time()
+            resync_profile.enable()
+            for node in hollow.nodes.values():
+                for uid in node.workers.uids():
+                    node.workers.wake(uid)
+            await asyncio.sleep(0)
+            while not all(n._is_quiet() for n in hollow.nodes.values()):
+                await asyncio.sleep(0.01)
+            resync_profile.disable()
+            resync["resyncCpuMsPerPod"] = round(1000 * (time.process_time() - cpu1) / total, 3)
         stop.set()
         relists.cancel()
         await asyncio.gather(relists, return_exceptions=True)
@@ -182,7 +197,7 @@ async def run(nodes: int, pods: int, profile: cProfile.Profile | None,
             "cpuMsPerPod": round(1000 * cpu / total, 3), "wallSeconds": round(wall, 2),
             "apiCallsPerPod": {k: round(v / total, 2) for k, v in sorted(api.calls.items())},
             **({"idleCpuPerSecond": round(idle_cpu / idle, 4)} if idle_cpu is not None
-               else {})}
+               else {}), **resync}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,10 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
                         help="then measure the process CPU over this long with every pod "
                              "Running (the nodes' loops and the relister; no profile)")
+    parser.add_argument("--resync", action="store_true",
+                        help="then wake every pod's worker once, nothing changed (the "
+                             "periodic resync): Python calls per pod of that")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     profile = None if args.no_profile else cProfile.Profile()
-    result = asyncio.run(run(args.nodes, args.pods, profile, args.idle))
+    resync_profile = cProfile.Profile() if args.resync else None
+    result = asyncio.run(run(args.nodes, args.pods, profile, args.idle, resync_profile))
+    if resync_profile is not None:
+        resync_stats = pstats.Stats(resync_profile)
+        resync_calls = sum(v[1] for v in resync_stats.stats.values())  # type: ignore[attr-defined]
+        result["resyncPythonCallsPerPod"] = round(resync_calls / result["pods"], 1)
+        if args.top:
+            resync_stats.sort_stats(args.sort).print_stats(args.top)
     if profile is not None:
         stats = pstats.Stats(profile)
         calls = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]
