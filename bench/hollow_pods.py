@@ -38,15 +38,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ephemera.apiserver.admission.serviceaccount import mount_service_account_token
 from ephemera.kubelet.hollow import HollowConfig, HollowNodes
 
 Obj = dict[str, Any]
 
 
 def bound_pod(name: str, node: str, rv: int) -> Obj:
-    """`bench.scale`'s pod as the apiserver hands it to the node's watch: defaulted,
-    scheduled and bound."""
-    return {
+    """`bench.scale`'s pod as the apiserver hands it to the node's watch: defaulted, with
+    its `kube-api-access-*` volume (the ServiceAccount admission's), scheduled and bound."""
+    pod: Obj = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4()),
                      "resourceVersion": str(rv), "generation": 1,
@@ -71,6 +72,8 @@ def bound_pod(name: str, node: str, rv: int) -> Obj:
             {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
              "lastTransitionTime": "2026-12-02T00:00:00Z"}]},
     }
+    mount_service_account_token(pod["spec"])
+    return pod
 
 
 class MemoryApi:
