@@ -483,7 +483,8 @@ class VolumeManager:
                 volume=dict(volume),
                 plugin=plugin,
                 fingerprint=fingerprint,
-                host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name,
+                host_dir=before.host_dir if before is not None and before.plugin is plugin
+                else self.pod_volumes_dir(uid) / plugin.dir_name / name,
                 dynamic=old is not None and (before is None or before.dynamic
                                              or before.fingerprint != fingerprint),
             )
