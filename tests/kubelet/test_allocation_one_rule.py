@@ -329,3 +329,27 @@ async def test_a_change_being_written_holds_its_room_on_the_kubelet(
             await h.wait_pod("w", lambda p: _volume_mounted(p, "ram"))
     finally:
         unmount_all_under(tmp_path)
+
+
+async def test_the_needs_memo_counts_each_allocated_view_as_it_is_now(tmp_path: Path) -> None:
+    """`AllocationManager.needs` (what admission sums next to a new pod) answers as the rule
+    computed afresh does, and an allocated change (a new view of the pod) is counted by its
+    new needs, not the memo of the old view."""
+    manager, _ = _manager(tmp_path)
+    await manager.allocate_new(_pod("u1", request="30Mi"))
+    await manager.allocate_new(_pod("u2", request="10Mi"))
+    newcomer = _pod("new", request="50Mi")
+
+    def both() -> tuple[Any, Any]:
+        memo = admit(newcomer, manager.others("new"), ALLOCATABLE, {}, needs=manager.needs)
+        fresh = admit(newcomer, manager.others("new"), ALLOCATABLE, {})
+        return (memo.admit, memo.message), (fresh.admit, fresh.message)
+
+    memo, fresh = both()
+    assert memo == fresh == (True, "")
+    assert (await manager.try_allocate(_pod("u1", request="30Mi", memory_volume="20Mi"))
+            ).allocated
+    memo, fresh = both()
+    assert memo == fresh == (
+        False, "Node didn't have enough resource: memory, requested: 52428800, used: "
+               "62914560, capacity: 104857600")

@@ -64,7 +64,7 @@ from ephemera.kubelet.runtime.fake import FakeRuntime
 from ephemera.kubelet.status import StatusManager
 from ephemera.kubelet.volumes.base import VolumeHost, VolumePlugin
 from ephemera.kubelet.volumes.manager import VolumeManager
-from ephemera.kubelet.workerdeps import WorkerDeps, WorkerSettings
+from ephemera.kubelet.workerdeps import WorkerDeps, WorkerSettings, run_inline
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -183,7 +183,9 @@ class MemoryCheckpoint(AllocationCheckpoint):
         self._pods: dict[str, dict[str, Any]] = {}
 
     def store(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
-        self._pods = {uid: dict(pod) for uid, pod in pods.items()}
+        # The allocated views themselves (the manager replaces a view, never changes one):
+        # a write costs one dict, not a copy of every pod of the node.
+        self._pods = dict(pods)  # type: ignore[arg-type]
 
     def load(self) -> dict[str, dict[str, Any]]:
         return dict(self._pods)
@@ -285,7 +287,7 @@ class HollowNode:
         self.allocation = AllocationManager(
             MemoryCheckpoint(), node_allocatable=lambda: self.node_allocatable,
             get_configmap=self.get_configmap, get_secret=self.get_secret,
-            image_present=lambda ref: True, gates=config.gates)
+            image_present=lambda ref: True, gates=config.gates, offload=run_inline)
         # The kubelet's own admission and hand-over (no node pressure is simulated).
         self.pod_admission = PodAdmission(
             allocation=self.allocation, status=self.status, events=self.events,
@@ -296,7 +298,8 @@ class HollowNode:
             status=self.status, events=self.events, root_dir=self.root_dir, node_name=name,
             host_ip=config.node_ip, get_configmap=self.get_configmap,
             get_secret=self.get_secret, node_allocatable=self.node_allocatable,
-            settings=config.settings, on_volumes_changed=self._volumes_changed))
+            settings=config.settings, on_volumes_changed=self._volumes_changed,
+            offload=run_inline))
         self.workers.on_worker_done = self._worker_done
         self.pod_admission.workers = self.workers
         self.volumes.set_in_use_checker(self._in_use)

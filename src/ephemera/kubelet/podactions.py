@@ -807,7 +807,7 @@ class PodRuntime:
         if latest is not None:
             attempt = latest.attempt + 1
         else:  # e.g. after a node shutdown: the runtime forgot the earlier instances
-            attempt = await asyncio.to_thread(
+            attempt = await deps.offload(
                 restart_count_from_log_dir,
                 container_log_path(deps.root_dir, pod, name, 0).parent)
         try:
@@ -817,8 +817,8 @@ class PodRuntime:
                 node_allocatable=deps.node_allocatable, service_env=deps.service_env(pod))
             env_map = dict(env)
             volume_dirs = deps.volumes.mounted_volumes(self.uid)
-            mounts = await asyncio.to_thread(containerconfig.build_mounts, pod, container,
-                                             volume_dirs, env_map)
+            mounts = await deps.offload(containerconfig.build_mounts, pod, container,
+                                        volume_dirs, env_map)
             argv = containerconfig.build_argv(container, image.entrypoint, image.cmd, env_map)
         except containerconfig.ContainerConfigError as err:
             return await self._start_failed(name, init, "CreateContainerConfigError", str(err))
@@ -829,7 +829,7 @@ class PodRuntime:
             return await self._start_failed(name, init, "CreateContainerError",
                                             "no command specified")
         log_path = container_log_path(deps.root_dir, pod, name, attempt)
-        await asyncio.to_thread(log_path.parent.mkdir, parents=True, exist_ok=True)
+        await deps.offload(log_path.parent.mkdir, parents=True, exist_ok=True)
         config = ContainerConfig(
             name=name, attempt=attempt, image=str(container.get("image") or ""),
             image_id=image.id, rootfs_layers=tuple(image.layers), argv=tuple(argv),
@@ -880,7 +880,7 @@ class PodRuntime:
         ref = str(container.get("image") or "")
         policy = str(container.get("imagePullPolicy") or "IfNotPresent")
         try:
-            image = await asyncio.to_thread(deps.images.resolve, ref)
+            image = await deps.offload(deps.images.resolve, ref)
         except Exception as err:  # an unparsable reference
             image = None
             resolve_error = str(err)

@@ -62,10 +62,13 @@ class AdmitResult:
 
 
 def admit(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
-          node_allocatable: Mapping[str, Any], gates: Mapping[str, bool]) -> AdmitResult:
+          node_allocatable: Mapping[str, Any], gates: Mapping[str, bool], *,
+          needs: Callable[[Mapping[str, Any]], Mapping[str, int]] | None = None
+          ) -> AdmitResult:
     """Whether the node has room for `pod` next to the admitted `others` (upstream's
     resource-fit admit handler; what a pod needs, emptyDir sizeLimits included, is the rule
-    a dynamic change is admitted by too: `ephemera.kubelet.allocation.fit`)."""
+    a dynamic change is admitted by too: `ephemera.kubelet.allocation.fit`; `needs`: the
+    allocation manager's memo of the others' needs, `AllocationManager.needs`)."""
     try:
         pods_capacity = int(str(node_allocatable.get("pods", "110")))
     except ValueError:
@@ -74,7 +77,7 @@ def admit(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
         return AdmitResult(False, "OutOfpods",
                            f"Node didn't have enough resource: pods, requested: 1, used: "
                            f"{len(others)}, capacity: {pods_capacity}")
-    shortage = insufficient(pod, others, node_allocatable, gates)
+    shortage = insufficient(pod, others, node_allocatable, gates, needs=needs)
     if shortage is not None:
         return AdmitResult(False, f"OutOf{shortage.resource}", shortage.message)
     return AdmitResult(True)
@@ -126,7 +129,7 @@ class PodAdmission:
         if not pressure.admit:
             return AdmitResult(False, pressure.reason, pressure.message)
         return admit(pod, self.allocation.others(pod_uid(pod)), self.node_allocatable(),
-                     self.gates)
+                     self.gates, needs=self.allocation.needs)
 
     def inactive(self, uid: str) -> bool:
         """Admission no longer counts the pod (`AllocationManager.others`): terminal in its

@@ -86,7 +86,8 @@ def pod_terminal(pod: Mapping[str, Any]) -> bool:
 
 def pod_log_dir(root_dir: Path, pod: Mapping[str, Any]) -> Path:
     md = metadata(pod)
-    return root_dir / "logs" / "pods" / f"{md.get('namespace')}_{md.get('name')}_{md.get('uid')}"
+    # One join (the same path as three: `logs`, `pods`, the pod's directory).
+    return root_dir / f"logs/pods/{md.get('namespace')}_{md.get('name')}_{md.get('uid')}"
 
 
 def container_log_path(root_dir: Path, pod: Mapping[str, Any], container: str,

@@ -156,6 +156,7 @@ class PodWorker:
         # A listing read ahead while the pod's change is checkpointed (`prefetch_listing`):
         # the runtime event count when it began, and the read.
         self._prefetched: tuple[int, asyncio.Future[SandboxListing]] | None = None
+        self._pod_dirs: tuple[Path, Path] | None = None
 
     # -- loop --
 
@@ -241,7 +242,7 @@ class PodWorker:
         if not self.storage_ready:
             await self._prepare_storage()
         if not self._dirs_exist():  # two stats; a thread only to make them
-            await asyncio.to_thread(self._ensure_dirs)
+            await deps.offload(self._ensure_dirs)
         self._report_volume_errors()
         if not self.volumes_ready and not await self._wait_volumes():
             self.publish_status()
@@ -347,14 +348,21 @@ class PodWorker:
         self.storage_ready = True
         self.deps.on_volumes_changed()
 
+    def _dirs(self) -> tuple[Path, Path]:
+        """The pod's directory and its log directory (named by its uid, namespace and name,
+        which never change: made once)."""
+        if self._pod_dirs is None:
+            root = self.deps.root_dir
+            self._pod_dirs = (root / "pods" / self.uid, pod_log_dir(root, self.pod))
+        return self._pod_dirs
+
     def _dirs_exist(self) -> bool:
-        root = self.deps.root_dir
-        return (root / "pods" / self.uid).is_dir() and pod_log_dir(root, self.pod).is_dir()
+        pod_dir, log_dir = self._dirs()
+        return os.path.isdir(pod_dir) and os.path.isdir(log_dir)
 
     def _ensure_dirs(self) -> None:
-        root = self.deps.root_dir
-        (root / "pods" / self.uid).mkdir(parents=True, exist_ok=True)
-        pod_log_dir(root, self.pod).mkdir(parents=True, exist_ok=True)
+        for path in self._dirs():
+            path.mkdir(parents=True, exist_ok=True)
 
     def _report_volume_errors(self) -> None:
         errors = self.deps.volumes.volume_errors(self.uid)
@@ -662,8 +670,14 @@ class PodWorkers:
         if old.get("spec") != pod.get("spec"):
             worker.changed_in_sync = True
             worker.wake.set()
+        # A new phase wakes the worker, but not a running one this kubelet wrote itself,
+        # coming back on the watch (the sync that wrote it acted on it already: every pod's
+        # Pending -> Running). A terminal phase always does (the worker finishes the pod).
+        phase = (pod.get("status") or {}).get("phase")
         if metadata(old).get("deletionTimestamp") != metadata(pod).get("deletionTimestamp") or \
-                (old.get("status") or {}).get("phase") != (pod.get("status") or {}).get("phase"):
+                ((old.get("status") or {}).get("phase") != phase and
+                 (phase in ("Succeeded", "Failed") or
+                  phase != self.deps.status.desired_phase(uid))):
             worker.wake.set()
 
     def remove(self, pod: Obj) -> None:

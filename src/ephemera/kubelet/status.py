@@ -667,6 +667,14 @@ class StatusManager:
             return None
         return entry.desired if entry.desired is not None else entry.api_status
 
+    def desired_phase(self, uid: str) -> str | None:
+        """The phase of the status the kubelet last wanted for the pod (None: it wanted
+        none yet)."""
+        entry = self._pods.get(uid)
+        if entry is None or entry.desired is None:
+            return None
+        return entry.desired.get("phase")
+
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)
         self._dirty.discard(uid)

@@ -6,6 +6,7 @@ the per-pod container actions (`podactions`). The agent builds them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.runtime.base import RuntimeService
 from ephemera.kubelet.status import ProbeStates, StatusManager
 
+Offload = Callable[..., Awaitable[Any]]
+
 __all__ = [
     "MINIMUM_GRACE_PERIOD",
     "QUIET_WAIT",
@@ -27,12 +30,19 @@ __all__ = [
     "VolumesLike",
     "WorkerDeps",
     "WorkerSettings",
+    "run_inline",
 ]
 
 MINIMUM_GRACE_PERIOD = 2.0
 # How long background clean-up (an old container instance's removal) waits for the kubelet
 # to be quiet (`WorkerDeps.quiet`) before it runs anyway.
 QUIET_WAIT = 1.0
+
+
+async def run_inline(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`WorkerDeps.offload` for a kubelet whose blocking work is in memory or a mkdir (the
+    hollow nodes): run it on the event loop, sparing the thread hop."""
+    return fn(*args, **kwargs)
 
 
 class ImageLookup(Protocol):
@@ -125,3 +135,7 @@ class WorkerDeps:
     # Returns once the kubelet is quiet (no pod worker in a sync, no pod status waiting to
     # be written): what background clean-up waits for, at most `QUIET_WAIT` seconds.
     quiet: Callable[[], Awaitable[None]] | None = None
+    # Runs the sync's blocking file work (pod and log directories, subPaths, the image
+    # store): `asyncio.to_thread` (the fsync or a slow disk never blocks the event loop), or
+    # `run_inline`.
+    offload: Offload = asyncio.to_thread

@@ -14,19 +14,24 @@
   message `Node didn't have enough resource: R, requested: N, used: N, capacity: N`; None when
   it fits. A resource the pod needs none of, or the node does not list, is not checked. With
   `baseline` (the allocated pod before a change) only resources the pod needs more of than
-  the baseline did are checked, as upstream's resize admission.
+  the baseline did are checked, as upstream's resize admission. `needs`: how the others'
+  needs are had (default: `pod_needs` of each, computed now); the allocation manager passes
+  its memo (`AllocationManager.needs`), so that admitting a pod next to N others does not
+  parse N pods' quantities again (upstream's NodeInfo keeps its pods' requests summed).
+- `pod_needs(pod, gates)`: `node_need` of every checked resource at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.pods import resources as podresources
 
-__all__ = ["Shortage", "insufficient", "node_need"]
+__all__ = ["Shortage", "insufficient", "node_need", "pod_needs"]
 
 _CHECKED_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 
@@ -66,7 +71,7 @@ def node_need(pod: Mapping[str, Any], resource: str, gates: Mapping[str, bool]) 
     return _need(pod, podresources.pod_requests(pod, gates=gates), resource)
 
 
-def _needs(pod: Mapping[str, Any], gates: Mapping[str, bool]) -> dict[str, int]:
+def pod_needs(pod: Mapping[str, Any], gates: Mapping[str, bool]) -> dict[str, int]:
     """`node_need` of every checked resource, from one `pod_requests`."""
     requests = podresources.pod_requests(pod, gates=gates)
     return {resource: _need(pod, requests, resource) for resource in _CHECKED_RESOURCES}
@@ -87,30 +92,46 @@ def _need(pod: Mapping[str, Any], requests: Mapping[str, Any], resource: str) ->
 def _capacity(allocatable: Mapping[str, Any], resource: str) -> int | None:
     if resource not in allocatable:
         return None
+    value = allocatable[resource]
+    if isinstance(value, str):  # what a Node's allocatable holds: parsed once
+        return _parsed_capacity(value, resource == "cpu")
+    return _amount(value, resource == "cpu")
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_capacity(value: str, milli: bool) -> int | None:
+    return _amount(value, milli)
+
+
+def _amount(value: Any, milli: bool) -> int | None:
     try:
-        q = quantity_from_json(allocatable[resource])
+        q = quantity_from_json(value)
     except (QuantityError, TypeError, ValueError):
         return None
-    return int(q.milli_value()) if resource == "cpu" else int(q.value())
+    return int(q.milli_value()) if milli else int(q.value())
 
 
 def insufficient(pod: Mapping[str, Any], others: Sequence[Mapping[str, Any]],
                  allocatable: Mapping[str, Any], gates: Mapping[str, bool], *,
-                 baseline: Mapping[str, Any] | None = None) -> Shortage | None:
+                 baseline: Mapping[str, Any] | None = None,
+                 needs: Callable[[Mapping[str, Any]], Mapping[str, int]] | None = None
+                 ) -> Shortage | None:
     """See the module docstring."""
-    needs = _needs(pod, gates)
-    floors = _needs(baseline, gates) if baseline is not None else None
-    used_by: list[dict[str, int]] | None = None  # the others' needs, each computed once
+    own = pod_needs(pod, gates)
+    floors = None if baseline is None else \
+        needs(baseline) if needs is not None else pod_needs(baseline, gates)
+    used_by: list[Mapping[str, int]] | None = None  # the others' needs, each had once
     for resource in _CHECKED_RESOURCES:
         capacity = _capacity(allocatable, resource)
         if capacity is None:
             continue
-        need = needs[resource]
+        need = own[resource]
         floor = floors[resource] if floors is not None else 0
         if need <= floor:
             continue
         if used_by is None:
-            used_by = [_needs(other, gates) for other in others]
+            used_by = [needs(other) for other in others] if needs is not None else \
+                [pod_needs(other, gates) for other in others]
         used = sum(other_needs[resource] for other_needs in used_by)
         if need + used > capacity:
             return Shortage(resource, f"Node didn't have enough resource: {resource}, "

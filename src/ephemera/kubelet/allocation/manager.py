@@ -60,7 +60,7 @@ from typing import Any
 
 from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.allocation.checkpoint import AllocationCheckpoint, CheckpointCorruptedError
-from ephemera.kubelet.allocation.fit import insufficient
+from ephemera.kubelet.allocation.fit import insufficient, pod_needs
 
 __all__ = [
     "ADMITTED",
@@ -174,7 +174,10 @@ class AllocationManager:
                  get_configmap: Lookup, get_secret: Lookup,
                  image_present: Callable[[str], bool],
                  gates: Mapping[str, bool] | None = None,
-                 retry_period: float = DEFAULT_RETRY_PERIOD) -> None:
+                 retry_period: float = DEFAULT_RETRY_PERIOD,
+                 offload: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> None:
+        """`offload` runs the checkpoint's writes and the image store's look-ups (a thread,
+        or on the loop when the checkpoint lives in memory: the hollow nodes)."""
         self.checkpoint = checkpoint
         self.node_allocatable = node_allocatable
         self.get_configmap = get_configmap
@@ -182,6 +185,7 @@ class AllocationManager:
         self.image_present = image_present
         self.gates: Mapping[str, bool] = gates if gates is not None else {}
         self.retry_period = retry_period
+        self.offload = offload
         self.allocated: dict[str, Obj] = {}
         self.desired: dict[str, Obj] = {}  # pods with a change not allocated yet
         self.pending: dict[str, str] = {}  # uid -> why the change is not allocated
@@ -200,6 +204,10 @@ class AllocationManager:
         self._tasks: set[asyncio.Future[Any]] = set()
         self._staged: dict[str, Obj | None] = {}  # uid -> allocated pod (None: gone) to write
         self._io_lock = asyncio.Lock()  # one checkpoint write at a time
+        # `fit.pod_needs` of each allocated (or staged) view, by the view's identity (the
+        # view is kept with it, so the id stays its own): computed once per view, not at
+        # every admission.
+        self._needs: dict[int, tuple[Mapping[str, Any], Mapping[str, int]]] = {}
 
     # -- state -----------------------------------------------------------------------------
 
@@ -239,6 +247,19 @@ class AllocationManager:
         return [pod for other, pod in self._effective().items()
                 if other != uid and not self.is_inactive(other)]
 
+    def needs(self, view: Mapping[str, Any]) -> Mapping[str, int]:
+        """`fit.pod_needs` of an allocated or staged view (`others`), computed once per
+        view; the memo is pruned to the current views as it grows."""
+        entry = self._needs.get(id(view))
+        if entry is not None and entry[0] is view:
+            return entry[1]
+        if len(self._needs) > 2 * (len(self.allocated) + len(self._staged)) + 16:
+            current = {id(v) for v in self._effective().values()}
+            self._needs = {k: e for k, e in self._needs.items() if k in current}
+        needs = pod_needs(view, self.gates)
+        self._needs[id(view)] = (view, needs)
+        return needs
+
     def _forgotten(self, uid: str) -> bool:
         """`forget(uid)` was called (its write may still be under way)."""
         return uid in self._staged and self._staged[uid] is None
@@ -256,7 +277,7 @@ class AllocationManager:
             staged = dict(self._staged)
             pods = self._effective()
             try:
-                await asyncio.to_thread(self.checkpoint.store, pods)
+                await self.offload(self.checkpoint.store, pods)
             except Exception:
                 if self._staged.get(uid, _UNSTAGED) is view:
                     del self._staged[uid]
@@ -379,7 +400,7 @@ class AllocationManager:
         uid = _uid(pod)
         old = self.allocated.get(uid) or {}
         shortage = insufficient(pod, self.others(uid), self.node_allocatable(), self.gates,
-                                baseline=old)
+                                baseline=old, needs=self.needs)
         if shortage is not None:
             return shortage.message
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
@@ -396,7 +417,7 @@ class AllocationManager:
             image = volume.get("image")
             if isinstance(image, dict):
                 reference = str(image.get("reference") or "")
-                if not await asyncio.to_thread(self.image_present, reference):
+                if not await self.offload(self.image_present, reference):
                     return f'volume "{name}": image "{reference}" is not present on the node'
         old_images = {str(c.get("name")): c.get("image") for kind in
                       ("initContainers", "containers")
@@ -407,7 +428,7 @@ class AllocationManager:
                 ref = str(container.get("image") or "")
                 if old_images.get(name) == ref:
                     continue
-                if not await asyncio.to_thread(self.image_present, ref):
+                if not await self.offload(self.image_present, ref):
                     return f'container "{name}": image "{ref}" is not present on the node'
         return ""
 

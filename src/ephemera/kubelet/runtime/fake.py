@@ -135,6 +135,9 @@ class FakeRuntime(RuntimeService):
         self.live_mount_errors: dict[str, int] = {}  # mount path -> errno (see _live_change)
         self.sandboxes: dict[str, _Sandbox] = {}
         self.containers: dict[str, _Container] = {}
+        # Each container's log path as a Path, made once (a relist or a pod's listing
+        # reports it every time).
+        self._log_paths: dict[str, Path] = {}
         self.pod_cidr = ""
         self.state_file = (Path(root) / "runtime" / "fake-state.json"
                            if root is not None and persist else None)
@@ -228,6 +231,7 @@ class FakeRuntime(RuntimeService):
         for container in list(self.containers.values()):
             if container.sandbox_id == sandbox_id:
                 del self.containers[container.id]
+                self._log_paths.pop(container.id, None)
         del self.sandboxes[sandbox_id]
         self._save()
 
@@ -328,6 +332,7 @@ class FakeRuntime(RuntimeService):
         if container_id in self.containers:
             await self.stop_container(container_id, 0)
             del self.containers[container_id]
+            self._log_paths.pop(container_id, None)
             self._save()
 
     async def mount_live(self, container_id: str, mount: Mount) -> None:
@@ -371,8 +376,15 @@ class FakeRuntime(RuntimeService):
             started_at=container.started_at, finished_at=container.finished_at,
             exit_code=container.exit_code, reason=container.reason, message=container.message,
             mounts=tuple(Mount(**m) for m in container.mounts),
-            log_path=Path(container.log_path) if container.log_path else None,
-            pid=0, labels=dict(container.labels))
+            log_path=self._log_path(container), pid=0, labels=dict(container.labels))
+
+    def _log_path(self, container: _Container) -> Path | None:
+        if not container.log_path:
+            return None
+        path = self._log_paths.get(container.id)
+        if path is None or str(path) != container.log_path:
+            path = self._log_paths[container.id] = Path(container.log_path)
+        return path
 
     async def container_status(self, container_id: str) -> ContainerStatus:
         return self._status(self._container(container_id))

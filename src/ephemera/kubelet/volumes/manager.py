@@ -255,6 +255,14 @@ def _resync_basis(pod: Mapping[str, Any]) -> str:
     )
 
 
+def _same_basis(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """`_resync_basis(a) == _resync_basis(b)` without serializing either (a new version of
+    the pod object whose spec, labels and annotations are equal: the common case)."""
+    ma, mb = a.get("metadata") or {}, b.get("metadata") or {}
+    return a.get("spec") == b.get("spec") and ma.get("labels") == mb.get("labels") and \
+        ma.get("annotations") == mb.get("annotations")
+
+
 @dataclass
 class DesiredVolume:
     pod_uid: str
@@ -464,15 +472,19 @@ class VolumeManager:
                     "err=no volume plugin matched"
                 )
                 continue
-            fingerprint = _fingerprint(volume)
             before = old.volumes.get(name) if old is not None else None
+            # An unchanged volume keeps its fingerprint (equal as Python values is equal as
+            # canonical JSON for what a volume source holds).
+            fingerprint = before.fingerprint if before is not None and \
+                before.volume == volume else _fingerprint(volume)
             volumes[name] = DesiredVolume(
                 pod_uid=uid,
                 name=name,
                 volume=dict(volume),
                 plugin=plugin,
                 fingerprint=fingerprint,
-                host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name,
+                host_dir=before.host_dir if before is not None and before.plugin is plugin
+                else self.pod_volumes_dir(uid) / plugin.dir_name / name,
                 dynamic=old is not None and (before is None or before.dynamic
                                              or before.fingerprint != fingerprint),
             )
@@ -487,7 +499,8 @@ class VolumeManager:
                 fingerprint=_fingerprint(volume),
                 host_dir=self.pod_volumes_dir(uid) / plugin.dir_name / name, dynamic=True,
                 early=True)
-        basis = _resync_basis(pod)
+        basis = old.resync_basis if old is not None and old.source is not None and \
+            _same_basis(old.source, pod) else _resync_basis(pod)
         version = 1 if old is None else old.version + int(basis != old.resync_basis)
         desired = DesiredPod(uid, dict(pod), volumes, errors, version, basis, source=pod,
                              early=early)
