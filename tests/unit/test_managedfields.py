@@ -537,6 +537,15 @@ def test_encode_fields_remembers_a_set_but_answers_a_new_object_each_time() -> N
     assert again["f:spec"] == {"f:containers": {'k:{"name":"c"}': {".": {}, "f:image": {}}}}
 
 
+def test_encode_fields_does_not_remember_a_large_set() -> None:
+    paths = {(("f", "metadata"), ("f", "labels"), ("f", f"l{i}"))
+             for i in range(managedfields._ENCODED_MAX_PATHS + 1)}
+    managedfields._ENCODED.clear()
+    encoded = managedfields.encode_fields(paths)
+    assert len(encoded["f:metadata"]["f:labels"]) == len(paths)
+    assert managedfields._ENCODED == {}
+
+
 def test_the_empty_object_of_a_create_is_a_new_object_each_time() -> None:
     root = managedfields.definition_node("io.k8s.api.core.v1.Pod")
     first = managedfields._empty_object(root)

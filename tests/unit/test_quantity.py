@@ -507,3 +507,18 @@ def test_canonical_form_uses_the_largest_suffix(q: Quantity) -> None:
         assert int(mantissa) % 1024 != 0
     elif not q.is_zero():
         assert not mantissa.endswith("000") or text.endswith("E")
+
+
+def test_only_short_texts_are_remembered() -> None:
+    """A short spelling is parsed once and shared; a long one (zeros padding a quantity to
+    any length a body allows) is parsed every time and never kept, so the table stays small."""
+    from ephemera.api import quantity
+
+    short = "123Mi"
+    assert parse_quantity(short) is parse_quantity(short)
+    long_text = "0" * (quantity.PARSE_CACHE_MAX_TEXT + 1) + "1"
+    before = quantity._parse_remembered.cache_info().currsize
+    first, second = parse_quantity(long_text), parse_quantity(long_text)
+    assert first == second == parse_quantity("1")
+    assert first is not second
+    assert quantity._parse_remembered.cache_info().currsize == before

@@ -337,9 +337,11 @@ def _trie(paths: Iterable[FieldPath]) -> dict[PathElement, Any]:
 
 # Encoded field sets, as JSON, by their paths in the order given (the order decides between
 # elements that sort alike): writes of one shape (every pod of a ReplicaSet created, every
-# Event) encode the same sets. Bounded: the table starts again when full.
+# Event) encode the same sets. Bounded: the table starts again when full, and a set of more
+# than `_ENCODED_MAX_PATHS` paths is not remembered.
 _ENCODED: dict[tuple[FieldPath, ...], bytes] = {}
 _ENCODED_LIMIT = 2048
+_ENCODED_MAX_PATHS = 256
 
 
 def encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
@@ -351,6 +353,8 @@ def encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
         decoded: dict[str, Any] = orjson.loads(known)
         return decoded
     encoded = _encode_fields(key)
+    if len(key) > _ENCODED_MAX_PATHS:
+        return encoded
     try:
         text = orjson.dumps(encoded)
     except TypeError:  # a key orjson does not encode (a lone surrogate): not remembered

@@ -260,20 +260,25 @@ def _interpret_suffix(suffix: str) -> tuple[int, int, QuantityFormat] | None:
 
 
 # Texts parsed lately and their quantities (immutable, so shared): a write parses the same
-# few spellings (`10m`, `16Mi`) again and again, in defaulting and in validation.
+# few spellings (`10m`, `16Mi`) again and again, in defaulting and in validation. Only short
+# texts are remembered, so that the table stays small whatever clients send (a quantity
+# padded with zeros can be as long as a request body).
 PARSE_CACHE = 4096
+PARSE_CACHE_MAX_TEXT = 64
 
 
 def parse_quantity(text: str) -> Quantity:
     """Upstream's `ParseQuantity`; raises `QuantityError` with upstream's message."""
     if not isinstance(text, str):
         raise TypeError(f"a quantity is parsed from a string, not {type(text).__name__}")
-    return _parse(str(text))
+    text = str(text)
+    if len(text) > PARSE_CACHE_MAX_TEXT:
+        return _parse_text(text)
+    return _parse_remembered(text)
 
 
-@functools.lru_cache(maxsize=PARSE_CACHE)
-def _parse(text: str) -> Quantity:
-    """`parse_quantity` of a `str` (errors are raised, not remembered)."""
+def _parse_text(text: str) -> Quantity:
+    """`parse_quantity` of a `str`, computed."""
     if text == "":
         _fail(ERR_FORMAT_WRONG)
     if text == "0":
@@ -335,6 +340,10 @@ def _parse(text: str) -> Quantity:
         if magnitude and _cmp_parts(magnitude, amount_exponent, 1, 0) < 0:
             fmt = QuantityFormat.DECIMAL_SI
     return Quantity._make(-magnitude if negative else magnitude, amount_exponent, fmt)
+
+
+# `_parse_text` of a short text, remembered (its errors are raised every time, not remembered).
+_parse_remembered = functools.lru_cache(maxsize=PARSE_CACHE)(_parse_text)
 
 
 def quantity_from_json(value: object) -> Quantity:
