@@ -203,6 +203,15 @@ async def run(nodes: int, pods: int, profile: cProfile.Profile | None,
                else {}), **resync}
 
 
+def calls_per_pod(profile: cProfile.Profile, pods: int, top: int, sort: str) -> float:
+    """The Python calls `profile` counted, per pod; its `top` hottest functions printed."""
+    stats = pstats.Stats(profile)
+    calls = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]
+    if top:
+        stats.sort_stats(sort).print_stats(top)
+    return round(calls / pods, 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hollow_pods",
                                      description=__doc__.split("\n\n")[0])
@@ -224,18 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     profile = None if args.no_profile else cProfile.Profile()
     resync_profile = cProfile.Profile() if args.resync else None
     result = asyncio.run(run(args.nodes, args.pods, profile, args.idle, resync_profile))
-    if resync_profile is not None:
-        resync_stats = pstats.Stats(resync_profile)
-        resync_calls = sum(v[1] for v in resync_stats.stats.values())  # type: ignore[attr-defined]
-        result["resyncPythonCallsPerPod"] = round(resync_calls / result["pods"], 1)
-        if args.top:
-            resync_stats.sort_stats(args.sort).print_stats(args.top)
-    if profile is not None:
-        stats = pstats.Stats(profile)
-        calls = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]
-        result["pythonCallsPerPod"] = round(calls / result["pods"], 1)
-        if args.top:
-            stats.sort_stats(args.sort).print_stats(args.top)
+    for key, each in (("resyncPythonCallsPerPod", resync_profile),
+                      ("pythonCallsPerPod", profile)):
+        if each is not None:
+            result[key] = calls_per_pod(each, result["pods"], args.top, args.sort)
     print(json.dumps(result, indent=1))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
