@@ -854,11 +854,6 @@ def _set_managed_fields(obj: dict[str, Any], managers: _Managers) -> None:
 # --- helpers over objects ---------------------------------------------------------------------
 
 
-def _now() -> str:
-    """The current second in RFC 3339 (UTC)."""
-    return now_rfc3339()
-
-
 def _ignored_fields(subresource: str) -> list[FieldPath]:
     if subresource == "status":
         return [(("f", "spec"),), (("f", "metadata"), ("f", "deletionTimestamp")),
@@ -1090,7 +1085,7 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
     current = _view_without_managed_fields(new)
     try:
         managers = _record(base, current, root, managers, manager, api_version, subresource,
-                           now or _now(), ignored)
+                           now or now_rfc3339(), ignored)
     except _ShapeError:
         meta.pop("managedFields", None)
         return
@@ -1112,7 +1107,7 @@ def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], mana
     applied_meta = applied.get("metadata")
     if isinstance(applied_meta, dict) and applied_meta.get("managedFields") is not None:
         raise bad_request("metadata.managedFields must be nil")
-    stamp = now or _now()
+    stamp = now or now_rfc3339()
     ignored = _ignored_fields(subresource)
     try:
         try:
