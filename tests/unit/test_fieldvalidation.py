@@ -359,7 +359,38 @@ _TIME_TEXTS = [
     "2026-12-01T00:00:01+0200", "\u0662\u0660\u0662\u0666-12-01T00:00:01Z",
     "2026-12-01T00:00:01.\u0665Z",
     "2026-12-01T00:00:01Z\n", "", "2026", "2026-12-01T00:00:01z",
+    "2023-02-29T00:00:00Z", "2024-02-29T00:00:00Z", "2026-04-31T00:00:00Z",
+    "2026-12-01T00:00:00+24:00", "2026-12-01T00:00:00+25:00", "2026-12-01T00:00:00-23:61",
+    "2026-12-01T00:00:00+00:60", "2026-12-01T1:00:00Z", "2026-12-01T00:00:01,123456Z",
 ]
+
+
+@pytest.mark.parametrize(("text", "micro", "message"), [
+    ("2023-02-30T00:00:00Z", False, 'parsing time "2023-02-30T00:00:00Z": day out of range'),
+    ("2023-02-29T00:00:00Z", False, 'parsing time "2023-02-29T00:00:00Z": day out of range'),
+    ("2024-02-29T00:00:00Z", False, None),
+    ("2000-02-29T00:00:00Z", False, None),
+    ("1900-02-29T00:00:00Z", False, 'parsing time "1900-02-29T00:00:00Z": day out of range'),
+    ("2026-06-31T00:00:00.000000Z", True,
+     'parsing time "2026-06-31T00:00:00.000000Z": day out of range'),
+    ("2026-12-01T00:00:00+99:00", False,
+     'parsing time "2026-12-01T00:00:00+99:00": time zone offset hour out of range'),
+    ("2026-12-01T00:00:00-12:75", False,
+     'parsing time "2026-12-01T00:00:00-12:75": time zone offset minute out of range'),
+    ("2026-12-01T00:00:00+24:60", False, None),
+    ("2026-12-01T00:00:00*01:00", False,
+     'parsing time "2026-12-01T00:00:00*01:00" as "2006-01-02T15:04:05Z07:00": cannot parse '
+     '"*01:00" as "Z07:00"'),
+    ("2026-12-01T7:00:00Z", False, None),
+    ("2026-13-01Tx", False, 'parsing time "2026-13-01Tx": month out of range'),
+    ("2026-12-01T00:00:00,123456Z", True, None),
+    ("2026-12-01T00:00:00.-12345Z", True,
+     'parsing time "2026-12-01T00:00:00.-12345Z": fractional second out of range'),
+])
+def test_time_error_follows_gos_parser(text: str, micro: bool, message: str | None) -> None:
+    """Go checks each element's range as it reads it, the zone offset with > (24:00 and
+    00:60 pass), and the day against its month and year last."""
+    assert fv.time_error(text, micro) == message
 
 
 @pytest.mark.parametrize("micro", [False, True])

@@ -314,67 +314,132 @@ _RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
 
 
 # The valid times as written by clients (ASCII digits, in range below): no message built.
-_TIME_VALID = re.compile(r"[0-9]{4}-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
-                         r"(?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:[0-9]{2})")
-_MICRO_TIME_VALID = re.compile(r"[0-9]{4}-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):"
-                               r"([0-9]{2})\.[0-9]{6}(?:Z|[+-][0-9]{2}:[0-9]{2})")
+_TIME_VALID = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
+                         r"(?:[.,][0-9]+)?(?:Z|[+-]([0-9]{2}):([0-9]{2}))")
+_MICRO_TIME_VALID = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):"
+                               r"([0-9]{2})\.[0-9]{6}(?:Z|[+-]([0-9]{2}):([0-9]{2}))")
+
+
+def _days_in(month: int, year: int) -> int:
+    """Go's daysIn: the days of a month (1-12) in the proleptic Gregorian calendar."""
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
 
 
 def time_error(text: str, micro: bool = False) -> str | None:
     """Why `text` does not parse as metav1.Time (RFC 3339) or MicroTime (six fractional
-    digits), worded like Go's time.Parse, or None. Best effort on the wording."""
+    digits), worded like Go's time.Parse, or None."""
     valid = (_MICRO_TIME_VALID if micro else _TIME_VALID).fullmatch(text)
     if valid is not None:
-        month, day, hour, minute, second = map(int, valid.groups())
-        if 1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 \
-                and second <= 59:
+        year, month, day, hour, minute, second = map(int, valid.groups()[:6])
+        zone_hour, zone_minute = valid.group(7), valid.group(8)
+        if 1 <= month <= 12 and 1 <= day <= _days_in(month, year) and hour <= 23 \
+                and minute <= 59 and second <= 59 \
+                and (zone_hour is None or (int(zone_hour) <= 24 and int(zone_minute) <= 60)):
             return None
     return _time_error(text, micro)
 
 
+def _digit(text: str, i: int) -> bool:
+    """Go's isDigit: an ASCII digit at byte `i` (other Unicode digits are not)."""
+    return i < len(text) and "0" <= text[i] <= "9"
+
+
+def _getnum(text: str, fixed: bool) -> tuple[int, str] | None:
+    """Go's getnum: one or two leading digits, exactly two when `fixed`; None when bad."""
+    if not _digit(text, 0):
+        return None
+    if not _digit(text, 1):
+        return None if fixed else (int(text[0]), text[1:])
+    return int(text[:2]), text[2:]
+
+
+def _atoi(text: str) -> int | None:
+    """Go's time.atoi: an optional sign, then ASCII digits only."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not all("0" <= c <= "9" for c in digits):
+        return None
+    return -int(digits) if text[:1] == "-" else int(digits)
+
+
+# RFC 3339's layout as Go's parser splits it: (literal prefix, element) pairs.
+_LAYOUT = (("", "2006"), ("-", "01"), ("-", "02"), ("T", "15"), (":", "04"), (":", "05"))
+
+
 def _time_error(text: str, micro: bool) -> str | None:
-    """`time_error` for what is not plainly valid: walks the layout as Go does."""
+    """`time_error` for what is not plainly valid: walks the layout as Go's time.parse
+    does, a range error reported at the element that has it, the day of the month last."""
     layout = _RFC3339_MICRO if micro else _RFC3339
-    prefix = f"parsing time {go_quote(text)} as {go_quote(layout)}: "
+    whole = go_quote(text)
+
+    def bad(rest: str, element: str) -> str:
+        return (f"parsing time {whole} as {go_quote(layout)}: "
+                f"cannot parse {go_quote(rest)} as {go_quote(element)}")
+
+    def out_of_range(what: str) -> str:
+        return f"parsing time {whole}: {what} out of range"
+
     rest = text
     fields: list[int] = []
-    for element, width in (("2006", 4), ("-", 0), ("01", 2), ("-", 0), ("02", 2),
-                           ("T", 0), ("15", 2), (":", 0), ("04", 2), (":", 0), ("05", 2)):
-        if width == 0:
-            if not rest.startswith(element):
-                return prefix + f"cannot parse {go_quote(rest)} as {go_quote(element)}"
+    for prefix, element in _LAYOUT:
+        if prefix:
+            if not rest.startswith(prefix):
+                return bad(rest, prefix)
             rest = rest[1:]
+        if element == "2006":
+            year = _atoi(rest[:4]) if len(rest) >= 4 and _digit(rest, 0) else None
+            if year is None:
+                return bad(rest, element)
+            fields.append(year)
+            rest = rest[4:]
             continue
-        digits = rest[:width]
-        if len(digits) < width or not digits.isdigit():
-            return prefix + f"cannot parse {go_quote(rest)} as {go_quote(element)}"
-        fields.append(int(digits))
-        rest = rest[width:]
+        got = _getnum(rest, fixed=element != "15")
+        if got is None:
+            return bad(rest, element)
+        value, rest = got
+        fields.append(value)
+        label, top = {"01": ("month", 12), "15": ("hour", 23), "04": ("minute", 59),
+                      "05": ("second", 59)}.get(element, ("", 99))
+        if value > top or (element == "01" and value < 1):
+            return out_of_range(label)
     if micro:
-        frac = rest[:7]
-        if len(frac) < 7 or frac[0] != "." or not frac[1:].isdigit():
-            return prefix + f"cannot parse {go_quote(rest)} as \".000000\""
+        if len(rest) < 7:
+            return bad(rest, ".000000")
+        fraction = _atoi(rest[1:7]) if rest[0] in ".," else None
+        if fraction is None:
+            return bad(rest, ".000000")
+        if fraction < 0:
+            return out_of_range("fractional second")
         rest = rest[7:]
-    elif rest.startswith((".", ",")) and rest[1:2].isdigit():
-        i = 1
-        while i < len(rest) and rest[i].isdigit():
+    elif len(rest) >= 2 and rest[0] in ".," and _digit(rest, 1):
+        i = 2
+        while _digit(rest, i):
             i += 1
         rest = rest[i:]
     if rest.startswith("Z"):
         rest = rest[1:]
-    elif re.match(r"^[+-][0-9]{2}:[0-9]{2}", rest):
-        rest = rest[6:]
     else:
-        return prefix + f"cannot parse {go_quote(rest)} as \"Z07:00\""
+        zone = rest
+        if len(zone) < 6 or zone[3] != ":":
+            return bad(zone, "Z07:00")
+        zone_hour = _getnum(zone[1:3], True)
+        zone_minute = _getnum(zone[4:6], True) if zone_hour is not None else None
+        # Go tests the offset's range with > (offsets of 24 hours or 60 minutes are
+        # written), the minute's error over the hour's, before the digits and the sign.
+        if zone_minute is not None and zone_minute[0] > 60:
+            return out_of_range("time zone offset minute")
+        if zone_hour is not None and zone_hour[0] > 24:
+            return out_of_range("time zone offset hour")
+        if zone_minute is None or zone[0] not in "+-":
+            return bad(zone, "Z07:00")
+        rest = zone[6:]
     if rest:
-        return f"parsing time {go_quote(text)}: extra text: {go_quote(rest)}"
-    _, month, day, hour, minute, second = fields
-    for label, val, top in (("month", month, 12), ("day", day, 31), ("hour", hour, 23),
-                            ("minute", minute, 59), ("second", second, 59)):
-        if (label in ("month", "day") and val < 1) or val > top:
-            return f"parsing time {go_quote(text)}: {label} out of range"
+        return f"parsing time {whole}: extra text: {go_quote(rest)}"
+    year, month, day = fields[:3]
+    if day < 1 or day > _days_in(month, year):
+        return out_of_range("day")
     return None
-
 
 
 
