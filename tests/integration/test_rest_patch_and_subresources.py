@@ -402,3 +402,48 @@ async def test_patch_cannot_rename(api: Api) -> None:
     assert status == 422
     assert body["message"] == ('ConfigMap "c2" is invalid: metadata.name: Invalid value: "c2": '
                                "field is immutable")
+
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+
+
+def _lease(name: str, renew: str) -> dict[str, object]:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name},
+            "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40, "renewTime": renew}}
+
+
+async def test_times_and_quantities_are_stored_as_go_writes_them(api: Api) -> None:
+    """A create, a patch and a server-side apply store a MicroTime in UTC with six digits
+    and a quantity in canonical form, as upstream's decode into Go structs does; applying
+    the same configuration again is a no-op."""
+    status, body = await api.post(LEASES, _lease("l1", "2026-12-02T15:00:00.123456+01:00"))
+    assert status == 201, body
+    assert body["spec"]["renewTime"] == "2026-12-02T14:00:00.123456Z"
+    status, body = await api.patch(f"{LEASES}/l1",
+                                   {"spec": {"renewTime": "2026-12-02T10:00:00,500000-05:00"}},
+                                   MERGE)
+    assert status == 200, body
+    assert body["spec"]["renewTime"] == "2026-12-02T15:00:00.500000Z"
+    applied = pod("p1")
+    applied["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1000m",
+                                                                 "memory": "1024Mi"}}
+    status, body = await api.patch(f"{PODS}/p1?fieldManager=kubectl", applied, APPLY)
+    assert status == 201, body
+    assert body["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1",
+                                                                    "memory": "1Gi"}
+    status, again = await api.patch(f"{PODS}/p1?fieldManager=kubectl", applied, APPLY)
+    assert status == 200, again
+    assert again["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
+    status, body = await api.patch(f"{LEASES}/l2?fieldManager=x",
+                                   _lease("l2", "2026-12-02T15:00:00.123456+01:00"), APPLY)
+    assert status == 201, body
+    assert body["spec"]["renewTime"] == "2026-12-02T14:00:00.123456Z"
+
+
+async def test_a_day_its_month_does_not_have_is_a_bad_request(api: Api) -> None:
+    status, body = await api.post(LEASES, _lease("l1", "2023-02-29T00:00:00.000000Z"))
+    assert status == 400
+    assert body["message"] == (
+        'Lease in version "v1" cannot be handled as a Lease: parsing time '
+        '"2023-02-29T00:00:00.000000Z": day out of range')

@@ -443,3 +443,53 @@ def test_the_type_walk_adds_no_facts_once_a_kind_was_walked() -> None:
     for _ in range(3):
         assert fv.type_errors(pod(), POD) is None
     assert len(fv._FACTS) == size
+
+
+@pytest.mark.parametrize(("text", "micro", "written"), [
+    ("2026-12-01T10:00:00Z", False, "2026-12-01T10:00:00Z"),
+    ("2026-12-01T10:00:00.75Z", False, "2026-12-01T10:00:00Z"),
+    ("2026-12-01T01:30:00+02:00", False, "2026-11-30T23:30:00Z"),
+    ("2026-12-31T23:00:00-01:30", False, "2027-01-01T00:30:00Z"),
+    ("2026-12-01T7:00:00Z", False, "2026-12-01T07:00:00Z"),
+    ("2026-12-01T00:00:00+24:00", False, "2026-11-30T00:00:00Z"),
+    ("0999-06-01T00:00:00Z", False, "0999-06-01T00:00:00Z"),
+    ("0999-06-01T00:00:00+01:00", False, "0999-05-31T23:00:00Z"),
+    ("0000-01-01T00:00:00Z", False, "0000-01-01T00:00:00Z"),
+    ("2026-12-01T10:00:00.123456Z", True, "2026-12-01T10:00:00.123456Z"),
+    ("2026-12-01T10:00:00.123456+00:00", True, "2026-12-01T10:00:00.123456Z"),
+    ("2026-12-01T10:00:00,500000-05:00", True, "2026-12-01T15:00:00.500000Z"),
+])
+def test_times_are_written_back_as_go_encodes_them(text: str, micro: bool,
+                                                   written: str) -> None:
+    """metav1.Time encodes `t.UTC().Format(RFC3339)`: UTC, the fraction dropped; MicroTime
+    the same with six digits. Year 0000 is kept as sent (no UTC conversion needed)."""
+    assert fv.time_error(text, micro) is None
+    assert fv.go_time_text(text, micro) == written
+
+
+def test_the_type_walk_stores_quantities_and_times_as_go_writes_them() -> None:
+    """Upstream decodes a body into Go structs and stores what they encode: a quantity in
+    canonical form (a JSON number too), a time in UTC; other strings are left alone."""
+    obj = pod()
+    obj["spec"]["containers"][0]["resources"]["limits"].update(
+        {"cpu": 0.5, "memory": "1.5Gi", "x/y": "1000", "z/w": "100m"})
+    obj["spec"]["resources"]["requests"]["ephemeral-storage"] = "2048Mi"
+    obj["status"]["startTime"] = "2026-09-25T14:00:00.5+02:00"
+    obj["metadata"]["annotations"] = {"when": "2026-09-25T14:00:00.5+02:00", "n": "1.5Gi"}
+    assert fv.type_errors(obj, POD) is None
+    limits = obj["spec"]["containers"][0]["resources"]["limits"]
+    assert {k: limits[k] for k in ("cpu", "memory", "x/y", "z/w")} == {
+        "cpu": "500m", "memory": "1536Mi", "x/y": "1k", "z/w": "100m"}
+    assert obj["spec"]["resources"]["requests"]["ephemeral-storage"] == "2Gi"
+    assert obj["status"]["startTime"] == "2026-09-25T12:00:00Z"
+    assert obj["metadata"]["annotations"] == {"when": "2026-09-25T14:00:00.5+02:00",
+                                              "n": "1.5Gi"}
+
+
+def test_a_lease_keeps_its_microseconds_in_utc() -> None:
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "n1", "namespace": "kube-node-lease"},
+             "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40,
+                      "renewTime": "2026-12-02T15:00:00.123456+01:00"}}
+    assert fv.type_errors(lease, "io.k8s.api.coordination.v1.Lease") is None
+    assert lease["spec"]["renewTime"] == "2026-12-02T14:00:00.123456Z"

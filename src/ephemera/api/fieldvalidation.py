@@ -5,10 +5,15 @@ request body (`fieldValidation=Strict|Warn|Ignore`).
   object is expected, a bad quantity, ...), worded like the Go JSON decoder that upstream
   uses (`json: cannot unmarshal string into Go struct field PodSpec.spec.containers of type
   []v1.Container`). Upstream answers these with 400 whatever `fieldValidation` says.
+  The same walk rewrites, in place, the values that Go's encoder writes differently from
+  how they came (`go_json_value`): upstream decodes a body into Go structs and stores what
+  they encode, so a Quantity is stored canonical (`1.5Gi` as `1536Mi`, `0.5` as `500m`)
+  and a Time in UTC to the second, a MicroTime in UTC to the microsecond.
 - `unknown_fields(obj, definition)` / `drop_unknown_fields(...)`: the fields the schema does
   not know, as strict decoding names them (`spec.containers[0].foo`), in document order.
 - `known`, which the three take: an object of the same kind that passed them (the stored
   object a patch applies to); subtrees equal to it at the same place are not walked again.
+- `write_as_go(obj, definition)`: the walk's rewriting alone (a server-side apply's result).
 - `check(obj, definition, directive, kind, version)`: both, as create and update apply them:
   raises the 400 `StatusError`, or drops the unknown fields and returns the `Warning` texts.
 - `strict_error`, `decode_error`, `patch_strict_error`, `apply_schema_error` and
@@ -25,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import orjson
@@ -34,6 +40,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.goformat import go_quote
 from ephemera.api.jsoncopy import same_json
 from ephemera.api.managedfields import typed_patch_error
+from ephemera.api.quantity import QuantityError, quantity_from_json
 
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
@@ -443,6 +450,50 @@ def _time_error(text: str, micro: bool) -> str | None:
 
 
 
+# A time as Go's encoder writes it: `t.UTC().Format(RFC3339)` for metav1.Time (whole
+# seconds) and RFC3339Micro for MicroTime.
+_GO_TIME_FIELDS = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{1,2}):([0-9]{2}):"
+                             r"([0-9]{2})(?:[.,]([0-9]+))?(?:Z|([+-])([0-9]{2}):([0-9]{2}))")
+
+
+def go_time_text(text: str, micro: bool) -> str:
+    """A valid `time_error` text as Go's encoder writes the time back: in UTC, a Time to
+    the second, a MicroTime to the microsecond (both truncated). A time that needs a year
+    outside 1-9999 to say in UTC is kept as it came."""
+    if text[-1:] == "Z" and text[10:11] == "T" and \
+            (len(text) == 27 and text[19] == "." if micro else len(text) == 20):
+        return text  # already in Go's form: the common case
+    m = _GO_TIME_FIELDS.fullmatch(text)
+    if m is None:
+        return text
+    year, month, day, hour, minute, second = map(int, m.groups()[:6])
+    fraction, sign, zone_hour, zone_minute = m.group(7, 8, 9, 10)
+    microsecond = int((fraction or "0")[:6].ljust(6, "0")) if micro else 0
+    try:
+        moment = datetime(year, month, day, hour, minute, second, microsecond)
+        if sign is not None:
+            offset = timedelta(hours=int(zone_hour), minutes=int(zone_minute))
+            moment = moment - offset if sign == "+" else moment + offset
+    except (ValueError, OverflowError):
+        return text  # year 0000, or out of datetime's range once in UTC
+    whole = (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}:"
+             f"{moment.minute:02d}:{moment.second:02d}")
+    return f"{whole}.{moment.microsecond:06d}Z" if micro else f"{whole}Z"
+
+
+def go_json_value(value: Any, name: str) -> Any:
+    """What Go writes for a valid Quantity, Time or MicroTime `value` (`name` its schema
+    definition) once decoded: the canonical quantity string, the time in UTC; `value`
+    itself when that is what Go writes."""
+    if name == QUANTITY:
+        try:
+            text = str(quantity_from_json(value))
+        except QuantityError:
+            return value
+        return value if text == value else text
+    return go_time_text(value, micro=name == MICRO_TIME)
+
+
 _B64 = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 
 
@@ -480,41 +531,44 @@ def _unmarshal_error(value: Any, node: dict[str, Any], struct: str, fields: list
 
 
 def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
-           known: Any, unknown: list[bool]) -> None:
+           known: Any, unknown: list[bool]) -> Any:
     """Raise _TypeError for the first value that the Go decoder would refuse. Appends to
     `unknown` at a key the schema does not know (where `_walk_unknown` may report one: it
-    walks no node this walk does not)."""
+    walks no node this walk does not). Returns what Go would write in place of a valid
+    Quantity or time that it writes otherwise (the caller puts it in place), else None."""
     if value is None:
-        return  # null decodes into anything as the zero value
+        return None  # null decodes into anything as the zero value
     if known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known):
-        return  # a dict or list equal to its known counterpart
+        return None  # a dict or list equal to its known counterpart
     declared = node
     node, facts, name = _resolved(node)
     if name == QUANTITY:
         err = quantity_error(value)
         if err:
             raise _TypeError(err)
-        return
+        written = go_json_value(value, name)
+        return None if written is value else written
     if name == INT_OR_STRING:
         if isinstance(value, str):
-            return
+            return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise _unmarshal_error(value, {"type": "integer", "format": "int32"}, struct,
                                    fields)
         if isinstance(value, float) and not value.is_integer():
             raise _unmarshal_error(value, {"type": "integer", "format": "int32"}, struct,
                                    fields, f"number {value!r}")
-        return
+        return None
     if name in (TIME, MICRO_TIME):
         if not isinstance(value, str):
             raise _unmarshal_error(value, {"type": "string"}, struct, fields)
         err = time_error(value, micro=name == MICRO_TIME)
         if err:
             raise _TypeError(err)
-        return
+        written = go_json_value(value, name)
+        return None if written is value else written
     kind = facts.kind
     if facts.opaque and kind in ("object", None):
-        return
+        return None
     if facts.is_object:
         if not isinstance(value, dict):
             raise _unmarshal_error(value, declared, struct, fields)
@@ -523,23 +577,29 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
         known_map = known if isinstance(known, dict) else None
         for key, sub in value.items():
             if props is not None and key in props:
-                _check(sub, props[key], own_struct, [*fields, key],
-                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
-                       unknown)
+                written = _check(sub, props[key], own_struct, [*fields, key],
+                                 UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
+                                 unknown)
             elif isinstance(extra, dict):
-                _check(sub, extra, struct, fields,
-                       UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
-                       unknown)
-            elif props is not None or extra is False:
-                unknown.append(True)
-        return
+                written = _check(sub, extra, struct, fields,
+                                 UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
+                                 unknown)
+            else:
+                if props is not None or extra is False:
+                    unknown.append(True)
+                continue
+            if written is not None:
+                value[key] = written  # a value replaced, no key added: iteration goes on
+        return None
     if kind == "array":
         if not isinstance(value, list):
             raise _unmarshal_error(value, declared, struct, fields)
         for i, item in enumerate(value):
-            _check(item, node.get("items", {}), struct, fields, _known_child(known, i),
-                   unknown)
-        return
+            written = _check(item, node.get("items", {}), struct, fields,
+                             _known_child(known, i), unknown)
+            if written is not None:
+                value[i] = written
+        return None
     if kind == "string":
         if not isinstance(value, str):
             raise _unmarshal_error(value, node, struct, fields)
@@ -547,11 +607,11 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
             err = base64_error(value)
             if err:
                 raise _TypeError(err)
-        return
+        return None
     if kind == "boolean":
         if not isinstance(value, bool):
             raise _unmarshal_error(value, node, struct, fields)
-        return
+        return None
     if kind in ("integer", "number"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise _unmarshal_error(value, node, struct, fields)
@@ -561,6 +621,7 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
             low, high = _INT_RANGES.get(str(node.get("format")), _INT_RANGES["int64"])
             if not low <= int(value) <= high:
                 raise _unmarshal_error(value, node, struct, fields, f"number {int(value)}")
+    return None
 
 
 # The reference node each definition's walk starts from: one per definition, so that its
@@ -576,7 +637,9 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     expression '...'`. Integral floats are accepted where integers are expected (a YAML
     body converted to JSON cannot tell 1 from 1.0). `unknown`, when given, gets an entry
     when the walk met a field the schema does not know: an object that passed with
-    `unknown` left empty has no unknown fields (`unknown_fields` would find none)."""
+    `unknown` left empty has no unknown fields (`unknown_fields` would find none).
+    Valid values that Go writes otherwise are rewritten in `obj` (`go_json_value`), up to
+    the first wrong one."""
     root = _ROOTS.get(definition)
     if root is None:
         if len(_ROOTS) >= _FACTS_LIMIT:
@@ -589,6 +652,13 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     except _TypeError as e:
         return e.message
     return None
+
+
+def write_as_go(obj: dict[str, Any], definition: str, known: Any = UNKNOWN) -> None:
+    """Rewrite `obj`'s valid Quantity and time values as Go writes them (the type walk's
+    rewriting, for an object no decoder read: a server-side apply's merged result). A value
+    of the wrong type stops the walk there and is left to validation."""
+    type_errors(obj, definition, known)
 
 
 # --- messages ------------------------------------------------------------------------------

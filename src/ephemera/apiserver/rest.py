@@ -396,6 +396,8 @@ class RestHandlers:
                 new = managedfields.server_side_apply(
                     None, json_copy(applied), manager, bool(force), res.definition,
                     res.api_version, sub)
+                if not res.custom:
+                    fieldvalidation.write_as_go(new, res.definition)
                 ensure_namespace(new, res, target.namespace)
                 warnings.extend(await run_validation(strategy, strategy.warnings, new, None,
                                                      sub))
@@ -405,6 +407,8 @@ class RestHandlers:
                 new = managedfields.server_side_apply(
                     copy_decoded(current), json_copy(applied), manager, bool(force),
                     res.definition, res.api_version, sub)
+                if not res.custom:
+                    fieldvalidation.write_as_go(new, res.definition, current)
             else:
                 # apply_patch patches a copy of its own: `current` stays as it was
                 new = patch.apply_patch(content_type, current, body, res.definition)
