@@ -628,3 +628,54 @@ async def test_an_early_volume_is_not_set_up_again_when_its_change_is_allocated(
     finally:
         await vm.teardown_all()
         assert cleanup_mounts(root.parent) == []
+
+
+async def test_a_settled_reconciler_sleeps_until_a_resync_or_back_off_is_due(
+    root: Path, host: FakeVolumeHost
+) -> None:
+    """With every volume mounted, a pass says when the next one is due: the earliest
+    periodic resync (resyncs due within the slack run together); a failed setup's back-off
+    expiry; and None (poll) while a teardown waits for its volume to go out of use."""
+    vm = VolumeManager(root, host, sync_period=60.0, reconcile_period=3600.0)
+    try:
+        host.put_secret("sec", {"token": b"t1"})
+        pod = make_pod([{"name": "sec", "secret": {"secretName": "sec"}},
+                        {"name": "scratch", "emptyDir": {}}])
+        vm.set_desired_pods([pod])
+        await _settle(vm)
+        assert vm.is_volume_mounted(UID, "sec") and vm.is_volume_mounted(UID, "scratch")
+        synced = vm._asw[(UID, "sec")].last_sync
+        due = await vm.reconcile_once()
+        assert due == pytest.approx(synced + 60.0)  # the Secret's resync; emptyDir none
+        reads = host.calls.count(("secret", "default", "sec"))
+        vm._asw[(UID, "sec")].last_sync -= 55.0  # due in 5 s: within the 10 s slack
+        await _settle(vm)
+        assert host.calls.count(("secret", "default", "sec")) == reads + 1
+
+        # a volume whose setup fails is retried when its back-off expires
+        failing = make_pod([{"name": "sec", "secret": {"secretName": "sec"}},
+                            {"name": "missing", "secret": {"secretName": "missing"}}])
+        vm.set_desired_pods([failing])
+        await _settle(vm)
+        retry_at = vm._op_states[(UID, "missing")].retry_at
+        assert await vm.reconcile_once() == pytest.approx(retry_at)
+
+        # a volume no longer desired but still in use: the pass cannot say when it may go
+        vm.set_desired_pods([pod])
+        await _settle(vm)
+        assert vm.is_volume_mounted(UID, "scratch")
+        in_use = True
+
+        async def checker(uid: str, name: str) -> bool:
+            return in_use
+
+        vm.set_in_use_checker(checker)
+        vm.set_desired_pods([make_pod([{"name": "sec", "secret": {"secretName": "sec"}}])])
+        assert await vm.reconcile_once() is None
+        assert vm._asw[(UID, "scratch")] is not None
+        in_use = False
+        await _settle(vm)
+        assert (UID, "scratch") not in vm._asw
+    finally:
+        await vm.teardown_all()
+        cleanup_mounts(root.parent)

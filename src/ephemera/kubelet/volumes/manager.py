@@ -17,10 +17,14 @@ be added to and removed from a running pod:
   successfully, with the fingerprint of the volume source it was set up from) or uncertain
   (a setup failed part-way, or the volume was found on disk at start-up and not verified
   yet). Only mounted volumes whose source matches the desired one count as mounted.
-- **Reconciler** (`run()`): every `reconcile_period` (0.1 s) and on every change, sets up
-  what is desired but not mounted, and re-runs setup of configMap/secret/downwardAPI/projected
-  volumes every `sync_period` (default 60 s, upstream's pod sync period) and when their pod's
-  version goes up; then tears down what is in ASW but not desired (a removed pod, a volume
+- **Reconciler** (`run()`): on every change, when a back-off or a resync falls due, and
+  every `reconcile_period` (0.1 s) while a teardown waits for its volume to go out of use,
+  sets up what is desired but not mounted, and re-runs setup of
+  configMap/secret/downwardAPI/projected volumes every `sync_period` (default 60 s,
+  upstream's pod sync period; up to `RESYNC_SLACK` early, so that a node's resyncs share
+  passes) and when their pod's version goes up. (Upstream's loop wakes every 0.1 s
+  whatever happens; a settled node here costs no pass until something is due.) Then it
+  tears down what is in ASW but not desired (a removed pod, a volume
   removed from a running pod, a volume re-added under the same name with another source,
   whose new setup waits for it), but only once the in-use checker (`set_in_use_checker`,
   KEP-6395's `IsVolumeInUseByPod`) says no running container of the pod still mounts it.
@@ -121,7 +125,8 @@ log = logging.getLogger(__name__)
 
 POD_ATTACH_AND_MOUNT_TIMEOUT = 123.0  # upstream's podAttachAndMountTimeout, 2m3s
 DEFAULT_SYNC_PERIOD = 60.0  # upstream's --sync-frequency
-RECONCILE_PERIOD = 0.1  # upstream's reconciler loop period
+RECONCILE_PERIOD = 0.1  # upstream's reconciler loop period, while a teardown waits
+RESYNC_SLACK = 10.0  # resyncs due within this long share a pass (at most sync_period / 6)
 # The volume kinds a change being allocated sets up early (`set_staged_source`).
 _EARLY_KINDS = frozenset({"emptyDir", "secret", "configMap"})
 BACKOFF_INITIAL = 0.5  # upstream's initialDurationBeforeRetry
@@ -350,6 +355,8 @@ class VolumeManager:
         self.plugins = plugins if plugins is not None else default_plugins()
         self.sync_period = sync_period
         self.reconcile_period = reconcile_period
+        # How early a volume's periodic resync may run to share a pass with one that is due.
+        self.resync_slack = min(RESYNC_SLACK, sync_period / 6)
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self._plugins_by_dir = {p.dir_name: p for p in self.plugins}
@@ -777,11 +784,15 @@ class VolumeManager:
         try:
             while True:
                 self._wake_event.clear()
+                due: float | None = None
                 try:
-                    await self.reconcile_once()
+                    due = await self.reconcile_once()
                 except Exception:
                     log.exception("volume reconciler pass failed")
-                await _wait_event(self._wake_event, self.reconcile_period)
+                wait = self.reconcile_period
+                if due is not None:
+                    wait = max(wait, due - self._now())
+                await _wait_event(self._wake_event, wait)
         finally:
             # Let in-flight operations finish (a mount half-way in a thread would otherwise
             # land after the caller believes everything stopped); cancel only stragglers.
@@ -835,17 +846,29 @@ class VolumeManager:
             return self._sources_ready or key[0] in self._terminated
         return mounted.fingerprint is not None and mounted.fingerprint != desired.fingerprint
 
-    async def reconcile_once(self) -> None:
+    async def reconcile_once(self) -> float | None:
         """One reconciler pass: start the setups and resyncs, then the teardowns, that are
         due. Operations run as tasks; this returns without waiting for them. Setups go first
         because a teardown waits for the in-use check (a runtime relist): a swap's new volumes
         are then never held up behind the old ones (a volume re-added under its name with
-        another source still waits for the old one's teardown)."""
+        another source still waits for the old one's teardown).
+
+        Returns when the next pass is due if nothing wakes the reconciler before (every
+        change of the desired state and every finished operation does): the earliest
+        back-off expiry or periodic resync; None when a teardown waits for its volume to go
+        out of use, which only a pass finds out (then every `reconcile_period`). A resync
+        due within `resync_slack` runs with the due one, so the resyncs of a node's pods
+        share passes instead of each waking the reconciler."""
         now = self._now()
+        due = now + self.sync_period
+        slack = self.resync_slack
         for pod in list(self._dsw.values()):
             for name, desired in pod.volumes.items():
                 key = (pod.uid, name)
-                if key in self._ops or self._backing_off(key, now):
+                if key in self._ops:
+                    continue
+                if self._backing_off(key, now):
+                    due = min(due, self._op_states[key].retry_at)
                     continue
                 mounted = self._asw.get(key)
                 if mounted is None or mounted.uncertain:
@@ -857,14 +880,19 @@ class VolumeManager:
                     self._start(key, self._setup_op(desired))
                 elif mounted.fingerprint != desired.fingerprint:
                     continue  # torn down first, below
-                elif desired.plugin.needs_resync and (
-                    mounted.synced_version < pod.version
-                    or now - mounted.last_sync >= self.sync_period
-                ):
-                    self._start(key, self._setup_op(desired))
+                elif desired.plugin.needs_resync:
+                    resync_at = mounted.last_sync + self.sync_period
+                    if mounted.synced_version < pod.version or now >= resync_at - slack:
+                        self._start(key, self._setup_op(desired))
+                    else:
+                        due = min(due, resync_at)
         now = self._now()
+        polled = False
         for key in list(self._asw):
-            if key in self._ops or self._backing_off(key, now) or not self._needs_teardown(key):
+            if key in self._ops or not self._needs_teardown(key):
+                continue
+            if self._backing_off(key, now):
+                due = min(due, self._op_states[key].retry_at)
                 continue
             if self._in_use_checker is not None and key[0] not in self._terminated:
                 try:
@@ -873,10 +901,12 @@ class VolumeManager:
                     log.exception("in-use check failed for volume %s of pod %s", key[1], key[0])
                     in_use = True
                 if in_use:
+                    polled = True
                     continue
                 if key in self._ops or not self._needs_teardown(key):
                     continue  # things moved while we asked
             self._start(key, self._teardown_op(key))
+        return None if polled else due
 
     def _start(self, key: Key, op: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(op)
