@@ -138,6 +138,12 @@ class FakeRuntime(RuntimeService):
         # Each container's log path as a Path, made once (a relist or a pod's listing
         # reports it every time).
         self._log_paths: dict[str, Path] = {}
+        # Every change goes through `_save`, which counts it: a container's status and the
+        # sandbox listing built at one count stand until the next (a relist of a settled
+        # node builds nothing).
+        self._generation = 0
+        self._statuses: dict[str, tuple[int, ContainerStatus]] = {}
+        self._sandbox_listing: tuple[int, list[SandboxStatus]] | None = None
         self.pod_cidr = ""
         self.state_file = (Path(root) / "runtime" / "fake-state.json"
                            if root is not None and persist else None)
@@ -147,6 +153,8 @@ class FakeRuntime(RuntimeService):
             self.containers = {k: _Container(**v) for k, v in data["containers"].items()}
 
     def _save(self) -> None:
+        """Record a change: persisted when the runtime persists, and counted."""
+        self._generation += 1
         if self.state_file is None:
             return
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
@@ -232,6 +240,7 @@ class FakeRuntime(RuntimeService):
             if container.sandbox_id == sandbox_id:
                 del self.containers[container.id]
                 self._log_paths.pop(container.id, None)
+                self._statuses.pop(container.id, None)
         del self.sandboxes[sandbox_id]
         self._save()
 
@@ -241,8 +250,12 @@ class FakeRuntime(RuntimeService):
                              ready=s.ready, ip=s.ip, created_at=s.created_at)
 
     async def list_pod_sandboxes(self) -> list[SandboxStatus]:
-        return [self._sandbox_status(s)
-                for s in sorted(self.sandboxes.values(), key=lambda s: s.created_at)]
+        listing = self._sandbox_listing
+        if listing is None or listing[0] != self._generation:
+            listing = self._sandbox_listing = (self._generation, [
+                self._sandbox_status(s)
+                for s in sorted(self.sandboxes.values(), key=lambda s: s.created_at)])
+        return list(listing[1])
 
     async def pod_sandbox_status(self, sandbox_id: str) -> SandboxStatus | None:
         """By id, without listing (and sorting) every sandbox of the node."""
@@ -333,6 +346,7 @@ class FakeRuntime(RuntimeService):
             await self.stop_container(container_id, 0)
             del self.containers[container_id]
             self._log_paths.pop(container_id, None)
+            self._statuses.pop(container_id, None)
             self._save()
 
     async def mount_live(self, container_id: str, mount: Mount) -> None:
@@ -369,7 +383,10 @@ class FakeRuntime(RuntimeService):
         self._save()
 
     def _status(self, container: _Container) -> ContainerStatus:
-        return ContainerStatus(
+        cached = self._statuses.get(container.id)
+        if cached is not None and cached[0] == self._generation:
+            return cached[1]
+        status = ContainerStatus(
             id=container.id, sandbox_id=container.sandbox_id, name=container.name,
             attempt=container.attempt, image=container.image, image_id=container.image_id,
             state=ContainerState(container.state), created_at=container.created_at,
@@ -377,6 +394,8 @@ class FakeRuntime(RuntimeService):
             exit_code=container.exit_code, reason=container.reason, message=container.message,
             mounts=tuple(Mount(**m) for m in container.mounts),
             log_path=self._log_path(container), pid=0, labels=dict(container.labels))
+        self._statuses[container.id] = (self._generation, status)
+        return status
 
     def _log_path(self, container: _Container) -> Path | None:
         if not container.log_path:
