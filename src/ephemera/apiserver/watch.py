@@ -33,6 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ephemera import trace
 from ephemera.api import errors, listoptions
 from ephemera.api.errors import StatusError
 from ephemera.api.selectors import EQUALS, FieldSelector, FieldTerm, Selection
@@ -255,6 +256,8 @@ async def _write_ready(response: web.StreamResponse, stream: _Stream, codec: Cod
                 if line:
                     lines.append(line)
                     size += len(line)
+                    if trace.ENABLED:
+                        trace.mark("apiserver.watch_sent", ready.kv.key)
         if size >= WRITE_BATCH:
             break
         items = watcher.take_ready(TAKE_BATCH)
