@@ -133,6 +133,18 @@ class Watcher(abc.ABC):
         del limit
         return []
 
+    async def next_within(self, seconds: float) -> Event | Progress | Literal[False] | None:
+        """The next item iteration would yield, waiting at most `seconds` for it (False: none
+        came in time), None once the watch has ended (closed, or `interrupt`ed); raises what
+        iteration raises. Awaited by the consumer's own task: no task of its own, so an item
+        pushed reaches the consumer at the loop's next turn. Not mixed with iteration."""
+        raise NotImplementedError
+
+    def interrupt(self) -> None:
+        """End the watch for its consumer: a `next_within` waiting, or the next one, returns
+        None."""
+        raise NotImplementedError
+
 
 class Store(abc.ABC):
     """Keys are strings (`/registry/pods/default/p1`), values opaque bytes."""
