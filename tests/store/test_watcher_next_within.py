@@ -5,6 +5,7 @@ streams' way), a limited wait that loses nothing, idle progress as iteration giv
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -77,3 +78,29 @@ async def test_a_drop_is_raised() -> None:
         w.push(event(revision))
     with pytest.raises(WatcherDropped):
         await w.next_within(0)
+
+
+async def test_a_timer_that_fires_early_is_waited_again_not_taken_for_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's clock (uvloop's is cached at each turn, in ms) may fire the progress timer
+    a little before `time.monotonic()` says the interval is over: iteration must wait again
+    and then yield the progress, never end or return 'nothing in time'."""
+    import ephemera.store.watchhub as watchhub
+
+    real = time.monotonic
+    calls = [0]
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            calls[0] += 1  # the wait's length is computed at the first call: on time;
+            # the next, after the timer, reads 15 ms short of the interval's end
+            return real() - (0.015 if calls[0] == 2 else 0.0)
+
+    w = watcher(progress_interval=0.02, revision=4)
+    monkeypatch.setattr(watchhub, "time", Clock)
+    iterator = w.__aiter__()
+    first = asyncio.ensure_future(iterator.__anext__())
+    await asyncio.sleep(0.005)
+    assert not first.done()
+    assert await asyncio.wait_for(first, 2) == Progress(4)

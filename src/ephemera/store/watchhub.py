@@ -154,8 +154,11 @@ class BufferedWatcher(Watcher):
                     pass
             if self._buffer or self._closed or self._interrupted or self._error is not None:
                 continue
-            if time.monotonic() < self._last_sent + self.progress_interval:
-                return False  # the caller's limit came first
+            now = time.monotonic()
+            if now < self._last_sent + self.progress_interval:
+                if now >= until:
+                    return False  # the caller's limit came first
+                continue  # the timer fired a little early (the loop's clock): wait again
             revision = max(self._progress_revision(), self.delivered_revision)
             return self._deliver(Progress(revision))
 
