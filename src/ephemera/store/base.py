@@ -25,7 +25,7 @@ The apiserver gives Events their TTL this way (`--event-ttl`).
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -139,6 +139,15 @@ class Watcher(abc.ABC):
         iteration raises. Awaited by the consumer's own task: no task of its own, so an item
         pushed reaches the consumer at the loop's next turn. Not mixed with iteration."""
         raise NotImplementedError
+
+    def deliver_to(self, sink: Callable[[Event | Progress], None]) -> bool:
+        """Hand the items pushed from now on straight to `sink`, in the producer's call,
+        whenever nothing is waiting for iteration (buffered or to replay): no hop through
+        the consumer's task. Iteration then still yields what was waiting, and ends or
+        raises as before (a `sink` that raises fails the watch). False when this watcher
+        cannot (the consumer iterates as before)."""
+        del sink
+        return False
 
     def interrupt(self) -> None:
         """End the watch for its consumer: a `next_within` waiting, or the next one, returns

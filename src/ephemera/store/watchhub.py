@@ -56,6 +56,7 @@ class BufferedWatcher(Watcher):
         self._error: StoreError | None = None
         self._closed = False
         self._interrupted = False
+        self._sink: Callable[[Event | Progress], None] | None = None
         self._replay: ReplayPage | None = None
         self._replayed: collections.deque[Event] = collections.deque()
         self._last_sent = time.monotonic()
@@ -77,10 +78,28 @@ class BufferedWatcher(Watcher):
         """History to deliver before anything pushed (pages are fetched lazily)."""
         self._replay = replay
 
+    def deliver_to(self, sink: Callable[[Event | Progress], None]) -> bool:
+        """See `Watcher.deliver_to`."""
+        self._sink = sink
+        return True
+
     def push(self, item: Event | Progress) -> bool:
-        """Queue an item; returns False (and drops the watcher) when the buffer overflows."""
+        """Queue an item (or hand it to the sink); returns False (and drops the watcher)
+        when the buffer overflows."""
         if self.finished:
             return False
+        if self._sink is not None and not self._buffer and not self._replayed and \
+                self._replay is None:
+            if isinstance(item, Progress) and item.revision <= self.delivered_revision:
+                return True  # says nothing new
+            self._deliver(item)
+            try:
+                self._sink(item)
+            except Exception as err:  # a bug in the consumer: its watch ends, it starts over
+                self.fail(StoreError(f"watcher on {self.prefix!r}: its consumer failed: "
+                                     f"{type(err).__name__}"))
+                return False
+            return True
         if len(self._buffer) >= self.capacity:
             self.fail(WatcherDropped(f"watcher on {self.prefix!r} fell behind by {self.capacity}"))
             return False
@@ -158,7 +177,9 @@ class BufferedWatcher(Watcher):
             if now < self._last_sent + self.progress_interval:
                 if now >= until:
                     return False  # the caller's limit came first
-                continue  # the timer fired a little early (the loop's clock): wait again
+                # the timer fired a little early (the loop's clock), or an item went to
+                # the sink meanwhile: not idle that long yet
+                continue
             revision = max(self._progress_revision(), self.delivered_revision)
             return self._deliver(Progress(revision))
 
