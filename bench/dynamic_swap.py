@@ -75,7 +75,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,7 @@ from bench.pod_start import (
     unmount,
     wait_until_trapping,
 )
+from ephemera import trace
 from ephemera.kubelet.allocation.checkpoint import ALTERNATE_SUFFIX, CHECKPOINT_NAME
 from ephemera.kubelet.runtime import livemount
 
@@ -171,6 +172,53 @@ LIVE_STEPS = [
     ("attached", "pod worker: old mounts detached, new ones attached (→ the runtime's record)"),
     ("running", "status write, watch (→ the new mounts on the watch)"),
 ]
+# With --trace, the components' marks (`ephemera.trace`) of each live swap: (mark, event,
+# the key's end, the mark it comes after), each the first such line after that mark.
+LIVE_TRACE_MARKS = [
+    ("put_begin", "apiserver.begin", f"/{LIVE_POD}/dynamic", "sent"),
+    ("put_committed", "store.committed", f"/{LIVE_POD}", "put_begin"),
+    ("put_end", "apiserver.end", f"/{LIVE_POD}/dynamic", "put_begin"),
+    ("live_change", "kubelet.live_change", LIVE_POD, "put_begin"),
+    ("live_changed", "kubelet.live_changed", LIVE_POD, "live_change"),
+    ("status_build", "kubelet.status_build", LIVE_POD, "live_changed"),
+    ("status_published", "kubelet.status_published", LIVE_POD, "status_build"),
+    ("status_released", "kubelet.status_released", LIVE_POD, "status_published"),
+    ("patch_sent", "kubelet.status_patch", f"/{LIVE_POD}/status", "live_changed"),
+    ("patch_begin", "apiserver.begin", f"/{LIVE_POD}/status", "patch_sent"),
+    ("patch_store", "store.begin", f"/{LIVE_POD}", "patch_begin"),
+    ("patch_committed", "store.committed", f"/{LIVE_POD}", "patch_store"),
+    ("patch_published", "store.published", f"/{LIVE_POD}", "patch_committed"),
+    ("patch_event_sent", "apiserver.watch_sent", f"/{LIVE_POD}", "patch_published"),
+    ("patch_end", "apiserver.end", f"/{LIVE_POD}/status", "patch_begin"),
+    ("patch_answered", "kubelet.status_patched", f"/{LIVE_POD}/status", "patch_sent"),
+]
+# The rows of the traced table: (from, label, to).
+LIVE_TRACE_STEPS = [
+    ("sent", "PUT sent → the apiserver's handler", "put_begin"),
+    ("put_begin", "→ committed (decode, admission, validation, the store's fsync)",
+     "put_committed"),
+    ("put_committed", "→ the handler ends", "put_end"),
+    ("put_end", "→ answered on the client", "answered"),
+    ("put_committed", "committed → the kubelet's live change begins", "live_change"),
+    ("live_change", "the live change (runtime's records, mount helper) → back on the loop",
+     "live_changed"),
+    ("live_changed", "→ the status built", "status_build"),
+    ("status_build", "→ published to the status manager (generate the status)",
+     "status_published"),
+    ("status_published", "→ released (the sync ends)", "status_released"),
+    ("status_released", "→ the status PATCH sent (the writer's turn, the patch)",
+     "patch_sent"),
+    ("patch_sent", "→ the apiserver's handler", "patch_begin"),
+    ("patch_begin", "→ the store's write begins (decode, merge, validation)", "patch_store"),
+    ("patch_store", "→ committed (fsync)", "patch_committed"),
+    ("patch_committed", "→ published on the loop", "patch_published"),
+    ("patch_published", "→ the first watch event written", "patch_event_sent"),
+    ("patch_event_sent", "→ the status on the bench's watch", "running"),
+    ("patch_published", "published → the PATCH's handler ends", "patch_end"),
+    ("patch_end", "→ the PATCH answered on the kubelet", "patch_answered"),
+]
+TRACE_NOTE = ("`EPHEMERA_TRACE`: one line per mark, appended by the apiserver, its store and "
+              "the kubelet; each step from the mark named first after the one before")
 VOLUME_STEPS = [
     ("allocated", "emptyDir dir made, from the checkpoint", "emptydir_ready"),
     ("allocated", "Secret tmpfs mounted, files written, from the checkpoint", "secret_ready"),
@@ -200,6 +248,7 @@ class Config:
     warmup: int
     runtime: str
     work_dir: Path
+    trace: Path | None = None  # --trace: the components' marks (`ephemera.trace`) go here
 
 
 @dataclass
@@ -514,6 +563,47 @@ def live_milestones(kubelet_dir: Path, uid: str, index: int) -> dict[str, float]
     return {name: value for name, value in found.items() if not math.isnan(value)}
 
 
+class TraceReader:
+    """The lines `ephemera.trace` appends to the trace file, read as they come."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def read(self) -> list[tuple[float, str, str]]:
+        """The lines since the last read, as (time, event, key)."""
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        lines = []
+        for raw in data[:end].decode(errors="replace").splitlines():
+            parts = raw.split(" ", 3)
+            if len(parts) == 4:
+                lines.append((float(parts[0]), parts[2], parts[3]))
+        return lines
+
+
+def trace_marks(lines: Sequence[tuple[float, str, str]], marks: Mapping[str, float],
+                spec: Sequence[tuple[str, str, str, str]]) -> dict[str, float]:
+    """The marks of `spec` found in `lines` (each the first line of its event whose key ends
+    with or contains the given text, at or after the mark it follows)."""
+    found: dict[str, float] = {}
+    for name, event, key, after in spec:
+        since = found.get(after, marks.get(after))
+        if since is None:
+            continue
+        for at, ev, k in lines:
+            if ev == event and at >= since and (key in k or not key):
+                found[name] = at
+                break
+    return found
+
+
 def check_live_secret(kubelet_dir: Path, uid: str, index: int) -> None:
     """A file of swap `index`'s Secret, read inside the live container (through its init's
     root, so through its mount namespace), has the Secret's content."""
@@ -530,8 +620,10 @@ def check_live_secret(kubelet_dir: Path, uid: str, index: int) -> None:
 class Rounds:
     """The swap pod and the recreated pod on one cluster, one round at a time."""
 
-    def __init__(self, api: Api, watch: Watch, kubelet_dir: Path) -> None:
+    def __init__(self, api: Api, watch: Watch, kubelet_dir: Path,
+                 trace: TraceReader | None = None) -> None:
         self.api = api
+        self.trace = trace
         self.watch = watch
         self.kubelet_dir = kubelet_dir
         self.index = 0  # the volumes the swap pod and the recreated pod have now
@@ -599,6 +691,10 @@ class Rounds:
             "the same container with the new mounts")
         record.marks.update(await asyncio.to_thread(
             live_milestones, self.kubelet_dir, self.live_uid, index))
+        if self.trace is not None:
+            lines = await asyncio.to_thread(self.trace.read)
+            lines = [(at, ev, key.replace(self.live_uid, LIVE_POD)) for at, ev, key in lines]
+            record.marks.update(trace_marks(lines, record.marks, LIVE_TRACE_MARKS))
         await asyncio.to_thread(check_live_secret, self.kubelet_dir, self.live_uid, index)
         await self.watch.wait(LIVE_POD, lambda _, o: settled(o, names),
                               "settled after the live swap")
@@ -648,7 +744,8 @@ async def bench_ephemera(cfg: Config, up: EphemeraUp
         watch = Watch(api)
         await watch.open()
         try:
-            rounds = Rounds(api, watch, up.kubelet_dir)
+            rounds = Rounds(api, watch, up.kubelet_dir,
+                            TraceReader(cfg.trace) if cfg.trace is not None else None)
             with progress("starting the swap pod and the pod to recreate"):
                 await rounds.start()
                 template = await asyncio.to_thread(
@@ -991,6 +1088,13 @@ def report(runs: Sequence[BackendRun], cfg: Config, machine: dict[str, str], com
         "",
         markdown_table(STEP_HEADERS, step_rows(lives, LIVE_STEPS)),
         "",
+        *([f"With `--trace`: the components' marks ({TRACE_NOTE}).", "",
+           markdown_table(STEP_HEADERS, [
+               step_row(label, [v for r in lives.records
+                                if not math.isnan(v := r.between(start, end))],
+                        lives.measurement().median)
+               for start, label, end in LIVE_TRACE_STEPS]), ""]
+          if any("put_begin" in r.marks for r in lives.records) else []),
         "## Where the time goes: recreation",
         "",
         markdown_table(STEP_HEADERS, step_rows(recreations, RECREATE_STEPS)),
@@ -1033,7 +1137,12 @@ def run_all(cfg: Config) -> tuple[list[BackendRun], list[str], list[str]]:
     notes: list[str] = []
     try:
         with progress(f"starting ephemera up (--runtime {cfg.runtime})"):
-            up.start()
+            if cfg.trace is not None:  # its processes inherit the environment
+                os.environ[trace.ENV] = str(cfg.trace)
+            try:
+                up.start()
+            finally:
+                os.environ.pop(trace.ENV, None)
         try:
             swaps, lives, recreations, template = asyncio.run(bench_ephemera(cfg, up))
         except BaseException:
@@ -1076,6 +1185,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="where the data dirs go (default: a temporary dir, removed)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="also write the results (every operation's milestones) as JSON")
+    parser.add_argument("--trace", action="store_true",
+                        help="the apiserver, its store and the kubelet mark each step of the "
+                             "live swap (`EPHEMERA_TRACE`, off by default; a write per mark), "
+                             "and the report shows them")
     args = parser.parse_args(argv)
     if args.swaps is None:
         args.swaps = QUICK_SWAPS if args.quick else DEFAULT_SWAPS
@@ -1091,7 +1204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run(work_dir: Path, command: str) -> tuple[str, dict[str, Any]]:
         cfg = Config(swaps=args.swaps, warmup=args.warmup, runtime=args.runtime,
-                     work_dir=work_dir)
+                     work_dir=work_dir, trace=work_dir / "trace.log" if args.trace else None)
         started = datetime.datetime.now(datetime.UTC)
         machine = machine_description(cfg.work_dir)
         runs, notes, left = run_all(cfg)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from ephemera import trace
 from ephemera.api import errors, fieldvalidation
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
@@ -278,7 +279,19 @@ def status_response(err: StatusError) -> web.Response:
 
 @web.middleware
 async def status_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Every failure as a `kind: Status` body."""
+    """Every failure as a `kind: Status` body. With `ephemera.trace` on, a write's begin
+    and end are marked."""
+    if trace.ENABLED and request.method != "GET":
+        key = f"{request.method} {request.path}"
+        trace.mark("apiserver.begin", key)
+        try:
+            return await _status(request, handler)
+        finally:
+            trace.mark("apiserver.end", key)
+    return await _status(request, handler)
+
+
+async def _status(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         response: web.StreamResponse = await handler(request)
         return response

@@ -33,6 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ephemera import trace
 from ephemera.api import errors, listoptions
 from ephemera.api.errors import StatusError
 from ephemera.api.selectors import EQUALS, FieldSelector, FieldTerm, Selection
@@ -167,9 +168,10 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
 
     await response.prepare(request)
     last_revision = start
-    iterator = watcher.__aiter__()
-    pending: asyncio.Future[Any] | None = None
+    # The apiserver stopping ends the watch (its next item is the end); the items are
+    # awaited in this task, so an event pushed is written at the loop's next turn.
     stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    stopping.add_done_callback(lambda f: None if f.cancelled() else watcher.interrupt())
     try:
         batch: list[bytes] = []
         size = 0
@@ -190,27 +192,22 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
                 if allow_bookmarks:
                     await response.write(stream.bookmark(last_revision))
                 break
-            if _is_gone(request):
+            if _is_gone(request) or stop.is_set():
                 break
-            if pending is None:
-                pending = asyncio.ensure_future(iterator.__anext__())
             wake = min(deadline, now + LIVENESS_CHECK_INTERVAL)
             if allow_bookmarks:
                 wake = min(wake, next_bookmark)
-            done, _ = await asyncio.wait({pending, stopping}, timeout=max(wake - now, 0),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if stopping in done:
+            try:
+                item = await watcher.next_within(max(wake - now, 0))
+            except WatcherDropped:
                 break
-            if pending in done:
-                future, pending = pending, None
-                try:
-                    item = future.result()
-                except (StopAsyncIteration, WatcherDropped):
-                    break
-                except Compacted as err:
-                    status = errors.resource_expired(start, err.compacted).status()
-                    await response.write(_error_event(status))
-                    break
+            except Compacted as err:
+                status = errors.resource_expired(start, err.compacted).status()
+                await response.write(_error_event(status))
+                break
+            if item is None:
+                break
+            if item is not False:
                 last_revision = await _write_ready(response, stream, codec, sel, watcher,
                                                    item, last_revision)
             if allow_bookmarks and loop.time() >= next_bookmark:
@@ -228,10 +225,6 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
             await response.write(_error_event(status))
             await response.write_eof()
     finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
         stopping.cancel()
         await watcher.close()
     return response
@@ -255,6 +248,8 @@ async def _write_ready(response: web.StreamResponse, stream: _Stream, codec: Cod
                 if line:
                     lines.append(line)
                     size += len(line)
+                    if trace.ENABLED:
+                        trace.mark("apiserver.watch_sent", ready.kv.key)
         if size >= WRITE_BATCH:
             break
         items = watcher.take_ready(TAKE_BATCH)

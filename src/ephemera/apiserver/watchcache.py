@@ -182,15 +182,22 @@ class ResourceCache:
         log.info("watch cache of %s: %d objects at revision %d", self.prefix,
                  len(self.items), listed.revision)
         self.ready.set()
+        # Events reach the cache's watchers in the store's publish (one loop turn less on
+        # every event's way to the watch streams); what the store replays comes through
+        # the iteration first, and the iteration reports the watch's end.
+        watcher.deliver_to(self._take)
         try:
             async for item in watcher:
-                if isinstance(item, Progress):
-                    self.hub.revision = max(self.hub.revision, item.revision)
-                else:
-                    self.apply(item)
+                self._take(item)
         finally:
             await watcher.close()
         raise StoreError("the store's watch ended")
+
+    def _take(self, item: Event | Progress) -> None:
+        if isinstance(item, Progress):
+            self.hub.revision = max(self.hub.revision, item.revision)
+        else:
+            self.apply(item)
 
     def apply(self, event: Event) -> None:
         """One committed event: the objects, the history, the watchers."""

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ephemera import trace
 from ephemera.api.goformat import go_quote
 from ephemera.kubelet import containerconfig, events
 from ephemera.kubelet.events import KubeletEvents
@@ -161,7 +162,10 @@ class LiveMounts:
             return delay, instance.mounts
         removals = [m.container_path for m, remove in due if remove]
         additions = [m for m, remove in due if not remove]
+        pod_name = str((pod.get("metadata") or {}).get("name"))
+        trace.mark("kubelet.live_change", pod_name)
         errors = await self.runtime.change_live(instance.id, removals, additions)
+        trace.mark("kubelet.live_changed", pod_name)
         for (mount, remove), error in zip(due, errors, strict=True):
             key = self._key_of(uid, name, mount, remove=remove)
             if error is None:

@@ -61,6 +61,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ephemera import trace
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiUnavailable, resource_path
 from ephemera.kubelet import events, hotplug
@@ -274,7 +275,11 @@ class PodWorker:
         if actions.init_done and all_done(self.pod, instances):
             self.terminal = True
         pod_runtime.removed_statuses = await pod_runtime.removed_container_statuses(instances)
+        if trace.ENABLED:
+            trace.mark("kubelet.status_build", format_pod(pod))
         self.publish_status(instances, sandbox)
+        if trace.ENABLED:
+            trace.mark("kubelet.status_published", format_pod(pod))
         self._maybe_report_started(instances)
         if self.terminal:
             await deps.status.write(self.uid)

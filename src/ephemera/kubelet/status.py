@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from ephemera import trace
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, resource_path
 from ephemera.kubelet.runtime.base import ContainerState, ContainerStatus, SandboxStatus
@@ -697,6 +698,8 @@ class StatusManager:
             return
         self._held.pop(uid, None)
         if uid in self._dirty:
+            if trace.ENABLED:
+                trace.mark("kubelet.status_released", uid)
             entry = self._pods.get(uid)
             if entry is not None:
                 entry.released = entry.desired
@@ -761,6 +764,7 @@ class StatusManager:
         if not patch:
             return True
         path = resource_path("pods", entry.namespace, entry.name, "status")
+        trace.mark("kubelet.status_patch", path)
         try:
             result = await self.api.patch(path, {"metadata": {"uid": uid}, "status": patch},
                                           patch_type="merge")
@@ -777,6 +781,7 @@ class StatusManager:
                         err)
             return False
         self.writes += 1
+        trace.mark("kubelet.status_patched", path)
         if (result.get("metadata") or {}).get("uid") == uid:
             entry.api_status = dict(result.get("status") or {})
         return True

@@ -25,7 +25,7 @@ The apiserver gives Events their TTL this way (`--event-ttl`).
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,6 +132,27 @@ class Watcher(abc.ABC):
         writes to a client uses it to send everything queued in one write."""
         del limit
         return []
+
+    async def next_within(self, seconds: float) -> Event | Progress | Literal[False] | None:
+        """The next item iteration would yield, waiting at most `seconds` for it (False: none
+        came in time), None once the watch has ended (closed, or `interrupt`ed); raises what
+        iteration raises. Awaited by the consumer's own task: no task of its own, so an item
+        pushed reaches the consumer at the loop's next turn. Not mixed with iteration."""
+        raise NotImplementedError
+
+    def deliver_to(self, sink: Callable[[Event | Progress], None]) -> bool:
+        """Hand the items pushed from now on straight to `sink`, in the producer's call,
+        whenever nothing is waiting for iteration (buffered or to replay): no hop through
+        the consumer's task. Iteration then still yields what was waiting, and ends or
+        raises as before (a `sink` that raises fails the watch). False when this watcher
+        cannot (the consumer iterates as before)."""
+        del sink
+        return False
+
+    def interrupt(self) -> None:
+        """End the watch for its consumer: a `next_within` waiting, or the next one, returns
+        None."""
+        raise NotImplementedError
 
 
 class Store(abc.ABC):

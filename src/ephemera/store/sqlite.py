@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
+from ephemera import trace
 from ephemera.store.base import (
     Compacted,
     Event,
@@ -366,7 +367,13 @@ class SqliteStore(Store):
                     break
                 writes.append(following)
             batch = _Batch(writes)
+            if trace.ENABLED:
+                for write in writes:
+                    trace.mark("store.begin", write.key)
             self._apply(conn, batch)
+            if trace.ENABLED:
+                for write in writes:
+                    trace.mark("store.committed", write.key)
             with contextlib.suppress(RuntimeError):  # the loop is gone
                 writes[0].loop.call_soon_threadsafe(self._acknowledge, batch)
             if self._expiry_due():
@@ -499,6 +506,9 @@ class SqliteStore(Store):
         if events:
             self._revision = max(self._revision, events[-1].revision)
             self._hub.publish(events)
+            if trace.ENABLED:
+                for write in batch.writes:
+                    trace.mark("store.published", write.key)
         loop = batch.writes[0].loop
         for write, outcome in zip(batch.writes, batch.outcomes, strict=True):
             if outcome.compacted:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
+from typing import Literal
 
 from ephemera.store.base import Event, Progress, StoreError, Watcher, WatcherDropped
 
@@ -53,6 +55,8 @@ class BufferedWatcher(Watcher):
         self._wakeup = asyncio.Event()
         self._error: StoreError | None = None
         self._closed = False
+        self._interrupted = False
+        self._sink: Callable[[Event | Progress], None] | None = None
         self._replay: ReplayPage | None = None
         self._replayed: collections.deque[Event] = collections.deque()
         self._last_sent = time.monotonic()
@@ -74,10 +78,28 @@ class BufferedWatcher(Watcher):
         """History to deliver before anything pushed (pages are fetched lazily)."""
         self._replay = replay
 
+    def deliver_to(self, sink: Callable[[Event | Progress], None]) -> bool:
+        """See `Watcher.deliver_to`."""
+        self._sink = sink
+        return True
+
     def push(self, item: Event | Progress) -> bool:
-        """Queue an item; returns False (and drops the watcher) when the buffer overflows."""
+        """Queue an item (or hand it to the sink); returns False (and drops the watcher)
+        when the buffer overflows."""
         if self.finished:
             return False
+        if self._sink is not None and not self._buffer and not self._replayed and \
+                self._replay is None:
+            if isinstance(item, Progress) and item.revision <= self.delivered_revision:
+                return True  # says nothing new
+            self._deliver(item)
+            try:
+                self._sink(item)
+            except Exception as err:  # a bug in the consumer: its watch ends, it starts over
+                self.fail(StoreError(f"watcher on {self.prefix!r}: its consumer failed: "
+                                     f"{type(err).__name__}"))
+                return False
+            return True
         if len(self._buffer) >= self.capacity:
             self.fail(WatcherDropped(f"watcher on {self.prefix!r} fell behind by {self.capacity}"))
             return False
@@ -108,11 +130,22 @@ class BufferedWatcher(Watcher):
             item = await self._next()
             if item is None:
                 return
+            assert item is not False  # no limit: it waits
             yield item
 
-    async def _next(self) -> Event | Progress | None:
+    async def next_within(self, seconds: float) -> Event | Progress | Literal[False] | None:
+        """See `Watcher.next_within`."""
+        return await self._next(time.monotonic() + seconds)
+
+    def interrupt(self) -> None:
+        self._interrupted = True
+        self._wakeup.set()
+
+    async def _next(self, until: float = math.inf) -> Event | Progress | Literal[False] | None:
+        """The next item; None at the end; False when none came before `until` (monotonic
+        time; only a wait for a push is limited by it, never a replay page's read)."""
         while True:
-            if self._closed:
+            if self._closed or self._interrupted:
                 return None
             if self._error is not None and not self._buffer:
                 raise self._error
@@ -127,15 +160,25 @@ class BufferedWatcher(Watcher):
                     continue  # says nothing new
                 return self._deliver(item)
             self._wakeup.clear()
-            timeout = self._last_sent + self.progress_interval - time.monotonic()
+            now = time.monotonic()
+            timeout = self._last_sent + self.progress_interval - now
             if timeout > 0:
+                if until <= now:
+                    return False
                 try:
-                    async with asyncio.timeout(timeout):
+                    async with asyncio.timeout(min(timeout, until - now)):
                         await self._wakeup.wait()
                     continue
                 except TimeoutError:
                     pass
-            if self._buffer or self._closed or self._error is not None:
+            if self._buffer or self._closed or self._interrupted or self._error is not None:
+                continue
+            now = time.monotonic()
+            if now < self._last_sent + self.progress_interval:
+                if now >= until:
+                    return False  # the caller's limit came first
+                # the timer fired a little early (the loop's clock), or an item went to
+                # the sink meanwhile: not idle that long yet
                 continue
             revision = max(self._progress_revision(), self.delivered_revision)
             return self._deliver(Progress(revision))
