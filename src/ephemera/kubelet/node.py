@@ -419,6 +419,9 @@ class NodeAgent:
         self.report_interval = report_interval
         self.node: dict[str, Any] | None = None
         self.lease: dict[str, Any] | None = None  # the Lease as last written or read
+        # The client the Lease is written with, when not `api` (hollow nodes renew on a
+        # thread of their own).
+        self.lease_api: ApiClient | None = None
         self._last_report_time = 0.0
         self.runtime_ready = True
         self.runtime_message = ""
@@ -541,11 +544,12 @@ class NodeAgent:
         """Upstream's `ensureLease`: the Lease as stored, created when missing; and whether
         it was created."""
         try:
-            return await self.api.get(_lease_path(self.name)), False
+            return await (self.lease_api or self.api).get(_lease_path(self.name)), False
         except StatusError as err:
             if err.code != 404:
                 raise
-        return await self.api.create(_lease_path(None), self._new_lease(None)), True
+        return await (self.lease_api or self.api).create(_lease_path(None),
+                                                         self._new_lease(None)), True
 
     async def _update_lease(self, base: Mapping[str, Any]) -> None:
         """Upstream's `retryUpdateLease`: PUT `base` renewed, up to `MAX_LEASE_UPDATE_RETRIES`
@@ -553,8 +557,8 @@ class NodeAgent:
         error: StatusError | ApiUnavailable | None = None
         for _ in range(MAX_LEASE_UPDATE_RETRIES):
             try:
-                self.lease = await self.api.update(_lease_path(self.name),
-                                                   self._new_lease(base))
+                self.lease = await (self.lease_api or self.api).update(
+                    _lease_path(self.name), self._new_lease(base))
                 return
             except (StatusError, ApiUnavailable) as err:
                 log.warning("node %s: failed to update lease: %s", self.name,
