@@ -27,7 +27,10 @@ one heartbeat scheduler that renews every Lease each `lease_renew_interval` and 
 Node status each `node_status_interval` (written on change or every
 `node_status_report_interval`, upstream's 5 min), each node at its own random phase
 (jitter) and all together under `heartbeat_qps` with at most `heartbeat_concurrency`
-requests in flight (a node whose previous one is still in flight skips its turn), and one
+requests in flight (a node whose previous one is still in flight skips its turn); with a
+`lease_api` factory, the Leases are renewed instead by a second such scheduler on a thread
+of its own (`_LeaseThread`: its own event loop, and a client made there), so that a renewal
+waits for the GIL, not behind the main loop's queued callbacks; and one
 relister (PLEG) that lists each node's fake runtime once per `relist_period`, spread over
 it.
 
