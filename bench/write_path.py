@@ -39,6 +39,13 @@ the scheduler's), the kubelet's status PATCH from Pending to Running (as
 kubelet), each until its event reaches the namespace's watch (the Event, which no watch
 follows, until its answer); the same three watches are open, so the binding and the status
 reach the node's watch too. Every mode and measure above applies to it.
+
+`--path lease` loops the kubelet's heartbeat instead (issue #17): as `system:node:NODE`, a
+PUT of the `kube-node-lease/NODE` Lease the previous PUT returned, `renewTime` changed (what
+upstream's node lease controller and ephemera's kubelet and hollow nodes send), until its
+event reaches a watch of the Leases (the node lifecycle controller's informer; the three
+watches above are open too). `--path lease-patch` sends the merge PATCH of `spec` the
+kubelet sent before it kept the Lease. Every mode and measure above applies to both.
 """
 
 from __future__ import annotations
@@ -312,22 +319,86 @@ async def loop(admin: Client, node: Client, watch: Watch, pod: dict[str, Any], s
     return rows, pod
 
 
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+
+def renew_time(index: int) -> str:
+    """A distinct MicroTime per iteration, as the kubelet's clock gives."""
+    return f"2026-12-01T{index // 3600 % 24:02d}:{index // 60 % 60:02d}:{index % 60:02d}." \
+           f"{index % 1000000:06d}Z"
+
+
+async def setup_lease(admin: Client, node: Client) -> dict[str, Any]:
+    """The node, its namespace and its Lease, created as the kubelet creates it (owned by
+    the Node); the Lease as stored."""
+    await setup(admin, node)
+    with contextlib.suppress(RuntimeError):  # the apiserver may have made it already
+        await admin.call("POST", "/api/v1/namespaces", {
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-node-lease"}})
+    created = await node.call("GET", f"/api/v1/nodes/{NODE}")
+    return await node.call("POST", LEASES, {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": NODE, "namespace": "kube-node-lease",
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": NODE,
+                                          "uid": created["metadata"]["uid"]}]},
+        "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40,
+                 "renewTime": renew_time(0)}})
+
+
+async def loop_lease(admin: Client, node: Client, watch: Watch, lease: dict[str, Any],
+                     start: int, count: int
+                     ) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    """`--path lease`: per iteration the kubelet's PUT of the Lease it last got back."""
+    rows = []
+    for index in range(start, start + count):
+        body = orjson.loads(orjson.dumps(lease))  # the kubelet's DeepCopy
+        body["spec"]["renewTime"] = renew_time(index)
+        t0 = time.perf_counter()
+        lease = await node.call("PUT", f"{LEASES}/{NODE}", body)
+        t1 = time.perf_counter()
+        t2 = await watch.wait(lease["metadata"]["resourceVersion"])
+        rows.append({"renew": t1 - t0, "renew_event": t2 - t0})
+    return rows, lease
+
+
+async def loop_lease_patch(admin: Client, node: Client, watch: Watch, lease: dict[str, Any],
+                           start: int, count: int
+                           ) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    """`--path lease-patch`: per iteration a merge PATCH of the Lease's whole `spec`."""
+    rows = []
+    for index in range(start, start + count):
+        spec = {"holderIdentity": NODE, "leaseDurationSeconds": 40,
+                "renewTime": renew_time(index)}
+        t0 = time.perf_counter()
+        lease = await node.call("PATCH", f"{LEASES}/{NODE}", {"spec": spec},
+                                "application/merge-patch+json")
+        t1 = time.perf_counter()
+        t2 = await watch.wait(lease["metadata"]["resourceVersion"])
+        rows.append({"renew": t1 - t0, "renew_event": t2 - t0})
+    return rows, lease
+
+
 Loop = Callable[[Client, Client, Watch, dict[str, Any], int, int],
                 Awaitable[tuple[list[dict[str, float]], dict[str, Any]]]]
-PATHS: dict[str, Loop] = {"live": loop, "create": loop_create}
+PATHS: dict[str, Loop] = {"live": loop, "create": loop_create, "lease": loop_lease,
+                          "lease-patch": loop_lease_patch}
 KEYS = {"live": ("put", "put_event", "patch", "patch_event"),
         "create": ("create", "create_event", "bind", "bind_event", "status", "status_event",
-                   "event")}
+                   "event"),
+        "lease": ("renew", "renew_event"), "lease-patch": ("renew", "renew_event")}
+WRITES = {"live": 2, "create": 4, "lease": 1, "lease-patch": 1}
 
 
 async def start(admin: Client, node: Client, warmup: int, path: str = "live"
                 ) -> tuple[Watch, list[Watch], dict[str, Any]]:
     """Set up the pod, open the watches from its version (every pod's, as the admin; the
     node's pods and the node, as its kubelet), run `warmup` iterations of `path`'s loop; the
-    timed watch, the kubelet's watches and the last pod written."""
-    pod = await setup(admin, node)
+    timed watch, the kubelet's watches and the last pod written (the Lease on the lease
+    paths, whose timed watch is of the Leases)."""
+    leases = path.startswith("lease")
+    pod = await (setup_lease if leases else setup)(admin, node)
     version = pod["metadata"]["resourceVersion"]
-    watch = Watch(admin, PODS)
+    watch = Watch(admin, LEASES if leases else PODS)
     kubelet_watches = [Watch(node, "/api/v1/pods?fieldSelector=spec.nodeName%3D" + NODE),
                        Watch(node, "/api/v1/nodes?fieldSelector=metadata.name%3D" + NODE)]
     await watch.open(version)
@@ -374,7 +445,7 @@ async def run(args: argparse.Namespace, work: Path) -> None:
         values = [row[key] * 1000 for row in rows]
         print(f"  {key:12s} p50 {statistics.median(values):6.2f}  "
               f"min {min(values):6.2f}")
-    writes = 2 if args.path == "live" else 4
+    writes = WRITES[args.path]
     print(f"  apiserver CPU per iteration ({writes} writes): "
           f"{cpu / args.iterations * 1000:.2f} ms")
     if args.py_spy is not None:
@@ -465,7 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", choices=sorted(PATHS), default="live",
                         help="live: the live swap's PUT /dynamic and status PATCH; create: "
-                             "the scale path's pod create, binding, status PATCH and Event")
+                             "the scale path's pod create, binding, status PATCH and Event; "
+                             "lease: the kubelet's Lease PUT; lease-patch: a merge PATCH of "
+                             "the Lease's spec")
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--py-spy", type=Path, default=None)

@@ -43,17 +43,24 @@ def _pod(name: str, **spec: Any) -> Obj:
 
 
 @contextlib.asynccontextmanager
-async def _cluster(api: Api, tmp_path: Path) -> AsyncIterator[tuple[ApiClient, HollowNodes]]:
+async def _cluster(api: Api, tmp_path: Path, *, lease_thread: bool = False,
+                   lease_renew_interval: float = 2.0
+                   ) -> AsyncIterator[tuple[ApiClient, HollowNodes]]:
     url = str(api.client.server.make_url("")).rstrip("/")
+
+    def lease_api() -> ApiClient:
+        return ApiClient(ClientConfig(server=url), user_agent="hollow-test-leases")
+
     async with ApiClient(ClientConfig(server=url), user_agent="hollow-test") as client:
         config = HollowConfig(
             count=NODES, root_dir=tmp_path / "hollow",
             capacity=parse_capacity("cpu=2,memory=4Gi,pods=30,ephemeral-storage=10Gi"),
-            labels=parse_labels("ephemera.io/hollow=true"), lease_renew_interval=2.0,
+            labels=parse_labels("ephemera.io/hollow=true"),
+            lease_renew_interval=lease_renew_interval,
             node_status_interval=5.0, relist_period=0.5, reconcile_period=0.5,
             settings=WorkerSettings(resync_period=1.0, relist_period=0.2, retry_delay=0.2,
                                     minimum_grace_period=0.0, mount_wait_slice=0.2))
-        nodes = HollowNodes(client, config)
+        nodes = HollowNodes(client, config, lease_api=lease_api if lease_thread else None)
         stop = asyncio.Event()
         ready = asyncio.Event()
         scheduler = Scheduler(client, None)
@@ -91,6 +98,29 @@ def _volume_phase(pod: Obj, name: str) -> str | None:
         if entry.get("name") == name:
             return str(entry.get("hostPhase"))
     return None
+
+
+async def test_leases_renewed_on_their_own_thread(api: Api, tmp_path: Path) -> None:
+    """With `lease_api`, every node's Lease is renewed (a PUT of the Lease it last wrote) on
+    the lease thread, whose loop ends with the nodes."""
+    leases_path = resource_path("leases", "kube-node-lease", group="coordination.k8s.io")
+    async with _cluster(api, tmp_path, lease_thread=True, lease_renew_interval=0.5) as (
+            client, nodes):
+        first = {lease["metadata"]["name"]: lease["spec"]["renewTime"]
+                 for lease in (await client.get(leases_path))["items"]}
+        assert set(first) == set(nodes.nodes)
+
+        async def all_renewed() -> bool:
+            leases = (await client.get(leases_path))["items"]
+            return all(lease["spec"]["renewTime"] != first[lease["metadata"]["name"]]
+                       for lease in leases)
+
+        await eventually(all_renewed, timeout=30)
+        assert nodes.lease_renewals >= NODES
+        assert nodes._lease_thread is not None and nodes._lease_thread._thread.is_alive()
+        clients = {node.node_agent.lease_api for node in nodes.nodes.values()}
+        assert len(clients) == 1 and None not in clients  # one client, the thread's
+    assert not nodes._lease_thread._thread.is_alive()
 
 
 async def test_hollow_nodes_run_pods_dynamic_changes_and_deletions(api: Api,

@@ -162,13 +162,17 @@ async def _serve(kubeconfig: Any, args: argparse.Namespace, config: HollowConfig
         loop.add_signal_handler(sig, stop.set)
     print(f"ephemera hollow-nodes: {config.count} nodes using {kubeconfig.server}",
           file=sys.stderr, flush=True)
-    # Two clients, two connection pools: the pods' traffic (status writes, events, the
-    # informer) on one, the Nodes and Leases on the other (docs/design.md, "Hollow nodes").
+    # Three clients, three connection pools: the pods' traffic (status writes, events, the
+    # informer) on one, the Nodes' on another, the Leases' renewals on a third made on a
+    # thread of their own (docs/design.md, "Hollow nodes").
+    def lease_api() -> ApiClient:
+        return ApiClient(kubeconfig, user_agent=USER_AGENT, endpoints=args.apiserver_endpoints)
+
     async with ApiClient(kubeconfig, user_agent=USER_AGENT,
                          endpoints=args.apiserver_endpoints) as api, \
             ApiClient(kubeconfig, user_agent=USER_AGENT,
                       endpoints=args.apiserver_endpoints) as heartbeat_api:
-        nodes = HollowNodes(api, config, heartbeat_api)
+        nodes = HollowNodes(api, config, heartbeat_api, lease_api)
         await nodes.run(stop, ready=lambda: print(f"hollow nodes ready: {config.count}",
                                                   file=sys.stderr, flush=True))
     log.info("stopped")

@@ -27,7 +27,10 @@ one heartbeat scheduler that renews every Lease each `lease_renew_interval` and 
 Node status each `node_status_interval` (written on change or every
 `node_status_report_interval`, upstream's 5 min), each node at its own random phase
 (jitter) and all together under `heartbeat_qps` with at most `heartbeat_concurrency`
-requests in flight (a node whose previous one is still in flight skips its turn), and one
+requests in flight (a node whose previous one is still in flight skips its turn); with a
+`lease_api` factory, the Leases are renewed instead by a second such scheduler on a thread
+of its own (`_LeaseThread`: its own event loop, and a client made there), so that a renewal
+waits for the GIL, not behind the main loop's queued callbacks; and one
 relister (PLEG) that lists each node's fake runtime once per `relist_period`, spread over
 it.
 
@@ -46,6 +49,7 @@ import functools
 import heapq
 import logging
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -162,6 +166,8 @@ class HollowConfig:
     node_status_report_interval: float = 300.0  # upstream's nodeStatusReportFrequency
     heartbeat_qps: float = 200.0  # leases and node statuses together, whole process
     heartbeat_concurrency: int = 64
+    # The Leases renewed on a thread of their own (its own event loop and connections;
+    # `HollowNodes(lease_api=...)`), each under `heartbeat_qps` and `heartbeat_concurrency`.
     register_concurrency: int = 16
     relist_period: float = 5.0
     reconcile_period: float = 1.0
@@ -404,6 +410,72 @@ class _RateLimiter:
             await asyncio.sleep((1 - self.tokens) / self.qps)
 
 
+class _Gate:
+    """Heartbeat requests under a rate limit and a cap of requests in flight; made on the
+    event loop that uses it (its semaphore is that loop's)."""
+
+    def __init__(self, qps: float, concurrency: int) -> None:
+        self._limiter = _RateLimiter(qps, max(1, concurrency))
+        self._inflight = asyncio.Semaphore(max(1, concurrency))
+
+    async def run(self, work: Callable[[], Awaitable[Any]], what: str, name: str) -> bool:
+        """`work()`; False (logged, retried at its next turn) if it raised."""
+        await self._limiter.acquire()
+        async with self._inflight:
+            try:
+                await work()
+            except Exception as err:  # retried at its next turn
+                log.warning("node %s: %s: %s", name, what,
+                            getattr(err, "message", None) or err)
+                return False
+        return True
+
+
+class _LeaseThread:
+    """The Lease renewals of every node on their own thread: an event loop of their own and
+    the connections of the client `make_api()` gives (made on that loop), so that a renewal
+    waits for the interpreter's switch interval, not behind the main loop's queued work."""
+
+    def __init__(self, nodes: HollowNodes, make_api: Callable[[], ApiClient]) -> None:
+        self.nodes = nodes
+        self.make_api = make_api
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="hollow-leases", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except Exception:
+            log.exception("the lease renewal thread failed")
+        finally:
+            self._ready.set()
+
+    async def _run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._ready.set()
+        cfg = self.nodes.config
+        async with self.make_api() as api:
+            for node in self.nodes.nodes.values():
+                node.node_agent.lease_api = api
+            await self.nodes._heartbeats(self._stop, ("lease",),
+                                         _Gate(cfg.heartbeat_qps, cfg.heartbeat_concurrency))
+        log.info("lease renewal thread stopped")
+
+    async def stop(self) -> None:
+        """Stop the renewals and wait for the thread to end."""
+        await asyncio.to_thread(self._ready.wait)
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already closed
+                self._loop.call_soon_threadsafe(self._stop.set)
+        await asyncio.to_thread(self._thread.join)
+
+
 def _discard(keys: set[tuple[str, str]], key: tuple[str, str], _done: Any) -> None:
     keys.discard(key)
 
@@ -412,10 +484,13 @@ class HollowNodes:
     """All the hollow nodes of one process and what they share (module docstring)."""
 
     def __init__(self, api: ApiClient, config: HollowConfig,
-                 heartbeat_api: ApiClient | None = None) -> None:
+                 heartbeat_api: ApiClient | None = None,
+                 lease_api: Callable[[], ApiClient] | None = None) -> None:
         """`heartbeat_api`: the client the Nodes and Leases are written with (registration,
         lease renewals, node statuses), when not `api`: its own connections, so that a
-        renewal never waits for a connection behind the pods' status writes and events."""
+        renewal never waits for a connection behind the pods' status writes and events.
+        `lease_api`: when given, the Leases are renewed (after registration) on a thread of
+        their own with the client it makes there (`_LeaseThread`)."""
         self.api = api
         self.config = config
         images = HollowImages()
@@ -427,9 +502,8 @@ class HollowNodes:
                              name="pods of the hollow nodes")
         self.pods.add_handler(on_add=self._on_pod, on_update=lambda old, new: self._on_pod(new),
                               on_delete=self._on_pod_delete)
-        self._limiter = _RateLimiter(config.heartbeat_qps,
-                                     max(1, config.heartbeat_concurrency))
-        self._inflight = asyncio.Semaphore(max(1, config.heartbeat_concurrency))
+        self._gate = _Gate(config.heartbeat_qps, config.heartbeat_concurrency)
+        self._lease_thread = _LeaseThread(self, lease_api) if lease_api is not None else None
         self._dispatching = False
         self.registered = 0
         self.lease_renewals = 0
@@ -447,18 +521,6 @@ class HollowNodes:
         node = self._node_of(pod)
         if node is not None and self._dispatching:
             node.on_pod_delete(pod)
-
-    async def _limited(self, work: Callable[[], Awaitable[Any]], what: str,
-                       node: HollowNode) -> bool:
-        await self._limiter.acquire()
-        async with self._inflight:
-            try:
-                await work()
-            except Exception as err:  # retried at its next turn
-                log.warning("node %s: %s: %s", node.name, what,
-                            getattr(err, "message", None) or err)
-                return False
-        return True
 
     async def register(self, stop: asyncio.Event) -> None:
         """Register every Node and create its Lease, `register_concurrency` at a time,
@@ -481,19 +543,25 @@ class HollowNodes:
 
         await asyncio.gather(*(one(n) for n in self.nodes.values()))
 
-    async def _heartbeats(self, stop: asyncio.Event) -> None:
-        """Leases and Node statuses: each node at its own random phase of each interval,
-        the whole process under the rate limit."""
+    async def _heartbeats(self, stop: asyncio.Event, kinds: Sequence[str],
+                          gate: _Gate) -> None:
+        """Leases and/or Node statuses (`kinds`): each node at its own random phase of each
+        interval, all under `gate`."""
         cfg = self.config
         now = time.monotonic()
         queue: list[tuple[float, int, str, str]] = []
         for i, name in enumerate(self.nodes):
-            queue.append((now + random.uniform(0, cfg.lease_renew_interval), i, "lease", name))
-            # The first status check comes within a lease interval (it also picks up the
-            # podCIDR the controller-manager assigns after registration), the next ones
-            # every `node_status_interval`.
-            first = min(cfg.node_status_interval, cfg.lease_renew_interval)
-            queue.append((now + random.uniform(0, first), i, "status", name))
+            if "lease" in kinds:
+                queue.append((now + random.uniform(0, cfg.lease_renew_interval), i, "lease",
+                              name))
+            if "status" in kinds:
+                # The first status check comes within a lease interval (it also picks up
+                # the podCIDR the controller-manager assigns after registration), the next
+                # ones every `node_status_interval`.
+                first = min(cfg.node_status_interval, cfg.lease_renew_interval)
+                queue.append((now + random.uniform(0, first), i, "status", name))
+        if not queue:
+            return
         heapq.heapify(queue)
         pending: set[asyncio.Task[Any]] = set()
         busy: set[tuple[str, str]] = set()
@@ -512,8 +580,8 @@ class HollowNodes:
             if (kind, name) in busy:  # the previous one is still under way: skip this turn
                 continue
             busy.add((kind, name))
-            task = asyncio.ensure_future(self._renew(node) if kind == "lease" else
-                                         self._status(node))
+            task = asyncio.ensure_future(self._renew(node, gate) if kind == "lease" else
+                                         self._status(node, gate))
             pending.add(task)
             task.add_done_callback(pending.discard)
             task.add_done_callback(functools.partial(_discard, busy, (kind, name)))
@@ -521,17 +589,17 @@ class HollowNodes:
         for task in pending:
             task.cancel()
 
-    async def _renew(self, node: HollowNode) -> None:
-        if await self._limited(node.node_agent.renew_lease, "renewing the node lease", node):
+    async def _renew(self, node: HollowNode, gate: _Gate) -> None:
+        if await gate.run(node.node_agent.renew_lease, "renewing the node lease", node.name):
             self.lease_renewals += 1
 
-    async def _status(self, node: HollowNode) -> None:
+    async def _status(self, node: HollowNode, gate: _Gate) -> None:
         written: list[bool] = []
 
         async def update() -> None:
             written.append(await node.node_agent.update_status())
 
-        if await self._limited(update, "updating the node status", node) and any(written):
+        if await gate.run(update, "updating the node status", node.name) and any(written):
             self.status_writes += 1
         # The Node's podCIDR (the controller-manager's node IPAM) gives its pods their IPs.
         cidr = str(((node.node_agent.node or {}).get("spec") or {}).get("podCIDR") or "")
@@ -569,7 +637,11 @@ class HollowNodes:
             for node in self.nodes.values():
                 node.start()
             tasks.append(asyncio.create_task(self.pods.run(), name="hollow-pod-informer"))
-            tasks.append(asyncio.create_task(self._heartbeats(stop), name="hollow-heartbeats"))
+            if self._lease_thread is not None:
+                self._lease_thread.start()
+            kinds = ("status",) if self._lease_thread is not None else ("lease", "status")
+            tasks.append(asyncio.create_task(self._heartbeats(stop, kinds, self._gate),
+                                             name="hollow-heartbeats"))
             synced = asyncio.ensure_future(self.pods.wait_synced())
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait({synced, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -590,6 +662,8 @@ class HollowNodes:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self._lease_thread is not None and self._lease_thread._thread.is_alive():
+                await self._lease_thread.stop()
             await asyncio.gather(*(n.close() for n in self.nodes.values()),
                                  return_exceptions=True)
 

@@ -26,7 +26,9 @@
   someone else changed the status (the node lifecycle controller setting Ready `Unknown`
   after an outage), the next update, one `--node-status-update-frequency` later, restores
   it. `renew_lease()` keeps `kube-node-lease/NAME` current (`leaseDurationSeconds` 40,
-  renewed every 10 s; owned by the Node).
+  renewed every 10 s; owned by the Node) as upstream's node lease controller does: a PUT
+  of the Lease it last wrote, no GET before it (a GET, and a create when missing, only
+  when that PUT fails or at the first renewal).
 
 Pressure comes from `NodeAgent.pressure_probe`: the kubelet's eviction manager sets
 MemoryPressure, DiskPressure and PIDPressure from its signals; `probe_pressure` (the
@@ -54,9 +56,10 @@ from ephemera.api.featuregates import (
     DYNAMIC_VOLUME_HOT_PLUG,
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
+from ephemera.api.jsoncopy import json_copy
 from ephemera.api.patch import merge_patch
 from ephemera.api.quantity import Quantity, parse_quantity
-from ephemera.client import ApiClient, resource_path
+from ephemera.client import ApiClient, ApiUnavailable, resource_path
 
 __all__ = [
     "DECLARABLE_FEATURES",
@@ -85,6 +88,7 @@ KUBELET_VERSION = "v1.38.0"
 DEFAULT_MAX_PODS = 110
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
+MAX_LEASE_UPDATE_RETRIES = 5  # upstream's maxUpdateRetries
 # Upstream's defaults: status checked every 10 s, reported at least every 5 min when unchanged.
 STATUS_UPDATE_INTERVAL = 10.0
 STATUS_REPORT_INTERVAL = 300.0
@@ -414,6 +418,10 @@ class NodeAgent:
         self.images = images
         self.report_interval = report_interval
         self.node: dict[str, Any] | None = None
+        self.lease: dict[str, Any] | None = None  # the Lease as last written or read
+        # The client the Lease is written with, when not `api` (hollow nodes renew on a
+        # thread of their own).
+        self.lease_api: ApiClient | None = None
         self._last_report_time = 0.0
         self.runtime_ready = True
         self.runtime_message = ""
@@ -487,29 +495,84 @@ class NodeAgent:
         self._last_report_time = time.monotonic()
         return True
 
-    def _lease_body(self) -> dict[str, Any]:
-        md: dict[str, Any] = {"name": self.name, "namespace": NODE_LEASE_NAMESPACE}
-        node_md = (self.node or {}).get("metadata") or {}
-        if node_md.get("uid"):
-            md["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.name,
-                                      "uid": node_md["uid"]}]
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": md,
+    def _new_lease(self, base: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Upstream's `newLease`: a copy of `base` (a new Lease when None) renewed now, owned
+        by the Node once its uid is known (`setNodeOwnerFunc`, from the registered Node
+        rather than a GET of it)."""
+        if base is None:
+            lease: dict[str, Any] = {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": NODE_LEASE_NAMESPACE},
                 "spec": {"holderIdentity": self.name,
-                         "leaseDurationSeconds": LEASE_DURATION_SECONDS,
-                         "renewTime": now_micro()}}
+                         "leaseDurationSeconds": LEASE_DURATION_SECONDS}}
+        else:
+            lease = json_copy(dict(base))
+        spec = lease.get("spec")
+        if not isinstance(spec, dict):
+            spec = lease["spec"] = {}
+        spec["renewTime"] = now_micro()
+        md = lease.get("metadata")
+        if not isinstance(md, dict):
+            md = lease["metadata"] = {}
+        uid = ((self.node or {}).get("metadata") or {}).get("uid")
+        if not md.get("ownerReferences") and uid:
+            md["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.name,
+                                      "uid": uid}]
+        return lease
 
     async def renew_lease(self) -> None:
-        """Renew (or create) the node's Lease."""
-        path = resource_path("leases", NODE_LEASE_NAMESPACE, self.name,
-                             group="coordination.k8s.io")
-        body = self._lease_body()
+        """Renew (or create) the node's Lease as upstream's node lease controller (`sync`):
+        a PUT of the Lease this agent last wrote, `renewTime` changed, with no GET before
+        it; when that fails (or no Lease is known yet), the Lease is read (created when
+        missing, and then not renewed again at once) and renewed from what was read. Each
+        renewal is tried `MAX_LEASE_UPDATE_RETRIES` times, a conflict reading the Lease
+        again first (`retryUpdateLease`). An error left raises to the caller, which tries
+        again at its next turn."""
+        if self.lease is not None:
+            try:
+                await self._update_lease(self.lease)
+                return
+            except (StatusError, ApiUnavailable) as err:
+                log.info("node %s: failed to update lease using latest lease, fallback to "
+                         "ensure lease: %s", self.name, getattr(err, "message", None) or err)
+        lease, created = await self._ensure_lease()
+        self.lease = lease
+        if not created:
+            await self._update_lease(lease)
+
+    async def _ensure_lease(self) -> tuple[dict[str, Any], bool]:
+        """Upstream's `ensureLease`: the Lease as stored, created when missing; and whether
+        it was created."""
         try:
-            await self.api.patch(path, {"spec": body["spec"]}, patch_type="merge")
+            return await (self.lease_api or self.api).get(_lease_path(self.name)), False
         except StatusError as err:
             if err.code != 404:
                 raise
-            await self.api.create(resource_path("leases", NODE_LEASE_NAMESPACE,
-                                                group="coordination.k8s.io"), body)
+        return await (self.lease_api or self.api).create(_lease_path(None),
+                                                         self._new_lease(None)), True
+
+    async def _update_lease(self, base: Mapping[str, Any]) -> None:
+        """Upstream's `retryUpdateLease`: PUT `base` renewed, up to `MAX_LEASE_UPDATE_RETRIES`
+        times; a conflict reads the Lease again before the next try."""
+        error: StatusError | ApiUnavailable | None = None
+        for _ in range(MAX_LEASE_UPDATE_RETRIES):
+            try:
+                self.lease = await (self.lease_api or self.api).update(
+                    _lease_path(self.name), self._new_lease(base))
+                return
+            except (StatusError, ApiUnavailable) as err:
+                log.warning("node %s: failed to update lease: %s", self.name,
+                            getattr(err, "message", None) or err)
+                error = err
+                if isinstance(err, StatusError) and err.code == 409:
+                    base, _ = await self._ensure_lease()
+        assert error is not None
+        raise error
+
+
+def _lease_path(name: str | None) -> str:
+    """The node's Lease (`name`), or the collection of node Leases (None)."""
+    return resource_path("leases", NODE_LEASE_NAMESPACE, name, group="coordination.k8s.io")
 
 
 def default_node_name() -> str:
