@@ -312,8 +312,11 @@ class ApiClient:
             else:
                 data = orjson.dumps(body)
             headers["Content-Type"] = content_type
+        # `sock_connect`, not `connect`: the dial is bounded, as Go's dialer bounds it, not
+        # the wait for one of the pool's connections (aiohttp's `connect` counts both), which
+        # under load failed requests as `dial tcp ...: i/o timeout` that never dialled.
         timeout = aiohttp.ClientTimeout(total=self.request_timeout,
-                                        connect=self.connect_timeout)
+                                        sock_connect=self.connect_timeout)
         try:
             for attempt in range(MAX_RETRIES + 1):
                 async with self._send(method, path, params=_query(params), data=data,
@@ -399,7 +402,7 @@ class ApiClient:
                         "labelSelector": label_selector, "fieldSelector": field_selector,
                         "timeoutSeconds": timeout_seconds,
                         "allowWatchBookmarks": allow_bookmarks or None, **params})
-        timeout = aiohttp.ClientTimeout(total=None, connect=self.connect_timeout,
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout,
                                         sock_read=None)
         try:
             async with self._send("GET", path, params=query, timeout=timeout) as resp:
