@@ -467,6 +467,10 @@ class _LeaseThread:
                                          _Gate(cfg.heartbeat_qps, cfg.heartbeat_concurrency))
         log.info("lease renewal thread stopped")
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     async def stop(self) -> None:
         """Stop the renewals and wait for the thread to end."""
         await asyncio.to_thread(self._ready.wait)
@@ -662,7 +666,7 @@ class HollowNodes:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if self._lease_thread is not None and self._lease_thread._thread.is_alive():
+            if self._lease_thread is not None and self._lease_thread.alive:
                 await self._lease_thread.stop()
             await asyncio.gather(*(n.close() for n in self.nodes.values()),
                                  return_exceptions=True)
