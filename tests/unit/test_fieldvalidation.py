@@ -464,7 +464,7 @@ def test_times_are_written_back_as_go_encodes_them(text: str, micro: bool,
     """metav1.Time encodes `t.UTC().Format(RFC3339)`: UTC, the fraction dropped; MicroTime
     the same with six digits. Year 0000 is kept as sent (no UTC conversion needed)."""
     assert fv.time_error(text, micro) is None
-    assert fv.go_time_text(text, micro) == written
+    assert fv.go_time(text, micro) == written
 
 
 def test_the_type_walk_stores_quantities_and_times_as_go_writes_them() -> None:
@@ -493,3 +493,24 @@ def test_a_lease_keeps_its_microseconds_in_utc() -> None:
                       "renewTime": "2026-12-02T15:00:00.123456+01:00"}}
     assert fv.type_errors(lease, "io.k8s.api.coordination.v1.Lease") is None
     assert lease["spec"]["renewTime"] == "2026-12-02T14:00:00.123456Z"
+
+
+@pytest.mark.parametrize(("sent", "stored"), [
+    ("+", "0"), (".", "0"), ("-.", "0"), (" 2Gi ", "2Gi"), (7, "7"),
+])
+def test_quantities_decode_as_resource_parse_quantity_reads_them(sent: Any,
+                                                                  stored: str) -> None:
+    """The decoder reads a Quantity with resource.ParseQuantity, which is more lenient than
+    the regular expression its error quotes: a sign or a point without digits is zero."""
+    obj = pod()
+    obj["spec"]["containers"][0]["resources"]["limits"]["cpu"] = sent
+    assert fv.type_errors(obj, POD) is None
+    assert obj["spec"]["containers"][0]["resources"]["limits"]["cpu"] == stored
+
+
+def test_a_signed_micro_fraction_is_a_time_go_parses() -> None:
+    """Go's time.atoi takes a sign, so `.+12345` is a fraction of 12345 microseconds; the
+    text is kept as it came (no client writes it)."""
+    text = "2026-12-01T00:00:00.+12345Z"
+    assert fv.time_error(text, micro=True) is None
+    assert fv.go_time(text, micro=True) == text

@@ -6,7 +6,7 @@ request body (`fieldValidation=Strict|Warn|Ignore`).
   uses (`json: cannot unmarshal string into Go struct field PodSpec.spec.containers of type
   []v1.Container`). Upstream answers these with 400 whatever `fieldValidation` says.
   The same walk rewrites, in place, the values that Go's encoder writes differently from
-  how they came (`go_json_value`): upstream decodes a body into Go structs and stores what
+  how they came (`go_quantity`, `go_time`): upstream decodes a body into Go structs and stores what
   they encode, so a Quantity is stored canonical (`1.5Gi` as `1536Mi`, `0.5` as `500m`)
   and a Time in UTC to the second, a MicroTime in UTC to the microsecond.
 - `unknown_fields(obj, definition)` / `drop_unknown_fields(...)`: the fields the schema does
@@ -40,7 +40,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.goformat import go_quote
 from ephemera.api.jsoncopy import same_json
 from ephemera.api.managedfields import typed_patch_error
-from ephemera.api.quantity import QuantityError, quantity_from_json
+from ephemera.api.quantity import ERR_FORMAT_WRONG, QuantityError, quantity_from_json
 
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
@@ -292,39 +292,34 @@ def json_kind(value: Any) -> str:
     return "object"
 
 
-_QUANTITY_FORMAT = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
-_QUANTITY_NUMBER = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
-_QUANTITY_SUFFIXES = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G",
-                      "T", "P", "E"}
-_QUANTITY_EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
-ERR_QUANTITY_FORMAT = ("quantities must match the regular expression "
-                       "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
-ERR_QUANTITY_SUFFIX = "unable to parse quantity's suffix"
-
-
-def quantity_error(value: Any) -> str | None:
-    """Why `value` is not a quantity, in resource.ParseQuantity's words, or None."""
+def go_quantity(value: Any) -> Any:
+    """What Go writes for the Quantity `value` once decoded (its canonical string; `value`
+    itself when that is what Go writes), parsed once; raises `QuantityError` with
+    resource.ParseQuantity's words when it is not a quantity."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        return ERR_QUANTITY_FORMAT
-    text = value.strip() if isinstance(value, str) else repr(value)
-    m = _QUANTITY_FORMAT.match(text)
-    if not m or not _QUANTITY_NUMBER.match(m.group(1)):
-        return ERR_QUANTITY_FORMAT
-    suffix = m.group(2)
-    if suffix in _QUANTITY_SUFFIXES or _QUANTITY_EXPONENT.match(suffix):
-        return None
-    return ERR_QUANTITY_SUFFIX
+        raise QuantityError(ERR_FORMAT_WRONG)
+    text = str(quantity_from_json(value))
+    return value if text == value else text
 
 
 _RFC3339 = "2006-01-02T15:04:05Z07:00"
 _RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
 
 
-# The valid times as written by clients (ASCII digits, in range below): no message built.
-_TIME_VALID = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
-                         r"(?:[.,][0-9]+)?(?:Z|[+-]([0-9]{2}):([0-9]{2}))")
-_MICRO_TIME_VALID = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):"
-                               r"([0-9]{2})\.[0-9]{6}(?:Z|[+-]([0-9]{2}):([0-9]{2}))")
+# A time as clients write it, every element captured: Go's parser reads the same, and the
+# common case needs no other parse (a one-digit hour is accepted, as Go accepts it).
+_TIME_FIELDS = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{1,2}):([0-9]{2}):([0-9]{2})"
+                          r"(?:[.,]([0-9]+))?(?:Z|([+-])([0-9]{2}):([0-9]{2}))")
+_MICRO_TIME_FIELDS = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{1,2}):([0-9]{2}):"
+                                r"([0-9]{2})[.,]([0-9]{6})(?:Z|([+-])([0-9]{2}):([0-9]{2}))")
+
+
+class TimeError(ValueError):
+    """A text that is not a metav1.Time or MicroTime; `message` is Go's time.Parse error."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def _days_in(month: int, year: int) -> int:
@@ -337,15 +332,44 @@ def _days_in(month: int, year: int) -> int:
 def time_error(text: str, micro: bool = False) -> str | None:
     """Why `text` does not parse as metav1.Time (RFC 3339) or MicroTime (six fractional
     digits), worded like Go's time.Parse, or None."""
-    valid = (_MICRO_TIME_VALID if micro else _TIME_VALID).fullmatch(text)
-    if valid is not None:
-        year, month, day, hour, minute, second = map(int, valid.groups()[:6])
-        zone_hour, zone_minute = valid.group(7), valid.group(8)
-        if 1 <= month <= 12 and 1 <= day <= _days_in(month, year) and hour <= 23 \
-                and minute <= 59 and second <= 59 \
-                and (zone_hour is None or (int(zone_hour) <= 24 and int(zone_minute) <= 60)):
-            return None
-    return _time_error(text, micro)
+    try:
+        go_time(text, micro)
+    except TimeError as e:
+        return e.message
+    return None
+
+
+def go_time(text: str, micro: bool) -> str:
+    """The time `text` as Go's encoder writes it back once decoded: in UTC, a Time to the
+    second, a MicroTime to the microsecond (both truncated); a time that needs a year
+    outside 1-9999 to say in UTC is kept as it came. Raises `TimeError` with Go's words when
+    `text` does not parse. One parse: the elements the check reads are the ones written."""
+    m = (_MICRO_TIME_FIELDS if micro else _TIME_FIELDS).fullmatch(text)
+    if m is None:
+        message = _time_error(text, micro)
+        if message is None:
+            return text  # valid in a spelling the regex leaves out (a signed micro fraction)
+        raise TimeError(message)
+    year, month, day, hour, minute, second = map(int, m.groups()[:6])
+    fraction, sign, zone_hour, zone_minute = m.group(7, 8, 9, 10)
+    if not (1 <= month <= 12 and 1 <= day <= _days_in(month, year) and hour <= 23
+            and minute <= 59 and second <= 59
+            and (sign is None or (int(zone_hour) <= 24 and int(zone_minute) <= 60))):
+        raise TimeError(_time_error(text, micro) or "")  # an element out of its range
+    if sign is None and len(m.group(4)) == 2 and \
+            (fraction is None if not micro else text[19] == "."):
+        return text  # already in Go's form: the common case
+    microsecond = int(fraction) if micro else 0
+    try:
+        moment = datetime(year, month, day, hour, minute, second, microsecond)
+        if sign is not None:
+            offset = timedelta(hours=int(zone_hour), minutes=int(zone_minute))
+            moment = moment - offset if sign == "+" else moment + offset
+    except (ValueError, OverflowError):
+        return text  # year 0000, or out of datetime's range once in UTC
+    whole = (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}:"
+             f"{moment.minute:02d}:{moment.second:02d}")
+    return f"{whole}.{moment.microsecond:06d}Z" if micro else f"{whole}Z"
 
 
 def _digit(text: str, i: int) -> bool:
@@ -450,50 +474,6 @@ def _time_error(text: str, micro: bool) -> str | None:
 
 
 
-# A time as Go's encoder writes it: `t.UTC().Format(RFC3339)` for metav1.Time (whole
-# seconds) and RFC3339Micro for MicroTime.
-_GO_TIME_FIELDS = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{1,2}):([0-9]{2}):"
-                             r"([0-9]{2})(?:[.,]([0-9]+))?(?:Z|([+-])([0-9]{2}):([0-9]{2}))")
-
-
-def go_time_text(text: str, micro: bool) -> str:
-    """A valid `time_error` text as Go's encoder writes the time back: in UTC, a Time to
-    the second, a MicroTime to the microsecond (both truncated). A time that needs a year
-    outside 1-9999 to say in UTC is kept as it came."""
-    if text[-1:] == "Z" and text[10:11] == "T" and \
-            (len(text) == 27 and text[19] == "." if micro else len(text) == 20):
-        return text  # already in Go's form: the common case
-    m = _GO_TIME_FIELDS.fullmatch(text)
-    if m is None:
-        return text
-    year, month, day, hour, minute, second = map(int, m.groups()[:6])
-    fraction, sign, zone_hour, zone_minute = m.group(7, 8, 9, 10)
-    microsecond = int((fraction or "0")[:6].ljust(6, "0")) if micro else 0
-    try:
-        moment = datetime(year, month, day, hour, minute, second, microsecond)
-        if sign is not None:
-            offset = timedelta(hours=int(zone_hour), minutes=int(zone_minute))
-            moment = moment - offset if sign == "+" else moment + offset
-    except (ValueError, OverflowError):
-        return text  # year 0000, or out of datetime's range once in UTC
-    whole = (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}:"
-             f"{moment.minute:02d}:{moment.second:02d}")
-    return f"{whole}.{moment.microsecond:06d}Z" if micro else f"{whole}Z"
-
-
-def go_json_value(value: Any, name: str) -> Any:
-    """What Go writes for a valid Quantity, Time or MicroTime `value` (`name` its schema
-    definition) once decoded: the canonical quantity string, the time in UTC; `value`
-    itself when that is what Go writes."""
-    if name == QUANTITY:
-        try:
-            text = str(quantity_from_json(value))
-        except QuantityError:
-            return value
-        return value if text == value else text
-    return go_time_text(value, micro=name == MICRO_TIME)
-
-
 _B64 = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 
 
@@ -543,10 +523,10 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
     declared = node
     node, facts, name = _resolved(node)
     if name == QUANTITY:
-        err = quantity_error(value)
-        if err:
-            raise _TypeError(err)
-        written = go_json_value(value, name)
+        try:
+            written = go_quantity(value)
+        except QuantityError as e:
+            raise _TypeError(str(e)) from None
         return None if written is value else written
     if name == INT_OR_STRING:
         if isinstance(value, str):
@@ -561,10 +541,10 @@ def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
     if name in (TIME, MICRO_TIME):
         if not isinstance(value, str):
             raise _unmarshal_error(value, {"type": "string"}, struct, fields)
-        err = time_error(value, micro=name == MICRO_TIME)
-        if err:
-            raise _TypeError(err)
-        written = go_json_value(value, name)
+        try:
+            written = go_time(value, micro=name == MICRO_TIME)
+        except TimeError as e:
+            raise _TypeError(e.message) from None
         return None if written is value else written
     kind = facts.kind
     if facts.opaque and kind in ("object", None):
@@ -638,7 +618,7 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     body converted to JSON cannot tell 1 from 1.0). `unknown`, when given, gets an entry
     when the walk met a field the schema does not know: an object that passed with
     `unknown` left empty has no unknown fields (`unknown_fields` would find none).
-    Valid values that Go writes otherwise are rewritten in `obj` (`go_json_value`), up to
+    Valid values that Go writes otherwise are rewritten in `obj` (`go_quantity`, `go_time`), up to
     the first wrong one."""
     root = _ROOTS.get(definition)
     if root is None:
