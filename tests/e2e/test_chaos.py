@@ -59,8 +59,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("chaos")]
 NODE_A = "chaos-a"  # the first member's kubelet
 NODE_B = "chaos-b"  # the joined kubelet
 NAMESPACE = "default"
-TRAFFIC_SECONDS = 40.0
 KILL_EVERY = 4.0  # seconds between one part's recovery and the next kill
+# The traffic goes on until every kind was killed once and KILL_EVERY more seconds have
+# passed (the last part's recovery under traffic), within this bound.
+TRAFFIC_SECONDS = 60.0
 RECOVER = 60.0  # bound on waiting for a killed part to be back
 SETTLE = 120.0  # bound on waiting for the pods to run after the traffic
 SWAP_PODS = ("swap-0", "swap-1")
@@ -401,12 +403,14 @@ def test_chaos_kills_lose_no_acknowledged_write(chaos: Chaos) -> None:
         until(partial(settled_now, name), f"{name} running", 90, chaos.logs)
 
     # The traffic, with a kill every KILL_EVERY seconds (each once the last one's part is
-    # back), one at a time.
+    # back), one at a time, until a whole round of kills is over.
     start = time.monotonic()
     next_kill = start + KILL_EVERY
     count = 0
     while time.monotonic() - start < TRAFFIC_SECONDS:
         if time.monotonic() >= next_kill:
+            if len(chaos.kills) >= len(KINDS):
+                break
             chaos.kill_one()
             next_kill = time.monotonic() + KILL_EVERY
         traffic.create(client, f"p-{count}")
