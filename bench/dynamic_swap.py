@@ -178,6 +178,15 @@ LIVE_TRACE_MARKS = [
     ("put_begin", "apiserver.begin", f"/{LIVE_POD}/dynamic", "sent"),
     ("put_committed", "store.committed", f"/{LIVE_POD}", "put_begin"),
     ("put_end", "apiserver.end", f"/{LIVE_POD}/dynamic", "put_begin"),
+    ("pod_event", "kubelet.pod_event", LIVE_POD, "put_committed"),
+    ("allocation_check", "kubelet.allocation_check", LIVE_POD, "pod_event"),
+    ("allocation_staged", "kubelet.allocation_staged", LIVE_POD, "allocation_check"),
+    ("allocation_written", "kubelet.allocation_written", LIVE_POD, "allocation_staged"),
+    ("volume_setup", "kubelet.volume_setup", LIVE_POD, "allocation_staged"),
+    ("volume_setup_2", "kubelet.volume_setup", LIVE_POD, "volume_setup"),
+    ("volume_set_up_1", "kubelet.volume_set_up", LIVE_POD, "volume_setup"),
+    ("volume_set_up_2", "kubelet.volume_set_up", LIVE_POD, "volume_set_up_1"),
+    ("sync", "kubelet.sync", LIVE_POD, "allocation_written"),
     ("live_change", "kubelet.live_change", LIVE_POD, "put_begin"),
     ("live_changed", "kubelet.live_changed", LIVE_POD, "live_change"),
     ("status_build", "kubelet.status_build", LIVE_POD, "live_changed"),
@@ -200,6 +209,16 @@ LIVE_TRACE_STEPS = [
     ("put_committed", "→ the handler ends", "put_end"),
     ("put_end", "→ answered on the client", "answered"),
     ("put_committed", "committed → the kubelet's live change begins", "live_change"),
+    ("put_committed", "committed → the kubelet has the pod's event", "pod_event"),
+    ("pod_event", "→ the allocation check begins", "allocation_check"),
+    ("allocation_check", "→ checked (the new Secret read), staged", "allocation_staged"),
+    ("allocation_staged", "→ the checkpoint written", "allocation_written"),
+    ("allocation_staged", "staged → a volume's setup begins", "volume_setup"),
+    ("volume_setup", "→ the other's setup begins", "volume_setup_2"),
+    ("volume_setup", "→ one volume set up", "volume_set_up_1"),
+    ("volume_set_up_1", "→ the other", "volume_set_up_2"),
+    ("allocation_written", "written → the pod worker's sync begins", "sync"),
+    ("sync", "→ the live change begins", "live_change"),
     ("live_change", "the live change (runtime's records, mount helper) → back on the loop",
      "live_changed"),
     ("live_changed", "→ the status built", "status_build"),
@@ -591,15 +610,19 @@ class TraceReader:
 def trace_marks(lines: Sequence[tuple[float, str, str]], marks: Mapping[str, float],
                 spec: Sequence[tuple[str, str, str, str]]) -> dict[str, float]:
     """The marks of `spec` found in `lines` (each the first line of its event whose key ends
-    with or contains the given text, at or after the mark it follows)."""
+    with or contains the given text, at or after the mark it follows: after its line, when
+    that mark is a line too, so that one event can be followed by its next line)."""
     found: dict[str, float] = {}
+    line_of: dict[str, int] = {}
     for name, event, key, after in spec:
         since = found.get(after, marks.get(after))
         if since is None:
             continue
-        for at, ev, k in lines:
+        for i in range(line_of.get(after, -1) + 1, len(lines)):
+            at, ev, k = lines[i]
             if ev == event and at >= since and (key in k or not key):
                 found[name] = at
+                line_of[name] = i
                 break
     return found
 

@@ -48,6 +48,11 @@ assert reader.read() == [(4.0, "x.end", "/pods/a")]  # the partial line, once wh
 spec = [("b", "x.begin", "/a", "sent"), ("e", "x.end", "/a", "b"),
         ("never", "x.other", "", "e"), ("orphan", "x.end", "", "missing")]
 assert trace_marks(lines, {"sent": 0.5}, spec) == {"b": 1.0, "e": 3.0}
+# a mark after a mark of the same event is that event's next line, even at the same time
+same = [(1.0, "v.done", "a"), (1.0, "v.done", "a"), (2.0, "v.done", "a")]
+spec = [("one", "v.done", "a", "sent"), ("two", "v.done", "a", "one"),
+        ("three", "v.done", "a", "two"), ("four", "v.done", "a", "three")]
+assert trace_marks(same, {"sent": 0.5}, spec) == {"one": 1.0, "two": 1.0, "three": 2.0}
 """
 
 

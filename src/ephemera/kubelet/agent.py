@@ -73,6 +73,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ephemera import trace
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_VOLUME_HOT_PLUG, FeatureGates, gate_enabled
 from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
@@ -411,6 +412,8 @@ class Kubelet:
     # -- pods ----------------------------------------------------------------------------
 
     def _handle_pod(self, pod: Obj) -> None:
+        if trace.ENABLED:
+            trace.mark("kubelet.pod_event", str((pod.get("metadata") or {}).get("name")))
         self.pod_admission.handle(pod)
 
     def _pod_seen(self, pod: Obj) -> None:

@@ -224,6 +224,8 @@ class PodWorker:
         return self.removed or bool(metadata(self.pod).get("deletionTimestamp"))
 
     async def sync(self) -> float:
+        if trace.ENABLED:
+            trace.mark("kubelet.sync", str((self.pod.get("metadata") or {}).get("name")))
         self.pod_runtime.awaiting_volumes = False  # set again by this sync's actions
         if self.deleting():
             return await self.terminate()

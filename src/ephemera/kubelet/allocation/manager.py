@@ -58,6 +58,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ephemera import trace
 from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.allocation.checkpoint import AllocationCheckpoint, CheckpointCorruptedError
 from ephemera.kubelet.allocation.fit import insufficient, pod_needs
@@ -446,6 +447,8 @@ class AllocationManager:
                 self.withdraw(uid)
                 return AllocationResult(True)
             outcome = DEFERRED
+            name = str((pod.get("metadata") or {}).get("name")) if trace.ENABLED else ""
+            trace.mark("kubelet.allocation_check", name)
             try:
                 message = await self.check(pod)
             except Exception as err:  # the API could not be asked: try again later
@@ -458,10 +461,12 @@ class AllocationManager:
             previous = self.allocated[uid]
             current = allocated_view(pod)
             self._staged[uid] = current
+            trace.mark("kubelet.allocation_staged", name)
             self._call(self.on_staging_changed, uid)
             try:
                 # durable before anything actuates it
                 written = await self._write_staged(uid, current)
+                trace.mark("kubelet.allocation_written", name)
             except Exception as err:
                 return self._not_allocated(
                     pod, f"writing the allocation checkpoint: {go_error_text(err)}", ERROR)

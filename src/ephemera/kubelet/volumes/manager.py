@@ -87,6 +87,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ephemera import trace
 from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.volumes.base import (
     VolumeHost,
@@ -937,8 +938,11 @@ class VolumeManager:
         started = time.monotonic()
         if desired.early:
             self._early_setups.add(key)
+        name = str((pod_object.get("metadata") or {}).get("name")) if trace.ENABLED else ""
+        trace.mark("kubelet.volume_setup", name)
         try:
             await desired.plugin.setup(pod_object, desired.volume, desired.host_dir, self.host)
+            trace.mark("kubelet.volume_set_up", name)
         except asyncio.CancelledError:
             self._early_setups.discard(key)
             self._carried.pop(key, None)
