@@ -17,7 +17,6 @@ payload does.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 from collections.abc import Awaitable, Callable, Mapping
@@ -122,14 +121,15 @@ async def setup_payload_volume(
     size: int | None,
 ) -> None:
     """Build the payload of `obj` for the volume `source` (its `items`, `defaultMode`,
-    `optional`) and write it atomically into `host_dir` (a tmpfs of `size` when given)."""
+    `optional`) and write it atomically into `host_dir` (a tmpfs of `size` when given), on
+    the loop (`VolumePlugin.setup`)."""
     payload = make_payload(
         source.get("items"),
         obj,
         _mode(source.get("defaultMode"), DEFAULT_MODE),
         bool(source.get("optional")),
     )
-    await asyncio.to_thread(write_volume, host_dir, payload, size)
+    write_volume(host_dir, payload, size)
 
 
 ObjectFetcher = Callable[[VolumeHost, str, str, bool], Awaitable[dict[str, Any]]]

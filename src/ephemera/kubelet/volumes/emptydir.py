@@ -16,7 +16,6 @@ own tmpfs, as upstream wraps them in a memory emptyDir.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -80,9 +79,9 @@ async def write_memory_backed_volume(
     payload: Mapping[str, FileProjection],
 ) -> None:
     """Write `payload` atomically into `host_dir`, a tmpfs sized by `memory_backed_size`
-    (secret, downwardAPI and projected volumes)."""
+    (secret, downwardAPI and projected volumes), on the loop (`VolumePlugin.setup`)."""
     size = memory_backed_size(pod, host.node_allocatable_memory)
-    await asyncio.to_thread(write_volume, host_dir, payload, size)
+    write_volume(host_dir, payload, size)
 
 
 class EmptyDirPlugin(VolumePlugin):
@@ -99,10 +98,10 @@ class EmptyDirPlugin(VolumePlugin):
         source = self.source_of(volume)
         medium = str(source.get("medium") or "")
         if medium == "":
-            await asyncio.to_thread(ensure_dir, host_dir, 0o777)
+            ensure_dir(host_dir, 0o777)
         elif medium == "Memory":
             size = memory_backed_size(pod, host.node_allocatable_memory, source.get("sizeLimit"))
-            await asyncio.to_thread(setup_tmpfs_dir, host_dir, size)
+            setup_tmpfs_dir(host_dir, size)
         elif medium == "HugePages" or medium.startswith("HugePages-"):
             raise VolumeSetupError(f"medium {medium}: hugePages storage is not supported")
         else:
