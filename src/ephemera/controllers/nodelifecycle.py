@@ -5,9 +5,12 @@ marked unknown, and nodes are tainted after their conditions.
 - Informers on Nodes and on the Leases of `kube-node-lease`.
 - Every `monitor_period` (5 s): a node's heartbeat is the last time this controller saw its
   Lease's `renewTime` (or its Ready condition's `lastHeartbeatTime`) change, or saw the node
-  for the first time. When it is older than `grace_period` (40 s, the kubelet's
-  `leaseDurationSeconds`), every condition among Ready, MemoryPressure, DiskPressure and
-  PIDPressure that is not already Unknown becomes `status: Unknown`, reason
+  for the first time. When it is older than `grace_period` (50 s, upstream's
+  `--node-monitor-grace-period` default since 1.32, kubernetes#126287: a little more than
+  the kubelet's 40 s `leaseDurationSeconds`, so that a renewal late by a retry and the
+  monitor's own period do not mark a live node), every condition among Ready,
+  MemoryPressure, DiskPressure and PIDPressure that is not already Unknown becomes
+  `status: Unknown`, reason
   `NodeStatusUnknown`, message `Kubelet stopped posting node status.` (a condition the kubelet
   never posted: `NodeStatusNeverUpdated`, `Kubelet never posted node status.`), with a
   `NodeNotReady` event `Node NAME status is now: NodeNotReady`.
@@ -36,7 +39,7 @@ __all__ = ["NodeLifecycleController", "desired_taints", "unknown_conditions"]
 log = logging.getLogger("ephemera.controllers.nodelifecycle")
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-DEFAULT_GRACE_PERIOD = 40.0
+DEFAULT_GRACE_PERIOD = 50.0
 DEFAULT_MONITOR_PERIOD = 5.0
 MONITORED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 UNKNOWN_REASON = "NodeStatusUnknown"
