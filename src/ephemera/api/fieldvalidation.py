@@ -6,9 +6,9 @@ request body (`fieldValidation=Strict|Warn|Ignore`).
   uses (`json: cannot unmarshal string into Go struct field PodSpec.spec.containers of type
   []v1.Container`). Upstream answers these with 400 whatever `fieldValidation` says.
   The same walk rewrites, in place, the values that Go's encoder writes differently from
-  how they came (`go_quantity`, `go_time`): upstream decodes a body into Go structs and stores what
-  they encode, so a Quantity is stored canonical (`1.5Gi` as `1536Mi`, `0.5` as `500m`)
-  and a Time in UTC to the second, a MicroTime in UTC to the microsecond.
+  how they came (`go_quantity`, `go_time`): upstream decodes a body into Go structs and
+  stores what they encode, so a Quantity is stored canonical (`1.5Gi` as `1536Mi`, `0.5`
+  as `500m`) and a Time in UTC to the second, a MicroTime in UTC to the microsecond.
 - `unknown_fields(obj, definition)` / `drop_unknown_fields(...)`: the fields the schema does
   not know, as strict decoding names them (`spec.containers[0].foo`), in document order.
 - `known`, which the three take: an object of the same kind that passed them (the stored
@@ -473,7 +473,6 @@ def _time_error(text: str, micro: bool) -> str | None:
     return None
 
 
-
 _B64 = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 
 
@@ -618,8 +617,8 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     body converted to JSON cannot tell 1 from 1.0). `unknown`, when given, gets an entry
     when the walk met a field the schema does not know: an object that passed with
     `unknown` left empty has no unknown fields (`unknown_fields` would find none).
-    Valid values that Go writes otherwise are rewritten in `obj` (`go_quantity`, `go_time`), up to
-    the first wrong one."""
+    Valid values that Go writes otherwise are rewritten in `obj` (`go_quantity`,
+    `go_time`), up to the first wrong one."""
     root = _ROOTS.get(definition)
     if root is None:
         if len(_ROOTS) >= _FACTS_LIMIT:
