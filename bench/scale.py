@@ -46,6 +46,7 @@ import datetime
 import json
 import os
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -169,13 +170,15 @@ def _pod(name: str) -> dict[str, Any]:
 
 
 class LeaseGaps:
-    """The seconds between successive `renewTime`s of each Lease, as a watch tells."""
+    """The seconds between successive `renewTime`s of each Lease, as a watch tells; and, per
+    Lease, each renewal's `renewTime` with the time the watch brought it (`seen`)."""
 
     def __init__(self) -> None:
         self.last: dict[str, float] = {}
         self.gaps: list[float] = []
+        self.seen: dict[str, list[tuple[float, float]]] = {}
 
-    def apply(self, event: Mapping[str, Any]) -> None:
+    def apply(self, event: Mapping[str, Any], received: float | None = None) -> None:
         obj = event.get("object") or {}
         name = (obj.get("metadata") or {}).get("name")
         renewed = (obj.get("spec") or {}).get("renewTime")
@@ -186,6 +189,8 @@ class LeaseGaps:
         if before is not None and at > before:
             self.gaps.append(at - before)
         self.last[name] = at
+        self.seen.setdefault(name, []).append((at, time.time() if received is None
+                                               else received))
 
     def summary(self) -> dict[str, Any]:
         if not self.gaps:
@@ -193,7 +198,52 @@ class LeaseGaps:
         return {"count": len(self.gaps), "p50_s": round(percentile(self.gaps, 50), 1),
                 "p99_s": round(percentile(self.gaps, 99), 1),
                 "max_s": round(max(self.gaps), 1),
-                "over_40s": sum(1 for g in self.gaps if g > 40)}
+                "over_40s": sum(1 for g in self.gaps if g > 40),
+                "over_50s": sum(1 for g in self.gaps if g > 50)}
+
+    def before(self, name: str, at: float) -> tuple[float, float] | None:
+        """The last renewal of Lease `name` the watch had brought by wall time `at`:
+        (its renewTime, when it was seen); None when there was none."""
+        found = None
+        for renewed, seen in self.seen.get(name, []):
+            if seen > at:
+                break
+            found = (renewed, seen)
+        return found
+
+
+# A node lifecycle controller's log line marking a node Unknown (`ephemera.cli.main`'s format).
+_UNKNOWN_MARK = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}) .*: node (\S+): no "
+                           r"heartbeat for \d+s; marking it unknown$")
+
+
+def unknown_marks(log_text: str) -> list[tuple[float, str]]:
+    """The Unknown marks in a controller-manager log: (wall time, node), in order (the log's
+    times are the machine's local time)."""
+    marks = []
+    for line in log_text.splitlines():
+        m = _UNKNOWN_MARK.match(line)
+        if m is not None:
+            when = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            marks.append((when.timestamp(), m.group(2)))
+    return marks
+
+
+def explain_marks(marks: Sequence[tuple[float, str]], leases: LeaseGaps, since: float,
+                  limit: int = 50) -> list[dict[str, Any]]:
+    """Each mark (at most `limit`) beside what the benchmark's own Lease watch had seen of
+    the node by then: the mark's time after `since` (the first create), how old the node's
+    last renewal was (by its renewTime) and how long before the mark the watch had brought
+    it. A renewal younger than the grace period means the controller's view lagged behind
+    the renewals; an old one, that the renewals were late."""
+    explained = []
+    for at, node in marks[:limit]:
+        last = leases.before(node, at)
+        explained.append({
+            "node": node, "at_s": round(at - since, 1),
+            "last_renewal_age_s": round(at - last[0], 1) if last else None,
+            "last_renewal_seen_s_before": round(at - last[1], 1) if last else None})
+    return explained
 
 
 class RunningPods:
@@ -320,6 +370,7 @@ class Run:
             cpu = CpuMeter(self.pids())
             cpu_before = cpu.snapshot()
             started = time.monotonic()
+            started_wall = time.time()
             names = [f"scale-{i}" for i in range(a.pods)]
             queue = iter(names)
 
@@ -351,7 +402,7 @@ class Run:
             created_in = time.monotonic() - started
             log(f"[{self.store}] {len(created)} pods created in {created_in:.1f}s")
             running_in = await self._wait_running(running, len(created), started)
-            unknown_marks = self._unknown_marks() - unknown_before
+            marks = self._unknown_marks()[len(unknown_before):]
             cpu_used = cpu.since(cpu_before)
             sampler_stop.set()
             await sampler
@@ -381,9 +432,13 @@ class Run:
                          "bytes": len(body)},
             # Node heartbeats from the first create until all were Running: the time between
             # successive renewals of each node's Lease (10 s when on time; the node lifecycle
-            # controller marks a node Unknown past 40 s), and how often it did.
+            # controller marks a node Unknown past its grace period, 50 s by default, 40 s
+            # before 51ed3d2), and how often it did.
             "lease_renewal_gaps": leases.summary(),
-            "nodes_marked_unknown": unknown_marks,
+            "nodes_marked_unknown": len(marks),
+            # the first 50 marks, each beside what this benchmark's Lease watch had seen
+            # of the node by then (`explain_marks`)
+            "unknown_marks": explain_marks(marks, leases, started_wall),
             "watch_events_min": min(watch_events) if watch_events else 0,
             "watch_events_max": max(watch_events) if watch_events else 0,
             "watch_events_total": sum(watch_events),
@@ -571,13 +626,13 @@ class Run:
                 return None
             await asyncio.sleep(2.0)
 
-    def _unknown_marks(self) -> int:
-        """How often the node lifecycle controller has marked a node Unknown (its log)."""
+    def _unknown_marks(self) -> list[tuple[float, str]]:
+        """The node lifecycle controller's Unknown marks so far (its log): (time, node)."""
         path = self.work_dir / "controller-manager.log"
         try:
-            return path.read_text(errors="replace").count("; marking it unknown")
+            return unknown_marks(path.read_text(errors="replace"))
         except OSError:
-            return 0
+            return []
 
     async def _follow_leases(self, http: aiohttp.ClientSession, gaps: LeaseGaps,
                              stop: asyncio.Event) -> None:
