@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["ENABLED", "ENV", "mark"]
+__all__ = ["ENABLED", "ENV", "mark", "name_of"]
 
 ENV = "EPHEMERA_TRACE"
 
@@ -32,3 +34,11 @@ def mark(event: str, key: str = "") -> None:
     if _fd < 0:
         return
     os.write(_fd, f"{time.time():.6f} {os.getpid()} {event} {key}\n".encode())
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    """An object's `metadata.name` as a mark's key when tracing is on ("" when it is off, so
+    that a hot path builds no key)."""
+    if _fd < 0:
+        return ""
+    return str((obj.get("metadata") or {}).get("name"))

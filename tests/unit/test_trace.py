@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CODE = "from ephemera import trace; trace.mark('a.b', 'GET /x'); print(trace.ENABLED)"
+CODE = ("from ephemera import trace; trace.mark('a.b', 'GET /x'); "
+        "print(trace.ENABLED, repr(trace.name_of({'metadata': {'name': 'p'}})))")
 
 
 def run(env: dict[str, str]) -> str:
@@ -21,10 +22,10 @@ def run(env: dict[str, str]) -> str:
 
 def test_off_by_default_and_on_with_the_variable(tmp_path: Path) -> None:
     path = tmp_path / "trace.log"
-    assert run({}) == "False"
+    assert run({}) == "False ''"  # off: no key is built either
     assert not path.exists()
-    assert run({"EPHEMERA_TRACE": str(path)}) == "True"
-    assert run({"EPHEMERA_TRACE": str(path)}) == "True"  # appended, not truncated
+    assert run({"EPHEMERA_TRACE": str(path)}) == "True 'p'"
+    assert run({"EPHEMERA_TRACE": str(path)}) == "True 'p'"  # appended, not truncated
     lines = path.read_text().splitlines()
     assert len(lines) == 2
     at, pid, event, key = lines[0].split(" ", 3)

@@ -412,8 +412,7 @@ class Kubelet:
     # -- pods ----------------------------------------------------------------------------
 
     def _handle_pod(self, pod: Obj) -> None:
-        if trace.ENABLED:
-            trace.mark("kubelet.pod_event", str((pod.get("metadata") or {}).get("name")))
+        trace.mark("kubelet.pod_event", trace.name_of(pod))
         self.pod_admission.handle(pod)
 
     def _pod_seen(self, pod: Obj) -> None:

@@ -162,7 +162,7 @@ class LiveMounts:
             return delay, instance.mounts
         removals = [m.container_path for m, remove in due if remove]
         additions = [m for m, remove in due if not remove]
-        pod_name = str((pod.get("metadata") or {}).get("name")) if trace.ENABLED else ""
+        pod_name = trace.name_of(pod)
         trace.mark("kubelet.live_change", pod_name)
         errors = await self.runtime.change_live(instance.id, removals, additions)
         trace.mark("kubelet.live_changed", pod_name)

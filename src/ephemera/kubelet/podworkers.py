@@ -224,8 +224,7 @@ class PodWorker:
         return self.removed or bool(metadata(self.pod).get("deletionTimestamp"))
 
     async def sync(self) -> float:
-        if trace.ENABLED:
-            trace.mark("kubelet.sync", str((self.pod.get("metadata") or {}).get("name")))
+        trace.mark("kubelet.sync", trace.name_of(self.pod))
         self.pod_runtime.awaiting_volumes = False  # set again by this sync's actions
         if self.deleting():
             return await self.terminate()

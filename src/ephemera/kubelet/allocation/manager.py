@@ -447,7 +447,7 @@ class AllocationManager:
                 self.withdraw(uid)
                 return AllocationResult(True)
             outcome = DEFERRED
-            name = str((pod.get("metadata") or {}).get("name")) if trace.ENABLED else ""
+            name = trace.name_of(pod)
             trace.mark("kubelet.allocation_check", name)
             try:
                 message = await self.check(pod)

@@ -938,7 +938,7 @@ class VolumeManager:
         started = time.monotonic()
         if desired.early:
             self._early_setups.add(key)
-        name = str((pod_object.get("metadata") or {}).get("name")) if trace.ENABLED else ""
+        name = trace.name_of(pod_object)
         trace.mark("kubelet.volume_setup", name)
         try:
             await desired.plugin.setup(pod_object, desired.volume, desired.host_dir, self.host)
