@@ -129,13 +129,13 @@ class VolumePlugin(abc.ABC):
         host: VolumeHost,
     ) -> None:
         """Set the volume up at `host_dir`. Work that waits on no disk (a directory made, a
-        tmpfs mounted, files written to a tmpfs or to the page cache, nothing flushed) runs
-        on the event loop: on a thread each of its few system calls waited for the GIL
-        again while the loop and the allocation checkpoint's thread worked, and a dynamic
-        volume's setup is on the way from its change to the container (bench.dynamic_swap
-        --trace, live swap, p50: 3.4-4.4 ms a volume on a thread, 0.4-0.7 on the loop).
-        What may wait on a disk or an image (a teardown's tree removal, an image volume's
-        layers) goes to a thread."""
+        tmpfs mounted, files written to a tmpfs, nothing flushed) runs on the event loop:
+        on a thread each of its few system calls waited for the GIL again while the loop and
+        the allocation checkpoint's thread worked, and a dynamic volume's setup is on the
+        way from its change to the container (bench.dynamic_swap --trace, live swap, p50:
+        3.9-4.4 ms a volume on a thread, 0.9-1.4 on the loop). What may wait on a disk or an
+        image (a ConfigMap's files on disk, which writeback may throttle; a teardown's tree
+        removal; an image volume's layers) goes to a thread."""
 
     async def teardown(self, host_dir: Path) -> None:
         await asyncio.to_thread(teardown_dir, host_dir)

@@ -17,6 +17,7 @@ payload does.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from collections.abc import Awaitable, Callable, Mapping
@@ -121,15 +122,19 @@ async def setup_payload_volume(
     size: int | None,
 ) -> None:
     """Build the payload of `obj` for the volume `source` (its `items`, `defaultMode`,
-    `optional`) and write it atomically into `host_dir` (a tmpfs of `size` when given), on
-    the loop (`VolumePlugin.setup`)."""
+    `optional`) and write it atomically into `host_dir`: a tmpfs of `size` when given,
+    written on the loop; else a directory on disk (a ConfigMap's, up to 1 MiB of files that
+    writeback may throttle), written on a thread (`VolumePlugin.setup`)."""
     payload = make_payload(
         source.get("items"),
         obj,
         _mode(source.get("defaultMode"), DEFAULT_MODE),
         bool(source.get("optional")),
     )
-    write_volume(host_dir, payload, size)
+    if size is None:
+        await asyncio.to_thread(write_volume, host_dir, payload, size)
+    else:
+        write_volume(host_dir, payload, size)
 
 
 ObjectFetcher = Callable[[VolumeHost, str, str, bool], Awaitable[dict[str, Any]]]
