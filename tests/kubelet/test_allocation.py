@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -152,6 +153,65 @@ def test_checkpoint_corruption_is_detected(tmp_path: Path) -> None:
     with pytest.raises(CheckpointCorruptedError,
                        match='unsupported checkpoint version "v9"'):
         AllocationCheckpoint(tmp_path).load()
+
+
+async def test_the_writer_process_writes_the_same_slots_as_a_thread(tmp_path: Path) -> None:
+    """`store_async` through the writer process leaves the bytes `store` leaves, slot for
+    slot, and `close` stops the process."""
+    by_thread = AllocationCheckpoint(tmp_path / "thread")
+    by_process = AllocationCheckpoint(tmp_path / "process", writer_process=True)
+    try:
+        for pods in ({"a": _pod("a")}, {"a": _pod("a"), "b": _pod("b")}, {"b": _pod("b")}):
+            by_thread.store(pods)
+            await by_process.store_async(pods)
+            assert [p.read_bytes() if p.exists() else None for p in by_process.slots] == \
+                [p.read_bytes() if p.exists() else None for p in by_thread.slots]
+        pid = by_process.writer_pid
+        assert pid is not None
+        assert sorted(AllocationCheckpoint(tmp_path / "process").load()) == ["b"]
+    finally:
+        by_process.close()
+    assert by_process.writer_pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_a_write_whose_writer_died_is_made_and_the_writer_started_again(
+        tmp_path: Path) -> None:
+    """The writer process killed between writes: the next write is made all the same (by a
+    new writer, or in a thread when the old one is found dead mid-request), and later ones
+    by a new writer."""
+    cp = AllocationCheckpoint(tmp_path, writer_process=True)
+    try:
+        await cp.store_async({"a": _pod("a")})
+        first = cp.writer_pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        await cp.store_async({"a": _pod("a"), "b": _pod("b")})
+        assert sorted(AllocationCheckpoint(tmp_path).load()) == ["a", "b"]
+        await cp.store_async({"c": _pod("c")})
+        assert cp.writer_pid not in (None, first)
+        assert sorted(AllocationCheckpoint(tmp_path).load()) == ["c"]
+    finally:
+        cp.close()
+
+
+async def test_a_write_failing_in_the_writer_raises_its_error(tmp_path: Path) -> None:
+    """An error of the write itself (here the slot is a directory) is the caller's, with its
+    errno, and nothing counts as written."""
+    cp = AllocationCheckpoint(tmp_path, writer_process=True)
+    try:
+        await cp.store_async({"a": _pod("a")})  # to the first slot: the next goes to the other
+        cp.slots[1].mkdir()
+        with pytest.raises(IsADirectoryError):
+            await cp.store_async({"b": _pod("b")})
+        assert cp.writer_pid is not None  # the process lives on
+        cp.slots[1].rmdir()
+        assert sorted(AllocationCheckpoint(tmp_path).load()) == ["a"]
+        await cp.store_async({"b": _pod("b")})
+        assert sorted(AllocationCheckpoint(tmp_path).load()) == ["b"]
+    finally:
+        cp.close()
 
 
 # --- the manager -----------------------------------------------------------------------------

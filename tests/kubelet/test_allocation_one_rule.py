@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,18 +32,18 @@ ALLOCATABLE = {"cpu": "4", "memory": "100Mi", "ephemeral-storage": "1Gi", "pods"
 
 
 class BlockingStore:
-    """Wraps `AllocationCheckpoint.store`: holds each write until `release` is set."""
+    """Wraps `AllocationCheckpoint.store_async`: holds each write until `release` is set."""
 
     def __init__(self, checkpoint: AllocationCheckpoint) -> None:
-        self.inner = checkpoint.store
-        self.release = threading.Event()
+        self.inner = checkpoint.store_async
+        self.release = asyncio.Event()
         self.release.set()
         self.calls = 0
 
-    def __call__(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
+    async def __call__(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
         self.calls += 1
-        assert self.release.wait(20)
-        self.inner(pods)
+        await asyncio.wait_for(self.release.wait(), 20)
+        await self.inner(pods)
 
 
 def _pod(uid: str, *, memory_volume: str | None = None, configmap: str | None = None,
@@ -78,7 +77,7 @@ class Recorder:
 def _manager(tmp_path: Path, lookup: Any = None) -> tuple[AllocationManager, BlockingStore]:
     checkpoint = AllocationCheckpoint(tmp_path)
     store = BlockingStore(checkpoint)
-    checkpoint.store = store  # type: ignore[method-assign]
+    checkpoint.store_async = store  # type: ignore[method-assign]
 
     async def none(namespace: str, name: str) -> None:
         return None
@@ -313,7 +312,7 @@ async def test_a_change_being_written_holds_its_room_on_the_kubelet(
             await wait_until(lambda: h.kubelet.node_allocatable.get("memory") == "500Mi")
             await running_worker(h)
             store = BlockingStore(h.kubelet.allocation.checkpoint)
-            h.kubelet.allocation.checkpoint.store = store  # type: ignore[method-assign]
+            h.kubelet.allocation.checkpoint.store_async = store  # type: ignore[method-assign]
             store.release.clear()
             try:
                 await _add_memory_volume(h, "300Mi")

@@ -10,6 +10,8 @@ the same emptyDir rule for admitting a pod and a change, the node's current allo
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
@@ -206,26 +208,30 @@ class _BlockingStore:
 
 async def test_the_checkpoint_is_written_off_the_loop_before_actuation(
         tmp_path: Path) -> None:
+    """The kubelet's writes go to its checkpoint writer process: with that process stopped
+    (SIGSTOP) the write waits, the loop runs on, and nothing of the pod is set up until the
+    write is done."""
     async with running_kubelet(tmp_path) as h:
-        checkpoint = h.kubelet.allocation.checkpoint
-        store = _BlockingStore(checkpoint)
-        checkpoint.store = store  # type: ignore[method-assign]
-        store.release.clear()
-        created = await h.create(pod("held", argv=["sleep", "3600"]))
-        uid = created["metadata"]["uid"]
-        await wait_until(lambda: store.calls == 1)
-        # the loop runs on (the API answers, the kubelet syncs) while the write is held,
-        # and nothing of the pod is set up yet
-        for _ in range(5):
-            assert await h.get("held") is not None
-            await asyncio.sleep(0.05)
-        assert not h.runtime.sandboxes
-        assert not (h.root / "pods" / uid).exists()
-        assert uid not in AllocationCheckpoint(h.root).load()
-        store.release.set()
+        writer = h.kubelet.allocation.checkpoint.writer_pid
+        assert writer is not None
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            created = await h.create(pod("held", argv=["sleep", "3600"]))
+            uid = created["metadata"]["uid"]
+            await wait_until(lambda: h.kubelet.pod_admission.admitting == {uid})
+            # the loop runs on (the API answers, the kubelet syncs) while the write waits,
+            # and nothing of the pod is set up yet
+            for _ in range(5):
+                assert await h.get("held") is not None
+                await asyncio.sleep(0.05)
+            assert not h.runtime.sandboxes
+            assert not (h.root / "pods" / uid).exists()
+            assert uid not in AllocationCheckpoint(h.root).load()
+        finally:
+            os.kill(writer, signal.SIGCONT)
         await h.wait_pod("held", lambda p: p["status"].get("phase") == "Running")
         assert uid in AllocationCheckpoint(h.root).load()
-        assert threading.main_thread().name not in store.threads
+        assert h.kubelet.allocation.checkpoint.writer_pid == writer  # the same process
 
 
 async def test_concurrent_allocations_share_serialized_writes(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ live change."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -284,14 +285,15 @@ async def test_a_changes_new_volume_is_set_up_while_its_checkpoint_is_written(
         before = await _live_worker(h)
         uid = before["metadata"]["uid"]
         checkpoint = h.kubelet.allocation.checkpoint
-        store = checkpoint.store
-        release = threading.Event()
+        store = checkpoint.store_async
+        release = asyncio.Event()
 
-        def held(pods: Any) -> None:
-            release.wait(10)
-            store(pods)
+        async def held(pods: Any) -> None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(release.wait(), 10)
+            await store(pods)
 
-        checkpoint.store = held  # type: ignore[method-assign]
+        checkpoint.store_async = held  # type: ignore[method-assign]
         try:
             await _change(h, [KEEP, EXTRA], [{"name": "keep", "mountPath": "/keep"},
                                              {"name": "extra", "mountPath": "/extra"}])
@@ -319,8 +321,8 @@ async def test_a_live_swap_s_listing_is_read_while_its_checkpoint_is_written(
         timeline: list[str] = []
         runtime, checkpoint = h.runtime, h.kubelet.allocation.checkpoint
         list_containers, change_live, store = runtime.list_containers, runtime.change_live, \
-            checkpoint.store
-        release = threading.Event()
+            checkpoint.store_async
+        release = asyncio.Event()
 
         async def listing(*args: Any) -> Any:
             if args and args[0]:  # the worker's listing of its sandbox (not the relister's)
@@ -331,15 +333,16 @@ async def test_a_live_swap_s_listing_is_read_while_its_checkpoint_is_written(
             timeline.append("change")
             return await change_live(*args)
 
-        def held(pods: Any) -> None:
+        async def held(pods: Any) -> None:
             timeline.append("checkpoint")
-            release.wait(10)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(release.wait(), 10)
             timeline.append("written")
-            store(pods)
+            await store(pods)
 
         runtime.list_containers = listing  # type: ignore[method-assign]
         runtime.change_live = changing  # type: ignore[method-assign]
-        checkpoint.store = held  # type: ignore[method-assign]
+        checkpoint.store_async = held  # type: ignore[method-assign]
         try:
             await _change(h, [EXTRA], [{"name": "extra", "mountPath": "/keep"}])
             await wait_until(lambda: "list" in timeline[timeline.index("checkpoint"):]

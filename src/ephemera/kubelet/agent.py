@@ -230,7 +230,8 @@ class Kubelet:
         # Every Service, for the pods' service environment variables (`serviceenv`).
         self.services_informer = Informer(api, resource_path("services"), name="services")
         self.allocation = AllocationManager(
-            AllocationCheckpoint(config.root_dir), node_allocatable=lambda: self.node_allocatable,
+            AllocationCheckpoint(config.root_dir, writer_process=True),
+            node_allocatable=lambda: self.node_allocatable,
             get_configmap=self.get_configmap, get_secret=self.get_secret,
             image_present=self._image_present, gates=config.gates,
             retry_period=config.allocation_retry_period)

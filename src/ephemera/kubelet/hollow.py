@@ -193,6 +193,9 @@ class MemoryCheckpoint(AllocationCheckpoint):
         # a write costs one dict, not a copy of every pod of the node.
         self._pods = dict(pods)  # type: ignore[arg-type]
 
+    async def store_async(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
+        self.store(pods)
+
     def load(self) -> dict[str, dict[str, Any]]:
         return dict(self._pods)
 

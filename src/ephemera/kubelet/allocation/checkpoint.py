@@ -20,35 +20,113 @@ grows (to a multiple of 4 KiB, with room to spare, so a pod added rarely extends
 `load()` returns the pods by UID; when no slot is valid (checksum, JSON) it raises
 `CheckpointCorruptedError`, with upstream's message for a version other than "v2". A single
 file from before the slots (no `sequence`) reads as sequence 0.
+
+The kubelet writes from its event loop (`store_async`) through a writer process of its own
+(`writer_process=True`; `slotwriter`): the pods are encoded on the loop and the process
+writes and flushes the slot, waiting on nothing but the disk, where a thread of the kubelet
+would wait for the GIL after each system call while the loop sets up the change's volumes
+beside it. When the process cannot be reached the write is made in a thread instead, and the
+process is started again at the next write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
-import os
+import socket
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ephemera.api.goformat import go_quote
+from ephemera.kubelet.allocation import slotwriter
+from ephemera.kubelet.helperprocess import ServedHelper
 
 __all__ = ["CHECKPOINT_NAME", "CHECKPOINT_VERSION", "AllocationCheckpoint",
-           "CheckpointCorruptedError"]
+           "CheckpointCorruptedError", "WriterUnavailable"]
 
 log = logging.getLogger("ephemera.kubelet.allocation")
 
 CHECKPOINT_NAME = "allocated_pods_state"
 CHECKPOINT_VERSION = "v2"
 ALTERNATE_SUFFIX = ".alt"
-_SLOT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
 _BLOCK = 4096
+SLOTWRITER = Path(slotwriter.__file__)
 
 
 class CheckpointCorruptedError(Exception):
     """The checkpoint file cannot be trusted."""
+
+
+class WriterUnavailable(Exception):
+    """No writer process answered: it could not start, or it exited before answering (the
+    write may or may not have been made)."""
+
+
+@dataclass(frozen=True)
+class _SlotWrite:
+    sequence: int
+    slot: int
+    body: bytes  # padded to the slot's size
+    new: bool  # the slot's file is made by this write
+
+
+class SlotWriterProcess(ServedHelper):
+    """The kubelet's end of the writer process (`slotwriter`), on its event loop: started
+    on first use and again after it exited; one request at a time (`store_async`)."""
+
+    def __init__(self, slots: tuple[Path, Path]) -> None:
+        super().__init__()
+        self.slots = slots
+
+    def start(self) -> None:
+        """Start the process unless it runs (blocking: a fork and an exec)."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        self.stop()
+        try:
+            self.spawn(SLOTWRITER, options=[f"slot{i}={path}" for i, path in enumerate(self.slots)])
+        except OSError as err:
+            raise WriterUnavailable(f"starting the checkpoint writer: {err}") from None
+        assert self.sock is not None
+        self.sock.setblocking(False)
+
+    async def write(self, slot: int, body: bytes, new: bool) -> None:
+        """Write `body` to slot `slot` and flush it; OSError with the writer's errno when
+        that failed, `WriterUnavailable` when no writer answered."""
+        self.start()
+        sock = self.sock
+        assert sock is not None
+        loop = asyncio.get_running_loop()
+        flags = slot & slotwriter.SLOT_BIT | (slotwriter.NEW_BIT if new else 0)
+        try:
+            await loop.sock_sendall(sock, slotwriter.REQUEST.pack(flags, len(body)) + body)
+            code, length = slotwriter.ANSWER.unpack(
+                await _recv_exactly(loop, sock, slotwriter.ANSWER.size))
+            text = (await _recv_exactly(loop, sock, length)).decode(errors="replace")
+        except (OSError, EOFError) as err:
+            self.stop()
+            raise WriterUnavailable(f"the checkpoint writer did not answer: {err}") from None
+        except BaseException:  # cancelled mid-request: the socket's state is unknown
+            self.stop()
+            raise
+        if code:
+            raise OSError(code, text, str(self.slots[slot]))
+
+
+async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                        size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = await loop.sock_recv(sock, size - len(data))
+        if not chunk:
+            raise EOFError("the connection closed")
+        data += chunk
+    return data
 
 
 def _checksum(data: str) -> str:
@@ -63,10 +141,13 @@ def _slot_size(length: int) -> int:
 class AllocationCheckpoint:
     """Reads and writes the allocated pods of one kubelet (two slots, see the module)."""
 
-    def __init__(self, root_dir: Path) -> None:
+    _writer: SlotWriterProcess | None = None
+
+    def __init__(self, root_dir: Path, *, writer_process: bool = False) -> None:
         self.dir = Path(root_dir) / "checkpoints"
         self.path = self.dir / CHECKPOINT_NAME
         self.slots = (self.path, self.dir / (CHECKPOINT_NAME + ALTERNATE_SUFFIX))
+        self._writer = SlotWriterProcess(self.slots) if writer_process else None
         self._lock = threading.Lock()
         self._sequence = -1  # of the last write (-1: the slots not read yet)
         self._newest: int | None = None  # the slot holding it (None: neither holds any)
@@ -79,44 +160,69 @@ class AllocationCheckpoint:
         return self.slots[self._newest or 0]
 
     def store(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
-        """Write `pods` (UID -> allocated pod) to the older slot, in place, and flush it:
-        open, pwrite, fdatasync, close (each system call lets the writing thread's GIL go,
-        and getting it back can wait for the event loop the swap waits on)."""
-        with self._lock:  # one writer at a time (writes run in worker threads)
-            if self._sequence < 0:
-                self._read()
-            sequence = self._sequence + 1
-            ordered = [pods[uid] for uid in sorted(pods)]
-            data = json.dumps({"podList": ordered, "sequence": sequence}, sort_keys=True,
-                              separators=(",", ":"))
-            body = json.dumps({"version": CHECKPOINT_VERSION, "data": data,
-                               "checksum": _checksum(data)}).encode()
-            slot = 0 if self._newest is None else 1 - self._newest  # never the newest
-            size = self._sizes[slot]
-            if len(body) > size:
-                size = _slot_size(len(body))
-            body += b" " * (size - len(body))
-            new = self._sizes[slot] == 0  # the slot's file is made by this write
-            try:
-                fd = os.open(self.slots[slot], _SLOT_FLAGS, 0o600)
-            except FileNotFoundError:
-                self.dir.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.slots[slot], _SLOT_FLAGS, 0o600)
-            try:
-                written = os.pwrite(fd, body, 0)
-                while written < len(body):
-                    written += os.pwrite(fd, body[written:], written)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-            if new:  # its name too, before the write counts as done
-                dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-            self._sizes[slot] = size
-            self._sequence, self._newest = sequence, slot
+        """Write `pods` (UID -> allocated pod) to the older slot, in place, and flush it, in
+        this thread (`store_async` writes from the event loop)."""
+        with self._lock:  # one writer at a time
+            write = self._encode(pods)
+            slotwriter.write_slot(str(self.slots[write.slot]), write.body, write.new)
+            self._written(write)
+
+    async def store_async(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
+        """`store` for a caller on the event loop: with a writer process (`writer_process`),
+        the pods are encoded here and the process writes the slot; else `store` runs in a
+        thread. One write at a time: a caller awaits each before the next (the allocation
+        manager's lock), and does not mix them with `store`."""
+        if self._writer is None:
+            await asyncio.to_thread(self.store, pods)
+            return
+        with self._lock:
+            write = self._encode(pods)
+        try:
+            await self._writer.write(write.slot, write.body, write.new)
+        except WriterUnavailable as err:  # safe to repeat: the same slot, the same bytes
+            log.warning("allocation checkpoint: %s; writing it in a thread", err)
+            await asyncio.to_thread(slotwriter.write_slot, str(self.slots[write.slot]),
+                                    write.body, write.new)
+        with self._lock:
+            self._written(write)
+
+    def start(self) -> None:
+        """Start the writer process now rather than at the first write (blocking)."""
+        if self._writer is not None:
+            self._writer.start()
+
+    def close(self) -> None:
+        """Stop the writer process (blocking; it is started again when next needed)."""
+        if self._writer is not None:
+            self._writer.stop()
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid while it runs."""
+        process = self._writer.process if self._writer is not None else None
+        return process.pid if process is not None and process.poll() is None else None
+
+    def _encode(self, pods: Mapping[str, Mapping[str, Any]]) -> _SlotWrite:
+        """The next write of `pods`: the older slot (never the newest) and its padded body."""
+        if self._sequence < 0:
+            self._read()
+        sequence = self._sequence + 1
+        ordered = [pods[uid] for uid in sorted(pods)]
+        data = json.dumps({"podList": ordered, "sequence": sequence}, sort_keys=True,
+                          separators=(",", ":"))
+        body = json.dumps({"version": CHECKPOINT_VERSION, "data": data,
+                           "checksum": _checksum(data)}).encode()
+        slot = 0 if self._newest is None else 1 - self._newest
+        size = self._sizes[slot]
+        if len(body) > size:
+            size = _slot_size(len(body))
+        body += b" " * (size - len(body))
+        # The slot's file is made by this write: its name is flushed too.
+        return _SlotWrite(sequence, slot, body, new=self._sizes[slot] == 0)
+
+    def _written(self, write: _SlotWrite) -> None:
+        self._sizes[write.slot] = len(write.body)
+        self._sequence, self._newest = write.sequence, write.slot
 
     def load(self) -> dict[str, dict[str, Any]]:
         """The checkpointed pods by UID ({} when there is no checkpoint)."""

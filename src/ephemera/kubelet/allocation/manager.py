@@ -24,15 +24,15 @@ nothing is mounted or started for a change the node has not admitted.
   needs no admission), and a pod forgotten (`forget`) is never allocated again: a change
   whose check or write was under way when the pod was forgotten is dropped without an event.
 - Every allocation is checkpointed (`checkpoint.AllocationCheckpoint`) before it takes
-  effect: the change is *staged*, written (in a thread, so the fsync never blocks the event
-  loop; one write at a time, each carrying every staged change, so changes made together
-  share a write) and only then becomes the allocated pod that `get`, `worker_pod` and the
-  pod worker see. Admission counts staged changes too (`others`: the allocated pods with the
-  staged changes applied, less the pods `is_inactive(uid)` says are terminal), so two
-  admissions never both take the same room. `restore()` at start-up reloads the allocated
-  pods, so a restarted kubelet re-admits what it had admitted (nothing lost, nothing set up
-  twice). A corrupted checkpoint is logged and ignored (the pods are then admitted again as
-  new pods).
+  effect: the change is *staged*, written (`store_async`: by the checkpoint's writer process
+  or a thread, so the fsync never blocks the event loop; one write at a time, each carrying
+  every staged change, so changes made together share a write) and only then becomes the
+  allocated pod that `get`, `worker_pod` and the pod worker see. Admission counts staged
+  changes too (`others`: the allocated pods with the staged changes applied, less the pods
+  `is_inactive(uid)` says are terminal), so two admissions never both take the same room.
+  `restore()` at start-up reloads the allocated pods, so a restarted kubelet re-admits what
+  it had admitted (nothing lost, nothing set up twice). A corrupted checkpoint is logged and
+  ignored (the pods are then admitted again as new pods).
 - `on_allocated(uid)` is called after each successful allocation of a change (the agent
   hands the new allocated pod to the pod worker and the volume manager, which actuate it);
   `on_change_allocated(previous, current)` just before it (for the agent's event), and
@@ -60,7 +60,11 @@ from typing import Any
 
 from ephemera import trace
 from ephemera.api.goformat import go_error_text
-from ephemera.kubelet.allocation.checkpoint import AllocationCheckpoint, CheckpointCorruptedError
+from ephemera.kubelet.allocation.checkpoint import (
+    AllocationCheckpoint,
+    CheckpointCorruptedError,
+    WriterUnavailable,
+)
 from ephemera.kubelet.allocation.fit import insufficient, pod_needs
 
 __all__ = [
@@ -177,8 +181,8 @@ class AllocationManager:
                  gates: Mapping[str, bool] | None = None,
                  retry_period: float = DEFAULT_RETRY_PERIOD,
                  offload: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> None:
-        """`offload` runs the checkpoint's writes and the image store's look-ups (a thread,
-        or on the loop when the checkpoint lives in memory: the hollow nodes)."""
+        """`offload` runs the image store's look-ups (a thread, or on the loop for the hollow
+        nodes, whose image store is in memory)."""
         self.checkpoint = checkpoint
         self.node_allocatable = node_allocatable
         self.get_configmap = get_configmap
@@ -223,6 +227,10 @@ class AllocationManager:
             log.error("reading the allocation checkpoint: %s", err)
             self.allocated = {}
         self._staged.clear()
+        try:
+            self.checkpoint.start()  # its writer, before the first pod waits on it
+        except WriterUnavailable as err:
+            log.warning("allocation checkpoint: %s; writing in a thread until it starts", err)
         return len(self.allocated)
 
     def _effective(self) -> dict[str, Obj]:
@@ -278,7 +286,7 @@ class AllocationManager:
             staged = dict(self._staged)
             pods = self._effective()
             try:
-                await self.offload(self.checkpoint.store, pods)
+                await self.checkpoint.store_async(pods)
             except Exception:
                 if self._staged.get(uid, _UNSTAGED) is view:
                     del self._staged[uid]
@@ -513,14 +521,14 @@ class AllocationManager:
 
     async def close(self, timeout: float = 10.0) -> None:
         """Wait for the callbacks still running (a forget's checkpoint write among them),
-        at most `timeout` seconds; cancel what is left."""
+        at most `timeout` seconds; cancel what is left; stop the checkpoint's writer."""
         tasks = list(self._tasks)
-        if not tasks:
-            return
-        _, late = await asyncio.wait(tasks, timeout=timeout)
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        self.checkpoint.close()
 
     async def allocate_pending(self) -> None:
         """One pass over every pending change (none blocks the others)."""

@@ -57,9 +57,9 @@ from pathlib import Path
 from typing import Any
 
 from ephemera.api.goformat import go_quote
+from ephemera.kubelet.helperprocess import ServedHelper, isolated_command
 from ephemera.kubelet.runtime import mountns
 from ephemera.kubelet.runtime.base import LiveMountError
-from ephemera.kubelet.runtime.helperprocess import ServedHelper, isolated_command
 
 MOUNTNS = Path(mountns.__file__)
 

@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ephemera.api.goformat import go_quote
+from ephemera.kubelet.helperprocess import ServedHelper, isolated_command
 from ephemera.kubelet.runtime import cgroups, livemount
 from ephemera.kubelet.runtime.base import (
     ContainerConfig,
@@ -100,7 +101,6 @@ from ephemera.kubelet.runtime.base import (
     mounts_after_live_changes,
 )
 from ephemera.kubelet.runtime.cni import CniError, CniNetwork, PodRef, result_ips
-from ephemera.kubelet.runtime.helperprocess import ServedHelper, isolated_command
 
 T = TypeVar("T")
 

@@ -1,10 +1,11 @@
-"""Long-lived helper processes of the runtime: stdlib-only modules (shim.py, mountns.py) run
-in a fresh, isolated interpreter, and served over one socket pair.
+"""Long-lived helper processes of the kubelet: stdlib-only modules (the runtime's shim.py and
+mountns.py, the allocation checkpoint's slotwriter.py) run in a fresh, isolated interpreter,
+and served over one socket pair.
 
 `isolated_command(module, mode, *options)` is the argv; `ServedHelper` owns the process and
-the kubelet's end of its socket (`spawn`, `stop`), for the shim's fork server and the mount
-helper alike. The module is imported rather than run as a script, so its compiled bytecode is
-cached (about 8 ms a start).
+the kubelet's end of its socket (`spawn`, `stop`), for the shim's fork server, the mount
+helper and the checkpoint's writer alike. The module is imported rather than run as a script,
+so its compiled bytecode is cached (about 8 ms a start).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -34,13 +36,13 @@ class ServedHelper:
         self.lock = threading.Lock()
 
     def spawn(self, module: Path, sock_type: socket.SocketKind = socket.SOCK_STREAM,
-              output: IO[bytes] | int = subprocess.DEVNULL) -> None:
+              output: IO[bytes] | int = subprocess.DEVNULL, options: Sequence[str] = ()) -> None:
         """Start `module` in `serve` mode with the other end of a new socket pair as
-        `fd=N`."""
+        `fd=N`, and `options` after it."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, sock_type)
         try:
             self.process = subprocess.Popen(
-                isolated_command(module, "serve", f"fd={theirs.fileno()}"),
+                isolated_command(module, "serve", f"fd={theirs.fileno()}", *options),
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=output,
                 stderr=output if output is not subprocess.DEVNULL else None,
                 start_new_session=True)
