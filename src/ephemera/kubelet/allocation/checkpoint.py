@@ -92,8 +92,9 @@ class SlotWriterProcess(ServedHelper):
             self.spawn(SLOTWRITER, options=[f"slot{i}={path}" for i, path in enumerate(self.slots)])
         except OSError as err:
             raise WriterUnavailable(f"starting the checkpoint writer: {err}") from None
-        assert self.sock is not None
+        assert self.sock is not None and self.process is not None
         self.sock.setblocking(False)
+        log.info("allocation checkpoint writer started (pid %d)", self.process.pid)
 
     async def write(self, slot: int, body: bytes, new: bool) -> None:
         """Write `body` to slot `slot` and flush it; OSError with the writer's errno when
