@@ -562,47 +562,6 @@ async def _settle(vm: VolumeManager) -> None:
     await asyncio.gather(*others)
 
 
-async def test_early_setups_pending_and_done_are_reported(
-    manager: Running, host: FakeVolumeHost
-) -> None:
-    """`early_setups_pending` holds from a change's staging until its early volumes are set
-    up or failed, and the `set_early_setups_done` callback hears of it once, when the last
-    one ended; a change without early volumes has none pending."""
-    vm = manager.vm
-    pod = make_pod([{"name": "keep", "emptyDir": {}}])
-    vm.set_desired_pods([pod])
-    await vm.wait_for_pod_volumes(pod, timeout=10)
-    staged: dict[str, dict[str, Any]] = {}
-    vm.set_staged_source(staged.get)
-    done: list[str] = []
-    vm.set_early_setups_done(done.append)
-
-    change = copy.deepcopy(pod)
-    change["spec"]["volumes"] += [{"name": "scratch", "emptyDir": {}},
-                                  {"name": "missing", "secret": {"secretName": "nope"}}]
-    change["spec"]["containers"][0]["volumeMounts"] += [
-        {"name": "scratch", "mountPath": "/scratch"}, {"name": "missing", "mountPath": "/m"}]
-    staged[UID] = change
-    vm.staging_changed(UID)
-    assert vm.early_setups_pending(UID)  # desired, not set up yet
-    await eventually(lambda: done == [UID])
-    assert vm.is_volume_mounted(UID, "scratch")
-    assert vm.volume_failures(UID, "missing") == 1  # failed: no longer pending
-    assert not vm.early_setups_pending(UID)
-
-    del staged[UID]
-    vm.staging_changed(UID)
-    removal = copy.deepcopy(pod)
-    removal["spec"]["volumes"] = []
-    removal["spec"]["containers"][0]["volumeMounts"] = []
-    staged[UID] = removal
-    vm.staging_changed(UID)
-    assert not vm.early_setups_pending(UID)  # nothing to set up early
-    del staged[UID]
-    vm.staging_changed(UID)
-    assert done == [UID]
-
-
 async def test_an_early_volume_is_not_set_up_again_when_its_change_is_allocated(
     root: Path, host: FakeVolumeHost
 ) -> None:

@@ -251,11 +251,6 @@ class Kubelet:
         set_staged_source = getattr(self.volumes, "set_staged_source", None)
         if set_staged_source is not None:
             set_staged_source(self.allocation.staged_change)
-        # Pods whose change's containers are read ahead once its early volumes are set up.
-        self._read_ahead_after_setups: set[str] = set()
-        set_early_setups_done = getattr(self.volumes, "set_early_setups_done", None)
-        if set_early_setups_done is not None:
-            set_early_setups_done(self._early_setups_done)
         self.metrics.track_pending_allocations(lambda: len(self.allocation.pending))
         self._initial_done = False
         self.relister = Relister(runtime, self._runtime_changed,
@@ -379,27 +374,12 @@ class Kubelet:
 
     def _staging_changed(self, uid: str) -> None:
         """A change's checkpoint write began or ended: its new volumes are set up, and its
-        pod's containers listed, meanwhile. The listing waits for the setups: they run on
-        the loop, and its thread would take the GIL at each of their system calls."""
-        self._read_ahead_after_setups.discard(uid)
+        pod's containers listed, meanwhile."""
         staging_changed = getattr(self.volumes, "staging_changed", None)
         if staging_changed is not None:
             staging_changed(uid)
-        if self.workers is None or self.allocation.staged_change(uid) is None:
-            return
-        pending = getattr(self.volumes, "early_setups_pending", None)
-        if pending is not None and pending(uid):
-            self._read_ahead_after_setups.add(uid)
-        else:
+        if self.workers is not None and self.allocation.staged_change(uid) is not None:
             self.workers.prefetch_listing(uid)
-
-    def _early_setups_done(self, uid: str) -> None:
-        """The early volumes of a change being written are set up (or failed): its pod's
-        containers are read ahead now, unless the write already ended."""
-        if uid in self._read_ahead_after_setups:
-            self._read_ahead_after_setups.discard(uid)
-            if self.workers is not None and self.allocation.staged_change(uid) is not None:
-                self.workers.prefetch_listing(uid)
 
     def _volume_event(self, uid: str) -> None:
         if self.workers is not None:

@@ -58,9 +58,7 @@ desired). Nothing mounts them in a container before the change is allocated (the
 sees only the allocated spec), and `volume_statuses` leaves them out until then (the worker
 reports them `Pending`); a kubelet killed meanwhile finds them on disk at start-up and tears
 them down (their pod does not desire them). Only those three kinds: their contents do not
-depend on the pod's spec (a downwardAPI or projected volume's do). `early_setups_pending(uid)`
-says whether some of them are still to be set up (not failed meanwhile), and
-`set_early_setups_done(callback)` has `callback(uid)` called once the last of them ended.
+depend on the pod's spec (a downwardAPI or projected volume's do).
 
 Every finished setup and teardown is reported to the observer (`set_operation_observer`) as a
 `VolumeOperation` (plugin, seconds, error, and whether the volume is *dynamic*: added to or
@@ -370,7 +368,6 @@ class VolumeManager:
         # Early setups under way (`DesiredVolume.early`), and those of them whose change was
         # allocated meanwhile: (old version, new version), for `_carry_early_sync`.
         self._early_setups: set[Key] = set()
-        self._early_setups_done: Callable[[str], None] | None = None
         self._carried: dict[Key, tuple[int, int]] = {}
         self._terminated: OrderedDict[str, None] = OrderedDict()
         self._sources_ready = False
@@ -404,25 +401,6 @@ class VolumeManager:
         None (its new emptyDir, Secret and ConfigMap volumes are set up early; see the module
         docstring)."""
         self._staged_source = source
-
-    def set_early_setups_done(self, callback: Callable[[str], None] | None) -> None:
-        """`callback(uid)` is called when a setup of the pod's early volumes ends and none is
-        left pending (`early_setups_pending`)."""
-        self._early_setups_done = callback
-
-    def early_setups_pending(self, uid: str, ended: Key | None = None) -> bool:
-        """Some early volume of the pod's change being written is still to be set up: under
-        way (but the setup `ended`, whose task is still finishing), or desired and neither
-        mounted nor failed."""
-        for name in self._early_volumes(uid):
-            key = (uid, name)
-            if key in self._ops and key != ended:
-                return True
-            mounted = self._asw.get(key)
-            if (mounted is None or mounted.uncertain) and \
-                    not self._op_states.get(key, _OpState()).error:
-                return True
-        return False
 
     def set_in_use_checker(self, checker: InUseChecker | None) -> None:
         """`async checker(pod_uid, volume_name) -> bool`: True while a running container of
@@ -788,16 +766,6 @@ class VolumeManager:
         else:
             self._notify(key[0])
 
-    def _early_setup_ended(self, key: Key) -> None:
-        """An early setup ended, mounted or failed: `set_early_setups_done`'s callback when
-        it was the pod's last one pending."""
-        if self._early_setups_done is not None and key[1] in self._early_volumes(key[0]) \
-                and not self.early_setups_pending(key[0], ended=key):
-            try:
-                self._early_setups_done(key[0])
-            except Exception:
-                log.exception("early setups callback failed for pod %s", key[0])
-
     def _callback_done(self, task: asyncio.Task[Any]) -> None:
         self._callback_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -994,7 +962,6 @@ class VolumeManager:
             ):
                 self._asw[key] = _mounted_from(desired, uncertain=True)
             self._notify_setup(key)
-            self._early_setup_ended(key)
             return
         self._early_setups.discard(key)
         carried = self._carried.pop(key, None)
@@ -1010,7 +977,6 @@ class VolumeManager:
                                           MOUNT, time.monotonic() - started, desired.dynamic))
         if not was_mounted or had_error:
             self._notify_setup(key)
-        self._early_setup_ended(key)
 
     async def _teardown_op(self, key: Key) -> None:
         mounted = self._asw.get(key)
