@@ -7,10 +7,12 @@ signals of a change that cannot be allocated."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import os
 import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,7 +34,9 @@ from ephemera.kubelet.allocation import (
     AllocationCheckpoint,
     AllocationManager,
     CheckpointCorruptedError,
+    slotwriter,
 )
+from ephemera.kubelet.allocation.checkpoint import SlotWriterProcess, WriterUnavailable
 
 Obj = dict[str, Any]
 
@@ -73,10 +77,9 @@ def test_checkpoint_round_trip_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_a_checkpoint_write_overwrites_the_older_slot_in_place(tmp_path: Path) -> None:
-    """A write (on the swap's path: its thread lets go of the GIL at each call) is open,
-    pwrite, fdatasync, close of the slot that does not hold the last write: no rename, no
-    new file once both slots exist, and a smaller checkpoint is padded to the slot's
-    size (its metadata unchanged)."""
+    """A write is open, fstat (the slot's size, padded to), pwrite, fdatasync, close of the
+    slot that does not hold the last write: no rename, no new file once both slots exist,
+    and a smaller checkpoint is padded to the slot's size (its metadata unchanged)."""
     cp = AllocationCheckpoint(tmp_path)
     big = {uid: _pod(uid) for uid in "abcdefgh"}
     cp.store(big)
@@ -99,7 +102,7 @@ def test_a_checkpoint_write_overwrites_the_older_slot_in_place(tmp_path: Path) -
         for name in real:
             patch.setattr(os, name, counted(name))
         cp.store(small)
-    assert calls == ["open", "pwrite", "fdatasync", "close"]
+    assert calls == ["open", "fstat", "pwrite", "fdatasync", "close"]
     assert cp.newest() == cp.slots[0]
     assert [path.stat().st_size for path in cp.slots] == sizes
     assert [path.stat().st_ino for path in cp.slots] == inodes
@@ -212,6 +215,70 @@ async def test_a_write_failing_in_the_writer_raises_its_error(tmp_path: Path) ->
         assert sorted(AllocationCheckpoint(tmp_path).load()) == ["b"]
     finally:
         cp.close()
+
+
+def test_a_slot_longer_than_the_checkpoint_knows_is_padded_to_its_size(
+        tmp_path: Path) -> None:
+    """A write whose caller never saw it end (its task cancelled) may have made the older
+    slot longer than the checkpoint's record of it: the next write to that slot is padded to
+    the file's size, so no tail of it is left to spoil the JSON."""
+    cp = AllocationCheckpoint(tmp_path)
+    cp.store({"a": _pod("a")})
+    cp.store({"b": _pod("b")})  # both slots exist; the next write goes to the first
+    longer = json.dumps({"pods": "x" * 20000}).encode()
+    slotwriter.write_slot(str(cp.slots[0]), longer, False)  # never acknowledged
+    cp.store({"c": _pod("c")})
+    assert cp.slots[0].stat().st_size >= len(longer)
+    assert sorted(AllocationCheckpoint(tmp_path).load()) == ["c"]
+
+
+async def test_a_cancelled_write_in_a_thread_ends_before_the_next_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no writer process, a write runs in a thread; when its caller is cancelled the
+    thread goes on, and the next `store_async` waits for it before it writes."""
+    cp = AllocationCheckpoint(tmp_path, writer_process=True)
+    real = slotwriter.write_slot
+    spans: list[tuple[str, float, float]] = []
+
+    def slow(path: str, body: bytes, new: bool) -> None:
+        began = time.monotonic()
+        time.sleep(0.3)
+        real(path, body, new)
+        spans.append((path, began, time.monotonic()))
+
+    def unavailable() -> None:
+        raise WriterUnavailable("no writer in this test")
+
+    monkeypatch.setattr(slotwriter, "write_slot", slow)
+    monkeypatch.setattr(cp._writer, "start", unavailable)  # type: ignore[union-attr]
+    first = asyncio.ensure_future(cp.store_async({"a": _pod("a")}))
+    await asyncio.sleep(0.05)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await cp.store_async({"b": _pod("b")})
+    assert len(spans) == 2 and spans[0][2] <= spans[1][1]  # one after the other
+    assert sorted(AllocationCheckpoint(tmp_path).load()) == ["b"]
+
+
+def test_a_writer_that_keeps_failing_is_started_again_only_after_a_back_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first failure is retried at once; after failures in a row the next start waits
+    for a back-off (1 s, doubling to 30 s) instead of forking at every write."""
+    writer = SlotWriterProcess(AllocationCheckpoint(tmp_path).slots)
+    spawns: list[int] = []
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        spawns.append(1)
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(writer, "spawn", failing)
+    for _ in range(2):  # the first failure leaves no back-off: tried again at once
+        with pytest.raises(WriterUnavailable, match="starting the checkpoint writer"):
+            writer.start()
+    with pytest.raises(WriterUnavailable, match="failed 2 times in a row"):
+        writer.start()  # backing off: not forked
+    assert len(spawns) == 2
 
 
 # --- the manager -----------------------------------------------------------------------------

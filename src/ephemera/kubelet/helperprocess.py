@@ -27,8 +27,9 @@ def isolated_command(module: Path, mode: str, *options: str) -> list[str]:
 
 
 class ServedHelper:
-    """One helper process and the kubelet's end of its socket; callers hold `lock` around
-    a request and its answer."""
+    """One helper process and the kubelet's end of its socket; callers on threads hold
+    `lock` around a request and its answer (the checkpoint's writer, used from one event
+    loop, is held to one request at a time by its own caller)."""
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
@@ -46,6 +47,9 @@ class ServedHelper:
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=output,
                 stderr=output if output is not subprocess.DEVNULL else None,
                 start_new_session=True)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.sock = ours

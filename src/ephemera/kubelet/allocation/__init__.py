@@ -1,6 +1,7 @@
 """The kubelet's allocation stage (KEP-5972 / KEP-6395 "Two-Stage Kubelet Lifecycle"): which
 version of each pod's spec the node has admitted (`manager.py`), its on-disk checkpoint
-(`checkpoint.py`) and what a pod needs of the node to be admitted (`fit.py`)."""
+(`checkpoint.py`, written by the process of `slotwriter.py`) and what a pod needs of the node
+to be admitted (`fit.py`)."""
 
 from ephemera.kubelet.allocation.checkpoint import (
     AllocationCheckpoint,

@@ -37,6 +37,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,28 +78,42 @@ class _SlotWrite:
 
 class SlotWriterProcess(ServedHelper):
     """The kubelet's end of the writer process (`slotwriter`), on its event loop: started
-    on first use and again after it exited; one request at a time (`store_async`)."""
+    on first use and again after it exited (at once the first time; after failures in a
+    row, not before a back-off of 1 s doubling to 30 s); one request at a time
+    (`store_async`)."""
 
     def __init__(self, slots: tuple[Path, Path]) -> None:
         super().__init__()
         self.slots = slots
+        self._failures = 0  # in a row: starts that failed, requests not answered
+        self._retry_at = 0.0  # time.monotonic() before which no writer is started
 
     def start(self) -> None:
         """Start the process unless it runs (blocking: a fork and an exec)."""
         if self.process is not None and self.process.poll() is None:
             return
         self.stop()
+        if time.monotonic() < self._retry_at:
+            raise WriterUnavailable(f"the checkpoint writer failed {self._failures} times "
+                                    "in a row; not started again yet")
         try:
             self.spawn(SLOTWRITER, options=[f"slot{i}={path}" for i, path in enumerate(self.slots)])
         except OSError as err:
+            self._failed()
             raise WriterUnavailable(f"starting the checkpoint writer: {err}") from None
         assert self.sock is not None and self.process is not None
         self.sock.setblocking(False)
         log.info("allocation checkpoint writer started (pid %d)", self.process.pid)
 
+    def _failed(self) -> None:
+        self._failures += 1
+        delay = 0.0 if self._failures == 1 else min(30.0, 2.0 ** (self._failures - 2))
+        self._retry_at = time.monotonic() + delay
+
     async def write(self, slot: int, body: bytes, new: bool) -> None:
         """Write `body` to slot `slot` and flush it; OSError with the writer's errno when
-        that failed, `WriterUnavailable` when no writer answered."""
+        that failed, `WriterUnavailable` when no writer answered. Cancelled, it waits for
+        the process to end (it finishes the write first)."""
         self.start()
         sock = self.sock
         assert sock is not None
@@ -111,10 +126,12 @@ class SlotWriterProcess(ServedHelper):
             text = (await _recv_exactly(loop, sock, length)).decode(errors="replace")
         except (OSError, EOFError) as err:
             self.stop()
+            self._failed()
             raise WriterUnavailable(f"the checkpoint writer did not answer: {err}") from None
         except BaseException:  # cancelled mid-request: the socket's state is unknown
             self.stop()
             raise
+        self._failures = 0
         if code:
             raise OSError(code, text, str(self.slots[slot]))
 
@@ -150,6 +167,8 @@ class AllocationCheckpoint:
         self.slots = (self.path, self.dir / (CHECKPOINT_NAME + ALTERNATE_SUFFIX))
         self._writer = SlotWriterProcess(self.slots) if writer_process else None
         self._lock = threading.Lock()
+        self._async_lock = asyncio.Lock()  # `store_async`: one write at a time
+        self._in_thread: asyncio.Future[None] | None = None  # its write made in a thread
         self._sequence = -1  # of the last write (-1: the slots not read yet)
         self._newest: int | None = None  # the slot holding it (None: neither holds any)
         self._sizes = [0, 0]  # each slot's size on disk
@@ -171,21 +190,34 @@ class AllocationCheckpoint:
     async def store_async(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
         """`store` for a caller on the event loop: with a writer process (`writer_process`),
         the pods are encoded here and the process writes the slot; else `store` runs in a
-        thread. One write at a time: a caller awaits each before the next (the allocation
-        manager's lock), and does not mix them with `store`."""
+        thread. One write at a time, and a write whose caller was cancelled ends before the
+        next begins (the process's, or the thread's that replaced it). Not mixed with
+        `store` from other threads."""
         if self._writer is None:
-            await asyncio.to_thread(self.store, pods)
+            await asyncio.to_thread(self.store, pods)  # `store` holds the lock to its end
             return
-        with self._lock:
-            write = self._encode(pods)
-        try:
-            await self._writer.write(write.slot, write.body, write.new)
-        except WriterUnavailable as err:  # safe to repeat: the same slot, the same bytes
-            log.warning("allocation checkpoint: %s; writing it in a thread", err)
-            await asyncio.to_thread(slotwriter.write_slot, str(self.slots[write.slot]),
-                                    write.body, write.new)
-        with self._lock:
-            self._written(write)
+        async with self._async_lock:
+            if self._in_thread is not None:  # a cancelled caller's write, still running
+                await asyncio.wait([self._in_thread])
+                if not self._in_thread.cancelled() and self._in_thread.exception():
+                    log.warning("allocation checkpoint: a write whose caller was cancelled "
+                                "failed: %s", self._in_thread.exception())
+                self._in_thread = None
+            with self._lock:
+                write = self._encode(pods)
+            try:
+                await self._writer.write(write.slot, write.body, write.new)
+            except WriterUnavailable as err:  # safe to repeat: the same slot, the same bytes
+                log.warning("allocation checkpoint: %s; writing it in a thread", err)
+                self._in_thread = asyncio.ensure_future(asyncio.to_thread(
+                    slotwriter.write_slot, str(self.slots[write.slot]), write.body, write.new))
+                try:
+                    await asyncio.shield(self._in_thread)
+                finally:
+                    if self._in_thread.done():
+                        self._in_thread = None
+            with self._lock:
+                self._written(write)
 
     def start(self) -> None:
         """Start the writer process now rather than at the first write (blocking)."""

@@ -33,13 +33,18 @@ _SLOT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
 def write_slot(path: str, body: bytes, new: bool) -> None:
     """Overwrite the file `path` from offset 0 with `body` and flush its data (made, with its
     directory, when missing); when `new`, flush the directory too, so that its name outlives
-    a power loss."""
+    a power loss. `body` is padded with spaces to the file's size when the file is longer
+    (a write whose end its caller never saw may have made it so): the JSON reader takes
+    trailing spaces, not an older write's tail."""
     try:
         fd = os.open(path, _SLOT_FLAGS, 0o600)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, _SLOT_FLAGS, 0o600)
     try:
+        size = os.fstat(fd).st_size
+        if size > len(body):
+            body += b" " * (size - len(body))
         view = memoryview(body)
         written = 0
         while written < len(view):
@@ -65,6 +70,8 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
             count = sock.recv_into(view[got:])
         except InterruptedError:
             continue
+        except OSError:  # the kubelet went away
+            return None
         if count == 0:
             return None
         got += count
@@ -88,7 +95,10 @@ def serve(fd: int, slots: tuple[str, str]) -> int:
         except OSError as exc:
             text = (exc.strerror or str(exc)).encode()
             answer = ANSWER.pack(exc.errno or errno.EIO, len(text)) + text
-        sock.sendall(answer)
+        try:
+            sock.sendall(answer)
+        except OSError:  # the kubelet went away (it closed the socket, or it died)
+            return 0
 
 
 def main(argv: list[str]) -> int:
