@@ -36,6 +36,11 @@ class ServedHelper:
         self.sock: socket.socket | None = None
         self.lock = threading.Lock()
 
+    @property
+    def running(self) -> bool:
+        """The helper process has been started and has not exited."""
+        return self.process is not None and self.process.poll() is None
+
     def spawn(self, module: Path, sock_type: socket.SocketKind = socket.SOCK_STREAM,
               output: IO[bytes] | int = subprocess.DEVNULL, options: Sequence[str] = ()) -> None:
         """Start `module` in `serve` mode with the other end of a new socket pair as

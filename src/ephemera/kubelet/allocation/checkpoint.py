@@ -90,7 +90,7 @@ class SlotWriterProcess(ServedHelper):
 
     def start(self) -> None:
         """Start the process unless it runs (blocking: a fork and an exec)."""
-        if self.process is not None and self.process.poll() is None:
+        if self.running:
             return
         self.stop()
         if time.monotonic() < self._retry_at:
@@ -232,8 +232,9 @@ class AllocationCheckpoint:
     @property
     def writer_pid(self) -> int | None:
         """The writer process's pid while it runs."""
-        process = self._writer.process if self._writer is not None else None
-        return process.pid if process is not None and process.poll() is None else None
+        writer = self._writer
+        return writer.process.pid if writer is not None and writer.process is not None \
+            and writer.running else None
 
     def _encode(self, pods: Mapping[str, Mapping[str, Any]]) -> _SlotWrite:
         """The next write of `pods`: the older slot (never the newest) and its padded body."""

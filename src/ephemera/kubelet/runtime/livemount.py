@@ -104,7 +104,7 @@ class MountHelper(ServedHelper):
         fds = array.array("i", [pidfd])
         with self.lock:
             for _ in range(2):
-                if self.process is None or self.process.poll() is not None:
+                if not self.running:
                     self._stop()
                     try:
                         self._spawn()

@@ -291,7 +291,7 @@ class ShimServer(ServedHelper):
         request = "\0".join(options).encode() + b"\n"
         with self.lock:
             for _ in range(2):
-                if self.process is None or self.process.poll() is not None:
+                if not self.running:
                     self._stop()
                     self._spawn()
                 assert self.sock is not None
