@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE = """
 import datetime
 from bench.scale import LeaseGaps, explain_marks, unknown_marks
-log = '''2026-12-02 19:15:01,250 INFO x: node n-1: no heartbeat for 40s; marking it unknown
-2026-12-02 19:15:01,300 INFO x: node n-2: other
-2026-12-02 19:15:02,000 INFO x: node n-2: no heartbeat for 50s; marking it unknown
-'''
+from ephemera.controllers.nodelifecycle import NO_HEARTBEAT_LOG
+# the controller's own message, in the components' log format (`ephemera.cli.main`)
+log = (f"2026-12-02 19:15:01,250 INFO x: {NO_HEARTBEAT_LOG % ('n-1', 40)}\\n"
+       "2026-12-02 19:15:01,300 INFO x: node n-2: other\\n"
+       f"2026-12-02 19:15:02,000 INFO x: {NO_HEARTBEAT_LOG % ('n-2', 50)}\\n")
 marks = unknown_marks(log)
 at = datetime.datetime(2026, 12, 2, 19, 15, 1, 250000).timestamp()
 assert marks == [(at, "n-1"), (at + 0.75, "n-2")], marks

@@ -37,6 +37,8 @@ from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, 
 __all__ = ["NodeLifecycleController", "desired_taints", "unknown_conditions"]
 
 log = logging.getLogger("ephemera.controllers.nodelifecycle")
+# The line logged when a node is marked Unknown (`bench.scale` counts them in the log).
+NO_HEARTBEAT_LOG = "node %s: no heartbeat for %.0fs; marking it unknown"
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 DEFAULT_GRACE_PERIOD = 50.0
@@ -155,8 +157,7 @@ class NodeLifecycleController:
                 if self.expired(name, node, now):
                     conditions = unknown_conditions(node, stamp)
                     if conditions is not None:
-                        log.info("node %s: no heartbeat for %.0fs; marking it unknown", name,
-                                 self.grace_period)
+                        log.info(NO_HEARTBEAT_LOG, name, self.grace_period)
                         node = await self.api.patch(
                             resource_path("nodes", name=name, subresource="status"),
                             {"status": {"conditions": conditions}}, patch_type="merge")
