@@ -4,9 +4,12 @@
 creates an Event in the object's namespace (`default` for a cluster-scoped object) named
 `<object name>.<hex nanoseconds>`, with `involvedObject` pointing at the object,
 `source.component` and `reportingComponent` the component, `reportingInstance`
-`<component>-<host>`, and `count: 1`. The same event again (same object, type, reason and
-message) bumps `count` and `lastTimestamp` of the existing Event instead, as the upstream
-correlator does. Recording is best effort: a failure is logged, never raised.
+`<component>-<host>`, and `count: 1`. Before it is written, the event goes through
+client-go's correlator (`EventCorrelator`): the same event again bumps `count` and
+`lastTimestamp` of the existing Event instead, the tenth distinct message of one kind of
+event about an object within 10 minutes is combined with the next ones into one Event, and
+each component writes at most 25 events about one object, then one every 5 minutes (the rest
+are dropped). Recording is best effort: a failure is logged, never raised.
 """
 
 from __future__ import annotations
@@ -14,20 +17,17 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from ephemera.api.errors import StatusError
 from ephemera.client.api import ApiClient, ApiUnavailable, resource_path
+from ephemera.client.eventcorrelator import EventCorrelator
 
 __all__ = ["EventRecorder"]
 
 log = logging.getLogger(__name__)
-
-# How many distinct events are remembered for counting repeats.
-_REMEMBERED = 4096
 
 
 def _now() -> str:
@@ -39,7 +39,7 @@ class EventRecorder:
         self.api = api
         self.component = component
         self.host = host or socket.gethostname()
-        self._seen: OrderedDict[tuple[str, ...], tuple[str, str, int]] = OrderedDict()
+        self.correlator = EventCorrelator()
 
     def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str,
                action: str) -> dict[str, Any]:
@@ -73,30 +73,25 @@ class EventRecorder:
             obj = {**obj, "kind": obj.get("kind") or kind,
                    "apiVersion": obj.get("apiVersion") or api_version}
         md = obj.get("metadata") or {}
-        key = (str(md.get("uid") or md.get("name")), type_, reason, message)
-        seen = self._seen.get(key)
+        correlated = self.correlator.correlate(self._event(obj, type_, reason, message, action))
+        if correlated is None:
+            log.debug("event %s %s about %s/%s dropped by the spam filter", type_, reason,
+                      md.get("namespace") or "", md.get("name") or "")
+            return
+        event = correlated.event
+        namespace, name = event["metadata"]["namespace"], event["metadata"]["name"]
         try:
-            if seen is not None:
-                namespace, name, count = seen
+            if correlated.patch is not None:
                 try:
-                    await self.api.patch(resource_path("events", namespace, name),
-                                         {"count": count + 1, "lastTimestamp": _now()},
-                                         patch_type="merge")
-                    self._remember(key, (namespace, name, count + 1))
+                    stored = await self.api.patch(resource_path("events", namespace, name),
+                                                  correlated.patch, patch_type="merge")
+                    self.correlator.written(correlated, stored)
                     return
                 except StatusError as err:
                     if err.code != 404:
                         raise
-            event = self._event(obj, type_, reason, message, action)
-            namespace = event["metadata"]["namespace"]
-            created = await self.api.create(resource_path("events", namespace), event)
-            self._remember(key, (namespace, created["metadata"]["name"], 1))
+            stored = await self.api.create(resource_path("events", namespace), event)
+            self.correlator.written(correlated, stored)
         except (StatusError, ApiUnavailable) as err:
             log.warning("could not record event %s %s about %s/%s: %s", type_, reason,
                         md.get("namespace") or "", md.get("name") or "", err)
-
-    def _remember(self, key: tuple[str, ...], value: tuple[str, str, int]) -> None:
-        self._seen[key] = value
-        self._seen.move_to_end(key)
-        while len(self._seen) > _REMEMBERED:
-            self._seen.popitem(last=False)
