@@ -18,14 +18,15 @@ class Clock:
 
 
 def event(message: str, *, reason: str = "SuccessfulMountVolume", name: str = "p",
-          uid: str = "u1", field_path: str = "", component: str = "kubelet") -> dict[str, Any]:
+          uid: str = "u1", field_path: str = "", component: str = "kubelet",
+          type_: str = "Normal") -> dict[str, Any]:
     involved = {"kind": "Pod", "namespace": "ns", "name": name, "uid": uid, "apiVersion": "v1"}
     if field_path:
         involved["fieldPath"] = field_path
     return {"apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{name}.{len(message):x}", "namespace": "ns"},
             "involvedObject": involved, "reason": reason, "message": message,
-            "type": "Normal", "source": {"component": component, "host": "n1"},
+            "type": type_, "source": {"component": component, "host": "n1"},
             "firstTimestamp": "2026-12-03T00:00:00Z", "lastTimestamp": "2026-12-03T00:00:00Z",
             "count": 1, "reportingComponent": component, "reportingInstance": "n1"}
 
@@ -94,6 +95,9 @@ def test_an_object_gets_25_events_then_one_every_5_minutes() -> None:
     # other objects, and other components about the same object, have buckets of their own
     assert write(correlator, event("m", name="q", uid="u2")) is not None
     assert write(correlator, event("m", component="default-scheduler")) is not None
+    # Warnings have their own budget: routine Normal events never use it up
+    assert write(correlator, event("MountVolume.SetUp failed", reason="FailedMount",
+                                   type_="Warning")) is not None
     clock.now += 299
     assert write(correlator, event("late", reason="Late")) is None
     clock.now += 2

@@ -14,7 +14,11 @@ forgotten):
    creating another.
 3. **Spam filter.** Each source may write 25 events about one object (kind, namespace, name,
    UID, apiVersion) at once, then one every 5 minutes (a token bucket, filled at the start);
-   events beyond that are dropped. Repeats and aggregated events take tokens too.
+   events beyond that are dropped. Repeats and aggregated events take tokens too. One
+   difference from upstream, whose bucket is shared by both types: Normal and Warning events
+   have a bucket each, so that routine Normal events (five for each live volume swap) never
+   use up the budget of the Warnings an operator needs (a `FailedMount` after a pool pod's
+   hundredth swap is still written).
 
 The correlator decides; `EventRecorder` (events.py) writes, and tells it what was written.
 """
@@ -179,7 +183,7 @@ class EventCorrelator:
 
     def _accept(self, event: Mapping[str, Any]) -> bool:
         now = self.clock()
-        key = _source_object(event)
+        key = (*_source_object(event), str(event.get("type") or ""))
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = _Bucket(float(self.burst), now)
