@@ -99,8 +99,11 @@ def test_killed_apiserver_is_restarted(cluster: Cluster) -> None:  # noqa: F811
     assert f"apiserver (pid {pid}) exited: killed by SIGKILL; restarting" in cluster.output
 
 
-def test_sigint_stops_cleanly(tmp_path: Path) -> None:
-    running = start_cluster(tmp_path / "data", tmp_path / "home")
+def test_port_zero_and_sigint_stops_cleanly(tmp_path: Path) -> None:
+    # `--port 0`: the apiserver picks a free port, which `up` reads from its port file
+    running = start_cluster(tmp_path / "data", tmp_path / "home", ["--port", "0"])
+    server = (tmp_path / "data" / "kubeconfig").read_text().split("server: ")[1].split()[0]
+    assert int(server.rsplit(":", 1)[1]) > 0
     pid = running.pid_of("apiserver")
     assert running.stop(signal.SIGINT) == 0
     with pytest.raises(ProcessLookupError):

@@ -133,7 +133,7 @@ def add_parser(subparsers: Any) -> None:
     flags.add_data_dir(parser)
     parser.add_argument("--port", type=int, default=None,
                         help="the apiserver's port (default: the data dir's last port if "
-                             "free, else a free one)")
+                             "free, else a free one; 0: a free one)")
     parser.add_argument("--bind-address", default=None, type=listen_address, metavar="IP",
                         help="the apiserver's listen and advertise address (default: the "
                              "node address, on an interface up makes, which pods reach)")
@@ -570,7 +570,7 @@ class Cluster:
         flags.write_ports(self.data_dir, ports)
 
     def _initial_port(self) -> int | None:
-        if self.args.port is not None:
+        if self.args.port:  # 0: a free one, as below
             return int(self.args.port)
         last = flags.read_ports(self.data_dir).get("apiserver")
         if last and port_is_free(last, self.bind_address or "0.0.0.0"):
