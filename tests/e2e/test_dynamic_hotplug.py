@@ -55,9 +55,9 @@ NOT_REQUIRED = {"restartPolicy": "NotRequired"}
 START_TIME = "cut -d' ' -f22 /proc/1/stat"  # PID 1's start time, from inside the container
 
 
-def _pod(k: Kubectl, *containers: dict[str, Any]) -> dict[str, Any]:
+def _pod(k: Kubectl, *containers: dict[str, Any], grace: int = 1) -> dict[str, Any]:
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"},
-            "spec": {"terminationGracePeriodSeconds": 1,
+            "spec": {"terminationGracePeriodSeconds": grace,
                      "volumes": [{"name": "keep", "emptyDir": {}}],
                      "containers": list(containers)}}
     k("create", "-f", "-", input=yaml.safe_dump(body))
@@ -219,6 +219,26 @@ def test_not_required_and_restart_container_in_one_update(k: Kubectl) -> None:
     assert container(after)["containerID"] == live_id  # mounted live
     exec_in(k, "w", "c", "echo shared > /both/f")
     assert exec_in(k, "w", "r", "cat /both/f") == "shared\n"
+
+
+def test_a_live_change_is_reported_while_another_container_stops(k: Kubectl) -> None:
+    """One update mounts live into `c` and restarts `r`, which ignores SIGTERM: `c`'s new
+    mount is in the status while `r` still waits out its grace period, not after it."""
+    restart = {"name": "r", "image": "busybox",
+               "command": ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+               "dynamicVolumePolicy": {"restartPolicy": "RestartContainer"}}
+    before = _pod(k, _live(), restart, grace=8)
+    restart_id = container(before, "r")["containerID"]
+    patch_dynamic(k, "w", [
+        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "both", "emptyDir": {}}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": "both", "mountPath": "/both"}},
+        {"op": "add", "path": "/spec/containers/1/volumeMounts",
+         "value": [{"name": "both", "mountPath": "/both"}]}])
+    during = wait_pod(k, "w", lambda p: ("both", "/both") in _reported(p), "mounted live")
+    assert container(during, "r")["containerID"] == restart_id  # r is still stopping
+    wait_pod(k, "w", lambda p: ("both", "/both") in _reported(p, "r")
+             and "running" in container(p, "r").get("state", {}), "r restarted")
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,9 @@ docs/design.md.) Before a container is stopped for a change, the status is publi
 removed volume shows `Unmounting` while it stops.
 A running container whose policy is `NotRequired` (DynamicVolumeHotPlug) is not stopped: its
 changed mounts are attached and detached while it runs (`LiveMountChange`,
-`ephemera.kubelet.hotplug`).
+`ephemera.kubelet.hotplug`). Live changes run before the sync's other actions, and the
+statuses published on the way (before a stop) show them: a container restarted by the same
+update does not hold up its neighbour's live mounts or their report for its grace period.
 
 `PodRuntimeCache` is the pod's runtime view KEP-6395's `IsVolumeInUseByPod` reads.
 """
@@ -633,7 +635,11 @@ class PodRuntime:
         next_delay = IDLE
         self.awaiting_volumes = False
         self.live_changed = {}
-        for action in actions:
+        # Live mount changes first: they take milliseconds and depend on no other container,
+        # so a container restarted in the same change (its grace period, its start) does not
+        # hold them up, and the status published before that stop shows them.
+        live = [a for a in actions if isinstance(a, LiveMountChange)]
+        for action in [*live, *(a for a in actions if not isinstance(a, LiveMountChange))]:
             if isinstance(action, StartContainer):
                 next_delay = min(next_delay, await self.start(action.container,
                                                               action.latest, action.init))
@@ -642,14 +648,14 @@ class PodRuntime:
                 self.waiting.pop(name, None)
                 # The status first, so that a removed volume shows `Unmounting` while the
                 # container stops (within its grace period).
-                self.host.publish_status(instances, sandbox)
+                self.host.publish_status(self.with_live_changes(instances), sandbox)
                 await self.kill(action.running, self.container_grace_period(),
                                 events.definition_changed_message(name))
                 next_delay = min(next_delay, await self.start(action.container,
                                                               action.running, False,
                                                               actuation=True))
             elif isinstance(action, KillForProbe):
-                self.host.publish_status(instances, sandbox)
+                self.host.publish_status(self.with_live_changes(instances), sandbox)
                 grace = self.container_grace_period() if action.grace is None else \
                     max(action.grace, self.deps.settings.minimum_grace_period)
                 await self.kill(action.running, grace, action.message)
@@ -712,7 +718,7 @@ class PodRuntime:
                                                        ContainerState.CREATED)]
             if running:
                 self.removed_statuses = await self.removed_container_statuses(instances)
-                self.host.publish_status(instances, sandbox)
+                self.host.publish_status(self.with_live_changes(instances), sandbox)
                 await asyncio.gather(*(self.kill(c, self.container_grace_period())
                                        for c in running))
             self.waiting.pop(name, None)
