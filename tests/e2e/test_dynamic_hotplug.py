@@ -132,6 +132,18 @@ def test_secret_and_emptydir_come_and_go_live(k: Kubectl) -> None:
     wait(lambda: not host_extra.exists(), "the host directory to be removed", k.cluster)
 
 
+def test_a_relative_mount_path_is_taken_from_the_root(k: Kubectl) -> None:
+    """`mountPath: rel` (which validation allows) is `/rel`, live as at a start (upstream's
+    kubelet makes it absolute for the runtime)."""
+    _pod(k, _live(volumeMounts=[{"name": "keep", "mountPath": "keep"}]))
+    patch_dynamic(k, "w", [
+        {"op": "add", "path": "/spec/volumes/-", "value": {"name": "rel", "emptyDir": {}}},
+        {"op": "add", "path": "/spec/containers/0/volumeMounts/-",
+         "value": {"name": "rel", "mountPath": "rel/dir"}}])
+    wait_pod(k, "w", lambda p: ("rel", "rel/dir") in _reported(p), "mounted live")
+    assert {"/keep", "/rel/dir"} <= _mount_points(k)
+
+
 def test_a_read_only_live_mount_refuses_writes(k: Kubectl) -> None:
     _pod(k, _live())
     patch_dynamic(k, "w", [

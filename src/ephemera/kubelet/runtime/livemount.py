@@ -71,9 +71,9 @@ def go_strerror(err: int) -> str:
 
 
 def components(container_path: str) -> list[str]:
-    """The path's components; an absolute, normalized path other than "/" is required."""
-    if not container_path.startswith("/"):
-        raise ValueError("not an absolute path")
+    """The path's components; a normalized path other than "/" is required. A relative
+    path is taken from the container's root, as upstream's kubelet makes it absolute
+    (`makeAbsolutePath`) before the runtime mounts it at a start."""
     parts = [p for p in container_path.split("/") if p]
     if not parts:
         raise ValueError("cannot mount over the container's root")
