@@ -9,6 +9,7 @@ on their Leases."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -286,3 +287,73 @@ async def test_the_components_may_write_their_own_leases_only(tmp_path: Path) ->
                         "leases", "kube-system", other, group="coordination.k8s.io"),
                         other_lease)
                 assert err.value.code == 403
+
+
+class StallingProxy:
+    """A TCP proxy to an apiserver that can stall: its connections stay open and take
+    requests, but nothing gets through (an apiserver stopped with SIGSTOP, as the client
+    sees it on a kept-alive connection)."""
+
+    def __init__(self, target: str) -> None:
+        host_port = target.split("://", 1)[1]
+        self.host, port = host_port.rsplit(":", 1)
+        self.port = int(port)
+        self.stalled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        for pump in (self._pump(reader, up_writer), self._pump(up_reader, writer)):
+            task = asyncio.create_task(pump)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await source.read(65536):
+                while self.stalled:
+                    await asyncio.sleep(0.05)
+                sink.write(data)
+                await sink.drain()
+        sink.close()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
+
+
+async def test_a_leader_renews_through_another_apiserver_when_its_own_stalls(
+        client: ApiClient) -> None:
+    """Two apiservers (a proxy in front of the one under test, then the one itself): the
+    first stalls while the elector leads through it. Its renewal there gets half the renew
+    deadline, then the next try goes to the other, and the leadership is kept."""
+    direct = client.server
+    proxy = StallingProxy(direct)
+    through_proxy = await proxy.start()
+    try:
+        async with ApiClient(ClientConfig(server=direct), user_agent="le-test",
+                             endpoints=[through_proxy]) as both:
+            a = elector(both, "host_a", lease=4, renew=2, retry=0.25)
+            stop = asyncio.Event()
+            running = asyncio.create_task(a.run(asyncio.Event().wait, stop))
+            await eventually(lambda: a.is_leader())
+            assert both.server == through_proxy
+            before = (await lease_spec(client))["renewTime"]
+            proxy.stalled = True
+            await asyncio.sleep(4)  # twice the renew deadline
+            assert a.is_leader() and not running.done()
+            assert both.server == direct
+            assert (await lease_spec(client))["renewTime"] != before
+            stop.set()
+            assert await asyncio.wait_for(running, 10) is True
+    finally:
+        await proxy.close()

@@ -25,8 +25,16 @@ def test_a_failure_moves_to_the_next_healthy_server_and_sticks_there() -> None:
     assert picker.candidates() == [B, C, A]  # the failed one last
     picker.failed(B)
     assert picker.current() == C and picker.candidates() == [C, A, B]  # oldest failure first
-    picker.succeeded(A)  # A answers again: it is healthy and current
-    assert picker.current() == A and picker.candidates() == [A, C, B]
+    # A late answer from A (a request sent before the switch): A's mark is cleared, but the
+    # client stays on C, which answers
+    picker.succeeded(A)
+    assert picker.current() == C and picker.candidates() == [C, A, B]
+    # C fails: A, healthy again, is next; an answer from B now (C failed) makes B current
+    picker.failed(C)
+    assert picker.current() == A
+    picker.failed(A)
+    picker.succeeded(B)
+    assert picker.current() == B and picker.candidates() == [B, C, A]
 
 
 def test_a_failure_of_another_server_does_not_move_the_current_one() -> None:

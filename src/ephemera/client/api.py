@@ -280,12 +280,12 @@ class ApiClient:
                     server_hostname=self.config.tls_server_name, **kwargs)
                 resp = await resp_cm.__aenter__()
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
-                self.endpoints.failed(server, err or type(err).__name__)
+                self.endpoints.failed(server, str(err) or type(err).__name__)
                 last = err
                 continue
             except (aiohttp.ClientError, OSError) as err:
                 # Sent, then broken: not retried here; the next request goes elsewhere.
-                self.endpoints.failed(server, err or type(err).__name__)
+                self.endpoints.failed(server, str(err) or type(err).__name__)
                 raise
             self.endpoints.succeeded(server)
             self._responses.add(resp)

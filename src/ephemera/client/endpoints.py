@@ -80,8 +80,9 @@ class EndpointPicker:
             self._current = following
 
     def succeeded(self, url: str) -> None:
-        """`url` answered: clear its mark and stick to it."""
+        """`url` answered: clear its mark, and stick to it if the current one has failed
+        (a late answer from a server left behind does not pull the client back to it)."""
         url = normalize_url(url)
         self._failed.pop(url, None)
-        if url != self._current and url in self._urls:
+        if url != self._current and url in self._urls and self._current in self._failed:
             self._current = url

@@ -314,12 +314,17 @@ class LeaderElector:
         return True
 
     async def _try(self, timeout: float) -> bool:
-        """One try, bounded (upstream bounds the lock's client by the renew deadline)."""
+        """One try, bounded (upstream bounds the lock's client by the renew deadline). A try
+        that timed out marks the apiserver it went to as not answering, so that with several
+        (`--apiserver-endpoints`) the next try goes to another one."""
+        server = self.lock.api.server
         try:
             async with asyncio.timeout(timeout):
                 return await self.try_acquire_or_renew()
         except TimeoutError:
-            log.error("leader election request for %s timed out", self.config.describe)
+            log.error("leader election request for %s to %s timed out", self.config.describe,
+                      server)
+            self.lock.api.endpoints.failed(server, f"no answer within {timeout:g}s")
             return False
 
     # -- the loops -------------------------------------------------------------------------
@@ -347,7 +352,12 @@ class LeaderElector:
             deadline = self.clock() + self.config.renew_deadline
             while True:
                 remaining = deadline - self.clock()
-                if remaining > 0 and await self._try(remaining):
+                # With several apiservers a try gets half the deadline, so that one that
+                # stalls (a request on a kept-alive connection never dials, so no connect
+                # timeout fails it over) leaves time to renew through another.
+                bound = remaining if len(self.lock.api.endpoints.urls) < 2 else \
+                    min(remaining, self.config.renew_deadline / 2)
+                if remaining > 0 and await self._try(bound):
                     break
                 self._report_transition()
                 if self.clock() + self.config.retry_period >= deadline:
