@@ -1,7 +1,7 @@
 """The real kubectl's protobuf request bodies against a real `ephemera up`.
 
 kubectl 1.32's typed-client commands (`create configmap|secret|namespace|serviceaccount|
-quota|...`, `debug node/...` and `debug --copy-to`, the pod deletions of `drain`) send
+quota|...`, `debug node/...` and `debug --copy-to`, the pod evictions of `drain`) send
 `Content-Type: application/vnd.kubernetes.protobuf` whatever the server serves. Each object
 is read back with `kubectl get -o json` and compared with what kubectl prints for the same
 command with `--dry-run=client -o json` (Go's own JSON of the object it sent).
@@ -122,7 +122,7 @@ def test_debug_node_creates_its_pod_as_protobuf(kubectl: Kubectl) -> None:  # no
         kubectl("delete", "node", node, "--wait=false", check=False)
 
 
-def test_drain_deletes_pods_with_protobuf_delete_options(kubectl: Kubectl) -> None:  # noqa: F811
+def test_drain_evicts_pods_with_protobuf_evictions(kubectl: Kubectl) -> None:  # noqa: F811
     node = make_node(kubectl)
     try:
         kubectl("create", "-f", "-", input=json.dumps({
@@ -133,6 +133,8 @@ def test_drain_deletes_pods_with_protobuf_delete_options(kubectl: Kubectl) -> No
         assert "unrecognized" not in result.stderr, result.stderr
         assert "UnsupportedMediaType" not in result.stderr, result.stderr
         assert "deleting Pods that declare no controller" in result.stderr, result.stderr
+        # through `pods/NAME/eviction` (a protobuf Eviction), which discovery lists
+        assert "evicting pod " in result.stdout, result.stdout
         left = kubectl("get", "pod", "worker", "-o", "json", check=False)
         if left.returncode == 0:  # no kubelet confirmed yet: deleted gracefully, as asked
             metadata = json.loads(left.stdout)["metadata"]

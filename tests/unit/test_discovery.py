@@ -77,6 +77,11 @@ def test_core_resource_list() -> None:
                                        "verbs": ["get", "patch", "update"]}
     assert entries["pods/binding"]["verbs"] == ["create"]
     assert entries["pods/binding"]["kind"] == "Binding"
+    # upstream's entry, which kubectl drain looks for before it evicts
+    assert entries["pods/eviction"] == {"name": "pods/eviction", "singularName": "",
+                                        "namespaced": True, "group": "policy",
+                                        "version": "v1", "kind": "Eviction",
+                                        "verbs": ["create"]}
     assert entries["nodes"]["namespaced"] is False
     assert entries["nodes"]["shortNames"] == ["no"]
     assert "nodes/status" in entries
@@ -110,8 +115,10 @@ def test_aggregated_discovery_core() -> None:
     assert pods["scope"] == "Namespaced" and pods["singularResource"] == "pod"
     assert pods["shortNames"] == ["po"] and pods["categories"] == ["all"]
     subs = {s["subresource"]: s for s in pods["subresources"]}
-    assert set(subs) == {"status", "binding", "dynamic", "allocated", "log", "exec", "attach",
-                         "portforward", "proxy"}
+    assert set(subs) == {"status", "binding", "eviction", "dynamic", "allocated", "log",
+                         "exec", "attach", "portforward", "proxy"}
+    assert subs["eviction"]["responseKind"] == {"group": "policy", "version": "v1",
+                                                "kind": "Eviction"}
     assert subs["portforward"]["verbs"] == ["create", "get"]
     assert subs["portforward"]["responseKind"]["kind"] == "PodPortForwardOptions"
     assert subs["proxy"]["verbs"] == ["create", "delete", "get", "patch", "update"]

@@ -530,6 +530,9 @@ class Router:
             if sub == "binding":
                 if method == "POST":
                     return await handlers.bind(request, target)
+            elif sub == "eviction":
+                if method == "POST":
+                    return await handlers.evict(request, target)
             elif sub == "scale":
                 return await scale.handle_scale(request, target, self.registry,
                                                 self.config.max_body_bytes)

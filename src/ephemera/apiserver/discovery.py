@@ -42,17 +42,20 @@ _SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "attach": ("create", "get"),
     "portforward": ("create", "get"),
     "binding": ("create",),
+    "eviction": ("create",),
     "finalize": ("update",),
     "proxy": ("create", "delete", "get", "patch", "update"),
     "token": ("create",),
 }
-_SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding", "exec": "PodExecOptions",
+_SUBRESOURCE_KIND: dict[str, str] = {"binding": "Binding", "eviction": "Eviction",
+                                     "exec": "PodExecOptions",
                                      "attach": "PodAttachOptions",
                                      "portforward": "PodPortForwardOptions",
                                      "proxy": "NodeProxyOptions", "token": "TokenRequest",
                                      "scale": "Scale"}
 # Subresources whose kind is of another group-version (upstream's `scale`: autoscaling/v1).
-_SUBRESOURCE_GROUP_VERSION: dict[str, tuple[str, str]] = {"scale": ("autoscaling", "v1")}
+_SUBRESOURCE_GROUP_VERSION: dict[str, tuple[str, str]] = {"scale": ("autoscaling", "v1"),
+                                                           "eviction": ("policy", "v1")}
 
 
 def version_info() -> dict[str, Any]:

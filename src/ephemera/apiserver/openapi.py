@@ -192,6 +192,10 @@ def _path_items(r: Resource) -> list[_PathItem]:
                               f"Bind the given {r.kind} to a node.", bgvk, _WRITE_QUERY,
                               body=BINDING, responses={"200": BINDING, "201": BINDING,
                                                        "202": BINDING})]
+        elif sub == "eviction":
+            # Its policy/v1 Eviction is not among the definitions served (no policy group):
+            # discovery lists the subresource, which is what kubectl drain looks for.
+            continue
         elif sub == "allocated":
             ops = [_Operation("get", f"read{gid}{scoped}{r.kind}{title}", "get",
                               f"Read the given {r.kind} as its node allocated it.", gvk,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +152,59 @@ def selection(request: web.Request, resource: Resource) -> Selection:
 
 
 # --- bodies --------------------------------------------------------------------------------
+
+
+# The Eviction versions `pods/NAME/eviction` takes (kubectl drain sends the newest it finds
+# in discovery).
+EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
+
+
+def delete_options_of(request: web.Request, data: Mapping[str, Any]) -> DeleteOptions:
+    """DeleteOptions from the query and `data` (a DeleteOptions body, or an Eviction's
+    `deleteOptions`; it wins where both say), validated as upstream validates them."""
+    options = DeleteOptions(
+        grace_period_seconds=query_int(request, "gracePeriodSeconds"),
+        propagation_policy=request.query.get("propagationPolicy") or None)
+    dry_values = list(request.query.getall("dryRun", []))
+    orphan = query_bool(request, "orphanDependents")
+    if data:
+        kind = data.get("kind")
+        if kind not in (None, "", "DeleteOptions"):
+            raise errors.bad_request(f'{kind} in version "v1" cannot be handled as a '
+                                     "DeleteOptions")
+        if data.get("gracePeriodSeconds") is not None:
+            grace = data["gracePeriodSeconds"]
+            if isinstance(grace, bool) or not isinstance(grace, int):
+                raise errors.bad_request(
+                    "json: cannot unmarshal into Go struct field "
+                    "DeleteOptions.gracePeriodSeconds of type int64")
+            options.grace_period_seconds = grace
+        if data.get("propagationPolicy"):
+            options.propagation_policy = data["propagationPolicy"]
+        if data.get("dryRun"):
+            dry_values = list(data["dryRun"])
+        if data.get("orphanDependents") is not None:
+            orphan = bool(data["orphanDependents"])
+        pre = data.get("preconditions") or {}
+        if isinstance(pre, dict):
+            if pre.get("uid") is not None:
+                options.precondition_uid = str(pre["uid"])
+            if pre.get("resourceVersion") is not None:
+                options.precondition_resource_version = str(pre["resourceVersion"])
+    options.dry_run = dry_run(dry_values, "DeleteOptions")
+    errs: list[field.FieldError] = []
+    policy = options.propagation_policy
+    if policy is not None and policy not in ("Foreground", "Background", "Orphan"):
+        errs.append(field.not_supported("propagationPolicy", policy,
+                                        ["Foreground", "Background", "Orphan"]))
+    if policy is not None and orphan is not None:
+        errs.append(field.invalid("propagationPolicy", policy,
+                                  "orphanDependents and deletionPropagation cannot be "
+                                  "both set"))
+    if errs:
+        raise errors.invalid("DeleteOptions", "", errs, group="meta.k8s.io")
+    options.orphan_dependents = orphan
+    return options
 
 
 def check_kind(obj: dict[str, Any], api_version: str, kind: str, custom: bool = False
@@ -505,51 +558,33 @@ class RestHandlers:
 
     async def delete_options(self, request: web.Request) -> DeleteOptions:
         """DeleteOptions from the query and the body (the body wins where both say)."""
-        options = DeleteOptions(
-            grace_period_seconds=query_int(request, "gracePeriodSeconds"),
-            propagation_policy=request.query.get("propagationPolicy") or None)
-        dry_values = list(request.query.getall("dryRun", []))
-        orphan = query_bool(request, "orphanDependents")
         body = await read_body(request, self.max_body_bytes)
+        data: dict[str, Any] = {}
         if body.strip():
             data, _ = decode_object(body, "DeleteOptions")
-            kind = data.get("kind")
-            if kind not in (None, "", "DeleteOptions"):
-                raise errors.bad_request(f'{kind} in version "v1" cannot be handled as a '
-                                         "DeleteOptions")
-            if data.get("gracePeriodSeconds") is not None:
-                grace = data["gracePeriodSeconds"]
-                if isinstance(grace, bool) or not isinstance(grace, int):
-                    raise errors.bad_request(
-                        "json: cannot unmarshal into Go struct field "
-                        "DeleteOptions.gracePeriodSeconds of type int64")
-                options.grace_period_seconds = grace
-            if data.get("propagationPolicy"):
-                options.propagation_policy = data["propagationPolicy"]
-            if data.get("dryRun"):
-                dry_values = list(data["dryRun"])
-            if data.get("orphanDependents") is not None:
-                orphan = bool(data["orphanDependents"])
-            pre = data.get("preconditions") or {}
-            if isinstance(pre, dict):
-                if pre.get("uid") is not None:
-                    options.precondition_uid = str(pre["uid"])
-                if pre.get("resourceVersion") is not None:
-                    options.precondition_resource_version = str(pre["resourceVersion"])
-        options.dry_run = dry_run(dry_values, "DeleteOptions")
-        errs: list[field.FieldError] = []
-        policy = options.propagation_policy
-        if policy is not None and policy not in ("Foreground", "Background", "Orphan"):
-            errs.append(field.not_supported("propagationPolicy", policy,
-                                            ["Foreground", "Background", "Orphan"]))
-        if policy is not None and orphan is not None:
-            errs.append(field.invalid("propagationPolicy", policy,
-                                      "orphanDependents and deletionPropagation cannot be "
-                                      "both set"))
-        if errs:
-            raise errors.invalid("DeleteOptions", "", errs, group="meta.k8s.io")
-        options.orphan_dependents = orphan
-        return options
+        return delete_options_of(request, data)
+
+    async def evict(self, request: web.Request, target: Target) -> web.Response:
+        """POST `pods/NAME/eviction` (a `policy/v1` Eviction, or `v1beta1`): the pod is
+        deleted with the Eviction's `deleteOptions`. PodDisruptionBudgets are not served, so
+        no budget refuses an eviction (upstream's answer when none selects the pod): 201 and
+        a Success Status, as upstream's create handler gives it."""
+        body = await read_body(request, self.max_body_bytes)
+        eviction, _ = decode_object(body, "Eviction")
+        version = eviction.get("apiVersion")
+        check_kind(eviction, version if version in EVICTION_VERSIONS else "policy/v1",
+                   "Eviction")
+        md = meta.ensure_metadata(eviction)
+        if (md.get("name") or "") != target.name:
+            raise errors.bad_request("name in URL does not match name in Eviction object")
+        data = eviction.get("deleteOptions") or {}
+        if not isinstance(data, dict):
+            raise errors.bad_request("json: cannot unmarshal into Go struct field "
+                                     "Eviction.deleteOptions of type v1.DeleteOptions")
+        options = delete_options_of(request, data)
+        await self.registry.delete(target.resource, target.namespace, target.name, options,
+                                   user=request_user(request))
+        return respond({**errors.success_status(), "code": 201}, 201)
 
     async def delete(self, request: web.Request, target: Target) -> web.Response:
         res = target.resource
