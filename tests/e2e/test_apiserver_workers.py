@@ -228,3 +228,14 @@ def test_workers_that_cannot_start_end_the_command(tmp_path: Path) -> None:
     assert "ephemera apiserver: audit:" in result.stderr
     assert "exited before serving: exit code 1" in result.stderr
     assert "restarting" not in result.stderr
+
+
+def test_an_unreachable_etcd_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """No etcd at `--etcd-endpoints`: the cause in one line, no Python traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ephemera.cli", "apiserver", "--data-dir", str(tmp_path / "d"),
+         "--port", "0", "--store", "etcd", "--etcd-endpoints", "http://127.0.0.1:9"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 1, result.stderr
+    assert "ephemera apiserver: the store (etcd): etcd UNAVAILABLE" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

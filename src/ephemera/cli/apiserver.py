@@ -51,6 +51,7 @@ from ephemera.apiserver.serviceallocator import DEFAULT_NODE_PORT_RANGE, DEFAULT
 from ephemera.cli import flags
 from ephemera.cli.apiserverworkers import check_workers, run_workers
 from ephemera.store import open_store
+from ephemera.store.base import StoreError
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -251,6 +252,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return asyncio.run(_serve(args, authenticator))
     except KeyboardInterrupt:
         return 0
+    except StoreError as err:  # e.g. no etcd at --etcd-endpoints: one line, not a traceback
+        print(f"ephemera apiserver: the store ({args.store}): {err}", file=sys.stderr,
+              flush=True)
+        return 1
 
 
 async def _serve_workers(args: argparse.Namespace) -> int:

@@ -176,15 +176,19 @@ async def _serve(config: Any, args: argparse.Namespace,
                          EventRecorder(api, COMPONENT))
         elector = LeaderElector(election, lock)
         code = 0
+        ended = False  # the controllers ended by themselves (and said so)
 
         async def lead() -> None:
-            nonlocal code
+            nonlocal code, ended
             code = await _run_controllers(api, args, config.server, asyncio.Event())
+            ended = True
             stop.set()  # the controllers ended by themselves: exit with their code
 
         if not await elector.run(lead, stop):
             log.error("leaderelection lost")
             return 1
+        if not ended:  # stopped by a signal while leading, or before
+            log.info("controller-manager: stopped")
         return code
 
 
