@@ -136,3 +136,23 @@ async def test_a_hollow_node_rejects_and_allocates_as_the_kubelet_does(tmp_path:
         assert outcomes["w-hollow"][1][2].startswith(
             "Node didn't have enough resource: ephemeral-storage, ")
         assert outcomes["w-hollow"][2][:2] == ("Normal", "SuccessfulAllocation")
+
+
+async def test_a_restarted_hollow_node_counts_the_restart(tmp_path: Path) -> None:
+    """The hollow nodes' process restarted is a reboot of their nodes: the fake runtime
+    forgot every container, each starts again, and its restartCount counts on from the
+    status, as a kubelet's does from its container logs after a reboot."""
+    def running(p: Obj, not_id: str = "") -> bool:
+        statuses = p["status"].get("containerStatuses") or []
+        return bool(statuses) and "running" in statuses[0].get("state", {}) and \
+            statuses[0].get("containerID") != not_id
+
+    async with running_kubelet(tmp_path) as h:
+        async with hollow_node(h, tmp_path / "hollow"):
+            await h.create(pod("survivor", node=HOLLOW))
+            before = container_status(await h.wait_pod("survivor", running))
+            assert before["restartCount"] == 0
+        async with hollow_node(h, tmp_path / "hollow"):
+            after = container_status(await h.wait_pod(
+                "survivor", lambda p: running(p, before["containerID"])))
+        assert after["restartCount"] == 1

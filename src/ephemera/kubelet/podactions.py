@@ -394,6 +394,25 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
 # --- the pod's runtime view (KEP-6395's IsVolumeInUseByPod) ----------------------------------
 
 
+def attempt_after_reported(pod: Mapping[str, Any], name: str) -> int:
+    """The attempt that follows the last one the pod's status reports for container `name`
+    (0: none was). Beside the container logs (`restart_count_from_log_dir`), it keeps the
+    count going where no logs are, as for a hollow node's fake runtime after its process
+    restarted: a status with a `containerID` had `restartCount` as its attempt; one already
+    reported as `ContainerStatusUnknown` (no instance found) counted that restart already."""
+    status = pod.get("status") or {}
+    for kind in ("containerStatuses", "initContainerStatuses"):
+        for reported in status.get(kind) or []:
+            if not isinstance(reported, dict) or reported.get("name") != name:
+                continue
+            count = int(reported.get("restartCount") or 0)
+            if reported.get("containerID"):
+                return count + 1
+            last = (reported.get("lastState") or {}).get("terminated") or {}
+            return count if last.get("reason") == "ContainerStatusUnknown" else 0
+    return 0
+
+
 def live_changes_only(actions: Sequence[Action]) -> bool:
     """The actions change no container's state, only mounts live (at least one
     `LiveMountChange`): after them a worker knows its containers without listing them
@@ -813,9 +832,10 @@ class PodRuntime:
         if latest is not None:
             attempt = latest.attempt + 1
         else:  # e.g. after a node shutdown: the runtime forgot the earlier instances
-            attempt = await deps.offload(
+            attempt = max(await deps.offload(
                 restart_count_from_log_dir,
-                container_log_path(deps.root_dir, pod, name, 0).parent)
+                container_log_path(deps.root_dir, pod, name, 0).parent),
+                attempt_after_reported(pod, name))
         try:
             env = await containerconfig.build_env(
                 pod, container, image.env, get_configmap=deps.get_configmap,
