@@ -35,11 +35,14 @@ def _now() -> str:
 
 
 class EventRecorder:
-    def __init__(self, api: ApiClient, component: str, host: str | None = None) -> None:
+    def __init__(self, api: ApiClient, component: str, host: str | None = None, *,
+                 correlator: EventCorrelator | None = None) -> None:
+        """`correlator`: shared with other recorders (the hollow nodes' one for all their
+        nodes); a new one by default."""
         self.api = api
         self.component = component
         self.host = host or socket.gethostname()
-        self.correlator = EventCorrelator()
+        self.correlator = correlator if correlator is not None else EventCorrelator()
 
     def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str,
                action: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ephemera.client import ApiClient, EventRecorder
+from ephemera.client.eventcorrelator import EventCorrelator
 
 __all__ = [
     "BACK_OFF",
@@ -117,9 +118,11 @@ class KubeletEvents:
     def __init__(self, api: ApiClient, node_name: str, *,
                  quiet: Callable[[], Awaitable[None]] | None = None,
                  is_quiet: Callable[[], bool] | None = None,
-                 max_defer: float = DEFAULT_MAX_DEFER) -> None:
+                 max_defer: float = DEFAULT_MAX_DEFER,
+                 correlator: EventCorrelator | None = None) -> None:
         self.node_name = node_name
-        self._recorder = _FieldPathRecorder(api, "kubelet", host=node_name)
+        self._recorder = _FieldPathRecorder(api, "kubelet", host=node_name,
+                                            correlator=correlator)
         self._posting = asyncio.Lock()  # FIFO: one post in flight
         self.quiet = quiet
         self.is_quiet = is_quiet

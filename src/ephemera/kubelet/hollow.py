@@ -58,6 +58,7 @@ from typing import Any
 
 from ephemera.api.featuregates import FeatureGates
 from ephemera.client import ApiClient, Informer, resource_path
+from ephemera.client.eventcorrelator import EventCorrelator
 from ephemera.kubelet.allocation import AllocationCheckpoint, AllocationManager
 from ephemera.kubelet.events import KubeletEvents
 from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure
@@ -272,7 +273,8 @@ class HollowNode:
     `on_pod_delete`, called by the process's shared informer."""
 
     def __init__(self, name: str, api: ApiClient, config: HollowConfig,
-                 images: HollowImages, heartbeat_api: ApiClient | None = None) -> None:
+                 images: HollowImages, heartbeat_api: ApiClient | None = None,
+                 correlator: EventCorrelator | None = None) -> None:
         self.name = name
         self.api = api
         self.config = config
@@ -288,7 +290,8 @@ class HollowNode:
         self.node_allocatable: dict[str, Any] = dict(config.capacity)
         self.runtime = HollowRuntime(name, config.pod_lifetime)
         self.status = StatusManager(api)
-        self.events = KubeletEvents(api, name, quiet=self._quiet, is_quiet=self._is_quiet)
+        self.events = KubeletEvents(api, name, quiet=self._quiet, is_quiet=self._is_quiet,
+                                    correlator=correlator)
         self.image_store = images
         self.volumes = VolumeManager(self.root_dir, self, plugins=hollow_plugins(),
                                      sync_period=config.settings.resync_period,
@@ -501,9 +504,13 @@ class HollowNodes:
         self.api = api
         self.config = config
         images = HollowImages()
+        # One event correlator for all the nodes (their keys name the node, so no node's
+        # counts or spam budget mix with another's): its caches bound the process's memory
+        # for events as one kubelet's do, where one each would hold 3 x 4,096 entries a node.
+        correlator = EventCorrelator()
         self.nodes: dict[str, HollowNode] = {
             config.node_name(i): HollowNode(config.node_name(i), api, config, images,
-                                            heartbeat_api)
+                                            heartbeat_api, correlator)
             for i in range(config.count)}
         self.pods = Informer(api, resource_path("pods"), field_selector="spec.nodeName!=",
                              name="pods of the hollow nodes")
