@@ -624,8 +624,7 @@ class Registry:
             raise self._exists(resource, name, generated) from None
         self._wrote(resource, kv.mod_revision)
         md["resourceVersion"] = str(kv.mod_revision)
-        log.info("created %s %s rv=%d", resource.plural, _ref(namespace, name),
-                 kv.mod_revision)
+        _log_write("created", resource, namespace, name, kv.mod_revision)
         if self._create_hooks:
             await self._created(resource, obj)
         return obj
@@ -708,8 +707,7 @@ class Registry:
                     not self.strategy(resource).has_finalizers(new):
                 await self._delete_now(resource, namespace, name, stored, new)
                 return new, False
-            log.info("updated %s %s rv=%d", resource.plural, _ref(namespace, name),
-                     stored.mod_revision)
+            _log_write("updated", resource, namespace, name, stored.mod_revision)
             return new, False
         raise errors.conflict(resource.plural, name, "too many concurrent updates, try again",
                               resource.group)
@@ -732,8 +730,7 @@ class Registry:
             return None
         self._wrote(resource, deleted.mod_revision)
         meta.ensure_metadata(obj)["resourceVersion"] = str(deleted.mod_revision)
-        log.info("deleted %s %s rv=%d", resource.plural, _ref(namespace, name),
-                 deleted.mod_revision)
+        _log_write("deleted", resource, namespace, name, deleted.mod_revision)
         await self._after_delete(resource, obj, False)
         return obj
 
@@ -801,8 +798,7 @@ class Registry:
                 continue
             self._wrote(resource, deleted.mod_revision)
             md["resourceVersion"] = str(deleted.mod_revision)
-            log.info("deleted %s %s rv=%d", resource.plural, _ref(namespace, name),
-                     deleted.mod_revision)
+            _log_write("deleted", resource, namespace, name, deleted.mod_revision)
             await self._after_delete(resource, obj, False)
             return DeleteResult(obj, True)
         raise errors.conflict(resource.plural, name, "too many concurrent updates, try again",
@@ -846,3 +842,15 @@ def _same_object(new: dict[str, Any], current: dict[str, Any]) -> bool:
 
 def _ref(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
+
+
+# Writes that are routine traffic, not events an operator follows: every node's Lease renewal
+# (every 10 s each) and Events (each one a record of its own). Logged at DEBUG (`-v`); every
+# other write at INFO, one line each.
+_ROUTINE_WRITES = frozenset({("coordination.k8s.io", "leases"), ("", "events")})
+
+
+def _log_write(verb: str, resource: Resource, namespace: str, name: str, revision: int) -> None:
+    level = logging.DEBUG if (resource.group, resource.plural) in _ROUTINE_WRITES \
+        else logging.INFO
+    log.log(level, "%s %s %s rv=%d", verb, resource.plural, _ref(namespace, name), revision)
