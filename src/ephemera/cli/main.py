@@ -106,6 +106,27 @@ def use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+class ClosedTlsWriteFilter(logging.Filter):
+    """uvloop's TLS transport, asked to write after its peer closed the connection, has the
+    loop log `Fatal error on SSL protocol` at ERROR with a traceback ending in `RuntimeError:
+    unable to perform operation on <TCPTransport closed=True ...>; the handler is closed`
+    (a race in uvloop's shutdown of the connection, nothing lost that the closed connection's
+    own error does not report). This filter keeps that out of the components' logs, and with
+    `-v` turns it into one DEBUG line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not (str(record.msg).startswith("Fatal error on SSL protocol") and
+                isinstance(exc, RuntimeError) and "handler is closed" in str(exc)):
+            return True
+        if not logging.getLogger().isEnabledFor(logging.DEBUG):
+            return False
+        record.msg, record.args = "a TLS write after the connection closed (uvloop); dropped", ()
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(given)
@@ -120,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("asyncio").addFilter(ClosedTlsWriteFilter())
     code: int = args.func(args)
     return code
 
