@@ -309,6 +309,27 @@ async def test_a_dead_first_endpoint_fails_over_at_once_and_sticks(client: ApiCl
         assert got["metadata"]["name"] == "failover" and c.server == live
 
 
+async def test_a_request_broken_after_it_was_sent_names_its_own_server(
+        client: ApiClient) -> None:
+    """A server that takes the request and hangs up: the client moves to the next one for
+    the next request, and the error names the server the request went to."""
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    broken = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with ApiClient(ClientConfig(server=client.server), endpoints=[broken]) as c:
+            with pytest.raises(ApiUnavailable) as err:
+                await c.get("/version")
+            assert c.server == client.server  # switched for the next request
+            assert str(err.value).startswith(f'Get "{broken}/version": ')
+    finally:
+        server.close()
+
+
 async def test_informer_resumes_its_watch_on_the_next_apiserver_without_a_relist(
         tmp_path: Path) -> None:
     store = open_store("sqlite", data_dir=tmp_path / "data")

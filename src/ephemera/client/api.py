@@ -95,6 +95,18 @@ def _retry_after(resp: aiohttp.ClientResponse) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def _note_server(err: BaseException, server: str) -> None:
+    """Note on `err` the apiserver the failed request went to: its message names that one,
+    not the one the client has switched to since."""
+    with contextlib.suppress(AttributeError):
+        err.__dict__["ephemera_server"] = server
+
+
+def _server_of(err: BaseException) -> str | None:
+    server = getattr(err, "__dict__", {}).get("ephemera_server")
+    return server if isinstance(server, str) else None
+
+
 class ApiUnavailable(ConnectionError):
     """The apiserver could not be reached, or the connection broke mid-request."""
 
@@ -261,10 +273,10 @@ class ApiClient:
     def _url(self, path: str, server: str | None = None) -> str:
         return (server or self.server) + (path if path.startswith("/") else "/" + path)
 
-    def _full_url(self, path: str, query: Mapping[str, str]) -> str:
+    def _full_url(self, path: str, query: Mapping[str, str], server: str | None = None) -> str:
         """The URL with its query, as Go's `url.Values.Encode` writes it (keys sorted)."""
         encoded = urlencode(sorted(query.items()))
-        return self._url(path) + ("?" + encoded if encoded else "")
+        return self._url(path, server) + ("?" + encoded if encoded else "")
 
     @contextlib.asynccontextmanager
     async def _send(self, method: str, path: str, *, timeout: aiohttp.ClientTimeout,
@@ -281,16 +293,21 @@ class ApiClient:
                 resp = await resp_cm.__aenter__()
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
                 self.endpoints.failed(server, str(err) or type(err).__name__)
+                _note_server(err, server)
                 last = err
                 continue
             except (aiohttp.ClientError, OSError) as err:
                 # Sent, then broken: not retried here; the next request goes elsewhere.
                 self.endpoints.failed(server, str(err) or type(err).__name__)
+                _note_server(err, server)
                 raise
             self.endpoints.succeeded(server)
             self._responses.add(resp)
             try:
                 yield resp
+            except (aiohttp.ClientError, OSError) as err:
+                _note_server(err, server)
+                raise
             finally:
                 self._responses.discard(resp)
                 resp.release()
@@ -334,8 +351,8 @@ class ApiClient:
         except ApiUnavailable:
             raise  # ended on purpose (set_client_certificate), already in words
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            raise ApiUnavailable(
-                request_error(method, self._full_url(path, _query(params)), err)) from err
+            raise ApiUnavailable(request_error(
+                method, self._full_url(path, _query(params), _server_of(err)), err)) from err
         return orjson.loads(raw) if raw.strip() else None
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
@@ -417,8 +434,8 @@ class ApiClient:
         except ApiUnavailable:
             raise  # ended on purpose (set_client_certificate), already in words
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            raise ApiUnavailable(request_error("GET", self._full_url(path, query), err)) \
-                from err
+            raise ApiUnavailable(request_error(
+                "GET", self._full_url(path, query, _server_of(err)), err)) from err
         except orjson.JSONDecodeError as err:
             raise ApiUnavailable(f"watch {path}: undecodable event: {err}") from err
 
