@@ -357,3 +357,35 @@ async def test_a_leader_renews_through_another_apiserver_when_its_own_stalls(
             assert await asyncio.wait_for(running, 10) is True
     finally:
         await proxy.close()
+
+
+async def test_a_new_leader_renews_while_its_event_is_still_being_posted(
+        client: ApiClient) -> None:
+    """The "became leader" Event goes through an apiserver that stalls; the Lease is written
+    through another. As client-go's recorder, posting the event does not hold up renewals."""
+    proxy = StallingProxy(client.server)
+    proxy.stalled = True
+    try:
+        async with ApiClient(ClientConfig(server=await proxy.start()),
+                             user_agent="le-test") as stalled:
+            config = LeaderElectionConfig("kube-system", "kube-scheduler", "host_a",
+                                          lease_duration=4, renew_deadline=2,
+                                          retry_period=0.25)
+            lock = LeaseLock(client, "kube-system", "kube-scheduler", "host_a",
+                             EventRecorder(stalled, "default-scheduler"))
+            a = LeaderElector(config, lock)
+            stop = asyncio.Event()
+            running = asyncio.create_task(a.run(asyncio.Event().wait, stop))
+            await eventually(lambda: a.is_leader())
+            first = (await lease_spec(client))["renewTime"]
+            await eventually(lambda: _renewed_since(client, first), timeout=3)
+            assert a.is_leader() and not running.done()
+            assert await election_events(client) == []
+            stop.set()
+            assert await asyncio.wait_for(running, 10) is True
+    finally:
+        await proxy.close()
+
+
+async def _renewed_since(client: ApiClient, renew_time: str) -> bool:
+    return (await lease_spec(client))["renewTime"] != renew_time

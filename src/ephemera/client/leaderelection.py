@@ -213,6 +213,7 @@ class LeaderElector:
         self.on_new_leader = on_new_leader
         self.observed = LeaderElectionRecord()
         self._observed_raw: bytes | None = None
+        self._recording: asyncio.Task[None] | None = None
         self._observed_time = 0.0
         self._reported_leader = ""
 
@@ -340,7 +341,11 @@ class LeaderElector:
             succeeded = await self._try(self.config.renew_deadline)
             self._report_transition()
             if succeeded:
-                await self.lock.record_event("became leader")
+                # as client-go's recorder, the event does not hold up the leader: renewing
+                # starts while it is posted (an apiserver that stalls it would otherwise stall
+                # the first renewal past the renew deadline)
+                self._recording = asyncio.create_task(self.lock.record_event("became leader"),
+                                                      name="leader-election-event")
                 log.info("successfully acquired lease %s", self.config.describe)
                 return
             await asyncio.sleep(self._jittered())
@@ -427,6 +432,8 @@ class LeaderElector:
                 log.error("the work led under %s failed: %s", self.config.describe, failure)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.renew_deadline):
+                    if self._recording is not None:
+                        await self._recording  # "became leader" goes first
                     await self.lock.record_event("stopped leading")
             if self.config.release_on_cancel:
                 await self.release()
@@ -434,4 +441,8 @@ class LeaderElector:
         finally:
             stopper.cancel()
             acquiring.cancel()
-            await asyncio.gather(stopper, acquiring, return_exceptions=True)
+            pending = [stopper, acquiring]
+            if self._recording is not None:
+                self._recording.cancel()
+                pending.append(self._recording)
+            await asyncio.gather(*pending, return_exceptions=True)
