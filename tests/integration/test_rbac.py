@@ -5,6 +5,8 @@ escalation prevention."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -337,3 +339,22 @@ async def test_services_proxy_needs_its_own_subresource(users: Users) -> None:
     assert status == 200
     status, body = await users.call("jane", "GET", path)
     assert (status, body["message"]) == (404, 'services "web" not found')  # authorized
+
+
+
+async def test_each_default_policy_write_is_logged_once(tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """The registry logs every write; the bootstrap policy and the aggregation controller add
+    no second line for the same write (each default object used to be logged twice)."""
+    caplog.set_level(logging.INFO, logger="ephemera.apiserver")
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    async for _ in serve_users(store, TOKENS):
+        await eventually(lambda: "aggregated the rules of clusterrole admin" in
+                         [r.getMessage() for r in caplog.records])
+        await asyncio.sleep(0.5)  # room for a second aggregation pass, behind its own write
+    lines = [r.getMessage() for r in caplog.records]
+    about_cluster_admin = [m for m in lines if m.startswith("created clusterroles cluster-admin")]
+    assert len(about_cluster_admin) == 1 and " rv=" in about_cluster_admin[0]
+    assert lines.count("aggregated the rules of clusterrole admin") == 1
+    assert sum(1 for m in lines if m.startswith("updated clusterroles admin rv=")) == 1
+    assert sum(1 for m in lines if m.startswith("created serviceaccounts default/default")) == 1

@@ -75,8 +75,7 @@ async def ensure_default_service_account(registry: Registry, namespace: str) -> 
                                "metadata": {"name": DEFAULT_SERVICE_ACCOUNT,
                                             "namespace": namespace}}
     try:
-        await registry.create(SERVICE_ACCOUNTS, account)
-        log.info("created serviceaccounts %s/%s", namespace, DEFAULT_SERVICE_ACCOUNT)
+        await registry.create(SERVICE_ACCOUNTS, account)  # the registry logs it
     except StatusError as err:
         if err.code not in (404, 403, 409):  # namespace gone or terminating; raced
             log.warning("namespace %s: creating the default service account failed: %s",

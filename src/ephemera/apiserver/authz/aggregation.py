@@ -115,16 +115,21 @@ class Aggregator:
         return written
 
     async def _write(self, name: str, rules: list[Any]) -> None:
+        changed = False
+
         async def update(current: dict[str, Any] | None) -> dict[str, Any]:
+            nonlocal changed
             if current is None:
                 raise StatusError(404, "NotFound", f"clusterrole {name} is gone")
             old = copy.deepcopy(current)
+            changed = (current.get("rules") or []) != rules
             current["rules"] = copy.deepcopy(rules)
             return await self.registry.prepare_update(CLUSTER_ROLES, current, old)
 
         try:
             await self.registry.update(CLUSTER_ROLES, "", name, update)
-            log.info("aggregated the rules of clusterrole %s", name)
+            if changed:  # a sync behind its own last write finds the rules there already
+                log.info("aggregated the rules of clusterrole %s", name)
         except StatusError as err:
             if err.code != 404:
                 raise

@@ -521,8 +521,7 @@ async def _ensure(registry: Registry, resource: Resource, expected: dict[str, An
     name = expected["metadata"]["name"]
     namespace = expected["metadata"].get("namespace") or ""
     try:
-        await registry.create(resource, copy.deepcopy(expected))
-        log.info("created %s %s", resource.plural, name)
+        await registry.create(resource, copy.deepcopy(expected))  # the registry logs it
         return
     except StatusError as err:
         if err.code != 409:
