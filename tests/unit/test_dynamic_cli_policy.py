@@ -65,12 +65,17 @@ def test_live_and_restart_exclude_each_other(capsys: pytest.CaptureFixture[str])
 class _Api:
     """The reads `kubectl dynamic status` makes: the pod, its `/allocated`, its events."""
 
-    def __init__(self, pod: dict[str, Any], allocated: dict[str, Any],
+    def __init__(self, pod: dict[str, Any], allocated: dict[str, Any] | None,
                  events: list[dict[str, Any]]) -> None:
         self.pod, self.allocated, self.events = pod, allocated, events
 
     async def get(self, path: str) -> dict[str, Any]:
-        return self.allocated if path.endswith("/allocated") else self.pod
+        if path.endswith("/allocated"):
+            if self.allocated is None:  # a node without a kubelet API (simulated)
+                from ephemera.api.errors import StatusError
+                raise StatusError(503, "ServiceUnavailable", "no kubelet API")
+            return self.allocated
+        return self.pod
 
     async def list(self, path: str, **_: Any) -> dict[str, Any]:
         return {"items": self.events}
@@ -95,6 +100,36 @@ async def test_status_says_why_the_node_has_not_allocated_a_change() -> None:
     # Once allocated, no such line.
     text = await status_text(cast(ApiClient, _Api(pod, pod, [failed])), "/p")
     assert "has not allocated" not in text
+
+
+
+async def test_wait_says_why_a_node_without_a_kubelet_api_has_not_allocated() -> None:
+    """Simulated nodes have no kubelet API (no `/allocated`): `--wait` judges by the events,
+    a FailedAllocation being the node's latest word on the pod."""
+    from typing import cast
+
+    from ephemera.cli.dynamic import CommandError, wait_actuated
+    from ephemera.client import ApiClient
+
+    before = _pod()
+    before["metadata"] |= {"namespace": "default", "uid": "u"}
+    desired = copy.deepcopy(before)
+    desired["spec"]["volumes"].append({"name": "s", "secret": {"secretName": "nosuch"}})
+    failed = {"reason": "FailedAllocation", "lastTimestamp": "2026-12-01T17:00:00Z",
+              "message": 'volume "s": secret "nosuch" not found'}
+    with pytest.raises(CommandError) as raised:
+        await wait_actuated(cast(ApiClient, _Api(desired, None, [failed])), "/p", before,
+                            desired, timeout=0)
+    assert str(raised.value).splitlines() == [
+        "not actuated within 0s: volume s is not yet reported",
+        'the node has not allocated it: volume "s": secret "nosuch" not found']
+    # an allocation that succeeded after it: no such line
+    succeeded = {"reason": "SuccessfulAllocation", "message": 'added volume "s"',
+                 "lastTimestamp": "2026-12-01T17:00:05Z"}
+    with pytest.raises(CommandError) as raised:
+        await wait_actuated(cast(ApiClient, _Api(desired, None, [failed, succeeded])), "/p",
+                            before, desired, timeout=0)
+    assert "has not allocated" not in str(raised.value)
 
 
 def _live_pod(mounts: list[tuple[str, str]], actuated: list[tuple[str, str]]) -> dict[str, Any]:

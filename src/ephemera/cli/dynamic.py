@@ -602,11 +602,17 @@ def _spec_names(pod: Pod) -> tuple[list[str], list[str]]:
 
 async def _allocation_failure(api: ApiClient, pod_path: str, pod: Pod, desired: Pod) -> str:
     """When the node has not allocated the `desired` volumes and containers: why, from the
-    pod's latest FailedAllocation event ("" when allocated or no reason is known)."""
+    pod's latest FailedAllocation event ("" when allocated or no reason is known). A node
+    whose kubelet API cannot be reached (simulated nodes have none) is judged by its events
+    alone: a FailedAllocation no older than the latest SuccessfulAllocation."""
     try:
         allocated = await api.get(f"{pod_path}/allocated")
     except StatusError:
-        return ""
+        failed = await _latest_event_of(api, pod, "FailedAllocation")
+        succeeded = await _latest_event_of(api, pod, "SuccessfulAllocation")
+        if failed is None or (succeeded is not None and _when(succeeded) > _when(failed)):
+            return ""
+        return str(failed.get("message", ""))
     if _spec_names(allocated) == _spec_names(desired):
         return ""
     return await _latest_event(api, pod, "FailedAllocation")
@@ -630,16 +636,30 @@ async def _latest_event(api: ApiClient, pod: Pod, reason: str,
                         about: Callable[[str], bool] = lambda message: True) -> str:
     """The message of the pod's latest event with `reason` whose message is `about` what
     is asked ("" when there is none, or the events cannot be read)."""
+    found = await _latest_event_of(api, pod, reason, about)
+    return str(found.get("message", "")) if found is not None else ""
+
+
+async def _latest_event_of(api: ApiClient, pod: Pod, reason: str,
+                           about: Callable[[str], bool] = lambda message: True
+                           ) -> dict[str, Any] | None:
+    """The pod's latest event with `reason` whose message is `about` what is asked (None
+    when there is none, or the events cannot be read)."""
     meta = pod["metadata"]
     try:
         events = await api.list(resource_path("events", meta["namespace"]),
                                 field_selector=f"involvedObject.uid={meta['uid']}")
     except StatusError:
-        return ""
+        return None
     found = [e for e in events["items"]
              if e.get("reason") == reason and about(str(e.get("message", "")))]
-    found.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-    return str(found[-1].get("message", "")) if found else ""
+    found.sort(key=_when)
+    return found[-1] if found else None
+
+
+def _when(event: dict[str, Any]) -> str:
+    """When an event last happened, as a string that sorts in time order (RFC 3339)."""
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
 
 
 # --- status ------------------------------------------------------------------------------------
