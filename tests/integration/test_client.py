@@ -330,6 +330,29 @@ async def test_a_request_broken_after_it_was_sent_names_its_own_server(
         server.close()
 
 
+async def test_a_request_timeout_of_its_own_bounds_one_request() -> None:
+    """`request_timeout=` on a verb bounds that request (a kubelet's heartbeats: 10 s) while
+    the client's own bound (30 s) stays for the others."""
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        await asyncio.sleep(60)
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    silent = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with ApiClient(ClientConfig(server=silent)) as c:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(ApiUnavailable) as err:
+                await c.update("/api/v1/nodes/n1", {}, request_timeout=0.3)
+            assert asyncio.get_running_loop().time() - started < c.request_timeout / 2
+            assert str(err.value).startswith(f'Put "{silent}/api/v1/nodes/n1": ')
+            with pytest.raises(TimeoutError):  # the client's own bound is still 30 s
+                await asyncio.wait_for(c.get("/version"), 1.0)
+    finally:
+        server.close()
+
+
 async def test_informer_resumes_its_watch_on_the_next_apiserver_without_a_relist(
         tmp_path: Path) -> None:
     store = open_store("sqlite", data_dir=tmp_path / "data")

@@ -13,7 +13,12 @@ import pytest
 
 from ephemera.api import errors
 from ephemera.client import ApiClient, ApiUnavailable
-from ephemera.kubelet.node import MAX_LEASE_UPDATE_RETRIES, NodeAgent, NodeConfig
+from ephemera.kubelet.node import (
+    MAX_LEASE_UPDATE_RETRIES,
+    NodeAgent,
+    NodeConfig,
+    heartbeat_timeout,
+)
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -27,6 +32,7 @@ class FakeLeases:
         self.stored: dict[str, Any] | None = None
         self.version = 0
         self.calls: list[tuple[str, str]] = []
+        self.timeouts: list[float | None] = []  # each request's own bound
         self.fail: list[Exception] = []  # raised by the next requests, in order
 
     def _store(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -36,26 +42,27 @@ class FakeLeases:
         self.stored = stored
         return {**stored, "metadata": dict(stored["metadata"])}
 
-    def _maybe_fail(self) -> None:
+    def _maybe_fail(self, params: dict[str, Any]) -> None:
+        self.timeouts.append(params.get("request_timeout"))
         if self.fail:
             raise self.fail.pop(0)
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
         self.calls.append(("GET", path))
-        self._maybe_fail()
+        self._maybe_fail(params)
         if self.stored is None:
             raise errors.not_found("leases", "n1", "coordination.k8s.io")
         return {**self.stored, "metadata": dict(self.stored["metadata"])}
 
     async def create(self, path: str, body: dict[str, Any], **params: Any) -> dict[str, Any]:
         self.calls.append(("POST", path))
-        self._maybe_fail()
+        self._maybe_fail(params)
         assert "resourceVersion" not in body["metadata"]
         return self._store(body)
 
     async def update(self, path: str, body: dict[str, Any], **params: Any) -> dict[str, Any]:
         self.calls.append(("PUT", path))
-        self._maybe_fail()
+        self._maybe_fail(params)
         assert self.stored is not None
         if body["metadata"]["resourceVersion"] != self.stored["metadata"]["resourceVersion"]:
             raise errors.conflict("leases", "n1", group="coordination.k8s.io")
@@ -144,3 +151,23 @@ def test_the_owner_is_set_once_the_node_is_known(tmp_path: Path) -> None:
         assert api.stored["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
 
     asyncio.run(run())
+
+
+def test_heartbeats_are_bounded_as_upstreams_heartbeat_client(tmp_path: Path) -> None:
+    """Every request of a renewal carries the heartbeat timeout: the status update frequency,
+    at most the lease duration (upstream's kubelet and kubemark set it on their heartbeat
+    client)."""
+    assert heartbeat_timeout(10.0) == 10.0
+    assert heartbeat_timeout(60.0) == 40.0
+    api = FakeLeases()
+    a = agent(api, tmp_path)
+
+    async def run() -> None:
+        await a.renew_lease()  # GET, POST
+        await a.renew_lease()  # PUT
+        api.fail = [errors.conflict("leases", "n1", group="coordination.k8s.io")]
+        await a.renew_lease()  # PUT (409), GET, PUT
+
+    asyncio.run(run())
+    assert len(api.timeouts) == 6
+    assert api.timeouts == [10.0] * 6

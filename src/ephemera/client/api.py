@@ -319,8 +319,11 @@ class ApiClient:
 
     async def request(self, method: str, path: str, body: Any = None, *,
                       content_type: str = "application/json",
-                      params: Mapping[str, Any] | None = None) -> Any:
-        """One request; the decoded JSON response (None for an empty body)."""
+                      params: Mapping[str, Any] | None = None,
+                      request_timeout: float | None = None) -> Any:
+        """One request; the decoded JSON response (None for an empty body).
+        `request_timeout`: this request's bound instead of the client's (the heartbeats'
+        shorter one, as upstream's kubelet gives its heartbeat client)."""
         data: bytes | None = None
         headers: dict[str, str] = {}
         if body is not None:
@@ -332,7 +335,7 @@ class ApiClient:
         # `sock_connect`, not `connect`: the dial is bounded, as Go's dialer bounds it, not
         # the wait for one of the pool's connections (aiohttp's `connect` counts both), which
         # under load failed requests as `dial tcp ...: i/o timeout` that never dialled.
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout,
+        timeout = aiohttp.ClientTimeout(total=request_timeout or self.request_timeout,
                                         sock_connect=self.connect_timeout)
         try:
             for attempt in range(MAX_RETRIES + 1):
@@ -355,9 +358,11 @@ class ApiClient:
                 method, self._full_url(path, _query(params), _server_of(err)), err)) from err
         return orjson.loads(raw) if raw.strip() else None
 
-    async def get(self, path: str, **params: Any) -> dict[str, Any]:
+    async def get(self, path: str, *, request_timeout: float | None = None,
+                  **params: Any) -> dict[str, Any]:
         """GET an object (or any JSON document, such as `/version`)."""
-        result: dict[str, Any] = await self.request("GET", path, params=params)
+        result: dict[str, Any] = await self.request("GET", path, params=params,
+                                                    request_timeout=request_timeout)
         return result
 
     async def list(self, path: str, *, label_selector: str | None = None,
@@ -382,22 +387,27 @@ class ApiClient:
             result["items"] = []
         return result
 
-    async def create(self, path: str, body: Any, **params: Any) -> dict[str, Any]:
+    async def create(self, path: str, body: Any, *, request_timeout: float | None = None,
+                     **params: Any) -> dict[str, Any]:
         """POST to a collection (or to a subresource such as `pods/NAME/binding`)."""
-        result: dict[str, Any] = await self.request("POST", path, body, params=params)
+        result: dict[str, Any] = await self.request("POST", path, body, params=params,
+                                                    request_timeout=request_timeout)
         return result
 
-    async def update(self, path: str, body: Any, **params: Any) -> dict[str, Any]:
+    async def update(self, path: str, body: Any, *, request_timeout: float | None = None,
+                     **params: Any) -> dict[str, Any]:
         """PUT an object or a subresource (`/status`, `/dynamic`)."""
-        result: dict[str, Any] = await self.request("PUT", path, body, params=params)
+        result: dict[str, Any] = await self.request("PUT", path, body, params=params,
+                                                    request_timeout=request_timeout)
         return result
 
     async def patch(self, path: str, body: Any, *, patch_type: PatchType = "strategic",
-                    **params: Any) -> dict[str, Any]:
+                    request_timeout: float | None = None, **params: Any) -> dict[str, Any]:
         """PATCH with a JSON patch (a list), a merge or strategic merge patch (a dict), or a
         server-side apply (a dict or YAML text; pass `fieldManager=`)."""
         result: dict[str, Any] = await self.request(
-            "PATCH", path, body, content_type=_PATCH_CONTENT_TYPES[patch_type], params=params)
+            "PATCH", path, body, content_type=_PATCH_CONTENT_TYPES[patch_type], params=params,
+            request_timeout=request_timeout)
         return result
 
     async def delete(self, path: str, body: Any = None, **params: Any) -> dict[str, Any]:

@@ -796,7 +796,8 @@ class Kubelet:
             self.node_agent = NodeAgent(self.api, self.node_config,
                                         pressure_probe=self._pressure,
                                         images=self._images_for_status,
-                                        report_interval=cfg.node_status_report_interval)
+                                        report_interval=cfg.node_status_report_interval,
+                                        status_update_interval=cfg.node_status_interval)
             if cfg.pod_cidr:
                 await self._set_pod_cidr(cfg.pod_cidr)
             if not await self._register(stop):

@@ -284,9 +284,13 @@ class HollowNode:
                                       runtime_version="fake://0.1.0",
                                       extra_labels=dict(config.labels),
                                       capacity=dict(config.capacity), taints=config.taints)
+        # The heartbeats' timeout as a kubelet's with upstream's 10 s status checks: these
+        # nodes check their status less often, not their requests more patiently.
         self.node_agent = NodeAgent(heartbeat_api or api, self.node_config,
                                     pressure_probe=Pressure,
-                                    report_interval=config.node_status_report_interval)
+                                    report_interval=config.node_status_report_interval,
+                                    status_update_interval=min(config.node_status_interval,
+                                                               config.lease_renew_interval))
         self.node_allocatable: dict[str, Any] = dict(config.capacity)
         self.runtime = HollowRuntime(name, config.pod_lifetime)
         self.status = StatusManager(api)

@@ -74,6 +74,7 @@ __all__ = [
     "Reservation",
     "allocatable",
     "declared_features",
+    "heartbeat_timeout",
     "machine_capacity",
     "machine_memory_bytes",
     "node_object",
@@ -92,6 +93,16 @@ MAX_LEASE_UPDATE_RETRIES = 5  # upstream's maxUpdateRetries
 # Upstream's defaults: status checked every 10 s, reported at least every 5 min when unchanged.
 STATUS_UPDATE_INTERVAL = 10.0
 STATUS_REPORT_INTERVAL = 300.0
+
+
+def heartbeat_timeout(status_update_interval: float = STATUS_UPDATE_INTERVAL) -> float:
+    """How long one heartbeat request (a Node status check or write, a Lease renewal) may
+    take: upstream's kubelet gives its heartbeat client the node status update frequency as
+    its timeout, at most the lease duration (10 s by default), so that a renewal stuck on a
+    saturated apiserver is given up and tried again within the lease, not after the
+    client's 30 s."""
+    return min(status_update_interval, float(LEASE_DURATION_SECONDS))
+
 EVICTION_HARD_NODEFS_FRACTION = 0.10  # probe_pressure's disk threshold (upstream's default)
 # The resources `--system-reserved` / `--kube-reserved` may reserve (upstream also takes
 # `pid`, which ephemera does not limit).
@@ -410,13 +421,15 @@ class NodeAgent:
     def __init__(self, api: ApiClient, config: NodeConfig, *,
                  pressure_probe: Callable[[], Pressure] | None = None,
                  images: Callable[[], list[dict[str, Any]]] | None = None,
-                 report_interval: float = STATUS_REPORT_INTERVAL) -> None:
+                 report_interval: float = STATUS_REPORT_INTERVAL,
+                 status_update_interval: float = STATUS_UPDATE_INTERVAL) -> None:
         self.api = api
         self.config = config
         self.builder = NodeStatusBuilder(config)
         self.pressure_probe = pressure_probe or (lambda: probe_pressure(config.root_dir))
         self.images = images
         self.report_interval = report_interval
+        self.heartbeat_timeout = heartbeat_timeout(status_update_interval)
         self.node: dict[str, Any] | None = None
         self.lease: dict[str, Any] | None = None  # the Lease as last written or read
         # The client the Lease is written with, when not `api` (hollow nodes renew on a
@@ -479,7 +492,7 @@ class NodeAgent:
         write the API did not need, or delays one it needed (the cache had not yet seen
         another writer's change) until the next check or the report interval."""
         node = await self.api.get(resource_path("nodes", name=self.name),
-                                  resourceVersion="0")
+                                  request_timeout=self.heartbeat_timeout, resourceVersion="0")
         original = node.get("status") or {}
         status = self._status(original)
         # What the Node's status becomes once the merge patch is applied.
@@ -491,7 +504,7 @@ class NodeAgent:
             return False
         self.node = await self.api.patch(
             resource_path("nodes", name=self.name, subresource="status"),
-            {"status": status}, patch_type="merge")
+            {"status": status}, patch_type="merge", request_timeout=self.heartbeat_timeout)
         self._last_report_time = time.monotonic()
         return True
 
@@ -544,12 +557,14 @@ class NodeAgent:
         """Upstream's `ensureLease`: the Lease as stored, created when missing; and whether
         it was created."""
         try:
-            return await (self.lease_api or self.api).get(_lease_path(self.name)), False
+            return await (self.lease_api or self.api).get(
+                _lease_path(self.name), request_timeout=self.heartbeat_timeout), False
         except StatusError as err:
             if err.code != 404:
                 raise
-        return await (self.lease_api or self.api).create(_lease_path(None),
-                                                         self._new_lease(None)), True
+        return await (self.lease_api or self.api).create(
+            _lease_path(None), self._new_lease(None),
+            request_timeout=self.heartbeat_timeout), True
 
     async def _update_lease(self, base: Mapping[str, Any]) -> None:
         """Upstream's `retryUpdateLease`: PUT `base` renewed, up to `MAX_LEASE_UPDATE_RETRIES`
@@ -558,7 +573,8 @@ class NodeAgent:
         for _ in range(MAX_LEASE_UPDATE_RETRIES):
             try:
                 self.lease = await (self.lease_api or self.api).update(
-                    _lease_path(self.name), self._new_lease(base))
+                    _lease_path(self.name), self._new_lease(base),
+                    request_timeout=self.heartbeat_timeout)
                 return
             except (StatusError, ApiUnavailable) as err:
                 log.warning("node %s: failed to update lease: %s", self.name,
