@@ -5,6 +5,7 @@ errors and log lines."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from apiserver_fixtures import TABLE_ACCEPT, Api, pod
 
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.apiserver.authn import Authenticator, UserInfo
+from ephemera.apiserver.server import serve
 from ephemera.store import open_store
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -170,6 +172,43 @@ async def test_bad_json_is_400(api: Api) -> None:
     assert status == 400
     assert body["message"].startswith("the object provided is unrecognized (must be of type "
                                       "Pod): couldn't get version/kind; ")
+
+
+async def test_a_client_gone_mid_body_is_one_log_line(tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A client that gives up while its body is being read (as under load, after its own
+    timeout): one line in the log, no traceback, nothing created. Served as the command
+    serves (aiohttp's test server cancels the handler instead)."""
+    caplog.set_level(logging.INFO)
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    app = create_app(store, ApiserverConfig())
+    stop, started = asyncio.Event(), asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(serve(app, host="127.0.0.1", port=0, ssl_context=None,
+                                        stop=stop, on_started=started.set_result))
+    try:
+        port = await asyncio.wait_for(started, 10)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST {PODS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     "\r\nContent-Length: 1000\r\n\r\n{\"kind\": ".encode())
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the handler is reading the body
+        writer.transport.abort()
+
+        def gone() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "went away" in r.getMessage()]
+        for _ in range(250):
+            if gone():
+                break
+            await asyncio.sleep(0.02)
+        assert len(gone()) == 1
+        assert gone()[0].startswith("client 127.0.0.1 went away: POST "
+                                    "/api/v1/namespaces/default/pods: ")
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+        assert (await store.list("/registry/pods/")).kvs == []
+    finally:
+        stop.set()
+        await serving
+        await store.close()
 
 
 async def test_write_log_lines(api: Api, caplog: pytest.LogCaptureFixture) -> None:

@@ -303,8 +303,16 @@ async def _status(request: web.Request, handler: Any) -> web.StreamResponse:
     except web.HTTPException as exc:
         reason = exc.reason.replace(" ", "")
         return status_response(StatusError(exc.status, reason, exc.text or exc.reason))
-    except (asyncio.CancelledError, ConnectionError):
+    except asyncio.CancelledError:
         raise
+    except ConnectionError as exc:
+        if request.transport is not None and not request.transport.is_closing():
+            raise
+        # The client went away mid-request (a body cut short when it gave up waiting under
+        # load): one line, not aiohttp's traceback; the answer goes nowhere.
+        log.info("client %s went away: %s %s: %s", request.remote, request.method,
+                 request.path_qs, exc or type(exc).__name__)
+        return web.Response(status=499)
     except StoreError as exc:  # the store's own words, as upstream relays etcd's
         log.warning("store error serving %s %s: %s", request.method, request.path_qs, exc)
         return status_response(errors.internal_error(str(exc)))
