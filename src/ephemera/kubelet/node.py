@@ -93,16 +93,6 @@ MAX_LEASE_UPDATE_RETRIES = 5  # upstream's maxUpdateRetries
 # Upstream's defaults: status checked every 10 s, reported at least every 5 min when unchanged.
 STATUS_UPDATE_INTERVAL = 10.0
 STATUS_REPORT_INTERVAL = 300.0
-
-
-def heartbeat_timeout(status_update_interval: float = STATUS_UPDATE_INTERVAL) -> float:
-    """How long one heartbeat request (a Node status check or write, a Lease renewal) may
-    take: upstream's kubelet gives its heartbeat client the node status update frequency as
-    its timeout, at most the lease duration (10 s by default), so that a renewal stuck on a
-    saturated apiserver is given up and tried again within the lease, not after the
-    client's 30 s."""
-    return min(status_update_interval, float(LEASE_DURATION_SECONDS))
-
 EVICTION_HARD_NODEFS_FRACTION = 0.10  # probe_pressure's disk threshold (upstream's default)
 # The resources `--system-reserved` / `--kube-reserved` may reserve (upstream also takes
 # `pid`, which ephemera does not limit).
@@ -114,6 +104,15 @@ DECLARABLE_FEATURES = (
     DYNAMIC_VOLUME_HOT_PLUG,  # ephemera's own: live mount changes (NotRequired)
     POD_LEVEL_RESOURCES_EPHEMERAL_STORAGE,
 )
+
+
+def heartbeat_timeout(status_update_interval: float = STATUS_UPDATE_INTERVAL) -> float:
+    """How long one heartbeat request (a Node status check or write, a Lease renewal) may
+    take: upstream's kubelet gives its heartbeat client the node status update frequency as
+    its timeout, at most the lease duration (10 s by default), so that a renewal stuck on a
+    saturated apiserver is given up and tried again within the lease, not after the
+    client's 30 s."""
+    return min(status_update_interval, float(LEASE_DURATION_SECONDS))
 
 
 def now_rfc3339() -> str:
