@@ -334,9 +334,12 @@ async def test_a_request_timeout_of_its_own_bounds_one_request() -> None:
     """`request_timeout=` on a verb bounds that request (a kubelet's heartbeats: 10 s) while
     the client's own bound (30 s) stays for the others."""
 
+    done = asyncio.Event()
+
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readline()
-        await asyncio.sleep(60)
+        await done.wait()
+        writer.close()
 
     server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
     silent = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -350,6 +353,7 @@ async def test_a_request_timeout_of_its_own_bounds_one_request() -> None:
             with pytest.raises(TimeoutError):  # the client's own bound is still 30 s
                 await asyncio.wait_for(c.get("/version"), 1.0)
     finally:
+        done.set()
         server.close()
 
 
