@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ephemera import looplag
 from ephemera.api.featuregates import FeatureGates
 from ephemera.apiserver.audit import AuditFilter, AuditLog, PolicyError, load_policy
 from ephemera.apiserver.authn import Authenticator, StoreObjectReader, TokenFileError
@@ -430,6 +431,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
                 write_admin_kubeconfig(args.write_kubeconfig, url, pki)
             print(f"ephemera apiserver serving on {url}", file=sys.stderr, flush=True)
 
+        lag = asyncio.create_task(looplag.watch("apiserver" if worker is None
+                                                else f"apiserver worker {worker}"))
         try:
             await serve(app, host=args.bind_address, port=args.port,
                         ssl_context=server_ssl_context(
@@ -441,6 +444,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
             print(f"ephemera apiserver: cannot serve on {args.bind_address}:{args.port}: "
                   f"{err.strerror or err}", file=sys.stderr, flush=True)
             return 1
+        finally:
+            lag.cancel()
     finally:
         await store.close()
         if audit is not None:

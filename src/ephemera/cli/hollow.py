@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ephemera import looplag
 from ephemera.cli import flags
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
 from ephemera.kubelet.hollow import (
@@ -173,7 +174,11 @@ async def _serve(kubeconfig: Any, args: argparse.Namespace, config: HollowConfig
             ApiClient(kubeconfig, user_agent=USER_AGENT,
                       endpoints=args.apiserver_endpoints) as heartbeat_api:
         nodes = HollowNodes(api, config, heartbeat_api, lease_api)
-        await nodes.run(stop, ready=lambda: print(f"hollow nodes ready: {config.count}",
-                                                  file=sys.stderr, flush=True))
+        lag = asyncio.create_task(looplag.watch("hollow-nodes"))
+        try:
+            await nodes.run(stop, ready=lambda: print(f"hollow nodes ready: {config.count}",
+                                                      file=sys.stderr, flush=True))
+        finally:
+            lag.cancel()
     log.info("stopped")
     return 0

@@ -1,0 +1,45 @@
+"""`ephemera.looplag`: a loop that falls behind is one WARNING line at once, then at most one
+a report interval with the worst lag and the count since the last line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from ephemera import looplag
+
+
+def test_lags_under_the_threshold_say_nothing() -> None:
+    lag = looplag.LoopLag("apiserver", threshold=1.0, report_every=60.0)
+    assert lag.observe(0.4, now=100.0) is None
+    assert lag.observe(1.0, now=101.0) is None
+
+
+def test_the_first_late_sleep_is_told_then_at_most_one_line_a_report_interval() -> None:
+    lag = looplag.LoopLag("apiserver", threshold=1.0, report_every=60.0)
+    assert lag.observe(3.24, now=100.0) == \
+        "apiserver: event loop behind by up to 3.2 s (1 time over 1 s since the last report)"
+    assert lag.observe(1.5, now=110.0) is None
+    assert lag.observe(7.0, now=120.0) is None
+    assert lag.observe(0.1, now=150.0) is None  # on time: not counted
+    assert lag.observe(1.2, now=161.0) == \
+        "apiserver: event loop behind by up to 7.0 s (3 times over 1 s since the last report)"
+    assert lag.observe(1.1, now=170.0) is None  # the worst is counted afresh
+    assert lag.observe(1.3, now=222.0) == \
+        "apiserver: event loop behind by up to 1.3 s (2 times over 1 s since the last report)"
+
+
+async def test_a_blocked_loop_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="ephemera.looplag")
+    watching = asyncio.create_task(looplag.watch("hollow-nodes", interval=0.05,
+                                                 threshold=0.2))
+    await asyncio.sleep(0.1)
+    time.sleep(0.5)  # the loop held by one callback
+    await asyncio.sleep(0.1)
+    watching.cancel()
+    lines = [r.getMessage() for r in caplog.records if r.name == "ephemera.looplag"]
+    assert len(lines) == 1
+    assert lines[0].startswith("hollow-nodes: event loop behind by up to 0.")
