@@ -55,6 +55,8 @@ from ephemera.client import (
     load_kubeconfig,
     resource_path,
 )
+from ephemera.kubelet.allocation.manager import FAILED_ALLOCATION
+from ephemera.kubelet.events import FAILED_MOUNT, SUCCESSFUL_ALLOCATION
 
 Pod = dict[str, Any]
 RESTART_CONTAINER = "RestartContainer"
@@ -608,14 +610,15 @@ async def _allocation_failure(api: ApiClient, pod_path: str, pod: Pod, desired: 
     try:
         allocated = await api.get(f"{pod_path}/allocated")
     except StatusError:
-        failed = await _latest_event_of(api, pod, "FailedAllocation")
-        succeeded = await _latest_event_of(api, pod, "SuccessfulAllocation")
+        events = await _pod_events(api, pod)
+        failed = _latest(events, FAILED_ALLOCATION)
+        succeeded = _latest(events, SUCCESSFUL_ALLOCATION)
         if failed is None or (succeeded is not None and _when(succeeded) > _when(failed)):
             return ""
         return str(failed.get("message", ""))
     if _spec_names(allocated) == _spec_names(desired):
         return ""
-    return await _latest_event(api, pod, "FailedAllocation")
+    return _message(_latest(await _pod_events(api, pod), FAILED_ALLOCATION))
 
 
 async def _mount_failure(api: ApiClient, pod: Pod, before: Pod, desired: Pod) -> str:
@@ -628,33 +631,32 @@ async def _mount_failure(api: ApiClient, pod: Pod, before: Pod, desired: Pod) ->
         previous = old.get(container["name"], {}).get("volumeMounts")
         added |= {m[0] for m in _mount_set(container.get("volumeMounts")) -
                   _mount_set(previous)}
-    return await _latest_event(api, pod, "FailedMount", lambda message: any(
-        f'volume "{name}"' in message for name in added))
+    return _message(_latest(await _pod_events(api, pod), FAILED_MOUNT, lambda message: any(
+        f'volume "{name}"' in message for name in added)))
 
 
-async def _latest_event(api: ApiClient, pod: Pod, reason: str,
-                        about: Callable[[str], bool] = lambda message: True) -> str:
-    """The message of the pod's latest event with `reason` whose message is `about` what
-    is asked ("" when there is none, or the events cannot be read)."""
-    found = await _latest_event_of(api, pod, reason, about)
-    return str(found.get("message", "")) if found is not None else ""
-
-
-async def _latest_event_of(api: ApiClient, pod: Pod, reason: str,
-                           about: Callable[[str], bool] = lambda message: True
-                           ) -> dict[str, Any] | None:
-    """The pod's latest event with `reason` whose message is `about` what is asked (None
-    when there is none, or the events cannot be read)."""
+async def _pod_events(api: ApiClient, pod: Pod) -> list[dict[str, Any]]:
+    """The pod's events (none when they cannot be read)."""
     meta = pod["metadata"]
     try:
         events = await api.list(resource_path("events", meta["namespace"]),
                                 field_selector=f"involvedObject.uid={meta['uid']}")
     except StatusError:
-        return None
-    found = [e for e in events["items"]
+        return []
+    return list(events["items"])
+
+
+def _latest(events: list[dict[str, Any]], reason: str,
+            about: Callable[[str], bool] = lambda message: True) -> dict[str, Any] | None:
+    """The latest of `events` with `reason` whose message is `about` what is asked."""
+    found = [e for e in events
              if e.get("reason") == reason and about(str(e.get("message", "")))]
     found.sort(key=_when)
     return found[-1] if found else None
+
+
+def _message(event: dict[str, Any] | None) -> str:
+    return str(event.get("message", "")) if event is not None else ""
 
 
 def _when(event: dict[str, Any]) -> str:
