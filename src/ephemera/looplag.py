@@ -1,7 +1,8 @@
 """How far a process's event loop falls behind, in its log: what this module owns is the
 one probe and the one log line.
 
-`watch(component)` runs for the life of a command: it sleeps `interval` seconds again and
+`async with watching(component):` around a command's serving runs `watch(component)`, which
+sleeps `interval` seconds again and
 again and notes how much later than asked each sleep ended (the loop was busy with other
 work, or blocked). When a sleep ends more than `threshold` late, it logs one WARNING, then at
 most one a `report_every` seconds with the worst lag since the last line and how many sleeps
@@ -17,10 +18,12 @@ line says whether the loop itself was the queue. It costs one timer a quarter se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 
-__all__ = ["LoopLag", "watch"]
+__all__ = ["LoopLag", "watch", "watching"]
 
 log = logging.getLogger("ephemera.looplag")
 
@@ -68,3 +71,14 @@ async def watch(component: str, *, interval: float = INTERVAL,
         line = lag.observe(now - asked, now)
         if line is not None:
             log.warning("%s", line)
+
+
+@contextlib.asynccontextmanager
+async def watching(component: str) -> AsyncIterator[None]:
+    """`watch(component)` for the duration of the block."""
+    task = asyncio.create_task(watch(component), name=f"{component} loop lag")
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -40,6 +40,15 @@ async def test_a_blocked_loop_is_logged(caplog: pytest.LogCaptureFixture) -> Non
     time.sleep(0.5)  # the loop held by one callback
     await asyncio.sleep(0.1)
     watching.cancel()
+    await asyncio.gather(watching, return_exceptions=True)
     lines = [r.getMessage() for r in caplog.records if r.name == "ephemera.looplag"]
     assert len(lines) == 1
     assert lines[0].startswith("hollow-nodes: event loop behind by up to 0.")
+
+
+async def test_watching_ends_its_watch_with_the_block() -> None:
+    before = set(asyncio.all_tasks())
+    async with looplag.watching("apiserver"):
+        started = set(asyncio.all_tasks()) - before
+        assert [t.get_name() for t in started] == ["apiserver loop lag"]
+    assert all(t.done() for t in started)

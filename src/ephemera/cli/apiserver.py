@@ -431,21 +431,19 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
                 write_admin_kubeconfig(args.write_kubeconfig, url, pki)
             print(f"ephemera apiserver serving on {url}", file=sys.stderr, flush=True)
 
-        lag = asyncio.create_task(looplag.watch("apiserver" if worker is None
-                                                else f"apiserver worker {worker}"))
         try:
-            await serve(app, host=args.bind_address, port=args.port,
-                        ssl_context=server_ssl_context(
-                            pki, cert_file=args.tls_cert_file,
-                            key_file=args.tls_private_key_file,
-                            client_ca_file=args.client_ca_file),
-                        stop=stop, on_started=started, reuse_port=worker is not None)
+            async with looplag.watching("apiserver" if worker is None
+                                        else f"apiserver worker {worker}"):
+                await serve(app, host=args.bind_address, port=args.port,
+                            ssl_context=server_ssl_context(
+                                pki, cert_file=args.tls_cert_file,
+                                key_file=args.tls_private_key_file,
+                                client_ca_file=args.client_ca_file),
+                            stop=stop, on_started=started, reuse_port=worker is not None)
         except (OSError, ssl.SSLError) as err:
             print(f"ephemera apiserver: cannot serve on {args.bind_address}:{args.port}: "
                   f"{err.strerror or err}", file=sys.stderr, flush=True)
             return 1
-        finally:
-            lag.cancel()
     finally:
         await store.close()
         if audit is not None:

@@ -174,11 +174,8 @@ async def _serve(kubeconfig: Any, args: argparse.Namespace, config: HollowConfig
             ApiClient(kubeconfig, user_agent=USER_AGENT,
                       endpoints=args.apiserver_endpoints) as heartbeat_api:
         nodes = HollowNodes(api, config, heartbeat_api, lease_api)
-        lag = asyncio.create_task(looplag.watch("hollow-nodes"))
-        try:
+        async with looplag.watching("hollow-nodes"):
             await nodes.run(stop, ready=lambda: print(f"hollow nodes ready: {config.count}",
                                                       file=sys.stderr, flush=True))
-        finally:
-            lag.cancel()
     log.info("stopped")
     return 0
