@@ -34,6 +34,8 @@ class FakeApi:
         self.names: dict[str, str] = {}  # uid -> pod name
         self.bound: dict[str, str] = {}  # pod name -> node, for bindings answered with success
         self.events: list[tuple[str, str, str]] = []
+        # set: every event POST waits for it (an apiserver slow to write Events)
+        self.events_held: asyncio.Event | None = None
 
     async def create(self, path: str, body: Any, **params: Any) -> dict[str, Any]:
         if path.endswith("/binding"):
@@ -45,6 +47,8 @@ class FakeApi:
             self.bound[name] = body["target"]["name"]
             return {"kind": "Status", "status": "Success"}
         if "/events" in path:
+            if self.events_held is not None:
+                await self.events_held.wait()
             self.events.append((body["involvedObject"]["name"], body["reason"], body["message"]))
             return dict(body)
         raise AssertionError(f"unexpected create {path}")
@@ -143,6 +147,26 @@ async def test_at_most_the_cap_of_bindings_are_under_way(api: FakeApi) -> None:
     api.answer("c")
     await s.wait_for_bindings()
     assert set(api.bound) == {"a", "b", "c"}
+
+
+async def test_a_slot_is_free_once_the_binding_is_answered_not_its_event(
+        api: FakeApi) -> None:
+    api.events_held = asyncio.Event()
+    s = make_scheduler(api, [node("n1")], [pod("a"), pod("b")], max_bindings_in_flight=1)
+    await s.schedule_one()
+    await settle()
+    api.answer("a")
+    await settle()
+    assert api.bound == {"a": "n1"} and api.events == []  # a's event still being written
+    second = asyncio.create_task(s.schedule_one())
+    await settle()
+    assert second.done()  # the slot was given back with a's binding answer
+    assert api.pending == ["b"]
+    assert s.bindings_in_flight == 2  # a's cycle ends when its event is written
+    api.answer("b")
+    api.events_held.set()
+    await s.wait_for_bindings()
+    assert scheduled_on(api) == {"a": "n1", "b": "n1"}
 
 
 @pytest.mark.parametrize("error", [
