@@ -2,8 +2,9 @@
 Markdown tables and ratios, a real etcd server (`start_etcd`, reusing `tests/etcdserver.py`),
 a real `ephemera apiserver` process on a chosen store (`Apiserver`), a whole real
 `ephemera up` cluster with its kubelet (`EphemeraUp`), the TLS client context
-built from the kubeconfig it writes, the CPU time processes use during a phase (`CpuMeter`)
-and the requests etcd handles (`EtcdRequestCounter`),
+built from the kubeconfig it writes, the CPU time processes use during a phase (`CpuMeter`),
+how the whole machine's CPU time went in it, stolen by the hypervisor included
+(`MachineCpu`), and the requests etcd handles (`EtcdRequestCounter`),
 sampling a process with py-spy (`py_spy_record`, `collapsed_stacks_summary`), and a
 description of the machine for the record.
 
@@ -139,6 +140,28 @@ class CpuMeter:
     def since(self, before: dict[str, float]) -> dict[str, float]:
         after = self.snapshot()
         return {name: after[name] - before[name] for name in after if name in before}
+
+
+class MachineCpu:
+    """How the whole machine's CPU time went during a phase, from `/proc/stat`'s first line:
+    `snapshot()` now, `since(snapshot)` the shares of busy (user, nice, system, irq,
+    softirq), idle (idle, iowait) and steal time (cycles the hypervisor gave to other
+    guests: on a shared VM the one number that tells a slower run from a slower machine)."""
+
+    @staticmethod
+    def snapshot() -> list[int]:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+
+    @classmethod
+    def since(cls, before: list[int]) -> dict[str, float]:
+        spent = [a - b for a, b in zip(cls.snapshot(), before, strict=True)]
+        total = sum(spent) or 1
+        user, nice, system, idle, iowait, irq, softirq, steal = spent
+        return {"busy": round((user + nice + system + irq + softirq) / total, 3),
+                "idle": round((idle + iowait) / total, 3),
+                "steal": round(steal / total, 3)}
 
 
 class EtcdRequestCounter:

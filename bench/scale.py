@@ -66,6 +66,7 @@ from bench.common import (
     REPO_ROOT,
     Apiserver,
     CpuMeter,
+    MachineCpu,
     format_ms,
     kill_process,
     log,
@@ -368,7 +369,7 @@ class Run:
             sampler = asyncio.create_task(self._sample_reads(http, created, gets, lists,
                                                              sampler_stop))
             cpu = CpuMeter(self.pids())
-            cpu_before = cpu.snapshot()
+            cpu_before, machine_before = cpu.snapshot(), MachineCpu.snapshot()
             started = time.monotonic()
             started_wall = time.time()
             names = [f"scale-{i}" for i in range(a.pods)]
@@ -390,9 +391,12 @@ class Run:
 
             async def progress() -> None:
                 while True:
+                    since = MachineCpu.snapshot()
                     await asyncio.sleep(PROGRESS_INTERVAL)
+                    stolen = MachineCpu.since(since)["steal"]
                     log(f"[{self.store}] {len(created)}/{a.pods} created, {running.running} "
-                        f"Running after {time.monotonic() - started:.1f}s")
+                        f"Running after {time.monotonic() - started:.1f}s"
+                        f" (CPU stolen by the hypervisor: {100 * stolen:.0f}%)")
 
             reporter = asyncio.create_task(progress())
             try:
@@ -403,7 +407,7 @@ class Run:
             log(f"[{self.store}] {len(created)} pods created in {created_in:.1f}s")
             running_in = await self._wait_running(running, len(created), started)
             marks = self._unknown_marks()[len(unknown_before):]
-            cpu_used = cpu.since(cpu_before)
+            cpu_used, machine_cpu = cpu.since(cpu_before), MachineCpu.since(machine_before)
             sampler_stop.set()
             await sampler
             if a.idle_seconds > 0 and running_in is not None:
@@ -448,6 +452,8 @@ class Run:
             # CPU seconds each process used from the first create until all were Running
             # (`client` is this benchmark: the creates, the sampler and the watches).
             "cpu_seconds_until_running": {k: round(v, 1) for k, v in sorted(cpu_used.items())},
+            # the machine's CPU time over the same span: busy, idle and stolen shares
+            "machine_cpu_until_running": machine_cpu,
         })
         return self.result
 
@@ -781,6 +787,13 @@ def _lease_cell(r: Mapping[str, Any]) -> str:
             f"{r.get('nodes_marked_unknown', 0)}")
 
 
+def _machine_cell(r: Mapping[str, Any]) -> str:
+    shares = r.get("machine_cpu_until_running")
+    if not shares:
+        return ""
+    return " / ".join(f"{100 * shares[k]:.0f}%" for k in ("busy", "idle", "steal"))
+
+
 def report(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
@@ -797,13 +810,14 @@ def report(results: list[dict[str, Any]]) -> str:
                      format_ms(r["list_all"]["seconds"]),
                      _lease_cell(r),
                      ", ".join(f"{k} {v}" for k, v in r["rss_mib"].items()),
-                     ", ".join(f"{k} {v}" for k, v in cpu.items())])
+                     ", ".join(f"{k} {v}" for k, v in cpu.items()),
+                     _machine_cell(r)])
     table = markdown_table(
         ["store", "apiserver workers", "nodes", "pods", "clients", "nodes Ready s",
          "all Running s", "pods/s", "create p50/p99 ms", "get p50/p99 ms",
          "list page p50/p99 ms", "list all ms",
          "lease gap p50/p99/max s; gaps > 40 s; Unknown marks", "peak RSS MiB",
-         "CPU s until Running"], rows)
+         "CPU s until Running", "machine busy / idle / stolen"], rows)
     restarts = [[r["store"], str(c["nodes_ready_seconds"]), f"{c['running']}/{r['pods']}",
                  str(c["all_running_seconds"]),
                  *(f"{v['store']} / {v['cache_list']} / {v['watch']}; differ "

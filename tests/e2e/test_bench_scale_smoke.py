@@ -55,6 +55,9 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
                                       "hollow-nodes"}
     assert all(value > 0 for value in result["rss_mib"].values())
     assert set(result["cpu_seconds_until_running"]) == {*result["rss_mib"], "client"}
+    shares = result["machine_cpu_until_running"]
+    assert set(shares) == {"busy", "idle", "steal"}
+    assert shares["busy"] > 0 and abs(sum(shares.values()) - 1) < 0.01
     # every component killed and started again: nothing lost, the cache answers as the store
     restart = result["restart_check"]
     assert restart["running"] == PODS
