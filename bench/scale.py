@@ -62,6 +62,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench.apimetrics import latency_summary
 from bench.common import (
     REPO_ROOT,
     Apiserver,
@@ -368,6 +369,7 @@ class Run:
             sampler_stop = asyncio.Event()
             sampler = asyncio.create_task(self._sample_reads(http, created, gets, lists,
                                                              sampler_stop))
+            metrics_before = await self._metrics(http)
             cpu = CpuMeter(self.pids())
             cpu_before, machine_before = cpu.snapshot(), MachineCpu.snapshot()
             started = time.monotonic()
@@ -408,6 +410,7 @@ class Run:
             running_in = await self._wait_running(running, len(created), started)
             marks = self._unknown_marks()[len(unknown_before):]
             cpu_used, machine_cpu = cpu.since(cpu_before), MachineCpu.since(machine_before)
+            apiserver_latencies = latency_summary(metrics_before, await self._metrics(http))
             sampler_stop.set()
             await sampler
             if a.idle_seconds > 0 and running_in is not None:
@@ -454,8 +457,17 @@ class Run:
             "cpu_seconds_until_running": {k: round(v, 1) for k, v in sorted(cpu_used.items())},
             # the machine's CPU time over the same span: busy, idle and stolen shares
             "machine_cpu_until_running": machine_cpu,
+            # every client's requests over the same span, as the apiserver timed them
+            # (bench/apimetrics.py): the SLO's p99 of mutating calls, and its queue waits
+            "apiserver_latencies": apiserver_latencies,
         })
         return self.result
+
+    async def _metrics(self, http: aiohttp.ClientSession) -> str:
+        """The apiserver's `/metrics` text (one worker's, with `--workers` above 1)."""
+        async with http.get("/metrics") as r:
+            r.raise_for_status()
+            return await r.text()
 
     async def _quiet_cpu(self) -> dict[str, float]:
         """Cores each process keeps busy over `--idle-seconds` with nothing asked of the
@@ -794,6 +806,14 @@ def _machine_cell(r: Mapping[str, Any]) -> str:
     return " / ".join(f"{100 * shares[k]:.0f}%" for k in ("busy", "idle", "steal"))
 
 
+def _sli_cell(r: Mapping[str, Any]) -> str:
+    latencies = r.get("apiserver_latencies")
+    if not latencies:
+        return ""
+    return "; ".join(f"{latencies[k]['p50_ms']} / {latencies[k]['p99_ms']}"
+                     for k in ("mutating", "get", "list"))
+
+
 def report(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
@@ -811,13 +831,14 @@ def report(results: list[dict[str, Any]]) -> str:
                      _lease_cell(r),
                      ", ".join(f"{k} {v}" for k, v in r["rss_mib"].items()),
                      ", ".join(f"{k} {v}" for k, v in cpu.items()),
-                     _machine_cell(r)])
+                     _machine_cell(r), _sli_cell(r)])
     table = markdown_table(
         ["store", "apiserver workers", "nodes", "pods", "clients", "nodes Ready s",
          "all Running s", "pods/s", "create p50/p99 ms", "get p50/p99 ms",
          "list page p50/p99 ms", "list all ms",
          "lease gap p50/p99/max s; gaps > 40 s; Unknown marks", "peak RSS MiB",
-         "CPU s until Running", "machine busy / idle / stolen"], rows)
+         "CPU s until Running", "machine busy / idle / stolen",
+         "apiserver SLI p50/p99 ms: mutating; get; list"], rows)
     restarts = [[r["store"], str(c["nodes_ready_seconds"]), f"{c['running']}/{r['pods']}",
                  str(c["all_running_seconds"]),
                  *(f"{v['store']} / {v['cache_list']} / {v['watch']}; differ "

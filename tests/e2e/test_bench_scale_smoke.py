@@ -58,6 +58,12 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
     shares = result["machine_cpu_until_running"]
     assert set(shares) == {"busy", "idle", "steal"}
     assert shares["busy"] > 0 and abs(sum(shares.values()) - 1) < 0.01
+    # the apiserver's own account of every client's requests: the creates, the bindings,
+    # the nodes' status writes and Events at least
+    latencies = result["apiserver_latencies"]
+    assert latencies["mutating"]["count"] >= 3 * result["pods"]
+    assert {"pods", "pods/binding", "pods/status", "events"} <= set(
+        latencies["mutating_by_resource"])
     # every component killed and started again: nothing lost, the cache answers as the store
     restart = result["restart_check"]
     assert restart["running"] == PODS

@@ -1,14 +1,14 @@
 """The apiserver's aiohttp application: `create_app(store, config)`.
 
-It owns the routing of every URL (discovery, OpenAPI, health, and the REST paths
+It owns the routing of every URL (discovery, OpenAPI, health, `/metrics`, and the REST paths
 `/api/v1/[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]` and
 `/apis/{group}/{version}/...`, with the legacy `/watch/` prefix and trailing slashes
 tolerated), authentication (`ApiserverConfig.authenticator`), authorization
 (`ApiserverConfig.authorization_modes`, `ephemera.apiserver.authz.modes`; the access reviews
 of `ephemera.apiserver.authz.reviews`), and the error middleware that
 answers every failure as a `kind: Status` (a `StatusError` as is, anything unexpected as a 500
-with a log line naming the request). The content comes from `rest`, `watch`, `discovery`,
-`openapi` and `tables`.
+with a log line naming the request), inside the one that counts and times every request
+(`metrics`). The content comes from `rest`, `watch`, `discovery`, `openapi` and `tables`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ from ephemera.apiserver.authz.requestinfo import attributes_of
 from ephemera.apiserver.authz.reviews import Reviews, is_review
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
 from ephemera.apiserver.informers import ObjectCache
+from ephemera.apiserver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ephemera.apiserver.metrics import METRICS, ApiserverMetrics, metrics_middleware
 from ephemera.apiserver.namespaces import NamespaceLifecycle
 from ephemera.apiserver.priority import PriorityConfig, priority_middleware
 from ephemera.apiserver.registry import DEFAULT_EVENT_TTL, Registry
@@ -201,10 +203,10 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     admission.set_context(RegistryAdmissionContext(registry, objects=objects,
                                                    namespaces=lifecycle.cache))
     router = Router(registry, lifecycle, config, authorization)
-    middlewares = [status_middleware, clean_path_middleware, router.authentication,
-                   router.authorization]
+    middlewares = [metrics_middleware, status_middleware, clean_path_middleware,
+                   router.authentication, router.authorization]
     if config.audit is not None:  # after authentication, before authorization: upstream's
-        middlewares.insert(3, config.audit.middleware)
+        middlewares.insert(4, config.audit.middleware)
     middlewares.insert(-1, priority_middleware(config.priority))  # before authorization
     app = web.Application(middlewares=middlewares,
                           client_max_size=config.max_body_bytes)
@@ -214,6 +216,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     app[LIFECYCLE] = lifecycle
     app[CONFIG] = config
     app[STOP] = asyncio.Event()
+    app[METRICS] = ApiserverMetrics()
     app.router.add_route("*", "/{path:.*}", router.dispatch)
     app.on_response_prepare.append(_resource_warnings)
 
@@ -422,11 +425,13 @@ class Router:
         segments = [s for s in request.path.split("/") if s]
         if not segments:
             return self._get_only(request, {"paths": ["/api", "/api/v1", "/apis", "/healthz",
-                                                      "/livez", "/openapi/v2", "/openapi/v3",
-                                                      "/readyz", "/version"]})
+                                                      "/livez", "/metrics", "/openapi/v2",
+                                                      "/openapi/v3", "/readyz", "/version"]})
         head = segments[0]
         if head == "version" and len(segments) == 1:
             return self._get_only(request, discovery.version_info())
+        if head == "metrics" and len(segments) == 1:
+            return self._get_only(request, request.app[METRICS].render(), METRICS_CONTENT_TYPE)
         if head in ("healthz", "livez", "readyz"):
             if request.method not in ("GET", "HEAD"):
                 raise method_not_allowed()

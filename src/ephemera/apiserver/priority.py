@@ -54,6 +54,7 @@ from aiohttp import web
 
 from ephemera.apiserver.authz import Attributes
 from ephemera.apiserver.authz.requestinfo import attributes_of
+from ephemera.apiserver.metrics import QUEUE_WAIT
 from ephemera.apiserver.rest import USER
 
 log = logging.getLogger("ephemera.apiserver")
@@ -85,6 +86,10 @@ class Level(enum.Enum):
     EXEMPT = "exempt"
     NODE_HIGH = "node-high"
     NORMAL = "normal"
+
+
+# The FlowSchema each level is reported under in the metrics (`ephemera.apiserver.metrics`).
+FLOW_SCHEMAS = {Level.NODE_HIGH: "system-node-high", Level.NORMAL: "normal"}
 
 
 def classify(attributes: Attributes, *, authenticated: bool = True) -> Level:
@@ -218,11 +223,16 @@ class PriorityAndFairness:
         if seats is None:
             exempt: web.StreamResponse = await handler(request)
             return exempt
+        queued = time.monotonic()
         try:
             await seats.acquire()
         except Rejected:
+            request[QUEUE_WAIT] = (level.value, FLOW_SCHEMAS[level],
+                                   time.monotonic() - queued, False)
             self._rejected(level, seats, request)
             return too_many_requests()
+        request[QUEUE_WAIT] = (level.value, FLOW_SCHEMAS[level], time.monotonic() - queued,
+                               True)
         try:
             response: web.StreamResponse = await handler(request)
         finally:

@@ -1,0 +1,54 @@
+"""`bench.apimetrics`: the apiserver's latencies over a phase, from two scrapes of its real
+`/metrics` text (`ephemera.apiserver.metrics`), estimated as Prometheus'
+`histogram_quantile` estimates them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CODE = """
+import math
+from aiohttp.test_utils import make_mocked_request
+from bench.apimetrics import histogram_quantile, latency_summary
+from ephemera.apiserver.metrics import QUEUE_WAIT, ApiserverMetrics
+
+# Prometheus' estimate: linear within the bucket the rank falls in
+assert abs(histogram_quantile(0.5, {0.1: 0, 0.2: 10, math.inf: 10}) - 0.15) < 1e-9
+assert histogram_quantile(0.99, {0.1: 5, 0.2: 5, math.inf: 10}) == 0.2  # beyond: last bound
+assert histogram_quantile(0.5, {0.1: 0, math.inf: 0}) is None
+
+metrics = ApiserverMetrics()
+def request(method, path, seconds, code=200, wait=None):
+    made = make_mocked_request(method, path)
+    if wait is not None:
+        made[QUEUE_WAIT] = ("normal", "normal", wait, True)
+    metrics.observe(made, code, seconds)
+
+request("POST", "/api/v1/namespaces/d/pods", 0.3)  # before the phase: not counted
+before = metrics.render().decode()
+for _ in range(90):
+    request("POST", "/api/v1/namespaces/d/pods", 0.03)
+for _ in range(10):  # 1 s of work each, after 11 s in the queue
+    request("PATCH", "/api/v1/namespaces/d/pods/p/status", 12.0, wait=11.0)
+request("GET", "/api/v1/namespaces/d/pods/p", 0.07)
+request("GET", "/api/v1/namespaces/d/pods?watch=true", 40.0)  # no SLI
+after = metrics.render().decode()
+got = latency_summary(before, after)
+assert got["mutating"]["count"] == 100, got
+assert got["mutating"]["p50_ms"] == 27.8, got  # 50 ms x 50/90, in the first bucket
+assert got["mutating"]["p99_ms"] == 980.0, got  # 0.8 s + 0.2 s x 9/10: the PATCHes' work
+assert got["mutating_with_wait"]["count"] == 100, got
+assert got["mutating_with_wait"]["p99_ms"] > 10_000, got  # their waits counted
+assert got["get"]["count"] == 1 and got["list"]["count"] == 0, got
+assert {k: v["count"] for k, v in got["mutating_by_resource"].items()} == {
+    "pods": 90, "pods/status": 10}, got
+assert got["queue_wait"]["normal"]["count"] == 10, got
+"""
+
+
+def test_latencies_of_a_phase_from_two_scrapes() -> None:
+    subprocess.run([sys.executable, "-c", CODE], cwd=ROOT, check=True, timeout=60)
