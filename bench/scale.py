@@ -172,13 +172,16 @@ def _pod(name: str) -> dict[str, Any]:
 
 
 class LeaseGaps:
-    """The seconds between successive `renewTime`s of each Lease, as a watch tells; and, per
-    Lease, each renewal's `renewTime` with the time the watch brought it (`seen`)."""
+    """The seconds between successive `renewTime`s of each Lease, as a watch tells; per
+    Lease, each renewal's `renewTime` with the time the watch brought it (`seen`); and how
+    long after its `renewTime` each renewal reached the watch (`delays`: the node's PUT, the
+    apiserver's write and its watch cache's delivery; the clocks are one machine's)."""
 
     def __init__(self) -> None:
         self.last: dict[str, float] = {}
         self.gaps: list[float] = []
         self.seen: dict[str, list[tuple[float, float]]] = {}
+        self.delays: list[float] = []
 
     def apply(self, event: Mapping[str, Any], received: float | None = None) -> None:
         obj = event.get("object") or {}
@@ -191,8 +194,9 @@ class LeaseGaps:
         if before is not None and at > before:
             self.gaps.append(at - before)
         self.last[name] = at
-        self.seen.setdefault(name, []).append((at, time.time() if received is None
-                                               else received))
+        seen = time.time() if received is None else received
+        self.seen.setdefault(name, []).append((at, seen))
+        self.delays.append(seen - at)
 
     def summary(self) -> dict[str, Any]:
         if not self.gaps:
@@ -201,7 +205,11 @@ class LeaseGaps:
                 "p99_s": round(percentile(self.gaps, 99), 1),
                 "max_s": round(max(self.gaps), 1),
                 "over_40s": sum(1 for g in self.gaps if g > 40),
-                "over_50s": sum(1 for g in self.gaps if g > 50)}
+                "over_50s": sum(1 for g in self.gaps if g > 50),
+                "delivery_p50_s": round(percentile(self.delays, 50), 2),
+                "delivery_p99_s": round(percentile(self.delays, 99), 2),
+                "delivery_max_s": round(max(self.delays), 2),
+                "delivered_over_10s": sum(1 for d in self.delays if d > 10)}
 
     def before(self, name: str, at: float) -> tuple[float, float] | None:
         """The last renewal of Lease `name` the watch had brought by wall time `at`:
@@ -796,7 +804,8 @@ def _lease_cell(r: Mapping[str, Any]) -> str:
     if not gaps.get("count"):
         return "-"
     return (f"{gaps['p50_s']} / {gaps['p99_s']} / {gaps['max_s']}; {gaps['over_40s']}; "
-            f"{r.get('nodes_marked_unknown', 0)}")
+            f"{r.get('nodes_marked_unknown', 0)}; {gaps['delivery_p99_s']} / "
+            f"{gaps['delivery_max_s']}")
 
 
 def _machine_cell(r: Mapping[str, Any]) -> str:
@@ -836,7 +845,7 @@ def report(results: list[dict[str, Any]]) -> str:
         ["store", "apiserver workers", "nodes", "pods", "clients", "nodes Ready s",
          "all Running s", "pods/s", "create p50/p99 ms", "get p50/p99 ms",
          "list page p50/p99 ms", "list all ms",
-         "lease gap p50/p99/max s; gaps > 40 s; Unknown marks", "peak RSS MiB",
+         "lease gap p50/p99/max s; gaps > 40 s; Unknown marks; delivered p99/max s", "peak RSS MiB",
          "CPU s until Running", "machine busy / idle / stolen",
          "apiserver SLI p50/p99 ms: mutating; get; list"], rows)
     restarts = [[r["store"], str(c["nodes_ready_seconds"]), f"{c['running']}/{r['pods']}",

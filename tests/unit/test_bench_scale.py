@@ -29,6 +29,9 @@ def renewal(seconds_before):
 leases.apply(renewal(30), received=at - 20)
 leases.apply(renewal(5), received=at + 1)  # brought after the mark: not counted for it
 assert leases.summary()["count"] == 1 and leases.summary()["over_50s"] == 0
+# each renewal reached the watch 10 s and 6 s after its renewTime
+assert (leases.summary()["delivery_max_s"], leases.summary()["delivered_over_10s"]) == (
+    10.0, 0), leases.summary()
 assert explain_marks(marks, leases, at - 100) == [
     {"node": "n-1", "at_s": 100.0, "last_renewal_age_s": 30.0,
      "last_renewal_seen_s_before": 20.0},
