@@ -46,7 +46,9 @@ removed, the volumes torn down (`VolumeManager.teardown_pod`), the pod's directo
 removed (only when no mount is left under them), and the pod is deleted with grace 0 (with a
 UID precondition). A step that fails is retried.
 
-Workers also resync every `resync_period`.
+Workers also resync every `resync_period` plus up to half of it at random (upstream's
+`wait.Jitter(resyncInterval, workerResyncIntervalJitterFactor)`), so that pods started
+together do not keep resyncing together.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -100,11 +103,19 @@ __all__ = ["PodWorker", "PodWorkers", "remove_orphan_dirs"]
 log = logging.getLogger(__name__)
 
 DEADLINE_EXCEEDED = "context deadline exceeded"
+# upstream's workerResyncIntervalJitterFactor: a resync comes 1 to 1.5 periods after a sync
+RESYNC_JITTER_FACTOR = 0.5
 UNALLOCATED_REASON = "Unallocated"
 UNALLOCATED_MESSAGE = "Container addition pending node allocation"
 
 Obj = dict[str, Any]
 SandboxListing = tuple[SandboxStatus | None, dict[str, list[ContainerStatus]]]
+
+
+def resync_interval(period: float, rand: Callable[[], float] = random.random) -> float:
+    """How long after a sync a worker resyncs: `period` jittered as upstream's pod workers
+    jitter theirs (`wait.Jitter(period, 0.5)`: between 1 and 1.5 periods)."""
+    return period * (1 + RESYNC_JITTER_FACTOR * rand())
 
 
 def _retrieved(read: asyncio.Future[Any]) -> None:
@@ -207,7 +218,8 @@ class PodWorker:
                 self.deps.on_sync_done("sync", time.monotonic() - began)
                 if self.done:
                     break
-                wait = min(delay, settings.resync_period) if not self.terminal else delay
+                wait = (min(delay, resync_interval(settings.resync_period))
+                        if not self.terminal else delay)
                 if wait == IDLE:
                     await self.wake.wait()
                 elif wait > 0:
