@@ -1,16 +1,21 @@
 """Tests specific to the etcd backend and to the test etcd server: key prefixes isolate stores
 sharing one etcd, endpoint parsing, the exact compacted revision, lists read in pages that
-stay under the gRPC receive limit, fragmented watch catch-up, and the server's life cycle."""
+stay under the gRPC receive limit, fragmented watch catch-up, a watch read while the event
+loop is busy, and the server's life cycle."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import threading
+import time
 import urllib.request
 import uuid
 from pathlib import Path
 
+import grpc
 import pytest
+from aetcd import rpc
 
 from ephemera.store import Event, Store, open_store
 from ephemera.store.etcd import EtcdStore, bytes_prefix_end, grpc_target
@@ -126,6 +131,49 @@ async def test_watch_catch_up_larger_than_the_receive_limit(etcd_endpoint: str) 
                         break
         await watcher.close()
         assert keys == [f"/w/{i:02}" for i in range(30)]
+    finally:
+        await store.close()
+
+
+async def test_a_watch_is_read_while_the_event_loop_is_busy(etcd_endpoint: str) -> None:
+    """200 writes land, one revision each, while the loop is blocked. The stream is read
+    off the loop, so once it runs again they come in a few batches; read on the loop (as
+    through grpc.aio) each message took a loop iteration or two, and a busy apiserver's
+    watch cache fell tens of seconds behind etcd."""
+    store = small_store(etcd_endpoint)
+    count = 200
+    try:
+        watcher = await store.watch("/busy/", await store.current_revision())
+
+        def write() -> None:  # another client of the same etcd, on a thread
+            with grpc.insecure_channel(store.target) as channel:
+                kv = rpc.KVStub(channel)
+                for i in range(count):
+                    kv.Put(rpc.PutRequest(key=store._key(f"/busy/k{i}"), value=b"v"))
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join()  # the loop is blocked meanwhile, as a busy apiserver's is
+        time.sleep(0.5)
+        iterations = 0
+
+        async def count_iterations() -> None:
+            nonlocal iterations
+            while True:
+                await asyncio.sleep(0)
+                iterations += 1
+
+        counter = asyncio.create_task(count_iterations())
+        received = 0
+        async with asyncio.timeout(30):
+            async for item in watcher:
+                if isinstance(item, Event):
+                    received += 1
+                    if received == count:
+                        break
+        counter.cancel()
+        assert iterations < 20, iterations
+        await watcher.close()
     finally:
         await store.close()
 

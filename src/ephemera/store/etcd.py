@@ -26,6 +26,14 @@ Semantics:
 - watch = one Watch stream per watcher with start_revision = after_revision + 1, prev_kv (for
   DELETE values and `prev`) and progress_notify. Events go to a bounded buffer
   (`BufferedWatcher`); a watcher that overflows it is dropped and its stream cancelled.
+- watch reading: each stream is read on a thread of its own through gRPC's blocking API on a
+  second channel (`_WatchReader`), which hands what it read to the event loop in batches
+  (one callback for whatever arrived meanwhile). Read through `grpc.aio` on the loop, every
+  message took a round trip through the loop (gRPC's poller thread, then the coroutine's
+  turn): with the apiserver's loop busy, each stream got one message per loop iteration or
+  two, 13 a second at 30 ms an iteration against 176 idle, and the watch cache fell 20-45 s
+  behind etcd at 1,000 nodes (docs/benchmarks.md, 2026-12-03). On its thread a stream's
+  reader waits only for the GIL (`sys.setswitchinterval`, 1 ms).
 - ttl: a create or update with `ttl` puts the key with a lease (`LeaseManager`: one granted
   per minute or so, shared by the keys written meanwhile, as upstream's apiserver does); etcd
   deletes the key when its lease expires. A put without `ttl` detaches the key from its lease.
@@ -65,10 +73,12 @@ etcd-wide, shared by all of them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import ipaddress
+import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
@@ -146,8 +156,147 @@ class _WatchState:
 
     def __init__(self, after_revision: int) -> None:
         self.complete_revision = after_revision  # every event up to here has been pushed
-        self.call: grpc.aio.StreamStreamCall | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.reader: _WatchReader | None = None
+
+
+# What a reader hands to the loop: an event, a progress notification, or the watch's end.
+_Read = Event | Progress | StoreError
+
+
+class _WatchReader:
+    """One etcd watch stream, read on a thread of its own (module docstring, "watch
+    reading"): `created` is the stream's first answer; then every event, progress
+    notification or failure goes to `watcher` on the event loop, in batches. `stop()` ends
+    the stream from any thread."""
+
+    def __init__(self, store: EtcdStore, stub: rpc.WatchStub, create: rpc.WatchRequest,
+                 state: _WatchState, name: str) -> None:
+        self._store = store
+        self._loop = asyncio.get_running_loop()
+        self._state = state
+        # One request: a stream whose sending side is then closed keeps its watch (etcd
+        # ends a watch when the stream ends or is cancelled, not on the client's half-close).
+        self.call: Any = stub.Watch(iter([create]))
+        self.created: asyncio.Future[rpc.WatchResponse | None] = self._loop.create_future()
+        self.watcher: BufferedWatcher | None = None
+        self._watch_id: int | None = None
+        self._read: collections.deque[_Read] = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self.call.cancel()
+
+    # -- the reading thread --
+
+    def _run(self) -> None:
+        try:
+            self._read_stream()
+        except RuntimeError:  # the event loop closed under us: nobody is left to tell
+            return
+
+    def _read_stream(self) -> None:
+        try:
+            first = next(self.call, None)
+            self._on_loop(self._set_created, first)
+            if first is None or not first.created or first.compact_revision \
+                    or first.canceled:
+                return
+            self._watch_id = first.watch_id
+            self._read_events()
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.CANCELLED or self._stopped:
+                self._on_loop(self._set_created, None)
+                return
+            details = error.details() or str(error.code())
+            self._on_loop(self._set_created, StoreError(f"etcd watch failed: {details}"))
+            self._hand(WatcherDropped(f"etcd watch stream failed: {details}"))
+
+    def _read_events(self) -> None:
+        fragments: list[rpc.Event] = []
+        for response in self.call:
+            if response.compact_revision:
+                self._hand(Compacted(self._state.complete_revision + 1,
+                                     int(response.compact_revision)))
+                return
+            if response.canceled:
+                reason = response.cancel_reason or "no reason given"
+                self._hand(WatcherDropped(f"etcd cancelled the watch: {reason}"))
+                return
+            if response.created or response.watch_id != self._watch_id:
+                continue
+            fragments.extend(response.events)
+            if response.fragment:  # more of the same response follows
+                continue
+            events, fragments = fragments, []
+            if not events:  # a progress notification
+                self._hand(Progress(int(response.header.revision)))
+                continue
+            for event in events:
+                self._hand(self._store._event_from(event))
+        if not self._stopped:
+            self._hand(WatcherDropped("etcd closed the watch stream"))
+
+    def _hand(self, item: _Read) -> None:
+        """Queue `item` for the loop; one callback drains whatever is queued by then."""
+        with self._lock:
+            self._read.append(item)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._deliver)
+
+    def _on_loop(self, callback: Any, *args: Any) -> None:
+        self._loop.call_soon_threadsafe(callback, *args)
+
+    # -- on the event loop --
+
+    def _end(self) -> None:
+        self.stop()
+        if self.watcher is not None:
+            self._store._watchers.discard(self.watcher)
+
+    def attach(self, watcher: BufferedWatcher) -> None:
+        """Start delivering to `watcher` (what was read before it came, first)."""
+        self.watcher = watcher
+        self._deliver()
+
+    def _set_created(self, response: rpc.WatchResponse | StoreError | None) -> None:
+        if self.created.done():
+            return
+        if isinstance(response, StoreError):
+            self.created.set_exception(response)
+        else:
+            self.created.set_result(response)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items = list(self._read)
+            self._read.clear()
+            self._scheduled = False
+        watcher, state = self.watcher, self._state
+        if watcher is None:  # not attached yet: `attach` delivers them
+            with self._lock:
+                self._read.extendleft(reversed(items))
+            return
+        for item in items:
+            if isinstance(item, StoreError):
+                watcher.fail(item)
+                self._end()
+                return
+            if isinstance(item, Progress):
+                if item.revision <= state.complete_revision:
+                    continue
+                state.complete_revision = item.revision
+            if not watcher.push(item):
+                self._end()
+                return
+            if isinstance(item, Event):
+                state.complete_revision = max(state.complete_revision, item.revision)
 
 
 # upstream's lease manager (storage/etcd3/lease_manager.go): a lease is reused by the writes
@@ -214,6 +363,9 @@ class EtcdStore(Store):
         self._kv: rpc.KVStub | None = None
         self._watch_stub: rpc.WatchStub | None = None
         self._watchers: set[BufferedWatcher] = set()
+        # the blocking channel the watch readers' threads use (`_watch_reader_stub`)
+        self._reader_channel: grpc.Channel | None = None
+        self._reader_stub: rpc.WatchStub | None = None
         self._leases = LeaseManager(self._grant_lease)
         self._closed = False
 
@@ -464,39 +616,29 @@ class EtcdStore(Store):
             await self._get_range(rpc.RangeRequest(key=ALL_KEYS, revision=start_revision))
         except FutureRevision:
             pass  # watching from the future is fine
-        assert self._watch_stub is not None
         state = _WatchState(after_revision)
-        call = self._watch_stub.Watch()
-        state.call = call
+        create = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+            key=key, range_end=range_end, start_revision=start_revision,
+            progress_notify=True, prev_kv=True, fragment=True))
+        reader = _WatchReader(self, self._watch_reader_stub(), create, state,
+                              name=f"etcd-watch {prefix!r}")
         try:
-            await call.write(
-                rpc.WatchRequest(
-                    create_request=rpc.WatchCreateRequest(
-                        key=key,
-                        range_end=range_end,
-                        start_revision=start_revision,
-                        progress_notify=True,
-                        prev_kv=True,
-                        fragment=True,
-                    )
-                )
-            )
             async with asyncio.timeout(self._timeout):
-                created = await call.read()
-        except grpc.aio.AioRpcError as error:
-            call.cancel()
-            raise StoreError(f"etcd watch failed: {error.details()}") from error
+                created = await reader.created
         except TimeoutError as error:
-            call.cancel()
+            reader.stop()
             raise StoreError("etcd watch failed: context deadline exceeded") from error
-        if created is grpc.aio.EOF or not created.created:
-            call.cancel()
+        except BaseException:
+            reader.stop()
+            raise
+        if created is None or not created.created:
+            reader.stop()
             raise StoreError(f"etcd did not create the watch: {created}")
         if created.compact_revision:
-            call.cancel()
+            reader.stop()
             raise Compacted(start_revision, int(created.compact_revision))
         if created.canceled:
-            call.cancel()
+            reader.stop()
             raise StoreError(f"etcd refused the watch: {created.cancel_reason}")
 
         watcher = BufferedWatcher(
@@ -508,62 +650,20 @@ class EtcdStore(Store):
             on_close=lambda closing: self._stop_watch(closing, state),
         )
         self._watchers.add(watcher)
-        state.task = asyncio.get_running_loop().create_task(
-            self._pump(call, created.watch_id, watcher, state),
-            name=f"etcd-watch {prefix!r}",
-        )
+        state.reader = reader
+        reader.attach(watcher)
         return watcher
 
-    async def _pump(
-        self,
-        call: grpc.aio.StreamStreamCall,
-        watch_id: int,
-        watcher: BufferedWatcher,
-        state: _WatchState,
-    ) -> None:
-        """Read the watch stream into the watcher's buffer until it ends or overflows."""
-        fragments: list[rpc.Event] = []
-        try:
-            while not watcher.finished:
-                response = await call.read()
-                if response is grpc.aio.EOF:
-                    watcher.fail(WatcherDropped("etcd closed the watch stream"))
-                    return
-                if response.compact_revision:
-                    watcher.fail(
-                        Compacted(state.complete_revision + 1, int(response.compact_revision))
-                    )
-                    return
-                if response.canceled:
-                    reason = response.cancel_reason or "no reason given"
-                    watcher.fail(WatcherDropped(f"etcd cancelled the watch: {reason}"))
-                    return
-                if response.created or response.watch_id != watch_id:
-                    continue
-                fragments.extend(response.events)
-                if response.fragment:  # more of the same response follows
-                    continue
-                events, fragments = fragments, []
-                if not events:  # a progress notification
-                    revision = int(response.header.revision)
-                    if revision > state.complete_revision:
-                        state.complete_revision = revision
-                        if not watcher.push(Progress(revision)):
-                            return
-                    continue
-                for event in events:
-                    converted = self._event_from(event)
-                    if not watcher.push(converted):
-                        return
-                    state.complete_revision = max(state.complete_revision, converted.revision)
-        except asyncio.CancelledError:
-            raise
-        except grpc.aio.AioRpcError as error:
-            if error.code() != grpc.StatusCode.CANCELLED:
-                watcher.fail(WatcherDropped(f"etcd watch stream failed: {error.details()}"))
-        finally:
-            call.cancel()
-            self._watchers.discard(watcher)
+    def _watch_reader_stub(self) -> rpc.WatchStub:
+        """The Watch stub on the blocking channel the readers' threads use (made once)."""
+        self._connect()
+        if self._reader_stub is None:
+            self._reader_channel = grpc.insecure_channel(
+                self.target, options=[
+                    ("grpc.max_receive_message_length", self._max_receive_bytes),
+                    ("grpc.max_send_message_length", MAX_SEND_BYTES)])
+            self._reader_stub = rpc.WatchStub(self._reader_channel)
+        return self._reader_stub
 
     def _event_from(self, event: rpc.Event) -> Event:
         prev = self._kv_from(event.prev_kv) if event.HasField("prev_kv") else None
@@ -578,12 +678,8 @@ class EtcdStore(Store):
 
     async def _stop_watch(self, watcher: BufferedWatcher, state: _WatchState) -> None:
         self._watchers.discard(watcher)
-        if state.call is not None:
-            state.call.cancel()
-        if state.task is not None and not state.task.done():
-            state.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await state.task
+        if state.reader is not None:
+            state.reader.stop()
 
     async def close(self) -> None:
         if self._closed:
@@ -593,7 +689,10 @@ class EtcdStore(Store):
         self._closed = True
         if self._channel is not None:
             await self._channel.close()
+        if self._reader_channel is not None:
+            self._reader_channel.close()
         self._channel = self._kv = self._watch_stub = None
+        self._reader_channel = self._reader_stub = None
 
     def __repr__(self) -> str:
         return f"EtcdStore({self.target!r}, prefix={self.prefix!r})"
