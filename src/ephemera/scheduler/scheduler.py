@@ -17,9 +17,10 @@ scheduling cycle (one pod at a time) and concurrent binding cycles:
    all are taken, the loop waits for one to end before it picks the next pod. A slot is
    the binding POST's alone: it is given back when the POST is answered, and the event is
    written after that, as upstream's recorder writes events beside the binding cycles
-   rather than in them (with a busy apiserver, a slot held for both round trips halved
-   the bindings a second). A binding that fails forgets the assumed pod and puts it back
-   with back-off; one whose pod was deleted meanwhile, or already bound, just ends;
+   rather than in them (held for both round trips, the slots capped the bindings at 16 per
+   two round trips, which a busy apiserver made long). A binding that fails forgets the
+   assumed pod and puts it back with back-off; one whose pod was deleted meanwhile, or
+   already bound, just ends;
 3. when nothing fits, the pod's `PodScheduled` condition becomes `False`/`Unschedulable` with
    the FitError message (a strategic merge PATCH of `pods/NAME/status`, skipped when already
    so), a `Warning FailedScheduling` event repeats the message, and the pod waits in the queue

@@ -283,6 +283,8 @@ class _WatchReader:
             with self._lock:
                 self._read.extendleft(reversed(items))
             return
+        if watcher.finished:  # ended on the loop's side: what is left goes nowhere
+            return
         for item in items:
             if isinstance(item, StoreError):
                 watcher.fail(item)
