@@ -335,12 +335,27 @@ async def test_a_restart_swap_is_one_status_write_and_its_events_follow_it(
         await wait_until(h.kubelet.status.is_settled)
         slowed(h.kubelet.runtime, "stop_container", 0.05)  # as a real container's stop
         writes = h.kubelet.status.writes
+
+        def swapped(p: dict[str, Any]) -> bool:
+            return (_mounts(p) == ["new"] and container_status(p)["containerID"] != old_id
+                    and "running" in container_status(p)["state"])
+
+        async def first_swapped() -> dict[str, Any]:
+            """The first version of the pod with the swap done, as a watch sees each write
+            (a poll could miss it for the write after)."""
+            async for event in h.api.watch(resource_path("pods", "default"),
+                                           field_selector="metadata.name=w",
+                                           resource_version=first["metadata"]
+                                           ["resourceVersion"], timeout_seconds=10):
+                if event.type == "MODIFIED" and swapped(event.object):
+                    return event.object
+            raise AssertionError("the swap never reached the pod's status")
+
+        watching = asyncio.create_task(first_swapped())
         keep = {"name": "keep", "emptyDir": {}}
         await _edit_dynamic(h, [keep, {"name": "new", "emptyDir": {}}],
                             [{"name": "new", "mountPath": "/keep"}])
-        done = await h.wait_pod("w", lambda p: _mounts(p) == ["new"]
-                                and container_status(p)["containerID"] != old_id
-                                and "running" in container_status(p)["state"])
+        done = await asyncio.wait_for(watching, 15)
         await wait_until(lambda: [v["name"] for v in (h.kubelet.status.get(uid) or {})
                                   .get("volumeStatuses") or []] == ["new"])
         await wait_until(h.kubelet.status.is_settled)
