@@ -212,7 +212,7 @@ class _WatchReader:
             if error.code() == grpc.StatusCode.CANCELLED or self._stopped:
                 self._on_loop(self._set_created, None)
                 return
-            details = error.details() or str(error.code())
+            details = error.details() or error.code().name
             self._on_loop(self._set_created, StoreError(f"etcd watch failed: {details}"))
             self._hand(WatcherDropped(f"etcd watch stream failed: {details}"))
 
@@ -635,7 +635,7 @@ class EtcdStore(Store):
             raise
         if created is None or not created.created:
             reader.stop()
-            raise StoreError(f"etcd did not create the watch: {created}")
+            raise StoreError("etcd did not create the watch")
         if created.compact_revision:
             reader.stop()
             raise Compacted(start_revision, int(created.compact_revision))
