@@ -79,6 +79,7 @@ from bench.common import (
     CLOCK_TICKS,
     CpuMeter,
     EphemeraUp,
+    MachineCpu,
     Measurement,
     format_ms,
     format_number,
@@ -240,10 +241,10 @@ CGROUP2_HYBRID_MOUNT = b"/sys/fs/cgroup/unified"
 
 
 def machine_busy_seconds() -> float:
-    """CPU seconds every CPU of the machine spent not idle (/proc/stat), since boot."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    idle, iowait = fields[3], fields[4]  # of user nice system idle iowait irq softirq steal
-    return (sum(fields) - idle - iowait) / CLOCK_TICKS
+    """CPU seconds every CPU of the machine spent not idle (/proc/stat, steal included),
+    since boot."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = MachineCpu.snapshot()
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
 
 
 def children_cpu_seconds() -> float:

@@ -58,14 +58,16 @@ async def watch_events(api: Api, path: str, timeout: int, query: str
 
 
 async def watch_lines(api: Api, query: str) -> list[dict[str, Any]]:
-    """A configmap watch's events until it times out (timeoutSeconds=1), bookmarks without
-    their resourceVersion (a periodic one may come at any revision)."""
+    """A configmap watch's events until it times out (timeoutSeconds=1): the bookmark that
+    ends the initial events, without its resourceVersion, but not the periodic ones, whose
+    number and revisions depend on timing alone (every 0.2 s here)."""
     events = []
     for event in await watch_events(api, CMS, 1, query):
         obj = event["object"]
         if event["type"] == "BOOKMARK":
-            events.append({"type": "BOOKMARK",
-                           "annotations": obj["metadata"].get("annotations")})
+            annotations = obj["metadata"].get("annotations")
+            if annotations:
+                events.append({"type": "BOOKMARK", "annotations": annotations})
         elif event["type"] == "ERROR":
             events.append({"type": "ERROR", "code": obj["code"], "message": obj["message"]})
         else:
