@@ -17,7 +17,7 @@ import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from ephemera.apiserver.app import LIFECYCLE, ApiserverConfig, create_app
+from ephemera.apiserver.app import LIFECYCLE, REGISTRY, ApiserverConfig, create_app
 from ephemera.apiserver.authn import Authenticator, UserInfo
 from ephemera.store import Store, open_store
 
@@ -114,6 +114,16 @@ class Api:
         status, body = await self.post(f"/api/v1/namespaces/{namespace}/pods", pod(name, **kw))
         assert status == 201, body
         return dict(body)
+
+    async def keep_watch_history(self, prefix: str, events: int) -> None:
+        """Let the watch cache of `prefix` keep only its next `events` events, so that a
+        watch from before them is older than its window and goes to the store (which may
+        answer 410 where the cache would have served it)."""
+        watch_cache = self.app[REGISTRY].watch_cache
+        assert watch_cache is not None
+        cache = await watch_cache.ready(prefix)
+        assert cache is not None
+        cache.history_limit = events
 
     async def settle_namespaces(self) -> None:
         await asyncio.wait_for(self.app[LIFECYCLE].wait_idle(), 10)

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 from apiserver_fixtures import Api, eventually
 
 from ephemera.api.errors import StatusError
-from ephemera.apiserver.app import REGISTRY, ApiserverConfig, create_app
+from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.client import ApiClient, ApiUnavailable, ClientConfig, Informer, resource_path
 from ephemera.client.reflector import SHORT_WATCH_SECONDS
 from ephemera.store import open_store
@@ -94,6 +94,7 @@ async def test_status_errors_carry_the_servers_status(client: ApiClient) -> None
 
 
 async def test_watch_from_a_list_and_410_after_compaction(client: ApiClient, api: Api) -> None:
+    await api.keep_watch_history("/registry/configmaps/", 1)
     listed = await client.list(CONFIGMAPS)
     rv = listed["metadata"]["resourceVersion"]
     await client.create(CONFIGMAPS, configmap("w"))
@@ -243,9 +244,7 @@ async def test_informer_lists_again_after_its_revision_is_compacted(client: ApiC
     await client.create(CONFIGMAPS, configmap("kept", {"app": "x"}))
     # The watch cache keeps two events of history, so that the next watch from `synced_at`
     # is older than its window and goes to the store, which has compacted it away.
-    cache = api.app[REGISTRY].watch_cache
-    assert cache is not None
-    cache.history = 2
+    await api.keep_watch_history("/registry/configmaps/", 2)
     # short watches without bookmarks: the resourceVersion moves only with matching events
     informer = Informer(client, CONFIGMAPS, label_selector="app=x", watch_timeout=1,
                         allow_bookmarks=False)

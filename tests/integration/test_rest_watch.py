@@ -144,6 +144,7 @@ async def test_watch_timeout_ends_stream(api: Api) -> None:
 
 
 async def test_watch_from_compacted_revision_sends_expired_error(api: Api) -> None:
+    await api.keep_watch_history("/registry/configmaps/", 1)  # the watch goes to the store
     _, cm = await api.post(CMS, configmap("c1"))
     old = int(cm["metadata"]["resourceVersion"])
     for i in range(3):
@@ -198,6 +199,7 @@ async def test_the_app_compacts_the_store_periodically(tmp_path: Path) -> None:
     store = open_store("sqlite", data_dir=tmp_path / "data")
     try:
         async for api in serve(store, compaction_interval=0.05):
+            await api.keep_watch_history("/registry/configmaps/", 1)
             _, cm = await api.post(CMS, configmap("c1"))
             first = int(cm["metadata"]["resourceVersion"])
             for i in range(3):

@@ -134,14 +134,11 @@ async def test_the_cache_answers_as_the_store_does(pair: tuple[Api, Api, Store])
 async def test_a_watch_older_than_the_window_and_the_compaction_is_410(
         pair: tuple[Api, Api, Store]) -> None:
     cached, uncached, store = pair
-    cache = cached.app[REGISTRY].watch_cache
-    assert cache is not None
-    cache.history = 2  # the configmaps' cache keeps two events
+    await cached.keep_watch_history("/registry/configmaps/", 2)
     start = await store.current_revision()
     for i in range(5):
         assert (await uncached.post(CMS, {"apiVersion": "v1", "kind": "ConfigMap",
                                           "metadata": {"name": f"old-{i}"}}))[0] == 201
-    assert await cache.ready("/registry/configmaps/") is not None
     await asyncio.sleep(0.1)
     await store.compact(await store.current_revision())
     answers = [await watch_lines(api, f"resourceVersion={start}") for api in (cached, uncached)]
@@ -206,3 +203,32 @@ async def test_pod_watches_by_node_answer_as_the_store_does(
         ("ADDED", "p1")]
     assert [t for t, *_ in answers[True, "spec.nodeName%3Dnode-a"]] == [
         "ADDED", "MODIFIED", "DELETED"]
+
+
+async def test_an_informer_s_watch_after_a_consistent_list_is_served_by_the_cache(
+        tmp_path: Path) -> None:
+    """The caches start with the apiserver: a watch from the revision of a consistent list
+    (the store's) made before any cached read finds that revision in the cache's window, as
+    an informer's first watch does, rather than a second watch of the store for its life."""
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    try:
+        async for api in serve(store):
+            watch_cache = api.app[REGISTRY].watch_cache
+            assert watch_cache is not None
+            status, listed = await api.get(CMS)  # consistent: from the store
+            assert status == 200
+            await api.post(CMS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": "after-the-list"}})
+            store_watchers = len(store._hub)  # the caches' own watches of the store
+            response = await api.client.get(
+                f"{CMS}?watch=true&resourceVersion={listed['metadata']['resourceVersion']}")
+            assert response.status == 200
+            first = json.loads(await response.content.readline())
+            assert (first["type"], first["object"]["metadata"]["name"]) == (
+                "ADDED", "after-the-list")
+            cache = await watch_cache.ready("/registry/configmaps/")
+            assert cache is not None
+            assert (len(cache.hub), len(store._hub)) == (1, store_watchers)
+            response.close()
+    finally:
+        await store.close()

@@ -72,7 +72,8 @@ def test_the_interface_of_a_deleted_root_is_swept(tmp_path: Path) -> None:
     nodeaddress.ensure(root)
     name = nodeaddress.interface_name(root)
     root.rmdir()
-    assert name in nodeaddress.sweep()
+    # A parallel worker's `ensure` may sweep it first: what counts is that it is gone.
+    nodeaddress.sweep()
     assert name not in _links()
 
 

@@ -59,6 +59,7 @@ from ephemera.apiserver.namespaces import NamespaceLifecycle
 from ephemera.apiserver.priority import PriorityConfig, priority_middleware
 from ephemera.apiserver.registry import DEFAULT_EVENT_TTL, Registry
 from ephemera.apiserver.resources import (
+    RESOURCES,
     Resource,
     core_resource,
     lookup,
@@ -94,6 +95,11 @@ WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 # As upstream's pod storage's trigger function: the watch cache finds each node's pod
 # watchers (`spec.nodeName=NAME`: kubelets; `spec.nodeName=`: the scheduler) by node name.
 WATCH_CACHE_INDEXES = {core_resource("pods").key_prefix(): FieldIndex("Pod", "spec.nodeName")}
+# The watch caches started with the apiserver: every built-in resource that can be watched
+# but Events (upstream's default cache size for them is 0). See `ephemera.apiserver.watchcache`.
+WATCH_CACHE_STARTED = tuple(sorted({
+    resource.key_prefix() for resource in RESOURCES
+    if "watch" in resource.verbs and resource.plural != "events"}))
 
 
 class Authenticator(Protocol):
@@ -223,6 +229,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     background: list[asyncio.Task[None]] = []
 
     async def startup(app: web.Application) -> None:
+        if cache is not None:
+            cache.start(WATCH_CACHE_STARTED)
         await crds.start()
         if config.create_default_namespaces:
             await lifecycle.ensure_defaults()

@@ -652,11 +652,13 @@ class Registry:
         As upstream's cacher, the first attempt starts from the watch cache's copy when it
         has one (no store read); the compare-and-swap catches a stale copy, and a stale
         start that fails the update or changes nothing is tried again from the store's
-        object (upstream's `origStateIsCurrent`), so answers are those of a store read."""
+        object (upstream's `origStateIsCurrent`), so answers are those of a store read. A
+        dry run, which writes nothing to catch a stale copy with, reads the store (as
+        upstream's `DryRunnableStorage`), so its admission runs once."""
         key = resource.key(namespace, name)
         codec = self.codec(resource)
         cached = (self.watch_cache.cached(resource.key_prefix(), key)
-                  if self.watch_cache is not None else None)
+                  if self.watch_cache is not None and not dry_run else None)
         for _ in range(MAX_UPDATE_ATTEMPTS):
             is_current = cached is None
             kv = cached if cached is not None else await self.store.get(key)
@@ -676,7 +678,7 @@ class Registry:
             if kv is None or current is None:
                 created = await self.create(resource, new, dry_run=dry_run, prepared=True)
                 return created, True
-            if not is_current and (dry_run or _same_object(new, current)):
+            if not is_current and _same_object(new, current):
                 continue  # nothing is written against a copy not known current: the store's
             if _same_object(new, current):
                 return current, False

@@ -17,7 +17,13 @@ that may be served from a cache are served.
   requires one value of it (each kubelet's `spec.nodeName=NAME`) is registered under that
   value and offered only the events whose object had or has it (`WatchHub` routes), instead
   of every pod watcher testing every pod event.
-- `WatchCache` holds one `ResourceCache` per resource prefix, started on first use.
+- `WatchCache` holds one `ResourceCache` per resource prefix. The apiserver starts the
+  caches of its built-in resources with itself (`start`), as upstream's storage factory
+  creates a cacher per resource at startup: an informer's first list (consistent, from the
+  store) then meets a cache already past that revision, and its watch is served from the
+  cache's history instead of from a second store watch for as long as it lasts. Events
+  have none (upstream's default watch cache size for them is 0: written often, seldom
+  watched); custom resources' caches start on first use.
 
 Which reads it serves is `ephemera.api.listoptions`' decision (`ListRead.consistent`,
 `WatchRead`) and the registry's: lists with `resourceVersion=0` and "not older than" lists
@@ -33,7 +39,7 @@ import bisect
 import collections
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,8 +278,8 @@ class ReplayOnce:
 
 
 class WatchCache:
-    """One `ResourceCache` per resource key prefix, each started on first use; `indexes`:
-    the index of a prefix's cache (`ResourceCache.index`)."""
+    """One `ResourceCache` per resource key prefix, started by `start` or on first use;
+    `indexes`: the index of a prefix's cache (`ResourceCache.index`)."""
 
     def __init__(self, store: Store, *, history: int = DEFAULT_HISTORY,
                  indexes: Mapping[str, FieldIndex] | None = None) -> None:
@@ -282,14 +288,24 @@ class WatchCache:
         self.indexes = dict(indexes or {})
         self._caches: dict[str, ResourceCache] = {}
 
+    def start(self, prefixes: Iterable[str]) -> None:
+        """Start the caches of these resource key prefixes (listing and watching in the
+        background; a read waits for its cache as on first use)."""
+        for prefix in prefixes:
+            self._cache(prefix).start()
+
     async def ready(self, prefix: str) -> ResourceCache | None:
         """The cache of the resource whose key prefix is `prefix`, once it has listed; None
         when it has not within `READY_TIMEOUT` (the read goes to the store)."""
+        cache = self._cache(prefix)
+        return cache if await cache.wait_ready() else None
+
+    def _cache(self, prefix: str) -> ResourceCache:
         cache = self._caches.get(prefix)
         if cache is None:
             cache = self._caches[prefix] = ResourceCache(
                 self.store, prefix, history=self.history, index=self.indexes.get(prefix))
-        return cache if await cache.wait_ready() else None
+        return cache
 
     def cached(self, prefix: str, key: str) -> KeyValue | None:
         """The cache's copy of `key` (under the resource prefix `prefix`) when that cache is
