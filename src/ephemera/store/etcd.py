@@ -218,10 +218,12 @@ class _WatchReader:
 
     def _read_events(self) -> None:
         fragments: list[rpc.Event] = []
+        # The newest revision handed to the loop so far, this thread's own count (the
+        # state's `complete_revision` is the loop's, behind by what is still queued).
+        handed = self._state.complete_revision
         for response in self.call:
             if response.compact_revision:
-                self._hand(Compacted(self._state.complete_revision + 1,
-                                     int(response.compact_revision)))
+                self._hand(Compacted(handed + 1, int(response.compact_revision)))
                 return
             if response.canceled:
                 reason = response.cancel_reason or "no reason given"
@@ -234,10 +236,14 @@ class _WatchReader:
                 continue
             events, fragments = fragments, []
             if not events:  # a progress notification
-                self._hand(Progress(int(response.header.revision)))
+                progress = Progress(int(response.header.revision))
+                handed = max(handed, progress.revision)
+                self._hand(progress)
                 continue
             for event in events:
-                self._hand(self._store._event_from(event))
+                item = self._store._event_from(event)
+                handed = max(handed, item.revision)
+                self._hand(item)
         if not self._stopped:
             self._hand(WatcherDropped("etcd closed the watch stream"))
 
