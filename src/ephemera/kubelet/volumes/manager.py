@@ -76,7 +76,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
 import os
 import time
@@ -86,6 +85,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from ephemera import trace
 from ephemera.api.goformat import go_error_text
@@ -249,16 +250,14 @@ def referenced_volume_names(pod: Mapping[str, Any]) -> set[str]:
 
 
 def _fingerprint(volume: Mapping[str, Any]) -> str:
-    return json.dumps(volume, sort_keys=True, separators=(",", ":"))
+    """A volume source as canonical JSON (sorted keys), to compare with a later one."""
+    return orjson.dumps(volume, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _resync_basis(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
-    return json.dumps(
-        [meta.get("labels"), meta.get("annotations"), pod.get("spec")],
-        sort_keys=True,
-        default=str,
-    )
+    return orjson.dumps([meta.get("labels"), meta.get("annotations"), pod.get("spec")],
+                        option=orjson.OPT_SORT_KEYS, default=str).decode()
 
 
 def _same_basis(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -637,7 +636,7 @@ class VolumeManager:
             source: Any = None
             if mounted.fingerprint is not None:
                 with contextlib.suppress(ValueError):
-                    source = json.loads(mounted.fingerprint).get("image")
+                    source = orjson.loads(mounted.fingerprint).get("image")
             else:
                 desired = self._desired_volume(key)
                 source = desired.volume.get("image") if desired is not None else None
