@@ -66,8 +66,9 @@ def default_workers(store: str, cpus: int | None = None) -> int:
     """`ephemera up`'s default: one worker on sqlite (the store is in the apiserver's
     process); on etcd, half the cores, at least 1 and at most 4: `up` runs etcd's clients,
     the scheduler, the controller-manager and the kubelet on the same machine, and each
-    worker costs a watch cache of its own (docs/benchmarks.md: two workers on 2 busy cores
-    used 15-35% more CPU and twice the memory of one, for no measurable gain)."""
+    worker costs a watch cache of its own and twice the memory (docs/benchmarks.md: on 2
+    cores two workers ran 300 nodes' pods 28-41% faster, but at 1,000 nodes they let the
+    creates outrun the hollow nodes, whose writes then queued past their deadline)."""
     if store != "etcd":
         return 1
     return max(1, min((cpus if cpus is not None else os.cpu_count() or 1) // 2, 4))
