@@ -18,7 +18,8 @@ deterministic up to timer races, the number to compare), the process CPU seconds
 (noisy), the API calls per pod by verb, and with `--top K` the K functions of most
 cumulative time; with `--idle S`, the CPU the process then spends per second with every pod
 Running (each node's status, volume and allocation loops and the relister, which grow with
-time and pods per node, not with pods started); with `--resync`, the calls and CPU of one
+time and pods per node, not with pods started), and with `--idle-top K` that window's K
+hottest functions (under cProfile); with `--resync`, the calls and CPU of one
 periodic resync of every pod (its worker woken with nothing changed: each pod's every
 `resync_period`).
 """
@@ -132,8 +133,8 @@ def _running(api: MemoryApi) -> int:
 
 
 async def run(nodes: int, pods: int, profile: cProfile.Profile | None,
-              idle: float = 0.0, resync_profile: cProfile.Profile | None = None
-              ) -> dict[str, Any]:
+              idle: float = 0.0, resync_profile: cProfile.Profile | None = None,
+              idle_profile: cProfile.Profile | None = None) -> dict[str, Any]:
     api = MemoryApi()
     with tempfile.TemporaryDirectory(prefix="hollow-pods-") as root:
         config = HollowConfig(count=nodes, root_dir=Path(root))
@@ -177,7 +178,11 @@ async def run(nodes: int, pods: int, profile: cProfile.Profile | None,
         idle_cpu = None
         if idle > 0:  # every pod Running: the nodes' own loops and the relister only
             idle0 = time.process_time()
+            if idle_profile is not None:
+                idle_profile.enable()
             await asyncio.sleep(idle)
+            if idle_profile is not None:
+                idle_profile.disable()
             idle_cpu = time.process_time() - idle0
         resync: dict[str, float] = {}
         if resync_profile is not None:  # one periodic resync of every pod, nothing changed
@@ -225,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
                         help="then measure the process CPU over this long with every pod "
                              "Running (the nodes' loops and the relister; no profile)")
+    parser.add_argument("--idle-top", type=int, default=0, metavar="K",
+                        help="profile the --idle window (its CPU then includes cProfile's "
+                             "cost) and print its K hottest functions")
     parser.add_argument("--resync", action="store_true",
                         help="then wake every pod's worker once, nothing changed (the "
                              "periodic resync): Python calls per pod of that")
@@ -232,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     profile = None if args.no_profile else cProfile.Profile()
     resync_profile = cProfile.Profile() if args.resync else None
-    result = asyncio.run(run(args.nodes, args.pods, profile, args.idle, resync_profile))
+    idle_profile = cProfile.Profile() if args.idle_top else None
+    result = asyncio.run(run(args.nodes, args.pods, profile, args.idle, resync_profile,
+                             idle_profile))
+    if idle_profile is not None:
+        print(f"--- the idle window ({args.idle} s), by {args.sort}:")
+        pstats.Stats(idle_profile).sort_stats(args.sort).print_stats(args.idle_top)
     for key, each in (("resyncPythonCallsPerPod", resync_profile),
                       ("pythonCallsPerPod", profile)):
         if each is not None:

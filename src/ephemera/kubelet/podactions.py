@@ -124,9 +124,9 @@ __all__ = [
     "SyncRetry",
     "WaitForVolumes",
     "all_done",
+    "changes_no_container_state",
     "compute_pod_actions",
     "container_names",
-    "live_changes_only",
     "mounts_differ",
     "should_restart",
 ]
@@ -413,12 +413,12 @@ def attempt_after_reported(pod: Mapping[str, Any], name: str) -> int:
     return 0
 
 
-def live_changes_only(actions: Sequence[Action]) -> bool:
-    """The actions change no container's state, only mounts live (at least one
-    `LiveMountChange`): after them a worker knows its containers without listing them
-    again (`PodRuntime.with_live_changes`)."""
-    return any(isinstance(a, LiveMountChange) for a in actions) and all(
-        isinstance(a, LiveMountChange | ClearWaiting | WaitForVolumes) for a in actions)
+def changes_no_container_state(actions: Sequence[Action]) -> bool:
+    """The actions (none at all, as in a periodic resync of a settled pod) change no
+    container's state, at most its mounts live: after them a worker knows its containers
+    without listing them again (`PodRuntime.with_live_changes`)."""
+    return all(isinstance(a, LiveMountChange | ClearWaiting | WaitForVolumes)
+               for a in actions)
 
 
 def _grouped(containers: Sequence[ContainerStatus]) -> dict[str, list[ContainerStatus]]:

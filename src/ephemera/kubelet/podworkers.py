@@ -76,9 +76,9 @@ from ephemera.kubelet.podactions import (
     PodRuntime,
     SyncRetry,
     all_done,
+    changes_no_container_state,
     compute_pod_actions,
     container_names,
-    live_changes_only,
 )
 from ephemera.kubelet.podutil import (
     format_pod,
@@ -277,10 +277,13 @@ class PodWorker:
             self.terminal = True
         if actions.init_done:
             await pod_runtime.stop_removed_containers(instances, sandbox)
-        if live_changes_only(actions.actions) and set(instances) <= container_names(pod):
-            # Only mounts changed, live, and the worker knows how: its containers as listed
-            # at the sync's start with those changes, no listing on the way to the status
-            # (a container that changed state meanwhile wakes the worker again).
+        if changes_no_container_state(actions.actions) and \
+                set(instances) <= container_names(pod):
+            # Nothing changed, or only mounts, live, and the worker knows how: its
+            # containers as listed at the sync's start with those changes, no listing on
+            # the way to the status (a container that changed state meanwhile wakes the
+            # worker again; upstream's sync builds its status from the pod cache as it was
+            # when the sync began).
             fresh, instances = sandbox, pod_runtime.with_live_changes(instances)
         else:  # both runtime reads at once: the status goes out as soon as they are in
             fresh, instances = await pod_runtime.sandbox_status_and_instances()
