@@ -25,6 +25,13 @@ breaks after the request went out is not retried (the write may have happened): 
 `ApiUnavailable` and the next request goes to the next server. With several servers the connect
 timeout is `FAILOVER_CONNECT_TIMEOUT` (1 s) instead of 10 s, so that a server that does not
 answer at all is left within 2 seconds.
+
+Requests in flight: at most `max_requests` (100) at once per client; the others wait their
+turn, in order, before their deadline (`request_timeout`) starts. client-go has no such wait
+(Go's HTTP/2 transport multiplexes any number of requests), so a deadline that counted it
+would fail requests the server never saw: a process that queues many writes (the hollow
+nodes' thousand nodes) lost them at a loaded apiserver while the server answered each in
+under a second. Watches take no turn: each holds a connection of its own for its life.
 """
 
 from __future__ import annotations
@@ -75,6 +82,9 @@ _REASONS: Mapping[int, str] = {
 }
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
+# Requests in flight at once per client (aiohttp's default connection limit, which this
+# replaces: watches are not counted).
+MAX_REQUESTS = 100
 CONNECT_TIMEOUT = 10.0
 # With several apiservers: give up connecting to one this soon and try the next.
 FAILOVER_CONNECT_TIMEOUT = 1.0
@@ -203,16 +213,20 @@ class ApiClient:
     def __init__(self, config: ClientConfig, *, user_agent: str = "ephemera",
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                  on_warning: Callable[[str], None] | None = None,
-                 endpoints: Sequence[str] = ()) -> None:
+                 endpoints: Sequence[str] = (), max_requests: int = MAX_REQUESTS) -> None:
         """`on_warning` receives the text of each `Warning` header the apiserver sends
         (client-go's WarningHandler); without it warnings are dropped. `endpoints`: apiserver
         URLs to use, in order of preference, before the kubeconfig's server (which is always
-        kept as one of them)."""
+        kept as one of them). `max_requests`: requests in flight at once (see the module
+        docstring)."""
         self.config = config
         self.on_warning = on_warning
         self.endpoints = EndpointPicker([*endpoints, config.server])
         self.user_agent = user_agent
         self.request_timeout = request_timeout
+        # The turns of requests in flight (FIFO); made on first use, in the caller's loop.
+        self.max_requests = max_requests
+        self._turns: asyncio.Semaphore | None = None
         self._ssl = config.ssl_context()
         self._session: aiohttp.ClientSession | None = None
         self._closing: set[asyncio.Task[None]] = set()
@@ -255,7 +269,9 @@ class ApiClient:
             headers = {"User-Agent": self.user_agent, "Accept": "application/json"}
             if self.config.token:
                 headers["Authorization"] = f"Bearer {self.config.token}"
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False)
+            # No connection limit: requests wait for a turn (`_turn`), watches for nothing.
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False,
+                                             limit=0)
             self._session = aiohttp.ClientSession(
                 connector=connector, headers=headers, json_serialize=lambda o: orjson.dumps(o)
                 .decode())
@@ -277,6 +293,12 @@ class ApiClient:
         """The URL with its query, as Go's `url.Values.Encode` writes it (keys sorted)."""
         encoded = urlencode(sorted(query.items()))
         return self._url(path, server) + ("?" + encoded if encoded else "")
+
+    def _turn(self) -> asyncio.Semaphore:
+        """Held by a request while it is in flight (at most `max_requests` at once)."""
+        if self._turns is None:
+            self._turns = asyncio.Semaphore(self.max_requests)
+        return self._turns
 
     @contextlib.asynccontextmanager
     async def _send(self, method: str, path: str, *, timeout: aiohttp.ClientTimeout,
@@ -332,15 +354,15 @@ class ApiClient:
             else:
                 data = orjson.dumps(body)
             headers["Content-Type"] = content_type
-        # `sock_connect`, not `connect`: the dial is bounded, as Go's dialer bounds it, not
-        # the wait for one of the pool's connections (aiohttp's `connect` counts both), which
-        # under load failed requests as `dial tcp ...: i/o timeout` that never dialled.
+        # `sock_connect`, not `connect`: the dial is bounded, as Go's dialer bounds it.
+        # The deadline starts once the request has its turn (see the module docstring).
         timeout = aiohttp.ClientTimeout(total=request_timeout or self.request_timeout,
                                         sock_connect=self.connect_timeout)
         try:
             for attempt in range(MAX_RETRIES + 1):
-                async with self._send(method, path, params=_query(params), data=data,
-                                      headers=headers, timeout=timeout) as resp:
+                async with self._turn(), \
+                        self._send(method, path, params=_query(params), data=data,
+                                   headers=headers, timeout=timeout) as resp:
                     raw = await resp.read()
                     wait = _retry_after(resp) if attempt < MAX_RETRIES else None
                     if wait is None:
