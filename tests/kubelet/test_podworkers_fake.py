@@ -6,6 +6,7 @@ a restart, and the kubelet's HTTP API (logs, /pods, /metrics) also through `pods
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,46 @@ async def test_a_pod_runs_and_its_status_is_written_back(tmp_path: Path) -> None
         assert 'kubelet_started_containers_total{container_type="container"} 1.0' in body
         code, body = await kubelet_get(h, "/healthz")
         assert (code, body) == (200, "ok")
+
+
+async def test_a_periodic_resync_rebuilds_the_status_only_if_the_runtime_drifted(
+        tmp_path: Path) -> None:
+    """A resync the timer began, that does nothing and lists what the last status was
+    built from, publishes nothing; one that lists a change no event reported (the relister
+    compares container states only) publishes the status with it."""
+    async with running_kubelet(tmp_path) as h:  # resync every 0.5-0.75 s
+        p = await h.create(pod("p1", restartPolicy="Always"))
+        uid = p["metadata"]["uid"]
+        await h.wait_pod("p1", lambda p: phase(p) == "Running")
+        await asyncio.sleep(1.0)  # the Running status's own watch event taken in
+        assert h.kubelet.workers is not None
+        worker = h.kubelet.workers._workers[uid]
+        published: list[dict[str, Any]] = []
+        syncs: list[bool] = []
+        set_pod_status, sync = h.kubelet.status.set_pod_status, worker.sync
+
+        def counting_set(pod: Mapping[str, Any], status: dict[str, Any]) -> None:
+            if pod["metadata"]["uid"] == uid:
+                published.append(status)
+            set_pod_status(pod, status)
+
+        async def counting_sync() -> float:
+            syncs.append(worker.periodic)
+            return await sync()
+
+        h.kubelet.status.set_pod_status = counting_set
+        worker.sync = counting_sync
+        await asyncio.sleep(2.0)
+        assert len(syncs) >= 2 and all(syncs)  # periodic resyncs ran...
+        assert published == []  # ...and built no status
+
+        # the runtime now reports another image for the container, and no event says so
+        container = next(c for c in h.runtime.containers.values() if c.name == "c")
+        container.image_id = "sha256:" + "f" * 64
+        h.runtime._save()
+        await h.wait_pod("p1", lambda p: cstatus(p)["imageID"] == container.image_id)
+        assert published and published[-1]["containerStatuses"][0]["imageID"] == \
+            container.image_id
 
 
 async def test_crash_loop_back_off_and_restart_count(tmp_path: Path) -> None:

@@ -72,6 +72,7 @@ from ephemera.kubelet.backoff import BackOff, BackOffPolicy
 from ephemera.kubelet.podactions import (
     DEFAULT_GRACE_PERIOD,
     IDLE,
+    ClearWaiting,
     Instances,
     PodRuntime,
     SyncRetry,
@@ -110,6 +111,7 @@ UNALLOCATED_MESSAGE = "Container addition pending node allocation"
 
 Obj = dict[str, Any]
 SandboxListing = tuple[SandboxStatus | None, dict[str, list[ContainerStatus]]]
+StatusBasis = tuple[Obj, SandboxStatus | None, Instances, dict[str, tuple[str, str]]]
 
 
 def resync_interval(period: float, rand: Callable[[], float] = random.random) -> float:
@@ -169,6 +171,13 @@ class PodWorker:
         # the runtime event count when it began, and the read.
         self._prefetched: tuple[int, asyncio.Future[SandboxListing]] | None = None
         self._pod_dirs: tuple[Path, Path] | None = None
+        # This sync began because the resync period (or a back-off) ran out, not because
+        # anything woke the worker (set by `_run`).
+        self.periodic = False
+        # What the last status a sync published was built from: the pod object, its
+        # sandbox, containers and waiting reasons (`_sync_running`); None once anything
+        # else published one.
+        self._status_basis: StatusBasis | None = None
 
     # -- loop --
 
@@ -226,6 +235,7 @@ class PodWorker:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):
                             await self.wake.wait()
+                self.periodic = wait > 0 and not self.wake.is_set()
         finally:
             self._drop_prefetched()  # the worker ends, or the kubelet stops
         self.workers._worker_done(self)
@@ -290,18 +300,37 @@ class PodWorker:
         sandbox = fresh or sandbox
         if actions.init_done and all_done(self.pod, instances):
             self.terminal = True
-        pod_runtime.removed_statuses = await pod_runtime.removed_container_statuses(instances)
-        if trace.ENABLED:
-            trace.mark("kubelet.status_build", format_pod(pod))
-        self.publish_status(instances, sandbox)
-        if trace.ENABLED:
-            trace.mark("kubelet.status_published", format_pod(pod))
+        if not self._unchanged_since_last_status(actions.actions, sandbox, instances):
+            pod_runtime.removed_statuses = await pod_runtime.removed_container_statuses(
+                instances)
+            if trace.ENABLED:
+                trace.mark("kubelet.status_build", format_pod(pod))
+            self.publish_status(instances, sandbox)
+            self._status_basis = (pod, sandbox, instances, dict(pod_runtime.waiting))
+            if trace.ENABLED:
+                trace.mark("kubelet.status_published", format_pod(pod))
         self._maybe_report_started(instances)
         if self.terminal:
             await deps.status.write(self.uid)
             await self._finish_terminal()
             return IDLE
         return next_delay
+
+    def _unchanged_since_last_status(self, actions: Sequence[Any],
+                                     sandbox: SandboxStatus | None,
+                                     instances: Instances) -> bool:
+        """A periodic sync that did nothing (at most cleared waiting reasons there were
+        none of) and found the pod object, its sandbox, its containers and their waiting
+        reasons as the last published status was built from them: that status stands, and
+        building it again would cost the sync most of its time. Whatever else a status is
+        made of (volumes, probes, allocation) changes only by waking the worker, so a sync
+        the timer began has seen none of it."""
+        basis = self._status_basis
+        return (self.periodic and not self.terminal and basis is not None
+                and all(isinstance(a, ClearWaiting) and not a.volumes_pending
+                        for a in actions)
+                and basis[0] is self.pod and basis[1] == sandbox and basis[2] == instances
+                and basis[3] == self.pod_runtime.waiting)
 
     def _drop_prefetched(self) -> None:
         """Forget a listing read ahead (cancelled if still under way: nobody will use it)."""
@@ -425,6 +454,7 @@ class PodWorker:
                        sandbox: SandboxStatus | None = None, *,
                        terminal: bool | None = None) -> None:
         deps = self.deps
+        self._status_basis = None  # `_sync_running` sets it again when it published this
         terminal_now = self.terminal if terminal is None else terminal
         view = PodRuntimeView(sandbox=sandbox, containers=instances or {},
                               waiting=dict(self.pod_runtime.waiting),
