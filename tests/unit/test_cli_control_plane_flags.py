@@ -179,7 +179,7 @@ def test_default_workers() -> None:
     from ephemera.cli.apiserverworkers import default_workers
 
     assert [default_workers("sqlite", n) for n in (1, 2, 16)] == [1, 1, 1]
-    assert [default_workers("etcd", n) for n in (1, 2, 4, 6, 16)] == [1, 1, 2, 3, 4]
+    assert [default_workers("etcd", n) for n in (1, 2, 3, 4, 6, 16)] == [1, 2, 2, 2, 3, 4]
 
 
 async def test_worker_group_sessions_and_a_worker_that_will_not_stop(

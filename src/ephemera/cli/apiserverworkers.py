@@ -64,14 +64,17 @@ def check_workers(parser: argparse.ArgumentParser, workers: int | None, store: s
 
 def default_workers(store: str, cpus: int | None = None) -> int:
     """`ephemera up`'s default: one worker on sqlite (the store is in the apiserver's
-    process); on etcd, half the cores, at least 1 and at most 4: `up` runs etcd's clients,
-    the scheduler, the controller-manager and the kubelet on the same machine, and each
-    worker costs a watch cache of its own and twice the memory (docs/benchmarks.md: on 2
-    cores two workers ran 300 nodes' pods 28-41% faster, but at 1,000 nodes they let the
-    creates outrun the hollow nodes, whose writes then queued past their deadline)."""
+    process); on etcd, half the cores but two on a machine of two or three, at most 4: `up`
+    runs etcd's clients, the scheduler, the controller-manager and the kubelet on the same
+    machine, and each worker costs a watch cache of its own and its memory. On 2 cores two
+    workers ran 1,000 hollow nodes' 30,000 pods 13% faster than one (31.4 against 27.7 a
+    second), with half the create latency at p99, once a client's requests waited for their
+    turn outside their deadline (docs/benchmarks.md, "The full run, fifteenth to
+    seventeenth times")."""
     if store != "etcd":
         return 1
-    return max(1, min((cpus if cpus is not None else os.cpu_count() or 1) // 2, 4))
+    cores = cpus if cpus is not None else os.cpu_count() or 1
+    return max(min(cores, 2), min(cores // 2, 4))
 
 
 def reserve_port(host: str, port: int) -> socket.socket:

@@ -157,7 +157,8 @@ def add_parser(subparsers: Any) -> None:
                              f"<data-dir>/{AUDIT_LOG}; default policy: ephemera's)")
     parser.add_argument("--apiserver-workers", type=int, default=None, metavar="N",
                         help="apiserver processes sharing its port (`apiserver --workers`; "
-                             "default: 1 on sqlite; on etcd half the cores, 1 to 4)")
+                             "default: 1 on sqlite; on etcd half the cores, 2 to 4, "
+                             "1 on one core)")
     parser.add_argument("--startup-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="give up when the API does not answer in this time (default 60)")
     parser.add_argument("--demo", action="store_true",
