@@ -163,6 +163,8 @@ def test_delete_bound_pod_is_graceful(kubectl: Kubectl) -> None:  # noqa: F811
 
     # A plain delete waits for the object to go; the node's grace-0 delete ends the wait.
     with kubectl.stream("delete", "pod", "bound") as waiting:
+        # its DELETE answered (a force delete before it would leave it a 404), it waits
+        waiting.wait_for_line(lambda line: line == 'pod "bound" deleted')
         assert kubectl.json("get", "pod", "bound")["metadata"]["deletionTimestamp"]
         assert waiting.process.poll() is None
         forced = kubectl("delete", "pod", "bound", "--grace-period=0", "--force")
