@@ -19,9 +19,10 @@ deterministic up to timer races, the number to compare), the process CPU seconds
 cumulative time; with `--idle S`, the CPU the process then spends per second with every pod
 Running (each node's status, volume and allocation loops and the relister, which grow with
 time and pods per node, not with pods started), and with `--idle-top K` that window's K
-hottest functions (under cProfile); with `--resync`, the calls and CPU of one
-periodic resync of every pod (its worker woken with nothing changed: each pod's every
-`resync_period`).
+hottest functions (under cProfile); with `--resync`, the calls and CPU of waking every
+pod's worker once with nothing changed (a full sync that publishes its status: what a wake
+from the informer or the relister costs; the timer's periodic resync costs less, as it
+publishes nothing when the runtime has not drifted).
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ async def run(nodes: int, pods: int, profile: cProfile.Profile | None,
                 idle_profile.disable()
             idle_cpu = time.process_time() - idle0
         resync: dict[str, float] = {}
-        if resync_profile is not None:  # one periodic resync of every pod, nothing changed
+        if resync_profile is not None:  # every pod's worker woken once, nothing changed
             cpu1 = time.process_time()
             resync_profile.enable()
             for node in hollow.nodes.values():
@@ -234,10 +235,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile the --idle window (its CPU then includes cProfile's "
                              "cost) and print its K hottest functions")
     parser.add_argument("--resync", action="store_true",
-                        help="then wake every pod's worker once, nothing changed (the "
-                             "periodic resync): Python calls per pod of that")
+                        help="then wake every pod's worker once, nothing changed (a full "
+                             "sync that publishes): Python calls and CPU per pod of that")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.idle_top and not args.idle:
+        parser.error("--idle-top profiles the --idle window: give --idle SECONDS too")
     profile = None if args.no_profile else cProfile.Profile()
     resync_profile = cProfile.Profile() if args.resync else None
     idle_profile = cProfile.Profile() if args.idle_top else None

@@ -64,8 +64,10 @@ async def test_watches_take_no_turn() -> None:
             streams = [api.watch(f"/watch/{n}") for n in range(3)]
             firsts = [await stream.__anext__() for stream in streams]
             assert [e.type for e in firsts] == ["ADDED"] * 3
-            # three watches open, one turn: the request still goes through at once
-            assert (await api.get("/pods/p"))["metadata"]["name"] == "p"
+            # three watches open, one turn: the request still goes through at once (a
+            # request waiting for a turn has no deadline yet: bound the wait here)
+            async with asyncio.timeout(5):
+                assert (await api.get("/pods/p"))["metadata"]["name"] == "p"
             release.set()
             for stream in streams:
                 assert [e async for e in stream] == []  # each ends with its response
