@@ -4,6 +4,7 @@ a report interval with the worst lag and the count since the last line."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 
@@ -52,3 +53,30 @@ async def test_watching_ends_its_watch_with_the_block() -> None:
         started = set(asyncio.all_tasks()) - before
         assert [t.get_name() for t in started] == ["apiserver loop lag"]
     assert all(t.done() for t in started)
+
+
+def test_the_line_tells_the_garbage_collectors_share_since_the_last_report() -> None:
+    clock = iter([10.0, 12.5, 20.0, 20.4, 30.0, 30.01]).__next__
+    collector = looplag.GcPauses(clock=clock)
+    lag = looplag.LoopLag("hollow-nodes", threshold=1.0, report_every=60.0,
+                          collector=collector)
+    for _ in range(2):  # two collections: 2.5 s and 0.4 s
+        collector.on_collection("start", {"generation": 2})
+        collector.on_collection("stop", {"generation": 2})
+    assert lag.observe(3.0, now=100.0) == (
+        "hollow-nodes: event loop behind by up to 3.0 s (1 time over 1 s since the last "
+        "report; garbage collection 2.9 s, the longest 2.5 s)")
+    collector.on_collection("start", {"generation": 0})  # 10 ms: not worth a mention
+    collector.on_collection("stop", {"generation": 0})
+    assert lag.observe(1.5, now=200.0) == \
+        "hollow-nodes: event loop behind by up to 1.5 s (1 time over 1 s since the last report)"
+
+
+def test_gc_pauses_hooks_the_collector_while_installed() -> None:
+    with looplag.GcPauses() as collector:
+        assert collector.on_collection in gc.callbacks
+        gc.collect()
+        total, longest = collector.take()
+        assert 0.0 < longest <= total
+        assert collector.take() == (0.0, 0.0)
+    assert collector.on_collection not in gc.callbacks
