@@ -12,7 +12,7 @@ ended that late:
 
 When the cyclic garbage collector held the process for a tenth of a second or more in all
 since the last report (`GcPauses`, through `gc.callbacks`), the line says so, as its part of
-the lag: `...; garbage collection 2.9 s, the longest 2.7 s)`.
+the lag: `...; garbage collection 2.9 s, the longest 2.7 s (generation 2))`.
 
 A saturated apiserver answers late for reasons a request's own timing cannot tell apart (it
 waited in its client, on the loop before the priority filter, in the filter's queue); this
@@ -43,13 +43,15 @@ GC_WORTH_TELLING = 0.1
 
 class GcPauses:
     """The time the cyclic garbage collector held the process (in all, and its longest
-    collection) since the last `take`, measured from `gc.callbacks` while installed."""
+    collection and that one's generation) since the last `take`, measured from
+    `gc.callbacks` while installed."""
 
     def __init__(self, clock: Any = time.perf_counter) -> None:
         self._clock = clock
         self._started = 0.0
         self.total = 0.0
         self.longest = 0.0
+        self.longest_generation = 0
 
     def __enter__(self) -> GcPauses:
         gc.callbacks.append(self.on_collection)
@@ -66,12 +68,15 @@ class GcPauses:
             return
         paused = self._clock() - self._started
         self.total += paused
-        self.longest = max(self.longest, paused)
+        if paused > self.longest:
+            self.longest, self.longest_generation = paused, info["generation"]
 
-    def take(self) -> tuple[float, float]:
-        """(total, longest) since the last take; counted afresh from now."""
-        taken = (self.total, self.longest)
+    def take(self) -> tuple[float, float, int]:
+        """(total, longest, the longest one's generation) since the last take; counted
+        afresh from now."""
+        taken = (self.total, self.longest, self.longest_generation)
         self.total = self.longest = 0.0
+        self.longest_generation = 0
         return taken
 
 
@@ -101,10 +106,10 @@ class LoopLag:
         times = "1 time" if self.late == 1 else f"{self.late} times"
         collected = ""
         if self.collector is not None:
-            total, longest = self.collector.take()
+            total, longest, generation = self.collector.take()
             if total >= GC_WORTH_TELLING:
                 collected = (f"; garbage collection {total:.1f} s, "
-                             f"the longest {longest:.1f} s")
+                             f"the longest {longest:.1f} s (generation {generation})")
         line = (f"{self.component}: event loop behind by up to {self.worst:.1f} s "
                 f"({times} over {self.threshold:g} s since the last report{collected})")
         self.worst, self.late = 0.0, 0
