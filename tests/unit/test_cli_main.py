@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ephemera.cli.gctuning import GC_YOUNG_THRESHOLD
-from ephemera.cli.main import COMMANDS, SWITCH_INTERVAL, build_parser
+from ephemera.cli.main import COMMANDS, GC_YOUNG_THRESHOLD, SWITCH_INTERVAL, build_parser
 
 
 def _modules_after(argv: list[str]) -> set[str]:
     """The `ephemera.cli` command modules imported by building the parser for `argv`, in a
     fresh interpreter."""
-    code = ("import sys; from ephemera.cli.main import COMMANDS, build_parser; "
+    code = ("import sys; from ephemera.cli.main import COMMANDS, GC_YOUNG_THRESHOLD, build_parser; "
             f"build_parser({argv!r}); "
             "print(' '.join(m for m in COMMANDS.values() if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -52,17 +51,15 @@ def test_the_parser_for_one_command_parses_as_the_full_one() -> None:
 
 def test_every_command_runs_with_the_components_gc_and_thread_settings(tmp_path: Path) -> None:
     """`main` freezes what the imports made, collects young objects far less often (the
-    components hold large informer caches), freezes the survivors of full collections
-    (`gctuning.FreezeSurvivors`) and shortens the GIL switch interval (threads back
+    components hold large informer caches) and shortens the GIL switch interval (threads back
     from a system call wait less; docs/benchmarks.md has both measurements): seen after a
     command ran through `main` in a fresh interpreter."""
     code = ("import gc, sys; from ephemera.cli.main import main; "
             f"rc = main(['images', 'list', '--root-dir', {str(tmp_path)!r}, '-o', 'json']); "
             "print('gc', rc, gc.get_threshold()[0], gc.get_freeze_count() > 1000, "
-            "any(type(getattr(c, '__self__', None)).__name__ == 'FreezeSurvivors' "
-            "for c in gc.callbacks), sys.getswitchinterval())")
+            "sys.getswitchinterval())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()
-    assert out[-1].split() == ["gc", "0", str(GC_YOUNG_THRESHOLD), "True", "True",
+    assert out[-1].split() == ["gc", "0", str(GC_YOUNG_THRESHOLD), "True",
                                str(SWITCH_INTERVAL)]
     assert float(out[-1].split()[-1]) != 0.005  # not Python's default
