@@ -12,7 +12,8 @@ ended that late:
 
 When the cyclic garbage collector held the process for a tenth of a second or more in all
 since the last report (`GcPauses`, through `gc.callbacks`), the line says so, as its part of
-the lag: `...; garbage collection 2.9 s, the longest 2.7 s (generation 2))`.
+the lag: `...; garbage collection 2.9 s (1.1 s of CPU), the longest 2.7 s (generation 2))`
+(the CPU seconds are the collecting thread's own: fewer when other processes had the core).
 
 A saturated apiserver answers late for reasons a request's own timing cannot tell apart (it
 waited in its client, on the loop before the priority filter, in the filter's queue); this
@@ -27,10 +28,10 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
-__all__ = ["GcPauses", "LoopLag", "watch", "watching"]
+__all__ = ["GcPauses", "GcShare", "LoopLag", "watch", "watching"]
 
 log = logging.getLogger("ephemera.looplag")
 
@@ -41,17 +42,29 @@ REPORT_EVERY = 60.0
 GC_WORTH_TELLING = 0.1
 
 
-class GcPauses:
-    """The time the cyclic garbage collector held the process (in all, and its longest
-    collection and that one's generation) since the last `take`, measured from
-    `gc.callbacks` while installed."""
+@dataclass(frozen=True)
+class GcShare:
+    """What the collector took since the last report: wall seconds in all (`total`), the
+    CPU seconds of the threads that ran the collections (`cpu`: less than `total` when the
+    machine's other processes took the core meanwhile), and the longest collection's wall
+    seconds and generation."""
 
-    def __init__(self, clock: Any = time.perf_counter) -> None:
+    total: float = 0.0
+    cpu: float = 0.0
+    longest: float = 0.0
+    generation: int = 0
+
+
+class GcPauses:
+    """The time the cyclic garbage collector held the process since the last `take`
+    (`GcShare`), measured from `gc.callbacks` while installed."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.thread_time) -> None:
         self._clock = clock
-        self._started = 0.0
-        self.total = 0.0
-        self.longest = 0.0
-        self.longest_generation = 0
+        self._cpu_clock = cpu_clock
+        self._started = (0.0, 0.0)
+        self._share = GcShare()
 
     def __enter__(self) -> GcPauses:
         gc.callbacks.append(self.on_collection)
@@ -62,21 +75,22 @@ class GcPauses:
             gc.callbacks.remove(self.on_collection)
 
     def on_collection(self, phase: str, info: dict[str, int]) -> None:
-        """`gc.callbacks`' hook: called with "start" and "stop" around each collection."""
+        """`gc.callbacks`' hook: called with "start" and "stop" around each collection (on
+        the thread that runs it, with the GIL held)."""
         if phase == "start":
-            self._started = self._clock()
+            self._started = (self._clock(), self._cpu_clock())
             return
-        paused = self._clock() - self._started
-        self.total += paused
-        if paused > self.longest:
-            self.longest, self.longest_generation = paused, info["generation"]
+        paused = self._clock() - self._started[0]
+        cpu = self._cpu_clock() - self._started[1]
+        was = self._share
+        longest = paused > was.longest
+        self._share = GcShare(was.total + paused, was.cpu + cpu,
+                              paused if longest else was.longest,
+                              info["generation"] if longest else was.generation)
 
-    def take(self) -> tuple[float, float, int]:
-        """(total, longest, the longest one's generation) since the last take; counted
-        afresh from now."""
-        taken = (self.total, self.longest, self.longest_generation)
-        self.total = self.longest = 0.0
-        self.longest_generation = 0
+    def take(self) -> GcShare:
+        """What was collected since the last take; counted afresh from now."""
+        taken, self._share = self._share, GcShare()
         return taken
 
 
@@ -106,10 +120,11 @@ class LoopLag:
         times = "1 time" if self.late == 1 else f"{self.late} times"
         collected = ""
         if self.collector is not None:
-            total, longest, generation = self.collector.take()
-            if total >= GC_WORTH_TELLING:
-                collected = (f"; garbage collection {total:.1f} s, "
-                             f"the longest {longest:.1f} s (generation {generation})")
+            share = self.collector.take()
+            if share.total >= GC_WORTH_TELLING:
+                collected = (f"; garbage collection {share.total:.1f} s ({share.cpu:.1f} s "
+                             f"of CPU), the longest {share.longest:.1f} s "
+                             f"(generation {share.generation})")
         line = (f"{self.component}: event loop behind by up to {self.worst:.1f} s "
                 f"({times} over {self.threshold:g} s since the last report{collected})")
         self.worst, self.late = 0.0, 0

@@ -57,15 +57,16 @@ async def test_watching_ends_its_watch_with_the_block() -> None:
 
 def test_the_line_tells_the_garbage_collectors_share_since_the_last_report() -> None:
     clock = iter([10.0, 12.5, 20.0, 20.4, 30.0, 30.01]).__next__
-    collector = looplag.GcPauses(clock=clock)
+    cpu_clock = iter([1.0, 1.5, 2.0, 2.4, 3.0, 3.01]).__next__
+    collector = looplag.GcPauses(clock=clock, cpu_clock=cpu_clock)
     lag = looplag.LoopLag("hollow-nodes", threshold=1.0, report_every=60.0,
                           collector=collector)
-    for generation in (2, 1):  # two collections: 2.5 s and 0.4 s
+    for generation in (2, 1):  # two collections: 2.5 s (0.5 of CPU) and 0.4 s (0.4)
         collector.on_collection("start", {"generation": generation})
         collector.on_collection("stop", {"generation": generation})
     assert lag.observe(3.0, now=100.0) == (
         "hollow-nodes: event loop behind by up to 3.0 s (1 time over 1 s since the last "
-        "report; garbage collection 2.9 s, the longest 2.5 s (generation 2))")
+        "report; garbage collection 2.9 s (0.9 s of CPU), the longest 2.5 s (generation 2))")
     collector.on_collection("start", {"generation": 0})  # 10 ms: not worth a mention
     collector.on_collection("stop", {"generation": 0})
     assert lag.observe(1.5, now=200.0) == \
@@ -76,7 +77,8 @@ def test_gc_pauses_hooks_the_collector_while_installed() -> None:
     with looplag.GcPauses() as collector:
         assert collector.on_collection in gc.callbacks
         gc.collect()
-        total, longest, generation = collector.take()
-        assert 0.0 < longest <= total and generation == 2  # gc.collect() is a full one
-        assert collector.take() == (0.0, 0.0, 0)
+        share = collector.take()
+        assert 0.0 < share.longest <= share.total and share.generation == 2  # a full one
+        assert share.cpu > 0.0
+        assert collector.take() == looplag.GcShare()
     assert collector.on_collection not in gc.callbacks
