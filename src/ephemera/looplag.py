@@ -18,7 +18,7 @@ the lag: `...; garbage collection 2.9 s (1.1 s of CPU), the longest 2.7 s (gener
 A saturated apiserver answers late for reasons a request's own timing cannot tell apart (it
 waited in its client, on the loop before the priority filter, in the filter's queue); this
 line says whether the loop itself was the queue. It costs one timer a quarter second, and
-two clock reads a collection.
+four clock reads a collection.
 """
 
 from __future__ import annotations
