@@ -17,15 +17,6 @@ One informer may be shared by several controllers (one cache and one watch for a
 upstream's shared informer factory): each of them calls `run()`; the first call starts the
 list and watch, the others wait on it, and it stops when the last caller is cancelled.
 
-The cache holds each object without its `metadata.managedFields`, as upstream's scheduler
-and controller-manager informers hold theirs (their `WithTransform` trim): no component
-reads them, and in a running pod they are more than half of its dicts and lists (58 of 105
-in a `bench.scale` pod), which every component holding tens of thousands of pods kept in
-memory and walked in its garbage collections. Handlers see the trimmed objects. An
-informer that needs them asks with `keep_managed_fields=True`. An object from the cache
-written back whole (a PUT) keeps its managed fields: the apiserver keeps the stored ones
-for a write that has none.
-
 Handlers are plain (synchronous) callables run on the event loop, in event order:
 `on_add(obj)`, `on_update(old, new)`, `on_delete(obj)` (the last state known). A handler that
 raises is logged and does not stop the informer. Keep them quick; hand real work to a queue.
@@ -142,15 +133,12 @@ class Informer:
     def __init__(self, api: ApiClient, path: str, *, label_selector: str | None = None,
                  field_selector: str | None = None, name: str = "",
                  watch_timeout: int | None = None, allow_bookmarks: bool = True,
-                 page_size: int = DEFAULT_PAGE_SIZE, keep_managed_fields: bool = False
-                 ) -> None:
+                 page_size: int = DEFAULT_PAGE_SIZE) -> None:
         """`watch_timeout`: seconds each watch asks the server for (default: random in
         [300, 600)); `allow_bookmarks`: ask for BOOKMARK events (they keep the
         resourceVersion fresh, so that a re-watch rarely finds it compacted); `page_size`:
-        items per list request (0: the whole list in one); `keep_managed_fields`: cache the
-        objects with their `metadata.managedFields` (see the module's doc)."""
+        items per list request (0: the whole list in one)."""
         self.api = api
-        self.keep_managed_fields = keep_managed_fields
         self.path = path
         self.name = name or path
         self._cache: dict[str, Obj] = {}
@@ -255,7 +243,7 @@ class Informer:
 
     def replace(self, items: Sequence[Obj], resource_version: str) -> None:
         """A list: replace the cache, telling the handlers what changed."""
-        fresh: dict[str, Obj] = {object_key(item): self._trimmed(item) for item in items}
+        fresh: dict[str, Obj] = {object_key(item): item for item in items}
         old = self._cache
         self._cache = fresh
         self._by_namespace = {}
@@ -272,18 +260,9 @@ class Informer:
                 self._updated(before, obj)
         self._synced.set()
 
-    def _trimmed(self, obj: Obj) -> Obj:
-        """`obj` without its managed fields (in place: a listed or watched object is this
-        informer's own), unless they are kept."""
-        if not self.keep_managed_fields:
-            md = obj.get("metadata")
-            if md is not None:
-                md.pop("managedFields", None)
-        return obj
-
     def apply(self, event: WatchEvent) -> None:
         """A watch event: update the cache, then tell the handlers."""
-        obj = self._trimmed(event.object)
+        obj = event.object
         key = object_key(obj)
         namespace = _namespace(obj)
         if event.type == "DELETED":
