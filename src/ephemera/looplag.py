@@ -89,8 +89,10 @@ class GcPauses:
                               info["generation"] if longest else was.generation)
 
     def take(self) -> GcShare:
-        """What was collected since the last take; counted afresh from now."""
-        taken, self._share = self._share, GcShare()
+        """What was collected since the last take; counted afresh from now. (The fresh
+        share is made first: making it may start a collection, which must not be lost.)"""
+        fresh = GcShare()
+        taken, self._share = self._share, fresh
         return taken
 
 
