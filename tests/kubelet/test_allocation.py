@@ -544,6 +544,46 @@ async def test_a_restarted_kubelet_readmits_from_the_checkpoint(tmp_path: Path) 
             "keep", "extra", "third"]
 
 
+async def test_a_never_started_instance_does_not_hold_a_swapped_out_volume(
+        tmp_path: Path) -> None:
+    """A kubelet stopped between the create and the start of a swap's instance leaves it
+    created, never started, mounting the swap's volume; a later swap then removes that
+    volume. The next kubelet replaces the never-started instance (removed first, as it
+    would never run), so the volume is no longer in use by the pod, and is torn down and
+    pruned from `volumeStatuses` (chaos test, 2026-12-03: it stayed `Unmounting`)."""
+    async with running_kubelet(tmp_path) as h:
+        before = await running_worker(h)
+        uid = before["metadata"]["uid"]
+
+        def swap_to(name: str) -> Obj:
+            return {"spec": {"volumes": [{"name": name, "emptyDir": {}}],
+                             "containers": [{"name": "c", "volumeMounts": [
+                                 {"name": name, "mountPath": "/keep"}]}]}}
+
+        started = asyncio.Event()  # never set: the swap's start hangs as a killed one would
+
+        async def hang(container_id: str) -> None:
+            await started.wait()
+
+        h.runtime.start_container = hang  # type: ignore[method-assign]
+        await _dynamic(h, "w", swap_to("one"))
+
+        async def created_with_one() -> bool:
+            return any(c.state.value == "CREATED" and [m.volume_name for m in c.mounts]
+                       == ["one"] for c in await h.runtime.list_containers())
+
+        await wait_until(created_with_one)
+        await _dynamic(h, "w", swap_to("two"))
+        await h.restart()
+        after = await h.wait_pod("w", lambda p: p["status"].get("volumeStatuses") == [
+            {"name": "two", "hostPhase": "HostMounted"}]
+            and "running" in container_status(p)["state"], timeout=20)
+        assert [m["name"] for m in container_status(after)["volumeMounts"]] == ["two"]
+        assert not any(c.state.value == "CREATED" for c in await h.runtime.list_containers())
+        one = h.root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "one"
+        await wait_until(lambda: not one.exists())
+
+
 async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) -> None:
     """`on_staging_changed` runs before the change's checkpoint is on disk, the change then
     `staged_change` (the kubelet sets up its volumes meanwhile), and again once the write

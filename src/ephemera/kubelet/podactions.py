@@ -386,7 +386,8 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
             else:
                 result.actions.append(ClearWaiting(name))
             continue
-        # Created but never started (a start that failed): try again.
+        # Created but never started (a start that failed, or a kubelet stopped between the
+        # create and the start): a new instance replaces it (`_remove_never_started`).
         result.actions.append(StartContainer(c, latest, False))
     return result
 
@@ -867,6 +868,8 @@ class PodRuntime:
             labels={LABEL_POD_UID: self.uid, LABEL_CONTAINER_NAME: name,
                     LABEL_CONTAINER_TYPE: "init" if init else "regular"})
         assert self.sandbox_id is not None
+        if latest is not None and latest.state == ContainerState.CREATED:
+            await self._remove_never_started(latest)
         try:
             cid = await deps.runtime.create_container(self.sandbox_id, config,
                                                       self.sandbox_config())
@@ -890,6 +893,20 @@ class PodRuntime:
         # Older instances go in the background, so the new one's status is not held up.
         self.host.spawn(self._prune_instances(name, attempt))
         return IDLE
+
+    async def _remove_never_started(self, created: ContainerStatus) -> None:
+        """The instance this start replaces was created and never started (its start failed,
+        or a kubelet was killed between the two): removed first. It would never run, yet
+        its mount namespace holds the volumes it was created with, and a volume a swap
+        removed meanwhile would count as in use by it for ever (KEP-6395's
+        `IsVolumeInUseByPod`), never torn down. It has no logs to keep."""
+        try:
+            await self.deps.runtime.remove_container(created.id)
+        except RuntimeError_ as err:
+            log.warning("removing the never-started instance %s of container %s of pod %s: "
+                        "%s", created.id, created.name, format_pod(self.pod), err)
+        else:
+            self.cache.stopped(created.id)
 
     async def _start_failed(self, name: str, init: bool, reason: str, message: str) -> float:
         self.waiting[name] = (reason, message)
