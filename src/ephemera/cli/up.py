@@ -191,7 +191,8 @@ def add_parser(subparsers: Any) -> None:
                         help="the controller-manager's: the IPv4 range of pod addresses, a "
                              "--node-cidr-mask-size block per node (default: a /20 in "
                              "10.128.0.0/9 derived from the data dir, so that clusters on one "
-                             "machine do not overlap)")
+                             "machine do not overlap; larger with more than 16 nodes, e.g. a "
+                             "/14 for --hollow-nodes 1000)")
     parser.add_argument("--node-cidr-mask-size", type=int, default=24, metavar="BITS",
                         help="the controller-manager's: each node's pod CIDR size (default 24)")
     parser.add_argument("--no-kubelet", action="store_true",
@@ -231,12 +232,37 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=lambda args: run(parser, args))
 
 
-def default_cluster_cidr(data_dir: Path) -> str:
-    """A /20 of 10.128.0.0/9 chosen by the data dir's path (2048 of them), so that test
-    clusters side by side on one machine get different pod ranges and routes."""
+# Where `up` picks a pod range when none is given, and its size for a cluster of up to 16
+# nodes (a /24 each).
+DEFAULT_POD_RANGES = ipaddress.IPv4Network("10.128.0.0/9")
+DEFAULT_CLUSTER_PREFIX = 20
+
+
+def cluster_prefix_for(nodes: int, mask_size: int) -> int:
+    """The prefix of the default pod range for `nodes` Nodes of one `/mask_size` block each:
+    a /20, or a larger range when that holds too few blocks (`--hollow-nodes`)."""
+    return min(DEFAULT_CLUSTER_PREFIX, mask_size - max(0, nodes - 1).bit_length())
+
+
+def default_cluster_cidr(data_dir: Path, nodes: int = 1, mask_size: int = 24) -> str:
+    """A range of 10.128.0.0/9 chosen by the data dir's path, so that test clusters side by
+    side on one machine get different pod ranges and routes: one of its 2048 /20s, or of its
+    fewer larger ranges when the cluster has more than 16 Nodes (`cluster_prefix_for`).
+    ValueError when even the whole /9 is too small."""
+    prefix = cluster_prefix_for(nodes, mask_size)
+    if prefix < DEFAULT_POD_RANGES.prefixlen:
+        raise ValueError(f"{nodes} nodes need more /{mask_size} blocks than "
+                         f"{DEFAULT_POD_RANGES} has; give --cluster-cidr")
     digest = int(hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest(), 16)
-    base = ipaddress.IPv4Network("10.128.0.0/9")
-    return str(list(base.subnets(new_prefix=20))[digest % 2048])
+    index = digest % (1 << (prefix - DEFAULT_POD_RANGES.prefixlen))
+    network = int(DEFAULT_POD_RANGES.network_address) + (index << (32 - prefix))
+    return f"{ipaddress.IPv4Address(network)}/{prefix}"
+
+
+def node_blocks(cluster_cidr: str, mask_size: int) -> int:
+    """How many Nodes a pod range gives a `/mask_size` block (0: the mask does not fit)."""
+    prefix = ipaddress.IPv4Network(cluster_cidr, strict=False).prefixlen
+    return 1 << (mask_size - prefix) if mask_size >= prefix else 0
 
 
 def say(line: str) -> None:
@@ -272,6 +298,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     unused = hollow.hollow_flags_given(parser, args)
     if unused and not args.hollow_nodes:
         parser.error(f"{', '.join(unused)}: only with --hollow-nodes")
+    check_pod_range(parser, args)
     if args.join_control_plane is not None and args.store != "etcd":
         parser.error("--join-control-plane needs --store etcd (the first member's etcd)")
     try:  # before anything starts: one `up` per data dir
@@ -292,6 +319,32 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     finally:
         lock.release()
+
+
+def node_count(args: argparse.Namespace) -> int:
+    """The Nodes this `up` runs: its kubelet's and the hollow ones."""
+    return (0 if args.no_kubelet else 1) + args.hollow_nodes
+
+
+def check_pod_range(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The default pod range fits the Nodes (else a usage error); a `--cluster-cidr` too
+    small for them is warned about (as upstream, the Nodes past its blocks get no pod CIDR
+    and a `CIDRNotAvailable` event)."""
+    nodes = node_count(args)
+    if not args.cluster_cidr:
+        try:
+            default_cluster_cidr(args.data_dir, nodes, args.node_cidr_mask_size)
+        except ValueError as err:
+            parser.error(str(err))
+        return
+    try:
+        blocks = node_blocks(str(args.cluster_cidr), args.node_cidr_mask_size)
+    except ValueError:
+        return  # the controller-manager refuses it, with the reason
+    if blocks < nodes:
+        print(f"ephemera up: warning: --cluster-cidr {args.cluster_cidr} holds {blocks} "
+              f"/{args.node_cidr_mask_size} node blocks for {nodes} nodes; the others get "
+              "no pod CIDR", file=sys.stderr, flush=True)
 
 
 class Cluster:
@@ -417,7 +470,8 @@ class Cluster:
         if self.args.cluster_cidr:
             return str(self.args.cluster_cidr)
         first = self.args.join_control_plane
-        return default_cluster_cidr(first.resolve() if first is not None else self.data_dir)
+        return default_cluster_cidr(first.resolve() if first is not None else self.data_dir,
+                                    node_count(self.args), self.args.node_cidr_mask_size)
 
     def _signing_duration(self) -> list[str]:
         value = self.args.cluster_signing_duration
