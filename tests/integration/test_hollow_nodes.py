@@ -22,6 +22,7 @@ from apiserver_fixtures import Api
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ClientConfig, resource_path
 from ephemera.kubelet.hollow import (
+    STATE_FILE,
     HollowConfig,
     HollowNodes,
     parse_capacity,
@@ -199,6 +200,59 @@ async def test_hollow_nodes_run_pods_dynamic_changes_and_deletions(api: Api,
         await client.delete(resource_path("pods", "default", "p0"))
         await eventually(lambda: _gone(client, "p0"), timeout=30)
         assert nodes.summary()["registered"] == NODES
+
+
+async def test_a_cleanly_stopped_process_is_followed_by_one_that_adopts_its_containers(
+        api: Api, tmp_path: Path) -> None:
+    """A hollow-nodes process stopped cleanly leaves its nodes' runtimes and allocated pods
+    behind (`STATE_FILE`); the next one on the same root adopts them: no container is
+    started again, and a `/dynamic` change after the restart is actuated as before it."""
+    worker = _pod("worker", volumes=[{"name": "keep", "emptyDir": {}}])
+    main = worker["spec"]["containers"][0]
+    main["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
+    main["volumeMounts"] = [{"name": "keep", "mountPath": "/keep"}]
+
+    async def listed(client: ApiClient) -> dict[str, Obj]:
+        pods = (await client.get(resource_path("pods", "default")))["items"]
+        return {p["metadata"]["name"]: p for p in pods}
+
+    def started(pods: dict[str, Obj]) -> dict[str, tuple[str, int]]:
+        return {name: (p["status"]["containerStatuses"][0]["containerID"],
+                       p["status"]["containerStatuses"][0]["restartCount"])
+                for name, p in pods.items()}
+
+    async with _cluster(api, tmp_path) as (client, _):
+        for i in range(10):
+            await client.create(resource_path("pods", "default"), _pod(f"p{i}"))
+        await client.create(resource_path("pods", "default"), worker)
+
+        async def all_running() -> bool:
+            pods = await listed(client)
+            return len(pods) == 11 and all(
+                "running" in (p["status"].get("containerStatuses") or [{}])[0].get("state", {})
+                for p in pods.values())
+
+        await eventually(all_running, timeout=60)
+        before = started(await listed(client))
+    state = tmp_path / "hollow" / STATE_FILE
+    assert state.is_file()
+
+    async with _cluster(api, tmp_path) as (client, nodes):
+        assert not state.exists()  # taken back: it holds only until the nodes run again
+        assert sum(n.pod_count() for n in nodes.nodes.values()) == 11
+        await asyncio.sleep(3.0)  # relists, resyncs and reconciles of every adopted pod
+        assert started(await listed(client)) == before
+        dynamic = resource_path("pods", "default", "worker") + "/dynamic"
+        current = await client.get(dynamic)
+        current["spec"]["volumes"].append({"name": "extra", "emptyDir": {}})
+        current["spec"]["containers"][0]["volumeMounts"].append(
+            {"name": "extra", "mountPath": "/extra"})
+        await client.update(dynamic, current)
+        await eventually(lambda: _phase_is(client, "worker", "extra", "HostMounted"), 30)
+        after = started(await listed(client))
+        assert after["worker"][1] == before["worker"][1] + 1
+        assert {k: v for k, v in after.items() if k != "worker"} == \
+            {k: v for k, v in before.items() if k != "worker"}
 
 
 async def _phase_is(client: ApiClient, pod: str, volume: str, phase: str) -> bool:

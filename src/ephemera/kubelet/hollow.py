@@ -34,6 +34,11 @@ waits for the GIL, not behind the main loop's queued callbacks; and one
 relister (PLEG) that lists each node's fake runtime once per `relist_period`, spread over
 it.
 
+A process stopped cleanly writes its nodes' runtimes and allocated pods (`STATE_FILE`) and
+the next one adopts them, as a kubelet restarted on a real runtime adopts its containers: no
+pod restarts. A process killed writes nothing: its nodes come back as after a reboot (every
+pod's sandbox and containers made again, each container's `restartCount` one up).
+
 Not simulated: the kubelet's HTTPS API (logs, exec, port-forward, metrics, stats), probes,
 node-pressure eviction, images (every image is present), Secret/ConfigMap contents (their
 volumes mount without reading them). API evictions and deletions are honoured (graceful
@@ -55,6 +60,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from ephemera.api.featuregates import FeatureGates
 from ephemera.client import ApiClient, Informer, resource_path
@@ -494,6 +501,11 @@ def _discard(keys: set[tuple[str, str]], key: tuple[str, str], _done: Any) -> No
     keys.discard(key)
 
 
+# Under the root dir: every node's runtime (sandboxes, containers) and allocated pods,
+# written when the process stops cleanly and taken back (then removed) at its next start.
+STATE_FILE = "hollow-state.json"
+
+
 class HollowNodes:
     """All the hollow nodes of one process and what they share (module docstring)."""
 
@@ -652,6 +664,10 @@ class HollowNodes:
             await self.register(stop)
             if stop.is_set():
                 return
+            adopted = self.restore_state()
+            if adopted:
+                log.info("adopted %d containers the hollow nodes ran before a clean stop",
+                         adopted)
             for node in self.nodes.values():
                 node.start()
             tasks.append(asyncio.create_task(self.pods.run(), name="hollow-pod-informer"))
@@ -684,6 +700,47 @@ class HollowNodes:
                 await self._lease_thread.stop()
             await asyncio.gather(*(n.close() for n in self.nodes.values()),
                                  return_exceptions=True)
+            if any(n.started for n in self.nodes.values()):
+                self.save_state()
+
+    def save_state(self) -> None:
+        """Write every node's runtime and allocated pods (`STATE_FILE`): a process stopped
+        cleanly and started again adopts its containers, as a kubelet restarted on a real
+        runtime does, instead of restarting every pod. A process killed leaves none: its
+        nodes come back as after a reboot (module docstring)."""
+        data = {name: {"runtime": node.runtime.state(),
+                       "allocated": node.allocation.allocated}
+                for name, node in self.nodes.items()}
+        path = self.config.root_dir / STATE_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_bytes(orjson.dumps(data))
+            tmp.replace(path)
+        except OSError as err:
+            log.error("saving the hollow nodes' state to %s: %s", path, err)
+
+    def restore_state(self) -> int:
+        """Take back what `save_state` wrote (then remove it: it holds only until the
+        nodes run again); the containers adopted."""
+        path = self.config.root_dir / STATE_FILE
+        try:
+            data = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            return 0
+        except (OSError, orjson.JSONDecodeError) as err:
+            log.error("ignoring the hollow nodes' state in %s: %s", path, err)
+            data = {}
+        path.unlink(missing_ok=True)
+        adopted = 0
+        for name, saved in data.items():
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            node.runtime.restore(saved["runtime"])
+            node.allocation.allocated = dict(saved["allocated"])
+            node.allocation.checkpoint.store(node.allocation.allocated)
+            adopted += len(node.runtime.containers)
+        return adopted
 
     def summary(self) -> dict[str, int]:
         return {"nodes": len(self.nodes), "registered": self.registered,

@@ -45,7 +45,7 @@ import ipaddress
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +148,18 @@ class FakeRuntime(RuntimeService):
         self.state_file = (Path(root) / "runtime" / "fake-state.json"
                            if root is not None and persist else None)
         if self.state_file is not None and self.state_file.exists():
-            data = json.loads(self.state_file.read_text())
-            self.sandboxes = {k: _Sandbox(**v) for k, v in data["sandboxes"].items()}
-            self.containers = {k: _Container(**v) for k, v in data["containers"].items()}
+            self.restore(json.loads(self.state_file.read_text()))
+
+    def state(self) -> dict[str, Any]:
+        """The sandboxes and containers, as JSON-ready data (`restore` takes it back)."""
+        return {"sandboxes": {k: dataclasses.asdict(v) for k, v in self.sandboxes.items()},
+                "containers": {k: dataclasses.asdict(v) for k, v in self.containers.items()}}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Take the sandboxes and containers of `state()` (of a runtime before this one)."""
+        self.sandboxes = {k: _Sandbox(**v) for k, v in data["sandboxes"].items()}
+        self.containers = {k: _Container(**v) for k, v in data["containers"].items()}
+        self._generation += 1
 
     def _save(self) -> None:
         """Record a change: persisted when the runtime persists, and counted."""
@@ -158,10 +167,8 @@ class FakeRuntime(RuntimeService):
         if self.state_file is None:
             return
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        data = {"sandboxes": {k: dataclasses.asdict(v) for k, v in self.sandboxes.items()},
-                "containers": {k: dataclasses.asdict(v) for k, v in self.containers.items()}}
         tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        tmp.write_text(json.dumps(data))
+        tmp.write_text(json.dumps(self.state()))
         tmp.replace(self.state_file)
 
     def _container(self, container_id: str) -> _Container:
