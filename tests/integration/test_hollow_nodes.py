@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -45,7 +46,7 @@ def _pod(name: str, **spec: Any) -> Obj:
 
 @contextlib.asynccontextmanager
 async def _cluster(api: Api, tmp_path: Path, *, lease_thread: bool = False,
-                   lease_renew_interval: float = 2.0
+                   lease_renew_interval: float = 2.0, wait_for_pod_cidr: bool = False
                    ) -> AsyncIterator[tuple[ApiClient, HollowNodes]]:
     url = str(api.client.server.make_url("")).rstrip("/")
 
@@ -59,6 +60,7 @@ async def _cluster(api: Api, tmp_path: Path, *, lease_thread: bool = False,
             labels=parse_labels("ephemera.io/hollow=true"),
             lease_renew_interval=lease_renew_interval,
             node_status_interval=5.0, relist_period=0.5, reconcile_period=0.5,
+            wait_for_pod_cidr=wait_for_pod_cidr, pod_cidr_poll=0.2,
             settings=WorkerSettings(resync_period=1.0, relist_period=0.2, retry_delay=0.2,
                                     minimum_grace_period=0.0, mount_wait_slice=0.2))
         nodes = HollowNodes(client, config, lease_api=lease_api if lease_thread else None)
@@ -253,6 +255,38 @@ async def test_a_cleanly_stopped_process_is_followed_by_one_that_adopts_its_cont
         assert after["worker"][1] == before["worker"][1] + 1
         assert {k: v for k, v in after.items() if k != "worker"} == \
             {k: v for k, v in before.items() if k != "worker"}
+
+
+async def test_with_wait_for_pod_cidr_pods_start_once_their_node_has_one(
+        api: Api, tmp_path: Path) -> None:
+    """`--wait-for-pod-cidr` (what `up` passes): the pods bound to a node without a podCIDR
+    wait; once the node IPAM gives it one, they start, each with an IP from it."""
+    async with _cluster(api, tmp_path, wait_for_pod_cidr=True) as (client, nodes):
+        for i in range(6):
+            await client.create(resource_path("pods", "default"), _pod(f"p{i}"))
+
+        async def pods() -> list[Obj]:
+            return list((await client.get(resource_path("pods", "default")))["items"])
+
+        async def all_bound() -> bool:
+            return all(p["spec"].get("nodeName") for p in await pods())
+
+        await eventually(all_bound, timeout=30)
+        await asyncio.sleep(1.0)
+        assert not any(p["status"].get("containerStatuses") for p in await pods())
+        cidrs = {name: f"10.99.{i}.0/24" for i, name in enumerate(nodes.nodes)}
+        for name, cidr in cidrs.items():  # as the controller-manager's node IPAM does
+            await client.patch(resource_path("nodes", name=name),
+                               {"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}},
+                               patch_type="merge")
+
+        async def all_running() -> bool:
+            return all(p["status"].get("phase") == "Running" for p in await pods())
+
+        await eventually(all_running, timeout=30)
+        for p in await pods():
+            cidr = ipaddress.ip_network(cidrs[p["spec"]["nodeName"]])
+            assert ipaddress.ip_address(p["status"]["podIP"]) in cidr, p["status"]
 
 
 async def _phase_is(client: ApiClient, pod: str, volume: str, phase: str) -> bool:

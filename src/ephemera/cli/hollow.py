@@ -125,6 +125,10 @@ def add_parser(subparsers: Any) -> None:
                         help="how many nodes")
     parser.add_argument("--root-dir", type=Path, default=None, metavar="DIR",
                         help="pod and log directories (default: a temporary directory)")
+    parser.add_argument("--wait-for-pod-cidr", action="store_true",
+                        help="as the kubelet's: start no pod on a node before its Node has a "
+                             "spec.podCIDR (the controller-manager's node IPAM; `up` passes "
+                             "it), so that every pod gets an IP from it")
     add_arguments(parser)
     flags.add_feature_gates(parser)
     flags.add_apiserver_endpoints(parser)
@@ -137,7 +141,8 @@ def config_from_args(args: argparse.Namespace, root_dir: Path) -> HollowConfig:
                         labels=args.labels, taints=args.register_with_taints,
                         gates=args.feature_gates, pod_lifetime=args.pod_lifetime,
                         node_status_interval=args.node_status_interval,
-                        heartbeat_qps=args.heartbeat_qps)
+                        heartbeat_qps=args.heartbeat_qps,
+                        wait_for_pod_cidr=args.wait_for_pod_cidr)
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

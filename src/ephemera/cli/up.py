@@ -582,7 +582,8 @@ class Cluster:
     def hollow_nodes_argv(self) -> list[str]:
         return [sys.executable, "-m", "ephemera.cli", "hollow-nodes",
                 "--kubeconfig", str(self.kubeconfig), "--count", str(self.args.hollow_nodes),
-                "--root-dir", str(self.data_dir / HOLLOW_DIR), *hollow.hollow_flags(self.args),
+                "--root-dir", str(self.data_dir / HOLLOW_DIR), "--wait-for-pod-cidr",
+                *hollow.hollow_flags(self.args),
                 *self._endpoint_flags(), *self._common_flags()]
 
     def _eviction_flags(self) -> list[str]:

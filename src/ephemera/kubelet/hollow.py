@@ -179,6 +179,10 @@ class HollowConfig:
     register_concurrency: int = 16
     relist_period: float = 5.0
     reconcile_period: float = 1.0
+    # As the kubelet's `--wait-for-pod-cidr`: a node starts no pod before its Node has a
+    # `spec.podCIDR`, learnt by listing the Nodes every `pod_cidr_poll` seconds meanwhile.
+    wait_for_pod_cidr: bool = False
+    pod_cidr_poll: float = 1.0
     settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(
         resync_period=60.0, relist_period=5.0))
 
@@ -535,6 +539,8 @@ class HollowNodes:
         self._gate = _Gate(config.heartbeat_qps, config.heartbeat_concurrency)
         self._lease_thread = _LeaseThread(self, lease_api) if lease_api is not None else None
         self._dispatching = False
+        # Nodes whose pods wait for the Node's podCIDR (`wait_for_pod_cidr`).
+        self._cidr_wait: set[str] = set(self.nodes) if config.wait_for_pod_cidr else set()
         self.registered = 0
         self.lease_renewals = 0
         self.status_writes = 0
@@ -544,13 +550,57 @@ class HollowNodes:
 
     def _on_pod(self, pod: Obj) -> None:
         node = self._node_of(pod)
-        if node is not None and self._dispatching:
+        if node is not None and self._dispatching and node.name not in self._cidr_wait:
             node.on_pod(pod)
 
     def _on_pod_delete(self, pod: Obj) -> None:
         node = self._node_of(pod)
-        if node is not None and self._dispatching:
+        if node is not None and self._dispatching and node.name not in self._cidr_wait:
             node.on_pod_delete(pod)
+
+    def _dispatch(self, names: set[str] | None = None) -> None:
+        """Hand the informer's pods (of the nodes `names`, else of all) to their nodes,
+        oldest first."""
+        listed = sorted(self.pods.list(),
+                        key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+        for pod in listed:
+            if names is None or str((pod.get("spec") or {}).get("nodeName")) in names:
+                self._on_pod(pod)
+
+    async def _await_pod_cidrs(self, stop: asyncio.Event) -> None:
+        """`wait_for_pod_cidr`: list the Nodes until every hollow node's has a podCIDR; each
+        node that has one gets it in its runtime and its pods dispatched (the others wait,
+        their pods in the informer's cache)."""
+        last_said = time.monotonic()
+        while self._cidr_wait and not stop.is_set():
+            try:
+                # From the apiserver's watch cache (resourceVersion=0): a podCIDR seen
+                # a moment late costs one more poll, not a read of every Node from the store.
+                listed = await self.api.list(resource_path("nodes"), resourceVersion="0")
+            except Exception as err:
+                log.warning("listing the Nodes for their pod CIDRs: %s",
+                            getattr(err, "message", None) or err)
+                listed = {"items": []}
+            ready: set[str] = set()
+            for item in listed.get("items") or []:
+                name = str(item["metadata"]["name"])
+                cidr = str((item.get("spec") or {}).get("podCIDR") or "")
+                if cidr and name in self._cidr_wait:
+                    await self.nodes[name].runtime.update_runtime_config(cidr)
+                    ready.add(name)
+            if ready:
+                self._cidr_wait -= ready
+                if self._dispatching:
+                    self._dispatch(ready)
+            if not self._cidr_wait:
+                log.info("every hollow node has its pod CIDR")
+                return
+            if time.monotonic() - last_said >= 30:
+                last_said = time.monotonic()
+                log.info("%d hollow nodes wait for their pod CIDR (the controller-manager's "
+                         "node IPAM)", len(self._cidr_wait))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.config.pod_cidr_poll)
 
     async def register(self, stop: asyncio.Event) -> None:
         """Register every Node and create its Lease, `register_concurrency` at a time,
@@ -676,6 +726,9 @@ class HollowNodes:
             kinds = ("status",) if self._lease_thread is not None else ("lease", "status")
             tasks.append(asyncio.create_task(self._heartbeats(stop, kinds, self._gate),
                                              name="hollow-heartbeats"))
+            if self._cidr_wait:
+                tasks.append(asyncio.create_task(self._await_pod_cidrs(stop),
+                                                 name="hollow-pod-cidrs"))
             synced = asyncio.ensure_future(self.pods.wait_synced())
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait({synced, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -684,10 +737,7 @@ class HollowNodes:
             if stop.is_set():
                 return
             self._dispatching = True
-            listed = sorted(self.pods.list(),
-                            key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
-            for pod in listed:
-                self._on_pod(pod)
+            self._dispatch()
             tasks.append(asyncio.create_task(self._relists(stop), name="hollow-relister"))
             if ready is not None:
                 ready()
