@@ -70,8 +70,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 # Python's default is 700). The components hold every object their informers list: with the
 # default, objects that would die young were promoted and the full collections walking the
 # whole heap took 35% of the hollow nodes' CPU and 88% of the controller-manager's at 3,000
-# pods (measured with `gc.callbacks`; docs/benchmarks.md).
-GC_YOUNG_THRESHOLD = 50_000
+# pods (measured with `gc.callbacks`; docs/benchmarks.md). 200,000 rather than 50,000: at
+# 1,000 nodes and 15,000 pods on etcd, three runs a side, 6.4-6.9 ms of the hollow nodes' CPU
+# a pod against 7.0-7.9, and 47.9-51.1 pods a second against 43.0-50.1.
+GC_YOUNG_THRESHOLD = 200_000
 
 
 def tune_gc() -> None:
