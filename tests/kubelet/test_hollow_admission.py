@@ -25,7 +25,7 @@ from kubelet_harness import (
 )
 
 from ephemera.client import resource_path
-from ephemera.kubelet.hollow import HollowConfig, HollowNodes
+from ephemera.kubelet.hollow import STATE_FILE, HollowConfig, HollowNodes
 
 Obj = dict[str, Any]
 HOLLOW = "hollow-node-0"
@@ -138,10 +138,12 @@ async def test_a_hollow_node_rejects_and_allocates_as_the_kubelet_does(tmp_path:
         assert outcomes["w-hollow"][2][:2] == ("Normal", "SuccessfulAllocation")
 
 
-async def test_a_restarted_hollow_node_counts_the_restart(tmp_path: Path) -> None:
-    """The hollow nodes' process restarted is a reboot of their nodes: the fake runtime
-    forgot every container, each starts again, and its restartCount counts on from the
-    status, as a kubelet's does from its container logs after a reboot."""
+async def test_a_killed_hollow_node_counts_the_restart(tmp_path: Path) -> None:
+    """The hollow nodes' process killed (no state written at its stop) and started again is
+    a reboot of their nodes: the fake runtime forgot every container, each starts again,
+    and its restartCount counts on from the status, as a kubelet's does from its container
+    logs after a reboot. (A clean stop is adopted instead: tests/integration/
+    test_hollow_nodes.py.)"""
     def running(p: Obj, not_id: str = "") -> bool:
         statuses = p["status"].get("containerStatuses") or []
         return bool(statuses) and "running" in statuses[0].get("state", {}) and \
@@ -152,6 +154,8 @@ async def test_a_restarted_hollow_node_counts_the_restart(tmp_path: Path) -> Non
             await h.create(pod("survivor", node=HOLLOW))
             before = container_status(await h.wait_pod("survivor", running))
             assert before["restartCount"] == 0
+        # what a SIGKILL leaves: nothing of the runtime (the clean stop's state removed)
+        (tmp_path / "hollow" / STATE_FILE).unlink()
         async with hollow_node(h, tmp_path / "hollow"):
             after = container_status(await h.wait_pod(
                 "survivor", lambda p: running(p, before["containerID"])))
