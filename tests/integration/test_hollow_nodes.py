@@ -208,7 +208,8 @@ async def test_a_cleanly_stopped_process_is_followed_by_one_that_adopts_its_cont
         api: Api, tmp_path: Path) -> None:
     """A hollow-nodes process stopped cleanly leaves its nodes' runtimes and allocated pods
     behind (`STATE_FILE`); the next one on the same root adopts them: no container is
-    started again, and a `/dynamic` change after the restart is actuated as before it."""
+    started again, and a `/dynamic` change after the restart is actuated as before it. A pod
+    deleted while the process was down has its adopted sandbox and allocation removed."""
     worker = _pod("worker", volumes=[{"name": "keep", "emptyDir": {}}])
     main = worker["spec"]["containers"][0]
     main["dynamicVolumePolicy"] = {"restartPolicy": "RestartContainer"}
@@ -236,12 +237,25 @@ async def test_a_cleanly_stopped_process_is_followed_by_one_that_adopts_its_cont
 
         await eventually(all_running, timeout=60)
         before = started(await listed(client))
+        gone = await client.get(resource_path("pods", "default", "p0"))
     state = tmp_path / "hollow" / STATE_FILE
     assert state.is_file()
+    url = str(api.client.server.make_url("")).rstrip("/")
+    async with ApiClient(ClientConfig(server=url)) as client:
+        await client.delete(resource_path("pods", "default", "p0"), gracePeriodSeconds=0)
+    del before["p0"]
+    gone_uid, gone_node = gone["metadata"]["uid"], gone["spec"]["nodeName"]
 
     async with _cluster(api, tmp_path) as (client, nodes):
         assert not state.exists()  # taken back: it holds only until the nodes run again
-        assert sum(n.pod_count() for n in nodes.nodes.values()) == 11
+        node = nodes.nodes[gone_node]
+
+        async def orphan_removed() -> bool:
+            return (all(s.pod_uid != gone_uid for s in node.runtime.sandboxes.values())
+                    and gone_uid not in node.allocation.allocated)
+
+        await eventually(orphan_removed, timeout=30)
+        assert sum(n.pod_count() for n in nodes.nodes.values()) == 10
         await asyncio.sleep(3.0)  # relists, resyncs and reconciles of every adopted pod
         assert started(await listed(client)) == before
         dynamic = resource_path("pods", "default", "worker") + "/dynamic"

@@ -36,8 +36,10 @@ it.
 
 A process stopped cleanly writes its nodes' runtimes and allocated pods (`STATE_FILE`) and
 the next one adopts them, as a kubelet restarted on a real runtime adopts its containers: no
-pod restarts. A process killed writes nothing: its nodes come back as after a reboot (every
-pod's sandbox and containers made again, each container's `restartCount` one up).
+pod restarts, and the sandboxes of pods deleted meanwhile are removed once the first pod list
+is in (`HollowNode.remove_orphans`, the kubelet's housekeeping). A process killed writes
+nothing: its nodes come back as after a reboot (every pod's sandbox and containers made
+again, each container's `restartCount` one up).
 
 Not simulated: the kubelet's HTTPS API (logs, exec, port-forward, metrics, stats), probes,
 node-pressure eviction, images (every image is present), Secret/ConfigMap contents (their
@@ -395,6 +397,19 @@ class HollowNode:
     def on_pod_delete(self, pod: Obj) -> None:
         self.pod_admission.deleted(pod)
 
+    def remove_orphans(self, known_uids: set[str]) -> int:
+        """Stop and remove the sandboxes of pods not in `known_uids` (the API's pods on this
+        node), as the kubelet's housekeeping does: after a clean stop, the pods deleted
+        while the process was down left their adopted sandboxes behind."""
+        orphans = {s.pod_uid: s for s in self.runtime.sandboxes.values()
+                   if s.pod_uid not in known_uids}
+        for uid, sandbox in orphans.items():
+            log.info("node %s: removing the orphaned sandbox of pod %s/%s (%s)", self.name,
+                     sandbox.namespace, sandbox.name, uid)
+            self.workers.remove({"metadata": {"uid": uid, "name": sandbox.name,
+                                              "namespace": sandbox.namespace}})
+        return len(orphans)
+
     def _worker_done(self, uid: str) -> None:
         if uid not in self.pod_admission.api_pods:
             self.pod_admission.forget(uid)
@@ -560,12 +575,19 @@ class HollowNodes:
 
     def _dispatch(self, names: set[str] | None = None) -> None:
         """Hand the informer's pods (of the nodes `names`, else of all) to their nodes,
-        oldest first."""
+        oldest first; then each of those nodes removes the pods it adopted (`restore_state`)
+        that are no longer in the API (`HollowNode.remove_orphans`)."""
         listed = sorted(self.pods.list(),
                         key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+        known: dict[str, set[str]] = {}
         for pod in listed:
-            if names is None or str((pod.get("spec") or {}).get("nodeName")) in names:
+            node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+            known.setdefault(node_name, set()).add(str(pod["metadata"].get("uid") or ""))
+            if names is None or node_name in names:
                 self._on_pod(pod)
+        for name in self.nodes if names is None else names:
+            if name not in self._cidr_wait:
+                self.nodes[name].remove_orphans(known.get(name, set()))
 
     async def _await_pod_cidrs(self, stop: asyncio.Event) -> None:
         """`wait_for_pod_cidr`: list the Nodes until every hollow node's has a podCIDR; each
