@@ -3,8 +3,9 @@ of its `/metrics` (`ephemera.apiserver.metrics`): what upstream's scalability SL
 measured on, for every client's requests (the hollow nodes', the scheduler's, the
 controllers'), not only the benchmark's own.
 
-`latency_summary(before, after)` takes the two texts and returns, per class of request, the
-count and the p50/p99 estimated from the histogram buckets as Prometheus'
+`latency_summary(before, after)` takes the two texts (or, for `ephemera apiserver --workers
+N`, two lists of every worker's text, whose counts are summed) and returns, per class of
+request, the count and the p50/p99 estimated from the histogram buckets as Prometheus'
 `histogram_quantile` does (linear within the bucket the rank falls in; the last finite
 bound when it falls beyond it):
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,17 +38,20 @@ Labels = Mapping[str, str]
 Buckets = dict[frozenset[tuple[str, str]], dict[float, float]]
 
 
-def _buckets(text: str, name: str) -> Buckets:
-    series: Buckets = defaultdict(dict)
-    for family in text_string_to_metric_families(text):
-        if family.name != name:
-            continue
-        for sample in family.samples:
-            if sample.name != name + "_bucket":
+def _buckets(texts: str | Sequence[str], name: str) -> Buckets:
+    """The histogram `name`'s cumulative bucket counts, summed over the scrapes `texts` (one
+    per apiserver process)."""
+    series: Buckets = defaultdict(lambda: defaultdict(float))
+    for text in [texts] if isinstance(texts, str) else texts:
+        for family in text_string_to_metric_families(text):
+            if family.name != name:
                 continue
-            labels = dict(sample.labels)
-            bound = float(labels.pop("le"))
-            series[frozenset(labels.items())][bound] = sample.value
+            for sample in family.samples:
+                if sample.name != name + "_bucket":
+                    continue
+                labels = dict(sample.labels)
+                bound = float(labels.pop("le"))
+                series[frozenset(labels.items())][bound] += sample.value
     return series
 
 
@@ -104,9 +108,10 @@ def _classes(buckets: Mapping[str, Mapping[float, float]]) -> dict[str, dict[str
     return {name: _summary(counts) for name, counts in sorted(buckets.items())}
 
 
-def latency_summary(before: str, after: str) -> dict[str, Any]:
-    """The latencies of the requests answered between two scrapes (see the module
-    docstring)."""
+def latency_summary(before: str | Sequence[str], after: str | Sequence[str]
+                    ) -> dict[str, Any]:
+    """The latencies of the requests answered between two scrapes, each of one process or of
+    every worker (see the module docstring)."""
     sli_before, sli_after = _buckets(before, SLI), _buckets(after, SLI)
     duration_before, duration_after = _buckets(before, DURATION), _buckets(after, DURATION)
 

@@ -85,6 +85,9 @@ NAMESPACE = "default"
 PROGRESS_INTERVAL = 15.0  # seconds between progress lines while the pods are created
 HOLLOW_PREFIX = "hollow-node-"  # the hollow nodes' names: this and their index
 STOP_TIMEOUT = 30.0
+# Scrapes of /metrics on new connections, per apiserver worker, to reach every worker.
+METRICS_SCRAPES_PER_WORKER = 32
+WORKER_INFO = re.compile(r'^ephemera_apiserver_worker_info\{worker="(\d+)"\} ', re.M)
 
 
 def _rss_bytes(pid: int) -> int:
@@ -377,7 +380,7 @@ class Run:
             sampler_stop = asyncio.Event()
             sampler = asyncio.create_task(self._sample_reads(http, created, gets, lists,
                                                              sampler_stop))
-            metrics_before = await self._metrics(http)
+            metrics_before = await self._metrics()
             cpu = CpuMeter(self.pids())
             cpu_before, machine_before = cpu.snapshot(), MachineCpu.snapshot()
             started = time.monotonic()
@@ -418,7 +421,7 @@ class Run:
             running_in = await self._wait_running(running, len(created), started)
             marks = self._unknown_marks()[len(unknown_before):]
             cpu_used, machine_cpu = cpu.since(cpu_before), MachineCpu.since(machine_before)
-            apiserver_latencies = latency_summary(metrics_before, await self._metrics(http))
+            apiserver_latencies = latency_summary(metrics_before, await self._metrics())
             sampler_stop.set()
             await sampler
             if a.idle_seconds > 0 and running_in is not None:
@@ -471,11 +474,31 @@ class Run:
         })
         return self.result
 
-    async def _metrics(self, http: aiohttp.ClientSession) -> str:
-        """The apiserver's `/metrics` text (one worker's, with `--workers` above 1)."""
-        async with http.get("/metrics") as r:
-            r.raise_for_status()
-            return await r.text()
+    async def _metrics(self) -> list[str]:
+        """Every apiserver worker's `/metrics` text. With `--workers` above 1 the workers
+        share the port, so each scrape goes on a new connection, which the kernel hands to
+        one of them, until each has answered (its `ephemera_apiserver_worker_info` names
+        it)."""
+        workers = int(self.result["apiserver_workers"])
+        texts: dict[str, str] = {}
+        for _ in range(METRICS_SCRAPES_PER_WORKER * workers):
+            connector = aiohttp.TCPConnector(ssl=self.apiserver.ssl_context or False,
+                                             force_close=True)
+            async with aiohttp.ClientSession(self.apiserver.url, connector=connector) as http, \
+                    http.get("/metrics") as r:
+                r.raise_for_status()
+                text = await r.text()
+            if workers == 1:
+                return [text]
+            found = WORKER_INFO.search(text)
+            if found is None:
+                raise RuntimeError("the apiserver's /metrics names no worker "
+                                   "(ephemera_apiserver_worker_info)")
+            texts[found.group(1)] = text
+            if len(texts) == workers:
+                return list(texts.values())
+        raise RuntimeError(f"{METRICS_SCRAPES_PER_WORKER * workers} scrapes of /metrics "
+                           f"reached only workers {sorted(texts)} of {workers}")
 
     async def _quiet_cpu(self) -> dict[str, float]:
         """Cores each process keeps busy over `--idle-seconds` with nothing asked of the

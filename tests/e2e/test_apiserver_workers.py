@@ -5,6 +5,7 @@ serve one port, the kernel spreading the connections (SO_REUSEPORT).
   by the other (each worker has its own watch cache, fed by etcd); which worker serves a
   connection is read from /proc (the owner of the server side of the socket).
 - Services created through both workers get distinct ClusterIPs and node ports.
+- Each worker's `/metrics` names it (`ephemera_apiserver_worker_info`).
 - A worker killed with SIGKILL: the other serves every new connection at once, the parent
   says so in one line and starts it again; the group is one member of the control plane
   (one identity Lease) and every request went into the one shared audit log.
@@ -180,6 +181,27 @@ def test_workers_allocate_cluster_ips_through_the_store(workers: Workers) -> Non
     ips = {a.split("/")[0] for a in allocated}
     ports = {a.split("/")[1] for a in allocated}
     assert len(ips) == len(ports) == 6
+
+
+def test_each_workers_metrics_name_it(workers: Workers) -> None:
+    """A scrape of the shared port answers for one worker, and says which: its
+    `ephemera_apiserver_worker_info` (what `bench.scale` sums the workers' latencies by)."""
+    named: dict[int, set[str]] = {}
+    for _attempt in range(60):
+        conn = workers.connect()
+        pid = workers.serving_pid(conn)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        named.setdefault(pid, set()).update(
+            re.findall(r'^ephemera_apiserver_worker_info\{worker="(\d+)"\} 1\.0$', text,
+                       re.M))
+        if len(named) == 2:
+            break
+    else:
+        pytest.fail("60 connections all went to one worker")
+    assert sorted(names for found in named.values() for names in found) == ["0", "1"]
+    assert all(len(found) == 1 for found in named.values()), named
 
 
 def test_a_killed_worker_is_restarted_and_the_cluster_goes_on(workers: Workers) -> None:

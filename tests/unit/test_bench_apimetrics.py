@@ -1,6 +1,7 @@
 """`bench.apimetrics`: the apiserver's latencies over a phase, from two scrapes of its real
 `/metrics` text (`ephemera.apiserver.metrics`), estimated as Prometheus'
-`histogram_quantile` estimates them."""
+`histogram_quantile` estimates them; with several apiserver workers, every worker's
+scrapes summed."""
 
 from __future__ import annotations
 
@@ -47,8 +48,23 @@ assert got["get"]["count"] == 1 and got["list"]["count"] == 0, got
 assert {k: v["count"] for k, v in got["mutating_by_resource"].items()} == {
     "pods": 90, "pods/status": 10}, got
 assert got["queue_wait"]["normal"]["count"] == 10, got
+
+# Workers of `--workers 2`: each scrape names its worker; two lists of every worker's text
+# (in any order) sum their counts, the creates of one and the status writes of the other.
+second = ApiserverMetrics()
+metrics.set_worker(0)
+second.set_worker(1)
+assert 'ephemera_apiserver_worker_info{worker="1"} 1.0' in second.render().decode()
+before = [metrics.render().decode(), second.render().decode()]
+request("POST", "/api/v1/namespaces/d/pods", 0.03)
+made = make_mocked_request("PATCH", "/api/v1/namespaces/d/pods/p/status")
+for _ in range(3):
+    second.observe(made, 200, 0.03)
+got = latency_summary(before, [second.render().decode(), metrics.render().decode()])
+assert {k: v["count"] for k, v in got["mutating_by_resource"].items()} == {
+    "pods": 1, "pods/status": 3}, got
 """
 
 
-def test_latencies_of_a_phase_from_two_scrapes() -> None:
+def test_latencies_of_a_phase_from_two_scrapes_of_one_process_or_of_every_worker() -> None:
     subprocess.run([sys.executable, "-c", CODE], cwd=ROOT, check=True, timeout=60)

@@ -27,7 +27,8 @@ request's `dryRun` values joined with commas.
 
 Each apiserver process keeps its own counts (upstream's are per apiserver too): with
 `ephemera apiserver --workers N`, one scrape of the shared port answers for the worker that
-took the connection.
+took the connection; its `ephemera_apiserver_worker_info{worker="I"}` (only on workers) says
+which one answered.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import time
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from ephemera.apiserver.authz.requestinfo import attributes_of
 
@@ -87,6 +88,13 @@ class ApiserverMetrics:
             "apiserver_flowcontrol_request_wait_duration_seconds", "Length of time a request "
             "spent waiting in its queue", ("flow_schema", "priority_level", "execute"),
             buckets=WAIT_BUCKETS, registry=self.registry)
+
+    def set_worker(self, index: int) -> None:
+        """This process is worker `index` of `ephemera apiserver --workers`: say so in every
+        scrape, so that a client scraping the shared port can tell the workers apart."""
+        Gauge("ephemera_apiserver_worker_info", "The worker of `ephemera apiserver "
+              "--workers` that answered this scrape (1 for its index).", ("worker",),
+              registry=self.registry).labels(str(index)).set(1)
 
     def observe(self, request: web.Request, code: int, seconds: float) -> None:
         """Count one answered request that took `seconds` in all."""

@@ -39,6 +39,7 @@ from ephemera.apiserver.authn import Authenticator, StoreObjectReader, TokenFile
 from ephemera.apiserver.authz.modes import DEFAULT_WITH_AUTHENTICATION, MODES
 from ephemera.apiserver.bootstraptoken import BootstrapTokenAuthenticator
 from ephemera.apiserver.certs import ensure_pki, write_admin_kubeconfig
+from ephemera.apiserver.metrics import METRICS
 from ephemera.apiserver.registry import DEFAULT_EVENT_TTL
 from ephemera.apiserver.server import client_ssl_context, serve, server_ssl_context
 from ephemera.apiserver.serviceaccounttoken import (
@@ -390,6 +391,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
                           args.service_cluster_ip_range, args.service_node_port_range,
                           watch_cache=args.watch_cache, event_ttl=args.event_ttl,
                           priority=_priority(args))
+        if args.worker_index is not None:
+            app[METRICS].set_worker(args.worker_index)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
