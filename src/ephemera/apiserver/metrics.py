@@ -92,8 +92,8 @@ class ApiserverMetrics:
     def set_worker(self, index: int) -> None:
         """This process is worker `index` of `ephemera apiserver --workers`: say so in every
         scrape, so that a client scraping the shared port can tell the workers apart."""
-        Gauge("ephemera_apiserver_worker_info", "The worker of `ephemera apiserver "
-              "--workers` that answered this scrape (1 for its index).", ("worker",),
+        Gauge("ephemera_apiserver_worker_info", "Always 1; its label is the index of the "
+              "worker of `ephemera apiserver --workers` that answered this scrape.", ("worker",),
               registry=self.registry).labels(str(index)).set(1)
 
     def observe(self, request: web.Request, code: int, seconds: float) -> None:
