@@ -259,7 +259,8 @@ class CustomResources:
         self.retry_interval = retry_interval
         registry.set_strategy(CRDS, CRDStrategy(CRDS, registry.gates))
         self.informer = Informer(registry.store, registry.codec(CRDS),
-                                 retry_interval=retry_interval)
+                                 retry_interval=retry_interval,
+                                 watch_cache=registry.watch_cache)
         self.informer.mirror.listeners.append(lambda _namespace: self._changed.set())
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()

@@ -5,7 +5,10 @@ namespace cache, the Node authorizer's graph).
 - `Reflector`: the shared list-then-watch loop (`ephemera.client.reflector.Reflector`, the
   same one the HTTP informers run) over a key prefix of the store (`StoreListerWatcher`:
   pages of 500 keys read at one revision, then a watch from it; a compacted revision is
-  `Expired`, other store errors a `ListWatchError`), feeding a `Sink` that takes integer
+  `Expired`, other store errors a `ListWatchError`) or, given the apiserver's watch cache,
+  over that cache (`CachedListerWatcher`: as upstream's apiserver feeds its own informers
+  from its cacher, the store keeps one watch per resource and its events are read and
+  decoded once), feeding a `Sink` that takes integer
   revisions. It knows the store revision it has caught up with (`revision`: the list's,
   then every event's and progress notification's) and lets a reader wait for a revision
   (`wait_for`).
@@ -49,6 +52,7 @@ from ephemera.store import Compacted, Event, KeyValue, Store, StoreError
 
 if TYPE_CHECKING:
     from ephemera.apiserver.registry import Codec, Registry
+    from ephemera.apiserver.watchcache import WatchCache
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -111,6 +115,46 @@ class StoreListerWatcher:
             raise ListWatchError(f"watch ended ({err})") from None
 
 
+class CachedListerWatcher(StoreListerWatcher):
+    """`StoreListerWatcher` through the apiserver's watch cache of the prefix: a list is the
+    cache's (whole, at the revision it has applied), a watch is one of its watchers. A watch
+    from a revision the cache's history no longer holds is `Expired` (the reflector lists
+    again, from the cache), as upstream's cacher answers 410. Until the cache serves (it
+    lists after a start or a failure of its own store watch), the store answers."""
+
+    def __init__(self, store: Store, prefix: str, watch_cache: WatchCache) -> None:
+        super().__init__(store, prefix)
+        self.watch_cache = watch_cache
+
+    async def list(self, limit: int, continue_token: str, resource_version: str = ""
+                   ) -> ListChunk[KeyValue]:
+        if not continue_token:  # a continued list is the store's: its first page was
+            cache = await self.watch_cache.ready(self.prefix)
+            if cache is not None:
+                listed = cache.list(self.prefix)
+                return ListChunk(listed.kvs, str(listed.revision), "")
+        return await super().list(limit, continue_token, resource_version)
+
+    async def watch(self, resource_version: str
+                    ) -> AsyncGenerator[tuple[str, Event | None], None]:
+        cache = await self.watch_cache.ready(self.prefix)
+        if cache is None:
+            async for item in super().watch(resource_version):
+                yield item
+            return
+        after = int(resource_version or 0)
+        watcher = cache.watch(self.prefix, after)
+        if watcher is None:
+            raise Expired(f"the watch cache of {self.prefix} no longer holds revision {after}")
+        try:
+            async for event in watcher:
+                yield str(event.revision), event if isinstance(event, Event) else None
+        except StoreError as err:
+            raise ListWatchError(f"watch ended ({err})") from None
+        finally:
+            await watcher.close()
+
+
 class _RevisionSink:
     """A `Sink` of integer revisions as the shared reflector's sink (string versions)."""
 
@@ -129,8 +173,10 @@ class Reflector(shared.Reflector[KeyValue, Event]):
     `start` lists once and starts the background task; `close` stops it."""
 
     def __init__(self, store: Store, prefix: str, sink: Sink, *, name: str,
-                 retry_interval: float = 1.0) -> None:
-        super().__init__(StoreListerWatcher(store, prefix), _RevisionSink(sink), name=name,
+                 retry_interval: float = 1.0, watch_cache: WatchCache | None = None) -> None:
+        source = (StoreListerWatcher(store, prefix) if watch_cache is None
+                  else CachedListerWatcher(store, prefix, watch_cache))
+        super().__init__(source, _RevisionSink(sink), name=name,
                          initial_backoff=retry_interval / 4, max_backoff=retry_interval * 5)
         self.store = store
         self.prefix = prefix
@@ -292,12 +338,13 @@ class Mirror:
 class Informer:
     """A `Reflector` feeding a `Mirror` of one resource."""
 
-    def __init__(self, store: Store, codec: Codec, *, retry_interval: float = 1.0) -> None:
+    def __init__(self, store: Store, codec: Codec, *, retry_interval: float = 1.0,
+                 watch_cache: WatchCache | None = None) -> None:
         self.mirror = Mirror(codec)
         self.resource = codec.resource
         self.reflector = Reflector(store, self.mirror.prefix, self.mirror,
                                    name=f"{self.resource.plural} informer",
-                                   retry_interval=retry_interval)
+                                   retry_interval=retry_interval, watch_cache=watch_cache)
 
     @property
     def ready(self) -> bool:
@@ -328,7 +375,8 @@ class ObjectCache:
         self.live_ttl = live_ttl
         self.clock = clock
         self.informers = {r: Informer(registry.store, registry.codec(r),
-                                      retry_interval=retry_interval) for r in resources}
+                                      retry_interval=retry_interval,
+                                      watch_cache=registry.watch_cache) for r in resources}
         # (resource, namespace) -> (expiry, the live list), oldest first
         self._live: OrderedDict[tuple[Resource, str], tuple[float, list[dict[str, Any]]]] = (
             OrderedDict())

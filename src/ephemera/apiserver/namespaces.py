@@ -53,6 +53,7 @@ from ephemera.apiserver.informers import Reflector
 from ephemera.apiserver.registry import LIST_PAGE, Codec, DeleteOptions, Registry
 from ephemera.apiserver.resources import Resource, served_resources
 from ephemera.apiserver.strategy import NAMESPACE_FINALIZER
+from ephemera.apiserver.watchcache import WatchCache
 from ephemera.store import Event, KeyValue, Store
 
 log = logging.getLogger("ephemera.apiserver")
@@ -92,7 +93,7 @@ class NamespaceCache:
     def __init__(self, store: Store, codec: Codec, *,
                  force_live_ttl: float = FORCE_LIVE_LOOKUP_TTL,
                  clock: Callable[[], float] = time.monotonic,
-                 retry_interval: float = 1.0) -> None:
+                 retry_interval: float = 1.0, watch_cache: WatchCache | None = None) -> None:
         self._codec = codec
         self._force_live_ttl = force_live_ttl
         self._clock = clock
@@ -100,7 +101,7 @@ class NamespaceCache:
         self._terminating: dict[str, bool] = {}
         self._force_live_until: dict[str, float] = {}
         self._reflector = Reflector(store, self._prefix, self, name="namespace cache",
-                                    retry_interval=retry_interval)
+                                    retry_interval=retry_interval, watch_cache=watch_cache)
 
     @property
     def ready(self) -> bool:
@@ -151,7 +152,8 @@ class NamespaceLifecycle:
         self.retry_interval = retry_interval
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.cache = NamespaceCache(registry.store, registry.codec(NAMESPACES),
-                                    retry_interval=retry_interval)
+                                    retry_interval=retry_interval,
+                                    watch_cache=registry.watch_cache)
 
     async def ensure_defaults(self) -> None:
         for name in DEFAULT_NAMESPACES:

@@ -258,6 +258,7 @@ class ResourceCache:
         return watcher
 
     async def close(self) -> None:
+        self.ready.clear()  # not serving: a later use lists again first
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -90,8 +90,8 @@ class NodeAuthorizer:
         self.graph = NodeGraph()
         self._codec = registry.codec(PODS)
         self._reflector = Reflector(registry.store, PODS.key_prefix(), self,
-                                    name="node authorizer",
-                                    retry_interval=retry_interval)
+                                    name="node authorizer", retry_interval=retry_interval,
+                                    watch_cache=registry.watch_cache)
 
     # -- the graph from the store (this authorizer is its reflector's sink) -----------------
 

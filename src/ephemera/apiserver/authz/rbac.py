@@ -158,7 +158,8 @@ class PolicyCache:
         self.retry_interval = retry_interval
         self.sync_timeout = sync_timeout
         self.informers = {r.plural: Informer(registry.store, registry.codec(r),
-                                             retry_interval=retry_interval)
+                                             retry_interval=retry_interval,
+                                             watch_cache=registry.watch_cache)
                           for r in POLICY_RESOURCES}
         for resource in POLICY_RESOURCES:
             self.informers[resource.plural].mirror.listeners.append(
