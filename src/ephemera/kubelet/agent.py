@@ -752,14 +752,8 @@ class Kubelet:
             return
         await self.relister.relist()
         known = set(self.workers.uids())
-        for sandbox in list(self.relister.snapshot.sandboxes.values()):
-            if sandbox.pod_uid not in known:
-                log.info("removing the orphaned sandbox of pod %s/%s (%s)", sandbox.namespace,
-                         sandbox.name, sandbox.pod_uid)
-                self.workers.remove({"metadata": {"uid": sandbox.pod_uid,
-                                                  "name": sandbox.name,
-                                                  "namespace": sandbox.namespace}})
-                known.add(sandbox.pod_uid)
+        known |= self.workers.remove_orphans(list(self.relister.snapshot.sandboxes.values()),
+                                             known)
         pods_dir = self.root_dir / "pods"
         leftovers = []
         with contextlib.suppress(FileNotFoundError):

@@ -397,18 +397,11 @@ class HollowNode:
     def on_pod_delete(self, pod: Obj) -> None:
         self.pod_admission.deleted(pod)
 
-    def remove_orphans(self, known_uids: set[str]) -> int:
+    def remove_orphans(self, known_uids: set[str]) -> None:
         """Stop and remove the sandboxes of pods not in `known_uids` (the API's pods on this
         node), as the kubelet's housekeeping does: after a clean stop, the pods deleted
         while the process was down left their adopted sandboxes behind."""
-        orphans = {s.pod_uid: s for s in self.runtime.sandboxes.values()
-                   if s.pod_uid not in known_uids}
-        for uid, sandbox in orphans.items():
-            log.info("node %s: removing the orphaned sandbox of pod %s/%s (%s)", self.name,
-                     sandbox.namespace, sandbox.name, uid)
-            self.workers.remove({"metadata": {"uid": uid, "name": sandbox.name,
-                                              "namespace": sandbox.namespace}})
-        return len(orphans)
+        self.workers.remove_orphans(list(self.runtime.sandboxes.values()), known_uids)
 
     def _worker_done(self, uid: str) -> None:
         if uid not in self.pod_admission.api_pods:

@@ -60,9 +60,9 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ephemera import trace
 from ephemera.api.errors import StatusError
@@ -609,6 +609,17 @@ class PodWorker:
 # --- all pods --------------------------------------------------------------------------------
 
 
+class SandboxOwner(Protocol):
+    """Whose a sandbox is (a runtime's `SandboxStatus`, or the fake runtime's own record)."""
+
+    @property
+    def pod_uid(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
 class PodWorkers:
     """The pod workers of one kubelet."""
 
@@ -744,6 +755,21 @@ class PodWorkers:
             return
         worker.removed = True
         worker.wake.set()
+
+    def remove_orphans(self, sandboxes: Iterable[SandboxOwner], known: set[str]) -> set[str]:
+        """Stop and remove the pods of `sandboxes` whose UID is not in `known` (the kubelet's
+        housekeeping of pods the runtime has and the kubelet no longer knows); their UIDs."""
+        removed: set[str] = set()
+        for sandbox in sandboxes:
+            uid = sandbox.pod_uid
+            if uid in known or uid in removed:
+                continue
+            log.info("removing the orphaned sandbox of pod %s/%s (%s)", sandbox.namespace,
+                     sandbox.name, uid)
+            self.remove({"metadata": {"uid": uid, "name": sandbox.name,
+                                      "namespace": sandbox.namespace}})
+            removed.add(uid)
+        return removed
 
     def evict(self, uid: str, grace_period_seconds: float, reason: str, message: str,
               condition: Mapping[str, str] | None = None) -> bool:
