@@ -128,7 +128,7 @@ class CachedListerWatcher(StoreListerWatcher):
 
     async def list(self, limit: int, continue_token: str, resource_version: str = ""
                    ) -> ListChunk[KeyValue]:
-        if not continue_token:  # a continued list is the store's: its first page was
+        if not continue_token:  # (a continue token is the store's, from its first page)
             cache = await self.watch_cache.ready(self.prefix)
             if cache is not None:
                 listed = cache.list(self.prefix)
