@@ -1,7 +1,7 @@
 """Tests specific to the etcd backend and to the test etcd server: key prefixes isolate stores
 sharing one etcd, endpoint parsing, the exact compacted revision, lists read in pages that
 stay under the gRPC receive limit, fragmented watch catch-up, a watch read while the event
-loop is busy, and the server's life cycle."""
+loop is busy, all watches on one stream, and the server's life cycle."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import grpc
 import pytest
 from aetcd import rpc
 
-from ephemera.store import Event, Store, open_store
+from ephemera.store import Event, Store, Watcher, WatcherDropped, open_store
 from ephemera.store.etcd import EtcdStore, bytes_prefix_end, grpc_target
 from etcdserver import EtcdServer
 
@@ -174,6 +174,71 @@ async def test_a_watch_is_read_while_the_event_loop_is_busy(etcd_endpoint: str) 
         counter.cancel()
         assert iterations < 20, iterations
         await watcher.close()
+    finally:
+        await store.close()
+
+
+def stream_threads() -> int:
+    return sum(thread.name == "etcd-watch" for thread in threading.enumerate())
+
+
+async def next_event(watcher: Watcher) -> Event:
+    async with asyncio.timeout(10):
+        async for item in watcher:
+            if isinstance(item, Event):
+                return item
+    raise AssertionError("the watch ended")
+
+
+async def test_watches_share_one_stream(etcd_endpoint: str) -> None:
+    """Twenty watches created at once, from different revisions, are one gRPC stream read by
+    one thread; each created answer finds its own watch (each gets its own prefix's events
+    and no other's, from its own start), and a cancelled watch leaves the others going."""
+    store = small_store(etcd_endpoint)
+    try:
+        before = stream_threads()
+        starts = [(await store.create(f"/s/{i:02}/old", b"old")).mod_revision for i in range(20)]
+        # even ones from their own write (they see it), odd ones after it (they do not)
+        watchers = await asyncio.gather(*(
+            store.watch(f"/s/{i:02}/", start - 1 if i % 2 == 0 else start)
+            for i, start in enumerate(starts)))
+        assert stream_threads() == before + 1
+        assert store._stream is not None and len(store._stream) == 20
+        for i in range(20):
+            await store.create(f"/s/{i:02}/new", b"new")
+        for i, watcher in enumerate(watchers):
+            first = await next_event(watcher)
+            assert first.kv.key == (f"/s/{i:02}/old" if i % 2 == 0 else f"/s/{i:02}/new")
+        await watchers[3].close()
+        assert len(store._stream) == 19
+        await store.create("/s/04/after", b"x")
+        assert (await next_event(watchers[4])).kv.key == "/s/04/new"
+        assert (await next_event(watchers[4])).kv.key == "/s/04/after"
+    finally:
+        await store.close()
+    async with asyncio.timeout(10):
+        while stream_threads() > before:
+            await asyncio.sleep(0.05)
+
+
+async def test_a_failed_stream_fails_its_watches_and_the_next_watch_opens_another(
+        etcd_endpoint: str) -> None:
+    """When the shared stream ends (here its gRPC call is cancelled under it), every watch on
+    it ends with WatcherDropped, and the next watch works on a new stream."""
+    store = small_store(etcd_endpoint)
+    try:
+        revision = await store.current_revision()
+        first, second = await store.watch("/f/a/", revision), await store.watch("/f/b/", revision)
+        broken = store._stream
+        assert broken is not None
+        broken.call.cancel()
+        for watcher in (first, second):
+            with pytest.raises(WatcherDropped, match="etcd watch stream failed"):
+                await next_event(watcher)
+        again = await store.watch("/f/a/", revision)
+        assert store._stream is not broken
+        written = await store.create("/f/a/k", b"v")
+        assert (await next_event(again)).kv == written
     finally:
         await store.close()
 

@@ -23,17 +23,23 @@ Semantics:
   revisions of events in one response by etcd; the watch is created with `fragment`, so etcd
   splits any response larger than its `--max-request-bytes` (1.5 MiB by default) into
   fragments, which the stream reader joins again.
-- watch = one Watch stream per watcher with start_revision = after_revision + 1, prev_kv (for
+- watch = one watch per watcher with start_revision = after_revision + 1, prev_kv (for
   DELETE values and `prev`) and progress_notify. Events go to a bounded buffer
-  (`BufferedWatcher`); a watcher that overflows it is dropped and its stream cancelled.
-- watch reading: each stream is read on a thread of its own through gRPC's blocking API on a
-  second channel (`_WatchReader`), which hands what it read to the event loop in batches
-  (one callback for whatever arrived meanwhile). Read through `grpc.aio` on the loop, every
+  (`BufferedWatcher`); a watcher that overflows it is dropped and its etcd watch cancelled.
+- watch stream: all of a store's watches share one gRPC Watch stream (`_WatchStream`), as
+  etcd's own client multiplexes a client's watches; creates and cancels are sent on it, and
+  etcd answers creates in the order they were sent, which pairs each created response with
+  its watch. A stream that ends fails every watch on it; the next watch opens a new one.
+  Before, each watch had a stream and a reading thread of its own: an apiserver worker kept
+  about 30 threads that each woke on their own stream's messages and keepalives.
+- watch reading: the stream is read on a thread of its own through gRPC's blocking API on a
+  second channel, which hands what it read to the event loop in batches (one callback for
+  whatever arrived meanwhile, for every watch). Read through `grpc.aio` on the loop, every
   message took a round trip through the loop (gRPC's poller thread, then the coroutine's
   turn): with the apiserver's loop busy, each stream got one message per loop iteration or
   two, 13 a second at 30 ms an iteration against 176 idle, and the watch cache fell 20-45 s
-  behind etcd at 1,000 nodes (docs/benchmarks.md, 2026-12-03). On its thread a stream's
-  reader waits only for the GIL (`sys.setswitchinterval`, 1 ms).
+  behind etcd at 1,000 nodes (docs/benchmarks.md, 2026-12-03). On its thread the reader
+  waits only for the GIL (`sys.setswitchinterval`, 1 ms).
 - ttl: a create or update with `ttl` puts the key with a lease (`LeaseManager`: one granted
   per minute or so, shared by the keys written meanwhile, as upstream's apiserver does); etcd
   deletes the key when its lease expires. A put without `ttl` detaches the key from its lease.
@@ -75,9 +81,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import ipaddress
+import queue
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -151,127 +158,30 @@ def _is(error: grpc.aio.AioRpcError, message: str) -> bool:
     return error.code() == grpc.StatusCode.OUT_OF_RANGE and message in (error.details() or "")
 
 
-class _WatchState:
-    """What the stream reader of one watcher knows."""
-
-    def __init__(self, after_revision: int) -> None:
-        self.complete_revision = after_revision  # every event up to here has been pushed
-        self.reader: _WatchReader | None = None
-
-
-# What a reader hands to the loop: an event, a progress notification, or the watch's end.
+# What the reading thread hands to the loop: an event, a progress notification, or the
+# watch's end.
 _Read = Event | Progress | StoreError
 
 
-class _WatchReader:
-    """One etcd watch stream, read on a thread of its own (module docstring, "watch
-    reading"): `created` is the stream's first answer; then every event, progress
-    notification or failure goes to `watcher` on the event loop, in batches. `stop()` ends
-    the stream from any thread."""
+class _Watch:
+    """One watch on the store's shared stream: what the loop and the reading thread know of
+    it. `created` is etcd's answer to its create request; every event, progress notification
+    or failure after that goes to `watcher` on the event loop."""
 
-    def __init__(self, store: EtcdStore, stub: rpc.WatchStub, create: rpc.WatchRequest,
-                 state: _WatchState, name: str) -> None:
-        self._store = store
-        self._loop = asyncio.get_running_loop()
-        self._state = state
-        # One request: a stream whose sending side is then closed keeps its watch (etcd
-        # ends a watch when the stream ends or is cancelled, not on the client's half-close).
-        self.call: Any = stub.Watch(iter([create]))
-        self.created: asyncio.Future[rpc.WatchResponse | None] = self._loop.create_future()
+    def __init__(self, loop: asyncio.AbstractEventLoop, after_revision: int) -> None:
+        self.complete_revision = after_revision  # every event up to here has been pushed
+        self.created: asyncio.Future[rpc.WatchResponse | None] = loop.create_future()
         self.watcher: BufferedWatcher | None = None
-        self._watch_id: int | None = None
-        self._read: collections.deque[_Read] = collections.deque()
-        self._lock = threading.Lock()
-        self._scheduled = False
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self.watch_id: int | None = None  # etcd's id, once created
+        self.stopped = False
+        # the reading thread's own: fragments of a response not yet whole, and the newest
+        # revision handed to the loop (`complete_revision` is the loop's, behind by what is
+        # still queued)
+        self.fragments: list[rpc.Event] = []
+        self.handed = after_revision
+        self.held: list[_Read] = []  # read before `watcher` was attached
 
-    def stop(self) -> None:
-        self._stopped = True
-        self.call.cancel()
-
-    # -- the reading thread --
-
-    def _run(self) -> None:
-        try:
-            self._read_stream()
-        except RuntimeError:  # the event loop closed under us: nobody is left to tell
-            return
-
-    def _read_stream(self) -> None:
-        try:
-            first = next(self.call, None)
-            self._on_loop(self._set_created, first)
-            if first is None or not first.created or first.compact_revision \
-                    or first.canceled:
-                return
-            self._watch_id = first.watch_id
-            self._read_events()
-        except grpc.RpcError as error:
-            if error.code() == grpc.StatusCode.CANCELLED or self._stopped:
-                self._on_loop(self._set_created, None)
-                return
-            details = error.details() or error.code().name
-            self._on_loop(self._set_created, StoreError(f"etcd watch failed: {details}"))
-            self._hand(WatcherDropped(f"etcd watch stream failed: {details}"))
-
-    def _read_events(self) -> None:
-        fragments: list[rpc.Event] = []
-        # The newest revision handed to the loop so far, this thread's own count (the
-        # state's `complete_revision` is the loop's, behind by what is still queued).
-        handed = self._state.complete_revision
-        for response in self.call:
-            if response.compact_revision:
-                self._hand(Compacted(handed + 1, int(response.compact_revision)))
-                return
-            if response.canceled:
-                reason = response.cancel_reason or "no reason given"
-                self._hand(WatcherDropped(f"etcd cancelled the watch: {reason}"))
-                return
-            if response.created or response.watch_id != self._watch_id:
-                continue
-            fragments.extend(response.events)
-            if response.fragment:  # more of the same response follows
-                continue
-            events, fragments = fragments, []
-            if not events:  # a progress notification
-                progress = Progress(int(response.header.revision))
-                handed = max(handed, progress.revision)
-                self._hand(progress)
-                continue
-            for event in events:
-                item = self._store._event_from(event)
-                handed = max(handed, item.revision)
-                self._hand(item)
-        if not self._stopped:
-            self._hand(WatcherDropped("etcd closed the watch stream"))
-
-    def _hand(self, item: _Read) -> None:
-        """Queue `item` for the loop; one callback drains whatever is queued by then."""
-        with self._lock:
-            self._read.append(item)
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._loop.call_soon_threadsafe(self._deliver)
-
-    def _on_loop(self, callback: Any, *args: Any) -> None:
-        self._loop.call_soon_threadsafe(callback, *args)
-
-    # -- on the event loop --
-
-    def _end(self) -> None:
-        self.stop()
-        if self.watcher is not None:
-            self._store._watchers.discard(self.watcher)
-
-    def attach(self, watcher: BufferedWatcher) -> None:
-        """Start delivering to `watcher` (what was read before it came, first)."""
-        self.watcher = watcher
-        self._deliver()
-
-    def _set_created(self, response: rpc.WatchResponse | StoreError | None) -> None:
+    def set_created(self, response: rpc.WatchResponse | StoreError | None) -> None:
         if self.created.done():
             return
         if isinstance(response, StoreError):
@@ -279,32 +189,205 @@ class _WatchReader:
         else:
             self.created.set_result(response)
 
+    def deliver(self, item: _Read) -> bool:
+        """Give `item` to the watcher (on the loop); False once the watch has ended."""
+        watcher = self.watcher
+        if watcher is None:  # not attached yet: `attach` delivers it
+            self.held.append(item)
+            return True
+        if watcher.finished:  # ended on the loop's side: what is left goes nowhere
+            return False
+        if isinstance(item, StoreError):
+            watcher.fail(item)
+            return False
+        if isinstance(item, Progress):
+            if item.revision <= self.complete_revision:
+                return True
+            self.complete_revision = item.revision
+        if not watcher.push(item):
+            return False
+        if isinstance(item, Event):
+            self.complete_revision = max(self.complete_revision, item.revision)
+        return True
+
+
+class _WatchStream:
+    """Every watch of one store on one etcd Watch stream, as etcd's own client multiplexes
+    a client's watches (module docstring, "watch reading"). A thread reads the stream through
+    gRPC's blocking API and hands what it read to the loop in batches (one callback for
+    whatever arrived meanwhile, for all watches); requests (creates, cancels) go through a
+    queue that gRPC's request thread sends. etcd answers creates in the order they were sent,
+    which is how a created response finds its watch. When the stream ends, every watch on it
+    fails and the store opens a new stream for the next watch."""
+
+    def __init__(self, store: EtcdStore, stub: rpc.WatchStub) -> None:
+        self._store = store
+        self._loop = asyncio.get_running_loop()
+        self._requests: queue.SimpleQueue[rpc.WatchRequest | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._creating: collections.deque[_Watch] = collections.deque()  # sent, unanswered
+        self._watches: dict[int, _Watch] = {}  # created, by etcd's watch id
+        self._read: collections.deque[tuple[_Watch, _Read]] = collections.deque()
+        self._scheduled = False
+        self.ended = False
+        self._stopped = False
+        self.call: Any = stub.Watch(self._send())
+        self._thread = threading.Thread(target=self._run, name="etcd-watch", daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._creating) + len(self._watches)
+
+    # -- on the event loop --
+
+    def create(self, request: rpc.WatchCreateRequest, watch: _Watch) -> bool:
+        """Send `request` for `watch`; False when the stream has already ended."""
+        with self._lock:
+            if self.ended:
+                return False
+            self._creating.append(watch)
+            self._requests.put(rpc.WatchRequest(create_request=request))
+        return True
+
+    def cancel(self, watch: _Watch) -> None:
+        """End `watch` (from any thread); a watch still being created is cancelled as soon
+        as etcd names it."""
+        with self._lock:
+            watch.stopped = True
+            if watch.watch_id is None or self._watches.pop(watch.watch_id, None) is None:
+                return
+        self._send_cancel(watch.watch_id)
+
+    def _send_cancel(self, watch_id: int) -> None:
+        self._requests.put(rpc.WatchRequest(
+            cancel_request=rpc.WatchCancelRequest(watch_id=watch_id)))
+
+    def stop(self) -> None:
+        """Close the stream and its request thread."""
+        self._stopped = True
+        self._requests.put(None)
+        self.call.cancel()
+
     def _deliver(self) -> None:
         with self._lock:
             items = list(self._read)
             self._read.clear()
             self._scheduled = False
-        watcher, state = self.watcher, self._state
-        if watcher is None:  # not attached yet: `attach` delivers them
-            with self._lock:
-                self._read.extendleft(reversed(items))
-            return
-        if watcher.finished:  # ended on the loop's side: what is left goes nowhere
-            return
-        for item in items:
-            if isinstance(item, StoreError):
-                watcher.fail(item)
-                self._end()
+        for watch, item in items:
+            if watch.stopped:  # ended on the loop's side: what is left goes nowhere
+                continue
+            if not watch.deliver(item):
+                self._end(watch)
+
+    def _end(self, watch: _Watch) -> None:
+        self.cancel(watch)
+        if watch.watcher is not None:
+            self._store._watchers.discard(watch.watcher)
+
+    def attach(self, watch: _Watch, watcher: BufferedWatcher) -> None:
+        """Start delivering to `watcher` (what was read before it came, first)."""
+        watch.watcher = watcher
+        held, watch.held = watch.held, []
+        for item in held:
+            if not watch.deliver(item):
+                self._end(watch)
                 return
-            if isinstance(item, Progress):
-                if item.revision <= state.complete_revision:
-                    continue
-                state.complete_revision = item.revision
-            if not watcher.push(item):
-                self._end()
+
+    # -- gRPC's request thread --
+
+    def _send(self) -> Iterator[rpc.WatchRequest]:
+        while (request := self._requests.get()) is not None:
+            yield request
+
+    # -- the reading thread --
+
+    def _run(self) -> None:
+        try:
+            for response in self.call:
+                self._on_response(response)
+            reason = "etcd closed the watch stream"
+        except grpc.RpcError as error:
+            reason = f"etcd watch stream failed: {error.details() or error.code().name}"
+        except RuntimeError:  # the event loop closed under us: nobody is left to tell
+            return
+        try:
+            self._fail_all(reason)
+        except RuntimeError:
+            return
+
+    def _on_response(self, response: rpc.WatchResponse) -> None:
+        if response.created:
+            self._on_created(response)
+            return
+        with self._lock:
+            watch = self._watches.get(response.watch_id)
+        if watch is None:  # a cancelled watch's last responses, or another's progress
+            return
+        if response.compact_revision:
+            self._finish(watch, Compacted(watch.handed + 1, int(response.compact_revision)))
+            return
+        if response.canceled:
+            reason = response.cancel_reason or "no reason given"
+            self._finish(watch, WatcherDropped(f"etcd cancelled the watch: {reason}"))
+            return
+        watch.fragments.extend(response.events)
+        if response.fragment:  # more of the same response follows
+            return
+        events, watch.fragments = watch.fragments, []
+        if not events:  # a progress notification
+            progress = Progress(int(response.header.revision))
+            watch.handed = max(watch.handed, progress.revision)
+            self._hand(watch, progress)
+            return
+        for event in events:
+            item = self._store._event_from(event)
+            watch.handed = max(watch.handed, item.revision)
+            self._hand(watch, item)
+
+    def _on_created(self, response: rpc.WatchResponse) -> None:
+        with self._lock:
+            watch = self._creating.popleft() if self._creating else None
+            if watch is None:
                 return
-            if isinstance(item, Event):
-                state.complete_revision = max(state.complete_revision, item.revision)
+            usable = not (response.canceled or response.compact_revision)
+            if usable:
+                watch.watch_id = int(response.watch_id)
+                if not watch.stopped:
+                    self._watches[watch.watch_id] = watch
+        if usable and watch.stopped:  # given up while it was being created
+            self._send_cancel(int(response.watch_id))
+            return
+        self._loop.call_soon_threadsafe(watch.set_created, response)
+
+    def _finish(self, watch: _Watch, error: StoreError) -> None:
+        with self._lock:
+            if watch.watch_id is not None:
+                self._watches.pop(watch.watch_id, None)
+        self._hand(watch, error)
+
+    def _fail_all(self, reason: str) -> None:
+        with self._lock:
+            self.ended = True
+            creating, self._creating = list(self._creating), collections.deque()
+            watches = list(self._watches.values())
+            self._watches.clear()
+        for watch in creating:
+            error = None if self._stopped else StoreError(f"etcd watch failed: {reason}")
+            self._loop.call_soon_threadsafe(watch.set_created, error)
+        if self._stopped:
+            return
+        for watch in watches:
+            self._hand(watch, WatcherDropped(reason))
+
+    def _hand(self, watch: _Watch, item: _Read) -> None:
+        """Queue `item` for the loop; one callback drains whatever is queued by then."""
+        with self._lock:
+            self._read.append((watch, item))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._deliver)
 
 
 # upstream's lease manager (storage/etcd3/lease_manager.go): a lease is reused by the writes
@@ -371,9 +454,10 @@ class EtcdStore(Store):
         self._kv: rpc.KVStub | None = None
         self._watch_stub: rpc.WatchStub | None = None
         self._watchers: set[BufferedWatcher] = set()
-        # the blocking channel the watch readers' threads use (`_watch_reader_stub`)
+        # the watch stream every watch shares, and its blocking channel (`_watch_stream`)
         self._reader_channel: grpc.Channel | None = None
         self._reader_stub: rpc.WatchStub | None = None
+        self._stream: _WatchStream | None = None
         self._leases = LeaseManager(self._grant_lease)
         self._closed = False
 
@@ -624,29 +708,32 @@ class EtcdStore(Store):
             await self._get_range(rpc.RangeRequest(key=ALL_KEYS, revision=start_revision))
         except FutureRevision:
             pass  # watching from the future is fine
-        state = _WatchState(after_revision)
-        create = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+        watch = _Watch(asyncio.get_running_loop(), after_revision)
+        request = rpc.WatchCreateRequest(
             key=key, range_end=range_end, start_revision=start_revision,
-            progress_notify=True, prev_kv=True, fragment=True))
-        reader = _WatchReader(self, self._watch_reader_stub(), create, state,
-                              name=f"etcd-watch {prefix!r}")
+            progress_notify=True, prev_kv=True, fragment=True)
+        stream = self._watch_stream()
+        if not stream.create(request, watch):  # it ended just now: the next one
+            stream = self._watch_stream()
+            if not stream.create(request, watch):
+                raise StoreError("etcd watch failed: the watch stream ended")
         try:
             async with asyncio.timeout(self._timeout):
-                created = await reader.created
+                created = await watch.created
         except TimeoutError as error:
-            reader.stop()
+            stream.cancel(watch)
             raise StoreError("etcd watch failed: context deadline exceeded") from error
         except BaseException:
-            reader.stop()
+            stream.cancel(watch)
             raise
         if created is None or not created.created:
-            reader.stop()
+            stream.cancel(watch)
             raise StoreError("etcd did not create the watch")
         if created.compact_revision:
-            reader.stop()
+            stream.cancel(watch)
             raise Compacted(start_revision, int(created.compact_revision))
         if created.canceled:
-            reader.stop()
+            stream.cancel(watch)
             raise StoreError(f"etcd refused the watch: {created.cancel_reason}")
 
         watcher = BufferedWatcher(
@@ -654,16 +741,16 @@ class EtcdStore(Store):
             after_revision,
             capacity=self._watch_capacity,
             progress_interval=self._progress_interval,
-            progress_revision=lambda: state.complete_revision,
-            on_close=lambda closing: self._stop_watch(closing, state),
+            progress_revision=lambda: watch.complete_revision,
+            on_close=lambda closing: self._stop_watch(closing, stream, watch),
         )
         self._watchers.add(watcher)
-        state.reader = reader
-        reader.attach(watcher)
+        stream.attach(watch, watcher)
         return watcher
 
-    def _watch_reader_stub(self) -> rpc.WatchStub:
-        """The Watch stub on the blocking channel the readers' threads use (made once)."""
+    def _watch_stream(self) -> _WatchStream:
+        """The stream every watch of this store shares, on a blocking channel of its own (made
+        once; a new stream when the last one ended)."""
         self._connect()
         if self._reader_stub is None:
             self._reader_channel = grpc.insecure_channel(
@@ -671,7 +758,9 @@ class EtcdStore(Store):
                     ("grpc.max_receive_message_length", self._max_receive_bytes),
                     ("grpc.max_send_message_length", MAX_SEND_BYTES)])
             self._reader_stub = rpc.WatchStub(self._reader_channel)
-        return self._reader_stub
+        if self._stream is None or self._stream.ended:
+            self._stream = _WatchStream(self, self._reader_stub)
+        return self._stream
 
     def _event_from(self, event: rpc.Event) -> Event:
         prev = self._kv_from(event.prev_kv) if event.HasField("prev_kv") else None
@@ -684,10 +773,10 @@ class EtcdStore(Store):
             return Event("DELETE", kv, prev)
         return Event("PUT", self._kv_from(event.kv), prev)
 
-    async def _stop_watch(self, watcher: BufferedWatcher, state: _WatchState) -> None:
+    async def _stop_watch(self, watcher: BufferedWatcher, stream: _WatchStream,
+                          watch: _Watch) -> None:
         self._watchers.discard(watcher)
-        if state.reader is not None:
-            state.reader.stop()
+        stream.cancel(watch)
 
     async def close(self) -> None:
         if self._closed:
@@ -695,12 +784,14 @@ class EtcdStore(Store):
         for watcher in list(self._watchers):
             await watcher.close()
         self._closed = True
+        if self._stream is not None:
+            self._stream.stop()
         if self._channel is not None:
             await self._channel.close()
         if self._reader_channel is not None:
             self._reader_channel.close()
         self._channel = self._kv = self._watch_stub = None
-        self._reader_channel = self._reader_stub = None
+        self._reader_channel = self._reader_stub = self._stream = None
 
     def __repr__(self) -> str:
         return f"EtcdStore({self.target!r}, prefix={self.prefix!r})"
