@@ -62,7 +62,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.apimetrics import latency_summary
+from bench.apimetrics import latency_summary, request_rates
 from bench.common import (
     REPO_ROOT,
     Apiserver,
@@ -364,7 +364,8 @@ class Run:
             self.result["nodes_ready_seconds"] = round(time.monotonic() - began, 2)
             log(f"[{self.store}] {a.nodes} nodes Ready in {self.result['nodes_ready_seconds']}s")
             if a.idle_seconds > 0:
-                self.result["cpu_cores_nodes_only"] = await self._quiet_cpu()
+                (self.result["cpu_cores_nodes_only"],
+                 self.result["requests_per_second_nodes_only"]) = await self._quiet_cpu()
             watch_stop = asyncio.Event()
             running = RunningPods()
             follower = asyncio.create_task(self._follow_running(http, running, watch_stop))
@@ -425,7 +426,8 @@ class Run:
             sampler_stop.set()
             await sampler
             if a.idle_seconds > 0 and running_in is not None:
-                self.result["cpu_cores_pods_running"] = await self._quiet_cpu()
+                (self.result["cpu_cores_pods_running"],
+                 self.result["requests_per_second_pods_running"]) = await self._quiet_cpu()
             t0 = time.perf_counter()
             async with http.get(f"/api/v1/namespaces/{NAMESPACE}/pods") as r:
                 body = await r.read()
@@ -500,17 +502,20 @@ class Run:
         raise RuntimeError(f"{METRICS_SCRAPES_PER_WORKER * workers} scrapes of /metrics "
                            f"reached only workers {sorted(texts)} of {workers}")
 
-    async def _quiet_cpu(self) -> dict[str, float]:
+    async def _quiet_cpu(self) -> tuple[dict[str, float], dict[str, float]]:
         """Cores each process keeps busy over `--idle-seconds` with nothing asked of the
         cluster (leases, node statuses, relists, reconciles, resyncs: the cost that grows
-        with the nodes and the run's length, not with the pods started)."""
+        with the nodes and the run's length, not with the pods started), and the requests a
+        second the apiserver answered meanwhile (`request_rates`)."""
         cpu = CpuMeter(self.pids())
-        before = cpu.snapshot()
+        before, metrics_before = cpu.snapshot(), await self._metrics()
         await asyncio.sleep(self.args.idle_seconds)
-        used = cpu.since(before)
+        used, metrics_after = cpu.since(before), await self._metrics()
         cores = {k: round(v / self.args.idle_seconds, 3) for k, v in sorted(used.items())}
-        log(f"[{self.store}] cores busy over {self.args.idle_seconds:.0f}s quiet: {cores}")
-        return cores
+        rates = request_rates(metrics_before, metrics_after, self.args.idle_seconds)
+        log(f"[{self.store}] cores busy over {self.args.idle_seconds:.0f}s quiet: {cores}; "
+            f"requests a second: {rates}")
+        return cores, rates
 
     # -- every component restarted (--restart-check) --
 

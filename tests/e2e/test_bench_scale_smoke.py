@@ -23,7 +23,7 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
     run = run_bench("bench.scale",
                     ["--quick", "--stores", "sqlite", "--nodes", str(NODES), "--pods", str(PODS),
                      "--clients", str(CLIENTS), "--watches", str(WATCHES), "--watch-scope",
-                     "node", "--restart-check",
+                     "node", "--restart-check", "--idle-seconds", "1",
                      "--work-dir", str(work_dir), "--json", str(json_path)],
                     work_dir, timeout=240)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
@@ -58,6 +58,11 @@ def test_tiny_scale_run_reports_every_measurement(tmp_path: Path) -> None:
     shares = result["machine_cpu_until_running"]
     assert set(shares) == {"busy", "idle", "steal"}
     assert shares["busy"] > 0 and abs(sum(shares.values()) - 1) < 0.01
+    # the quiet windows (--idle-seconds): each process's cores, and the apiserver's load
+    for phase in ("nodes_only", "pods_running"):
+        assert set(result[f"cpu_cores_{phase}"]) == set(result["cpu_seconds_until_running"])
+        rates = result[f"requests_per_second_{phase}"]
+        assert all(isinstance(rate, float) and " " in name for name, rate in rates.items())
     # the apiserver's own account of every client's requests: the creates, the bindings,
     # the nodes' status writes and Events at least
     latencies = result["apiserver_latencies"]

@@ -1,7 +1,7 @@
 """`bench.apimetrics`: the apiserver's latencies over a phase, from two scrapes of its real
 `/metrics` text (`ephemera.apiserver.metrics`), estimated as Prometheus'
 `histogram_quantile` estimates them; with several apiserver workers, every worker's
-scrapes summed."""
+scrapes summed; and the requests a second between two scrapes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE = """
 import math
 from aiohttp.test_utils import make_mocked_request
-from bench.apimetrics import histogram_quantile, latency_summary
+from bench.apimetrics import histogram_quantile, latency_summary, request_rates
 from ephemera.apiserver.metrics import QUEUE_WAIT, ApiserverMetrics
 
 # Prometheus' estimate: linear within the bucket the rank falls in
@@ -63,6 +63,17 @@ for _ in range(3):
 got = latency_summary(before, [second.render().decode(), metrics.render().decode()])
 assert {k: v["count"] for k, v in got["mutating_by_resource"].items()} == {
     "pods": 1, "pods/status": 3}, got
+
+# The load between the scrapes, over 2 s: by verb and resource, busiest first; the watch
+# counted among them, a rate under 0.05 a second left out.
+after = [second.render().decode(), metrics.render().decode()]
+for _ in range(5):
+    request("GET", "/api/v1/namespaces/d/pods?watch=true", 1.0)
+request("GET", "/api/v1/namespaces/d/pods/p", 0.01)
+rates = request_rates(after, [metrics.render().decode(), second.render().decode()], 2.0)
+assert rates == {"WATCH pods": 2.5, "GET pods": 0.5}, rates
+assert list(rates) == ["WATCH pods", "GET pods"], rates
+assert request_rates(after, after, 30.0) == {}
 """
 
 
