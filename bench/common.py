@@ -121,6 +121,15 @@ def process_cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def child_pids(pid: int) -> list[int]:
+    """The child processes of `pid` (an apiserver's workers), by pid."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return sorted(int(c) for c in f.read().split())
+    except (OSError, ValueError):
+        return []
+
+
 class CpuMeter:
     """CPU time of named processes: this process as `client` (all its threads) and the given
     pids. `snapshot()` now, `since(snapshot)` the CPU seconds each used in between."""

@@ -68,6 +68,7 @@ from bench.common import (
     Apiserver,
     CpuMeter,
     MachineCpu,
+    child_pids,
     format_ms,
     kill_process,
     log,
@@ -107,15 +108,6 @@ def _rss_bytes(pid: int) -> int:
         except (OSError, ValueError):
             continue
     return total
-
-
-def _children(pid: int) -> list[int]:
-    """The child processes of `pid` (an apiserver's workers), by pid."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return sorted(int(c) for c in f.read().split())
-    except (OSError, ValueError):
-        return []
 
 
 @dataclass
@@ -325,7 +317,7 @@ class Run:
     def pids(self) -> dict[str, int]:
         pids = {"apiserver": self.apiserver.pid}
         if self.apiserver.workers > 1:
-            for i, pid in enumerate(_children(self.apiserver.pid)):
+            for i, pid in enumerate(child_pids(self.apiserver.pid)):
                 pids[f"apiserver-w{i}"] = pid
         if self.etcd is not None:
             pids["etcd"] = self.etcd.process.pid
@@ -529,7 +521,7 @@ class Run:
         a = self.args
         began = time.monotonic()
         self.apiserver.port = int(self.apiserver.url.rsplit(":", 1)[1].rstrip("/"))
-        for child in _children(self.apiserver.pid):  # its workers, if any
+        for child in child_pids(self.apiserver.pid):  # its workers, if any
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
         self.apiserver.kill()
