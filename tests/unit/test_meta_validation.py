@@ -215,3 +215,34 @@ def test_now_rfc3339_is_the_current_second() -> None:
     after = rfc3339(now())
     assert before <= stamp <= after
     assert len(stamp) == len("2026-12-01T00:00:00Z") and stamp.endswith("Z")
+
+
+def test_generated_names_differ_between_forked_workers() -> None:
+    """Apiserver workers are processes: each must draw its own names after the fork, or two
+    workers would answer two generateName creates with the same name."""
+    import multiprocessing
+
+    from ephemera.api.meta import GENERATE_NAME_ALPHABET, generate_name
+
+    generate_name("web-")  # the parent has drawn before it forks, as a serving process has
+    context = multiprocessing.get_context("fork")
+    results = context.SimpleQueue()
+    children = [context.Process(target=_names, args=(results,)) for _ in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(30)
+        assert child.exitcode == 0
+    first, second = results.get(), results.get()
+    assert first != second
+    for name in first + second:
+        assert name.startswith("web-") and len(name) == len("web-") + 5
+        assert all(c in GENERATE_NAME_ALPHABET for c in name[4:])
+    long = generate_name("x" * 70)
+    assert long.startswith("x" * 58) and len(long) == 63
+
+
+def _names(results: Any) -> None:
+    from ephemera.api.meta import generate_name
+
+    results.put([generate_name("web-") for _ in range(5)])
