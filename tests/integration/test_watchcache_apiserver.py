@@ -232,3 +232,35 @@ async def test_an_informer_s_watch_after_a_consistent_list_is_served_by_the_cach
             response.close()
     finally:
         await store.close()
+
+
+async def test_events_are_never_cached(tmp_path: Path) -> None:
+    """As upstream's default watch cache size for Events is 0: a `resourceVersion=0` list
+    and a watch of Events (`kubectl get events -w`) are answered from the store, and leave
+    no Events cache behind to hold and decode every Event from then on."""
+    store = open_store("sqlite", data_dir=tmp_path / "data")
+    events = "/api/v1/namespaces/default/events"
+    try:
+        async for api in serve(store):
+            watch_cache = api.app[REGISTRY].watch_cache
+            assert watch_cache is not None
+            event = {"apiVersion": "v1", "kind": "Event",
+                     "metadata": {"name": "e1"}, "reason": "Started", "message": "m",
+                     "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"}}
+            status, created = await api.post(events, event)
+            assert status == 201, created
+            status, listed = await api.get(f"{events}?resourceVersion=0")
+            assert status == 200 and names(listed) == ["e1"]
+            store_watchers = len(store._hub)
+            response = await api.client.get(
+                f"{events}?watch=true&resourceVersion={created['metadata']['resourceVersion']}")
+            assert response.status == 200
+            await api.post(events, {**event, "metadata": {"name": "e2"}})
+            line = json.loads(await asyncio.wait_for(response.content.readline(), 10))
+            assert (line["type"], line["object"]["metadata"]["name"]) == ("ADDED", "e2")
+            assert len(store._hub) == store_watchers + 1  # the watch is the store's own
+            assert "/registry/events/" not in watch_cache._caches
+            assert await watch_cache.ready("/registry/events/") is None
+            response.close()
+    finally:
+        await store.close()

@@ -95,11 +95,13 @@ WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 # As upstream's pod storage's trigger function: the watch cache finds each node's pod
 # watchers (`spec.nodeName=NAME`: kubelets; `spec.nodeName=`: the scheduler) by node name.
 WATCH_CACHE_INDEXES = {core_resource("pods").key_prefix(): FieldIndex("Pod", "spec.nodeName")}
-# The watch caches started with the apiserver: every built-in resource that can be watched
-# but Events (upstream's default cache size for them is 0). See `ephemera.apiserver.watchcache`.
+# Resources never cached: Events (upstream's `DefaultWatchCacheSizes`, a size of 0).
+WATCH_CACHE_DISABLED = (core_resource("events").key_prefix(),)
+# The watch caches started with the apiserver: every other built-in resource that can be
+# watched. See `ephemera.apiserver.watchcache`.
 WATCH_CACHE_STARTED = tuple(sorted({
     resource.key_prefix() for resource in RESOURCES
-    if "watch" in resource.verbs and resource.plural != "events"}))
+    if "watch" in resource.verbs and resource.key_prefix() not in WATCH_CACHE_DISABLED}))
 
 
 class Authenticator(Protocol):
@@ -184,7 +186,8 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     admission = build_chain(config.admission_plugins, AdmissionSettings(
         gates=config.feature_gates,
         mount_service_account_token=config.mount_service_account_token))
-    cache = WatchCache(store, indexes=WATCH_CACHE_INDEXES) if config.watch_cache else None
+    cache = (WatchCache(store, indexes=WATCH_CACHE_INDEXES, uncached=WATCH_CACHE_DISABLED)
+             if config.watch_cache else None)
     registry = Registry(store, gates=config.feature_gates, admission=admission,
                         watch_cache=cache, event_ttl=config.event_ttl)
     allocations = ServiceAllocations(store, config.service_cluster_ip_range,

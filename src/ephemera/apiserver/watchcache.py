@@ -22,8 +22,10 @@ that may be served from a cache are served.
   creates a cacher per resource at startup: an informer's first list (consistent, from the
   store) then meets a cache already past that revision, and its watch is served from the
   cache's history instead of from a second store watch for as long as it lasts. Events
-  have none (upstream's default watch cache size for them is 0: written often, seldom
-  watched); custom resources' caches start on first use.
+  have none, ever (`uncached`: upstream's default watch cache size for them is 0, written
+  often, seldom watched): their reads go to the store, so one `kubectl get events -w` does
+  not leave every apiserver worker holding and decoding every Event for the rest of its
+  life. Custom resources' caches start on first use.
 
 Which reads it serves is `ephemera.api.listoptions`' decision (`ListRead.consistent`,
 `WatchRead`) and the registry's: lists with `resourceVersion=0` and "not older than" lists
@@ -283,21 +285,27 @@ class WatchCache:
     `indexes`: the index of a prefix's cache (`ResourceCache.index`)."""
 
     def __init__(self, store: Store, *, history: int = DEFAULT_HISTORY,
-                 indexes: Mapping[str, FieldIndex] | None = None) -> None:
+                 indexes: Mapping[str, FieldIndex] | None = None,
+                 uncached: Iterable[str] = ()) -> None:
         self.store = store
         self.history = history
         self.indexes = dict(indexes or {})
+        self.uncached = frozenset(uncached)  # prefixes never cached: their reads go to the store
         self._caches: dict[str, ResourceCache] = {}
 
     def start(self, prefixes: Iterable[str]) -> None:
         """Start the caches of these resource key prefixes (listing and watching in the
         background; a read waits for its cache as on first use)."""
         for prefix in prefixes:
-            self._cache(prefix).start()
+            if prefix not in self.uncached:
+                self._cache(prefix).start()
 
     async def ready(self, prefix: str) -> ResourceCache | None:
         """The cache of the resource whose key prefix is `prefix`, once it has listed; None
-        when it has not within `READY_TIMEOUT` (the read goes to the store)."""
+        when it has not within `READY_TIMEOUT`, or the resource is never cached (the read
+        goes to the store)."""
+        if prefix in self.uncached:
+            return None
         cache = self._cache(prefix)
         return cache if await cache.wait_ready() else None
 
