@@ -77,6 +77,7 @@ MAX_NAME_LENGTH = 63
 RANDOM_LENGTH = 5
 MAX_GENERATED_NAME_LENGTH = MAX_NAME_LENGTH - RANDOM_LENGTH
 
+
 def generate_name(base: str) -> str:
     """`SimpleNameGenerator.GenerateName`: the base cut to 58 characters plus 5 random ones.
     Not a secret, so not from the system's entropy (an `os.urandom` call a character cost
