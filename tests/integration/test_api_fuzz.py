@@ -40,6 +40,7 @@ FUZZ = settings(max_examples=EXAMPLES, suppress_health_check=list(HealthCheck),
                 derandomize=False, database=None)
 MAX_BODY = 64 * 1024  # a small cap so over-size bodies are cheap to send
 NAMESPACE = "fuzz"
+HOSTILE_NAMESPACE = "fuzz-hostile"  # test_hostile_queries' own, which its DELETEs may empty
 
 class Server:
     """The apiserver app on a sqlite store, served over plain HTTP from its own thread."""
@@ -96,9 +97,10 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     served = Server(tmp_path_factory.mktemp("fuzz") / "data")
     served.start()
-    status, body = served.request("POST", "/api/v1/namespaces", json.dumps(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}).encode())
-    assert status == 201, body
+    for name in (NAMESPACE, HOSTILE_NAMESPACE):
+        status, body = served.request("POST", "/api/v1/namespaces", json.dumps(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}).encode())
+        assert status == 201, body
     try:
         yield served
     finally:
@@ -181,10 +183,10 @@ NAMES = st.one_of(st.just("x"), st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch
                   st.text(max_size=300))
 
 
-def collection_path(resource: Resource) -> str:
+def collection_path(resource: Resource, namespace: str = NAMESPACE) -> str:
     base = "/api/v1" if not resource.group else f"/apis/{resource.group}/{resource.version}"
     if resource.namespaced:
-        return f"{base}/namespaces/{NAMESPACE}/{resource.plural}"
+        return f"{base}/namespaces/{namespace}/{resource.plural}"
     return f"{base}/{resource.plural}"
 
 
@@ -364,7 +366,13 @@ def test_hostile_queries(server: Server, resource: Resource, method: str, named:
                          query: dict[str, str]) -> None:
     if query_flag(query, "watch"):  # upstream's conversion: `watch=` is a watch too
         query["timeoutSeconds"] = "1"  # a watch that is accepted ends quickly
-    path = collection_path(resource) + ("/x" if named else "")
+    # A DELETE of a collection really deletes: in a namespace of its own, so that it never
+    # takes the shared namespace's `default` ServiceAccount the other tests' pods need
+    # (nothing in this bare apiserver makes it again), and as a dry run where there is no
+    # namespace to keep it in (a DELETE of every Namespace would take the shared one).
+    if method == "DELETE" and not resource.namespaced:
+        query["dryRun"] = "All"
+    path = collection_path(resource, HOSTILE_NAMESPACE) + ("/x" if named else "")
     status, answer = server.request_with_query(method, path, query)
     assert_status_answer(status, answer, f"{method} {path} {query}")
 
