@@ -340,10 +340,9 @@ class _WatchStream:
             watch.handed = max(watch.handed, progress.revision)
             self._hand(watch, progress)
             return
-        for event in events:
-            item = self._store._event_from(event)
-            watch.handed = max(watch.handed, item.revision)
-            self._hand(watch, item)
+        items = [self._store._event_from(event) for event in events]
+        watch.handed = max(watch.handed, items[-1].revision)  # etcd sends them in order
+        self._hand(watch, *items)
 
     def _on_created(self, response: rpc.WatchResponse) -> None:
         with self._lock:
@@ -380,10 +379,10 @@ class _WatchStream:
         for watch in watches:
             self._hand(watch, WatcherDropped(reason))
 
-    def _hand(self, watch: _Watch, item: _Read) -> None:
-        """Queue `item` for the loop; one callback drains whatever is queued by then."""
+    def _hand(self, watch: _Watch, *items: _Read) -> None:
+        """Queue `items` for the loop; one callback drains whatever is queued by then."""
         with self._lock:
-            self._read.append((watch, item))
+            self._read.extend((watch, item) for item in items)
             if self._scheduled:
                 return
             self._scheduled = True
