@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,10 +41,9 @@ def measure(tree: Path, workers: int, seconds: float, settle: float, work_dir: P
             ) -> dict[str, Any]:
     """One measure of the apiserver from `tree` (its `src` first on PYTHONPATH)."""
     etcd = start_etcd(work_dir / "etcd")
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{tree / 'src'}:{tree}"
     try:
         apiserver = Apiserver(work_dir / "apiserver", "etcd", [etcd.endpoint], workers=workers)
+        apiserver.env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}:{tree}"}
         apiserver.start()
         try:
             time.sleep(settle)
@@ -57,10 +57,6 @@ def measure(tree: Path, workers: int, seconds: float, settle: float, work_dir: P
         finally:
             apiserver.stop()
     finally:
-        if previous is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = previous
         etcd.stop()
     return {"threads": threads, "apiserver_cores": round(used / seconds, 4),
             "etcd_cores": round(etcd_used / seconds, 4)}
@@ -108,7 +104,11 @@ def main() -> None:
     results.sort(key=lambda r: (r["round"], [label for label, _ in trees].index(r["tree"])))
     print(table(results))
     if args.json is not None:
-        report = {"benchmark": "apiserver_idle", "machine": machine, "workers": args.workers,
+        if args.tree:  # the checkout's commit is the benchmark's, not the trees'
+            machine["ephemera"] += "; trees measured: " + ", ".join(args.tree)
+        report = {"benchmark": "apiserver_idle",
+                  "command": "python -m bench.apiserver_idle " + " ".join(sys.argv[1:]),
+                  "machine": machine, "workers": args.workers,
                   "seconds": args.seconds, "trees": {label: str(tree) for label, tree in trees},
                   "results": results}
         args.json.write_text(json.dumps(report, indent=1) + "\n")

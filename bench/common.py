@@ -355,6 +355,7 @@ class Apiserver:
         self.etcd_endpoints = list(etcd_endpoints)
         self.workers = workers  # `--workers` (etcd only)
         self.extra_args: list[str] = []  # more flags, last on the command line
+        self.env: dict[str, str] | None = None  # its environment (None: this process's)
         self.port = 0  # `--port`: 0 a free one; set it to start again where it served
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
@@ -389,7 +390,8 @@ class Apiserver:
         self.kubeconfig.unlink(missing_ok=True)
         with open(self.log_path, "ab") as out:
             self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
+                                            stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
+                                            env=self.env)
         deadline = time.monotonic() + timeout
         while not self.kubeconfig.exists():
             if self.process.poll() is not None:
