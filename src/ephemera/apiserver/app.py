@@ -97,11 +97,10 @@ WEBSOCKET_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 WATCH_CACHE_INDEXES = {core_resource("pods").key_prefix(): FieldIndex("Pod", "spec.nodeName")}
 # Resources never cached: Events (upstream's `DefaultWatchCacheSizes`, a size of 0).
 WATCH_CACHE_DISABLED = (core_resource("events").key_prefix(),)
-# The watch caches started with the apiserver: every other built-in resource that can be
-# watched. See `ephemera.apiserver.watchcache`.
+# The watch caches started with the apiserver: every built-in resource that can be watched
+# (the WatchCache leaves out WATCH_CACHE_DISABLED). See `ephemera.apiserver.watchcache`.
 WATCH_CACHE_STARTED = tuple(sorted({
-    resource.key_prefix() for resource in RESOURCES
-    if "watch" in resource.verbs and resource.key_prefix() not in WATCH_CACHE_DISABLED}))
+    resource.key_prefix() for resource in RESOURCES if "watch" in resource.verbs}))
 
 
 class Authenticator(Protocol):
