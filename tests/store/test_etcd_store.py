@@ -178,11 +178,6 @@ async def test_a_watch_is_read_while_the_event_loop_is_busy(etcd_endpoint: str) 
         await store.close()
 
 
-def stream_threads() -> set[threading.Thread]:
-    """The live threads reading etcd watch streams (an earlier test's may still be ending)."""
-    return {thread for thread in threading.enumerate() if thread.name == "etcd-watch"}
-
-
 async def next_event(watcher: Watcher) -> Event:
     async with asyncio.timeout(10):
         async for item in watcher:
@@ -192,18 +187,19 @@ async def next_event(watcher: Watcher) -> Event:
 
 
 async def test_watches_share_one_stream(etcd_endpoint: str) -> None:
-    """Twenty watches created at once, from different revisions, are one gRPC stream read by
-    one thread; each created answer finds its own watch (each gets its own prefix's events
-    and no other's, from its own start), and a cancelled watch leaves the others going."""
+    """Twenty watches created at once, from different revisions, are one Watch call on one
+    connection, read by the event loop (no thread of their own); each created answer finds
+    its own watch (each gets its own prefix's events and no other's, from its own start), and
+    a cancelled watch leaves the others going."""
     store = small_store(etcd_endpoint)
     try:
-        before = stream_threads()
         starts = [(await store.create(f"/s/{i:02}/old", b"old")).mod_revision for i in range(20)]
+        threads = set(threading.enumerate())
         # even ones from their own write (they see it), odd ones after it (they do not)
         watchers = await asyncio.gather(*(
             store.watch(f"/s/{i:02}/", start - 1 if i % 2 == 0 else start)
             for i, start in enumerate(starts)))
-        assert len(stream_threads() - before) == 1
+        assert set(threading.enumerate()) - threads == set()
         assert store._stream is not None and len(store._stream) == 20
         for i in range(20):
             await store.create(f"/s/{i:02}/new", b"new")
@@ -215,24 +211,26 @@ async def test_watches_share_one_stream(etcd_endpoint: str) -> None:
         await store.create("/s/04/after", b"x")
         assert (await next_event(watchers[4])).kv.key == "/s/04/new"
         assert (await next_event(watchers[4])).kv.key == "/s/04/after"
+        stream = store._stream
     finally:
         await store.close()
+    assert stream.ended  # closing the store closed its stream and connection
     async with asyncio.timeout(10):
-        while stream_threads() - before:  # closing the store ends its stream's thread
-            await asyncio.sleep(0.05)
+        while stream._transport is not None:
+            await asyncio.sleep(0.01)
 
 
 async def test_a_failed_stream_fails_its_watches_and_the_next_watch_opens_another(
         etcd_endpoint: str) -> None:
-    """When the shared stream ends (here its gRPC call is cancelled under it), every watch on
-    it ends with WatcherDropped, and the next watch works on a new stream."""
+    """When the shared stream ends (here its connection is cut under it), every watch on it
+    ends with WatcherDropped, and the next watch works on a new stream."""
     store = small_store(etcd_endpoint)
     try:
         revision = await store.current_revision()
         first, second = await store.watch("/f/a/", revision), await store.watch("/f/b/", revision)
         broken = store._stream
-        assert broken is not None
-        broken.call.cancel()
+        assert broken is not None and broken._transport is not None
+        broken._transport.abort()
         for watcher in (first, second):
             with pytest.raises(WatcherDropped, match="etcd watch stream failed"):
                 await next_event(watcher)

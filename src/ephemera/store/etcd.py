@@ -1,11 +1,12 @@
 """The etcd store backend: the Store interface on a real etcd 3.4 server.
 
 Client: `aetcd`'s gRPC bindings (`aetcd.rpc`: the generated KV and Watch stubs and messages)
-over one asyncio gRPC channel. We chose gRPC over the JSON gateway because it is faster here:
-sequential puts ran at ~1,400/s with aetcd against ~600/s for the gateway through a Python HTTP
-client, with half the latency (linux-runtime-facts.md section 8), and the watch is a real
-bidirectional stream rather than chunked JSON. We call the stubs directly rather than
-`aetcd.Client`'s helpers because those lack what the interface needs: range `limit` and
+over one asyncio gRPC channel for the unary calls; the shared watch stream is read by the loop
+itself (`ephemera.store.etcdwatch`, below). We chose gRPC over the JSON gateway because it is
+faster here: sequential puts ran at ~1,400/s with aetcd against ~600/s for the gateway through
+a Python HTTP client, with half the latency (linux-runtime-facts.md section 8), and the watch
+is a real bidirectional stream rather than chunked JSON. We call the stubs directly rather
+than `aetcd.Client`'s helpers because those lack what the interface needs: range `limit` and
 `revision`, and progress notifications (aetcd's watcher silently discards responses without
 events, and does not expose the header revision).
 
@@ -26,20 +27,16 @@ Semantics:
 - watch = one watch per watcher with start_revision = after_revision + 1, prev_kv (for
   DELETE values and `prev`) and progress_notify. Events go to a bounded buffer
   (`BufferedWatcher`); a watcher that overflows it is dropped and its etcd watch cancelled.
-- watch stream: all of a store's watches share one gRPC Watch stream (`_WatchStream`), as
-  etcd's own client multiplexes a client's watches; creates and cancels are sent on it, and
+- watch stream: all of a store's watches share one etcd Watch call (`etcdwatch.WatchStream`),
+  as etcd's own client multiplexes a client's watches; creates and cancels are sent on it, and
   etcd answers creates in the order they were sent, which pairs each created response with
   its watch. A stream that ends fails every watch on it; the next watch opens a new one.
-  Before, each watch had a stream and a reading thread of its own: an apiserver worker kept
-  about 30 threads that each woke on their own stream's messages and keepalives.
-- watch reading: the stream is read on a thread of its own through gRPC's blocking API on a
-  second channel, which hands what it read to the event loop in batches (one callback for
-  whatever arrived meanwhile, for every watch). Read through `grpc.aio` on the loop, every
-  message took a round trip through the loop (gRPC's poller thread, then the coroutine's
-  turn): with the apiserver's loop busy, each stream got one message per loop iteration or
-  two, 13 a second at 30 ms an iteration against 176 idle, and the watch cache fell 20-45 s
-  behind etcd at 1,000 nodes (docs/benchmarks.md, 2026-12-03). On its thread the reader
-  waits only for the GIL (`sys.setswitchinterval`, 1 ms).
+- watch reading: that one call is not made through gRPC's library but spoken over HTTP/2 by
+  `etcdwatch` on a connection of its own, which the event loop reads like any socket: all
+  that arrived is parsed in one callback, for every watch, with no thread. gRPC's blocking
+  API read it on threads (about 0.3 ms of CPU per event in a busy apiserver worker), and
+  `grpc.aio` on the loop took one message per loop iteration (the watch cache fell 20-45 s
+  behind etcd at 1,000 nodes); `etcdwatch`'s docstring has the numbers.
 - ttl: a create or update with `ttl` puts the key with a lease (`LeaseManager`: one granted
   per minute or so, shared by the keys written meanwhile, as upstream's apiserver does); etcd
   deletes the key when its lease expires. A put without `ttl` detaches the key from its lease.
@@ -79,13 +76,9 @@ etcd-wide, shared by all of them.
 from __future__ import annotations
 
 import asyncio
-import collections
 import ipaddress
-import queue
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import grpc
@@ -99,13 +92,12 @@ from ephemera.store.base import (
     KeyNotFound,
     KeyValue,
     ListResult,
-    Progress,
     RevisionMismatch,
     Store,
     StoreError,
     Watcher,
-    WatcherDropped,
 )
+from ephemera.store.etcdwatch import Watch, WatchStream
 from ephemera.store.watchhub import (
     DEFAULT_PROGRESS_INTERVAL,
     DEFAULT_WATCH_CAPACITY,
@@ -129,10 +121,8 @@ def bytes_prefix_end(prefix: bytes) -> bytes:
     return trimmed[:-1] + bytes([trimmed[-1] + 1])
 
 
-def grpc_target(endpoints: list[str]) -> str:
-    """A gRPC target for etcd client URLs (`http://host:port` or `host:port`). Several IPv4
-    endpoints become one `ipv4:` target (gRPC fails over between them); otherwise the first
-    endpoint is used."""
+def etcd_addresses(endpoints: list[str]) -> list[tuple[str, int]]:
+    """The (host, port) of each etcd client URL (`http://host:port` or `host:port`)."""
     if not endpoints:
         raise ValueError("no etcd endpoints")
     addresses: list[tuple[str, int]] = []
@@ -143,6 +133,13 @@ def grpc_target(endpoints: list[str]) -> str:
         if parts.hostname is None:
             raise ValueError(f"bad etcd endpoint {endpoint!r}")
         addresses.append((parts.hostname, parts.port or 2379))
+    return addresses
+
+
+def grpc_target(endpoints: list[str]) -> str:
+    """A gRPC target for etcd client URLs. Several IPv4 endpoints become one `ipv4:` target
+    (gRPC fails over between them); otherwise the first endpoint is used."""
+    addresses = etcd_addresses(endpoints)
     try:
         if len(addresses) > 1:
             for host, _ in addresses:
@@ -156,237 +153,6 @@ def grpc_target(endpoints: list[str]) -> str:
 
 def _is(error: grpc.aio.AioRpcError, message: str) -> bool:
     return error.code() == grpc.StatusCode.OUT_OF_RANGE and message in (error.details() or "")
-
-
-# What the reading thread hands to the loop: an event, a progress notification, or the
-# watch's end.
-_Read = Event | Progress | StoreError
-
-
-class _Watch:
-    """One watch on the store's shared stream: what the loop and the reading thread know of
-    it. `created` is etcd's answer to its create request; every event, progress notification
-    or failure after that goes to `watcher` on the event loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, after_revision: int) -> None:
-        self.complete_revision = after_revision  # every event up to here has been pushed
-        self.created: asyncio.Future[rpc.WatchResponse | None] = loop.create_future()
-        self.watcher: BufferedWatcher | None = None
-        self.watch_id: int | None = None  # etcd's id, once created
-        self.stopped = False
-        # the reading thread's own: fragments of a response not yet whole, and the newest
-        # revision handed to the loop (`complete_revision` is the loop's, behind by what is
-        # still queued)
-        self.fragments: list[rpc.Event] = []
-        self.handed = after_revision
-        self.held: list[_Read] = []  # read before `watcher` was attached
-
-    def set_created(self, response: rpc.WatchResponse | StoreError | None) -> None:
-        if self.created.done():
-            return
-        if isinstance(response, StoreError):
-            self.created.set_exception(response)
-        else:
-            self.created.set_result(response)
-
-    def deliver(self, item: _Read) -> bool:
-        """Give `item` to the watcher (on the loop); False once the watch has ended."""
-        watcher = self.watcher
-        if watcher is None:  # not attached yet: `attach` delivers it
-            self.held.append(item)
-            return True
-        if watcher.finished:  # ended on the loop's side: what is left goes nowhere
-            return False
-        if isinstance(item, StoreError):
-            watcher.fail(item)
-            return False
-        if isinstance(item, Progress):
-            if item.revision <= self.complete_revision:
-                return True
-            self.complete_revision = item.revision
-        if not watcher.push(item):
-            return False
-        if isinstance(item, Event):
-            self.complete_revision = max(self.complete_revision, item.revision)
-        return True
-
-
-class _WatchStream:
-    """Every watch of one store on one etcd Watch stream, as etcd's own client multiplexes
-    a client's watches (module docstring, "watch reading"). A thread reads the stream through
-    gRPC's blocking API and hands what it read to the loop in batches (one callback for
-    whatever arrived meanwhile, for all watches); requests (creates, cancels) go through a
-    queue that gRPC's request thread sends. etcd answers creates in the order they were sent,
-    which is how a created response finds its watch. When the stream ends, every watch on it
-    fails and the store opens a new stream for the next watch."""
-
-    def __init__(self, store: EtcdStore, stub: rpc.WatchStub) -> None:
-        self._store = store
-        self._loop = asyncio.get_running_loop()
-        self._requests: queue.SimpleQueue[rpc.WatchRequest | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._creating: collections.deque[_Watch] = collections.deque()  # sent, unanswered
-        self._watches: dict[int, _Watch] = {}  # created, by etcd's watch id
-        self._read: collections.deque[tuple[_Watch, _Read]] = collections.deque()
-        self._scheduled = False
-        self.ended = False
-        self._stopped = False
-        self.call: Any = stub.Watch(self._send())
-        self._thread = threading.Thread(target=self._run, name="etcd-watch", daemon=True)
-        self._thread.start()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._creating) + len(self._watches)
-
-    # -- on the event loop --
-
-    def create(self, request: rpc.WatchCreateRequest, watch: _Watch) -> bool:
-        """Send `request` for `watch`; False when the stream has already ended."""
-        with self._lock:
-            if self.ended:
-                return False
-            self._creating.append(watch)
-            self._requests.put(rpc.WatchRequest(create_request=request))
-        return True
-
-    def cancel(self, watch: _Watch) -> None:
-        """End `watch` (from any thread); a watch still being created is cancelled as soon
-        as etcd names it."""
-        with self._lock:
-            watch.stopped = True
-            if watch.watch_id is None or self._watches.pop(watch.watch_id, None) is None:
-                return
-        self._send_cancel(watch.watch_id)
-
-    def _send_cancel(self, watch_id: int) -> None:
-        self._requests.put(rpc.WatchRequest(
-            cancel_request=rpc.WatchCancelRequest(watch_id=watch_id)))
-
-    def stop(self) -> None:
-        """Close the stream and its request thread."""
-        self._stopped = True
-        self._requests.put(None)
-        self.call.cancel()
-
-    def _deliver(self) -> None:
-        with self._lock:
-            items = list(self._read)
-            self._read.clear()
-            self._scheduled = False
-        for watch, item in items:
-            if watch.stopped:  # ended on the loop's side: what is left goes nowhere
-                continue
-            if not watch.deliver(item):
-                self._end(watch)
-
-    def _end(self, watch: _Watch) -> None:
-        self.cancel(watch)
-        if watch.watcher is not None:
-            self._store._watchers.discard(watch.watcher)
-
-    def attach(self, watch: _Watch, watcher: BufferedWatcher) -> None:
-        """Start delivering to `watcher` (what was read before it came, first)."""
-        watch.watcher = watcher
-        held, watch.held = watch.held, []
-        for item in held:
-            if not watch.deliver(item):
-                self._end(watch)
-                return
-
-    # -- gRPC's request thread --
-
-    def _send(self) -> Iterator[rpc.WatchRequest]:
-        while (request := self._requests.get()) is not None:
-            yield request
-
-    # -- the reading thread --
-
-    def _run(self) -> None:
-        try:
-            for response in self.call:
-                self._on_response(response)
-            reason = "etcd closed the watch stream"
-        except grpc.RpcError as error:
-            reason = f"etcd watch stream failed: {error.details() or error.code().name}"
-        except RuntimeError:  # the event loop closed under us: nobody is left to tell
-            return
-        try:
-            self._fail_all(reason)
-        except RuntimeError:
-            return
-
-    def _on_response(self, response: rpc.WatchResponse) -> None:
-        if response.created:
-            self._on_created(response)
-            return
-        with self._lock:
-            watch = self._watches.get(response.watch_id)
-        if watch is None:  # a cancelled watch's last responses, or another's progress
-            return
-        if response.compact_revision:
-            self._finish(watch, Compacted(watch.handed + 1, int(response.compact_revision)))
-            return
-        if response.canceled:
-            reason = response.cancel_reason or "no reason given"
-            self._finish(watch, WatcherDropped(f"etcd cancelled the watch: {reason}"))
-            return
-        watch.fragments.extend(response.events)
-        if response.fragment:  # more of the same response follows
-            return
-        events, watch.fragments = watch.fragments, []
-        if not events:  # a progress notification
-            progress = Progress(int(response.header.revision))
-            watch.handed = max(watch.handed, progress.revision)
-            self._hand(watch, progress)
-            return
-        items = [self._store._event_from(event) for event in events]
-        watch.handed = max(watch.handed, items[-1].revision)  # etcd sends them in order
-        self._hand(watch, *items)
-
-    def _on_created(self, response: rpc.WatchResponse) -> None:
-        with self._lock:
-            watch = self._creating.popleft() if self._creating else None
-            if watch is None:
-                return
-            usable = not (response.canceled or response.compact_revision)
-            if usable:
-                watch.watch_id = int(response.watch_id)
-                if not watch.stopped:
-                    self._watches[watch.watch_id] = watch
-        if usable and watch.stopped:  # given up while it was being created
-            self._send_cancel(int(response.watch_id))
-            return
-        self._loop.call_soon_threadsafe(watch.set_created, response)
-
-    def _finish(self, watch: _Watch, error: StoreError) -> None:
-        with self._lock:
-            if watch.watch_id is not None:
-                self._watches.pop(watch.watch_id, None)
-        self._hand(watch, error)
-
-    def _fail_all(self, reason: str) -> None:
-        with self._lock:
-            self.ended = True
-            creating, self._creating = list(self._creating), collections.deque()
-            watches = list(self._watches.values())
-            self._watches.clear()
-        for watch in creating:
-            error = None if self._stopped else StoreError(f"etcd watch failed: {reason}")
-            self._loop.call_soon_threadsafe(watch.set_created, error)
-        if self._stopped:
-            return
-        for watch in watches:
-            self._hand(watch, WatcherDropped(reason))
-
-    def _hand(self, watch: _Watch, *items: _Read) -> None:
-        """Queue `items` for the loop; one callback drains whatever is queued by then."""
-        with self._lock:
-            self._read.extend((watch, item) for item in items)
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._loop.call_soon_threadsafe(self._deliver)
 
 
 # upstream's lease manager (storage/etcd3/lease_manager.go): a lease is reused by the writes
@@ -442,6 +208,7 @@ class EtcdStore(Store):
         range_page: int = RANGE_PAGE,
     ) -> None:
         self.target = grpc_target(endpoints)
+        self._addresses = etcd_addresses(endpoints)
         self._max_receive_bytes = max_receive_bytes
         self._range_page = range_page
         self.prefix = prefix
@@ -453,10 +220,8 @@ class EtcdStore(Store):
         self._kv: rpc.KVStub | None = None
         self._watch_stub: rpc.WatchStub | None = None
         self._watchers: set[BufferedWatcher] = set()
-        # the watch stream every watch shares, and its blocking channel (`_watch_stream`)
-        self._reader_channel: grpc.Channel | None = None
-        self._reader_stub: rpc.WatchStub | None = None
-        self._stream: _WatchStream | None = None
+        self._stream: WatchStream | None = None  # the one every watch shares
+
         self._leases = LeaseManager(self._grant_lease)
         self._closed = False
 
@@ -707,7 +472,7 @@ class EtcdStore(Store):
             await self._get_range(rpc.RangeRequest(key=ALL_KEYS, revision=start_revision))
         except FutureRevision:
             pass  # watching from the future is fine
-        watch = _Watch(asyncio.get_running_loop(), after_revision)
+        watch = Watch(asyncio.get_running_loop(), after_revision)
         request = rpc.WatchCreateRequest(
             key=key, range_end=range_end, start_revision=start_revision,
             progress_notify=True, prev_kv=True, fragment=True)
@@ -747,18 +512,15 @@ class EtcdStore(Store):
         stream.attach(watch, watcher)
         return watcher
 
-    def _watch_stream(self) -> _WatchStream:
-        """The stream every watch of this store shares, on a blocking channel of its own (made
-        once; a new stream when the last one ended)."""
-        self._connect()
-        if self._reader_stub is None:
-            self._reader_channel = grpc.insecure_channel(
-                self.target, options=[
-                    ("grpc.max_receive_message_length", self._max_receive_bytes),
-                    ("grpc.max_send_message_length", MAX_SEND_BYTES)])
-            self._reader_stub = rpc.WatchStub(self._reader_channel)
+    def _watch_stream(self) -> WatchStream:
+        """The stream every watch of this store shares (a new one when the last one ended)."""
+        if self._closed:
+            raise StoreError("store is closed")
         if self._stream is None or self._stream.ended:
-            self._stream = _WatchStream(self, self._reader_stub)
+            self._stream = WatchStream(
+                self._addresses, event_from=self._event_from,
+                on_end=self._watchers.discard, max_message_bytes=self._max_receive_bytes,
+                connect_timeout=self._timeout)
         return self._stream
 
     def _event_from(self, event: rpc.Event) -> Event:
@@ -772,8 +534,8 @@ class EtcdStore(Store):
             return Event("DELETE", kv, prev)
         return Event("PUT", self._kv_from(event.kv), prev)
 
-    async def _stop_watch(self, watcher: BufferedWatcher, stream: _WatchStream,
-                          watch: _Watch) -> None:
+    async def _stop_watch(self, watcher: BufferedWatcher, stream: WatchStream,
+                          watch: Watch) -> None:
         self._watchers.discard(watcher)
         stream.cancel(watch)
 
@@ -787,10 +549,8 @@ class EtcdStore(Store):
             self._stream.stop()
         if self._channel is not None:
             await self._channel.close()
-        if self._reader_channel is not None:
-            self._reader_channel.close()
         self._channel = self._kv = self._watch_stub = None
-        self._reader_channel = self._reader_stub = self._stream = None
+        self._stream = None
 
     def __repr__(self) -> str:
         return f"EtcdStore({self.target!r}, prefix={self.prefix!r})"
