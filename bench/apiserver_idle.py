@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -24,16 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    REPO_ROOT,
     Apiserver,
     child_pids,
     format_number,
     log,
     machine_description,
     markdown_table,
+    parse_trees,
     process_cpu_seconds,
     ratio,
     start_etcd,
+    tree_env,
 )
 
 
@@ -43,7 +43,7 @@ def measure(tree: Path, workers: int, seconds: float, settle: float, work_dir: P
     etcd = start_etcd(work_dir / "etcd")
     try:
         apiserver = Apiserver(work_dir / "apiserver", "etcd", [etcd.endpoint], workers=workers)
-        apiserver.env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}:{tree}"}
+        apiserver.env = tree_env(tree)
         apiserver.start()
         try:
             time.sleep(settle)
@@ -84,12 +84,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    trees: list[tuple[str, Path]] = []
-    for spec in args.tree or [f"this={REPO_ROOT}"]:
-        label, sep, path = spec.partition("=")
-        if not sep or not (Path(path) / "src" / "ephemera").is_dir():
-            parser.error(f"--tree {spec!r}: expected LABEL=DIR with DIR/src/ephemera")
-        trees.append((label, Path(path).resolve()))
+    trees = parse_trees(parser, args.tree)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-apiserver-idle-") as scratch:
         for round_ in range(1, args.rounds + 1):

@@ -13,6 +13,7 @@ Times are seconds internally (`time.perf_counter`); tables show milliseconds.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import importlib.util
@@ -199,6 +200,23 @@ class EtcdRequestCounter:
         after = self.snapshot()
         return {method: after[method] - before.get(method, 0.0) for method in after
                 if after[method] > before.get(method, 0.0)}
+
+
+def parse_trees(parser: argparse.ArgumentParser, specs: Sequence[str]) -> list[tuple[str, Path]]:
+    """`--tree LABEL=DIR` arguments (frozen copies of commits, `DIR/src/ephemera` present) as
+    (label, resolved dir); none given: this checkout, labelled `this`."""
+    trees: list[tuple[str, Path]] = []
+    for spec in specs or [f"this={REPO_ROOT}"]:
+        label, sep, path = spec.partition("=")
+        if not sep or not (Path(path) / "src" / "ephemera").is_dir():
+            parser.error(f"--tree {spec!r}: expected LABEL=DIR with DIR/src/ephemera")
+        trees.append((label, Path(path).resolve()))
+    return trees
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment of a process run from `tree` (its `src` first on PYTHONPATH)."""
+    return {**os.environ, "PYTHONPATH": f"{tree / 'src'}:{tree}"}
 
 
 def ratio(numerator: float, denominator: float) -> float:
