@@ -11,11 +11,12 @@ etcd answers creates in the order they were sent, which is how a created respons
 watch (`Watch`), as etcd's own client pairs them.
 
 Why not gRPC's Python library for this call: it reads a stream on threads (a channel thread,
-then the caller's), which then hand each message to the loop; in an apiserver worker busy
-serving, those threads cost 0.3 ms of CPU per event received, for what takes about 0.07 ms
-when the loop reads the socket and parses all that arrived in one callback
-(docs/benchmarks.md, "The watch stream on the event loop"). Through `grpc.aio` the loop was
-not the cost but the latency: one message per loop iteration. The unary calls (Range, Txn,
+then the caller's), which then hand each message to the loop; in an apiserver worker
+following another's writes, those threads used about 0.3 ms of CPU per event, where one
+process's loop reading the socket itself parses an event in about 0.07 ms, and a following
+worker now pays a quarter less per write in all (docs/benchmarks.md, "The watch stream on
+the event loop"; `bench/apiserver_follow.py`). Through `grpc.aio` the loop was not the cost
+but the latency: one message per loop iteration. The unary calls (Range, Txn,
 LeaseGrant) stay on `grpc.aio`.
 """
 
