@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,37 @@ async def test_a_timer_that_fires_early_is_waited_again_not_taken_for_the_limit(
     await asyncio.sleep(0.005)
     assert not first.done()
     assert await asyncio.wait_for(first, 2) == Progress(4)
+
+
+async def test_items_one_at_a_time_cost_no_timer_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer waiting for items pushed one at a time keeps one idle timer for all its
+    waits, not one a wait (a timer a watch event, for every watcher, was measurable)."""
+    loop = asyncio.get_running_loop()
+    timers = 0
+    call_at = loop.call_at
+
+    def counting_call_at(when: float, callback: Any, *args: Any, **kwargs: Any
+                         ) -> asyncio.TimerHandle:
+        nonlocal timers
+        timers += 1
+        return call_at(when, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counting_call_at)
+    w = watcher()
+    received = []
+
+    async def consume() -> None:
+        async for item in w:
+            received.append(item)
+            if len(received) == 100:
+                return
+
+    consumer = asyncio.ensure_future(consume())
+    for revision in range(1, 101):
+        await asyncio.sleep(0)  # the consumer waits again before each push
+        w.push(event(revision))
+    async with asyncio.timeout(5):
+        await consumer
+    assert [item.revision for item in received] == list(range(1, 101))
+    assert timers <= 2
+    await w.close()

@@ -60,6 +60,9 @@ class BufferedWatcher(Watcher):
         self._replay: ReplayPage | None = None
         self._replayed: collections.deque[Event] = collections.deque()
         self._last_sent = time.monotonic()
+        # wakes a waiting consumer when it has been idle long enough (`_wake_by`)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline = math.inf
         # The highest revision handed to the consumer (events or progress).
         self.delivered_revision = after_revision
 
@@ -161,27 +164,34 @@ class BufferedWatcher(Watcher):
                 return self._deliver(item)
             self._wakeup.clear()
             now = time.monotonic()
-            timeout = self._last_sent + self.progress_interval - now
-            if timeout > 0:
+            idle_until = self._last_sent + self.progress_interval
+            if now < idle_until:
                 if until <= now:
-                    return False
-                try:
-                    async with asyncio.timeout(min(timeout, until - now)):
-                        await self._wakeup.wait()
-                    continue
-                except TimeoutError:
-                    pass
-            if self._buffer or self._closed or self._interrupted or self._error is not None:
-                continue
-            now = time.monotonic()
-            if now < self._last_sent + self.progress_interval:
-                if now >= until:
                     return False  # the caller's limit came first
-                # the timer fired a little early (the loop's clock), or an item went to
-                # the sink meanwhile: not idle that long yet
+                # Woken by a push, or by the timer (perhaps a little early, the loop's
+                # clock; or set for an earlier idle deadline): either way, look again.
+                self._wake_by(min(idle_until, until))
+                await self._wakeup.wait()
                 continue
             revision = max(self._progress_revision(), self.delivered_revision)
             return self._deliver(Progress(revision))
+
+    def _wake_by(self, deadline: float) -> None:
+        """Make sure the consumer is woken by `deadline` (monotonic time). One timer serves
+        many waits: a wait that ends with an item leaves it set, and the next wait keeps it
+        unless it needs an earlier one, so an item costs no timer of its own; a timer that
+        fires for a deadline since moved on wakes the consumer once, for nothing."""
+        if self._timer is not None and self._timer_deadline <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_deadline = deadline
+        self._timer = asyncio.get_running_loop().call_later(
+            max(0.0, deadline - time.monotonic()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._wakeup.set()
 
     def take_ready(self, limit: int) -> list[Event | Progress]:
         """See `Watcher.take_ready`: the replayed history already fetched, then the buffer;
@@ -230,6 +240,9 @@ class BufferedWatcher(Watcher):
         self._buffer.clear()
         self._replayed.clear()
         self._replay = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._wakeup.set()
         if self._on_close is not None:
             result = self._on_close(self)
