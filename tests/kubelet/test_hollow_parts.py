@@ -5,11 +5,22 @@ the allocation checkpoint lives in memory."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
+from pathlib import Path
+
+from ephemera.client.api import ApiClient
+from ephemera.client.kubeconfig import ClientConfig
 from ephemera.kubelet.hollow import (
+    HEARTBEAT_TICK,
     HOLLOW_COMMAND,
+    HollowConfig,
     HollowImages,
+    HollowNodes,
     HollowRuntime,
     MemoryCheckpoint,
+    _Gate,
 )
 from ephemera.kubelet.runtime.base import ContainerConfig, ContainerState, SandboxConfig
 
@@ -50,3 +61,29 @@ def test_the_checkpoint_lives_in_memory() -> None:
     assert checkpoint.load() == {"u": {"metadata": {"uid": "u"}}}
     checkpoint.remove()
     assert checkpoint.load() == {}
+
+
+async def test_heartbeats_due_within_a_tick_go_at_one_wakeup(tmp_path: Path) -> None:
+    """A hundred Leases at random phases of a two-second interval: the fifty or so due in the
+    first second are renewed in at most one group a `HEARTBEAT_TICK` (about twenty), not at
+    a wakeup each (about fifty)."""
+    config = HollowConfig(count=100, root_dir=tmp_path, lease_renew_interval=2.0)
+    api = ApiClient(ClientConfig(server="https://127.0.0.1:1"))  # never called here
+    nodes = HollowNodes(api, config)
+    renewed: list[float] = []
+
+    async def renew(node: object, gate: object) -> None:
+        renewed.append(time.monotonic())
+
+    nodes._renew = renew
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(nodes._heartbeats(
+        stop, ("lease",), _Gate(config.heartbeat_qps, config.heartbeat_concurrency)))
+    await asyncio.sleep(1.0)
+    stop.set()
+    await running
+    await api.close()
+    assert len(renewed) >= 30, len(renewed)
+    wakeups = 1 + sum(1 for a, b in itertools.pairwise(renewed) if b - a > 0.001)
+    assert HEARTBEAT_TICK == 0.05
+    assert wakeups <= 23, wakeups  # 1 s / 50 ms, and the ends
