@@ -34,14 +34,15 @@ from bench.common import (
     Apiserver,
     child_pids,
     format_number,
-    log,
     machine_description,
     markdown_table,
+    measure_trees,
     parse_trees,
     process_cpu_seconds,
     ratio,
     start_etcd,
     tree_env,
+    trees_report,
 )
 from bench.scale import _pod
 
@@ -134,27 +135,17 @@ def main() -> None:
     if args.rate <= 0:
         parser.error("--rate must be positive")
     trees = parse_trees(parser, args.tree)
-    results = []
     with tempfile.TemporaryDirectory(prefix="bench-apiserver-follow-") as scratch:
-        for round_ in range(1, args.rounds + 1):
-            order = trees if round_ % 2 else list(reversed(trees))
-            for label, tree in order:
-                work_dir = Path(scratch) / f"{round_}-{label}"
-                measured = measure(tree, args.workers, args.seconds, args.rate,
-                                   args.settle_seconds, work_dir)
-                log(f"round {round_}, {label}: {measured}")
-                results.append({"round": round_, "tree": label, **measured})
+        results = measure_trees(
+            trees, args.rounds, Path(scratch),
+            lambda tree, work_dir: measure(tree, args.workers, args.seconds, args.rate,
+                                           args.settle_seconds, work_dir))
         machine = machine_description(Path(scratch))
-    results.sort(key=lambda r: (r["round"], [label for label, _ in trees].index(r["tree"])))
     print(table(results))
     if args.json is not None:
-        if args.tree:  # the checkout's commit is the benchmark's, not the trees'
-            machine["ephemera"] += "; trees measured: " + ", ".join(args.tree)
-        report = {"benchmark": "apiserver_follow",
-                  "command": "python -m bench.apiserver_follow " + " ".join(sys.argv[1:]),
-                  "machine": machine, "workers": args.workers, "rate": args.rate,
-                  "seconds": args.seconds, "trees": {label: str(tree) for label, tree in trees},
-                  "results": results}
+        report = trees_report("apiserver_follow", sys.argv[1:], machine, trees, args.tree,
+                              workers=args.workers, rate=args.rate, seconds=args.seconds,
+                              results=results)
         args.json.write_text(json.dumps(report, indent=1) + "\n")
 
 

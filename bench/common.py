@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +212,37 @@ def parse_trees(parser: argparse.ArgumentParser, specs: Sequence[str]) -> list[t
             parser.error(f"--tree {spec!r}: expected LABEL=DIR with DIR/src/ephemera")
         trees.append((label, Path(path).resolve()))
     return trees
+
+
+def measure_trees(trees: Sequence[tuple[str, Path]], rounds: int, scratch: Path,
+                  measure: Callable[[Path, Path], dict[str, Any]]) -> list[dict[str, Any]]:
+    """`measure(tree, work_dir)` for every tree, round after round, the order reversed every
+    other round so that no tree always goes first; the results (with `round` and `tree`) in
+    round order, the trees in their given order within a round."""
+    results = []
+    for round_ in range(1, rounds + 1):
+        order = trees if round_ % 2 else list(reversed(trees))
+        for label, tree in order:
+            measured = measure(tree, scratch / f"{round_}-{label}")
+            log(f"round {round_}, {label}: {measured}")
+            results.append({"round": round_, "tree": label, **measured})
+    labels = [label for label, _ in trees]
+    results.sort(key=lambda r: (r["round"], labels.index(r["tree"])))
+    return results
+
+
+def trees_report(benchmark: str, argv: Sequence[str], machine: dict[str, str],
+                 trees: Sequence[tuple[str, Path]], tree_args: Sequence[str],
+                 **fields: Any) -> dict[str, Any]:
+    """The JSON report of a side-by-side benchmark: its command, the machine (naming the
+    trees measured when they are not this checkout), `fields`, the trees."""
+    if tree_args:  # the checkout's commit is the benchmark's, not the trees'
+        machine = {**machine, "ephemera": machine["ephemera"] + "; trees measured: "
+                   + ", ".join(tree_args)}
+    return {"benchmark": benchmark,
+            "command": f"python -m bench.{benchmark} " + " ".join(argv),
+            "machine": machine, **fields,
+            "trees": {label: str(tree) for label, tree in trees}}
 
 
 def tree_env(tree: Path) -> dict[str, str]:
