@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,27 +192,26 @@ def test_log_rotates_by_size_and_keeps_backups(tmp_path: Path) -> None:
     assert oct(log_path.stat().st_mode & 0o777) == "0o600"
 
 
-def _write_shared(log_path: Path, writer: str, count: int) -> None:
-    log = AuditLog(log_path, max_size_bytes=2000, max_backups=0, shared=True)
-    for i in range(count):
-        log.write({"writer": writer, "i": i, "pad": "x" * 100})
-    log.close()
+WRITER = """
+import sys
+from pathlib import Path
+from ephemera.apiserver.audit import AuditLog
+log = AuditLog(Path(sys.argv[1]), max_size_bytes=2000, max_backups=0, shared=True)
+for i in range(150):
+    log.write({"writer": sys.argv[2], "i": i, "pad": "x" * 100})
+log.close()
+"""
 
 
 def test_shared_log_takes_whole_lines_from_processes_that_rotate_it(tmp_path: Path) -> None:
     """`apiserver --workers`: several processes append to one log and rotate it; every event
-    is kept once, whole, in each writer's order."""
-    import multiprocessing
-
+    is kept once, whole, in each writer's order. The writers are fresh interpreters: a fork
+    of this test process would inherit whatever gRPC threads earlier tests left running."""
     log_path = tmp_path / "audit.log"
-    context = multiprocessing.get_context("fork")
-    writers = [context.Process(target=_write_shared, args=(log_path, name, 150))
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(log_path), name])
                for name in ("a", "b", "c")]
     for process in writers:
-        process.start()
-    for process in writers:
-        process.join(60)
-        assert process.exitcode == 0
+        assert process.wait(60) == 0
     log = AuditLog(log_path, max_backups=0)
     files = [*log.backups(), log_path]
     log.close()

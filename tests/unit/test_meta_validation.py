@@ -217,23 +217,41 @@ def test_now_rfc3339_is_the_current_second() -> None:
     assert len(stamp) == len("2026-12-01T00:00:00Z") and stamp.endswith("Z")
 
 
-def test_generated_names_differ_between_forked_workers() -> None:
-    """Apiserver workers are processes: each must draw its own names after the fork, or two
-    workers would answer two generateName creates with the same name."""
-    import multiprocessing
+FORKED_NAMES = """
+import json, multiprocessing
+from ephemera.api.meta import generate_name
 
-    from ephemera.api.meta import GENERATE_NAME_ALPHABET, generate_name
+def names(results):
+    results.put([generate_name("web-") for _ in range(5)])
 
+if __name__ == "__main__":
     generate_name("web-")  # the parent has drawn before it forks, as a serving process has
     context = multiprocessing.get_context("fork")
     results = context.SimpleQueue()
-    children = [context.Process(target=_names, args=(results,)) for _ in range(2)]
+    children = [context.Process(target=names, args=(results,)) for _ in range(2)]
     for child in children:
         child.start()
     for child in children:
         child.join(30)
-        assert child.exitcode == 0
-    first, second = results.get(), results.get()
+        assert child.exitcode == 0, child.exitcode
+    print(json.dumps([results.get(), results.get()]))
+"""
+
+
+def test_generated_names_differ_between_forked_workers() -> None:
+    """Apiserver workers are processes: each must draw its own names after the fork, or two
+    workers would answer two generateName creates with the same name. The forking parent is a
+    fresh interpreter, as an apiserver is before it forks: a fork of this test process would
+    inherit whatever gRPC threads earlier tests left running."""
+    import json
+    import subprocess
+    import sys
+
+    from ephemera.api.meta import GENERATE_NAME_ALPHABET, generate_name
+
+    out = subprocess.run([sys.executable, "-c", FORKED_NAMES], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    first, second = json.loads(out)
     assert first != second
     for name in first + second:
         assert name.startswith("web-") and len(name) == len("web-") + 5
@@ -241,8 +259,3 @@ def test_generated_names_differ_between_forked_workers() -> None:
     long = generate_name("x" * 70)
     assert long.startswith("x" * 58) and len(long) == 63
 
-
-def _names(results: Any) -> None:
-    from ephemera.api.meta import generate_name
-
-    results.put([generate_name("web-") for _ in range(5)])
