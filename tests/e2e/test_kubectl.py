@@ -271,6 +271,17 @@ def test_errors_for_missing_and_invalid_objects(kubectl: Kubectl) -> None:  # no
         'cannot be handled as a Pod: strict decoding error: unknown field '
         '"spec.containers[0].imagePolicy"')
 
+    # A kind no OpenAPI v3 document names: kubectl validates it against the protobuf
+    # `/openapi/v2`, finds no schema, and the REST mapping's error is what it prints.
+    for api_version, kind in (("v1", "Pood"), ("example.com/v1", "Widget")):
+        mapped = kubectl("apply", "-f", "-", check=False, input=yaml.safe_dump({
+            "apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}))
+        assert mapped.returncode == 1
+        assert mapped.stderr.splitlines() == [
+            f'error: resource mapping not found for name: "x" namespace: "" from "STDIN": '
+            f'no matches for kind "{kind}" in version "{api_version}"',
+            "ensure CRDs are installed first"], mapped.stderr
+
 
 def test_delete_namespace_removes_its_contents(kubectl: Kubectl) -> None:  # noqa: F811
     doomed = f"{kubectl.namespace}-doomed"

@@ -16,6 +16,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from apiserver_fixtures import TABLE_ACCEPT, Api, pod
 
+from ephemera.apiserver import openapiproto
 from ephemera.apiserver.app import ApiserverConfig, create_app
 from ephemera.apiserver.authn import Authenticator, UserInfo
 from ephemera.apiserver.server import serve
@@ -83,12 +84,23 @@ async def test_openapi_routes(api: Api) -> None:
     assert status == 200 and doc["openapi"].startswith("3.")
     status, _ = await api.get("/openapi/v3/apis/coordination.k8s.io/v1")
     assert status == 200
-    status, _ = await api.get(
-        "/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0"
-                                          "+protobuf"})
-    assert status == 404
     status, v2 = await api.get("/openapi/v2", headers={"Accept": "application/json"})
     assert status == 200 and v2["swagger"] == "2.0"
+    # kubectl asks for protobuf alone: gnostic's Document, the same definitions.
+    response = await api.client.get("/openapi/v2", headers={
+        "Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+    assert response.status == 200
+    assert response.headers["Content-Type"] == \
+        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    document = openapiproto.decode(await response.read())
+    assert document.swagger == "2.0"
+    definitions = {named.name: named.value for named in document.definitions.additional_properties}
+    assert set(definitions) == set(v2["definitions"])
+    pod = definitions["io.k8s.api.core.v1.Pod"]
+    assert [(e.name, json.loads(e.value.yaml)) for e in pod.vendor_extension] == [
+        ("x-kubernetes-group-version-kind", [{"group": "", "kind": "Pod", "version": "v1"}])]
+    assert pod.properties.additional_properties[0].name == "apiVersion"
+    assert {named.name for named in document.paths.path} == set(v2["paths"])
 
 
 async def test_health_endpoints(api: Api) -> None:

@@ -34,11 +34,13 @@ from ephemera.apiserver import (
     discovery,
     nodeproxy,
     openapi,
+    openapiproto,
     podproxy,
     scale,
     serviceproxy,
     tokenrequest,
 )
+from ephemera.apiserver.accept import parse_accept
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
 from ephemera.apiserver.admissioncontext import RegistryAdmissionContext
 from ephemera.apiserver.audit import AuditFilter, annotate_authorization
@@ -339,6 +341,17 @@ def not_found_path() -> StatusError:
     return StatusError(404, "NotFound", "the server could not find the requested resource")
 
 
+def _wants_openapi_protobuf(accept: str | None) -> bool:
+    """Whether the client's most preferred type `/openapi/v2` serves is the protobuf one
+    (kubectl asks for it alone); JSON otherwise, as for a missing or `*/*` Accept."""
+    for media in parse_accept(accept):
+        if media.mime in openapiproto.CONTENT_TYPES:
+            return True
+        if media.matches_json():
+            return False
+    return False
+
+
 @web.middleware
 async def clean_path_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """A path with an empty, `.` or `..` segment inside it is not found, before anything
@@ -494,9 +507,9 @@ class Router:
 
     def _openapi(self, request: web.Request, segments: list[str]) -> web.Response:
         if len(segments) == 2 and segments[1] == "v2":
-            accept = request.headers.get("Accept", "")
-            if "protobuf" in accept and "json" not in accept:
-                raise not_found_path()  # kubectl tolerates a 404 here, not JSON
+            if _wants_openapi_protobuf(request.headers.get("Accept")):
+                return self._get_only(request, openapi.openapi_v2_protobuf_bytes(),
+                                      openapiproto.CONTENT_TYPE)
             return self._get_only(request, openapi.openapi_v2_document_bytes())
         if len(segments) >= 2 and segments[1] == "v3":
             if len(segments) == 2:

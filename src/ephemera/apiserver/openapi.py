@@ -8,7 +8,9 @@
   `paths` of every served resource, with `x-kubernetes-group-version-kind`, the
   `fieldValidation` query parameter and the patch content types, which is what kubectl's
   validation, client-side apply (strategic merge patch) and explain read.
-- `/openapi/v2`: `openapi_v2_document()`, the same in Swagger 2.0 (JSON).
+- `/openapi/v2`: `openapi_v2_document()`, the same in Swagger 2.0 (JSON), and
+  `openapi_v2_protobuf_bytes()`, that document as gnostic's protobuf (`openapiproto`), which is
+  what kubectl asks for.
 
 Everything here is pure and computed once per set of served resources (the custom
 resources of CRDs change it: `ephemera.apiserver.resources.generation`): the `*_bytes`
@@ -24,6 +26,7 @@ from functools import cache
 from typing import Any
 
 from ephemera.api import schema
+from ephemera.apiserver import openapiproto
 from ephemera.apiserver.resources import (
     Resource,
     by_group_version,
@@ -288,6 +291,7 @@ def _fresh() -> None:
         _v3_document_bytes.cache_clear()
         _v3_index_bytes.cache_clear()
         _v2_document_bytes.cache_clear()
+        _v2_protobuf_bytes.cache_clear()
         _cached_generation = current
 
 
@@ -596,8 +600,19 @@ def _v2_document_bytes() -> bytes:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
+def openapi_v2_protobuf_bytes() -> bytes:
+    """The Swagger 2.0 document as gnostic's protobuf (`openapiproto`): what kubectl asks
+    `/openapi/v2` for, to validate a manifest whose kind v3 does not name."""
+    _fresh()
+    return _v2_protobuf_bytes()
+
+
+@cache
+def _v2_protobuf_bytes() -> bytes:
+    return openapiproto.encode(json.loads(_v2_document_bytes()))
+
+
 def openapi_v2_document() -> dict[str, Any]:
-    """The Swagger 2.0 document of everything served (JSON; kubectl only asks for protobuf
-    here, and tolerates a 404 once v3 is served)."""
+    """The Swagger 2.0 document of everything served (JSON)."""
     result: dict[str, Any] = json.loads(openapi_v2_document_bytes())
     return result
