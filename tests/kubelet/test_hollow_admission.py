@@ -136,6 +136,12 @@ async def test_a_hollow_node_rejects_and_allocates_as_the_kubelet_does(tmp_path:
         assert outcomes["w-hollow"][1][2].startswith(
             "Node didn't have enough resource: ephemeral-storage, ")
         assert outcomes["w-hollow"][2][:2] == ("Normal", "SuccessfulAllocation")
+        # The kubelet made its pods' directories; the hollow node, whose volumes and logs
+        # are never on disk, none (`WorkerSettings.pod_dirs`, off whatever it was given).
+        assert FAST.pod_dirs
+        uid = (await h.api.get(resource_path("pods", "default", "w-kubelet")))["metadata"]["uid"]
+        assert any(path.name == uid for path in tmp_path.rglob("*") if path.is_dir())
+        assert not [path for path in (tmp_path / "hollow").rglob("*") if path.is_dir()]
 
 
 async def test_a_killed_hollow_node_counts_the_restart(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ changes whole through it (`SuccessfulAllocation` / `FailedAllocation` Events), a
 through the real pod workers (`podworkers`, `podactions`: sandbox, containers, restarts,
 KEP-6395 actuation, termination), the real volume manager (desired/actual state, the
 reconciler, `volumeStatuses` `Pending` -> `HostMounted` -> `Unmounting`) with volume plugins
-that set nothing up on disk (`HollowVolumePlugin`), the real status manager, and the fake
+that set nothing up on disk (`HollowVolumePlugin`; nor do the workers make pod or log
+directories: `WorkerSettings.pod_dirs`), the real status manager, and the fake
 runtime (`runtime.fake`, in memory; pods get addresses from the Node's `spec.podCIDR` once
 a status check has seen it). Containers run until stopped, or `pod_lifetime`
 seconds when set (then exit 0: `Always` pods restart, counted in `restartCount`; `Never` and
@@ -60,7 +61,7 @@ import random
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,7 @@ class HollowConfig:
     # `spec.podCIDR`, learnt by listing the Nodes every `pod_cidr_poll` seconds meanwhile.
     wait_for_pod_cidr: bool = False
     pod_cidr_poll: float = 1.0
+    # (`pod_dirs` is off whatever is given: `HollowNode`.)
     settings: WorkerSettings = field(default_factory=lambda: WorkerSettings(
         resync_period=60.0, relist_period=5.0))
 
@@ -328,7 +330,8 @@ class HollowNode:
             status=self.status, events=self.events, root_dir=self.root_dir, node_name=name,
             host_ip=config.node_ip, get_configmap=self.get_configmap,
             get_secret=self.get_secret, node_allocatable=self.node_allocatable,
-            settings=config.settings, on_volumes_changed=self._volumes_changed,
+            settings=replace(config.settings, pod_dirs=False),
+            on_volumes_changed=self._volumes_changed,
             offload=run_inline))
         self.workers.on_worker_done = self._worker_done
         self.pod_admission.workers = self.workers

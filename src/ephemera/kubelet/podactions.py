@@ -856,7 +856,8 @@ class PodRuntime:
             return await self._start_failed(name, init, "CreateContainerError",
                                             "no command specified")
         log_path = container_log_path(deps.root_dir, pod, name, attempt)
-        await deps.offload(log_path.parent.mkdir, parents=True, exist_ok=True)
+        if deps.settings.pod_dirs:
+            await deps.offload(log_path.parent.mkdir, parents=True, exist_ok=True)
         config = ContainerConfig(
             name=name, attempt=attempt, image=str(container.get("image") or ""),
             image_id=image.id, rootfs_layers=tuple(image.layers), argv=tuple(argv),

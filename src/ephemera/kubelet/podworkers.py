@@ -265,7 +265,7 @@ class PodWorker:
         pod_runtime = self.pod_runtime
         if not self.storage_ready:
             await self._prepare_storage()
-        if not self._dirs_exist():  # two stats; a thread only to make them
+        if deps.settings.pod_dirs and not self._dirs_exist():  # two stats; a thread to make
             await deps.offload(self._ensure_dirs)
         self._report_volume_errors()
         if not self.volumes_ready and not await self._wait_volumes():
@@ -570,7 +570,7 @@ class PodWorker:
                 log.warning("releasing the storage of pod %s: %s; retrying",
                             format_pod(self.pod), err)
                 return deps.settings.retry_delay
-        if not await asyncio.to_thread(self._remove_dirs):
+        if deps.settings.pod_dirs and not await asyncio.to_thread(self._remove_dirs):
             return deps.settings.retry_delay
         if not self.removed:
             md = metadata(self.pod)

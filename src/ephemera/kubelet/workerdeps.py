@@ -99,6 +99,10 @@ class WorkerSettings:
     # DynamicVolumeHotPlug: `NotRequired` containers get mount changes while they run (off:
     # they are restarted as for `RestartContainer`).
     hot_plug: bool = True
+    # Each pod's directory and container log directories on disk, made before its first
+    # sync and removed at its end (off for hollow nodes, whose volumes and logs are never on
+    # disk: those mkdirs cost a hollow pod 13-32% of its CPU, docs/benchmarks.md).
+    pod_dirs: bool = True
 
 
 @dataclass
