@@ -283,6 +283,18 @@ def test_errors_for_missing_and_invalid_objects(kubectl: Kubectl) -> None:  # no
             "ensure CRDs are installed first"], mapped.stderr
 
 
+def test_debug_says_ephemeral_containers_are_not_served(kubectl: Kubectl) -> None:  # noqa: F811
+    """`kubectl debug` PATCHes `pods/NAME/ephemeralcontainers`, which ephemera does not serve:
+    kubectl tells that 404 from a missing pod's by its empty `details`, as upstream's."""
+    kubectl("create", "-f", WEB)
+    debug = kubectl("debug", "web", "--image=busybox", "--profile=general", "--", "true",
+                    check=False)
+    assert debug.returncode == 1
+    assert debug.stderr.strip() == (
+        'error: ephemeral containers are disabled for this cluster (error from server: '
+        '"the server could not find the requested resource")'), debug.stderr
+
+
 def test_delete_namespace_removes_its_contents(kubectl: Kubectl) -> None:  # noqa: F811
     doomed = f"{kubectl.namespace}-doomed"
     kubectl("create", "namespace", doomed)

@@ -39,7 +39,7 @@ async def test_unknown_paths_are_404_status(api: Api, path: str) -> None:
     assert status == 404
     assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": "the server could not find the requested resource",
-                    "reason": "NotFound", "code": 404}
+                    "reason": "NotFound", "details": {}, "code": 404}
 
 
 @pytest.mark.parametrize(("method", "path"), [

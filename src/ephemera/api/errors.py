@@ -50,7 +50,7 @@ class StatusError(Exception):
         }
         if self.reason:  # upstream's `reason` is omitempty: an unknown reason is left out
             body["reason"] = self.reason
-        if self.details:
+        if self.details is not None:  # upstream's `details` pointer: `{}` when set but empty
             body["details"] = self.details
         body["code"] = self.code
         return body

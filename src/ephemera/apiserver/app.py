@@ -338,7 +338,11 @@ async def _status(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 def not_found_path() -> StatusError:
-    return StatusError(404, "NotFound", "the server could not find the requested resource")
+    """upstream's 404 for a path nothing serves: `NewNotFound` of no resource, whose empty
+    `details` kubectl reads (`kubectl debug` tells an unserved subresource by its empty
+    name; without `details` it dereferences nil)."""
+    return StatusError(404, "NotFound", "the server could not find the requested resource",
+                       {})
 
 
 def _wants_openapi_protobuf(accept: str | None) -> bool:
