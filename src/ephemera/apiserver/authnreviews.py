@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ephemera.api import errors, fieldvalidation, meta
 from ephemera.apiserver.authn import Authenticator, UserInfo
-from ephemera.apiserver.body import decode_object, read_body
+from ephemera.apiserver.body import check_object_content_type, decode_object, read_body
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import check_kind, dry_run, request_user, respond
 
@@ -42,6 +42,7 @@ def user_info_json(user: UserInfo | None) -> dict[str, Any]:
 
 async def _read(request: web.Request, resource: Resource, max_body_bytes: int
                 ) -> tuple[dict[str, Any], list[str]]:
+    check_object_content_type(request)
     body = await read_body(request, max_body_bytes)
     obj, duplicates = decode_object(body, resource.kind)
     check_kind(obj, resource.api_version, resource.kind)

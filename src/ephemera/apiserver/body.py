@@ -1,7 +1,9 @@
 """Request bodies: read them (chunked or not, with or without a Content-Type) under a size
-cap (413 beyond it), and decode JSON, YAML or Kubernetes protobuf whatever the Content-Type
-says, with upstream's messages for a body that is not an object (`the object provided is
-unrecognized ...`)."""
+cap (413 beyond it), refuse an object body whose Content-Type names a format not read (415,
+`check_object_content_type`), and decode JSON, YAML or Kubernetes protobuf by what the body
+is (a JSON Content-Type on YAML bytes included, as kubectl's `--raw` and YAML-sending
+clients need), with upstream's messages for a body that is not an object (`the object
+provided is unrecognized ...`)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,24 @@ from ephemera.api.patch import go_json_error
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 # The body `read_body` read, kept on the request for the audit log's `requestObject`.
 RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw-body", bytes)
+
+
+# The formats an object's body is read in, as upstream's serializers list them in a 415 (a
+# custom resource's: no protobuf).
+OBJECT_MEDIA_TYPES = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf")
+
+
+def check_object_content_type(request: web.Request, *, custom: bool = False) -> None:
+    """415 UnsupportedMediaType for an object body whose Content-Type names a format the
+    apiserver does not read (`text/plain`, a form), as upstream's input negotiation answers.
+    A missing Content-Type reads the body as what it is (kubectl's `create --raw` sends none;
+    `decode_object`); patches have their own types (`errors.unsupported_media_type`)."""
+    media = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    accepted = OBJECT_MEDIA_TYPES[:2] if custom else OBJECT_MEDIA_TYPES
+    if media and media not in accepted:
+        raise errors.StatusError(
+            415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+            f"accepted media types include: {', '.join(accepted)}")
 
 
 async def read_body(request: web.Request, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:

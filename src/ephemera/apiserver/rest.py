@@ -29,6 +29,7 @@ from ephemera.apiserver import tables
 from ephemera.apiserver.accept import parse_accept
 from ephemera.apiserver.body import (
     DecodeError,
+    check_object_content_type,
     decode_document,
     decode_object,
     read_body,
@@ -331,6 +332,7 @@ class RestHandlers:
         an update of a built-in object (`target`), the watch cache's copy of it, however
         old (every stored version passed these checks), spares walking the unchanged
         parts of the body; a custom resource's schema may have changed since."""
+        check_object_content_type(request, custom=res.custom)
         body = await read_body(request, self.max_body_bytes)
         obj, duplicates = decode_object(body, res.kind)
         check_kind(obj, res.api_version, res.kind, res.custom)
@@ -561,6 +563,7 @@ class RestHandlers:
         body = await read_body(request, self.max_body_bytes)
         data: dict[str, Any] = {}
         if body.strip():
+            check_object_content_type(request)
             data, _ = decode_object(body, "DeleteOptions")
         return delete_options_of(request, data)
 
@@ -569,6 +572,7 @@ class RestHandlers:
         deleted with the Eviction's `deleteOptions`. PodDisruptionBudgets are not served, so
         no budget refuses an eviction (upstream's answer when none selects the pod): 201 and
         a Success Status, as upstream's create handler gives it."""
+        check_object_content_type(request)
         body = await read_body(request, self.max_body_bytes)
         eviction, _ = decode_object(body, "Eviction")
         version = eviction.get("apiVersion")
@@ -633,6 +637,7 @@ class RestHandlers:
 
     async def bind(self, request: web.Request, target: Target) -> web.Response:
         res = target.resource
+        check_object_content_type(request)
         body = await read_body(request, self.max_body_bytes)
         binding, duplicates = decode_object(body, "Binding")
         check_kind(binding, "v1", "Binding")

@@ -20,7 +20,7 @@ from aiohttp import web
 from ephemera.api import errors, meta, patch
 from ephemera.api.errors import StatusError
 from ephemera.apiserver import customscale
-from ephemera.apiserver.body import decode_object, read_body
+from ephemera.apiserver.body import check_object_content_type, decode_object, read_body
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import (
@@ -85,6 +85,8 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
     if is_patch and content_type == PATCH_APPLY:
         raise StatusError(415, "UnsupportedMediaType",
                           "server-side apply of the scale subresource is not supported")
+    if not is_patch:
+        check_object_content_type(request)
     body = await read_body(request, max_body_bytes)
     options_kind = "PatchOptions" if is_patch else "UpdateOptions"
     dry = dry_run(request.query.getall("dryRun", []), options_kind)

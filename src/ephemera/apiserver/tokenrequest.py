@@ -23,7 +23,7 @@ from aiohttp import web
 from ephemera.api import errors, field, fieldvalidation, meta
 from ephemera.api.errors import StatusError
 from ephemera.api.goformat import go_quote
-from ephemera.apiserver.body import decode_object, read_body
+from ephemera.apiserver.body import check_object_content_type, decode_object, read_body
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import core_resource
 from ephemera.apiserver.rest import check_kind, dry_run, request_user, respond
@@ -71,6 +71,7 @@ async def create_token(request: web.Request, registry: Registry, issuer: TokenIs
                        max_body_bytes: int) -> web.Response:
     if issuer is None:
         raise errors.not_found(SERVICE_ACCOUNTS.plural, name)  # no signing key configured
+    check_object_content_type(request)
     body = await read_body(request, max_body_bytes)
     token_request, duplicates = decode_object(body, KIND)
     check_kind(token_request, API_VERSION, KIND)
