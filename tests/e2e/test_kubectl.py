@@ -295,6 +295,20 @@ def test_debug_says_ephemeral_containers_are_not_served(kubectl: Kubectl) -> Non
         '"the server could not find the requested resource")'), debug.stderr
 
 
+def test_as_another_user(kubectl: Kubectl) -> None:  # noqa: F811
+    """`--as`/`--as-group`: the admin may impersonate, and the request is then served as the
+    user named (who may list nothing here)."""
+    who = rows(kubectl("auth", "whoami", "--as=jane", "--as-group=devs").stdout)
+    assert who["Username"] == ["Username", "jane"]
+    assert who["Groups"] == ["Groups", "[devs system:authenticated]"]
+    denied = kubectl("get", "pods", "--as=jane", check=False)
+    assert denied.returncode == 1
+    assert denied.stderr.strip() == (
+        'Error from server (Forbidden): pods is forbidden: User "jane" cannot list resource '
+        f'"pods" in API group "" in the namespace "{kubectl.namespace}"')
+    assert kubectl("auth", "can-i", "list", "pods", "--as=jane", check=False).stdout == "no\n"
+
+
 def test_delete_namespace_removes_its_contents(kubectl: Kubectl) -> None:  # noqa: F811
     doomed = f"{kubectl.namespace}-doomed"
     kubectl("create", "namespace", doomed)

@@ -167,6 +167,18 @@ def test_event_levels_decide_what_is_carried() -> None:
     assert body["metadata"]["managedFields"] == [{}]  # the caller's object is untouched
 
 
+def test_an_impersonated_request_names_both_users() -> None:
+    record = AuditRecord(resource("list", "pods"), Decision("Metadata"), "/api/v1/pods")
+    assert "impersonatedUser" not in record.event("RequestReceived")
+    record.impersonated_user = UserInfo("jane", ("system:authenticated",))
+    event = record.event("ResponseComplete", code=200)
+    assert event["user"]["username"] == "kubernetes-admin"
+    assert event["impersonatedUser"] == {"username": "jane",
+                                         "groups": ["system:authenticated"]}
+    keys = list(event)
+    assert keys.index("impersonatedUser") == keys.index("user") + 1
+
+
 def test_failed_request_keeps_the_status_message() -> None:
     record = AuditRecord(resource("update", "pods", "dynamic"), Decision("Metadata"), "/x")
     event = record.event("ResponseComplete", code=403, status={

@@ -43,6 +43,7 @@ from ephemera.apiserver import (
 from ephemera.apiserver.accept import parse_accept
 from ephemera.apiserver.admission import AdmissionPlugin, AdmissionSettings, build_chain
 from ephemera.apiserver.admissioncontext import RegistryAdmissionContext
+from ephemera.apiserver.audit import RECORD as AUDIT_RECORD
 from ephemera.apiserver.audit import AuditFilter, annotate_authorization
 from ephemera.apiserver.authn import ANONYMOUS, InvalidCredentials
 from ephemera.apiserver.authz import Attributes, Decision, forbidden_message
@@ -51,9 +52,10 @@ from ephemera.apiserver.authz.modes import (
     DEFAULT_WITHOUT_AUTHENTICATION,
     Authorization,
 )
-from ephemera.apiserver.authz.requestinfo import attributes_of
+from ephemera.apiserver.authz.requestinfo import ATTRIBUTES, attributes_of
 from ephemera.apiserver.authz.reviews import Reviews, is_review
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
+from ephemera.apiserver.impersonation import impersonate
 from ephemera.apiserver.informers import ObjectCache
 from ephemera.apiserver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ephemera.apiserver.metrics import METRICS, ApiserverMetrics, metrics_middleware
@@ -213,11 +215,13 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     admission.set_context(RegistryAdmissionContext(registry, objects=objects,
                                                    namespaces=lifecycle.cache))
     router = Router(registry, lifecycle, config, authorization)
+    # upstream's order: authentication, audit, impersonation, priority, authorization
     middlewares = [metrics_middleware, status_middleware, clean_path_middleware,
-                   router.authentication, router.authorization]
-    if config.audit is not None:  # after authentication, before authorization: upstream's
-        middlewares.insert(4, config.audit.middleware)
-    middlewares.insert(-1, priority_middleware(config.priority))  # before authorization
+                   router.authentication]
+    if config.audit is not None:
+        middlewares.append(config.audit.middleware)
+    middlewares += [router.impersonation, priority_middleware(config.priority),
+                    router.authorization]
     app = web.Application(middlewares=middlewares,
                           client_max_size=config.max_body_bytes)
     app[REGISTRY] = registry
@@ -418,6 +422,26 @@ class Router:
                     raise errors.unauthorized()
                 user = ANONYMOUS
             request[USER] = user
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    @web.middleware
+    async def impersonation(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Upstream's impersonation filter (`impersonation`): `Impersonate-*` headers serve
+        the request as the user they name, each part authorized for the authenticated user
+        first (verb `impersonate`)."""
+        if any(name.lower().startswith("impersonate-") for name in request.headers):
+            user = request.get(USER) or ANONYMOUS
+            acting = await impersonate(request.headers, user,
+                                       lambda attributes: self._authorize(request, attributes))
+            if acting is not None:
+                request[USER] = acting
+                # what authorization and the handlers read (the audit filter computed and
+                # kept the request's attributes with the authenticated user)
+                request[ATTRIBUTES] = dataclasses.replace(attributes_of(request), user=acting)
+                record = request.get(AUDIT_RECORD)
+                if record is not None:
+                    record.impersonated_user = acting
         response: web.StreamResponse = await handler(request)
         return response
 

@@ -36,6 +36,7 @@ import yaml
 from aiohttp import web
 
 from ephemera.api.errors import StatusError
+from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authnreviews import user_info_json
 from ephemera.apiserver.authz import Attributes
 from ephemera.apiserver.authz.requestinfo import attributes_of
@@ -243,6 +244,7 @@ class AuditRecord:
     object_uid: str = ""
     object_resource_version: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
+    impersonated_user: UserInfo | None = None  # the user it was served as (`impersonation`)
 
     def event(self, stage: str, *, code: int | None = None, status: Mapping[str, Any] | None
               = None, request_object: Any = None, response_object: Any = None
@@ -252,8 +254,10 @@ class AuditRecord:
             "kind": "Event", "apiVersion": "audit.k8s.io/v1",
             "level": self.decision.level, "auditID": self.audit_id, "stage": stage,
             "requestURI": self.request_uri, "verb": attrs.verb, "user": user_info_json(attrs.user),
-            "sourceIPs": list(self.source_ips),
         }
+        if self.impersonated_user is not None:
+            event["impersonatedUser"] = user_info_json(self.impersonated_user)
+        event["sourceIPs"] = list(self.source_ips)
         if self.user_agent:
             event["userAgent"] = self.user_agent
         if attrs.resource_request:
