@@ -516,6 +516,39 @@ DESCRIPTIONS: dict[str, str] = {
     "Deployment.spec": "The wanted pods: how many, their template, and how a rollout goes.",
     "Deployment.status": "What the deployment controller last saw of the rollout.",
     "DeploymentList": "A list of deployments.",
+    "DeploymentSpec.replicas": "How many pods of the template to keep running (1 if unset).",
+    "DeploymentSpec.selector": "The labels that pick this deployment's pods; it must match "
+                               "the template's labels and cannot change once set.",
+    "DeploymentSpec.template": "The pod every replica is made from; changing it starts a "
+                               "rollout.",
+    "DeploymentSpec.strategy": "How old pods give way to new ones in a rollout: all at once "
+                               "(Recreate) or a few at a time (RollingUpdate, the default).",
+    "DeploymentSpec.minReadySeconds": "Seconds a new pod must stay ready, none of its "
+                                      "containers crashing, before it counts as available.",
+    "DeploymentSpec.revisionHistoryLimit": "How many old ReplicaSets to keep for "
+                                           "`kubectl rollout undo` (10 if unset).",
+    "DeploymentSpec.paused": "While true, changes to the template start no rollout.",
+    "DeploymentSpec.progressDeadlineSeconds": "Seconds a rollout may go without progress "
+                                              "before the Progressing condition turns False "
+                                              "(600 if unset).",
+    "DeploymentStrategy.type": "Recreate (stop every old pod, then start the new ones) or "
+                               "RollingUpdate (replace them gradually).",
+    "DeploymentStrategy.rollingUpdate": "The limits of a RollingUpdate; only with that type.",
+    "RollingUpdateDeployment.maxUnavailable": "How many of the wanted pods may be unavailable "
+                                              "during a rollout: a count or a percentage, "
+                                              "rounded down (25% if unset).",
+    "RollingUpdateDeployment.maxSurge": "How many pods beyond the wanted number may exist "
+                                        "during a rollout: a count or a percentage, rounded "
+                                        "up (25% if unset).",
+    "DeploymentStatus.replicas": "Pods of this deployment that exist, old and new.",
+    "DeploymentStatus.updatedReplicas": "Pods made from the current template.",
+    "DeploymentStatus.readyReplicas": "Pods whose Ready condition is True.",
+    "DeploymentStatus.availableReplicas": "Pods that have stayed ready as long as "
+                                          "minReadySeconds asks.",
+    "DeploymentStatus.unavailableReplicas": "Wanted pods that are not available yet.",
+    "DeploymentStatus.observedGeneration": "The generation of the spec the controller last "
+                                           "acted on.",
+    "DeploymentStatus.conditions": "Available and Progressing, with the reason of each.",
     "ReplicaSet": "Keeps a number of pods that match its selector running, made from its "
                   "template.",
     "ReplicaSet.spec": "How many pods, which ones count (selector), and the template.",

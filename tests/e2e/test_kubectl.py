@@ -244,6 +244,11 @@ def test_api_resources_and_explain(kubectl: Kubectl) -> None:  # noqa: F811
     assert re.search(r"^  hostPhase\t<string>$", statuses, re.M)
     assert re.search(r"^  name\t<string> -required-$", statuses, re.M)
 
+    strategy = kubectl("explain", "deployment.spec.strategy").stdout
+    assert "FIELD: strategy <DeploymentStrategy>" in strategy
+    assert "How old pods give way to new ones in a rollout" in strategy
+    assert re.search(r"^  type\t<string>\n    Recreate \(stop every old pod", strategy, re.M)
+
 
 def test_errors_for_missing_and_invalid_objects(kubectl: Kubectl) -> None:  # noqa: F811
     not_found = 'Error from server (NotFound): pods "nope" not found'
