@@ -116,7 +116,7 @@ def test_writable_layer_and_empty_dir_past_the_pod_level_limit(k: Kubectl) -> No
     evicted = wait(lambda: (lambda p: p if p["status"].get("phase") == "Failed" else None)(
         pod_json(k, "podlevel")), "pod podlevel to be evicted", k.cluster)
     assert evicted["status"]["reason"] == "Evicted"
-    match = re.fullmatch(r"Pod ephemeral local storage usage \((\d+)(Ki|Mi)\) exceeds "
+    match = re.fullmatch(r"Evicted: Pod ephemeral local storage usage \((\d+)(Ki|Mi)\) exceeds "
                          r"pod-level limit \(8Mi\)", evicted["status"]["message"])
     assert match is not None, evicted["status"]["message"]
     used_ki = int(match.group(1)) * (1024 if match.group(2) == "Mi" else 1)

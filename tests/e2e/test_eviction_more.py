@@ -5,7 +5,7 @@ containers, through kubectl: the KEP-6386 test-plan cases and the per-container 
   limits): `Container c1 exceeded its local ephemeral storage limit "4Mi". `;
 - KEP-6386 "Pod-Level Ephemeral Storage Limit Eviction": pod limit 100Mi, 60Mi written to a
   container's writable layer and 50Mi to a shared emptyDir by another container:
-  `Pod ephemeral local storage usage (<used>) exceeds pod-level limit (100Mi)`;
+  `Evicted: Pod ephemeral local storage usage (<used>) exceeds pod-level limit (100Mi)`;
 - KEP-6386 "Eviction Precedence with emptyDir.sizeLimit": pod limit 200Mi, an emptyDir with
   `sizeLimit: 50Mi`, 60Mi written to it: the emptyDir message wins;
 - a pod whose emptyDir, added through `PUT .../pods/NAME/dynamic` (KEP-6395, `kubectl replace
@@ -107,7 +107,7 @@ def test_a_container_over_its_own_limit(k: Kubectl) -> None:
 
 def pod_level_message(p: dict[str, Any], limit: str) -> int:
     """The usage (bytes) in KEP-6386's message, which must name `limit`."""
-    match = re.fullmatch(r"Pod ephemeral local storage usage \((\d+)(Ki|Mi)\) exceeds "
+    match = re.fullmatch(r"Evicted: Pod ephemeral local storage usage \((\d+)(Ki|Mi)\) exceeds "
                          rf"pod-level limit \({limit}\)", p["status"]["message"])
     assert match is not None, p["status"]["message"]
     return int(match.group(1)) << (10 if match.group(2) == "Ki" else 20)

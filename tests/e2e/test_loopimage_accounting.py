@@ -157,7 +157,7 @@ def test_a_write_past_the_pod_level_limit_fails_and_the_pod_is_evicted(k: Kubect
     k("create", "-f", "-", input=yaml.safe_dump(body))
     evicted = wait_pod(k, "filler", lambda p: p["status"].get("phase") == "Failed", "evicted")
     assert evicted["status"]["reason"] == "Evicted"
-    match = re.fullmatch(r"Pod ephemeral local storage usage \((\d+)(Ki|Mi)\) exceeds "
+    match = re.fullmatch(r"Evicted: Pod ephemeral local storage usage \((\d+)(Ki|Mi)\) exceeds "
                          r"pod-level limit \(8Mi\)", evicted["status"]["message"])
     assert match is not None, evicted["status"]["message"]
     used_ki = int(match.group(1)) * (1024 if match.group(2) == "Mi" else 1)

@@ -96,7 +96,8 @@ async def test_pod_level_limit_exceeded_gives_the_kep_6386_message(tmp_path: Pat
         quantity = Quantity.from_int(used, QuantityFormat.BINARY_SI)
         assert evicted["status"]["reason"] == "Evicted"
         assert evicted["status"]["message"] == (
-            f"Pod ephemeral local storage usage ({quantity}) exceeds pod-level limit (1Mi)")
+            f"Evicted: Pod ephemeral local storage usage ({quantity}) exceeds pod-level limit "
+            "(1Mi)")
 
 
 async def test_pod_arriving_under_disk_pressure_is_rejected(tmp_path: Path) -> None:

@@ -94,13 +94,13 @@ CASES = [
         stats(containers={"a": (40 * Mi, 20 * Mi), "b": (1 * Mi, 0)},
               volumes={"shared": 50 * Mi}),
         "ephemeralpodfs.limit",
-        "Pod ephemeral local storage usage (111Mi) exceeds pod-level limit (100Mi)",
+        "Evicted: Pod ephemeral local storage usage (111Mi) exceeds pod-level limit (100Mi)",
         id="pod-level-limit-kep6386-message"),
     pytest.param(
         make_pod(pod_resources={"limits": {"ephemeral-storage": "100Mi"}}),
         stats(containers={"app": (100 * Mi + 1, 0)}),
         "ephemeralpodfs.limit",
-        "Pod ephemeral local storage usage (104857601) exceeds pod-level limit (100Mi)",
+        "Evicted: Pod ephemeral local storage usage (104857601) exceeds pod-level limit (100Mi)",
         id="pod-level-limit-odd-bytes"),
     pytest.param(
         make_pod(pod_resources={"limits": {"ephemeral-storage": "100Mi"}}),

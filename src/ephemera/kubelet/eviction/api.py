@@ -32,8 +32,9 @@ IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS: Final = 1
 EMPTY_DIR_MESSAGE: Final = "Usage of EmptyDir volume {volume} exceeds the limit {limit}. "
 POD_EPHEMERAL_STORAGE_MESSAGE: Final = (
     "Pod ephemeral local storage usage exceeds the total limit of containers {limit}. ")
+# KEP-6386's text, "Evicted: " included (reference k8s-semantics.md 1).
 POD_LEVEL_EPHEMERAL_STORAGE_MESSAGE: Final = (
-    "Pod ephemeral local storage usage ({used}) exceeds pod-level limit ({limit})")
+    "Evicted: Pod ephemeral local storage usage ({used}) exceeds pod-level limit ({limit})")
 CONTAINER_EPHEMERAL_STORAGE_MESSAGE: Final = (
     "Container {container} exceeded its local ephemeral storage limit {limit}. ")
 NODE_CONDITION_MESSAGE: Final = "The node had condition: {conditions}. "

@@ -10,9 +10,10 @@ For each active pod with stats, the first hit of, in order:
 2. **pod limit**: `PodLimits(pod)[ephemeral-storage]` (`ephemera.pods.resources.pod_limits`,
    so a pod-level limit replaces the container aggregate when the gates allow it) against
    `ephemeral-storage.usedBytes`, strictly greater. When the limit comes from
-   `spec.resources.limits` the message is KEP-6386's
-   `Pod ephemeral local storage usage (<used>) exceeds pod-level limit (<limit>)` (quantities
-   as upstream prints them: the usage as a BinarySI quantity, the limit as written), else
+   `spec.resources.limits` the message is KEP-6386's, its `Evicted: ` prefix included,
+   `Evicted: Pod ephemeral local storage usage (<used>) exceeds pod-level limit (<limit>)`
+   (quantities as upstream prints them: the usage as a BinarySI quantity, the limit as
+   written), else
    upstream's `Pod ephemeral local storage usage exceeds the total limit of containers
    <limit>. ` (signal `ephemeralpodfs.limit`);
 3. **container limit**: for each container stat (in stats order) of a `spec.containers`
