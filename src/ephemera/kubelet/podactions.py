@@ -632,6 +632,13 @@ class PodRuntime:
         self.cache.listed(listing, containers)
         return _grouped(containers)
 
+    def _allocated_container(self, name: str) -> Mapping[str, Any] | None:
+        """The regular container `name` as the pod's allocated spec has it now."""
+        for container in pod_spec(self.pod).get("containers") or []:
+            if container.get("name") == name:
+                return dict(container)
+        return None
+
     def volumes_ready_for(self, container: Mapping[str, Any]) -> bool:
         """Every pod volume the container mounts is set up on the host."""
         wanted = {str(m.get("name")) for m in container.get("volumeMounts") or []}
@@ -671,9 +678,16 @@ class PodRuntime:
                 self.host.publish_status(self.with_live_changes(instances), sandbox)
                 await self.kill(action.running, self.container_grace_period(),
                                 events.definition_changed_message(name))
-                next_delay = min(next_delay, await self.start(action.container,
-                                                              action.running, False,
-                                                              actuation=True))
+                # The allocated spec may have changed while the container stopped (a volume
+                # removed right after it was added, within the grace period): start it as
+                # it is now, or sync again at once when a volume it now mounts is not set
+                # up yet, rather than with mounts that are gone.
+                current = self._allocated_container(name)
+                if current is None or not self.volumes_ready_for(current):
+                    next_delay = 0.0
+                    continue
+                next_delay = min(next_delay, await self.start(current, action.running,
+                                                              False, actuation=True))
             elif isinstance(action, KillForProbe):
                 self.host.publish_status(self.with_live_changes(instances), sandbox)
                 grace = self.container_grace_period() if action.grace is None else \
