@@ -121,15 +121,39 @@ async def test_wait_says_why_a_node_without_a_kubelet_api_has_not_allocated() ->
         await wait_actuated(cast(ApiClient, _Api(desired, None, [failed])), "/p", before,
                             desired, timeout=0)
     assert str(raised.value).splitlines() == [
-        "not actuated within 0s: volume s is not yet reported",
+        "not actuated within 0s: volume s is not yet allocated",
         'the node has not allocated it: volume "s": secret "nosuch" not found']
-    # an allocation that succeeded after it: no such line
+    # an allocation that succeeded after it: the volume, which no container mounts (so it
+    # is never set up on the host), is done
     succeeded = {"reason": "SuccessfulAllocation", "message": 'added volume "s"',
                  "lastTimestamp": "2026-12-01T17:00:05Z"}
+    await wait_actuated(cast(ApiClient, _Api(desired, None, [failed, succeeded])), "/p",
+                        before, desired, timeout=0)
+
+
+async def test_wait_for_a_volume_no_container_mounts_ends_at_its_allocation() -> None:
+    """A volume added without a mount never gets a host phase (the kubelet sets up only the
+    volumes containers use): `--wait` is done once the node's `/allocated` has it; a mounted
+    one still waits for `HostMounted`."""
+    from typing import cast
+
+    from ephemera.cli.dynamic import CommandError, pending_work, wait_actuated
+    from ephemera.client import ApiClient
+
+    before = _pod()
+    before["metadata"] |= {"namespace": "default", "uid": "u"}
+    desired = copy.deepcopy(before)
+    desired["spec"]["volumes"].append({"name": "spare", "emptyDir": {}})
     with pytest.raises(CommandError) as raised:
-        await wait_actuated(cast(ApiClient, _Api(desired, None, [failed, succeeded])), "/p",
-                            before, desired, timeout=0)
-    assert "has not allocated" not in str(raised.value)
+        await wait_actuated(cast(ApiClient, _Api(desired, before, [])), "/p", before, desired,
+                            timeout=0)
+    assert str(raised.value) == "not actuated within 0s: volume spare is not yet allocated"
+    await wait_actuated(cast(ApiClient, _Api(desired, desired, [])), "/p", before, desired,
+                        timeout=0)
+    mounted = _live_pod([("old", "/old"), ("new", "/new")], [("old", "/old")])
+    mounted["status"]["volumeStatuses"] = [{"name": "old", "hostPhase": "HostMounted"}]
+    plain = _live_pod([("old", "/old")], [("old", "/old")])
+    assert pending_work(plain, mounted, mounted)[0] == "volume new is not yet reported"
 
 
 def _live_pod(mounts: list[tuple[str, str]], actuated: list[tuple[str, str]]) -> dict[str, Any]:

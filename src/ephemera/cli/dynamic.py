@@ -524,9 +524,24 @@ def _volume_phases(pod: Pod) -> dict[str, dict[str, Any]]:
     return {v["name"]: v for v in pod.get("status", {}).get("volumeStatuses") or []}
 
 
-def pending_work(before: Pod, desired: Pod, now: Pod) -> list[str]:
+def unmounted_volumes(before: Pod, desired: Pod) -> set[str]:
+    """The volumes the change adds that no container of `desired` mounts: the kubelet, as
+    upstream's, never sets those up on the host, so they get no `volumeStatuses` entry and
+    are done once the node has allocated them."""
+    added = ({v["name"] for v in desired["spec"].get("volumes") or []} -
+             {v["name"] for v in before["spec"].get("volumes") or []})
+    spec = desired["spec"]
+    mounted = {str(m.get("name")) for c in [*(spec.get("containers") or []),
+                                            *(spec.get("initContainers") or [])]
+               for m in c.get("volumeMounts") or []}
+    return added - mounted
+
+
+def pending_work(before: Pod, desired: Pod, now: Pod,
+                 allocated: set[str] | None = None) -> list[str]:
     """What of the change from `before` to `desired` is not yet actuated in `now` (empty:
-    done). Raises CommandError when a volume failed to mount."""
+    done); `allocated`: the volumes the node has allocated, when asked (`unmounted_volumes`
+    are waited for there). Raises CommandError when a volume failed to mount."""
     waiting: list[str] = []
     old_containers = {c["name"]: c for c in before["spec"].get("containers") or []}
     new_containers = {c["name"]: c for c in desired["spec"].get("containers") or []}
@@ -534,7 +549,11 @@ def pending_work(before: Pod, desired: Pod, now: Pod) -> list[str]:
     new_volumes = {v["name"] for v in desired["spec"].get("volumes") or []}
     statuses = _statuses(now)
     phases = _volume_phases(now)
-    for name in sorted(new_volumes - old_volumes):
+    unmounted = unmounted_volumes(before, desired)
+    for name in sorted(unmounted):
+        if allocated is None or name not in allocated:
+            waiting.append(f"volume {name} is not yet allocated")
+    for name in sorted(new_volumes - old_volumes - unmounted):
         entry = phases.get(name)
         phase = entry.get("hostPhase") if entry else None
         if phase == "ErrorMounting":
@@ -575,9 +594,11 @@ async def wait_actuated(api: ApiClient, pod_path: str, before: Pod, desired: Pod
     started = time.monotonic()
     deadline = started + timeout
     reported: set[str] = set()
+    unmounted = unmounted_volumes(before, desired)
     while True:
         now = await api.get(pod_path)
-        waiting = pending_work(before, desired, now)
+        allocated = await _allocated_volumes(api, pod_path, now) if unmounted else None
+        waiting = pending_work(before, desired, now, allocated)
         if not waiting:
             return
         # Say once what is holding the change up when it takes longer than a moment (a
@@ -594,6 +615,22 @@ async def wait_actuated(api: ApiClient, pod_path: str, before: Pod, desired: Pod
                                (f"\nthe node has not allocated it: {why}" if why else "") +
                                (f"\nthe node cannot mount it: {failed}" if failed else ""))
         await asyncio.sleep(POLL_INTERVAL)
+
+
+async def _allocated_volumes(api: ApiClient, pod_path: str, pod: Pod) -> set[str]:
+    """The volumes the node has allocated to the pod (`/allocated`); from the pod's events
+    where the node has no kubelet API (simulated nodes): the spec's volumes unless its
+    latest FailedAllocation is newer than its latest SuccessfulAllocation."""
+    try:
+        allocated = await api.get(f"{pod_path}/allocated")
+    except StatusError:
+        events = await _pod_events(api, pod)
+        failed = _latest(events, FAILED_ALLOCATION)
+        succeeded = _latest(events, SUCCESSFUL_ALLOCATION)
+        if failed is not None and (succeeded is None or _when(failed) >= _when(succeeded)):
+            return set()
+        allocated = pod
+    return set(_spec_names(allocated)[0])
 
 
 def _spec_names(pod: Pod) -> tuple[list[str], list[str]]:
