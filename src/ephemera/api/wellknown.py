@@ -21,9 +21,19 @@ def node_username(node: str) -> str:
     return f"{NODE_USER_PREFIX}{node}"
 
 
+SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
+ANONYMOUS_USER = "system:anonymous"
+
+
 def service_account_username(namespace: str, name: str) -> str:
     """upstream's `serviceaccount.MakeUsername`: `system:serviceaccount:<ns>:<name>`."""
     return f"{SERVICE_ACCOUNT_USER_PREFIX}{namespace}:{name}"
+
+
+def service_account_group_names(namespace: str) -> tuple[str, str]:
+    """upstream's `serviceaccount.MakeGroupNames`: `system:serviceaccounts` and
+    `system:serviceaccounts:<ns>`."""
+    return SERVICE_ACCOUNTS_GROUP, f"{SERVICE_ACCOUNTS_GROUP}:{namespace}"
 
 
 # --- certificate signers ----------------------------------------------------------------------

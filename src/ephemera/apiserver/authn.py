@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 from cryptography import x509
 
+from ephemera.api.wellknown import ANONYMOUS_USER
 from ephemera.apiserver.certs import has_client_auth_usage, user_from_certificate
 from ephemera.apiserver.resources import Resource
 from ephemera.store import Store
@@ -54,7 +55,7 @@ class UserInfo:
 
 
 # Upstream's anonymous user (`anonymous.NewAuthenticator`).
-ANONYMOUS = UserInfo("system:anonymous", (UNAUTHENTICATED_GROUP,))
+ANONYMOUS = UserInfo(ANONYMOUS_USER, (UNAUTHENTICATED_GROUP,))
 
 
 class InvalidCredentials(Exception):

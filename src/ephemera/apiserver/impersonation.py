@@ -30,7 +30,12 @@ from multidict import CIMultiDictProxy
 
 from ephemera.api import errors
 from ephemera.api.meta import dns1123_label_errors, dns1123_subdomain_errors
-from ephemera.api.wellknown import SERVICE_ACCOUNT_USER_PREFIX, service_account_username
+from ephemera.api.wellknown import (
+    ANONYMOUS_USER,
+    SERVICE_ACCOUNT_USER_PREFIX,
+    service_account_group_names,
+    service_account_username,
+)
 from ephemera.apiserver.authn import AUTHENTICATED_GROUP, UNAUTHENTICATED_GROUP, UserInfo
 from ephemera.apiserver.authz import Attributes
 
@@ -40,8 +45,6 @@ USER_HEADER = "Impersonate-User"
 GROUP_HEADER = "Impersonate-Group"
 UID_HEADER = "Impersonate-Uid"
 EXTRA_HEADER_PREFIX = "impersonate-extra-"
-ANONYMOUS_USER = "system:anonymous"
-SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 AUTHENTICATION_GROUP = "authentication.k8s.io"
 
 
@@ -114,7 +117,7 @@ def impersonated_user(parts: list[Impersonation]) -> UserInfo:
         elif part.kind == "ServiceAccount":
             name = service_account_username(part.namespace, part.name)
             if not groups_given:
-                groups += [SERVICE_ACCOUNTS_GROUP, f"{SERVICE_ACCOUNTS_GROUP}:{part.namespace}"]
+                groups += service_account_group_names(part.namespace)
         elif part.kind == "Group":
             groups.append(part.name)
         elif part.kind == "UserExtra":

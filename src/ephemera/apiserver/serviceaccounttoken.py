@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from ephemera.api.goformat import go_quote_list
-from ephemera.api.wellknown import service_account_username
+from ephemera.api.wellknown import service_account_group_names, service_account_username
 from ephemera.apiserver.authn import AUTHENTICATED_GROUP, ObjectReader, UserInfo
 from ephemera.apiserver.certs import _write_private
 from ephemera.apiserver.resources import core_resource
@@ -48,7 +48,6 @@ log = logging.getLogger("ephemera.apiserver.authn")
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SIGNING_KEY_FILE = "sa.key"
 PUBLIC_KEY_FILE = "sa.pub"
-SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 # jwt.DefaultLeeway in go-jose, which upstream's validator uses.
 LEEWAY = dt.timedelta(minutes=1)
 # Extra keys of a service account user, as upstream's `serviceaccount.UserInfo` sets them.
@@ -64,8 +63,7 @@ PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
 
 
 def service_account_groups(namespace: str) -> tuple[str, ...]:
-    return (SERVICE_ACCOUNTS_GROUP, f"{SERVICE_ACCOUNTS_GROUP}:{namespace}",
-            AUTHENTICATED_GROUP)
+    return (*service_account_group_names(namespace), AUTHENTICATED_GROUP)
 
 
 # --- keys ----------------------------------------------------------------------------------
