@@ -624,13 +624,20 @@ async def _allocated_volumes(api: ApiClient, pod_path: str, pod: Pod) -> set[str
     try:
         allocated = await api.get(f"{pod_path}/allocated")
     except StatusError:
-        events = await _pod_events(api, pod)
-        failed = _latest(events, FAILED_ALLOCATION)
-        succeeded = _latest(events, SUCCESSFUL_ALLOCATION)
-        if failed is not None and (succeeded is None or _when(failed) >= _when(succeeded)):
+        if _standing_failure(await _pod_events(api, pod)) is not None:
             return set()
         allocated = pod
     return set(_spec_names(allocated)[0])
+
+
+def _standing_failure(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The pod's latest FailedAllocation when it is the node's latest word (no
+    SuccessfulAllocation after it): how a node without a kubelet API is judged."""
+    failed = _latest(events, FAILED_ALLOCATION)
+    succeeded = _latest(events, SUCCESSFUL_ALLOCATION)
+    if failed is None or (succeeded is not None and _when(succeeded) > _when(failed)):
+        return None
+    return failed
 
 
 def _spec_names(pod: Pod) -> tuple[list[str], list[str]]:
@@ -647,12 +654,8 @@ async def _allocation_failure(api: ApiClient, pod_path: str, pod: Pod, desired: 
     try:
         allocated = await api.get(f"{pod_path}/allocated")
     except StatusError:
-        events = await _pod_events(api, pod)
-        failed = _latest(events, FAILED_ALLOCATION)
-        succeeded = _latest(events, SUCCESSFUL_ALLOCATION)
-        if failed is None or (succeeded is not None and _when(succeeded) > _when(failed)):
-            return ""
-        return str(failed.get("message", ""))
+        failed = _standing_failure(await _pod_events(api, pod))
+        return "" if failed is None else str(failed.get("message", ""))
     if _spec_names(allocated) == _spec_names(desired):
         return ""
     return _message(_latest(await _pod_events(api, pod), FAILED_ALLOCATION))
