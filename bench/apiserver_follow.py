@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,17 +29,14 @@ import aiohttp
 
 from bench.common import (
     Apiserver,
+    add_tree_arguments,
     child_pids,
     format_number,
-    machine_description,
     markdown_table,
-    measure_trees,
-    parse_trees,
     process_cpu_seconds,
     ratio,
-    start_etcd,
-    tree_env,
-    trees_report,
+    run_side_by_side,
+    tree_apiserver_on_etcd,
 )
 from bench.scale import _pod
 
@@ -74,27 +68,17 @@ async def create_pods(apiserver: Apiserver, prefix: str, count: int, rate: float
 def measure(tree: Path, workers: int, seconds: float, rate: float, settle: float,
             work_dir: Path) -> dict[str, Any]:
     """One measure of the apiserver from `tree`."""
-    etcd = start_etcd(work_dir / "etcd")
-    try:
-        apiserver = Apiserver(work_dir / "apiserver", "etcd", [etcd.endpoint], workers=workers)
-        apiserver.env = tree_env(tree)
-        apiserver.start()
-        try:
-            time.sleep(settle)
-            asyncio.run(create_pods(apiserver, "warm", WARMUP_CREATES, rate))
-            pids = child_pids(apiserver.pid) or [apiserver.pid]
-            before = {pid: process_cpu_seconds(pid) for pid in pids}
-            etcd_before = process_cpu_seconds(etcd.process.pid)
-            started = time.monotonic()
-            creates = asyncio.run(create_pods(apiserver, "pod", int(seconds * rate), rate))
-            elapsed = time.monotonic() - started
-            used = sorted(((process_cpu_seconds(pid) - before[pid]) for pid in pids),
-                          reverse=True)
-            etcd_used = process_cpu_seconds(etcd.process.pid) - etcd_before
-        finally:
-            apiserver.stop()
-    finally:
-        etcd.stop()
+    with tree_apiserver_on_etcd(tree, workers, work_dir) as (apiserver, etcd):
+        time.sleep(settle)
+        asyncio.run(create_pods(apiserver, "warm", WARMUP_CREATES, rate))
+        pids = child_pids(apiserver.pid) or [apiserver.pid]
+        before = {pid: process_cpu_seconds(pid) for pid in pids}
+        etcd_before = process_cpu_seconds(etcd.process.pid)
+        started = time.monotonic()
+        creates = asyncio.run(create_pods(apiserver, "pod", int(seconds * rate), rate))
+        elapsed = time.monotonic() - started
+        used = sorted(((process_cpu_seconds(pid) - before[pid]) for pid in pids), reverse=True)
+        etcd_used = process_cpu_seconds(etcd.process.pid) - etcd_before
     per_create = [round(1000 * cpu / creates, 3) for cpu in used]
     return {"creates": creates, "creates_per_second": round(creates / elapsed, 1),
             "serving_ms_per_create": per_create[0],
@@ -120,34 +104,17 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR",
-                        help="a tree to measure (repeatable; default: this checkout)")
-    parser.add_argument("--workers", type=int, default=2, help="apiserver --workers (2 or more)")
+    add_tree_arguments(parser, workers=2, seconds=20.0, settle=10.0, rounds=2)
     parser.add_argument("--rate", type=float, default=200.0, help="creates a second")
-    parser.add_argument("--seconds", type=float, default=20.0, help="each measure's length")
-    parser.add_argument("--settle-seconds", type=float, default=10.0,
-                        help="wait after it serves (its caches listed, informers synced)")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.workers < 2:
         parser.error("--workers must be at least 2: one serves, the others follow")
     if args.rate <= 0:
         parser.error("--rate must be positive")
-    trees = parse_trees(parser, args.tree)
-    with tempfile.TemporaryDirectory(prefix="bench-apiserver-follow-") as scratch:
-        results = measure_trees(
-            trees, args.rounds, Path(scratch),
-            lambda tree, work_dir: measure(tree, args.workers, args.seconds, args.rate,
-                                           args.settle_seconds, work_dir))
-        machine = machine_description(Path(scratch))
-    print(table(results))
-    if args.json is not None:
-        report = trees_report("apiserver_follow", sys.argv[1:], machine, trees, args.tree,
-                              workers=args.workers, rate=args.rate, seconds=args.seconds,
-                              results=results)
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
-
+    run_side_by_side("apiserver_follow", parser, args,
+                     lambda tree, work_dir: measure(tree, args.workers, args.seconds, args.rate,
+                                                    args.settle_seconds, work_dir),
+                     table, rate=args.rate)
 
 if __name__ == "__main__":
     main()

@@ -15,50 +15,34 @@ Without `--tree`, this checkout's own tree is measured (label `this`).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    Apiserver,
+    add_tree_arguments,
     child_pids,
     format_number,
-    machine_description,
     markdown_table,
-    measure_trees,
-    parse_trees,
     process_cpu_seconds,
     ratio,
-    start_etcd,
-    tree_env,
-    trees_report,
+    run_side_by_side,
+    tree_apiserver_on_etcd,
 )
 
 
 def measure(tree: Path, workers: int, seconds: float, settle: float, work_dir: Path
             ) -> dict[str, Any]:
     """One measure of the apiserver from `tree` (its `src` first on PYTHONPATH)."""
-    etcd = start_etcd(work_dir / "etcd")
-    try:
-        apiserver = Apiserver(work_dir / "apiserver", "etcd", [etcd.endpoint], workers=workers)
-        apiserver.env = tree_env(tree)
-        apiserver.start()
-        try:
-            time.sleep(settle)
-            pids = [apiserver.pid, *child_pids(apiserver.pid)]
-            threads = [len(list(Path(f"/proc/{pid}/task").iterdir())) for pid in pids]
-            before = {pid: process_cpu_seconds(pid) for pid in pids}
-            etcd_before = process_cpu_seconds(etcd.process.pid)
-            time.sleep(seconds)
-            used = sum(process_cpu_seconds(pid) - before[pid] for pid in pids)
-            etcd_used = process_cpu_seconds(etcd.process.pid) - etcd_before
-        finally:
-            apiserver.stop()
-    finally:
-        etcd.stop()
+    with tree_apiserver_on_etcd(tree, workers, work_dir) as (apiserver, etcd):
+        time.sleep(settle)
+        pids = [apiserver.pid, *child_pids(apiserver.pid)]
+        threads = [len(list(Path(f"/proc/{pid}/task").iterdir())) for pid in pids]
+        before = {pid: process_cpu_seconds(pid) for pid in pids}
+        etcd_before = process_cpu_seconds(etcd.process.pid)
+        time.sleep(seconds)
+        used = sum(process_cpu_seconds(pid) - before[pid] for pid in pids)
+        etcd_used = process_cpu_seconds(etcd.process.pid) - etcd_before
     return {"threads": threads, "apiserver_cores": round(used / seconds, 4),
             "etcd_cores": round(etcd_used / seconds, 4)}
 
@@ -76,28 +60,12 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR",
-                        help="a tree to measure (repeatable; default: this checkout)")
-    parser.add_argument("--workers", type=int, default=2, help="apiserver --workers")
-    parser.add_argument("--seconds", type=float, default=45.0, help="each measure's length")
-    parser.add_argument("--settle-seconds", type=float, default=15.0,
-                        help="wait after it serves (its caches listed, informers synced)")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--json", type=Path, default=None)
+    add_tree_arguments(parser, workers=2, seconds=45.0, settle=15.0, rounds=2)
     args = parser.parse_args()
-    trees = parse_trees(parser, args.tree)
-    with tempfile.TemporaryDirectory(prefix="bench-apiserver-idle-") as scratch:
-        results = measure_trees(
-            trees, args.rounds, Path(scratch),
-            lambda tree, work_dir: measure(tree, args.workers, args.seconds,
-                                           args.settle_seconds, work_dir))
-        machine = machine_description(Path(scratch))
-    print(table(results))
-    if args.json is not None:
-        report = trees_report("apiserver_idle", sys.argv[1:], machine, trees, args.tree,
-                              workers=args.workers, seconds=args.seconds, results=results)
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
-
+    run_side_by_side("apiserver_idle", parser, args,
+                     lambda tree, work_dir: measure(tree, args.workers, args.seconds,
+                                                    args.settle_seconds, work_dir),
+                     table)
 
 if __name__ == "__main__":
     main()

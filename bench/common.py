@@ -17,6 +17,7 @@ import argparse
 import base64
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import platform
@@ -25,6 +26,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -243,6 +245,55 @@ def trees_report(benchmark: str, argv: Sequence[str], machine: dict[str, str],
             "command": f"python -m bench.{benchmark} " + " ".join(argv),
             "machine": machine, **fields,
             "trees": {label: str(tree) for label, tree in trees}}
+
+
+def add_tree_arguments(parser: argparse.ArgumentParser, *, workers: int, seconds: float,
+                       settle: float, rounds: int) -> None:
+    """The arguments every side-by-side apiserver benchmark takes (`--tree`, `--workers`,
+    `--seconds`, `--settle-seconds`, `--rounds`, `--json`), with its defaults."""
+    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR",
+                        help="a tree to measure (repeatable; default: this checkout)")
+    parser.add_argument("--workers", type=int, default=workers, help="apiserver --workers")
+    parser.add_argument("--seconds", type=float, default=seconds, help="each measure's length")
+    parser.add_argument("--settle-seconds", type=float, default=settle,
+                        help="wait after it serves (its caches listed, informers synced)")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--json", type=Path, default=None)
+
+
+def run_side_by_side(benchmark: str, parser: argparse.ArgumentParser, args: argparse.Namespace,
+                     measure: Callable[[Path, Path], dict[str, Any]],
+                     table: Callable[[list[dict[str, Any]]], str], **fields: Any) -> None:
+    """Measure every `--tree` (`measure(tree, work_dir)`, `measure_trees`) in a scratch
+    directory, print `table(results)`, and write the JSON report (`trees_report`, with
+    `fields`) when `--json` asks."""
+    trees = parse_trees(parser, args.tree)
+    with tempfile.TemporaryDirectory(prefix=f"bench-{benchmark}-") as scratch:
+        results = measure_trees(trees, args.rounds, Path(scratch), measure)
+        machine = machine_description(Path(scratch))
+    print(table(results))
+    if args.json is not None:
+        report = trees_report(benchmark, sys.argv[1:], machine, trees, args.tree,
+                              workers=args.workers, seconds=args.seconds, **fields,
+                              results=results)
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+@contextmanager
+def tree_apiserver_on_etcd(tree: Path, workers: int, work_dir: Path) -> Iterator[Any]:
+    """A fresh real etcd and an `ephemera apiserver --store etcd --workers N` from `tree`
+    serving on it, both stopped on exit: yields (apiserver, etcd)."""
+    etcd = start_etcd(work_dir / "etcd")
+    try:
+        apiserver = Apiserver(work_dir / "apiserver", "etcd", [etcd.endpoint], workers=workers)
+        apiserver.env = tree_env(tree)
+        apiserver.start()
+        try:
+            yield apiserver, etcd
+        finally:
+            apiserver.stop()
+    finally:
+        etcd.stop()
 
 
 def tree_env(tree: Path) -> dict[str, str]:

@@ -6,24 +6,21 @@ and its JSON. It never checks a time."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cluster import run_bench
 
 pytestmark = [pytest.mark.e2e, pytest.mark.etcd]
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_one_round_reports_the_serving_and_the_following_worker(tmp_path: Path) -> None:
     json_path = tmp_path / "follow.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.apiserver_follow", "--rounds", "1", "--seconds", "1",
-         "--rate", "50", "--settle-seconds", "1", "--json", str(json_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, check=False)
+    run = run_bench("bench.apiserver_follow",
+                    ["--rounds", "1", "--seconds", "1", "--rate", "50", "--settle-seconds", "1",
+                     "--json", str(json_path)], tmp_path, timeout=180)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert run.left_behind == []
     report = json.loads(json_path.read_text())
     assert report["benchmark"] == "apiserver_follow" and report["workers"] == 2
     [result] = report["results"]
@@ -34,9 +31,7 @@ def test_one_round_reports_the_serving_and_the_following_worker(tmp_path: Path) 
     assert "| 1 " in run.stdout and "| this " in run.stdout and "1.00" in run.stdout
 
 
-def test_one_worker_is_refused() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.apiserver_follow", "--workers", "1"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+def test_one_worker_is_refused(tmp_path: Path) -> None:
+    run = run_bench("bench.apiserver_follow", ["--workers", "1"], tmp_path, timeout=60)
     assert run.returncode == 2
     assert "--workers must be at least 2" in run.stderr

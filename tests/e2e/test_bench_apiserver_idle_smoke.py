@@ -5,24 +5,21 @@ process's threads and the cores used, in its table and its JSON. It never checks
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cluster import run_bench
 
 pytestmark = [pytest.mark.e2e, pytest.mark.etcd]
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_one_round_reports_threads_and_cores(tmp_path: Path) -> None:
     json_path = tmp_path / "idle.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.apiserver_idle", "--rounds", "1", "--seconds", "1",
-         "--settle-seconds", "1", "--workers", "2", "--json", str(json_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, check=False)
+    run = run_bench("bench.apiserver_idle",
+                    ["--rounds", "1", "--seconds", "1", "--settle-seconds", "1", "--workers", "2",
+                     "--json", str(json_path)], tmp_path, timeout=180)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert run.left_behind == []
     report = json.loads(json_path.read_text())
     assert report["benchmark"] == "apiserver_idle" and report["workers"] == 2
     [result] = report["results"]
@@ -36,8 +33,6 @@ def test_one_round_reports_threads_and_cores(tmp_path: Path) -> None:
 
 
 def test_a_tree_without_sources_is_refused(tmp_path: Path) -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.apiserver_idle", "--tree", f"x={tmp_path}"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    run = run_bench("bench.apiserver_idle", ["--tree", f"x={tmp_path}"], tmp_path, timeout=60)
     assert run.returncode == 2
     assert "expected LABEL=DIR with DIR/src/ephemera" in run.stderr
