@@ -66,15 +66,16 @@ async def caught_up(cache: ResourceCache, store: Store) -> None:
             await asyncio.sleep(0.01)
 
 
-async def drain(watcher: Watcher, until_revision: int) -> list[tuple[str, str, bytes, int]]:
-    """The events of `watcher` up to `until_revision`, as comparable tuples."""
-    seen: list[tuple[str, str, bytes, int]] = []
+async def drain(watcher: Watcher, until_revision: int) -> list[tuple[Any, ...]]:
+    """The events of `watcher` up to `until_revision`, as comparable tuples (with the
+    previous value, which the cache takes from its own objects, not from the store)."""
+    seen: list[tuple[Any, ...]] = []
     if until_revision <= 0:
         return seen
     async with asyncio.timeout(10):
         async for item in watcher:
             if isinstance(item, Event):
-                seen.append((item.type, item.kv.key, item.kv.value, item.revision))
+                seen.append((item.type, item.kv, item.prev))
             if item.revision >= until_revision:
                 break
     return seen
@@ -144,7 +145,7 @@ async def test_a_watch_from_before_the_window_is_refused(make_store: StoreFactor
         inside = resource.watch(PREFIX, resource.window_start)
         assert inside is not None
         events = await drain(inside, resource.revision)
-        assert [key for _, key, _, _ in events] == [f"{PREFIX}a/o{i}" for i in (2, 3, 4)]
+        assert [kv.key for _, kv, _ in events] == [f"{PREFIX}a/o{i}" for i in (2, 3, 4)]
         await inside.close()
     finally:
         await cache.close()
@@ -206,10 +207,10 @@ class BreakableStore:
     async def list(self, prefix: str, **kw: Any) -> ListResult:
         return await self.store.list(prefix, **kw)
 
-    async def watch(self, prefix: str, after_revision: int) -> Watcher:
+    async def watch(self, prefix: str, after_revision: int, *, prev: bool = True) -> Watcher:
         self.watches += 1
         self.broken.clear()
-        return Breakable(await self.store.watch(prefix, after_revision), self.broken)
+        return Breakable(await self.store.watch(prefix, after_revision, prev=prev), self.broken)
 
     def break_watches(self) -> None:
         self.broken.set()

@@ -186,7 +186,7 @@ class ResourceCache:
         self.history.clear()
         self.window_start = listed.revision
         self.hub.revision = listed.revision
-        watcher = await self.store.watch(self.prefix, listed.revision)
+        watcher = await self.store.watch(self.prefix, listed.revision, prev=False)
         log.info("watch cache of %s: %d objects at revision %d", self.prefix,
                  len(self.items), listed.revision)
         self.ready.set()
@@ -208,18 +208,26 @@ class ResourceCache:
             self.apply(item)
 
     def apply(self, event: Event) -> None:
-        """One committed event: the objects, the history, the watchers."""
+        """One committed event: the objects, the history, the watchers. The event's previous
+        value (and a DELETE's value) is the one the cache holds, as upstream's watch cache
+        takes it from its own store: the store is not asked for it (`watch(prev=False)`)."""
         key = event.kv.key
+        kv = event.kv
         if event.type == "PUT":
-            if key not in self.items:
+            prev = self.items.get(key)
+            if prev is None:
                 self._sorted_keys = None
-            self.items[key] = event.kv
-        elif self.items.pop(key, None) is not None:
-            self._sorted_keys = None
+            self.items[key] = kv
+        else:
+            prev = self.items.pop(key, None)
+            if prev is not None:
+                self._sorted_keys = None
+                kv = KeyValue(key, prev.value, prev.create_revision, kv.mod_revision)
+        event = Event(event.type, kv, prev)
         self.history.append(event)
         if len(self.history) > self.history_limit:
             self.window_start = self.history.popleft().revision
-        shared = SharedEvent(event.type, event.kv, event.prev)
+        shared = SharedEvent(event.type, kv, prev)
         routes = self.index.routes if self.index is not None and self.hub.routed else None
         self.hub.publish((shared,), routes)
 

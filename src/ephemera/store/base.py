@@ -189,10 +189,13 @@ class Store(abc.ABC):
         KeyNotFound or RevisionMismatch."""
 
     @abc.abstractmethod
-    async def watch(self, prefix: str, after_revision: int) -> Watcher:
+    async def watch(self, prefix: str, after_revision: int, *, prev: bool = True) -> Watcher:
         """Events under `prefix` with revision > after_revision. Raises Compacted when that
         history is gone (iteration raises it too when a compaction overtakes a watcher that
-        is still catching up on history)."""
+        is still catching up on history). With `prev` False the events need not carry `prev`,
+        nor a DELETE the deleted value (its `kv.value` may be empty): for a watcher that holds
+        every value itself (the watch cache), so a store that reads previous values for each
+        event and watcher (etcd's `prev_kv`) does not."""
 
     @abc.abstractmethod
     async def current_revision(self) -> int: ...

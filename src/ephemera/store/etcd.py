@@ -25,8 +25,10 @@ Semantics:
   splits any response larger than its `--max-request-bytes` (1.5 MiB by default) into
   fragments, which the stream reader joins again.
 - watch = one watch per watcher with start_revision = after_revision + 1, prev_kv (for
-  DELETE values and `prev`) and progress_notify. Events go to a bounded buffer
-  (`BufferedWatcher`); a watcher that overflows it is dropped and its etcd watch cancelled.
+  DELETE values and `prev`; not for the watch cache, which holds every value itself: etcd
+  reads each event's previous value again for each watcher that asks) and progress_notify.
+  Events go to a bounded buffer (`BufferedWatcher`); a watcher that overflows it is dropped
+  and its etcd watch cancelled.
 - watch stream: all of a store's watches share one etcd Watch call (`etcdwatch.WatchStream`),
   as etcd's own client multiplexes a client's watches; creates and cancels are sent on it, and
   etcd answers creates in the order they were sent, which pairs each created response with
@@ -465,7 +467,7 @@ class EtcdStore(Store):
 
     # -- watch ---------------------------------------------------------------------------
 
-    async def watch(self, prefix: str, after_revision: int) -> Watcher:
+    async def watch(self, prefix: str, after_revision: int, *, prev: bool = True) -> Watcher:
         start_revision = after_revision + 1
         key, range_end = self._range(prefix)
         try:  # a single-key read at the start revision fails when it is compacted
@@ -475,7 +477,7 @@ class EtcdStore(Store):
         watch = Watch(asyncio.get_running_loop(), after_revision)
         request = rpc.WatchCreateRequest(
             key=key, range_end=range_end, start_revision=start_revision,
-            progress_notify=True, prev_kv=True, fragment=True)
+            progress_notify=True, prev_kv=prev, fragment=True)
         stream = self._watch_stream()
         if not stream.create(request, watch):  # it ended just now: the next one
             stream = self._watch_stream()

@@ -623,7 +623,8 @@ class SqliteStore(Store):
             remaining = conn.execute(f"SELECT COUNT(*) {source}", params).fetchone()[0] - limit
         return ListResult([KeyValue(*row) for row in rows], read_at, more, remaining)
 
-    async def watch(self, prefix: str, after_revision: int) -> Watcher:
+    async def watch(self, prefix: str, after_revision: int, *, prev: bool = True) -> Watcher:
+        # `prev` is ignored: a history row holds the previous value beside the new one.
         if self._closed:
             raise StoreError("store is closed")
         self._loop = asyncio.get_running_loop()
