@@ -344,9 +344,10 @@ async def test_services_proxy_needs_its_own_subresource(users: Users) -> None:
 
 async def test_each_default_policy_write_is_logged_once(tmp_path: Path,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    """The registry logs every write; the bootstrap policy and the aggregation controller add
-    no second line for the same write (each default object used to be logged twice)."""
-    caplog.set_level(logging.INFO, logger="ephemera.apiserver")
+    """The registry logs every write (updates at DEBUG); the bootstrap policy and the
+    aggregation controller add no second line for the same write (each default object used
+    to be logged twice)."""
+    caplog.set_level(logging.DEBUG, logger="ephemera.apiserver")
     store = open_store("sqlite", data_dir=tmp_path / "data")
     async for _ in serve_users(store, TOKENS):
         await eventually(lambda: "aggregated the rules of clusterrole admin" in

@@ -847,12 +847,14 @@ def _ref(namespace: str, name: str) -> str:
 
 
 # Writes that are routine traffic, not events an operator follows: every node's Lease renewal
-# (every 10 s each) and Events (each one a record of its own). Logged at DEBUG (`-v`); every
-# other write at INFO, one line each.
+# (every 10 s each), Events (each one a record of its own) and updates (a pod's binding and
+# each of its status reports, a node's status, a controller's status writes: what changed is
+# in the audit log and the object's watch). Logged at DEBUG (`-v`); an object's creation and
+# deletion at INFO, one line each.
 _ROUTINE_WRITES = frozenset({("coordination.k8s.io", "leases"), ("", "events")})
 
 
 def _log_write(verb: str, resource: Resource, namespace: str, name: str, revision: int) -> None:
-    level = logging.DEBUG if (resource.group, resource.plural) in _ROUTINE_WRITES \
-        else logging.INFO
+    routine = verb == "updated" or (resource.group, resource.plural) in _ROUTINE_WRITES
+    level = logging.DEBUG if routine else logging.INFO
     log.log(level, "%s %s %s rv=%d", verb, resource.plural, _ref(namespace, name), revision)
