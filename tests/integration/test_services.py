@@ -367,6 +367,17 @@ async def test_status_update_validates_the_load_balancer_ingress(api: Api) -> No
         "'LoadBalancer'")
 
 
+async def test_session_affinity_goes_back_to_none(api: Api) -> None:
+    """A merge patch back to `None` leaves the ClientIP config in the object; the defaults
+    clear it (upstream's SetDefaults_Service) instead of validation refusing it."""
+    status, _ = await api.post(SVCS, service("aff", sessionAffinity="ClientIP"))
+    assert status == 201
+    status, back = await api.patch(f"{SVCS}/aff", {"spec": {"sessionAffinity": "None"}}, MERGE)
+    assert status == 200, back
+    assert back["spec"]["sessionAffinity"] == "None"
+    assert "sessionAffinityConfig" not in back["spec"]
+
+
 async def test_what_the_proxy_does_not_do_is_warned_about(api: Api) -> None:
     status, _, response = await api.request("POST", SVCS, service(
         "sticky", sessionAffinity="ClientIP", externalIPs=["192.0.2.10"]))

@@ -83,6 +83,9 @@ def test_defaults() -> None:
     assert lb["allocateLoadBalancerNodePorts"] is True
     affinity = svc(sessionAffinity="ClientIP")["spec"]
     assert affinity["sessionAffinityConfig"] == {"clientIP": {"timeoutSeconds": 10800}}
+    # None clears a config (upstream's SetDefaults_Service), so it is not refused as set
+    none = svc(sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}})["spec"]
+    assert none["sessionAffinity"] == "None" and "sessionAffinityConfig" not in none
 
 
 @pytest.mark.parametrize(("spec", "errors"), [
@@ -110,8 +113,6 @@ def test_defaults() -> None:
       "'LoadBalancer'",
       'spec.LoadBalancerSourceRanges[1]: Invalid value: "nope": must be a valid CIDR value, '
       "(e.g. 10.9.8.0/24 or 2001:db8::/64)"]),
-    ({"sessionAffinity": "None", "sessionAffinityConfig": {"clientIP": {}}},
-     ["spec.sessionAffinityConfig: Forbidden: must not be set when session affinity is None"]),
 ])
 def test_validation(spec: dict[str, Any], errors: list[str]) -> None:
     assert [str(e) for e in services.validate_service(svc(**spec))] == errors

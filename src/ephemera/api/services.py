@@ -122,6 +122,8 @@ def default_service(svc: dict[str, Any]) -> None:
     for item in ingress if isinstance(ingress, list) else []:
         if isinstance(item, dict) and item.get("ip") and not item.get("ipMode"):
             item["ipMode"] = "VIP"
+    if spec.get("sessionAffinity") == "None":
+        spec.pop("sessionAffinityConfig", None)  # upstream clears it: back from ClientIP
     if spec.get("sessionAffinity") == "ClientIP":
         config = spec.setdefault("sessionAffinityConfig", {})
         if isinstance(config, dict):
