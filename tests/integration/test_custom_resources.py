@@ -165,12 +165,13 @@ async def test_schema_errors_have_upstream_messages(api: Api) -> None:
         'CronTab.stable.example.com "bad" is invalid: ['
         'spec.replicas: Invalid value: "string": spec.replicas in body must be of type '
         'integer: "string", spec.mode: Unsupported value: "c": supported values: "a", "b", '
-        'Invalid value: "null": some validation rules were not checked because the '
+        '<nil>: Invalid value: "null": some validation rules were not checked because the '
         "object was invalid; correct the existing errors to complete validation, "
         'spec.replicas: Invalid value: "three": should be an integer]')
-    causes = {c["field"]: c for c in body["details"]["causes"][:2]}
+    causes = {c["field"]: c for c in body["details"]["causes"][:3]}
     assert causes["spec.replicas"]["reason"] == "FieldValueTypeInvalid"
     assert causes["spec.mode"]["reason"] == "FieldValueNotSupported"
+    assert causes["<nil>"]["reason"] == "FieldValueInvalid"  # Go's nil field.Path
     status, body = await api.post(CT, {"apiVersion": "stable.example.com/v1", "kind": "CronTab",
                                        "metadata": {"name": "nospec"}, "spec": {}})
     assert status == 422

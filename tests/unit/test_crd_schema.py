@@ -141,10 +141,21 @@ def test_cel_rules_transition_rules_and_message_expressions() -> None:
         {"rule": "false", "message": "fallback", "messageExpression": long_text[:-2] + "'"}]
     assert messages({"spec": {"size": 4, "name": "ab"}}, root) == [
         'spec: Invalid value: "object": ' + "y" * (5 * 1024)]
-    # a wrong type skips the rules, with upstream's note
-    assert messages({"spec": {"size": "x"}}, root)[-1] == (
-        'Invalid value: "null": some validation rules were not checked because the object '
-        "was invalid; correct the existing errors to complete validation")
+    # a wrong type skips the rules, with upstream's note at Go's nil path
+    not_checked = ('<nil>: Invalid value: "null": some validation rules were not checked '
+                   "because the object was invalid; correct the existing errors to complete "
+                   "validation")
+    assert messages({"spec": {"size": "x"}}, root)[-1] == not_checked
+    # so do a missing required field and a value too long (upstream's hasBlockingErr): the
+    # rule that reads the missing field is not run, and says nothing of a missing key
+    spec["required"] = ["name"]
+    spec["properties"]["name"]["maxLength"] = 3
+    spec["x-kubernetes-validations"] = [{"rule": "self.name != 'abc'"}]
+    assert messages({"spec": {"size": 4}}, root) == ["spec.name: Required value", not_checked]
+    assert messages({"spec": {"size": 4, "name": "abcd"}}, root) == [
+        "spec.name: Too long: may not be more than 3 bytes", not_checked]
+    assert messages({"spec": {"size": 4, "name": "abc"}}, root) == [
+        'spec: Invalid value: "object": failed rule: self.name != \'abc\'']
 
 
 def crd(**spec: Any) -> dict[str, Any]:

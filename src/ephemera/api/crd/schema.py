@@ -43,6 +43,12 @@ OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 LIST_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"
 NOT_CHECKED = ("some validation rules were not checked because the object was invalid; "
                "correct the existing errors to complete validation")
+# upstream's `hasBlockingErr`: after one of these schema errors the object does not have the
+# shape its CEL rules were written for, so they are not run (NOT_CHECKED is said instead).
+BLOCKING_ERRORS = frozenset({"NotSupported", "Required", "TooLong", "TooMany", "TypeInvalid"})
+# How Go prints a nil *field.Path: upstream reports NOT_CHECKED at no path (`field.Invalid(nil,
+# ...)`), which reads "<nil>: Invalid value: ..." and is the cause's `field`.
+NIL_PATH = "<nil>"
 
 Schema = Mapping[str, Any]
 
@@ -103,7 +109,8 @@ def _num(value: float) -> Any:
 
 
 class _Walk:
-    """One validation: schema errors, then (when no value had the wrong type) CEL errors."""
+    """One validation: schema errors, then (when none blocks them: `BLOCKING_ERRORS`) CEL
+    errors."""
 
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
@@ -484,7 +491,8 @@ def _matches(value: Any, s: Any) -> bool:
 
 def validate(obj: Any, schema: Schema, old: Any = None) -> list[FieldError]:
     """The schema's errors of `obj` (an update's `old` for transition rules), then its CEL
-    rules' errors; CEL is skipped with upstream's note when a value has the wrong type."""
+    rules' errors; CEL is skipped with upstream's note after a blocking schema error (a wrong
+    type, a missing required field, a value outside its enum, too long, too many)."""
     return validate_with_warnings(obj, schema, old)[0]
 
 
@@ -494,9 +502,9 @@ def validate_with_warnings(obj: Any, schema: Schema, old: Any = None
     function this CEL has not)."""
     walk = _Walk()
     walk.check(obj, schema, Path(), old, old is not None)
-    if walk.blocking:
+    if walk.blocking or any(error.type in BLOCKING_ERRORS for error in walk.errors):
         if has_rules(schema):
-            return [*walk.errors, FieldError("Invalid", "", NOT_CHECKED, None)], []
+            return [*walk.errors, FieldError("Invalid", NIL_PATH, NOT_CHECKED, None)], []
         return walk.errors, []
     return [*walk.errors, *walk.rule_errors], walk.unchecked
 
