@@ -30,7 +30,15 @@ startup probe wait until it has succeeded.
 missing image gives `ErrImageNeverPull`; `Always`/`IfNotPresent` with a missing image "pulls"
 (ephemera pulls from no registry), fails with `ErrImagePull`, and is retried with the same
 back-off, showing `ImagePullBackOff` meanwhile; events `Pulling`, `Failed`, `BackOff`,
-`Pulled` (`Container image "x" already present on machine`) as upstream's.
+`Pulled` (`Container image "x" already present on machine`) as upstream's. A running main
+container whose spec names another image (`kubectl set image` on a pod) is stopped with the
+pod's grace period (`Killing`: `Container c definition changed, will be restarted`) and
+started again from the new image whatever the restart policy, as upstream's
+`containerChanged` does (its hash covers a container's name and image only); until then
+its status shows the image it runs. The kubelet allocates such an update first
+(`ephemera.kubelet.allocation`), and refuses it (`FailedAllocation`) while the new image is
+not on the node, so the container keeps running its old one instead of going into
+`ImagePullBackOff` as upstream's would.
 
 **Container config** (`containerconfig`): env (ConfigMaps, Secrets, downward API), argv,
 working dir, mounts (host dirs of the volume manager, subPath), the CRI log file
@@ -127,6 +135,7 @@ __all__ = [
     "changes_no_container_state",
     "compute_pod_actions",
     "container_names",
+    "image_changed",
     "mounts_differ",
     "should_restart",
 ]
@@ -164,8 +173,9 @@ class StartContainer:
 
 @dataclass(frozen=True)
 class RestartForChange:
-    """KEP-6395 actuation: stop the running instance (its mounts are not the spec's) and
-    start it again with the allocated mounts, no crash back-off."""
+    """Stop the running instance and start it again from the allocated spec, no crash
+    back-off, regardless of the restart policy: its image is not the spec's (upstream's
+    `definition changed`), or its mounts are not (KEP-6395 actuation, `RestartContainer`)."""
 
     container: Mapping[str, Any]
     running: ContainerStatus
@@ -252,6 +262,13 @@ def mounts_differ(container: Mapping[str, Any], instance: ContainerStatus) -> bo
               for m in container.get("volumeMounts") or []}
     have = {(m.volume_name, m.container_path) for m in instance.mounts if m.volume_name}
     return wanted != have
+
+
+def image_changed(container: Mapping[str, Any], instance: ContainerStatus) -> bool:
+    """The spec names another image than the instance was created from: upstream's
+    `containerChanged`, whose hash (`HashContainer`) covers a container's name and image
+    only, so an image is the one change to a running container that restarts it."""
+    return str(container.get("image") or "") != instance.image
 
 
 def should_restart(latest: ContainerStatus, restart_policy: str) -> bool:
@@ -355,6 +372,12 @@ def compute_pod_actions(pod: Mapping[str, Any], instances: Instances,
                 result.actions.append(StartContainer(c, None, False))
             continue
         if latest.state == ContainerState.RUNNING:
+            if image_changed(c, latest):  # upstream's containerChanged, before the probes
+                if volumes_ready_for(c):
+                    result.actions.append(RestartForChange(c, latest))
+                else:
+                    result.actions.append(ClearWaiting(name, volumes_pending=True))
+                continue
             kill = _kill_for_probe(c, latest, False, restart_policy != "Never", failed_probe)
             if kill is not None:
                 result.actions.append(kill)

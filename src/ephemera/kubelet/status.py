@@ -190,6 +190,7 @@ def container_status(spec_container: Mapping[str, Any], instances: Sequence[Cont
     if latest is None:
         return _status_without_instance(status, old, waiting, default_reason, deleting)
     status["containerID"] = f"{runtime_name}://{latest.id}"
+    status["image"] = latest.image or status["image"]  # what runs, as upstream's cs.Image
     status["imageID"] = latest.image_id
     status["restartCount"] = latest.attempt
     last_state: Obj = _terminated(previous, runtime_name) if previous is not None else {}
