@@ -733,7 +733,7 @@ def test_a_container_added_with_fields_without_effect_is_warned(
     added = dynamic(kubectl, name, add_container(lifecycle=hook))
     assert added.stdout == f"pod/{name} patched\n"
     assert added.stderr.splitlines() == [
-        f"Warning: {NEW_CONTAINER}.lifecycle: lifecycle hooks has no effect in ephemera "
+        f"Warning: {NEW_CONTAINER}.lifecycle: lifecycle hooks have no effect in ephemera "
         "(not implemented)"]
     assert [c["name"] for c in kubectl.json("get", "pod", name)["spec"]["containers"]][-1] \
         == "tool"

@@ -17,6 +17,7 @@ from ephemera.pods.unimplemented import (
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NO_EFFECT = "has no effect in ephemera (not implemented)"
+NO_EFFECT_PLURAL = "have no effect in ephemera (not implemented)"  # "sysctls have"
 
 
 def spec(**fields: Any) -> dict[str, Any]:
@@ -52,9 +53,9 @@ def test_each_place_is_warned_with_its_path() -> None:
         f"spec.affinity.podAffinity: pod affinity {NO_EFFECT}",
         f"spec.affinity.podAntiAffinity: pod anti-affinity {NO_EFFECT}",
         f"spec.securityContext.runAsUser: a user to run as {NO_EFFECT}",
-        f"spec.securityContext.sysctls: sysctls {NO_EFFECT}",
+        f"spec.securityContext.sysctls: sysctls {NO_EFFECT_PLURAL}",
         f"spec.initContainers[0].resizePolicy: a resize policy {NO_EFFECT}",
-        f"spec.containers[1].lifecycle: lifecycle hooks {NO_EFFECT}",
+        f"spec.containers[1].lifecycle: lifecycle hooks {NO_EFFECT_PLURAL}",
         f"spec.containers[1].ports[1].hostPort: a host port {NO_EFFECT}",
         f"spec.containers[1].securityContext.privileged: privileged mode {NO_EFFECT}",
         f"spec.containers[1].securityContext.capabilities: adding or dropping capabilities "
@@ -80,7 +81,7 @@ def test_an_update_warns_only_about_what_it_newly_sets() -> None:
     new["containers"].append({"name": "sidecar", "image": "busybox",
                               "lifecycle": {"postStart": {"exec": {"command": ["true"]}}}})
     assert unimplemented_warnings_on_update(new, old) == [
-        f"spec.containers[1].lifecycle: lifecycle hooks {NO_EFFECT}"]
+        f"spec.containers[1].lifecycle: lifecycle hooks {NO_EFFECT_PLURAL}"]
     assert unimplemented_warnings_on_update(old, old) == []
 
 
@@ -102,7 +103,7 @@ def test_reordered_containers_earn_no_new_warning() -> None:
                            {"name": "a", "image": "i", "lifecycle": hook},
                            {"name": "b", "image": "i"}])
     assert unimplemented_warnings_on_update(new, old) == [
-        f"spec.containers[0].lifecycle: lifecycle hooks {NO_EFFECT}"]
+        f"spec.containers[0].lifecycle: lifecycle hooks {NO_EFFECT_PLURAL}"]
 
 
 def test_a_volume_the_kubelet_cannot_mount_is_warned_about() -> None:

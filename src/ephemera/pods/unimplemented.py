@@ -42,9 +42,11 @@ class Unimplemented:
     where: str  # one of the places above
     key: str  # the JSON name of the field there
     what: str  # what has no effect, for the warning
+    plural: bool = False  # `what` is a plural noun: "sysctls have no effect"
 
     def warning(self, path: str) -> str:
-        return f"{path}: {self.what} has no effect in ephemera (not implemented)"
+        verb = "have" if self.plural else "has"
+        return f"{path}: {self.what} {verb} no effect in ephemera (not implemented)"
 
 
 UNIMPLEMENTED: tuple[Unimplemented, ...] = (
@@ -56,7 +58,7 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     Unimplemented(POD, "hostUsers", "choosing user namespaces"),
     Unimplemented(POD, "hostAliases", "adding /etc/hosts entries"),
     Unimplemented(POD, "setHostnameAsFQDN", "the FQDN as hostname"),
-    Unimplemented(POD, "imagePullSecrets", "registry credentials"),
+    Unimplemented(POD, "imagePullSecrets", "registry credentials", plural=True),
     Unimplemented(POD, "runtimeClassName", "choosing a RuntimeClass"),
     Unimplemented(POD, "topologySpreadConstraints", "topology spread scheduling"),
     Unimplemented(POD, "resourceClaims", "dynamic resource allocation"),
@@ -71,16 +73,16 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     Unimplemented(POD_SECURITY, "runAsNonRoot", "requiring a non-root user"),
     Unimplemented(POD_SECURITY, "fsGroup", "a volume-owning group"),
     Unimplemented(POD_SECURITY, "fsGroupChangePolicy", "the fsGroup change policy"),
-    Unimplemented(POD_SECURITY, "supplementalGroups", "supplemental groups"),
+    Unimplemented(POD_SECURITY, "supplementalGroups", "supplemental groups", plural=True),
     Unimplemented(POD_SECURITY, "supplementalGroupsPolicy", "the supplemental groups policy"),
-    Unimplemented(POD_SECURITY, "sysctls", "sysctls"),
-    Unimplemented(POD_SECURITY, "seLinuxOptions", "SELinux options"),
+    Unimplemented(POD_SECURITY, "sysctls", "sysctls", plural=True),
+    Unimplemented(POD_SECURITY, "seLinuxOptions", "SELinux options", plural=True),
     Unimplemented(POD_SECURITY, "seLinuxChangePolicy", "the SELinux change policy"),
     Unimplemented(POD_SECURITY, "seccompProfile", "a seccomp profile"),
     Unimplemented(POD_SECURITY, "appArmorProfile", "an AppArmor profile"),
-    Unimplemented(POD_SECURITY, "windowsOptions", "Windows options"),
+    Unimplemented(POD_SECURITY, "windowsOptions", "Windows options", plural=True),
     # Each container.
-    Unimplemented(CONTAINER, "lifecycle", "lifecycle hooks"),
+    Unimplemented(CONTAINER, "lifecycle", "lifecycle hooks", plural=True),
     Unimplemented(CONTAINER, "resizePolicy", "a resize policy"),
     Unimplemented(CONTAINER, "terminationMessagePath", "a termination message file"),
     Unimplemented(CONTAINER, "terminationMessagePolicy", "a termination message policy"),
@@ -93,10 +95,10 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     Unimplemented(CONTAINER_SECURITY, "capabilities", "adding or dropping capabilities"),
     Unimplemented(CONTAINER_SECURITY, "allowPrivilegeEscalation", "allowPrivilegeEscalation"),
     Unimplemented(CONTAINER_SECURITY, "procMount", "a proc mount type"),
-    Unimplemented(CONTAINER_SECURITY, "seLinuxOptions", "SELinux options"),
+    Unimplemented(CONTAINER_SECURITY, "seLinuxOptions", "SELinux options", plural=True),
     Unimplemented(CONTAINER_SECURITY, "seccompProfile", "a seccomp profile"),
     Unimplemented(CONTAINER_SECURITY, "appArmorProfile", "an AppArmor profile"),
-    Unimplemented(CONTAINER_SECURITY, "windowsOptions", "Windows options"),
+    Unimplemented(CONTAINER_SECURITY, "windowsOptions", "Windows options", plural=True),
 )
 
 
