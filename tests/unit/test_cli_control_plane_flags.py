@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ephemera.cli.apiserverworkers import cannot_serve
 from ephemera.cli.controlplane import ControlPlaneError, share_identity
 from ephemera.cli.main import build_parser
 
@@ -207,3 +208,13 @@ async def test_worker_group_sessions_and_a_worker_that_will_not_stop(
     assert process.returncode == -9
     assert (f"ephemera apiserver: worker 0 (pid {process.pid}) did not stop in 0.2s; "
             "killing it") in capsys.readouterr().err
+
+
+def test_a_port_that_cannot_be_served_is_said_in_the_systems_words() -> None:
+    # asyncio's own text quotes the address as a Python tuple
+    busy = OSError(98, "error while attempting to bind on address ('127.0.0.1', 6443): "
+                       "address already in use")
+    assert cannot_serve("127.0.0.1", 6443, busy) == (
+        "ephemera apiserver: cannot serve on 127.0.0.1:6443: address already in use")
+    assert cannot_serve("0.0.0.0", 443, PermissionError(13, "denied")).endswith(
+        "cannot serve on 0.0.0.0:443: permission denied")

@@ -51,7 +51,7 @@ from ephemera.apiserver.serviceaccounttoken import (
 )
 from ephemera.apiserver.serviceallocator import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR
 from ephemera.cli import flags
-from ephemera.cli.apiserverworkers import check_workers, run_workers
+from ephemera.cli.apiserverworkers import cannot_serve, check_workers, run_workers
 from ephemera.store import open_store
 from ephemera.store.base import StoreError
 
@@ -444,8 +444,8 @@ async def _serve(args: argparse.Namespace, authenticator: Authenticator) -> int:
                                 client_ca_file=args.client_ca_file),
                             stop=stop, on_started=started, reuse_port=worker is not None)
         except (OSError, ssl.SSLError) as err:
-            print(f"ephemera apiserver: cannot serve on {args.bind_address}:{args.port}: "
-                  f"{err.strerror or err}", file=sys.stderr, flush=True)
+            print(cannot_serve(args.bind_address, args.port, err), file=sys.stderr,
+                  flush=True)
             return 1
     finally:
         await store.close()

@@ -30,6 +30,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import sys
 import tempfile
 import time
@@ -189,14 +190,24 @@ class WorkerGroup:
                 await task
 
 
+def cannot_serve(address: str, port: int, err: OSError) -> str:
+    """The line for a port that could not be served: the system's words for the error, as
+    Go prints them (`address already in use`), not asyncio's text, which quotes the address
+    as a Python tuple."""
+    if err.errno and not isinstance(err, ssl.SSLError):
+        cause = os.strerror(err.errno).lower()
+    else:
+        cause = str(err.strerror or err)
+    return f"ephemera apiserver: cannot serve on {address}:{port}: {cause}"
+
+
 async def run_workers(args: argparse.Namespace, on_ready: Callable[[int], None]) -> int:
     """Run `args.workers` workers of the apiserver command `args.command_argv` until SIGTERM
     or SIGINT; `on_ready(port)` once every worker serves."""
     try:
         reservation = reserve_port(args.bind_address, args.port)
     except OSError as err:
-        print(f"ephemera apiserver: cannot serve on {args.bind_address}:{args.port}: "
-              f"{err.strerror or err}", file=sys.stderr, flush=True)
+        print(cannot_serve(args.bind_address, args.port, err), file=sys.stderr, flush=True)
         return 1
     port = int(reservation.getsockname()[1])
     stop = asyncio.Event()
