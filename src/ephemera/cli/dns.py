@@ -141,10 +141,10 @@ async def _serve(config: Any, args: argparse.Namespace) -> int:
     upstreams = [u for group in args.upstream for u in group]
     records = ClusterRecords(args.cluster_domain, ttl=args.ttl, pods=args.pods,
                              own_addresses=[host])
-    print(f"ephemera dns ({args.cluster_domain}) using {config.server}", file=sys.stderr,
-          flush=True)
     async with ApiClient(config, user_agent="ephemera-dns",
                          endpoints=args.apiserver_endpoints) as api, discovering(api):
+        print(f"ephemera dns ({args.cluster_domain}) using {api.server}", file=sys.stderr,
+              flush=True)
         service = DnsService(api, records, upstreams, max_concurrent=args.max_concurrent)
         starting = asyncio.create_task(service.start(host, port))
         stopping = asyncio.create_task(stop.wait())

@@ -166,8 +166,6 @@ async def _serve(kubeconfig: Any, args: argparse.Namespace, config: HollowConfig
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"ephemera hollow-nodes: {config.count} nodes using {kubeconfig.server}",
-          file=sys.stderr, flush=True)
     # Three clients, three connection pools: the pods' traffic (status writes, events, the
     # informer) on one, the Nodes' on another, the Leases' renewals on a third made on a
     # thread of their own (docs/design.md, "Hollow nodes").
@@ -178,6 +176,8 @@ async def _serve(kubeconfig: Any, args: argparse.Namespace, config: HollowConfig
                          endpoints=args.apiserver_endpoints) as api, \
             ApiClient(kubeconfig, user_agent=USER_AGENT,
                       endpoints=args.apiserver_endpoints) as heartbeat_api:
+        print(f"ephemera hollow-nodes: {config.count} nodes using {api.server}",
+              file=sys.stderr, flush=True)
         nodes = HollowNodes(api, config, heartbeat_api, lease_api)
         async with looplag.watching("hollow-nodes"):
             await nodes.run(stop, ready=lambda: print(f"hollow nodes ready: {config.count}",

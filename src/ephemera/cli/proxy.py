@@ -102,7 +102,7 @@ async def _serve(config: Any, args: argparse.Namespace) -> int:
                           masquerade_all=masquerade_all, sync_period=args.sync_period,
                           min_sync_period=args.min_sync_period)
         print(f"ephemera proxy (node {node}, table ip {proxier.table}) using "
-              f"{config.server}", file=sys.stderr, flush=True)
+              f"{api.server}", file=sys.stderr, flush=True)
         await proxier.run(stop)
     log.info("stopped")
     return 0

@@ -59,10 +59,10 @@ async def _serve(config: Any, args: argparse.Namespace,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"ephemera scheduler ({DEFAULT_SCHEDULER_NAME}) using {config.server}",
-          file=sys.stderr, flush=True)
     async with ApiClient(config, user_agent="ephemera-scheduler",
                          endpoints=args.apiserver_endpoints) as api, discovering(api):
+        print(f"ephemera scheduler ({DEFAULT_SCHEDULER_NAME}) using {api.server}",
+              file=sys.stderr, flush=True)
         if election is None:
             await run_scheduler(api, args.feature_gates, stop)
         else:
