@@ -37,8 +37,8 @@ def _record_watches(store: Store) -> dict[str, list[Watcher]]:
     opened: dict[str, list[Watcher]] = collections.defaultdict(list)
     watch: Callable[..., Any] = store.watch
 
-    async def recording(prefix: str, after_revision: int) -> Watcher:
-        watcher: Watcher = await watch(prefix, after_revision)
+    async def recording(prefix: str, after_revision: int, **options: Any) -> Watcher:
+        watcher: Watcher = await watch(prefix, after_revision, **options)
         opened[prefix].append(watcher)
         return watcher
 

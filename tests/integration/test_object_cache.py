@@ -44,8 +44,8 @@ class SlowWatcher:
 def slow_watches(store: Store) -> None:
     real_watch = store.watch
 
-    async def watch(prefix: str, after_revision: int) -> Any:
-        watcher = await real_watch(prefix, after_revision)
+    async def watch(prefix: str, after_revision: int, **options: Any) -> Any:
+        watcher = await real_watch(prefix, after_revision, **options)
         return SlowWatcher(watcher) if prefix.startswith(SLOWED) else watcher
 
     store.watch = watch  # type: ignore[method-assign]
