@@ -17,9 +17,10 @@ import grpc
 import pytest
 from aetcd import rpc
 
-from ephemera.store import Event, Store, Watcher, WatcherDropped, open_store
+from ephemera.store import Event, Store, Watcher, open_store
+from ephemera.store.base import StoreError
 from ephemera.store.etcd import EtcdStore, bytes_prefix_end, grpc_target
-from etcdserver import EtcdServer
+from etcdserver import EtcdCluster, EtcdServer
 
 pytestmark = pytest.mark.etcd
 
@@ -220,26 +221,59 @@ async def test_watches_share_one_stream(etcd_endpoint: str) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_a_failed_stream_fails_its_watches_and_the_next_watch_opens_another(
-        etcd_endpoint: str) -> None:
-    """When the shared stream ends (here its connection is cut under it), every watch on it
-    ends with WatcherDropped, and the next watch works on a new stream."""
+async def test_watches_carry_on_when_their_stream_is_lost(etcd_endpoint: str) -> None:
+    """When the shared stream's connection is cut under it, its watches are created again on
+    a new stream from the revision after the last one each was handed, as etcd's own client
+    does: their consumers get every event once, with no end, and new watches work."""
     store = small_store(etcd_endpoint)
     try:
         revision = await store.current_revision()
         first, second = await store.watch("/f/a/", revision), await store.watch("/f/b/", revision)
+        before = await store.create("/f/a/1", b"v")
+        assert (await next_event(first)).kv == before
         broken = store._stream
         assert broken is not None and broken._transport is not None
         broken._transport.abort()
-        for watcher in (first, second):
-            with pytest.raises(WatcherDropped, match="etcd watch stream failed"):
-                await next_event(watcher)
-        again = await store.watch("/f/a/", revision)
-        assert store._stream is not broken
-        written = await store.create("/f/a/k", b"v")
-        assert (await next_event(again)).kv == written
+        during = [await store.create("/f/a/2", b"v"), await store.create("/f/b/1", b"v")]
+        assert (await next_event(first)).kv == during[0]
+        assert (await next_event(second)).kv == during[1]
+        assert store._stream is not broken and broken.ended
+        after = await store.create("/f/a/3", b"v")
+        assert (await next_event(first)).kv == after  # not /f/a/1 or /f/a/2 a second time
+        again = await store.watch("/f/a/", after.mod_revision)
+        last = await store.create("/f/a/4", b"v")
+        assert (await next_event(again)).kv == last
+        assert (await next_event(first)).kv == last
     finally:
         await store.close()
+
+
+async def test_watches_carry_on_when_their_etcd_member_stops(tmp_path: Path) -> None:
+    """Three etcd members: the one the watch stream is on is killed; the store's writes go to
+    the others, and the watch resumes on one of them with every event once."""
+    with EtcdCluster(tmp_path / "etcd", 3) as cluster:
+        store = EtcdStore(cluster.endpoints.split(","), prefix="/m", progress_interval=0.1)
+        try:
+            watcher = await store.watch("/k/", await store.current_revision())
+            first = await store.create("/k/1", b"v")
+            assert (await next_event(watcher)).kv == first
+            stream = store._stream
+            assert stream is not None and stream._transport is not None
+            port = stream._transport.get_extra_info("peername")[1]
+            cluster.kill(cluster.client_ports.index(port))
+            written = []
+            for i in range(2, 5):
+                async with asyncio.timeout(30):
+                    while True:  # the unary channel moves to another member too
+                        try:
+                            written.append(await store.create(f"/k/{i}", b"v"))
+                            break
+                        except StoreError:
+                            await asyncio.sleep(0.2)
+            seen = [(await next_event(watcher)).kv for _ in written]
+            assert seen == written
+        finally:
+            await store.close()
 
 
 def test_endpoint_parsing() -> None:

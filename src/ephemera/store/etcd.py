@@ -32,7 +32,12 @@ Semantics:
 - watch stream: all of a store's watches share one etcd Watch call (`etcdwatch.WatchStream`),
   as etcd's own client multiplexes a client's watches; creates and cancels are sent on it, and
   etcd answers creates in the order they were sent, which pairs each created response with
-  its watch. A stream that ends fails every watch on it; the next watch opens a new one.
+  its watch. A stream that ends under its watches (the member it was on stopped, the
+  connection lost, an error status) is replaced: its watches are created again on a new
+  stream (the endpoints tried in order) from the revision after the newest each was handed,
+  as etcd's client re-creates its watches, so their consumers see no end (`_resume`); one
+  whose revisions were compacted meanwhile ends with `Compacted`, and a watch created again
+  three times without etcd answering it in between ends with `WatcherDropped`.
 - watch reading: that one call is not made through gRPC's library but spoken over HTTP/2 by
   `etcdwatch` on a connection of its own, which the event loop reads like any socket: all
   that arrived is parsed in one callback, for every watch, with no thread. gRPC's blocking
@@ -79,8 +84,9 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import urlsplit
 
 import grpc
@@ -105,6 +111,8 @@ from ephemera.store.watchhub import (
     DEFAULT_WATCH_CAPACITY,
     BufferedWatcher,
 )
+
+log = logging.getLogger("ephemera.store.etcd")
 
 COMPACTED_MESSAGE = "required revision has been compacted"
 FUTURE_MESSAGE = "required revision is a future revision"
@@ -475,7 +483,7 @@ class EtcdStore(Store):
         except FutureRevision:
             pass  # watching from the future is fine
         watch = Watch(asyncio.get_running_loop(), after_revision)
-        request = rpc.WatchCreateRequest(
+        request = watch.request = rpc.WatchCreateRequest(
             key=key, range_end=range_end, start_revision=start_revision,
             progress_notify=True, prev_kv=prev, fragment=True)
         stream = self._watch_stream()
@@ -508,7 +516,7 @@ class EtcdStore(Store):
             capacity=self._watch_capacity,
             progress_interval=self._progress_interval,
             progress_revision=lambda: watch.complete_revision,
-            on_close=lambda closing: self._stop_watch(closing, stream, watch),
+            on_close=lambda closing: self._stop_watch(closing, watch),
         )
         self._watchers.add(watcher)
         stream.attach(watch, watcher)
@@ -522,8 +530,23 @@ class EtcdStore(Store):
             self._stream = WatchStream(
                 self._addresses, event_from=self._event_from,
                 on_end=self._watchers.discard, max_message_bytes=self._max_receive_bytes,
-                connect_timeout=self._timeout)
+                connect_timeout=self._timeout, on_lost=self._resume)
         return self._stream
+
+    def _resume(self, watches: Sequence[Watch], reason: str) -> bool:
+        """The stream under `watches` ended (its etcd member stopped, the connection was
+        lost): create them again on a new stream, each from the revision after the newest
+        one it was handed, as etcd's own client does, so that its consumers (the watch
+        cache, the informers) carry on without a gap or a second copy and list nothing
+        again. A revision compacted meanwhile ends that watch with `Compacted`."""
+        if self._closed:
+            return False
+        stream = self._watch_stream()
+        log.info("etcd watch stream ended (%s): resuming %d watches on a new stream", reason,
+                 len(watches))
+        for watch in watches:
+            stream.create(watch.resume_request(), watch)
+        return True
 
     def _event_from(self, event: rpc.Event) -> Event:
         prev = self._kv_from(event.prev_kv) if event.HasField("prev_kv") else None
@@ -536,10 +559,10 @@ class EtcdStore(Store):
             return Event("DELETE", kv, prev)
         return Event("PUT", self._kv_from(event.kv), prev)
 
-    async def _stop_watch(self, watcher: BufferedWatcher, stream: WatchStream,
-                          watch: Watch) -> None:
+    async def _stop_watch(self, watcher: BufferedWatcher, watch: Watch) -> None:
         self._watchers.discard(watcher)
-        stream.cancel(watch)
+        if watch.stream is not None:  # the stream it is on now (resumed: not the first)
+            watch.stream.cancel(watch)
 
     async def close(self) -> None:
         if self._closed:

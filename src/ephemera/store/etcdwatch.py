@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 from urllib.parse import unquote
 
@@ -53,6 +53,11 @@ WATCH_PATH = "/etcdserverpb.Watch/Watch"
 RECEIVE_WINDOW = 16 * 1024 * 1024
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
+# How many times running a watch is created again on a new stream without etcd answering it
+# in between: a member that accepts connections and ends every stream does not keep the
+# watch going round.
+MAX_RESUMES = 3
+
 # What the stream hands a watch: an event, a progress notification, or the watch's end.
 _Read = Event | Progress | StoreError
 
@@ -70,6 +75,21 @@ class Watch:
         self.fragments: list[rpc.Event] = []  # of a response not yet whole
         self.handed = after_revision  # the newest revision read for it
         self.held: list[_Read] = []  # read before `watcher` was attached
+        self.request: rpc.WatchCreateRequest | None = None  # what created it
+        self.stream: WatchStream | None = None  # the stream it is on now
+        self.resumes = 0  # times created again on a new stream since etcd last answered it
+
+    def resume_request(self) -> rpc.WatchCreateRequest:
+        """Its create request again, from the revision after the newest one it was handed
+        (what a fragment in flight held comes again whole)."""
+        assert self.request is not None
+        request = rpc.WatchCreateRequest()
+        request.CopyFrom(self.request)
+        request.start_revision = self.handed + 1
+        self.fragments = []
+        self.watch_id = None
+        self.resumes += 1
+        return request
 
     def set_created(self, response: rpc.WatchResponse | StoreError | None) -> None:
         if self.created.done():
@@ -104,14 +124,19 @@ class Watch:
 class WatchStream(asyncio.Protocol):
     """Every watch of one store on one etcd Watch call over a connection of its own (module
     docstring). `addresses` are tried in order until one connects; `event_from` turns etcd's
-    events into the store's; `on_end` is told of a watcher whose watch ended on its own."""
+    events into the store's; `on_end` is told of a watcher whose watch ended on its own;
+    `on_lost` is offered the watches of a stream that ended under them (the connection or
+    the member lost, etcd's error status), and takes them (True) to create them again on
+    another stream, as etcd's own client does; else they fail."""
 
     def __init__(self, addresses: list[tuple[str, int]], *,
                  event_from: Callable[[rpc.Event], Event],
                  on_end: Callable[[BufferedWatcher], None],
-                 max_message_bytes: int, connect_timeout: float) -> None:
+                 max_message_bytes: int, connect_timeout: float,
+                 on_lost: Callable[[Sequence[Watch], str], bool] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._addresses = addresses
+        self._on_lost = on_lost
         self._event_from = event_from
         self._on_end = on_end
         self._max_message_bytes = max_message_bytes
@@ -138,6 +163,7 @@ class WatchStream(asyncio.Protocol):
         """Send `request` for `watch`; False when the stream has already ended."""
         if self.ended:
             return False
+        watch.stream = self
         self._creating.append(watch)
         self._send(rpc.WatchRequest(create_request=request))
         return True
@@ -209,7 +235,8 @@ class WatchStream(asyncio.Protocol):
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as error:
-            self._abort(f"etcd watch stream failed: HTTP/2 protocol error: {error}")
+            self._abort(f"etcd watch stream failed: HTTP/2 protocol error: {error}",
+                        resumable=False)
             return
         for event in events:
             if isinstance(event, h2.events.DataReceived):
@@ -240,7 +267,7 @@ class WatchStream(asyncio.Protocol):
     def _check_headers(self, headers: dict[str, str], *, trailers: bool = False) -> None:
         status = headers.get(":status")
         if status is not None and status != "200":
-            self._abort(f"etcd watch stream failed: HTTP status {status}")
+            self._abort(f"etcd watch stream failed: HTTP status {status}", resumable=False)
             return
         code = headers.get("grpc-status")
         if code is None:
@@ -256,13 +283,15 @@ class WatchStream(asyncio.Protocol):
         if not trailers:  # a trailers-only answer: the call failed before it began
             self._abort(self._trailers_reason)
 
-    def _abort(self, reason: str) -> None:
-        """End the stream for `reason`: close the connection, fail every watch."""
+    def _abort(self, reason: str, *, resumable: bool = True) -> None:
+        """End the stream for `reason`: close the connection, then its watches are resumed
+        elsewhere (`on_lost`) or fail. Not `resumable`: what the stream read cannot be read
+        (a protocol error, a message too large), and another stream would read it again."""
         self._trailers_reason = self._trailers_reason or reason
         if self._transport is not None:
             self._write()
             self._transport.close()
-        self._fail_all(reason)
+        self._fail_all(reason, resumable=resumable)
 
     def _send(self, request: rpc.WatchRequest) -> None:
         message = request.SerializeToString()
@@ -302,11 +331,11 @@ class WatchStream(asyncio.Protocol):
             length = int.from_bytes(received[offset + 1:offset + 5], "big")
             if received[offset]:
                 self._abort("etcd watch stream failed: a compressed message, which was not "
-                            "asked for")
+                            "asked for", resumable=False)
                 return
             if length > self._max_message_bytes:
                 self._abort(f"etcd watch stream failed: received message larger than max "
-                            f"({length} vs. {self._max_message_bytes})")
+                            f"({length} vs. {self._max_message_bytes})", resumable=False)
                 return
             end = offset + 5 + length
             if len(received) < end:
@@ -327,6 +356,7 @@ class WatchStream(asyncio.Protocol):
         watch = self._watches.get(response.watch_id)
         if watch is None:  # a cancelled watch's last responses, or another's progress
             return
+        watch.resumes = 0
         if response.compact_revision:
             self._finish(watch, Compacted(watch.handed + 1, int(response.compact_revision)))
             return
@@ -358,24 +388,41 @@ class WatchStream(asyncio.Protocol):
                 self._send_cancel(watch.watch_id)
                 return
             self._watches[watch.watch_id] = watch
-        watch.set_created(response)
+        if not watch.created.done():
+            watch.set_created(response)
+        elif response.compact_revision:  # resumed after the revisions it still needed
+            self._hand(watch, Compacted(watch.handed + 1, int(response.compact_revision)))
+        elif not usable:
+            reason = response.cancel_reason or "no reason given"
+            self._hand(watch, WatcherDropped(f"etcd refused the watch again: {reason}"))
 
     def _finish(self, watch: Watch, error: StoreError) -> None:
         if watch.watch_id is not None:
             self._watches.pop(watch.watch_id, None)
         self._hand(watch, error)
 
-    def _fail_all(self, reason: str) -> None:
+    def _fail_all(self, reason: str, *, resumable: bool = True) -> None:
         if self.ended:
             return
         self.ended = True
         creating, self._creating = list(self._creating), collections.deque()
         watches = list(self._watches.values())
         self._watches.clear()
+        # Watches being created for a caller fail (`watch()` raises, the caller watches
+        # again); those being resumed count with the created ones.
+        resuming = [watch for watch in creating if watch.created.done()]
         for watch in creating:
-            watch.set_created(None if self._stopped else StoreError(f"etcd watch failed: {reason}"))
+            if not watch.created.done():
+                watch.set_created(None if self._stopped
+                                  else StoreError(f"etcd watch failed: {reason}"))
         if self._stopped:
             return
+        lost = [watch for watch in [*watches, *resuming]
+                if not watch.stopped and watch.resumes < MAX_RESUMES]
+        if resumable and lost and self._on_lost is not None and self._on_lost(lost, reason):
+            watches = [watch for watch in [*watches, *resuming] if watch not in lost]
+        else:
+            watches = [*watches, *resuming]
         for watch in watches:
             self._hand(watch, WatcherDropped(reason))
 
