@@ -55,6 +55,7 @@ from ephemera.apiserver.authz.modes import (
 from ephemera.apiserver.authz.requestinfo import ATTRIBUTES, attributes_of
 from ephemera.apiserver.authz.reviews import Reviews, is_review
 from ephemera.apiserver.body import DEFAULT_MAX_BODY_BYTES
+from ephemera.apiserver.healthz import TEXT_PLAIN, Answer, Health
 from ephemera.apiserver.impersonation import impersonate
 from ephemera.apiserver.informers import ObjectCache
 from ephemera.apiserver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -177,6 +178,7 @@ AUTHORIZATION = web.AppKey("authorization", Authorization)
 LIFECYCLE = web.AppKey("lifecycle", NamespaceLifecycle)
 CONFIG = web.AppKey("config", ApiserverConfig)
 STOP = web.AppKey("stop", asyncio.Event)
+HEALTH = web.AppKey("health", Health)
 # The authenticated user of a request (what the authenticator returned) is `request[USER]`,
 # `USER` being defined in `ephemera.apiserver.rest`.
 
@@ -230,6 +232,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
     app[LIFECYCLE] = lifecycle
     app[CONFIG] = config
     app[STOP] = asyncio.Event()
+    app[HEALTH] = Health(store, app[STOP])
     app[METRICS] = ApiserverMetrics()
     app.router.add_route("*", "/{path:.*}", router.dispatch)
     app.on_response_prepare.append(_resource_warnings)
@@ -475,18 +478,16 @@ class Router:
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         segments = [s for s in request.path.split("/") if s]
         if not segments:
-            return self._get_only(request, {"paths": ["/api", "/api/v1", "/apis", "/healthz",
-                                                      "/livez", "/metrics", "/openapi/v2",
-                                                      "/openapi/v3", "/readyz", "/version"]})
+            return self._get_only(request, {"paths": sorted([
+                "/api", "/api/v1", "/apis", "/metrics", "/openapi/v2", "/openapi/v3",
+                "/version", *request.app[HEALTH].paths()])})
         head = segments[0]
         if head == "version" and len(segments) == 1:
             return self._get_only(request, discovery.version_info())
         if head == "metrics" and len(segments) == 1:
             return self._get_only(request, request.app[METRICS].render(), METRICS_CONTENT_TYPE)
-        if head in ("healthz", "livez", "readyz"):
-            if request.method not in ("GET", "HEAD"):
-                raise method_not_allowed()
-            return web.Response(text="ok", content_type="text/plain")
+        if head in Health.ENDPOINTS:
+            return await self._health(request, head)
         if head == "openapi":
             return self._openapi(request, segments)
         if head == "api":
@@ -513,6 +514,27 @@ class Router:
                                       discovery.api_resource_list(group_name, version))
             return await self._resource(request, group_name, version, segments[3:])
         raise not_found_path()
+
+    @staticmethod
+    async def _health(request: web.Request, head: str) -> web.Response:
+        """`/healthz`, `/livez`, `/readyz` and `/readyz/NAME` (`ephemera.apiserver.healthz`):
+        upstream's mux serves those exact paths, for any method."""
+        endpoint = request.app[HEALTH].endpoints[head]
+        rest = request.path[len(head) + 1:]
+        answer: Answer | None
+        if not rest:
+            answer = await endpoint.root(request.query.getall("exclude", []),
+                                         "verbose" in request.query)
+        else:
+            answer = await endpoint.single(rest[1:]) if rest.startswith("/") else None
+        if answer is None:
+            raise not_found_path()
+        response = web.Response(status=answer.status, body=answer.body.encode(),
+                                headers={"Content-Type": TEXT_PLAIN,
+                                         "Cache-Control": "no-cache, private"})
+        if answer.nosniff:
+            response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
     @staticmethod
     def _get_only(request: web.Request, body: dict[str, Any] | bytes | None,
