@@ -14,6 +14,7 @@ from apiserver_fixtures import Api, serve
 
 from ephemera.apiserver.app import HEALTH, STOP
 from ephemera.store import KeyValue, StoreError, open_store
+from etcdserver import EtcdCluster
 
 NOT_FOUND = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
              "message": "the server could not find the requested resource",
@@ -150,3 +151,30 @@ async def test_health_paths_listed_at_the_root(health_api: tuple[Api, BreakableR
     assert body["paths"] == sorted(body["paths"])
     assert {"/healthz", "/healthz/etcd", "/livez/log", "/readyz/etcd-readiness",
             "/readyz/shutdown", "/version"} <= set(body["paths"])
+
+
+async def test_readyz_fails_when_etcd_loses_quorum(tmp_path: Path) -> None:
+    """The user trial's case: two of three etcd members gone, the apiserver's reads of the one
+    left time out."""
+    cluster = EtcdCluster(tmp_path / "etcd", 3)
+    await asyncio.to_thread(cluster.start)
+    try:
+        store = open_store("etcd", endpoints=[cluster.client_url(0)])
+        try:
+            async for api in serve(store):
+                probe = api.app[HEALTH].probe
+                probe.timeout, probe.interval = 0.5, 0.0
+                assert (await text(api, "/readyz"))[:2] == (200, "ok")
+                cluster.kill(1)
+                cluster.kill(2)
+                assert (await text(api, "/livez"))[:2] == (
+                    500, "[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n"
+                         "livez check failed\n")
+                # (the read times out, or etcd says it has no leader once it has noticed)
+                status, body, _ = await text(api, "/readyz/etcd")
+                assert status == 500
+                assert body.startswith("internal server error: error getting data from etcd: ")
+        finally:
+            await store.close()
+    finally:
+        await asyncio.to_thread(cluster.stop)
