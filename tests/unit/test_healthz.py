@@ -204,3 +204,13 @@ async def test_log_check_fails_when_a_flush_blocks() -> None:
 
 async def test_ping() -> None:
     await Ping().check()
+
+
+async def test_store_probe_close_cancels_a_read_under_way() -> None:
+    store = FakeStore()
+    probe = StoreProbe(store)  # type: ignore[arg-type]
+    waiting = asyncio.ensure_future(probe.probe())
+    await asyncio.sleep(0)
+    await probe.close()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

@@ -270,6 +270,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         await lifecycle.close()
         if cache is not None:
             await cache.close()
+        await app[HEALTH].close()
 
     app.on_startup.append(startup)
     app.on_shutdown.append(shutdown)

@@ -38,6 +38,7 @@ anyone can ask.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -167,6 +168,14 @@ class StoreProbe:
         if self._result is not None:
             raise CheckFailed(self._result)
 
+    async def close(self) -> None:
+        """Cancel a read under way (the store is about to close)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def _read(self) -> str | None:
         self.reads += 1
         try:
@@ -181,7 +190,8 @@ class StoreProbe:
             log.exception("store health probe failed")
             reason = f"error getting data from {self.backend}: {err!r}"
         finally:
-            self._task = None
+            if self._task is asyncio.current_task():
+                self._task = None
         self._result, self._have_result = reason, True
         return reason
 
@@ -279,6 +289,9 @@ class Health:
             "readyz": HealthEndpoint("readyz", [*common, StoreCheck("etcd-readiness", self.probe),
                                                 ShutdownCheck(stopping)]),
         }
+
+    async def close(self) -> None:
+        await self.probe.close()
 
     def paths(self) -> list[str]:
         """Every path served, as upstream's `/` lists them."""
