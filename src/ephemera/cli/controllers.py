@@ -3,12 +3,13 @@ upstream's kube-controller-manager, talking to the apiserver named by `--kubecon
 
 With `--allocate-node-cidrs` it runs the node IPAM controller (a `spec.podCIDR` of
 `--node-cidr-mask-size` bits from `--cluster-cidr` for every Node). It runs the node
-lifecycle controller (nodes whose kubelet stopped renewing its Lease are
-marked unknown and tainted), the garbage collector (dependents of deleted owners, through
-`metadata.ownerReferences`), the Job, CronJob and TTL-after-finished controllers, the service
-accounts controller (a `default` ServiceAccount in
-every namespace) and the ResourceQuota controller (`status.hard` and `status.used` of every quota,
-recomputed on pod and quota changes and every `--resync-period` seconds); with
+lifecycle controller (nodes whose kubelet stopped renewing its Lease are marked unknown and
+tainted, their pods not ready), the
+garbage collector (dependents of deleted owners, through `metadata.ownerReferences`), the
+Job, CronJob and TTL-after-finished controllers, the service accounts controller (a
+`default` ServiceAccount in every namespace) and the ResourceQuota controller (`status.hard`
+and `status.used` of every quota, recomputed on pod and quota changes and every
+`--resync-period` seconds); with
 the root CA publisher (`kube-root-ca.crt` in every namespace: `--root-ca-file`, else the
 kubeconfig's CA, as upstream; none when both are missing); always the
 CSR approver (kubelet client certificates of bootstrapping and renewing nodes; kubelet
@@ -200,12 +201,13 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     # One informer of all pods for every controller that watches them (upstream's shared
     # informer factory): one copy of each pod in memory and one watch stream, not five.
     pods = Informer(api, resource_path("pods"), name="pods")
+    nodes = Informer(api, resource_path("nodes"), name="nodes")
     controller = ResourceQuotaController(api, gates=args.feature_gates,
                                          resync_period=args.resync_period, pods=pods)
     task = asyncio.create_task(controller.run(), name="resourcequota-controller")
     node_lifecycle = NodeLifecycleController(
         api, grace_period=args.node_monitor_grace_period,
-        monitor_period=args.node_monitor_period)
+        monitor_period=args.node_monitor_period, pods=pods, nodes=nodes)
     node_task = asyncio.create_task(node_lifecycle.run(), name="nodelifecycle-controller")
     accounts_task = asyncio.create_task(ServiceAccountsController(api).run(),
                                         name="serviceaccounts-controller")
@@ -218,7 +220,7 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
             asyncio.create_task(CronJobController(api).run(), name="cronjob-controller"),
             asyncio.create_task(TTLAfterFinishedController(api).run(),
                                 name="ttl-after-finished-controller")]
-    more.extend(_workload_controllers(api, pods))
+    more.extend(_workload_controllers(api, pods, nodes))
     if args.allocate_node_cidrs:
         ipam = NodeIpamController(api, args.cluster_cidr, args.node_cidr_mask_size)
         more.append(asyncio.create_task(ipam.run(), name="nodeipam"))
@@ -251,14 +253,15 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     return 1 if failed else 0
 
 
-def _workload_controllers(api: ApiClient, pods: Informer) -> list[asyncio.Task[None]]:
+def _workload_controllers(api: ApiClient, pods: Informer,
+                          nodes: Informer) -> list[asyncio.Task[None]]:
     """The ReplicaSet, ReplicationController, Deployment, DaemonSet and StatefulSet
-    controllers on shared informers (`pods`: the process's informer of all pods)."""
+    controllers on shared informers (`pods`, `nodes`: the process's informers of all pods
+    and nodes)."""
     sets = Informer(api, resource_path("replicasets", group="apps"), name="replicasets")
     rcs = Informer(api, resource_path("replicationcontrollers"), name="replicationcontrollers")
     deployments = Informer(api, resource_path("deployments", group="apps"), name="deployments")
     daemonsets = Informer(api, resource_path("daemonsets", group="apps"), name="daemonsets")
-    nodes = Informer(api, resource_path("nodes"), name="nodes")
     revisions = Informer(api, resource_path("controllerrevisions", group="apps"),
                          name="controllerrevisions")
     statefulsets = Informer(api, resource_path("statefulsets", group="apps"),

@@ -12,8 +12,16 @@ marked unknown, and nodes are tainted after their conditions.
   MemoryPressure, DiskPressure and PIDPressure that is not already Unknown becomes
   `status: Unknown`, reason
   `NodeStatusUnknown`, message `Kubelet stopped posting node status.` (a condition the kubelet
-  never posted: `NodeStatusNeverUpdated`, `Kubelet never posted node status.`), with a
-  `NodeNotReady` event `Node NAME status is now: NodeNotReady`.
+  never posted: `NodeStatusNeverUpdated`, `Kubelet never posted node status.`).
+- Pods, as upstream's `MarkPodsNotReady`: when a node's Ready goes from True to anything else
+  in a monitor pass, a `NodeNotReady` event `Node NAME status is now: NodeNotReady` is
+  recorded and every pod assigned to it (the pod informer's index by node, no scan of all
+  pods) whose Ready condition is not already False gets it `status: False` (reason and message
+  kept, `lastTransitionTime` now) through `pods/status`, with a Warning `NodeNotReady` event
+  `Node is not ready` on the pod; a pod without a Ready condition is left alone. A pass that
+  could not write them all tries again at the next pass while the node is not Ready. A pod
+  assigned later to a node that is not Ready is marked likewise (upstream's `processPod`).
+  The EndpointSlice controller follows the pods' Ready condition.
 - Taints, as upstream's NoSchedule and NoExecute passes: Ready False gives
   `node.kubernetes.io/not-ready`, Ready Unknown `node.kubernetes.io/unreachable` (each with
   effects NoSchedule and NoExecute, the latter with `timeAdded`); MemoryPressure,
@@ -33,8 +41,12 @@ from typing import Any
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import now_rfc3339
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
+from ephemera.controllers.objects import queue_key
+from ephemera.controllers.podsbynode import PodsByNode, node_name_of
+from ephemera.controllers.workqueue import WorkQueue
 
-__all__ = ["NodeLifecycleController", "desired_taints", "unknown_conditions"]
+__all__ = ["NodeLifecycleController", "desired_taints", "not_ready_conditions",
+           "unknown_conditions"]
 
 log = logging.getLogger("ephemera.controllers.nodelifecycle")
 # The line logged when a node is marked Unknown (`bench.scale` counts them in the log).
@@ -88,6 +100,29 @@ def unknown_conditions(node: Mapping[str, Any], now: str) -> list[Obj] | None:
     return result if changed else None
 
 
+def _ready_status(node: Mapping[str, Any] | None) -> str:
+    return str(((_condition(node, "Ready") if node is not None else None) or {})
+               .get("status") or "")
+
+
+def not_ready_conditions(pod: Mapping[str, Any], node_name: str, now: str) -> list[Obj] | None:
+    """upstream's `MarkPodsNotReady` for one pod: its conditions with Ready set False
+    (`lastTransitionTime` now, reason and message as they were); None when the pod is not on
+    `node_name`, has no Ready condition, or its Ready is False already."""
+    if node_name_of(pod) != node_name:
+        return None
+    conditions = [dict(c) for c in (pod.get("status") or {}).get("conditions") or []
+                  if isinstance(c, dict)]
+    for cond in conditions:
+        if cond.get("type") != "Ready":
+            continue
+        if cond.get("status") == "False":
+            return None
+        cond.update({"status": "False", "lastTransitionTime": now})
+        return conditions
+    return None
+
+
 def desired_taints(node: Mapping[str, Any], now: str) -> list[Obj]:
     """The node's taints: the ones this controller does not manage, plus the ones its
     conditions call for (keeping `timeAdded` of a taint that stays)."""
@@ -120,11 +155,25 @@ class NodeLifecycleController:
     until cancelled."""
 
     def __init__(self, api: ApiClient, *, grace_period: float = DEFAULT_GRACE_PERIOD,
-                 monitor_period: float = DEFAULT_MONITOR_PERIOD) -> None:
+                 monitor_period: float = DEFAULT_MONITOR_PERIOD, pods: Informer | None = None,
+                 nodes: Informer | None = None) -> None:
+        """`pods`, `nodes`: informers shared with other controllers (run by this one too),
+        else its own."""
         self.api = api
         self.grace_period = grace_period
         self.monitor_period = monitor_period
-        self.nodes = Informer(api, resource_path("nodes"), name="nodes")
+        # (an empty informer is falsy: `is None`, not `or`)
+        self.nodes = (nodes if nodes is not None
+                      else Informer(api, resource_path("nodes"), name="nodes"))
+        self.pods = pods if pods is not None else Informer(api, resource_path("pods"),
+                                                           name="pods")
+        self.pods_by_node = PodsByNode(self.pods)
+        self.pods.add_handler(on_add=lambda pod: self._pod_updated(None, pod),
+                              on_update=self._pod_updated)
+        # Pods newly assigned to a node, to mark not ready if their node is not.
+        self.pod_queue: WorkQueue[str] = WorkQueue()
+        # Nodes whose pods could not all be marked not ready (upstream's `nodesToRetry`).
+        self._retry: set[str] = set()
         self.leases = Informer(api, resource_path("leases", NODE_LEASE_NAMESPACE,
                                                   group="coordination.k8s.io"),
                                name="node leases")
@@ -153,6 +202,7 @@ class NodeLifecycleController:
         for node in self.nodes.list():
             name = str((node.get("metadata") or {}).get("name") or "")
             names.add(name)
+            observed = _ready_status(node)
             try:
                 if self.expired(name, node, now):
                     conditions = unknown_conditions(node, stamp)
@@ -161,10 +211,22 @@ class NodeLifecycleController:
                         node = await self.api.patch(
                             resource_path("nodes", name=name, subresource="status"),
                             {"status": {"conditions": conditions}}, patch_type="merge")
+                current = _ready_status(node)
+                if current and current != "True" and (
+                        observed == "True" or name in self._retry):
+                    if observed == "True":  # the event once, when the status changed
                         await self.recorder.record(
                             {"kind": "Node", "apiVersion": "v1",
                              "metadata": {"name": name, "uid": name}}, "Normal",
                             "NodeNotReady", f"Node {name} status is now: NodeNotReady")
+                    if await self.mark_pods_not_ready(self.pods_by_node.get(name), name):
+                        self._retry.discard(name)
+                    else:
+                        log.info("node %s: could not mark all its pods not ready; "
+                                 "retrying at the next pass", name)
+                        self._retry.add(name)
+                else:
+                    self._retry.discard(name)
                 taints = desired_taints(node, stamp)
                 if taints != [t for t in (node.get("spec") or {}).get("taints") or []]:
                     await self.api.patch(resource_path("nodes", name=name),
@@ -174,13 +236,78 @@ class NodeLifecycleController:
                 log.warning("node %s: %s", name, getattr(err, "message", err))
         for gone in set(self._probes) - names:
             del self._probes[gone]
+        self._retry &= names
+
+    async def mark_pods_not_ready(self, pods: list[Mapping[str, Any]], node_name: str) -> bool:
+        """Set the Ready condition of `pods` on `node_name` False (`not_ready_conditions`),
+        all at once; whether every write succeeded (a pod gone counts as done)."""
+        stamp = now_rfc3339()
+        marked = [(pod, conds) for pod in pods
+                  if (conds := not_ready_conditions(pod, node_name, stamp)) is not None]
+        if not marked:
+            return True
+        log.info("node %s: marking %d pods not ready", node_name, len(marked))
+        results = await asyncio.gather(*(self._mark_pod(pod, conds) for pod, conds in marked))
+        return all(results)
+
+    async def _mark_pod(self, pod: Mapping[str, Any], conditions: list[Obj]) -> bool:
+        md = pod.get("metadata") or {}
+        body = {**pod, "status": {**(pod.get("status") or {}), "conditions": conditions}}
+        ok = True
+        try:
+            await self.api.update(resource_path("pods", str(md.get("namespace") or ""),
+                                                str(md.get("name") or ""),
+                                                subresource="status"), body)
+        except (StatusError, ApiUnavailable) as err:
+            if isinstance(err, StatusError) and err.code == 404:
+                return True  # deleted meanwhile: nothing left to do
+            log.info("pod %s: could not mark it not ready: %s", queue_key(pod),
+                     getattr(err, "message", err))
+            ok = False
+        # As upstream, the event follows the write (a pod gone has none).
+        await self.recorder.record(pod, "Warning", "NodeNotReady", "Node is not ready",
+                                   kind="Pod", api_version="v1")
+        return ok
+
+    def _pod_updated(self, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
+        node = node_name_of(new)
+        if node and (old is None or node_name_of(old) != node):
+            self.pod_queue.add(queue_key(new))
+
+    async def sync_pod(self, key: str) -> None:
+        """A pod newly assigned to a node: marked not ready if its node is not Ready (once
+        this controller has seen the node in a pass, as upstream's `processPod`)."""
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        node_name = node_name_of(pod)
+        if node_name not in self._probes:
+            return
+        status = _ready_status(self.nodes.get(node_name))
+        if status and status != "True" and not await self.mark_pods_not_ready([pod], node_name):
+            raise RuntimeError(f"pod {key}: could not mark it not ready")
+
+    async def _pod_worker(self) -> None:
+        while True:
+            key = await self.pod_queue.get()
+            try:
+                await self.sync_pod(key)
+                self.pod_queue.forget(key)
+            except Exception as err:
+                log.info("pod %s: %s; retrying", key, err)
+                self.pod_queue.add_rate_limited(key)
+            finally:
+                self.pod_queue.done(key)
 
     async def run(self) -> None:
         tasks = [asyncio.create_task(self.nodes.run(), name="nodes-informer"),
-                 asyncio.create_task(self.leases.run(), name="leases-informer")]
+                 asyncio.create_task(self.leases.run(), name="leases-informer"),
+                 asyncio.create_task(self.pods.run(), name="pods-informer")]
         try:
             await self.nodes.wait_synced()
             await self.leases.wait_synced()
+            await self.pods.wait_synced()
+            tasks.append(asyncio.create_task(self._pod_worker(), name="nodelifecycle-pods"))
             while True:
                 try:
                     await self.monitor_once()
@@ -188,6 +315,7 @@ class NodeLifecycleController:
                     log.exception("node lifecycle: monitoring failed")
                 await asyncio.sleep(self.monitor_period)
         finally:
+            self.pod_queue.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
