@@ -1,6 +1,8 @@
 """The node lifecycle controller against a real kubelet (fake runtime): while the kubelet
 renews its Lease the node stays Ready; once it stops, the node is marked Unknown and tainted
-unreachable; a kubelet that comes back makes it Ready and untainted again. And the service
+unreachable; a kubelet that comes back makes it Ready and untainted again. Once it stops, its
+pods are marked not ready (and leave the EndpointSlice's ready endpoints), and the taint
+eviction controller deletes those whose toleration of the taint runs out. And the service
 accounts controller recreates a deleted `default` ServiceAccount."""
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from kubelet_harness import NODE, Harness, running_kubelet, wait_until
+from kubelet_harness import NODE, Harness, pod, running_kubelet, wait_until
 
 from ephemera.api.errors import StatusError
-from ephemera.client import resource_path
+from ephemera.client import Informer, resource_path
+from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.nodelifecycle import NodeLifecycleController
 from ephemera.controllers.serviceaccounts import ServiceAccountsController
+from ephemera.controllers.tainteviction import TaintEvictionController
 
 
 @contextlib.asynccontextmanager
@@ -69,6 +73,80 @@ async def test_a_node_whose_lease_expires_is_marked_unknown(tmp_path: Path) -> N
                 return await ready(h) == "True" and not await taint_keys(h)
 
             await wait_until(recovered)
+
+
+def _pod_ready(p: dict[str, Any]) -> str:
+    return next((c["status"] for c in p["status"].get("conditions") or []
+                 if c["type"] == "Ready"), "")
+
+
+async def test_the_pods_of_an_unreachable_node_are_not_ready_then_evicted(
+        tmp_path: Path) -> None:
+    """A node that stops heartbeating: its pods' Ready goes False with upstream's event, so
+    the EndpointSlice's endpoint is no longer ready, and the taint eviction controller deletes
+    the pod whose toleration of `unreachable` lasts 1 s (with its event and condition), not
+    the one that tolerates it forever (as a DaemonSet's pod does), nor the one whose 600 s
+    have not passed when the kubelet comes back (its deletion cancelled, with an event)."""
+    async with running_kubelet(tmp_path) as h:
+        unreachable = {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                       "effect": "NoExecute"}
+        h.runtime.pod_cidr = "10.244.0.0/24"  # pod addresses, for the EndpointSlice
+        short = pod("short", tolerations=[{**unreachable, "tolerationSeconds": 1}])
+        short["metadata"]["labels"] = {"app": "web"}
+        await h.create(short)
+        await h.create(pod("forever", tolerations=[unreachable]))
+        await h.create(pod("long", tolerations=[{**unreachable, "tolerationSeconds": 600}]))
+        await h.api.create(resource_path("services", "default"), {
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}})
+        for name in ("short", "forever", "long"):
+            await h.wait_pod(name, lambda p: _pod_ready(p) == "True")
+        pods = Informer(h.api, resource_path("pods"), name="pods")
+        nodes = Informer(h.api, resource_path("nodes"), name="nodes")
+        lifecycle = NodeLifecycleController(h.api, grace_period=1.5, monitor_period=0.2,
+                                            pods=pods, nodes=nodes)
+
+
+        async def endpoint_ready() -> bool | None:
+            slices = await h.api.list(resource_path("endpointslices", "default",
+                                                    group="discovery.k8s.io"),
+                                      label_selector="kubernetes.io/service-name=web")
+            endpoints = [e for s in slices["items"] for e in s.get("endpoints") or []]
+            return endpoints[0]["conditions"]["ready"] if endpoints else None
+
+        async def endpoint_not_ready() -> bool:
+            return await endpoint_ready() is False
+
+        async with running(lifecycle), running(EndpointSliceController(h.api, pods)), \
+                running(TaintEvictionController(h.api, pods, nodes)):
+            await wait_until(lambda: endpoint_ready())
+            await h.shutdown()
+            for name in ("short", "forever"):
+                p = await h.wait_pod(name, lambda p: _pod_ready(p) == "False")
+                assert p["status"]["phase"] == "Running"
+                await h.wait_event(name, lambda e: (e["reason"], e["message"], e["type"]) == (
+                    "NodeNotReady", "Node is not ready", "Warning"))
+            await wait_until(endpoint_not_ready)
+            await h.wait_pod("short", lambda p: bool(p["metadata"].get("deletionTimestamp")))
+            gone = await h.get("short")
+            assert gone is not None  # Terminating: its kubelet is gone, as upstream
+            target = next(c for c in gone["status"]["conditions"]
+                          if c["type"] == "DisruptionTarget")
+            assert (target["status"], target["reason"], target["message"]) == (
+                "True", "DeletionByTaintManager",
+                "Taint manager: deleting due to NoExecute taint")
+            event = await h.wait_event("short", lambda e: e["reason"] == "TaintManagerEviction")
+            assert event["message"] == "Marking for deletion Pod default/short"
+            assert event["source"]["component"] == "taint-eviction-controller"
+            await asyncio.sleep(1.0)
+            forever = await h.get("forever")
+            assert forever is not None and not forever["metadata"].get("deletionTimestamp")
+            # The kubelet back within the 600 s: the taint goes, the deletion is cancelled.
+            await h.restart()
+            await h.wait_event("long", lambda e: (e["reason"], e["message"]) == (
+                "TaintManagerEviction", "Cancelling deletion of Pod default/long"))
+            long = await h.wait_pod("long", lambda p: _pod_ready(p) == "True")
+            assert not long["metadata"].get("deletionTimestamp")
 
 
 async def test_the_default_service_account_comes_back(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The controller-manager's controllers take one shared informer of all pods (upstream's
-shared informers): the quota, job and endpointslice controllers and the garbage
-collector's pod monitor use the informer given, even while it is still empty."""
+shared informers): the quota, job, endpointslice, node lifecycle and taint eviction
+controllers and the garbage collector's pod monitor use the informer given, even while it is
+still empty; the node lifecycle and taint eviction controllers share one of all nodes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from ephemera.client.informer import Informer
 from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.garbagecollector.collector import GarbageCollector, ServedResource
 from ephemera.controllers.job import JobController
+from ephemera.controllers.nodelifecycle import NodeLifecycleController
 from ephemera.controllers.resourcequota import ResourceQuotaController
+from ephemera.controllers.tainteviction import TaintEvictionController
 
 
 async def test_every_controller_uses_the_shared_pod_informer() -> None:
@@ -25,6 +28,11 @@ async def test_every_controller_uses_the_shared_pod_informer() -> None:
     assert ResourceQuotaController(api, pods=pods).pods is pods
     assert JobController(api, pods=pods).pods is pods
     assert EndpointSliceController(api, pods).pods is pods
+    nodes = Informer(api, "/api/v1/nodes", name="nodes")
+    lifecycle = NodeLifecycleController(api, pods=pods, nodes=nodes)
+    assert (lifecycle.pods, lifecycle.nodes) == (pods, nodes)
+    eviction = TaintEvictionController(api, pods, nodes)
+    assert (eviction.pods, eviction.nodes) == (pods, nodes)
     collector = GarbageCollector(api, shared={pods.path: pods})
     started = collector._sync_monitors([ServedResource("", "v1", "pods", "Pod", True)])
     assert started == [pods]

@@ -4,7 +4,8 @@ upstream's kube-controller-manager, talking to the apiserver named by `--kubecon
 With `--allocate-node-cidrs` it runs the node IPAM controller (a `spec.podCIDR` of
 `--node-cidr-mask-size` bits from `--cluster-cidr` for every Node). It runs the node
 lifecycle controller (nodes whose kubelet stopped renewing its Lease are marked unknown and
-tainted, their pods not ready), the
+tainted, their pods not ready), the taint eviction controller (pods deleted from nodes with
+NoExecute taints they do not tolerate, or once their `tolerationSeconds` have passed), the
 garbage collector (dependents of deleted owners, through `metadata.ownerReferences`), the
 Job, CronJob and TTL-after-finished controllers, the service accounts controller (a
 `default` ServiceAccount in every namespace) and the ResourceQuota controller (`status.hard`
@@ -74,6 +75,7 @@ from ephemera.controllers.resourcequota import DEFAULT_RESYNC_PERIOD, ResourceQu
 from ephemera.controllers.rootcacertpublisher import RootCACertPublisher
 from ephemera.controllers.serviceaccounts import ServiceAccountsController
 from ephemera.controllers.statefulset import StatefulSetController
+from ephemera.controllers.tainteviction import TaintEvictionController
 from ephemera.controllers.ttlafterfinished import TTLAfterFinishedController
 
 log = logging.getLogger("ephemera.controllers")
@@ -214,6 +216,8 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
     more = [asyncio.create_task(CertificateApprover(api).run(), name="csrapproving"),
             asyncio.create_task(EndpointSliceController(api, pods).run(),
                                 name="endpointslice-controller"),
+            asyncio.create_task(TaintEvictionController(api, pods, nodes).run(),
+                                name="taint-eviction-controller"),
             asyncio.create_task(GarbageCollector(api, shared={pods.path: pods}).run(),
                                 name="garbage-collector"),
             asyncio.create_task(JobController(api, pods=pods).run(), name="job-controller"),

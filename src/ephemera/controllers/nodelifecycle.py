@@ -27,7 +27,9 @@ marked unknown, and nodes are tainted after their conditions.
   effects NoSchedule and NoExecute, the latter with `timeAdded`); MemoryPressure,
   DiskPressure and PIDPressure True give `node.kubernetes.io/memory-pressure`,
   `disk-pressure`, `pid-pressure` (NoSchedule). Taints whose condition cleared are removed.
-  Pods are not evicted (no taint-eviction controller yet).
+  The taint eviction controller (`ephemera.controllers.tainteviction`) deletes the pods
+  that do not tolerate the NoExecute taints (by default after 300 s, the
+  DefaultTolerationSeconds admission plugin's tolerations).
 """
 
 from __future__ import annotations
