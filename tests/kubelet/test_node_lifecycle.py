@@ -16,11 +16,13 @@ from typing import Any
 from kubelet_harness import NODE, Harness, pod, running_kubelet, wait_until
 
 from ephemera.api.errors import StatusError
+from ephemera.api.meta import now_rfc3339
 from ephemera.client import Informer, resource_path
 from ephemera.controllers.endpointslice import EndpointSliceController
 from ephemera.controllers.nodelifecycle import NodeLifecycleController
 from ephemera.controllers.serviceaccounts import ServiceAccountsController
 from ephemera.controllers.tainteviction import TaintEvictionController
+from ephemera.kubelet.node import now_micro
 
 
 @contextlib.asynccontextmanager
@@ -67,12 +69,47 @@ async def test_a_node_whose_lease_expires_is_marked_unknown(tmp_path: Path) -> N
                 return "node.kubernetes.io/unreachable" in await taint_keys(h)
 
             await wait_until(tainted)
+            # Its only node not Ready: full disruption (upstream's master disruption mode),
+            # the NoSchedule taint only, no NoExecute one to evict by.
+            await asyncio.sleep(0.5)
+            node = await h.api.get(resource_path("nodes", name=NODE))
+            assert [(t["key"], t["effect"]) for t in node["spec"]["taints"]] == [
+                ("node.kubernetes.io/unreachable", "NoSchedule")]
+            assert controller.full_disruption
             await h.restart()
 
             async def recovered() -> bool:
                 return await ready(h) == "True" and not await taint_keys(h)
 
             await wait_until(recovered)
+
+
+@contextlib.asynccontextmanager
+async def another_ready_node(h: Harness, name: str = "other") -> AsyncIterator[None]:
+    """A Node that stays Ready, its Lease renewed every 0.2 s (by the test), so that the
+    cluster is not fully disrupted when the kubelet's node stops."""
+    now = now_rfc3339()
+    await h.api.create(resource_path("nodes"), {
+        "metadata": {"name": name},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                   "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+    path = resource_path("leases", "kube-node-lease", group="coordination.k8s.io")
+    await h.api.create(path, {"metadata": {"name": name},
+                              "spec": {"holderIdentity": name, "renewTime": now_micro()}})
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            await h.api.patch(f"{path}/{name}", {"spec": {"renewTime": now_micro()}},
+                              patch_type="merge")
+
+    task = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _pod_ready(p: dict[str, Any]) -> str:
@@ -117,7 +154,8 @@ async def test_the_pods_of_an_unreachable_node_are_not_ready_then_evicted(
         async def endpoint_not_ready() -> bool:
             return await endpoint_ready() is False
 
-        async with running(lifecycle), running(EndpointSliceController(h.api, pods)), \
+        async with another_ready_node(h), running(lifecycle), \
+                running(EndpointSliceController(h.api, pods)), \
                 running(TaintEvictionController(h.api, pods, nodes)):
             await wait_until(lambda: endpoint_ready())
             await h.shutdown()

@@ -1,12 +1,17 @@
-"""The node lifecycle controller's `MarkPodsNotReady` rule (`not_ready_conditions`) and the
-pods-by-node index it finds a node's pods with."""
+"""The node lifecycle controller's `MarkPodsNotReady` rule (`not_ready_conditions`), the
+pods-by-node index it finds a node's pods with, and full disruption (no node Ready: no
+NoExecute taints)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ephemera.client import ApiClient, ClientConfig, Informer
-from ephemera.controllers.nodelifecycle import not_ready_conditions
+from ephemera.controllers.nodelifecycle import (
+    desired_taints,
+    fully_disrupted,
+    not_ready_conditions,
+)
 from ephemera.controllers.podsbynode import PodsByNode
 
 NOW = "2026-01-01T00:00:10Z"
@@ -72,3 +77,32 @@ def test_pods_by_node_follow_adds_moves_and_deletes() -> None:
     informer.replace([bound], "3")
     assert [p["metadata"]["name"] for p in index.get("n1")] == ["u"]
     assert index.get("n2") == []
+
+
+def node(name: str, ready: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def test_full_disruption_is_no_node_ready() -> None:
+    assert fully_disrupted([node("a", "Unknown"), node("b", "False")]) is True
+    assert fully_disrupted([node("a", "Unknown"), node("b", "True")]) is False
+    # an excluded node does not count, either way
+    excluded = {"node.kubernetes.io/exclude-disruption": ""}
+    assert fully_disrupted([node("a", "Unknown"), node("b", "True", **excluded)]) is True
+    assert fully_disrupted([node("b", "Unknown", **excluded)]) is None  # no node counts
+    assert fully_disrupted([]) is None
+
+
+def test_no_no_execute_taints_in_full_disruption() -> None:
+    down = node("a", "Unknown")
+    down["spec"] = {"taints": [
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": NOW},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+        {"key": "mine", "effect": "NoExecute"}]}
+    assert desired_taints(down, NOW, no_execute=False) == [
+        {"key": "mine", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]
+    assert [(t["key"], t["effect"]) for t in desired_taints(down, NOW)] == [
+        ("mine", "NoExecute"), ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "NoExecute")]

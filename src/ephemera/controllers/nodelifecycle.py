@@ -30,6 +30,16 @@ marked unknown, and nodes are tainted after their conditions.
   The taint eviction controller (`ephemera.controllers.tainteviction`) deletes the pods
   that do not tolerate the NoExecute taints (by default after 300 s, the
   DefaultTolerationSeconds admission plugin's tolerations).
+- Full disruption, as upstream's "master disruption mode" when every zone is fully
+  disrupted: when no node is Ready (nodes labelled `node.kubernetes.io/exclude-disruption`
+  not counted), the controller assumes it, not every node, is cut off: it removes the
+  `not-ready` and `unreachable` NoExecute taints from every node and adds none, so no pod is
+  evicted (pods are still marked not ready; the NoSchedule taints stay). Once a node is
+  Ready again, every node's heartbeat counts from then (a fresh grace period) and the
+  NoExecute taints come back on the nodes still not Ready. Not implemented: upstream's
+  zones otherwise, and its rate limits on NoExecute tainting (0.1 nodes a second, less in a
+  partially disrupted zone): ephemera taints a node as soon as its Ready condition leaves
+  True.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ephemera.api.errors import StatusError
@@ -47,8 +57,8 @@ from ephemera.controllers.objects import queue_key
 from ephemera.controllers.podsbynode import PodsByNode, node_name_of
 from ephemera.controllers.workqueue import WorkQueue
 
-__all__ = ["NodeLifecycleController", "desired_taints", "not_ready_conditions",
-           "unknown_conditions"]
+__all__ = ["NodeLifecycleController", "desired_taints", "fully_disrupted",
+           "not_ready_conditions", "unknown_conditions"]
 
 log = logging.getLogger("ephemera.controllers.nodelifecycle")
 # The line logged when a node is marked Unknown (`bench.scale` counts them in the log).
@@ -67,6 +77,7 @@ TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
 PRESSURE_TAINTS = {"MemoryPressure": "node.kubernetes.io/memory-pressure",
                    "DiskPressure": "node.kubernetes.io/disk-pressure",
                    "PIDPressure": "node.kubernetes.io/pid-pressure"}
+EXCLUDE_DISRUPTION_LABEL = "node.kubernetes.io/exclude-disruption"
 MANAGED_TAINT_KEYS = frozenset({TAINT_NOT_READY, TAINT_UNREACHABLE, *PRESSURE_TAINTS.values()})
 
 Obj = dict[str, Any]
@@ -125,9 +136,21 @@ def not_ready_conditions(pod: Mapping[str, Any], node_name: str, now: str) -> li
     return None
 
 
-def desired_taints(node: Mapping[str, Any], now: str) -> list[Obj]:
+def fully_disrupted(nodes: Iterable[Mapping[str, Any]]) -> bool | None:
+    """upstream's `handleDisruption` over all zones: whether no node is Ready (all zones
+    fully disrupted), counting only nodes without the `node.kubernetes.io/exclude-disruption`
+    label; None when no node counts (the state stays as it was)."""
+    counted = [n for n in nodes
+               if EXCLUDE_DISRUPTION_LABEL not in ((n.get("metadata") or {}).get("labels") or {})]
+    if not counted:
+        return None
+    return not any(_ready_status(n) == "True" for n in counted)
+
+
+def desired_taints(node: Mapping[str, Any], now: str, *, no_execute: bool = True) -> list[Obj]:
     """The node's taints: the ones this controller does not manage, plus the ones its
-    conditions call for (keeping `timeAdded` of a taint that stays)."""
+    conditions call for (keeping `timeAdded` of a taint that stays); without `no_execute`
+    (full disruption) no `not-ready` or `unreachable` NoExecute taint."""
     current = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
     keep = [t for t in current if t.get("key") not in MANAGED_TAINT_KEYS]
     wanted: list[tuple[str, str]] = []
@@ -143,6 +166,8 @@ def desired_taints(node: Mapping[str, Any], now: str) -> list[Obj]:
             wanted.append((key, "NoSchedule"))
     existing = {(t.get("key"), t.get("effect")): t for t in current}
     for key, effect in wanted:
+        if effect == "NoExecute" and not no_execute:
+            continue
         taint = existing.get((key, effect))
         if taint is None:
             taint = {"key": key, "effect": effect}
@@ -176,6 +201,8 @@ class NodeLifecycleController:
         self.pod_queue: WorkQueue[str] = WorkQueue()
         # Nodes whose pods could not all be marked not ready (upstream's `nodesToRetry`).
         self._retry: set[str] = set()
+        # No node Ready (`fully_disrupted`): no NoExecute taints, so no evictions.
+        self.full_disruption = False
         self.leases = Informer(api, resource_path("leases", NODE_LEASE_NAMESPACE,
                                                   group="coordination.k8s.io"),
                                name="node leases")
@@ -201,44 +228,76 @@ class NodeLifecycleController:
         now = time.monotonic()
         stamp = now_rfc3339()
         names = set()
-        for node in self.nodes.list():
-            name = str((node.get("metadata") or {}).get("name") or "")
+        nodes: list[Mapping[str, Any]] = []
+        for cached in self.nodes.list():
+            name = str((cached.get("metadata") or {}).get("name") or "")
             names.add(name)
-            observed = _ready_status(node)
+            node: Mapping[str, Any] = cached
             try:
-                if self.expired(name, node, now):
-                    conditions = unknown_conditions(node, stamp)
-                    if conditions is not None:
-                        log.info(NO_HEARTBEAT_LOG, name, self.grace_period)
-                        node = await self.api.patch(
-                            resource_path("nodes", name=name, subresource="status"),
-                            {"status": {"conditions": conditions}}, patch_type="merge")
-                current = _ready_status(node)
-                if current and current != "True" and (
-                        observed == "True" or name in self._retry):
-                    if observed == "True":  # the event once, when the status changed
-                        await self.recorder.record(
-                            {"kind": "Node", "apiVersion": "v1",
-                             "metadata": {"name": name, "uid": name}}, "Normal",
-                            "NodeNotReady", f"Node {name} status is now: NodeNotReady")
-                    if await self.mark_pods_not_ready(self.pods_by_node.get(name), name):
-                        self._retry.discard(name)
-                    else:
-                        log.info("node %s: could not mark all its pods not ready; "
-                                 "retrying at the next pass", name)
-                        self._retry.add(name)
-                else:
-                    self._retry.discard(name)
-                taints = desired_taints(node, stamp)
-                if taints != [t for t in (node.get("spec") or {}).get("taints") or []]:
-                    await self.api.patch(resource_path("nodes", name=name),
-                                         {"spec": {"taints": taints or None}},
-                                         patch_type="merge")
+                node = await self._update_health(name, cached, now, stamp)
+            except (StatusError, ApiUnavailable) as err:
+                log.warning("node %s: %s", name, getattr(err, "message", err))
+            nodes.append(node)
+        self._handle_disruption(nodes, now)
+        for node in nodes:
+            name = str((node.get("metadata") or {}).get("name") or "")
+            taints = desired_taints(node, stamp, no_execute=not self.full_disruption)
+            if taints == [t for t in (node.get("spec") or {}).get("taints") or []]:
+                continue
+            try:
+                await self.api.patch(resource_path("nodes", name=name),
+                                     {"spec": {"taints": taints or None}}, patch_type="merge")
             except (StatusError, ApiUnavailable) as err:
                 log.warning("node %s: %s", name, getattr(err, "message", err))
         for gone in set(self._probes) - names:
             del self._probes[gone]
         self._retry &= names
+
+    async def _update_health(self, name: str, node: Mapping[str, Any], now: float,
+                             stamp: str) -> Mapping[str, Any]:
+        """Mark the node Unknown when its heartbeat expired, and its pods not ready when
+        its Ready condition left True; the node as it is then."""
+        observed = _ready_status(node)
+        if self.expired(name, node, now):
+            conditions = unknown_conditions(node, stamp)
+            if conditions is not None:
+                log.info(NO_HEARTBEAT_LOG, name, self.grace_period)
+                node = await self.api.patch(
+                    resource_path("nodes", name=name, subresource="status"),
+                    {"status": {"conditions": conditions}}, patch_type="merge")
+        current = _ready_status(node)
+        if not current or current == "True" or (observed != "True"
+                                                and name not in self._retry):
+            self._retry.discard(name)
+            return node
+        if observed == "True":  # the event once, when the status changed
+            await self.recorder.record(
+                {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "uid": name}},
+                "Normal", "NodeNotReady", f"Node {name} status is now: NodeNotReady")
+        if await self.mark_pods_not_ready(self.pods_by_node.get(name), name):
+            self._retry.discard(name)
+        else:
+            log.info("node %s: could not mark all its pods not ready; retrying at the next "
+                     "pass", name)
+            self._retry.add(name)
+        return node
+
+    def _handle_disruption(self, nodes: list[Mapping[str, Any]], now: float) -> None:
+        """Enter or leave full disruption (upstream's master disruption mode) as
+        `fully_disrupted` says; on leaving it every node's heartbeat counts from now, as
+        upstream resets its probe timestamps."""
+        disrupted = fully_disrupted(nodes)
+        if disrupted is None or disrupted == self.full_disruption:
+            return
+        self.full_disruption = disrupted
+        if disrupted:
+            log.info("Controller detected that all Nodes are not-Ready. Entering master "
+                     "disruption mode")
+            return
+        log.info("Controller detected that some Nodes are Ready. Exiting master disruption "
+                 "mode")
+        for name, (beat, _) in list(self._probes.items()):
+            self._probes[name] = (beat, now)
 
     async def mark_pods_not_ready(self, pods: list[Mapping[str, Any]], node_name: str) -> bool:
         """Set the Ready condition of `pods` on `node_name` False (`not_ready_conditions`),
