@@ -165,6 +165,17 @@ async def test_the_pods_of_an_unreachable_node_are_not_ready_then_evicted(
                 await h.wait_event(name, lambda e: (e["reason"], e["message"], e["type"]) == (
                     "NodeNotReady", "Node is not ready", "Warning"))
             await wait_until(endpoint_not_ready)
+            # A pod bound to the node now is marked too (upstream's processPod).
+            late = pod("late")
+            del late["spec"]["nodeName"]
+            created = await h.create(late)
+            await h.api.update(resource_path("pods", "default", "late", subresource="status"),
+                               {**created, "status": {"conditions": [
+                                   {"type": "Ready", "status": "True"}]}})
+            await h.api.create(resource_path("pods", "default", "late", subresource="binding"),
+                               {"metadata": {"name": "late"},
+                                "target": {"kind": "Node", "name": NODE}})
+            await h.wait_pod("late", lambda p: _pod_ready(p) == "False")
             await h.wait_pod("short", lambda p: bool(p["metadata"].get("deletionTimestamp")))
             gone = await h.get("short")
             assert gone is not None  # Terminating: its kubelet is gone, as upstream

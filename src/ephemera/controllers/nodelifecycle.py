@@ -332,8 +332,16 @@ class NodeLifecycleController:
 
     def _pod_updated(self, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
         node = node_name_of(new)
-        if node and (old is None or node_name_of(old) != node):
-            self.pod_queue.add(queue_key(new))
+        if node and (old is None or node_name_of(old) != node) and self._not_ready(node):
+            self.pod_queue.add(queue_key(new))  # checked here too: most pods need nothing
+
+    def _not_ready(self, node_name: str) -> bool:
+        """Whether this controller has seen the node in a pass and its Ready condition is
+        there and not True."""
+        if node_name not in self._probes:
+            return False
+        status = _ready_status(self.nodes.get(node_name))
+        return bool(status) and status != "True"
 
     async def sync_pod(self, key: str) -> None:
         """A pod newly assigned to a node: marked not ready if its node is not Ready (once
@@ -342,10 +350,7 @@ class NodeLifecycleController:
         if pod is None:
             return
         node_name = node_name_of(pod)
-        if node_name not in self._probes:
-            return
-        status = _ready_status(self.nodes.get(node_name))
-        if status and status != "True" and not await self.mark_pods_not_ready([pod], node_name):
+        if self._not_ready(node_name) and not await self.mark_pods_not_ready([pod], node_name):
             raise RuntimeError(f"pod {key}: could not mark it not ready")
 
     async def _pod_worker(self) -> None:
