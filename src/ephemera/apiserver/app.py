@@ -336,9 +336,12 @@ async def _status(request: web.Request, handler: Any) -> web.StreamResponse:
         log.info("client %s went away: %s %s: %s", request.remote, request.method,
                  request.path_qs, exc or type(exc).__name__)
         return web.Response(status=499)
-    except StoreError as exc:  # the store's own words, as upstream relays etcd's
+    except StoreError as exc:
+        # The store's own words, as upstream relays etcd's: an error that is not a Status
+        # becomes a 500 with no reason (`ErrorToAPIStatus`), which kubectl prints as
+        # `Error from server: <words>`.
         log.warning("store error serving %s %s: %s", request.method, request.path_qs, exc)
-        return status_response(errors.internal_error(str(exc)))
+        return status_response(errors.unknown(str(exc)))
     except Exception:
         # A bug: its Python text stays in the log (upstream's panic recovery does the same).
         log.exception("internal error serving %s %s", request.method, request.path_qs)
