@@ -516,4 +516,5 @@ async def test_unimplemented_fields_are_warned_on_create_update_and_dynamic(api:
     assert status == 200, patched
     at = [c["name"] for c in patched["spec"]["containers"]].index("helper")
     assert response.headers.getall("Warning") == [
-        f'299 - "spec.containers[{at}].lifecycle: lifecycle hooks {NO_EFFECT}"']
+        f'299 - "spec.containers[{at}].lifecycle: lifecycle hooks have no effect in ephemera '
+        '(not implemented)"']

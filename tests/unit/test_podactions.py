@@ -27,7 +27,8 @@ def _pod(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = N
 
 def _instance(name: str, state: ContainerState, exit_code: int = 0,
               mounts: tuple[Mount, ...] = ()) -> ContainerStatus:
-    return ContainerStatus(id=f"id-{name}", sandbox_id="s", name=name, attempt=0, image="i",
+    # created from the spec's image (the specs here name none): not a changed definition
+    return ContainerStatus(id=f"id-{name}", sandbox_id="s", name=name, attempt=0, image="",
                            image_id="sha256:x", state=state, created_at=1.0,
                            exit_code=exit_code, mounts=mounts)
 
@@ -146,3 +147,14 @@ def test_the_containers_after_a_sidecar_wait_for_its_startup_probe() -> None:
     going = compute_pod_actions(pod, running, _ready, started=lambda name, cid: True)
     assert going.init_done
     assert going.actions == [StartContainer(pod["spec"]["containers"][0], None, False)]
+
+
+def test_a_running_container_with_another_image_is_restarted() -> None:
+    """upstream's containerChanged: the image is the one change that restarts a running
+    container, whatever the restart policy."""
+    changed = {"name": "main", "image": "busybox:v2"}
+    running = {"main": [_instance("main", ContainerState.RUNNING)]}
+    result = compute_pod_actions(_pod([changed], restart_policy="Never"), running, _ready)
+    assert result.actions == [RestartForChange(changed, running["main"][0])]
+    same = compute_pod_actions(_pod([{"name": "main", "image": ""}]), running, _ready)
+    assert same.actions == [ClearWaiting("main")]
