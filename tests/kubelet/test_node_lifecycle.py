@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,18 @@ from ephemera.kubelet.node import now_micro
 
 
 @contextlib.asynccontextmanager
-async def running(controller: Any) -> AsyncIterator[None]:
-    task = asyncio.create_task(controller.run())
+async def in_background(work: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    task = asyncio.create_task(work)
     try:
         yield
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def running(controller: Any) -> contextlib.AbstractAsyncContextManager[None]:
+    return in_background(controller.run())
 
 
 async def ready(h: Harness) -> str:
@@ -103,13 +107,8 @@ async def another_ready_node(h: Harness, name: str = "other") -> AsyncIterator[N
             await h.api.patch(f"{path}/{name}", {"spec": {"renewTime": now_micro()}},
                               patch_type="merge")
 
-    task = asyncio.create_task(renew())
-    try:
+    async with in_background(renew()):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _pod_ready(p: dict[str, Any]) -> str:

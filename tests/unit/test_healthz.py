@@ -46,7 +46,7 @@ class FakeStore:
 
     def __init__(self) -> None:
         self.reads: list[str] = []
-        self.error: StoreError | None = None
+        self.error: Exception | None = None
         self.hang = False
         self.release = asyncio.Event()
 
@@ -160,6 +160,16 @@ async def test_store_probe_times_out() -> None:
     with pytest.raises(CheckFailed) as failed:
         await probe.probe()
     assert str(failed.value) == "error getting data from the store: context deadline exceeded"
+
+
+async def test_a_store_bug_fails_the_probe_without_its_python_text() -> None:
+    store = FakeStore()
+    store.release.set()
+    store.error = RuntimeError("<Store object at 0x7f00>")
+    probe = StoreProbe(store)  # type: ignore[arg-type]
+    with pytest.raises(CheckFailed) as failed:
+        await probe.probe()
+    assert str(failed.value) == "error getting data from the store: unexpected error"
 
 
 async def test_store_probe_while_a_read_is_under_way_answers_the_last_result() -> None:

@@ -186,9 +186,9 @@ class StoreProbe:
             reason = f"error getting data from {self.backend}: context deadline exceeded"
         except StoreError as err:
             reason = f"error getting data from {self.backend}: {err}"
-        except Exception as err:  # a store's bug still fails the check, and is logged
+        except Exception:  # a store's bug still fails the check; its Python text is logged
             log.exception("store health probe failed")
-            reason = f"error getting data from {self.backend}: {err!r}"
+            reason = f"error getting data from {self.backend}: unexpected error"
         finally:
             if self._task is asyncio.current_task():
                 self._task = None
