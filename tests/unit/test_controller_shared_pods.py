@@ -33,6 +33,7 @@ async def test_every_controller_uses_the_shared_pod_informer() -> None:
     assert (lifecycle.pods, lifecycle.nodes) == (pods, nodes)
     eviction = TaintEvictionController(api, pods, nodes)
     assert (eviction.pods, eviction.nodes) == (pods, nodes)
+    assert eviction.pods_by_node is lifecycle.pods_by_node  # one index by node per informer
     collector = GarbageCollector(api, shared={pods.path: pods})
     started = collector._sync_monitors([ServedResource("", "v1", "pods", "Pod", True)])
     assert started == [pods]

@@ -54,7 +54,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.meta import now_rfc3339
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 from ephemera.controllers.objects import queue_key
-from ephemera.controllers.podsbynode import PodsByNode, node_name_of
+from ephemera.controllers.podsbynode import node_name_of, pods_by_node
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["NodeLifecycleController", "desired_taints", "fully_disrupted",
@@ -194,7 +194,7 @@ class NodeLifecycleController:
                       else Informer(api, resource_path("nodes"), name="nodes"))
         self.pods = pods if pods is not None else Informer(api, resource_path("pods"),
                                                            name="pods")
-        self.pods_by_node = PodsByNode(self.pods)
+        self.pods_by_node = pods_by_node(self.pods)
         self.pods.add_handler(on_add=lambda pod: self._pod_updated(None, pod),
                               on_update=self._pod_updated)
         # Pods newly assigned to a node, to mark not ready if their node is not.

@@ -1,16 +1,18 @@
 """Pods of an informer by `spec.nodeName`, as upstream's `spec.nodeName` pod indexer
 (`getPodsAssignedToNode`): kept by the informer's event handlers, so that a controller that
-looks at one node's pods (node lifecycle, taint eviction) never scans all pods."""
+looks at one node's pods (node lifecycle, taint eviction) never scans all pods. One index per
+informer (`pods_by_node`), however many controllers read it."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from ephemera.client import Informer
 from ephemera.controllers.objects import queue_key
 
-__all__ = ["PodsByNode", "node_name_of"]
+__all__ = ["PodsByNode", "node_name_of", "pods_by_node"]
 
 Obj = Mapping[str, Any]
 
@@ -59,3 +61,15 @@ class PodsByNode:
         """The cached pods assigned to `node` (do not modify them)."""
         found = (self.pods.get(key) for key in sorted(self._keys.get(node, ())))
         return [pod for pod in found if pod is not None]
+
+
+_INDEXES: weakref.WeakKeyDictionary[Informer, PodsByNode] = weakref.WeakKeyDictionary()
+
+
+def pods_by_node(pods: Informer) -> PodsByNode:
+    """The index of `pods`, made on first use: controllers sharing an informer share it, so
+    each pod event updates one index."""
+    index = _INDEXES.get(pods)
+    if index is None:
+        index = _INDEXES[pods] = PodsByNode(pods)
+    return index

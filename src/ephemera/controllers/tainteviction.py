@@ -39,7 +39,7 @@ from ephemera.api.errors import StatusError
 from ephemera.api.meta import now_rfc3339, parse_time
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 from ephemera.controllers.objects import queue_key
-from ephemera.controllers.podsbynode import PodsByNode, node_name_of
+from ephemera.controllers.podsbynode import node_name_of, pods_by_node
 from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
 from ephemera.scheduler.plugins import Taint, tolerates
@@ -125,7 +125,7 @@ class TaintEvictionController:
         self.pods = pods
         self.nodes = nodes
         self.clock = clock
-        self.pods_by_node = PodsByNode(pods)
+        self.pods_by_node = pods_by_node(pods)
         self.recorder = EventRecorder(api, COMPONENT)
         self.events = EventQueue(self.recorder, "Pod", "v1")
         self.queue: WorkQueue[str] = WorkQueue()
