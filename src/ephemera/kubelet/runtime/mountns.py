@@ -96,10 +96,23 @@ def _syscall(number: int, *args: object) -> int:
     return result
 
 
+# How often an openat2 that met a concurrent mount or rename is tried again.
+OPENAT2_ATTEMPTS = 32
+
+
 def _openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
+    """openat2(2). With RESOLVE_IN_ROOT or RESOLVE_BENEATH the kernel answers EAGAIN when a
+    mount or rename anywhere on the host raced a `..` of the path (it cannot then prove the
+    walk stayed inside); the call is safe to repeat, as openat2(2) says and libpathrs does."""
     how = _OpenHow(flags=flags | os.O_CLOEXEC, mode=mode, resolve=resolve)
-    return _syscall(SYS_OPENAT2, ctypes.c_int(dirfd), path.encode(), ctypes.byref(how),
-                    ctypes.c_size_t(ctypes.sizeof(how)))
+    for attempt in range(OPENAT2_ATTEMPTS):
+        try:
+            return _syscall(SYS_OPENAT2, ctypes.c_int(dirfd), path.encode(),
+                            ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+        except OSError as err:
+            if err.errno != errno.EAGAIN or attempt + 1 == OPENAT2_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _mkdir(parent: int, name: str, shown: str) -> None:
