@@ -31,6 +31,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from ephemera.aiotasks import cancel_and_wait
+
 __all__ = ["GcPauses", "GcShare", "LoopLag", "watch", "watching"]
 
 log = logging.getLogger("ephemera.looplag")
@@ -156,5 +158,4 @@ async def watching(component: str) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)

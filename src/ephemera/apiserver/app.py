@@ -14,7 +14,6 @@ with a log line naming the request), inside the one that counts and times every 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from ephemera import trace
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api import errors, fieldvalidation
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_CONTAINERS, FeatureGates
@@ -262,11 +262,7 @@ def create_app(store: Store, config: ApiserverConfig | None = None) -> web.Appli
         await crds.close()
         await authorization.stop()
         await objects.close()
-        for task in background:
-            task.cancel()
-        for task in background:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*background)
         await lifecycle.close()
         if cache is not None:
             await cache.close()

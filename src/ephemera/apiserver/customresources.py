@@ -24,12 +24,12 @@ the process's, `ephemera.apiserver.resources.set_custom_resources`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api import errors, field, meta, schema, selectors
 from ephemera.api.crd import definition as crddef
 from ephemera.api.crd import schema as crschema
@@ -280,13 +280,9 @@ class CustomResources:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         for task in list(self._teardowns):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         await self.informer.close()
 
     async def object_created(self, resource: Resource, obj: dict[str, Any]) -> None:

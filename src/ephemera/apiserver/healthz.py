@@ -38,7 +38,6 @@ anyone can ask.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -46,6 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.goformat import go_quote
 from ephemera.store import Store, StoreError
 
@@ -172,9 +172,7 @@ class StoreProbe:
         """Cancel a read under way (the store is about to close)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def _read(self) -> str | None:
         self.reads += 1

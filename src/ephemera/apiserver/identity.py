@@ -30,6 +30,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api import errors
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import parse_time
@@ -169,9 +170,7 @@ class ApiserverIdentity:
         assert _LEASES is not None
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         try:
             current = await self.registry.get(_LEASES, APISERVER_IDENTITY_NAMESPACE, self.name)
             if (current.get("spec") or {}).get("holderIdentity") == self.holder:

@@ -19,13 +19,13 @@ apiserver advertises an address pods reach (`--advertise-address`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.endpoints import special_ip_errors
 from ephemera.api.errors import StatusError
 from ephemera.api.wellknown import (
@@ -179,6 +179,4 @@ class KubernetesServiceReconciler:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)

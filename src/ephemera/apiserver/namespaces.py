@@ -32,12 +32,12 @@ delivers that deletion.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api import errors, meta
 from ephemera.api.deletion import BACKGROUND
 from ephemera.api.errors import StatusError
@@ -197,11 +197,7 @@ class NamespaceLifecycle:
     async def close(self) -> None:
         await self.cache.close()
         tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*tasks)
         self._tasks.clear()
 
     async def wait_idle(self) -> None:

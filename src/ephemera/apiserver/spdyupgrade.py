@@ -24,11 +24,12 @@ tunnel is the same SPDY/3.1 connection, only the carrier differs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from ephemera.aiotasks import cancel_and_wait
 
 __all__ = ["PORT_FORWARD_PROTOCOL", "is_spdy_upgrade", "negotiate", "tunnel_spdy"]
 
@@ -123,10 +124,7 @@ async def tunnel_spdy(request: web.Request, upstream: aiohttp.ClientWebSocketRes
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError, RuntimeError):
-                await task
+        await cancel_and_wait(*tasks)
         await upstream.close()
         if transport is not None and not transport.is_closing():
             transport.close()

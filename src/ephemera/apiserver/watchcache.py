@@ -47,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.selectors import field_values
 from ephemera.store.base import (
     Event,
@@ -270,9 +271,7 @@ class ResourceCache:
     async def close(self) -> None:
         self.ready.clear()  # not serving: a later use lists again first
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         await self.hub.close()
 

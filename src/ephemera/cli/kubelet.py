@@ -45,6 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.cli import flags
 from ephemera.cli.dirlock import KUBELET_LOCK, DirLockedError, lock_dir
 from ephemera.client import ApiClient, KubeconfigError, load_kubeconfig
@@ -422,9 +423,7 @@ async def _serve(client_config: Any, args: argparse.Namespace) -> int:
             log.error("kubelet: %s", err)
             return 1
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(*tasks)
     if own_interface and args.stop_pods_on_exit:
         # The node shut down as at a reboot: its address goes too (kept otherwise, for the
         # pods that keep running; the next start finds it).

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.cli import flags
 from ephemera.client import ApiClient, EventRecorder, KubeconfigError, load_kubeconfig
 from ephemera.client.apiservers import discovering
@@ -82,8 +83,7 @@ async def _serve(config: Any, args: argparse.Namespace,
             try:
                 stopped = await elector.run(lead, stop)
             finally:
-                scheduler.cancel()
-                await asyncio.gather(scheduler, return_exceptions=True)
+                await cancel_and_wait(scheduler)
             if not stopped:
                 log.error("Leaderelection lost")
                 return 1

@@ -69,6 +69,7 @@ from typing import Any
 
 import aiohttp
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.api.wellknown import NODES_GROUP, node_username
 from ephemera.apiserver.certs import (
@@ -740,9 +741,7 @@ class Cluster:
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
         for t in (task, stopper):
             if not t.done():
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+                await cancel_and_wait(t)
         if task.done() and not task.cancelled() and task.exception() is not None:
             say(f"demo failed: {task.exception()}")
 

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import parse_time
 from ephemera.api.wellknown import (
@@ -87,6 +88,4 @@ async def discovering(api: ApiClient) -> AsyncIterator[ApiClient]:
     try:
         yield api
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)

@@ -31,6 +31,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.client.api import ApiClient, ApiUnavailable, WatchEvent
 from ephemera.client.reflector import (
@@ -238,8 +239,7 @@ class Informer:
             if self._runs == 0 and not runner.done():
                 if self._runner is runner:  # a caller from now on starts a new one
                     self._runner = None
-                runner.cancel()
-                await asyncio.gather(runner, return_exceptions=True)
+                await cancel_and_wait(runner)
 
     def replace(self, items: Sequence[Obj], resource_version: str) -> None:
         """A list: replace the cache, telling the handlers what changed."""

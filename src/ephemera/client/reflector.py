@@ -51,6 +51,8 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from ephemera.aiotasks import cancel_and_wait
+
 __all__ = ["DEFAULT_PAGE_SIZE", "Expired", "ListChunk", "ListWatchError", "ListerWatcher",
            "Reflector", "Sink"]
 
@@ -184,9 +186,7 @@ class Reflector(Generic[T, E]):
         self._ready = False
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def relist(self) -> str:
         """List into the sink now (also while the watch runs: the sink must then merge by

@@ -43,6 +43,7 @@ import dns.opcode
 import dns.rcode
 import dns.rdatatype
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.client import ApiClient, Informer, resource_path
 from ephemera.clusterdns.records import ClusterRecords
 
@@ -364,6 +365,4 @@ class DnsService:
 
     async def close(self) -> None:
         await self.server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)

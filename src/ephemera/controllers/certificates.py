@@ -47,6 +47,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import now_rfc3339
 from ephemera.api.wellknown import (
@@ -277,8 +278,7 @@ class _CsrController:
                     await asyncio.sleep(1.0)
                     self._queue.put_nowait(name)
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task)
 
 
 class CertificateApprover(_CsrController):

@@ -33,6 +33,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
 from ephemera.controllers.objects import metadata as _md
@@ -409,6 +410,4 @@ class EndpointSliceController:
                     await asyncio.sleep(RETRY_DELAY)
                     self._enqueue(key)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(*tasks)

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 
@@ -185,5 +186,4 @@ class NodeIpamController:
                 except TimeoutError:
                     pass
         finally:
-            informer.cancel()
-            await asyncio.gather(informer, return_exceptions=True)
+            await cancel_and_wait(informer)

@@ -50,6 +50,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.api.meta import now_rfc3339
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
@@ -382,6 +383,4 @@ class NodeLifecycleController:
                 await asyncio.sleep(self.monitor_period)
         finally:
             self.pod_queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(*tasks)

@@ -13,6 +13,7 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
 
@@ -78,6 +79,4 @@ class PerNamespaceController(ABC):
                     await asyncio.sleep(RETRY_DELAY)
                     self._queue.put_nowait(namespace)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(*tasks)

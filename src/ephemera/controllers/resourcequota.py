@@ -22,11 +22,11 @@ can briefly under-count that pod until the pod's own event queues the namespace 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.api.quantity import QuantityError, quantity_from_json
 from ephemera.client import ApiClient, ApiUnavailable, Informer, resource_path
@@ -137,11 +137,7 @@ class ResourceQuotaController:
                     log.warning("namespace %s: quota sync failed: %s; retrying", namespace, err)
                     asyncio.get_running_loop().call_later(RETRY_DELAY, self.enqueue, namespace)
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(*tasks)
 
     async def _resync(self) -> None:
         while True:

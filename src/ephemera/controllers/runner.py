@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from datetime import UTC, datetime
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer
 from ephemera.controllers.objects import queue_key
@@ -66,9 +67,7 @@ async def run_workers(queue: WorkQueue[str], sync: Callable[[str], Awaitable[Non
         await asyncio.gather(*tasks)
     finally:
         queue.close()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
 
 
 async def _synced(informers: Sequence[Informer], running: Sequence[asyncio.Task[None]]) -> None:
@@ -85,8 +84,7 @@ async def _synced(informers: Sequence[Informer], running: Sequence[asyncio.Task[
                                      return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not waiting.done():
-            waiting.cancel()
-            await asyncio.gather(waiting, return_exceptions=True)
+            await cancel_and_wait(waiting)
     if waiting in done:
         return
     ended = next(iter(done))

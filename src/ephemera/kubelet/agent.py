@@ -74,6 +74,7 @@ from typing import Any
 from aiohttp import web
 
 from ephemera import trace
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import DYNAMIC_VOLUME_HOT_PLUG, FeatureGates, gate_enabled
 from ephemera.api.quantity import Quantity, QuantityError, quantity_from_json
@@ -928,11 +929,7 @@ class Kubelet:
         if self.workers is not None:
             await self.workers.close()
         await self.probes.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         await self.allocation.close()  # its callbacks and checkpoint writes finish
         await self.objects.close()

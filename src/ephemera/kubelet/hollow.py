@@ -67,6 +67,7 @@ from typing import Any
 
 import orjson
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.featuregates import FeatureGates
 from ephemera.client import ApiClient, Informer, resource_path
 from ephemera.client.eventcorrelator import EventCorrelator
@@ -379,9 +380,7 @@ class HollowNode:
 
     async def close(self) -> None:
         await self.workers.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
         await self.allocation.close(timeout=1.0)
 
     def _is_quiet(self) -> bool:
@@ -770,9 +769,7 @@ class HollowNodes:
                 ready()
             await stop.wait()
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(*tasks)
             if self._lease_thread is not None and self._lease_thread.alive:
                 await self._lease_thread.stop()
             await asyncio.gather(*(n.close() for n in self.nodes.values()),

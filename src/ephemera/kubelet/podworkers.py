@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ephemera import trace
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiUnavailable, resource_path
 from ephemera.kubelet import events, hotplug
@@ -820,11 +821,7 @@ class PodWorkers:
         """Stop the workers (not the containers: they outlive the kubelet)."""
         tasks = [w.task for w in self._workers.values() if w.task is not None]
         tasks += list(self._background)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*tasks)
 
 
 def remove_orphan_dirs(root_dir: Path, known_uids: set[str]) -> list[str]:

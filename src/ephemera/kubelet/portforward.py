@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.kubelet import spdy
 from ephemera.kubelet.prober.netns import NetnsError, run_in_netns
 
@@ -347,9 +348,7 @@ async def _serve_channels(ws: web.WebSocketResponse, target: PortForwardTarget,
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in (forwards, reader_task):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)
         for waiting in sockets.values():
             done = waiting.result() if waiting.done() else None
             if done is not None:

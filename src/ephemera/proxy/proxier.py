@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.client import ApiClient, Informer, resource_path
 from ephemera.proxy import nft, rules
 
@@ -156,9 +157,7 @@ class Proxier:
             await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
             if stop.is_set():
-                waiting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waiting
+                await cancel_and_wait(waiting)
                 return
             # The Node may not exist yet (a proxy started with its kubelet): a short wait,
             # then node ports come when it does.
@@ -167,9 +166,7 @@ class Proxier:
                     await self.node.wait_synced()
             await self._loop(stop)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(*tasks)
             try:
                 await asyncio.to_thread(self.delete_table)
             except nft.NftError as err:

@@ -32,11 +32,11 @@ Each decision is one INFO log line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api import meta
 from ephemera.api.errors import StatusError
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
@@ -391,7 +391,7 @@ async def run_scheduler(api: ApiClient, gates: Gates = None,
         return
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    for t in (task, stopper):
-        t.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await t  # re-raises what ended the scheduler, if it failed
+    await cancel_and_wait(stopper)
+    if task.done() and not task.cancelled():
+        task.result()  # re-raises what ended the scheduler, if it failed
+    await cancel_and_wait(task)

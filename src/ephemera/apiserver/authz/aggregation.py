@@ -12,12 +12,12 @@ is, so `admin`, `edit` and `view` have their rules as soon as the apiserver serv
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api import labelselector
 from ephemera.api.errors import StatusError
 from ephemera.apiserver.authz.rbac import CLUSTER_ROLES, PolicyCache
@@ -88,9 +88,7 @@ class Aggregator:
     async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ephemera import trace
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.allocation.checkpoint import (
     AllocationCheckpoint,
@@ -525,9 +526,7 @@ class AllocationManager:
         tasks = list(self._tasks)
         if tasks:
             _, late = await asyncio.wait(tasks, timeout=timeout)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+            await cancel_and_wait(*late)
         self.checkpoint.close()
 
     async def allocate_pending(self) -> None:

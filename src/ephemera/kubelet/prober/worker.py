@@ -24,7 +24,6 @@ then probes every `periodSeconds`, or at once when triggered.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -32,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.kubelet.prober.handlers import ProbeTarget
 from ephemera.kubelet.prober.prober import ProbeErrored, ProbeKind, Prober
 from ephemera.kubelet.prober.results import Result, ResultsCache
@@ -231,6 +231,4 @@ class ProbeWorker:
     async def close(self) -> None:
         self.stop()
         if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
+            await cancel_and_wait(self.task)

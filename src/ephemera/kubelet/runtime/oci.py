@@ -78,6 +78,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.goformat import go_quote
 from ephemera.kubelet.helperprocess import ServedHelper, isolated_command
 from ephemera.kubelet.runtime import cgroups, livemount
@@ -1530,9 +1531,7 @@ def _attach_session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     async def close() -> None:
         if not writer.is_closing():
             writer.close()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await cancel_and_wait(task)
 
     return ExecSession(stdout=stream(1), stderr=None if tty else stream(2),
                        write_stdin=write_stdin, resize=resize, wait=wait, close=close)
