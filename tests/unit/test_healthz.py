@@ -44,6 +44,8 @@ class Clock:
 class FakeStore:
     """A store whose `get` counts reads and fails, hangs or answers as told."""
 
+    backend = "the store"
+
     def __init__(self) -> None:
         self.reads: list[str] = []
         self.error: Exception | None = None

@@ -148,7 +148,7 @@ class StoreProbe:
         self.timeout = timeout
         self.interval = timeout / 2
         self.clock = clock
-        self.backend = "etcd" if type(store).__module__ == "ephemera.store.etcd" else "the store"
+        self.backend = store.backend
         self.reads = 0
         self._started_at: float | None = None
         self._task: asyncio.Task[str | None] | None = None

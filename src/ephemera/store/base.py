@@ -27,7 +27,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 
 class StoreError(Exception):
@@ -157,6 +157,9 @@ class Watcher(abc.ABC):
 
 class Store(abc.ABC):
     """Keys are strings (`/registry/pods/default/p1`), values opaque bytes."""
+
+    # What messages call the store ("error getting data from etcd", as upstream's say).
+    backend: ClassVar[str] = "the store"
 
     @abc.abstractmethod
     async def create(self, key: str, value: bytes, *, ttl: int = 0) -> KeyValue:

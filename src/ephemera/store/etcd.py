@@ -206,6 +206,8 @@ class LeaseManager:
 class EtcdStore(Store):
     """The etcd backend: `EtcdStore(["http://127.0.0.1:2379"], prefix="/t-1")`."""
 
+    backend = "etcd"
+
     def __init__(
         self,
         endpoints: list[str],
