@@ -393,6 +393,10 @@ def _remove_volume_change(args: argparse.Namespace) -> tuple[str, Callable[[Pod]
     return f"volume {name} removed", change
 
 
+# Container names are unique across these lists of a pod spec.
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
 def _add_container_change(args: argparse.Namespace) -> tuple[str, Callable[[Pod], None]]:
     command = list(args.command)
     new: dict[str, Any] = {"name": args.container_name, "image": args.image}
@@ -403,7 +407,14 @@ def _add_container_change(args: argparse.Namespace) -> tuple[str, Callable[[Pod]
         new["volumeMounts"] = [_volume_mount(m.owner, m) for m in mounts]
 
     def change(pod: Pod) -> None:
-        pod["spec"].setdefault("containers", []).append(copy.deepcopy(new))
+        spec = pod["spec"]
+        if any(c.get("name") == new["name"] for kind in CONTAINER_LISTS
+               for c in spec.get(kind) or []):
+            # Said here, not left to the server, whose answer to a second container of one
+            # name includes the whole spec's diff against the first.
+            raise CommandError(
+                f'pod "{pod["metadata"]["name"]}" already has a container "{new["name"]}"')
+        spec.setdefault("containers", []).append(copy.deepcopy(new))
 
     return f"container {args.container_name} added", change
 
