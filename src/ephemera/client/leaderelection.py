@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.errors import StatusError
 from ephemera.client.api import ApiClient, ApiUnavailable, resource_path
 from ephemera.client.events import EventRecorder
@@ -439,10 +440,7 @@ class LeaderElector:
                 await self.release()
             return stop.is_set()
         finally:
-            stopper.cancel()
-            acquiring.cancel()
             pending = [stopper, acquiring]
             if self._recording is not None:
-                self._recording.cancel()
                 pending.append(self._recording)
-            await asyncio.gather(*pending, return_exceptions=True)
+            await cancel_and_wait(*pending)

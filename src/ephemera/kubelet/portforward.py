@@ -195,11 +195,7 @@ class _SpdySession:
                     if await self.handle(frame):
                         return
         finally:
-            for task in self.tasks.values():
-                task.cancel()
-            for task in list(self.tasks.values()):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await cancel_and_wait(*self.tasks.values())
 
     async def handle(self, frame: spdy.Frame) -> bool:
         """Act on one frame; True when the connection is over."""

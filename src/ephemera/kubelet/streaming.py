@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.podutil import LABEL_CONTAINER_NAME, LABEL_POD_UID
 from ephemera.kubelet.runtime.base import (
@@ -384,10 +385,7 @@ async def bridge_session(ws: web.WebSocketResponse, protocol: ChannelProtocol,
             output.exception()  # retrieved
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ws.close()
-        if not reader.done():
-            reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await reader
+        await cancel_and_wait(reader)
 
 
 # -- the kubelet's handlers ---------------------------------------------------------------------
