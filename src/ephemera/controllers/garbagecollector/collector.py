@@ -21,13 +21,13 @@ The workers start once every informer has synced, and discovery is read again ev
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.deletion import FOREGROUND_FINALIZER, ORPHAN_FINALIZER
 from ephemera.api.errors import StatusError
 from ephemera.api.goformat import go_quote
@@ -231,11 +231,7 @@ class GarbageCollector:
                 except (StatusError, ApiUnavailable) as err:
                     log.warning("garbage collector: discovery failed: %s", err)
         finally:
-            for task in [*tasks, *(t for _, t in self._monitors.values())]:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(*tasks, *(t for _, t in self._monitors.values()))
             self._monitors.clear()
             self.attempt_to_delete.close()
             self.attempt_to_orphan.close()
