@@ -616,3 +616,39 @@ async def test_cel_rules_are_evaluated_off_the_event_loop(
         **slower["spec"], "replicas": 3}}))
     await while_rules_run(lambda: api.patch(f"{CT}/slower", {"spec": {"replicas": 2}},
                                             "application/merge-patch+json"))
+
+
+def warning_texts(response: Any) -> list[str]:
+    """The texts of a response's `Warning` headers (`299 - "TEXT"`, Go-quoted)."""
+    return [json.loads(h.removeprefix("299 - ")) for h in response.headers.getall("Warning", [])]
+
+
+PREFER_QUALIFIED = ("prefer a domain-qualified finalizer name including a path (/) to avoid "
+                    "accidental conflicts with other finalizer writers")
+
+
+async def test_custom_resource_finalizers_are_checked_as_apimachinery_does_and_warned(
+        api: Api) -> None:
+    """Custom resources get apimachinery's finalizer check, not the built-in kinds'
+    standard-name rule: a finalizer without a `/` is stored, with a warning on the create or
+    main-resource update that adds it."""
+    await make_crd(api)
+    body = crontab("f")
+    body["metadata"]["finalizers"] = ["crontab.stable.example.com", "example.com/clean"]
+    status, created, response = await api.request("POST", CT, body)
+    assert status == 201, created
+    assert created["metadata"]["finalizers"] == ["crontab.stable.example.com",
+                                                 "example.com/clean"]
+    assert warning_texts(response) == [
+        f'metadata.finalizers: "crontab.stable.example.com": {PREFER_QUALIFIED}']
+    status, patched, response = await api.request(
+        "PATCH", f"{CT}/f", {"metadata": {"finalizers": [
+            "crontab.stable.example.com", "example.com/clean", "other"]}},
+        content_type="application/merge-patch+json")
+    assert status == 200, patched
+    assert warning_texts(response) == [f'metadata.finalizers: "other": {PREFER_QUALIFIED}']
+    bad = crontab("g")
+    bad["metadata"]["finalizers"] = ["bad name"]
+    status, refused = await api.post(CT, bad)
+    assert status == 422
+    assert [c["field"] for c in refused["details"]["causes"]] == ["metadata.finalizers"]

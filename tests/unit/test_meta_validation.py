@@ -156,6 +156,34 @@ def test_object_meta_update_immutable_fields() -> None:
     ]
 
 
+def test_finalizers_without_the_kube_rule_are_apimachinerys_check() -> None:
+    """Custom resources and CRDs: qualified names on the list's path, no standard-name rule
+    (apimachinery's `ValidateFinalizers`); apimachinery checks no names on update."""
+    md = {"name": "a", "finalizers": ["sandboxpool.ops.example.com", "bad name"]}
+    assert strs(v.validate_object_meta(md, namespaced=False, kube_finalizers=False)) == [
+        'metadata.finalizers: Invalid value: "bad name": name part must consist of '
+        "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+        "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+        "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"]
+    assert v.validate_object_meta_update(md, {"name": "a"}, kube_finalizers=False) == []
+    assert strs(v.validate_object_meta_update({"name": "a", "finalizers": ["x"]},
+                                              {"name": "a"})) == [
+        'metadata.finalizers[0]: Invalid value: "x": '
+        "name is neither a standard finalizer name nor is it fully qualified"]
+
+
+def test_finalizer_name_warnings_for_added_unprefixed_names() -> None:
+    """apiextensions' `validateKubeFinalizerName` as warnings: only the finalizers a write
+    adds, sorted, and not standard ones or ones with a path."""
+    prefer = ("prefer a domain-qualified finalizer name including a path (/) to avoid "
+              "accidental conflicts with other finalizer writers")
+    assert v.finalizer_name_warnings(["z.example.com", "orphan", "example.com/x", "a"]) == [
+        f'metadata.finalizers: "a": {prefer}',
+        f'metadata.finalizers: "z.example.com": {prefer}']
+    assert v.finalizer_name_warnings(["a", "b"], ["a"]) == [f'metadata.finalizers: "b": {prefer}']
+    assert v.finalizer_name_warnings(None, ["a"]) == []
+
+
 def test_object_meta_update_no_new_finalizers_while_deleting() -> None:
     old = {"name": "a", "deletionTimestamp": "t", "finalizers": ["example.com/a"]}
     new = dict(old, finalizers=["example.com/a", "example.com/b"])

@@ -17,6 +17,7 @@ from typing import Any
 from ephemera.api import field, meta
 from ephemera.api.deletion import FOREGROUND_FINALIZER, ORPHAN_FINALIZER
 from ephemera.api.field import FieldError, Path
+from ephemera.api.goformat import go_quote
 
 __all__ = [
     "FIELD_IMMUTABLE",
@@ -26,7 +27,9 @@ __all__ = [
     "dns_label_name",
     "dns_subdomain_name",
     "env_var_name_errors",
+    "finalizer_name_warnings",
     "inclusive_range_error",
+    "kube_finalizer_name_errors",
     "port_name_errors",
     "port_num_errors",
     "validate_annotations",
@@ -48,6 +51,9 @@ MAX_INT32 = 2**31 - 1
 
 # k/k `helper.IsStandardFinalizerName`
 STANDARD_FINALIZERS = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
+NOT_FULLY_QUALIFIED = "name is neither a standard finalizer name nor is it fully qualified"
+PREFER_QUALIFIED_FINALIZER = ("prefer a domain-qualified finalizer name including a path (/) "
+                              "to avoid accidental conflicts with other finalizer writers")
 _ORPHAN = ORPHAN_FINALIZER
 _FOREGROUND = FOREGROUND_FINALIZER
 
@@ -197,10 +203,12 @@ def validate_immutable_field(new: Any, old: Any, path: Path | str) -> list[Field
     return [] if new == old else [field.invalid(path, new, FIELD_IMMUTABLE)]
 
 
-def validate_finalizers(finalizers: Any, path: Path | str) -> list[FieldError]:
+def validate_finalizers(finalizers: Any, path: Path | str, *, kube: bool = True
+                        ) -> list[FieldError]:
     """apimachinery's `ValidateFinalizers` (qualified names on the list's path; `orphan` and
-    `foregroundDeletion` not both) and k/k's `validateKubeFinalizerName` per item (an
-    unprefixed name must be a standard finalizer)."""
+    `foregroundDeletion` not both), then, for the built-in kinds (`kube`), k/k's
+    `validateKubeFinalizerName` per item (`kube_finalizer_name_errors`). Custom resources,
+    CRDs and embedded resources get apimachinery's check alone (`kube=False`)."""
     errs: list[FieldError] = []
     if not finalizers:
         return errs
@@ -213,14 +221,45 @@ def validate_finalizers(finalizers: Any, path: Path | str) -> list[FieldError]:
     if _ORPHAN in names and _FOREGROUND in names:
         errs.append(field.invalid(
             base, names, f"finalizer {_ORPHAN} and {_FOREGROUND} cannot be both set"))
-    for i, name in enumerate(names):
+    if kube:
+        errs.extend(kube_finalizer_name_errors(names, base))
+    return errs
+
+
+def kube_finalizer_name_errors(finalizers: Any, path: Path | str) -> list[FieldError]:
+    """k/k's per-item finalizer check of the built-in kinds (`validateKubeFinalizerName`,
+    after the item's qualified-name check): an unprefixed name must be a standard finalizer
+    (`metadata.finalizers[0]: Invalid value: "x": name is neither a standard finalizer name
+    nor is it fully qualified`)."""
+    errs: list[FieldError] = []
+    if not isinstance(finalizers, list):
+        return errs
+    base = _path(path)
+    for i, name in enumerate(finalizers):
         item = base.index(i)
-        item_errs = validate_qualified_name(name, item)
-        if not item_errs and "/" not in name and name not in STANDARD_FINALIZERS:
-            item_errs.append(field.invalid(
-                item, name, "name is neither a standard finalizer name nor is it fully qualified"))
+        item_errs = validate_qualified_name(str(name), item)
+        if not item_errs and "/" not in str(name) and name not in STANDARD_FINALIZERS:
+            item_errs.append(field.invalid(item, name, NOT_FULLY_QUALIFIED))
         errs.extend(item_errs)
     return errs
+
+
+def finalizer_name_warnings(new: Any, old: Any = None) -> list[str]:
+    """apiextensions' `validateKubeFinalizerName` for custom resources, as `Warning` texts of
+    a create or main-resource update: for each finalizer the write adds (in sorted order),
+    its qualified-name problems, and for an unprefixed name that is not standard
+    `metadata.finalizers: "x": prefer a domain-qualified finalizer name including a path (/)
+    to avoid accidental conflicts with other finalizer writers`."""
+    if not isinstance(new, list):
+        return []
+    before = {str(f) for f in old} if isinstance(old, list) else set()
+    out: list[str] = []
+    for name in sorted({str(f) for f in new} - before):
+        prefix = f"metadata.finalizers: {go_quote(name)}: "
+        out.extend(prefix + m for m in meta.qualified_name_errors(name))
+        if "/" not in name and name not in STANDARD_FINALIZERS:
+            out.append(prefix + PREFER_QUALIFIED_FINALIZER)
+    return out
 
 
 def _names(name: str, prefix: bool, *, label: bool) -> list[str]:
@@ -253,9 +292,11 @@ def validate_object_meta(
     namespaced: bool,
     name_fn: NameFn = dns_subdomain_name,
     path: Path | str = "metadata",
+    kube_finalizers: bool = True,
 ) -> list[FieldError]:
     """`ValidateObjectMeta` for a create, after `generateName` was resolved: name (or
-    generateName), namespace, generation, labels, annotations, ownerReferences, finalizers."""
+    generateName), namespace, generation, labels, annotations, ownerReferences, finalizers
+    (k/k's finalizer rule only with `kube_finalizers`, see `validate_finalizers`)."""
     base = _path(path)
     errs: list[FieldError] = []
     generate = md.get("generateName") or ""
@@ -283,7 +324,8 @@ def validate_object_meta(
     errs.extend(validate_annotations(md.get("annotations"), base.child("annotations")))
     errs.extend(_validate_owner_references(md.get("ownerReferences"),
                                            base.child("ownerReferences")))
-    errs.extend(validate_finalizers(md.get("finalizers"), base.child("finalizers")))
+    errs.extend(validate_finalizers(md.get("finalizers"), base.child("finalizers"),
+                                    kube=kube_finalizers))
     return errs
 
 
@@ -324,11 +366,14 @@ def validate_object_meta_update(
     *,
     path: Path | str = "metadata",
     require_resource_version: bool = False,
+    kube_finalizers: bool = True,
 ) -> list[FieldError]:
     """`ValidateObjectMetaUpdate`: no new finalizers while deleting, generation never lower,
     name/namespace/uid/creationTimestamp/deletionTimestamp/deletionGracePeriodSeconds
     immutable, labels/annotations/finalizers well-formed. The registry fills an omitted
-    `resourceVersion` before validating (unconditional update), so its check is opt-in."""
+    `resourceVersion` before validating (unconditional update), so its check is opt-in.
+    apimachinery checks no finalizer names on update; k/k's kinds add their per-item rule
+    (`kube_finalizers`)."""
     base = _path(path)
     errs: list[FieldError] = []
     if old.get("deletionTimestamp"):
@@ -355,14 +400,6 @@ def validate_object_meta_update(
     errs.extend(validate_annotations(new.get("annotations"), base.child("annotations")))
     errs.extend(_validate_owner_references(new.get("ownerReferences"),
                                            base.child("ownerReferences")))
-    finalizers = new.get("finalizers")
-    if isinstance(finalizers, list):
-        for i, name in enumerate(finalizers):
-            item = base.child("finalizers").index(i)
-            item_errs = validate_qualified_name(str(name), item)
-            if not item_errs and "/" not in str(name) and name not in STANDARD_FINALIZERS:
-                item_errs.append(field.invalid(
-                    item, name,
-                    "name is neither a standard finalizer name nor is it fully qualified"))
-            errs.extend(item_errs)
+    if kube_finalizers:
+        errs.extend(kube_finalizer_name_errors(new.get("finalizers"), base.child("finalizers")))
     return errs

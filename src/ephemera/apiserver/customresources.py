@@ -42,7 +42,7 @@ from ephemera.api.crd.naming import (
     version_priority,
 )
 from ephemera.api.field import FieldError
-from ephemera.api.validation import validate_object_meta_update
+from ephemera.api.validation import finalizer_name_warnings, validate_object_meta_update
 from ephemera.apiserver import tables
 from ephemera.apiserver.informers import Informer
 from ephemera.apiserver.registry import DeleteOptions, Registry
@@ -129,6 +129,8 @@ class CRDStrategy(Strategy):
 class CustomResourceStrategy(Strategy):
     """One served version of a CRD (see the module docstring)."""
 
+    kube_finalizer_names = False  # apimachinery's finalizer check alone; warnings instead
+
     def __init__(self, resource: Resource, version: Mapping[str, Any],
                  terminating: bool = False) -> None:
         super().__init__(resource)
@@ -151,14 +153,19 @@ class CustomResourceStrategy(Strategy):
 
     def warnings(self, new: dict[str, Any], old: dict[str, Any] | None,
                  subresource: str = "") -> list[str]:
-        """The rules of the schema that could not be checked (they call a CEL function
-        ephemera has not), as `Warning` headers. Only a schema with such a rule is evaluated
-        here: the rules are not run twice for every write."""
+        """upstream's WarningsOnCreate / WarningsOnUpdate (none on a subresource): the
+        finalizers the write adds that are not domain-qualified (`finalizer_name_warnings`);
+        then the rules of the schema that could not be checked (they call a CEL function
+        ephemera has not). Only a schema with such a rule is evaluated here: the rules are
+        not run twice for every write."""
+        out = [] if subresource else finalizer_name_warnings(
+            meta.ensure_metadata(new).get("finalizers"),
+            None if old is None else (old.get("metadata") or {}).get("finalizers"))
         if self.schema is None or not crschema.may_leave_rules_unchecked(self.schema):
-            return []
+            return out
         obj = copy.deepcopy(new)
         crschema.default(obj, self.schema)
-        return crschema.validate_with_warnings(obj, self.schema, old)[1]
+        return out + crschema.validate_with_warnings(obj, self.schema, old)[1]
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         if self.terminating:
@@ -201,7 +208,7 @@ class CustomResourceStrategy(Strategy):
     def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
                       ) -> list[FieldError]:
         errs = validate_object_meta_update(meta.ensure_metadata(new),
-                                           meta.ensure_metadata(old))
+                                           meta.ensure_metadata(old), kube_finalizers=False)
         errs.extend(self._schema_errors(new, old))
         return errs
 

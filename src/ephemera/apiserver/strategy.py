@@ -106,6 +106,9 @@ class Strategy:
     # What a DELETE without options does to the dependents (upstream's
     # DefaultGarbageCollectionPolicy; `ephemera.api.deletion`).
     gc_policy: GCPolicy = "DeleteDependents"
+    # k/k's finalizer-name rule (`validateKubeFinalizerName`) on top of apimachinery's: the
+    # built-in kinds have it, custom resources not (`ephemera.api.validation`).
+    kube_finalizer_names = True
     # Whether validation may take long enough (CEL rules of a custom resource) to run in a
     # worker thread instead of on the event loop (`Registry` runs it: `run_validation`).
     validates_in_thread = False
@@ -158,7 +161,8 @@ class Strategy:
         name_fn = self.name_fn or (meta_validation.dns_label_name if self.name_is_dns_label
                                    else meta_validation.dns_subdomain_name)
         errs = meta_validation.validate_object_meta(_md(obj), namespaced=self.resource.namespaced,
-                                                    name_fn=name_fn)
+                                                    name_fn=name_fn,
+                                                    kube_finalizers=self.kube_finalizer_names)
         errs.extend(self.validate(obj))
         return errs
 

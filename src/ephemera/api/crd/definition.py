@@ -122,14 +122,15 @@ def _name_fn(crd: Obj) -> Any:
 
 def validate_create(crd: Obj) -> list[FieldError]:
     errs = validate_object_meta(meta.ensure_metadata(crd), namespaced=False,
-                                name_fn=_name_fn(crd))
+                                name_fn=_name_fn(crd), kube_finalizers=False)
     errs.extend(validate_spec(_d(crd, "spec"), Path("spec")))
     errs.extend(validate_status(_d(crd, "status"), Path("status")))
     return errs
 
 
 def validate_update(crd: Obj, old: Obj) -> list[FieldError]:
-    errs = validate_object_meta_update(meta.ensure_metadata(crd), meta.ensure_metadata(old))
+    errs = validate_object_meta_update(meta.ensure_metadata(crd), meta.ensure_metadata(old),
+                                       kube_finalizers=False)
     spec, old_spec = _d(crd, "spec"), _d(old, "spec")
     path = Path("spec")
     errs.extend(validate_spec(spec, path))
@@ -150,7 +151,8 @@ def validate_update(crd: Obj, old: Obj) -> list[FieldError]:
 
 
 def validate_status_update(crd: Obj, old: Obj) -> list[FieldError]:
-    errs = validate_object_meta_update(meta.ensure_metadata(crd), meta.ensure_metadata(old))
+    errs = validate_object_meta_update(meta.ensure_metadata(crd), meta.ensure_metadata(old),
+                                       kube_finalizers=False)
     errs.extend(validate_status(_d(crd, "status"), Path("status")))
     errs.extend(validate_stored_versions(crd))
     return errs

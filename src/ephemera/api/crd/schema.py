@@ -439,7 +439,8 @@ def _embedded_resource_errors(value: dict[str, Any], path: Path) -> list[FieldEr
                 md["name"] = "fakename"
             errs.extend(validate_object_meta(md, namespaced=bool(md.get("namespace")),
                                              name_fn=path_segment_name,
-                                             path=path.child("metadata")))
+                                             path=path.child("metadata"),
+                                             kube_finalizers=False))
     return errs
 
 
