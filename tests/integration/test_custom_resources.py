@@ -652,3 +652,35 @@ async def test_custom_resource_finalizers_are_checked_as_apimachinery_does_and_w
     status, refused = await api.post(CT, bad)
     assert status == 422
     assert [c["field"] for c in refused["details"]["causes"]] == ["metadata.finalizers"]
+
+
+async def test_a_put_without_resource_version_is_refused_for_custom_resources_and_crds(
+        api: Api) -> None:
+    """Custom resources (main resource and /status) and CRDs do not AllowUnconditionalUpdate:
+    a PUT must carry the resourceVersion it replaces (a PATCH needs none)."""
+    crd_obj = await make_crd(api)
+    status, created = await api.post(CT, crontab("u"))
+    assert status == 201, created
+    message = ('crontabs.stable.example.com "u" is invalid: metadata.resourceVersion: '
+               'Invalid value: 0x0: must be specified for an update')
+    for path in (f"{CT}/u", f"{CT}/u/status"):
+        body = copy.deepcopy(created)
+        del body["metadata"]["resourceVersion"]
+        status, refused = await api.put(path, body)
+        assert status == 422, refused
+        assert refused["message"] == message
+        assert refused["details"] == {
+            "name": "u", "group": "stable.example.com", "kind": "crontabs",
+            "causes": [{"reason": "FieldValueInvalid", "field": "metadata.resourceVersion",
+                        "message": "Invalid value: 0x0: must be specified for an update"}]}
+    status, updated = await api.put(f"{CT}/u", created)
+    assert status == 200, updated
+    del crd_obj["metadata"]["resourceVersion"]
+    status, refused = await api.put(f"{CRDS}/crontabs.stable.example.com", crd_obj)
+    assert status == 422
+    assert refused["message"] == (
+        'customresourcedefinitions.apiextensions.k8s.io "crontabs.stable.example.com" is '
+        "invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update")
+    status, patched = await api.patch(f"{CT}/u", {"spec": {"image": "x"}},
+                                      content_type="application/merge-patch+json")
+    assert status == 200, patched

@@ -73,6 +73,8 @@ TEARDOWN_DELAY = 1.0
 class CRDStrategy(Strategy):
     """`customresourcedefinitions` (see the module docstring)."""
 
+    allow_unconditional_update = False  # a PUT must name the resourceVersion it replaces
+
     def default(self, obj: dict[str, Any]) -> None:
         crddef.set_defaults(obj)
 
@@ -130,6 +132,7 @@ class CustomResourceStrategy(Strategy):
     """One served version of a CRD (see the module docstring)."""
 
     kube_finalizer_names = False  # apimachinery's finalizer check alone; warnings instead
+    allow_unconditional_update = False  # a PUT must name the resourceVersion it replaces
 
     def __init__(self, resource: Resource, version: Mapping[str, Any],
                  terminating: bool = False) -> None:

@@ -22,7 +22,7 @@ from aiohttp import web
 from ephemera.api import errors, field, fieldvalidation, listoptions, managedfields, meta, patch
 from ephemera.api.errors import StatusError
 from ephemera.api.featuregates import parse_go_bool
-from ephemera.api.goformat import go_json, go_quote, go_value
+from ephemera.api.goformat import GoText, go_json, go_quote, go_value
 from ephemera.api.jsoncopy import copy_decoded, json_copy
 from ephemera.api.selectors import Selection, SelectorError
 from ephemera.apiserver import tables
@@ -158,6 +158,16 @@ def selection(request: web.Request, resource: Resource) -> Selection:
 # The Eviction versions `pods/NAME/eviction` takes (kubectl drain sends the newest it finds
 # in discovery).
 EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
+
+
+def unconditional_update_refused(res: Resource, name: str) -> errors.StatusError:
+    """upstream's store refusing a PUT without a resourceVersion where the strategy does not
+    AllowUnconditionalUpdate (custom resources, CRDs): 422 on the resource, the version as
+    the uint64 0 Go prints, `sandboxpools.ops.example.com "p1" is invalid:
+    metadata.resourceVersion: Invalid value: 0x0: must be specified for an update`."""
+    return errors.invalid(res.plural, name, [field.invalid(
+        "metadata.resourceVersion", GoText("0x0"), "must be specified for an update")],
+        res.group)
 
 
 def delete_options_of(request: web.Request, data: Mapping[str, Any]) -> DeleteOptions:
@@ -391,6 +401,8 @@ class RestHandlers:
                     raise errors.not_found(res.plural, target.name, res.group)
                 new = record_update(None, new, manager, res)
                 return await self.registry.prepare_create(res, new, user=user, dry_run=dry)
+            if not wanted_rv and not strategy.allow_unconditional_update:
+                raise unconditional_update_refused(res, target.name)
             current_rv = (current.get("metadata") or {}).get("resourceVersion")
             if wanted_rv and wanted_rv != current_rv:
                 raise errors.conflict(res.plural, target.name, group=res.group)

@@ -99,6 +99,9 @@ class Strategy:
 
     # upstream's AllowCreateOnUpdate: PUT of a missing object creates it.
     allow_create_on_update = False
+    # upstream's AllowUnconditionalUpdate: a PUT without `metadata.resourceVersion` updates
+    # the stored object whatever its version (else 422, `unconditional_update_refused`).
+    allow_unconditional_update = True
     # Namespaces' names are DNS labels, the others' DNS subdomains.
     name_is_dns_label = False
     # The kind's own name rule when it is neither a DNS subdomain nor a DNS label.
