@@ -86,3 +86,17 @@ async def test_validation_messages(api: Api) -> None:
         ("spec.insecureSkipTLSVerify",
          "Invalid value: true: local APIServices may not have insecureSkipTLSVerify"),
     ]
+
+
+async def test_a_status_write_keeps_the_stored_metadata(api: Api) -> None:
+    """upstream's apiServerStatusStrategy: labels, annotations, finalizers and owner
+    references stay as stored on a `/status` write."""
+    await api.post(APISERVICES, apiservice())
+    write = {"metadata": {"labels": {"via": "status"}, "annotations": {"a": "b"},
+                          "finalizers": ["example.com/f"]},
+             "status": {"conditions": [{"type": "Available", "status": "True"}]}}
+    status, after = await api.patch(f"{APISERVICES}/v1alpha1.wardle.k8s.io/status", write,
+                                    "application/merge-patch+json")
+    assert status == 200, after
+    assert after["status"]["conditions"][0]["status"] == "True"
+    assert not {"labels", "annotations", "finalizers"} & set(after["metadata"])

@@ -684,3 +684,27 @@ async def test_a_put_without_resource_version_is_refused_for_custom_resources_an
     status, patched = await api.patch(f"{CT}/u", {"spec": {"image": "x"}},
                                       content_type="application/merge-patch+json")
     assert status == 200, patched
+
+
+async def test_a_status_write_changes_the_status_alone(api: Api) -> None:
+    """upstream's custom resource status strategy: the stored object with the written status
+    (and managedFields); labels, annotations and finalizers stay as stored; a `/status` PUT
+    without a status removes it."""
+    await make_crd(api)
+    status, created = await api.post(CT, crontab("st"))
+    assert status == 201, created
+    write = {"metadata": {"labels": {"via": "status"}, "annotations": {"a": "b"},
+                          "finalizers": ["x.io/f"]},
+             "spec": {"image": "changed"}, "status": {"phase": "S"}}
+    status, after = await api.patch(f"{CT}/st/status", write,
+                                    content_type="application/merge-patch+json")
+    assert status == 200, after
+    assert after["status"] == {"phase": "S"}
+    assert not {"labels", "annotations", "finalizers"} & set(after["metadata"])
+    assert "image" not in after["spec"]
+    assert [(m["manager"], m.get("subresource")) for m in after["metadata"]["managedFields"]
+            ][-1][1] == "status"
+    del after["status"]
+    status, cleared = await api.put(f"{CT}/st/status", after)
+    assert status == 200, cleared
+    assert "status" not in cleared

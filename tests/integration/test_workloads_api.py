@@ -319,3 +319,22 @@ async def test_warnings_for_what_no_controller_acts_on(api: Api) -> None:
     assert any("spec.volumeClaimTemplates: ephemera serves no PersistentVolumeClaims (not "
                "implemented)" in w for w in response.headers.getall("Warning", [])), \
         response.headers
+
+
+async def test_a_status_write_keeps_the_labels_of_a_deployment_only(api: Api) -> None:
+    """upstream's deploymentStatusStrategy keeps the stored spec and labels; the status
+    strategies of ReplicaSets (and StatefulSets, DaemonSets, Jobs) keep the spec alone."""
+    write = {"metadata": {"labels": {"via": "status"}, "annotations": {"a": "b"}},
+             "status": {"observedGeneration": 1}}
+    await api.post(DEPLOYS, deployment("labelled"))
+    status, after = await api.patch(f"{DEPLOYS}/labelled/status", write, MERGE)
+    assert status == 200, after
+    assert "labels" not in after["metadata"]
+    assert after["metadata"]["annotations"] == {"a": "b"}
+    assert after["status"]["observedGeneration"] == 1
+    rs = deployment("rs")
+    rs["kind"] = "ReplicaSet"
+    await api.post(RSS, rs)
+    status, after = await api.patch(f"{RSS}/rs/status", write, MERGE)
+    assert status == 200, after
+    assert after["metadata"]["labels"] == {"via": "status"}

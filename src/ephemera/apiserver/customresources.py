@@ -5,7 +5,8 @@
   version, and deletion through the `customresourcecleanup.apiextensions.k8s.io` finalizer).
 - `CustomResourceStrategy`: the rules of one served version of a CRD: its schema's defaults,
   validation and CEL rules (`ephemera.api.crd.schema`), generation, the `status` subresource
-  (a main-resource write keeps status, a `/status` write keeps the rest).
+  (a main-resource write keeps status, a `/status` write keeps the rest, metadata but
+  managedFields included).
 - `CustomResources`: the controllers of upstream's apiextensions-apiserver in one loop (the
   naming controller's `NamesAccepted`, the establishing controller's `Established`, the
   finalizer's deletion of a deleted CRD's objects), and the serving: every served version of
@@ -214,6 +215,25 @@ class CustomResourceStrategy(Strategy):
                                            meta.ensure_metadata(old), kube_finalizers=False)
         errs.extend(self._schema_errors(new, old))
         return errs
+
+    def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        """upstream's statusStrategy.PrepareForUpdate: the stored object with the write's
+        `status` (none if it has none) and its managedFields (which record the status
+        write); the rest, metadata included, stays as stored."""
+        has_status, status = "status" in new, new.get("status")
+        managed = meta.ensure_metadata(new).get("managedFields")
+        type_meta = {k: new[k] for k in ("apiVersion", "kind") if k in new}
+        new.clear()
+        new.update(copy.deepcopy(old), **type_meta)
+        md = meta.ensure_metadata(new)
+        if managed is None:
+            md.pop("managedFields", None)
+        else:
+            md["managedFields"] = managed
+        if has_status:
+            new["status"] = status
+        else:
+            new.pop("status", None)
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         super().prepare_for_update(new, old)

@@ -15,9 +15,11 @@ each applies.
   finalizer and the `kubernetes.io/metadata.name` label; resource quotas an empty status;
   secrets' `stringData` folded into `data`.
 - update: immutable metadata kept, status reset on a main-resource update of a kind with a
-  status subresource, everything but status reset on a `/status` update; pods: fields of
-  disabled gates dropped unless the stored pod uses them, generation bumped on a spec change;
-  `/dynamic` updates the whole pod but its status (copied from the stored pod).
+  status subresource, everything but status (and metadata) reset on a `/status` update, and
+  the metadata each kind's status strategy keeps (`keep_metadata`: a Deployment's labels,
+  a pod's ownerReferences, an APIService's labels, annotations, finalizers and owners);
+  pods: fields of disabled gates dropped unless the stored pod uses them, generation bumped
+  on a spec change; `/dynamic` updates the whole pod but its status (copied from the stored pod).
 - delete: pods' graceful deletion (`CheckGracefulDelete`, section 9.2 of the reference),
   shortening of a pending grace period, namespaces' Terminating phase.
 - validation (422 with causes): every kind `ValidateObjectMeta` / `ValidateObjectMetaUpdate`
@@ -287,6 +289,14 @@ def _copy_key(new: dict[str, Any], old: dict[str, Any], key: str) -> None:
         new.pop(key, None)
 
 
+def keep_metadata(new: dict[str, Any], old: dict[str, Any], *keys: str) -> None:
+    """The stored object's metadata `keys` (`labels`, `ownerReferences`, ...) in place of the
+    written ones: what a kind's status strategy does not let a `/status` write change."""
+    new_md, old_md = _md(new), _md(old)
+    for key in keys:
+        _copy_key(new_md, old_md, key)
+
+
 # --- pods ----------------------------------------------------------------------------------
 
 
@@ -340,11 +350,7 @@ class PodStrategy(Strategy):
 
     def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         super().prepare_for_status_update(new, old)
-        new_md, old_md = _md(new), _md(old)
-        if "ownerReferences" in old_md:
-            new_md["ownerReferences"] = json_copy(old_md["ownerReferences"])
-        else:
-            new_md.pop("ownerReferences", None)
+        keep_metadata(new, old, "ownerReferences")
         status = new.get("status")
         old_qos = (old.get("status") or {}).get("qosClass")
         if isinstance(status, dict) and not status.get("qosClass") and old_qos:
@@ -647,6 +653,12 @@ class APIServiceStrategy(Strategy):
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         obj["status"] = {}
 
+    def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        """upstream's apiServerStatusStrategy: spec, labels, annotations, finalizers and
+        ownerReferences stay as stored."""
+        super().prepare_for_status_update(new, old)
+        keep_metadata(new, old, "labels", "annotations", "finalizers", "ownerReferences")
+
     def create_errors(self, obj: dict[str, Any]) -> list[FieldError]:
         errs = meta_validation.validate_object_meta(_md(obj), namespaced=False,
                                                     name_fn=apiservice.name_rule(obj))
@@ -867,7 +879,11 @@ class WorkloadStrategy(Strategy):
         return workloads.validate_workload_spec(self.resource.plural, obj, self.gates)
 
     def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        """Everything but status stays; a Deployment's labels too (upstream's
+        deploymentStatusStrategy; the other workload kinds keep their spec only)."""
         super().prepare_for_status_update(new, old)
+        if self.resource.plural == workloads.DEPLOYMENTS:
+            keep_metadata(new, old, "labels")
         workloads.fill_status_zeros(self.resource.plural, new)
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
