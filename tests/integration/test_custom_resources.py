@@ -708,3 +708,38 @@ async def test_a_status_write_changes_the_status_alone(api: Api) -> None:
     status, cleared = await api.put(f"{CT}/st/status", after)
     assert status == 200, cleared
     assert "status" not in cleared
+
+
+@pytest.mark.parametrize(("metadata", "error"), [
+    ({"annotations": {"a": 1}},
+     "json: cannot unmarshal number into Go struct field ObjectMeta.annotations of type string"),
+    ({"ownerReferences": "x"},
+     "json: cannot unmarshal string into Go struct field ObjectMeta.ownerReferences of type "
+     "[]v1.OwnerReference"),
+    ({"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u",
+                           "controller": "yes"}]},
+     "json: cannot unmarshal string into Go struct field OwnerReference.ownerReferences."
+     "controller of type bool"),
+])
+async def test_custom_resource_metadata_is_decoded_as_objectmeta(
+        api: Api, metadata: dict[str, Any], error: str) -> None:
+    """upstream's apiextensions decoder reads a custom object's metadata into a typed
+    ObjectMeta: a value of the wrong type is the decoder's 400 on create and update, and a
+    patch that makes one is refused (422 on `patch`, as for the built-in kinds)."""
+    await make_crd(api)
+    body = crontab("m")
+    body["metadata"].update(metadata)
+    status, refused = await api.post(CT, body)
+    assert status == 400, refused
+    assert refused["message"] == f'CronTab in version "v1" cannot be handled as a CronTab: {error}'
+    status, created = await api.post(CT, crontab("m"))
+    assert status == 201, created
+    created["metadata"].update(metadata)
+    status, refused = await api.put(f"{CT}/m", created)
+    assert status == 400, refused
+    assert refused["message"].endswith(error)
+    status, refused = await api.patch(f"{CT}/m", {"metadata": metadata},
+                                      content_type="application/merge-patch+json")
+    assert status == 422, refused
+    assert refused["details"]["causes"][0]["field"] == "patch"
+    assert refused["details"]["causes"][0]["message"].endswith(f": {error}")

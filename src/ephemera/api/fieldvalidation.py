@@ -633,6 +633,17 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     return None
 
 
+def metadata_type_error(obj: Any) -> str | None:
+    """The decode error of a custom object's `metadata`, which upstream's apiextensions
+    decoder reads into a typed ObjectMeta however the rest of the object is typed
+    (`GetObjectMeta`: the metadata alone, so the Go path starts there: `json: cannot
+    unmarshal number into Go struct field ObjectMeta.annotations of type string`), or None.
+    Valid times in it are rewritten as Go writes them, as `type_errors` does."""
+    if not isinstance(obj, dict) or obj.get("metadata") is None:
+        return None
+    return type_errors(obj["metadata"], schema.OBJECT_META)
+
+
 def write_as_go(obj: dict[str, Any], definition: str, known: Any = UNKNOWN) -> None:
     """Rewrite `obj`'s valid Quantity and time values as Go writes them (the type walk's
     rewriting, for an object no decoder read: a server-side apply's merged result). A value
@@ -810,12 +821,14 @@ def check(obj: Any, definition: str, field_validation: str | None, kind: str,
     the unknown fields, then the `duplicates` (from `loads_json`). With Warn and Ignore the
     unknown fields are dropped from `obj` in place; the returned list holds the `Warning`
     texts to send (empty for Ignore). `check_types=False` leaves the types to the caller
-    (a custom resource's schema validation reports them, not a Go decoder). `known`: a
+    (a custom resource's schema validation reports them, not a Go decoder), but for the
+    metadata, which is typed for every kind (`metadata_type_error`). `known`: a
     stored object of the kind (any version of it: each passed), whose equal subtrees are
     not walked again."""
     mode = directive(field_validation, options_kind)
     unknown: list[bool] = []
-    err = type_errors(obj, definition, known, unknown) if check_types else None
+    err = (type_errors(obj, definition, known, unknown) if check_types
+           else metadata_type_error(obj))
     if err is not None:
         raise decode_error(kind, version, err)
     dups = list(duplicates or ())

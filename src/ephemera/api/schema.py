@@ -10,6 +10,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+# metav1.ObjectMeta: every kind's `metadata`, custom resources' too
+OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
 @cache
 def definitions() -> dict[str, dict[str, Any]]:

@@ -537,7 +537,8 @@ class RestHandlers:
     @staticmethod
     def _check_patched(new: dict[str, Any], current: dict[str, Any], res: Resource,
                        content_type: str, directive: str, body: bytes) -> list[str]:
-        """Field validation of a patched object: wrong types 422, unknown fields 422
+        """Field validation of a patched object: wrong types 422 (a custom resource's in its
+        metadata only), unknown fields 422
         (Strict), dropped with warnings (Warn) or silently (Ignore). What the patch left as
         it was in a built-in object is not walked again (it passed when stored); a custom
         resource's schema may have changed since, so its object is walked whole.
@@ -551,8 +552,8 @@ class RestHandlers:
             return json.dumps(new, separators=(",", ":"), ensure_ascii=False)
 
         unknown: list[bool] = []
-        err = None if res.custom else fieldvalidation.type_errors(new, res.definition, known,
-                                                                  unknown)
+        err = (fieldvalidation.metadata_type_error(new) if res.custom
+               else fieldvalidation.type_errors(new, res.definition, known, unknown))
         if err is not None:
             message = f"Invalid value: {go_quote(shown())}: {err}"
             raise StatusError(422, "Invalid", f' "" is invalid: patch: {message}',

@@ -34,12 +34,12 @@ from ephemera.api import field
 from ephemera.api.crd import cel
 from ephemera.api.crd.celcost import RUNTIME_CEL_COST_BUDGET
 from ephemera.api.field import FieldError, Path
+from ephemera.api.schema import OBJECT_META
 from ephemera.api.services import service_name_errors
 from ephemera.api.validation import path_segment_name, validate_object_meta
 
 # upstream's `MaxEvaluatedMessageExpressionSizeBytes`: a longer evaluated message is not used
 MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024
-OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 LIST_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"
 NOT_CHECKED = ("some validation rules were not checked because the object was invalid; "
                "correct the existing errors to complete validation")
