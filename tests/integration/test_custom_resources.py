@@ -743,3 +743,22 @@ async def test_custom_resource_metadata_is_decoded_as_objectmeta(
     assert status == 422, refused
     assert refused["details"]["causes"][0]["field"] == "patch"
     assert refused["details"]["causes"][0]["message"].endswith(f": {error}")
+
+
+async def test_a_root_rule_error_is_at_gos_nil_path(api: Api) -> None:
+    """A rule on the CRD's root schema errs at `<nil>`, as upstream's CEL validator (nil
+    root path) reports it."""
+    body = crd()
+    version = body["spec"]["versions"][0]
+    version["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = [
+        {"rule": "self.metadata.name.startsWith('g')", "message": "name must start with g"}]
+    await make_crd(api, body)
+    status, refused = await api.post(CT, crontab("x1"))
+    assert status == 422
+    assert refused["message"] == ('CronTab.stable.example.com "x1" is invalid: <nil>: Invalid '
+                                  'value: "object": name must start with g')
+    assert refused["details"]["causes"] == [{
+        "reason": "FieldValueInvalid", "field": "<nil>",
+        "message": 'Invalid value: "object": name must start with g'}]
+    status, created = await api.post(CT, crontab("g1"))
+    assert status == 201, created

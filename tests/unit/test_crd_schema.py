@@ -237,6 +237,20 @@ def test_structural_schema_messages() -> None:
     ]
 
 
+def test_a_root_rule_errs_at_gos_nil_path() -> None:
+    """upstream's CEL validator starts from a nil path: a rule of the root schema errs at
+    `<nil>`; one with a fieldPath at the field it names."""
+    root = copy.deepcopy(ROOT)
+    root["x-kubernetes-validations"] = [
+        {"rule": "self.spec.size > 5", "message": "size too small"},
+        {"rule": "self.spec.size > 6", "fieldPath": ".spec", "message": "still small"}]
+    assert messages({"spec": {"size": 4, "name": "ab"}}, root) == [
+        '<nil>: Invalid value: "object": size too small',
+        'spec: Invalid value: "object": still small']
+    assert [e.field for e in crschema.validate({"spec": {"size": 4, "name": "ab"}}, root)] == [
+        "<nil>", "spec"]
+
+
 def test_crd_update_rules() -> None:
     old = crd()
     old["status"] = {"conditions": [{"type": "Established", "status": "True"}],

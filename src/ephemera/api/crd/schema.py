@@ -26,6 +26,7 @@ import copy
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -46,8 +47,9 @@ NOT_CHECKED = ("some validation rules were not checked because the object was in
 # upstream's `hasBlockingErr`: after one of these schema errors the object does not have the
 # shape its CEL rules were written for, so they are not run (NOT_CHECKED is said instead).
 BLOCKING_ERRORS = frozenset({"NotSupported", "Required", "TooLong", "TooMany", "TypeInvalid"})
-# How Go prints a nil *field.Path: upstream reports NOT_CHECKED at no path (`field.Invalid(nil,
-# ...)`), which reads "<nil>: Invalid value: ..." and is the cause's `field`.
+# How Go prints a nil *field.Path: upstream reports NOT_CHECKED and the errors of the root's
+# rules at no path (`field.Invalid(nil, ...)`), which reads "<nil>: Invalid value: ..." and is
+# the cause's `field`.
 NIL_PATH = "<nil>"
 
 Schema = Mapping[str, Any]
@@ -507,7 +509,14 @@ def validate_with_warnings(obj: Any, schema: Schema, old: Any = None
         if has_rules(schema):
             return [*walk.errors, FieldError("Invalid", NIL_PATH, NOT_CHECKED, None)], []
         return walk.errors, []
-    return [*walk.errors, *walk.rule_errors], walk.unchecked
+    return [*walk.errors, *map(_root_rule_error, walk.rule_errors)], walk.unchecked
+
+
+def _root_rule_error(error: FieldError) -> FieldError:
+    """A rule error at the root of the schema as upstream reports it: its CEL validator
+    starts from a nil path, so a root rule's error (and a budget error met there) is at
+    NIL_PATH (`<nil>: Invalid value: "object": ...`), not at the empty path."""
+    return replace(error, field=NIL_PATH) if not error.field else error
 
 
 def may_leave_rules_unchecked(s: Any) -> bool:
