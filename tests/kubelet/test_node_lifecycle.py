@@ -88,6 +88,35 @@ async def test_a_node_whose_lease_expires_is_marked_unknown(tmp_path: Path) -> N
             await wait_until(recovered)
 
 
+async def test_cordon_taints_the_node_unschedulable_and_uncordon_untaints_it(
+        tmp_path: Path) -> None:
+    """`kubectl cordon` (spec.unschedulable) adds `node.kubernetes.io/unschedulable:
+    NoSchedule` with `timeAdded`, uncordon removes it; at once, on the node's update, not at
+    the next monitor pass (an hour away here)."""
+    async with running_kubelet(tmp_path) as h:
+        controller = NodeLifecycleController(h.api, monitor_period=3600.0)
+        async with running(controller):
+            await wait_until(lambda: NODE in controller._probes)  # its first pass
+            path = resource_path("nodes", name=NODE)
+            await h.api.patch(path, {"spec": {"unschedulable": True}}, patch_type="merge")
+
+            async def tainted() -> bool:
+                return "node.kubernetes.io/unschedulable" in await taint_keys(h)
+
+            await wait_until(tainted)
+            node = await h.api.get(path)
+            [taint] = node["spec"]["taints"]
+            assert (taint["key"], taint["effect"]) == ("node.kubernetes.io/unschedulable",
+                                                       "NoSchedule")
+            assert taint["timeAdded"]
+            await h.api.patch(path, {"spec": {"unschedulable": None}}, patch_type="merge")
+
+            async def untainted() -> bool:
+                return not await taint_keys(h)
+
+            await wait_until(untainted)
+
+
 @contextlib.asynccontextmanager
 async def another_ready_node(h: Harness, name: str = "other") -> AsyncIterator[None]:
     """A Node that stays Ready, its Lease renewed every 0.2 s (by the test), so that the

@@ -1,6 +1,6 @@
 """The node lifecycle controller's `MarkPodsNotReady` rule (`not_ready_conditions`), the
 pods-by-node index it finds a node's pods with, and full disruption (no node Ready: no
-NoExecute taints)."""
+NoExecute taints), and the NoSchedule taints of conditions and cordon."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ephemera.client import ApiClient, ClientConfig, Informer
 from ephemera.controllers.nodelifecycle import (
     desired_taints,
     fully_disrupted,
+    no_schedule_taints_differ,
     not_ready_conditions,
 )
 from ephemera.controllers.podsbynode import PodsByNode
@@ -106,3 +107,32 @@ def test_no_no_execute_taints_in_full_disruption() -> None:
     assert [(t["key"], t["effect"]) for t in desired_taints(down, NOW)] == [
         ("mine", "NoExecute"), ("node.kubernetes.io/unreachable", "NoSchedule"),
         ("node.kubernetes.io/unreachable", "NoExecute")]
+
+
+def cordoned(unschedulable: bool, taints: list[dict[str, Any]]) -> dict[str, Any]:
+    n = node("a", "True")
+    n["spec"] = {"unschedulable": unschedulable, "taints": taints}
+    return n
+
+
+def test_a_cordoned_node_gets_the_unschedulable_taint_and_loses_it_when_uncordoned() -> None:
+    """upstream's TaintNodeByCondition: `spec.unschedulable` calls for
+    `node.kubernetes.io/unschedulable:NoSchedule`, stamped `timeAdded` as every taint the
+    controller adds (`SwapNodeControllerTaint`); kept as it is while cordoned."""
+    mine = {"key": "mine", "effect": "NoSchedule"}
+    added = desired_taints(cordoned(True, [mine]), NOW)
+    assert added == [mine, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
+                            "timeAdded": NOW}]
+    assert no_schedule_taints_differ(cordoned(True, [mine]))
+    assert desired_taints(cordoned(True, added), "later") == added
+    assert not no_schedule_taints_differ(cordoned(True, added))
+    assert desired_taints(cordoned(False, added), NOW) == [mine]
+    assert no_schedule_taints_differ(cordoned(False, added))
+    assert not no_schedule_taints_differ(cordoned(False, [mine]))
+
+
+def test_a_pressure_taint_added_carries_time_added() -> None:
+    n = node("a", "True")
+    n["status"]["conditions"].append({"type": "DiskPressure", "status": "True"})
+    assert desired_taints(n, NOW) == [
+        {"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule", "timeAdded": NOW}]

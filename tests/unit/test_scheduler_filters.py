@@ -268,6 +268,19 @@ def test_unschedulable_node() -> None:
     assert reasons(tolerant, node) is None
 
 
+def test_a_cordoned_node_with_its_unschedulable_taint() -> None:
+    """As upstream's NodeUnschedulable runs before TaintToleration: a cordoned node carrying
+    the node lifecycle controller's taint says `node(s) were unschedulable`; a pod tolerating
+    the taint may land."""
+    node = info(make_node(unschedulable=True, taints=[
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
+         "timeAdded": "2026-01-01T00:00:00Z"}]))
+    assert reasons(make_pod(), node) == (REASON_UNSCHEDULABLE,)
+    tolerant = make_pod(tolerations=[{"key": "node.kubernetes.io/unschedulable",
+                                      "operator": "Exists", "effect": "NoSchedule"}])
+    assert reasons(tolerant, node) is None
+
+
 def test_filters_stop_at_the_first_rejection() -> None:
     # unschedulable and too small: only NodeUnschedulable's reason is reported
     node = info(make_node(unschedulable=True, es="1Gi"))

@@ -26,7 +26,13 @@ marked unknown, and nodes are tainted after their conditions.
   `node.kubernetes.io/not-ready`, Ready Unknown `node.kubernetes.io/unreachable` (each with
   effects NoSchedule and NoExecute, the latter with `timeAdded`); MemoryPressure,
   DiskPressure and PIDPressure True give `node.kubernetes.io/memory-pressure`,
-  `disk-pressure`, `pid-pressure` (NoSchedule). Taints whose condition cleared are removed.
+  `disk-pressure`, `pid-pressure` (NoSchedule); `spec.unschedulable` (`kubectl cordon`)
+  gives `node.kubernetes.io/unschedulable` (NoSchedule), as upstream's TaintNodeByCondition.
+  Taints whose condition cleared (or an uncordoned node's) are removed. A taint added
+  carries `timeAdded`, as upstream's `SwapNodeControllerTaint` stamps every taint it adds.
+  The NoSchedule taints follow a node's changes at once (the node informer's updates, as
+  upstream's `doNoScheduleTaintingPass`), not only at the next monitor pass: a node whose
+  taints are already right costs a comparison in memory, no request.
   The taint eviction controller (`ephemera.controllers.tainteviction`) deletes the pods
   that do not tolerate the NoExecute taints (by default after 300 s, the
   DefaultTolerationSeconds admission plugin's tolerations).
@@ -59,7 +65,7 @@ from ephemera.controllers.podsbynode import node_name_of, pods_by_node
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["NodeLifecycleController", "desired_taints", "fully_disrupted",
-           "not_ready_conditions", "unknown_conditions"]
+           "no_schedule_taints_differ", "not_ready_conditions", "unknown_conditions"]
 
 log = logging.getLogger("ephemera.controllers.nodelifecycle")
 # The line logged when a node is marked Unknown (`bench.scale` counts them in the log).
@@ -75,11 +81,13 @@ NEVER_REASON = "NodeStatusNeverUpdated"
 NEVER_MESSAGE = "Kubelet never posted node status."
 TAINT_NOT_READY = "node.kubernetes.io/not-ready"
 TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
+TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 PRESSURE_TAINTS = {"MemoryPressure": "node.kubernetes.io/memory-pressure",
                    "DiskPressure": "node.kubernetes.io/disk-pressure",
                    "PIDPressure": "node.kubernetes.io/pid-pressure"}
 EXCLUDE_DISRUPTION_LABEL = "node.kubernetes.io/exclude-disruption"
-MANAGED_TAINT_KEYS = frozenset({TAINT_NOT_READY, TAINT_UNREACHABLE, *PRESSURE_TAINTS.values()})
+MANAGED_TAINT_KEYS = frozenset({TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_UNSCHEDULABLE,
+                                *PRESSURE_TAINTS.values()})
 
 Obj = dict[str, Any]
 
@@ -150,8 +158,9 @@ def fully_disrupted(nodes: Iterable[Mapping[str, Any]]) -> bool | None:
 
 def desired_taints(node: Mapping[str, Any], now: str, *, no_execute: bool = True) -> list[Obj]:
     """The node's taints: the ones this controller does not manage, plus the ones its
-    conditions call for (keeping `timeAdded` of a taint that stays); without `no_execute`
-    (full disruption) no `not-ready` or `unreachable` NoExecute taint."""
+    conditions and `spec.unschedulable` call for (keeping `timeAdded` of a taint that stays,
+    `now` on one added); without `no_execute` (full disruption) no `not-ready` or
+    `unreachable` NoExecute taint."""
     current = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
     keep = [t for t in current if t.get("key") not in MANAGED_TAINT_KEYS]
     wanted: list[tuple[str, str]] = []
@@ -165,17 +174,29 @@ def desired_taints(node: Mapping[str, Any], now: str, *, no_execute: bool = True
         cond = _condition(node, kind)
         if cond is not None and cond.get("status") == "True":
             wanted.append((key, "NoSchedule"))
+    if (node.get("spec") or {}).get("unschedulable"):
+        wanted.append((TAINT_UNSCHEDULABLE, "NoSchedule"))
     existing = {(t.get("key"), t.get("effect")): t for t in current}
     for key, effect in wanted:
         if effect == "NoExecute" and not no_execute:
             continue
         taint = existing.get((key, effect))
         if taint is None:
-            taint = {"key": key, "effect": effect}
-            if effect == "NoExecute":
-                taint["timeAdded"] = now
+            taint = {"key": key, "effect": effect, "timeAdded": now}
         keep.append(taint)
     return keep
+
+
+def _no_schedule_keys(taints: Iterable[Mapping[str, Any]]) -> set[str]:
+    return {str(t.get("key")) for t in taints
+            if t.get("effect") == "NoSchedule" and t.get("key") in MANAGED_TAINT_KEYS}
+
+
+def no_schedule_taints_differ(node: Mapping[str, Any]) -> bool:
+    """Whether the managed NoSchedule taints of the node differ from those `desired_taints`
+    calls for (compared in memory: the common case, taints right, costs no request)."""
+    current = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    return _no_schedule_keys(current) != _no_schedule_keys(desired_taints(node, ""))
 
 
 class NodeLifecycleController:
@@ -207,6 +228,10 @@ class NodeLifecycleController:
         self.leases = Informer(api, resource_path("leases", NODE_LEASE_NAMESPACE,
                                                   group="coordination.k8s.io"),
                                name="node leases")
+        # Nodes whose NoSchedule taints are to be written now, not at the next pass.
+        self.node_queue: WorkQueue[str] = WorkQueue()
+        self.nodes.add_handler(on_add=self._node_updated,
+                               on_update=lambda _old, new: self._node_updated(new))
         self.recorder = EventRecorder(api, "node-controller")
         # node name -> (the heartbeat last seen, local monotonic time it was seen)
         self._probes: dict[str, tuple[str, float]] = {}
@@ -241,18 +266,39 @@ class NodeLifecycleController:
             nodes.append(node)
         self._handle_disruption(nodes, now)
         for node in nodes:
-            name = str((node.get("metadata") or {}).get("name") or "")
-            taints = desired_taints(node, stamp, no_execute=not self.full_disruption)
-            if taints == [t for t in (node.get("spec") or {}).get("taints") or []]:
-                continue
-            try:
-                await self.api.patch(resource_path("nodes", name=name),
-                                     {"spec": {"taints": taints or None}}, patch_type="merge")
-            except (StatusError, ApiUnavailable) as err:
-                log.warning("node %s: %s", name, getattr(err, "message", err))
+            await self.sync_taints(node, stamp)
         for gone in set(self._probes) - names:
             del self._probes[gone]
         self._retry &= names
+
+    async def sync_taints(self, node: Mapping[str, Any], stamp: str) -> None:
+        """Write the node's `desired_taints` when they differ from its taints."""
+        name = str((node.get("metadata") or {}).get("name") or "")
+        taints = desired_taints(node, stamp, no_execute=not self.full_disruption)
+        if taints == [t for t in (node.get("spec") or {}).get("taints") or []]:
+            return
+        try:
+            await self.api.patch(resource_path("nodes", name=name),
+                                 {"spec": {"taints": taints or None}}, patch_type="merge")
+        except (StatusError, ApiUnavailable) as err:
+            log.warning("node %s: %s", name, getattr(err, "message", err))
+
+    def _node_updated(self, node: Mapping[str, Any]) -> None:
+        """Queue a node seen by a pass whose NoSchedule taints are not what its conditions
+        and `spec.unschedulable` call for (upstream's node update queue)."""
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if name in self._probes and no_schedule_taints_differ(node):
+            self.node_queue.add(name)
+
+    async def _node_worker(self) -> None:
+        while True:
+            name = await self.node_queue.get()
+            try:
+                node = self.nodes.get(name)
+                if node is not None:
+                    await self.sync_taints(node, now_rfc3339())
+            finally:
+                self.node_queue.done(name)
 
     async def _update_health(self, name: str, node: Mapping[str, Any], now: float,
                              stamp: str) -> Mapping[str, Any]:
@@ -375,6 +421,7 @@ class NodeLifecycleController:
             await self.leases.wait_synced()
             await self.pods.wait_synced()
             tasks.append(asyncio.create_task(self._pod_worker(), name="nodelifecycle-pods"))
+            tasks.append(asyncio.create_task(self._node_worker(), name="nodelifecycle-nodes"))
             while True:
                 try:
                     await self.monitor_once()
@@ -383,4 +430,5 @@ class NodeLifecycleController:
                 await asyncio.sleep(self.monitor_period)
         finally:
             self.pod_queue.close()
+            self.node_queue.close()
             await cancel_and_wait(*tasks)
