@@ -416,8 +416,10 @@ def test_node_lifecycle_decisions() -> None:
     node["status"]["conditions"] = conditions
     assert unknown_conditions(node, NOW) is None
     taints = desired_taints(node, NOW)
+    # every taint added carries timeAdded (upstream's SwapNodeControllerTaint)
     assert taints == [{"key": "mine", "effect": "NoSchedule"},
-                      {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+                      {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule",
+                       "timeAdded": NOW},
                       {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
                        "timeAdded": NOW}]
     node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
