@@ -117,6 +117,58 @@ async def test_cordon_taints_the_node_unschedulable_and_uncordon_untaints_it(
             await wait_until(untainted)
 
 
+def _node_events(events: list[dict[str, Any]], source: str) -> list[tuple[str, str]]:
+    return [(e["reason"], e["message"]) for e in events
+            if e["involvedObject"]["kind"] == "Node" and e["source"]["component"] == source]
+
+
+async def test_node_events_of_the_kubelet_and_the_node_lifecycle_controller(
+        tmp_path: Path) -> None:
+    """Upstream's: the kubelet's start (`Starting kubelet.`), its new node's pressure
+    conditions (`Node NAME status is now: ...`), cordon and uncordon as its status update
+    sees them, naming the Node with its name as uid; the controller's `RegisteredNode` with
+    the Node's uid. Nothing more while nothing changes."""
+    async with running_kubelet(tmp_path) as h:
+        agent = h.kubelet.node_agent
+        assert agent is not None
+        say = f"Node {NODE} status is now: "
+        started = [("Starting", "Starting kubelet."),
+                   ("NodeHasSufficientMemory", say + "NodeHasSufficientMemory"),
+                   ("NodeHasNoDiskPressure", say + "NodeHasNoDiskPressure"),
+                   ("NodeHasSufficientPID", say + "NodeHasSufficientPID")]
+
+        async def kubelet_events(expected: list[tuple[str, str]]) -> bool:
+            return sorted(_node_events(await h.events(NODE), "kubelet")) == sorted(expected)
+
+        await wait_until(lambda: kubelet_events(started))
+        [event] = [e for e in await h.events(NODE) if e["reason"] == "Starting"]
+        assert event["involvedObject"]["uid"] == NODE
+        assert event["source"]["host"] == NODE
+        path = resource_path("nodes", name=NODE)
+        await h.api.patch(path, {"spec": {"unschedulable": True}}, patch_type="merge")
+        await agent.update_status()
+        cordoned = [*started, ("NodeNotSchedulable", say + "NodeNotSchedulable")]
+        await wait_until(lambda: kubelet_events(cordoned))
+        await agent.update_status()  # unchanged: no event
+        await h.api.patch(path, {"spec": {"unschedulable": None}}, patch_type="merge")
+        await agent.update_status()
+        await agent.update_status()
+        await wait_until(lambda: kubelet_events(
+            [*cordoned, ("NodeSchedulable", say + "NodeSchedulable")]))
+
+        controller = NodeLifecycleController(h.api, monitor_period=0.2)
+        async with running(controller):
+            uid = (await h.api.get(path))["metadata"]["uid"]
+            registered = await h.wait_event(NODE, lambda e: e["reason"] == "RegisteredNode")
+            assert registered["message"] == f"Node {NODE} event: Registered Node {NODE} in " \
+                                            "Controller"
+            assert registered["involvedObject"]["uid"] == uid
+            assert registered["source"]["component"] == "node-controller"
+            await asyncio.sleep(0.5)  # more passes: no more events
+            assert _node_events(await h.events(NODE), "node-controller") == [
+                ("RegisteredNode", registered["message"])]
+
+
 @contextlib.asynccontextmanager
 async def another_ready_node(h: Harness, name: str = "other") -> AsyncIterator[None]:
     """A Node that stays Ready, its Lease renewed every 0.2 s (by the test), so that the

@@ -13,6 +13,11 @@ marked unknown, and nodes are tainted after their conditions.
   `status: Unknown`, reason
   `NodeStatusUnknown`, message `Kubelet stopped posting node status.` (a condition the kubelet
   never posted: `NodeStatusNeverUpdated`, `Kubelet never posted node status.`).
+- Events, as upstream's: a node seen for the first time (at this controller's start, every
+  node) gets `RegisteredNode` `Node NAME event: Registered Node NAME in Controller`, a node
+  gone `RemovingNode` `Node NAME event: Removing Node NAME from Controller`; they and
+  `NodeNotReady` name the Node by its uid (the kubelet's name it by its name; `kubectl
+  describe node` looks for both). Once per node per controller start, none at steady state.
 - Pods, as upstream's `MarkPodsNotReady`: when a node's Ready goes from True to anything else
   in a monitor pass, a `NodeNotReady` event `Node NAME status is now: NodeNotReady` is
   recorded and every pod assigned to it (the pod informer's index by node, no scan of all
@@ -85,6 +90,9 @@ TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 PRESSURE_TAINTS = {"MemoryPressure": "node.kubernetes.io/memory-pressure",
                    "DiskPressure": "node.kubernetes.io/disk-pressure",
                    "PIDPressure": "node.kubernetes.io/pid-pressure"}
+REGISTERED_NODE = "RegisteredNode"
+EVENTS_AT_ONCE = 16  # node events posted at once (a pass after a start has one per node)
+REMOVING_NODE = "RemovingNode"
 EXCLUDE_DISRUPTION_LABEL = "node.kubernetes.io/exclude-disruption"
 MANAGED_TAINT_KEYS = frozenset({TAINT_NOT_READY, TAINT_UNREACHABLE, TAINT_UNSCHEDULABLE,
                                 *PRESSURE_TAINTS.values()})
@@ -101,6 +109,13 @@ def _condition(node: Mapping[str, Any], kind: str) -> Obj | None:
         if c.get("type") == kind:
             return c
     return None
+
+
+def node_ref(node: Mapping[str, Any]) -> Obj:
+    """The Node as upstream's node controller names it in events (its uid)."""
+    md = node.get("metadata") or {}
+    return {"kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": md.get("name") or "", "uid": md.get("uid") or ""}}
 
 
 def unknown_conditions(node: Mapping[str, Any], now: str) -> list[Obj] | None:
@@ -235,6 +250,8 @@ class NodeLifecycleController:
         self.recorder = EventRecorder(api, "node-controller")
         # node name -> (the heartbeat last seen, local monotonic time it was seen)
         self._probes: dict[str, tuple[str, float]] = {}
+        # The nodes seen by a pass, by name (upstream's `knownNodeSet`).
+        self._known: dict[str, Mapping[str, Any]] = {}
 
     def _heartbeat(self, name: str, node: Mapping[str, Any]) -> str:
         lease = self.leases.get(f"{NODE_LEASE_NAMESPACE}/{name}")
@@ -255,9 +272,14 @@ class NodeLifecycleController:
         stamp = now_rfc3339()
         names = set()
         nodes: list[Mapping[str, Any]] = []
+        events: list[tuple[Mapping[str, Any], str, str]] = []  # RegisteredNode, RemovingNode
         for cached in self.nodes.list():
             name = str((cached.get("metadata") or {}).get("name") or "")
             names.add(name)
+            if name not in self._known:
+                log.info("node %s: observed a new Node", name)
+                events.append((cached, REGISTERED_NODE, f"Registered Node {name} in Controller"))
+            self._known[name] = cached
             node: Mapping[str, Any] = cached
             try:
                 node = await self._update_health(name, cached, now, stamp)
@@ -267,6 +289,13 @@ class NodeLifecycleController:
         self._handle_disruption(nodes, now)
         for node in nodes:
             await self.sync_taints(node, stamp)
+        for gone in set(self._known) - names:
+            log.info("node %s: observed a Node deletion", gone)
+            events.append((self._known.pop(gone), REMOVING_NODE,
+                           f"Removing Node {gone} from Controller"))
+        for start in range(0, len(events), EVENTS_AT_ONCE):
+            await asyncio.gather(*(self._node_event(*e)
+                                   for e in events[start:start + EVENTS_AT_ONCE]))
         for gone in set(self._probes) - names:
             del self._probes[gone]
         self._retry &= names
@@ -282,6 +311,12 @@ class NodeLifecycleController:
                                  {"spec": {"taints": taints or None}}, patch_type="merge")
         except (StatusError, ApiUnavailable) as err:
             log.warning("node %s: %s", name, getattr(err, "message", err))
+
+    async def _node_event(self, node: Mapping[str, Any], reason: str, event: str) -> None:
+        """upstream's `RecordNodeEvent`."""
+        name = str((node.get("metadata") or {}).get("name") or "")
+        await self.recorder.record(node_ref(node), "Normal", reason,
+                                   f"Node {name} event: {event}")
 
     def _node_updated(self, node: Mapping[str, Any]) -> None:
         """Queue a node seen by a pass whose NoSchedule taints are not what its conditions
@@ -318,9 +353,8 @@ class NodeLifecycleController:
             self._retry.discard(name)
             return node
         if observed == "True":  # the event once, when the status changed
-            await self.recorder.record(
-                {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "uid": name}},
-                "Normal", "NodeNotReady", f"Node {name} status is now: NodeNotReady")
+            await self.recorder.record(node_ref(node), "Normal", "NodeNotReady",
+                                       f"Node {name} status is now: NodeNotReady")
         if await self.mark_pods_not_ready(self.pods_by_node.get(name), name):
             self._retry.discard(name)
         else:

@@ -87,7 +87,7 @@ from ephemera.kubelet.allocation import (
 )
 from ephemera.kubelet.containerconfig import ContainerConfigError
 from ephemera.kubelet.dnsconfig import DnsConfigurer
-from ephemera.kubelet.events import KubeletEvents
+from ephemera.kubelet.events import NORMAL, STARTING, STARTING_MESSAGE, KubeletEvents
 from ephemera.kubelet.eviction.decision import DEFAULT_PRESSURE_TRANSITION_PERIOD
 from ephemera.kubelet.eviction.manager import EvictionManager
 from ephemera.kubelet.eviction.thresholds import hard_eviction_reservation
@@ -792,7 +792,11 @@ class Kubelet:
                                         pressure_probe=self._pressure,
                                         images=self._images_for_status,
                                         report_interval=cfg.node_status_report_interval,
-                                        status_update_interval=cfg.node_status_interval)
+                                        status_update_interval=cfg.node_status_interval,
+                                        record_event=self.events.node_soon)
+            # upstream's `BirthCry`, at each start (NodeAllocatableEnforced is not recorded:
+            # ephemera puts no cgroup limit on the pods as a whole)
+            self.events.node_soon(NORMAL, STARTING, STARTING_MESSAGE)
             if cfg.pod_cidr:
                 await self._set_pod_cidr(cfg.pod_cidr)
             if not await self._register(stop):
@@ -931,6 +935,7 @@ class Kubelet:
         await self.probes.close()
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
+        await self.events.close()
         await self.allocation.close()  # its callbacks and checkpoint writes finish
         await self.objects.close()
         self.accounting.close()

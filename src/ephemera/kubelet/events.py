@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.client import ApiClient, EventRecorder
 from ephemera.client.eventcorrelator import EventCorrelator
 
@@ -29,6 +30,8 @@ __all__ = [
     "NORMAL",
     "PULLED",
     "STARTED",
+    "STARTING",
+    "STARTING_MESSAGE",
     "SUCCESSFUL_ALLOCATION",
     "SUCCESSFUL_MOUNT_VOLUME",
     "SUCCESSFUL_UNMOUNT_VOLUME",
@@ -61,11 +64,9 @@ SUCCESSFUL_ALLOCATION = "SuccessfulAllocation"
 FAILED_CREATE_POD_SANDBOX = "FailedCreatePodSandBox"
 SANDBOX_CHANGED = "SandboxChanged"
 OUT_OF_RESOURCE_PREFIX = "OutOf"
-# Node events.
-NODE_READY = "NodeReady"
-NODE_NOT_READY = "NodeNotReady"
-STARTING = "Starting"
-REGISTERED_NODE = "RegisteredNode"
+# Node events (the node status ones, `NodeReady` and the like, are `ephemera.kubelet.node`'s).
+STARTING = "Starting"  # upstream's `BirthCry`, at every kubelet start
+STARTING_MESSAGE = "Starting kubelet."
 
 
 def definition_changed_message(container_name: str) -> str:
@@ -119,11 +120,17 @@ class KubeletEvents:
                  quiet: Callable[[], Awaitable[None]] | None = None,
                  is_quiet: Callable[[], bool] | None = None,
                  max_defer: float = DEFAULT_MAX_DEFER,
-                 correlator: EventCorrelator | None = None) -> None:
+                 correlator: EventCorrelator | None = None,
+                 limit: asyncio.Semaphore | None = None) -> None:
+        """`limit`: bounds the background posts of `node_soon` (shared by many simulated
+        nodes, so that their registration events do not all hit the API at once)."""
         self.node_name = node_name
         self._recorder = _FieldPathRecorder(api, "kubelet", host=node_name,
                                             correlator=correlator)
         self._posting = asyncio.Lock()  # FIFO: one post in flight
+        # Node events posted in the background (`node_soon`), and what bounds them.
+        self._background: set[asyncio.Task[None]] = set()
+        self.limit = limit
         self.quiet = quiet
         self.is_quiet = is_quiet
         self.max_defer = max_defer
@@ -169,6 +176,26 @@ class KubeletEvents:
                "metadata": {"name": md.get("name") or self.node_name,
                             "uid": md.get("name") or self.node_name}}
         await self._record(ref, type_, reason, message)
+
+
+    def node_soon(self, type_: str, reason: str, message: str) -> None:
+        """An event about this node, posted in the background (upstream's recorder is
+        asynchronous): the node status code records them without waiting for the post."""
+        task = asyncio.get_running_loop().create_task(
+            self._node_limited(type_, reason, message), name=f"{self.node_name}-event")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _node_limited(self, type_: str, reason: str, message: str) -> None:
+        if self.limit is None:
+            await self.node({}, type_, reason, message)
+            return
+        async with self.limit:
+            await self.node({}, type_, reason, message)
+
+    async def close(self) -> None:
+        """Stop the background posts still waiting."""
+        await cancel_and_wait(*self._background)
 
 
 def _ref(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,8 +3,12 @@ kubemark do, for scale tests.
 
 Each `HollowNode` is a slim kubelet built from the real rule modules, not the full `Kubelet`
 (see docs/design.md, "Hollow nodes"): it registers its Node with a fixed capacity, labels and
-taints (`node.NodeAgent` with `NodeConfig.capacity`), admits and hands over the pods bound
-to it with the kubelet's own `podadmission.PodAdmission` (pod count, then `allocation.fit`:
+taints (`node.NodeAgent` with `NodeConfig.capacity`; the kubelet's Node events: `Starting`
+and the three pressure conditions' at registration, four posts a node, at most
+`register_concurrency` at a time over all nodes, then only on a change seen by a status
+check: cordon, uncordon, Ready back after an outage; none while nothing changes), admits
+and hands over the pods bound to it with the kubelet's own `podadmission.PodAdmission`
+(pod count, then `allocation.fit`:
 requests, emptyDir size limits and pod-level `ephemeral-storage`; a rejected pod Failed with
 the kubelet's reason, message and Warning Event; no node pressure is simulated), checkpoints
 them in the real `AllocationManager` (in memory: `MemoryCheckpoint`), admits `/dynamic`
@@ -72,7 +76,7 @@ from ephemera.api.featuregates import FeatureGates
 from ephemera.client import ApiClient, Informer, resource_path
 from ephemera.client.eventcorrelator import EventCorrelator
 from ephemera.kubelet.allocation import AllocationCheckpoint, AllocationManager
-from ephemera.kubelet.events import KubeletEvents
+from ephemera.kubelet.events import NORMAL, STARTING, STARTING_MESSAGE, KubeletEvents
 from ephemera.kubelet.node import NodeAgent, NodeConfig, Pressure
 from ephemera.kubelet.pleg import Relister
 from ephemera.kubelet.podadmission import PodAdmission
@@ -291,7 +295,10 @@ class HollowNode:
 
     def __init__(self, name: str, api: ApiClient, config: HollowConfig,
                  images: HollowImages, heartbeat_api: ApiClient | None = None,
-                 correlator: EventCorrelator | None = None) -> None:
+                 correlator: EventCorrelator | None = None,
+                 event_limit: asyncio.Semaphore | None = None) -> None:
+        """`event_limit`: bounds the node events posted in the background, shared by all
+        the nodes (their registration events)."""
         self.name = name
         self.api = api
         self.config = config
@@ -303,16 +310,17 @@ class HollowNode:
                                       capacity=dict(config.capacity), taints=config.taints)
         # The heartbeats' timeout as a kubelet's with upstream's 10 s status checks: these
         # nodes check their status less often, not their requests more patiently.
+        self.events = KubeletEvents(api, name, quiet=self._quiet, is_quiet=self._is_quiet,
+                                    correlator=correlator, limit=event_limit)
         self.node_agent = NodeAgent(heartbeat_api or api, self.node_config,
                                     pressure_probe=Pressure,
                                     report_interval=config.node_status_report_interval,
                                     status_update_interval=min(config.node_status_interval,
-                                                               config.lease_renew_interval))
+                                                               config.lease_renew_interval),
+                                    record_event=self.events.node_soon)
         self.node_allocatable: dict[str, Any] = dict(config.capacity)
         self.runtime = HollowRuntime(name, config.pod_lifetime)
         self.status = StatusManager(api)
-        self.events = KubeletEvents(api, name, quiet=self._quiet, is_quiet=self._is_quiet,
-                                    correlator=correlator)
         self.image_store = images
         self.volumes = VolumeManager(self.root_dir, self, plugins=hollow_plugins(),
                                      sync_period=config.settings.resync_period,
@@ -381,6 +389,7 @@ class HollowNode:
     async def close(self) -> None:
         await self.workers.close()
         await cancel_and_wait(*self._tasks)
+        await self.events.close()
         await self.allocation.close(timeout=1.0)
 
     def _is_quiet(self) -> bool:
@@ -547,9 +556,12 @@ class HollowNodes:
         # counts or spam budget mix with another's): its caches bound the process's memory
         # for events as one kubelet's do, where one each would hold 3 x 4,096 entries a node.
         correlator = EventCorrelator()
+        # The nodes' background events (a node's start and registration) posted at most
+        # `register_concurrency` at a time.
+        event_limit = asyncio.Semaphore(max(1, config.register_concurrency))
         self.nodes: dict[str, HollowNode] = {
             config.node_name(i): HollowNode(config.node_name(i), api, config, images,
-                                            heartbeat_api, correlator)
+                                            heartbeat_api, correlator, event_limit)
             for i in range(config.count)}
         self.pods = Informer(api, resource_path("pods"), field_selector="spec.nodeName!=",
                              name="pods of the hollow nodes")
@@ -635,6 +647,8 @@ class HollowNodes:
 
         async def one(node: HollowNode) -> None:
             async with gate:
+                # upstream's `BirthCry`, at each start of the (simulated) kubelet
+                node.events.node_soon(NORMAL, STARTING, STARTING_MESSAGE)
                 while not stop.is_set():
                     try:
                         await node.node_agent.register()

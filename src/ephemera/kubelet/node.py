@@ -29,6 +29,17 @@
   renewed every 10 s; owned by the Node) as upstream's node lease controller does: a PUT
   of the Lease it last wrote, no GET before it (a GET, and a create when missing, only
   when that PUT fails or at the first renewal).
+- Node events (`NodeAgent.record_event`, posted by the caller in the background), as
+  upstream's status setters record them, `Node NAME status is now: REASON`
+  (`node_status_events`): a pressure condition that appears or changes status
+  (`NodeHasSufficientMemory` / `NodeHasInsufficientMemory`, `NodeHasNoDiskPressure` /
+  `NodeHasDiskPressure`, `NodeHasSufficientPID` / `NodeHasInsufficientPID`), a Ready
+  condition that changes status (`NodeReady` / `NodeNotReady`; not when it first appears),
+  and `spec.unschedulable` seen changed (`NodeNotSchedulable` / `NodeSchedulable`, compared
+  with the last seen, initially schedulable). Registration records the pressure events of
+  the new status as upstream's `initialNode` does, at every kubelet start. All are compared
+  in memory with the Node the agent reads or writes anyway: no request of their own but the
+  event's, and none while nothing changes.
 
 Pressure comes from `NodeAgent.pressure_probe`: the kubelet's eviction manager sets
 MemoryPressure, DiskPressure and PIDPressure from its signals; `probe_pressure` (the
@@ -67,10 +78,16 @@ __all__ = [
     "KUBELET_VERSION",
     "LEASE_DURATION_SECONDS",
     "NODE_LEASE_NAMESPACE",
+    "NODE_NOT_READY",
+    "NODE_NOT_SCHEDULABLE",
+    "NODE_READY",
+    "NODE_SCHEDULABLE",
+    "PRESSURE_EVENTS",
     "NodeAgent",
     "NodeConfig",
     "NodeStatusBuilder",
     "Pressure",
+    "RecordEvent",
     "Reservation",
     "allocatable",
     "declared_features",
@@ -78,6 +95,8 @@ __all__ = [
     "machine_capacity",
     "machine_memory_bytes",
     "node_object",
+    "node_status_events",
+    "node_status_message",
     "now_rfc3339",
     "parse_reserved",
     "total_reserved",
@@ -329,6 +348,46 @@ _PRESSURE_CONDITIONS = (
      ("KubeletHasInsufficientPID", "kubelet has insufficient PID available")),
 )
 READY_MESSAGE = "kubelet is posting ready status"
+# Node status event reasons (upstream's setters and `pkg/kubelet/events`): per pressure
+# condition, (fine, under pressure).
+PRESSURE_EVENTS = {
+    "MemoryPressure": ("NodeHasSufficientMemory", "NodeHasInsufficientMemory"),
+    "DiskPressure": ("NodeHasNoDiskPressure", "NodeHasDiskPressure"),
+    "PIDPressure": ("NodeHasSufficientPID", "NodeHasInsufficientPID"),
+}
+NODE_READY = "NodeReady"
+NODE_NOT_READY = "NodeNotReady"
+NODE_SCHEDULABLE = "NodeSchedulable"
+NODE_NOT_SCHEDULABLE = "NodeNotSchedulable"
+# (event type, reason, message)
+RecordEvent = Callable[[str, str, str], None]
+
+
+def node_status_message(node_name: str, reason: str) -> str:
+    """Upstream's `recordNodeStatusEvent` message."""
+    return f"Node {node_name} status is now: {reason}"
+
+
+def _statuses(status: Mapping[str, Any] | None) -> dict[str, str]:
+    return {str(c.get("type")): str(c.get("status"))
+            for c in (status or {}).get("conditions") or [] if isinstance(c, dict)}
+
+
+def node_status_events(previous: Mapping[str, Any] | None,
+                       status: Mapping[str, Any]) -> list[str]:
+    """The reasons of the events upstream's setters record when `status` replaces
+    `previous` (None: a new Node), in the setters' order: a pressure condition new or
+    changed, a Ready condition changed (not new)."""
+    before, after = _statuses(previous), _statuses(status)
+    reasons = []
+    for kind, (fine, bad) in PRESSURE_EVENTS.items():
+        now = after.get(kind)
+        if now in ("True", "False") and before.get(kind) != now:
+            reasons.append(bad if now == "True" else fine)
+    ready = after.get("Ready")
+    if ready is not None and "Ready" in before and before["Ready"] != ready:
+        reasons.append(NODE_READY if ready == "True" else NODE_NOT_READY)
+    return reasons
 
 
 def node_labels(config: NodeConfig) -> dict[str, str]:
@@ -421,8 +480,13 @@ class NodeAgent:
                  pressure_probe: Callable[[], Pressure] | None = None,
                  images: Callable[[], list[dict[str, Any]]] | None = None,
                  report_interval: float = STATUS_REPORT_INTERVAL,
-                 status_update_interval: float = STATUS_UPDATE_INTERVAL) -> None:
+                 status_update_interval: float = STATUS_UPDATE_INTERVAL,
+                 record_event: RecordEvent | None = None) -> None:
+        """`record_event(type, reason, message)`: posts a Node event, without waiting."""
         self.api = api
+        self.record_event = record_event
+        # spec.unschedulable as last seen (upstream's `lastNodeUnschedulable`).
+        self._last_unschedulable = False
         self.config = config
         self.builder = NodeStatusBuilder(config)
         self.pressure_probe = pressure_probe or (lambda: probe_pressure(config.root_dir))
@@ -453,10 +517,25 @@ class NodeAgent:
                                   runtime_ready=self.runtime_ready,
                                   runtime_message=self.runtime_message, images=images)
 
+    def _record(self, reasons: Sequence[str]) -> None:
+        if self.record_event is not None:
+            for reason in reasons:
+                self.record_event("Normal", reason, node_status_message(self.name, reason))
+
+    def _schedulable_events(self, node: Mapping[str, Any]) -> list[str]:
+        """Upstream's `recordNodeSchedulableEvent`: the event when `spec.unschedulable`
+        differs from the last seen."""
+        unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+        if unschedulable == self._last_unschedulable:
+            return []
+        self._last_unschedulable = unschedulable
+        return [NODE_NOT_SCHEDULABLE if unschedulable else NODE_SCHEDULABLE]
+
     async def register(self) -> dict[str, Any]:
         """Create the Node, or reconcile an existing one; the Node as stored."""
         path = resource_path("nodes")
         status = self._status(None)
+        self._record(node_status_events(None, status))  # upstream's `initialNode`
         try:
             self.node = await self.api.create(path, node_object(self.config, status))
             if not (self.node.get("status") or {}).get("conditions"):
@@ -479,6 +558,8 @@ class NodeAgent:
                 resource_path("nodes", name=self.name, subresource="status"),
                 {"status": status}, patch_type="merge")
             log.info("node %s was already registered; status reconciled", self.name)
+            self._record(node_status_events(existing.get("status"), status)
+                         + self._schedulable_events(existing))
         self._last_report_time = time.monotonic()
         return self.node or {}
 
@@ -500,11 +581,13 @@ class NodeAgent:
         due = time.monotonic() - self._last_report_time >= self.report_interval
         if not (force or changed or due):
             self.node = node
+            self._record(self._schedulable_events(node))
             return False
         self.node = await self.api.patch(
             resource_path("nodes", name=self.name, subresource="status"),
             {"status": status}, patch_type="merge", request_timeout=self.heartbeat_timeout)
         self._last_report_time = time.monotonic()
+        self._record(node_status_events(original, after) + self._schedulable_events(node))
         return True
 
     def _new_lease(self, base: Mapping[str, Any] | None) -> dict[str, Any]:
