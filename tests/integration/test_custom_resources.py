@@ -423,6 +423,62 @@ async def test_deleting_a_namespace_deletes_its_custom_resources(api: Api) -> No
     assert await api.store.get("/registry/stable.example.com/crontabs/tmp/in-tmp") is None
 
 
+async def test_a_namespace_stuck_on_a_finalizer_says_why(api: Api) -> None:
+    """Upstream's namespace deleter conditions: the five of them, the content and its
+    finalizers remaining; all clear once the finalizer is removed, then the namespace goes."""
+    await make_crd(api)
+    await api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                          "metadata": {"name": "stuck"}})
+    held = crontab("held")
+    held["metadata"]["finalizers"] = ["x.io/f"]
+    path = "/apis/stable.example.com/v1/namespaces/stuck/crontabs"
+    status, _ = await api.post(path, held)
+    assert status == 201
+    status, _ = await api.delete("/api/v1/namespaces/stuck")
+    assert status == 200
+
+    async def conditions() -> dict[str, tuple[str, str, str]] | None:
+        _, ns = await api.get("/api/v1/namespaces/stuck")
+        found = {c["type"]: (c["status"], c["reason"], c["message"])
+                 for c in (ns.get("status") or {}).get("conditions") or []}
+        return found or None
+
+    await eventually(conditions)
+    _, ns = await api.get("/api/v1/namespaces/stuck")
+    assert ns["status"]["phase"] == "Terminating"
+    assert [c["type"] for c in ns["status"]["conditions"]] == [
+        "NamespaceDeletionDiscoveryFailure", "NamespaceDeletionGroupVersionParsingFailure",
+        "NamespaceDeletionContentFailure", "NamespaceContentRemaining",
+        "NamespaceFinalizersRemaining"]
+    assert all(c["lastTransitionTime"] for c in ns["status"]["conditions"])
+    assert await conditions() == {
+        "NamespaceDeletionDiscoveryFailure": (
+            "False", "ResourcesDiscovered", "All resources successfully discovered"),
+        "NamespaceDeletionGroupVersionParsingFailure": (
+            "False", "ParsedGroupVersions", "All legacy kube types successfully parsed"),
+        "NamespaceDeletionContentFailure": (
+            "False", "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization"),
+        "NamespaceContentRemaining": (
+            "True", "SomeResourcesRemain",
+            "Some resources are remaining: crontabs.stable.example.com has 1 resource "
+            "instances"),
+        "NamespaceFinalizersRemaining": (
+            "True", "SomeFinalizersRemain",
+            "Some content in the namespace has finalizers remaining: x.io/f in 1 resource "
+            "instances"),
+    }
+    status, _ = await api.patch(f"{path}/held", {"metadata": {"finalizers": None}},
+                                "application/merge-patch+json")
+    assert status == 200
+
+    async def gone() -> bool:
+        status, _ = await api.get("/api/v1/namespaces/stuck")
+        return status == 404
+
+    await eventually(gone)
+
+
 async def test_watch_streams_custom_resources_in_the_version_asked(api: Api) -> None:
     await make_crd(api)
     _, listed = await api.get(CT)

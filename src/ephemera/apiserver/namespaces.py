@@ -13,7 +13,14 @@ plugin, `ephemera.apiserver.admission.namespacelifecycle`):
   it (pods gracefully, so a bound pod waits for its node; with `propagationPolicy:
   Background`, as upstream's namespace controller, so no object waits for the garbage
   collector's finalizers), removes the `kubernetes`
-  finalizer and deletes the namespace. Terminating namespaces found at startup are resumed;
+  finalizer and deletes the namespace. Terminating namespaces found at startup are resumed.
+  While it waits, the namespace's `status.conditions` say why, as upstream's namespace
+  deleter's (`namespace_deletion_conditions`): NamespaceDeletionDiscoveryFailure,
+  NamespaceDeletionGroupVersionParsingFailure (never failing here: the resources are the
+  apiserver's own), NamespaceDeletionContentFailure (deletes that failed),
+  NamespaceContentRemaining (`Some resources are remaining: pods. has 2 resource
+  instances`), NamespaceFinalizersRemaining (`Some content in the namespace has finalizers
+  remaining: x.io/f in 1 resource instances`), written only when one changes;
 - `NamespaceCache` (upstream's namespace informer for the admission plugin): the namespaces
   as a watch on the store shows them, so that the plugin need not read the store on every
   create and update. Started by `resume`, stopped by `close`, handed to the admission plugins
@@ -32,9 +39,10 @@ delivers that deletion.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ephemera.aiotasks import cancel_and_wait
@@ -62,9 +70,10 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 # upstream's forceLiveLookupTTL: how long a namespace deleted here is read live.
 FORCE_LIVE_LOOKUP_TTL = 30.0
 
-__all__ = ["DEFAULT_NAMESPACES", "FORCE_LIVE_LOOKUP_TTL", "IMMORTAL_NAMESPACES", "NAMESPACES",
-           "NamespaceCache", "NamespaceLifecycle", "ensure_default_service_account",
-           "is_terminating"]
+__all__ = ["DEFAULT_NAMESPACES", "DELETION_CONDITIONS_OK", "FORCE_LIVE_LOOKUP_TTL",
+           "IMMORTAL_NAMESPACES", "NAMESPACES", "ContentLeft", "NamespaceCache",
+           "NamespaceLifecycle", "ensure_default_service_account", "is_terminating",
+           "namespace_deletion_conditions"]
 
 
 async def ensure_default_service_account(registry: Registry, namespace: str) -> None:
@@ -146,6 +155,69 @@ class NamespaceCache:
             self._terminating[name] = is_terminating(self._codec.decode(event.kv))
 
 
+# Upstream's namespace deleter conditions, in its order, with the reason and message of each
+# when nothing is wrong.
+DELETION_CONDITIONS_OK = {
+    "NamespaceDeletionDiscoveryFailure": ("ResourcesDiscovered",
+                                          "All resources successfully discovered"),
+    "NamespaceDeletionGroupVersionParsingFailure": ("ParsedGroupVersions",
+                                                    "All legacy kube types successfully parsed"),
+    "NamespaceDeletionContentFailure": (
+        "ContentDeleted", "All content successfully deleted, may be waiting on finalization"),
+    "NamespaceContentRemaining": ("ContentRemoved", "All content successfully removed"),
+    "NamespaceFinalizersRemaining": ("ContentHasNoFinalizers",
+                                     "All content-preserving finalizers finished"),
+}
+
+
+@dataclasses.dataclass
+class ContentLeft:
+    """What a pass over a Terminating namespace left: objects by group-resource
+    (`pods.`, `sandboxpools.ops.example.com`), their finalizers, the deletes that failed."""
+
+    resources: dict[str, int] = dataclasses.field(default_factory=dict)
+    finalizers: dict[str, int] = dataclasses.field(default_factory=dict)
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.resources.values())
+
+
+def namespace_deletion_conditions(old: Sequence[Mapping[str, Any]], left: ContentLeft,
+                                  now: str) -> list[dict[str, Any]]:
+    """The namespace's conditions after a pass (upstream's `namespaceConditionUpdater`):
+    the five deletion conditions, each replaced only when its status, reason or message
+    changed (`lastTransitionTime` then `now`); other conditions kept."""
+    failing: dict[str, tuple[str, str]] = {}
+    if left.errors:
+        failing["NamespaceDeletionContentFailure"] = (
+            "ContentDeletionFailed", f"Failed to delete all resource types, "
+            f"{len(left.errors)} remaining: {', '.join(left.errors)}")
+    if left.resources:
+        failing["NamespaceContentRemaining"] = (
+            "SomeResourcesRemain", "Some resources are remaining: " + ", ".join(
+                f"{gr} has {n} resource instances" for gr, n in sorted(left.resources.items())))
+    if left.finalizers:
+        failing["NamespaceFinalizersRemaining"] = (
+            "SomeFinalizersRemain", "Some content in the namespace has finalizers remaining: "
+            + ", ".join(f"{f} in {n} resource instances"
+                        for f, n in sorted(left.finalizers.items())))
+    result = [dict(c) for c in old]
+    for kind, ok in DELETION_CONDITIONS_OK.items():
+        status, (reason, message) = ("True", failing[kind]) if kind in failing else ("False", ok)
+        new = {"type": kind, "status": status, "lastTransitionTime": now, "reason": reason,
+               "message": message}
+        current = next((c for c in result if c.get("type") == kind), None)
+        if current is None:
+            result.append(new)
+        elif (current.get("status"), current.get("reason"), current.get("message")) != (
+                status, reason, message):
+            current.clear()
+            current.update(new)
+    return result
+
+
 class NamespaceLifecycle:
     def __init__(self, registry: Registry, *, retry_interval: float = 1.0) -> None:
         self.registry = registry
@@ -209,11 +281,12 @@ class NamespaceLifecycle:
         delay = self.retry_interval / 4
         while True:
             try:
-                remaining = await self._delete_content(name)
-                if remaining == 0:
+                left = await self._delete_content(name)
+                await self._set_conditions(name, left)
+                if left.total == 0 and not left.errors:
                     await self._remove_finalizer(name)
                     return
-                log.info("namespace %s: waiting for %d objects to go", name, remaining)
+                log.info("namespace %s: waiting for %d objects to go", name, left.total)
             except StatusError as err:
                 if err.code == 404:
                     return
@@ -223,34 +296,61 @@ class NamespaceLifecycle:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.retry_interval * 5)
 
-    async def _delete_content(self, namespace: str) -> int:
-        """Delete everything in the namespace; return how many objects are still there."""
-        remaining = 0
+    async def _set_conditions(self, name: str, left: ContentLeft) -> None:
+        """Write the namespace's deletion conditions (nothing when none changed)."""
+        stamp = meta.now_rfc3339()
+
+        async def with_conditions(current: dict[str, Any] | None) -> dict[str, Any]:
+            if current is None:
+                raise errors.not_found("namespaces", name)
+            status = current.setdefault("status", {})
+            conditions = namespace_deletion_conditions(status.get("conditions") or [], left,
+                                                       stamp)
+            if conditions != (status.get("conditions") or []):
+                status["conditions"] = conditions
+            return current
+
+        await self.registry.update(NAMESPACES, "", name, with_conditions)
+
+    async def _delete_content(self, namespace: str) -> ContentLeft:
+        """Delete everything in the namespace; what is still there."""
+        left = ContentLeft()
         for resource in served_resources():
             if not resource.namespaced or "delete" not in resource.verbs:
                 continue  # cluster-scoped, or never stored (localsubjectaccessreviews)
             if resource.custom and resource.version != resource.storage_version:
                 continue  # the same objects as the storage version's
-            prefix = resource.key_prefix(namespace)
-            read = ListRead(limit=LIST_PAGE)
-            while True:  # in pages: a namespace may hold more than fits one read
-                page = await self.registry.list(resource, namespace, read=read)
-                for kv in page.kvs:
-                    obj_name = kv.key.rsplit("/", 1)[-1]
-                    try:
-                        result = await self.registry.delete(resource, namespace, obj_name,
-                                                            DeleteOptions(propagation_policy=BACKGROUND))
-                    except StatusError as err:
-                        if err.code == 404:
-                            continue
-                        raise
-                    if not result.deleted:
-                        remaining += 1
-                if not page.continue_token or not page.kvs:
-                    break
-                read = ListRead(limit=LIST_PAGE, start_after=page.kvs[-1].key[len(prefix):],
-                                continued=True)
-        return remaining
+            try:
+                await self._delete_resource(resource, namespace, left)
+            except StatusError as err:
+                left.errors.append(f"{resource.plural}.{resource.group}: {err.message}")
+        return left
+
+    async def _delete_resource(self, resource: Resource, namespace: str,
+                               left: ContentLeft) -> None:
+        """Delete the namespace's objects of one resource, counting in `left` those left."""
+        gr = f"{resource.plural}.{resource.group}"
+        prefix = resource.key_prefix(namespace)
+        read = ListRead(limit=LIST_PAGE)
+        while True:  # in pages: a namespace may hold more than fits one read
+            page = await self.registry.list(resource, namespace, read=read)
+            for kv in page.kvs:
+                obj_name = kv.key.rsplit("/", 1)[-1]
+                try:
+                    result = await self.registry.delete(resource, namespace, obj_name,
+                                                        DeleteOptions(propagation_policy=BACKGROUND))
+                except StatusError as err:
+                    if err.code == 404:
+                        continue
+                    raise
+                if not result.deleted:
+                    left.resources[gr] = left.resources.get(gr, 0) + 1
+                    for finalizer in (result.obj.get("metadata") or {}).get("finalizers") or []:
+                        left.finalizers[finalizer] = left.finalizers.get(finalizer, 0) + 1
+            if not page.continue_token or not page.kvs:
+                break
+            read = ListRead(limit=LIST_PAGE, start_after=page.kvs[-1].key[len(prefix):],
+                            continued=True)
 
     async def _remove_finalizer(self, name: str) -> None:
         strategy = self.registry.strategy(NAMESPACES)
