@@ -167,7 +167,8 @@ async def test_schema_errors_have_upstream_messages(api: Api) -> None:
         'integer: "string", spec.mode: Unsupported value: "c": supported values: "a", "b", '
         '<nil>: Invalid value: "null": some validation rules were not checked because the '
         "object was invalid; correct the existing errors to complete validation, "
-        'spec.replicas: Invalid value: "three": should be an integer]')
+        '.spec.replicas: Invalid value: 0: .spec.replicas accessor error: three is of the '
+        'type string, expected int64]')
     causes = {c["field"]: c for c in body["details"]["causes"][:3]}
     assert causes["spec.replicas"]["reason"] == "FieldValueTypeInvalid"
     assert causes["spec.mode"]["reason"] == "FieldValueNotSupported"
@@ -215,6 +216,19 @@ async def test_status_and_scale_subresources(api: Api) -> None:
                                      content_type="application/merge-patch+json")
     assert status == 200, scaled
     assert scaled["spec"]["replicas"] == 4
+    for value in ("3", 2.5):  # decoded into autoscaling/v1 Scale, as for built-in kinds
+        status, body = await api.patch(f"{CT}/s/scale", {"spec": {"replicas": value}},
+                                       content_type="application/merge-patch+json")
+        assert status == 422, body
+        assert body["message"].endswith(
+            f"json: cannot unmarshal {'string' if value == '3' else 'number 2.5'} into Go "
+            "struct field ScaleSpec.spec.replicas of type int32")
+    scaled["spec"]["replicas"] = "3"
+    status, body = await api.put(f"{CT}/s/scale", scaled)
+    assert status == 400, body
+    assert body["message"] == (
+        'Scale in version "v1" cannot be handled as a Scale: json: cannot unmarshal string '
+        "into Go struct field ScaleSpec.spec.replicas of type int32")
     status, got = await api.get(f"{CT}/s")
     assert got["spec"]["replicas"] == 4
     assert got["metadata"]["generation"] == 2

@@ -215,6 +215,35 @@ async def test_scale_subresource(api: Api) -> None:
     assert body["message"] == 'deployments.apps "nope" not found'
 
 
+SCALE_REPLICAS_TYPE = "into Go struct field ScaleSpec.spec.replicas of type int32"
+
+
+async def test_scale_write_of_a_non_integer_is_a_decode_error(api: Api) -> None:
+    """A Scale decodes into autoscaling/v1 Scale: replicas of another type is refused (a
+    patch 422 on the field `patch`, a PUT 400) and the parent keeps its replicas."""
+    assert (await api.post(DEPLOYS, deployment("web")))[0] == 201
+    for value, shown in (("3", "string"), ("x", "string"), (2.5, "number 2.5"),
+                         (True, "bool")):
+        for content_type in (MERGE, STRATEGIC):
+            status, body = await api.patch(f"{DEPLOYS}/web/scale",
+                                           {"spec": {"replicas": value}}, content_type)
+            assert status == 422, body
+            assert body["reason"] == "Invalid"
+            assert body["message"].startswith(' "" is invalid: patch: Invalid value: "')
+            assert body["message"].endswith(
+                f"json: cannot unmarshal {shown} {SCALE_REPLICAS_TYPE}")
+            assert body["details"]["causes"][0]["field"] == "patch"
+    status, scale = await api.get(f"{DEPLOYS}/web/scale")
+    scale["spec"]["replicas"] = "3"
+    status, body = await api.put(f"{DEPLOYS}/web/scale", scale)
+    assert status == 400, body
+    assert body["message"] == ('Scale in version "v1" cannot be handled as a Scale: '
+                               f"json: cannot unmarshal string {SCALE_REPLICAS_TYPE}")
+    status, d = await api.get(f"{DEPLOYS}/web")
+    assert d["spec"]["replicas"] == 3
+    assert d["metadata"]["generation"] == 1
+
+
 async def test_replicaset_and_replicationcontroller(api: Api) -> None:
     rs = deployment("rs")
     rs["kind"] = "ReplicaSet"

@@ -17,6 +17,7 @@ from ephemera.api.goformat import (
     go_scalar,
     go_slice,
     go_string_map,
+    go_type_name,
     go_value,
 )
 
@@ -88,6 +89,15 @@ def test_go_json_is_percent_v_of_decoded_json(value: Any, text: str) -> None:
     """Go's `%v` of an `interface{}` holding decoded JSON, as upstream's strategic merge
     patch messages print it: maps with sorted keys, bare strings, `<nil>`."""
     assert go_json(value) == text
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (3, "int64"), (2**63, "float64"), (2.5, "float64"), ("3", "string"), (True, "bool"),
+    (None, "<nil>"), ({"a": 1}, "map[string]interface {}"), ([1], "[]interface {}"),
+])
+def test_go_type_name_is_percent_t_of_decoded_json(value: Any, text: str) -> None:
+    """Go's `%T` of the same decoded JSON (`unstructured.NestedInt64`'s error names it)."""
+    assert go_type_name(value) == text
 
 
 @pytest.mark.parametrize(("value", "text"), [

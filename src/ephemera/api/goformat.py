@@ -2,7 +2,7 @@
 `strconv.Quote` (what `%q` prints for a string), `go_quote_list` is `%q` of a `[]string`,
 `go_float` is `%v` of a float64, `go_scalar` is `%v` of a JSON scalar (bool, string, number),
 `go_value` is how a field error prints its bad value, `go_json` is `%v` of a decoded JSON
-value (`map[a:1 b:[x <nil>]]`).
+value (`map[a:1 b:[x <nil>]]`), `go_type_name` its `%T`.
 The one implementation every message builder uses."""
 
 from __future__ import annotations
@@ -151,6 +151,23 @@ def go_json(value: Any) -> str:
         return go_float(float(value))
     scalar = go_scalar(value)
     return scalar if scalar is not None else str(value)
+
+
+def go_type_name(value: Any) -> str:
+    """Go's `%T` of a JSON value decoded into an `interface{}` as `go_json` decodes it:
+    `int64`, `float64`, `string`, `bool`, `map[string]interface {}`, `[]interface {}`,
+    `<nil>`."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int) and value in _INT64:
+        return "int64"
+    if isinstance(value, int | float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    return "map[string]interface {}" if isinstance(value, dict) else "[]interface {}"
 
 
 def go_value(value: Any) -> str:

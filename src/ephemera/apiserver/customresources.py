@@ -43,6 +43,7 @@ from ephemera.api.crd.naming import (
     version_priority,
 )
 from ephemera.api.field import FieldError
+from ephemera.api.goformat import go_json, go_type_name
 from ephemera.api.validation import finalizer_name_warnings, validate_object_meta_update
 from ephemera.apiserver import tables
 from ephemera.apiserver.informers import Informer
@@ -192,21 +193,27 @@ class CustomResourceStrategy(Strategy):
         return errs
 
     def _scale_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+        """`ValidateScaleSpec` and `ValidateScaleStatus`: the replicas at the scale's paths
+        are int64s (`unstructured.NestedInt64`, whose error prints the Go zero value 0 as the
+        bad value) within 0 and 2147483647; the field is the path as the CRD spells it."""
         if self.scale is None:
             return []
         errs: list[FieldError] = []
         for key in ("specReplicasPath", "statusReplicasPath"):
             path = str(self.scale.get(key) or "")
             values = tables.jsonpath_values(obj, path)
-            if values and (isinstance(values[0], bool) or not isinstance(values[0], int)):
-                errs.append(field.invalid(path.lstrip("."), values[0],
-                                          "should be an integer"))
-            elif values and values[0] > 2**31 - 1:
-                errs.append(field.invalid(path.lstrip("."), values[0],
+            if not values:
+                continue
+            value = values[0]
+            if go_type_name(value) != "int64":
+                errs.append(field.invalid(path, 0, (
+                    f".{path.removeprefix('.')} accessor error: {go_json(value)} is of the "
+                    f"type {go_type_name(value)}, expected int64")))
+            elif value < 0:
+                errs.append(field.invalid(path, value, "should be a non-negative integer"))
+            elif value > 2**31 - 1:
+                errs.append(field.invalid(path, value,
                                           "should be less than or equal to 2147483647"))
-            elif values and values[0] < 0:
-                errs.append(field.invalid(path.lstrip("."), values[0],
-                                          "should be a non-negative integer"))
         return errs
 
     def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""

@@ -152,6 +152,41 @@ def selection(request: web.Request, resource: Resource) -> Selection:
         raise errors.bad_request(str(err)) from None
 
 
+def check_patched(new: dict[str, Any], definition: str, content_type: str, directive: str,
+                  body: bytes, *, known: Any = fieldvalidation.UNKNOWN,
+                  typed: bool = True) -> list[str]:
+    """Field validation of an object patched by a JSON, merge or strategic merge patch, as
+    upstream decodes the patched object into its Go type (`definition`): a value of the
+    wrong type 422 (anywhere when `typed`, else in its metadata, which even a custom
+    resource decodes as ObjectMeta), unknown fields 422 (Strict), dropped with warnings (Warn) or
+    silently (Ignore). Subtrees equal to `known`'s are not walked again. The error's value
+    is, as upstream's, the patched object's JSON for a JSON or merge patch and Go's `%+v`
+    of the patch itself for a strategic merge patch."""
+
+    def shown() -> str:
+        if content_type == PATCH_STRATEGIC:
+            return go_json(json.loads(body))
+        return json.dumps(new, separators=(",", ":"), ensure_ascii=False)
+
+    unknown: list[bool] = []
+    err = (fieldvalidation.type_errors(new, definition, known, unknown) if typed
+           else fieldvalidation.metadata_type_error(new))
+    if err is not None:
+        message = f"Invalid value: {go_quote(shown())}: {err}"
+        raise StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
+                          {"causes": [{"reason": "FieldValueInvalid", "message": message,
+                                       "field": "patch"}]})
+    if typed and not unknown:
+        return []  # the type walk met no unknown field
+    if directive == fieldvalidation.STRICT:
+        paths = fieldvalidation.unknown_fields(new, definition, known)
+        if paths:
+            raise fieldvalidation.patch_strict_error(paths, shown())
+        return []
+    paths = fieldvalidation.drop_unknown_fields(new, definition, known)
+    return fieldvalidation.warning_texts(paths) if directive == fieldvalidation.WARN else []
+
+
 # --- bodies --------------------------------------------------------------------------------
 
 
@@ -537,37 +572,13 @@ class RestHandlers:
     @staticmethod
     def _check_patched(new: dict[str, Any], current: dict[str, Any], res: Resource,
                        content_type: str, directive: str, body: bytes) -> list[str]:
-        """Field validation of a patched object: wrong types 422 (a custom resource's in its
-        metadata only), unknown fields 422
-        (Strict), dropped with warnings (Warn) or silently (Ignore). What the patch left as
-        it was in a built-in object is not walked again (it passed when stored); a custom
-        resource's schema may have changed since, so its object is walked whole.
-        The error's value is, as upstream's, the patched object's JSON for a JSON or merge
-        patch and Go's `%+v` of the patch itself for a strategic merge patch."""
+        """`check_patched` of a patched object of `res`. What the patch left as it was in a
+        built-in object is not walked again (it passed when stored); a custom resource's
+        schema may have changed since, so its object is walked whole, and only its metadata's
+        types are checked here (the rest are its schema's validation)."""
         known = fieldvalidation.UNKNOWN if res.custom else current
-
-        def shown() -> str:
-            if content_type == PATCH_STRATEGIC:
-                return go_json(json.loads(body))
-            return json.dumps(new, separators=(",", ":"), ensure_ascii=False)
-
-        unknown: list[bool] = []
-        err = (fieldvalidation.metadata_type_error(new) if res.custom
-               else fieldvalidation.type_errors(new, res.definition, known, unknown))
-        if err is not None:
-            message = f"Invalid value: {go_quote(shown())}: {err}"
-            raise StatusError(422, "Invalid", f' "" is invalid: patch: {message}',
-                              {"causes": [{"reason": "FieldValueInvalid", "message": message,
-                                           "field": "patch"}]})
-        if not res.custom and not unknown:
-            return []  # the type walk met no unknown field
-        if directive == fieldvalidation.STRICT:
-            paths = fieldvalidation.unknown_fields(new, res.definition, known)
-            if paths:
-                raise fieldvalidation.patch_strict_error(paths, shown())
-            return []
-        paths = fieldvalidation.drop_unknown_fields(new, res.definition, known)
-        return fieldvalidation.warning_texts(paths) if directive == fieldvalidation.WARN else []
+        return check_patched(new, res.definition, content_type, directive, body,
+                             known=known, typed=not res.custom)
 
     # -- delete -----------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 StatefulSets and ReplicationControllers (`ephemera.pods.workloads.scale_of`, `spec.replicas`)
 and of custom resources (the CRD's paths, `ephemera.apiserver.customscale`): GET answers the
 parent as an autoscaling/v1 Scale; PUT and PATCH (JSON and merge patches of the Scale, and
-strategic merge for the built-in kinds) validate the Scale (`ValidateScale`, 422 of kind
+strategic merge for the built-in kinds) decode the Scale as upstream decodes it into its Go
+type (a PUT's replicas of the wrong type 400, a patched one 422 on the field `patch`; unknown
+fields as `fieldValidation` says), validate it (`ValidateScale`, 422 of kind
 `Scale.autoscaling`), check its resourceVersion against the parent's (409) and write the
 replicas into the parent through the registry's update (the parent's defaults, admission,
 validation and generation rules), answering the new Scale. Server-side apply of a Scale is
@@ -17,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ephemera.api import errors, meta, patch
+from ephemera.api import errors, fieldvalidation, meta, patch
 from ephemera.api.errors import StatusError
 from ephemera.apiserver import customscale
 from ephemera.apiserver.body import check_object_content_type, decode_object, read_body
@@ -29,6 +31,7 @@ from ephemera.apiserver.rest import (
     PATCH_TYPES,
     Target,
     check_kind,
+    check_patched,
     dry_run,
     field_manager,
     method_not_allowed,
@@ -92,10 +95,15 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
     dry = dry_run(request.query.getall("dryRun", []), options_kind)
     manager = request.query.get("fieldManager", "") or field_manager(request)
     user = request_user(request)
+    field_validation = request.query.get("fieldValidation")
     sent: dict[str, Any] | None = None
+    warnings: list[str] = []
     if not is_patch:
-        sent, _ = decode_object(body, "Scale")
+        sent, duplicates = decode_object(body, "Scale")
         check_kind(sent, "autoscaling/v1", "Scale")
+        warnings = fieldvalidation.check(sent, SCALE_DEFINITION, field_validation, "Scale",
+                                         "v1", duplicates, options_kind)
+    directive = fieldvalidation.directive(field_validation, options_kind)
 
     async def compute(current: dict[str, Any] | None) -> dict[str, Any]:
         if current is None:
@@ -106,6 +114,8 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
         else:
             new_scale = patch.apply_patch(content_type, copy.deepcopy(old_scale), body,
                                           SCALE_DEFINITION)
+            warnings[:] = check_patched(new_scale, SCALE_DEFINITION, content_type, directive,
+                                        body, known=old_scale)
         smd = meta.ensure_metadata(new_scale)
         if (smd.get("name") or target.name) != target.name:
             raise errors.bad_request(f"the name of the object ({smd.get('name')}) does not "
@@ -119,9 +129,8 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
         wanted = smd.get("resourceVersion")
         if wanted and wanted != current_rv:
             raise errors.conflict(res.plural, target.name, group=res.group)
-        replicas = (new_scale.get("spec") or {}).get("replicas")
         new = copy.deepcopy(current)
-        access.write_replicas(new, replicas if isinstance(replicas, int) else 0)
+        access.write_replicas(new, replicas_of(new_scale))
         new = record_update(current, new, manager, res, "scale")
         stored = await registry.prepare_update(res, new, current, subresource="scale",
                                                user=user, dry_run=dry)
@@ -129,7 +138,14 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
 
     result, _ = await registry.update(res, target.namespace, target.name, compute,
                                       dry_run=dry)
-    return respond(access.read(result))
+    return respond(access.read(result), warnings=warnings)
+
+
+def replicas_of(scale: dict[str, Any]) -> int:
+    """`spec.replicas` of a Scale that decoded (its type was checked): 0 when unset, as
+    the Go struct's zero value; an integral float (a YAML body) as its integer."""
+    replicas = (scale.get("spec") or {}).get("replicas")
+    return int(replicas) if isinstance(replicas, int | float) else 0
 
 
 def serves_scale(resource: Resource) -> bool:
