@@ -147,6 +147,35 @@ async def test_backoff_limit_exceeded(api: ApiClient) -> None:
     assert len(await pods_of(api, "flaky")) == 2  # no third try
 
 
+async def test_a_drained_pod_is_ignored_by_a_disruption_target_rule(api: ApiClient) -> None:
+    """kubectl drain evicts through the Eviction API, which marks the pod DisruptionTarget
+    before deleting it: a podFailurePolicy rule that Ignores that condition keeps the pod
+    from counting towards the backoff limit (0 here), and the Job replaces it."""
+    rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    await api.create(JOBS, job("drained", backoffLimit=0,
+                               podFailurePolicy={"rules": rules}))
+
+    async def one() -> bool:
+        return len(running(await pods_of(api, "drained"))) == 1
+    await eventually(one)
+    name = running(await pods_of(api, "drained"))[0]["metadata"]["name"]
+    await api.create(f"{PODS}/{name}/eviction", {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}})
+    pod = await api.get(f"{PODS}/{name}")  # kept by the tracking finalizer, terminating
+    pod["status"].update({"phase": "Failed", "containerStatuses": [{
+        "name": "c", "image": "busybox:1.36", "imageID": "", "ready": False,
+        "restartCount": 0, "state": {"terminated": {"exitCode": 137}}}]})
+    await api.update(f"{PODS}/{name}/status", pod)  # as the kubelet ends it
+
+    async def replaced() -> bool:
+        return [p["metadata"]["name"] for p in running(await pods_of(api, "drained"))] \
+            not in ([], [name])
+    await eventually(replaced)
+    j = await api.get(f"{JOBS}/drained")
+    assert not any(c[0] in ("Failed", "FailureTarget") for c in conditions(j)), conditions(j)
+    assert j["status"].get("failed", 0) == 0
+
+
 async def test_indexed_job_and_ttl(api: ApiClient) -> None:
     await api.create(JOBS, job("idx", completions=3, parallelism=3, completionMode="Indexed",
                                ttlSecondsAfterFinished=0))

@@ -1,13 +1,13 @@
 """`pods/NAME/eviction` on the in-process apiserver: a policy/v1 Eviction deletes the pod with
 its `deleteOptions` (no PodDisruptionBudgets are served, so none refuses it), answering 201
-with a Success Status as upstream; the name must match, a missing pod is a 404, and dryRun
-leaves the pod alone."""
+with a Success Status as upstream, after it marked the pod with the `DisruptionTarget`
+condition; the name must match, a missing pod is a 404, and dryRun leaves the pod alone."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from apiserver_fixtures import Api
+from apiserver_fixtures import Api, open_watch
 
 PODS = "/api/v1/namespaces/default/pods"
 
@@ -30,6 +30,48 @@ async def test_an_eviction_deletes_the_pod_with_its_delete_options(api: Api) -> 
     assert status == 200  # bound to a node: deleted gracefully, as asked
     assert pod["metadata"]["deletionTimestamp"]
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 7
+    assert_disruption_target(pod)
+
+
+def assert_disruption_target(pod: dict[str, Any]) -> None:
+    """The condition upstream's eviction adds (PodDisruptionConditions, GA in 1.31)."""
+    found = [c for c in pod["status"].get("conditions", []) if c["type"] == "DisruptionTarget"]
+    assert len(found) == 1, pod["status"]
+    condition = found[0]
+    assert condition["lastTransitionTime"]
+    assert {k: condition[k] for k in ("status", "reason", "message")} == {
+        "status": "True", "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting"}
+
+
+async def test_the_condition_is_written_before_the_pod_is_deleted(api: Api) -> None:
+    """An unbound pod goes at once: a watch sees the status update, then the deletion, both
+    with the condition; a resourceVersion precondition holds to the pod as updated."""
+    created = await api.create_pod("quick")
+    rv = created["metadata"]["resourceVersion"]
+    watch = await open_watch(api, f"{PODS}?watch=true&resourceVersion={rv}")
+    status, body = await api.post(f"{PODS}/quick/eviction",
+                                  eviction("quick", preconditions={"resourceVersion": rv}))
+    assert status == 201, body
+    events = [await watch.next() for _ in range(2)]
+    watch.close()
+    assert [e["type"] for e in events] == ["MODIFIED", "DELETED"]
+    for event in events:
+        assert_disruption_target(event["object"])
+
+
+async def test_a_failed_precondition_leaves_the_pod_unmarked(api: Api) -> None:
+    created = await api.create_pod("kept", node="n1")
+    status, body = await api.post(f"{PODS}/kept/eviction",
+                                  eviction("kept", preconditions={"resourceVersion": "1"}))
+    assert (status, body["reason"]) == (409, "Conflict")
+    assert body["message"] == (
+        'Operation cannot be fulfilled on Pod "kept": the ResourceVersion in the precondition '
+        f"(1) does not match the ResourceVersion in record "
+        f"({created['metadata']['resourceVersion']}). The object might have been modified")
+    status, pod = await api.get(f"{PODS}/kept")
+    assert "deletionTimestamp" not in pod["metadata"]
+    assert not pod["status"].get("conditions")
 
 
 async def test_dry_run_and_the_errors(api: Api) -> None:
@@ -39,6 +81,7 @@ async def test_dry_run_and_the_errors(api: Api) -> None:
     assert status == 201
     status, pod = await api.get(f"{PODS}/stays")
     assert "deletionTimestamp" not in pod["metadata"]
+    assert not pod["status"].get("conditions")
 
     status, body = await api.post(f"{PODS}/stays/eviction", eviction("other"))
     assert (status, body["reason"], body["message"]) == (

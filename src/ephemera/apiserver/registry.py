@@ -754,7 +754,7 @@ class Registry:
                 raise errors.not_found(resource.plural, name, resource.group)
             obj = codec.decode(kv)
             md = meta.ensure_metadata(obj)
-            _check_preconditions(resource, md, options)
+            check_preconditions(resource, md, options)
             req.old = copy_decoded(obj)
             await self.admission.validate(req)
             original = copy_decoded(obj)
@@ -807,7 +807,7 @@ class Registry:
                               resource.group)
 
 
-def _check_preconditions(resource: Resource, md: dict[str, Any], options: DeleteOptions) -> None:
+def check_preconditions(resource: Resource, md: dict[str, Any], options: DeleteOptions) -> None:
     """rest.BeforeDelete's early precondition check: a 409 Conflict on the Kind."""
     uid = options.precondition_uid
     if uid is not None and uid != md.get("uid", ""):

@@ -39,10 +39,12 @@ from ephemera.apiserver.registry import (
     DeleteOptions,
     ListPage,
     Registry,
+    check_preconditions,
     dumps,
     run_validation,
 )
 from ephemera.apiserver.resources import RESOURCES, Resource
+from ephemera.pods import conditions
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -610,9 +612,38 @@ class RestHandlers:
             raise errors.bad_request("json: cannot unmarshal into Go struct field "
                                      "Eviction.deleteOptions of type v1.DeleteOptions")
         options = delete_options_of(request, data)
+        if not options.dry_run:
+            await self._mark_disruption_target(target, options)
         await self.registry.delete(target.resource, target.namespace, target.name, options,
                                    user=request_user(request))
         return respond({**errors.success_status(), "code": 201}, 201)
+
+    async def _mark_disruption_target(self, target: Target, options: DeleteOptions) -> None:
+        """The status update an eviction makes before it deletes the pod
+        (`addConditionAndDeletePod`): the delete options' preconditions checked against the
+        latest pod (409), then the `DisruptionTarget` condition (reason
+        `EvictionByEvictionAPI`) added, through the status strategy and without admission, as
+        upstream's pod status store does it. A resourceVersion precondition then names the
+        pod as updated, so that the delete that follows holds to it."""
+        res = target.resource
+        strategy = self.registry.strategy(res)
+
+        async def mark(current: dict[str, Any] | None) -> dict[str, Any]:
+            if current is None:
+                raise errors.not_found(res.plural, target.name, res.group)
+            check_preconditions(res, meta.ensure_metadata(current), options)
+            new = copy_decoded(current)
+            condition = conditions.disruption_target(conditions.EVICTION_API_REASON,
+                                                     conditions.EVICTION_API_MESSAGE)
+            conditions.update_pod_condition(new.setdefault("status", {}), condition,
+                                            meta.now_rfc3339())
+            await run_validation(strategy, strategy.before_update, new, current, "status")
+            return new
+
+        updated, _ = await self.registry.update(res, target.namespace, target.name, mark)
+        if options.precondition_resource_version is not None:
+            options.precondition_resource_version = (
+                meta.ensure_metadata(updated).get("resourceVersion"))
 
     async def delete(self, request: web.Request, target: Target) -> web.Response:
         res = target.resource

@@ -42,6 +42,7 @@ from ephemera.controllers.objects import queue_key
 from ephemera.controllers.podsbynode import node_name_of, pods_by_node
 from ephemera.controllers.runner import EventQueue, run_workers
 from ephemera.controllers.workqueue import WorkQueue
+from ephemera.pods.conditions import disruption_target, update_pod_condition
 from ephemera.scheduler.plugins import Taint, tolerates
 
 __all__ = ["TaintEvictionController", "eviction_time", "matching_tolerations",
@@ -52,7 +53,6 @@ log = logging.getLogger("ephemera.controllers.tainteviction")
 COMPONENT = "taint-eviction-controller"
 NO_EXECUTE = "NoExecute"
 EVENT_REASON = "TaintManagerEviction"
-DISRUPTION_TARGET = "DisruptionTarget"
 DISRUPTION_REASON = "DeletionByTaintManager"
 DISRUPTION_MESSAGE = "Taint manager: deleting due to NoExecute taint"
 DELETE_TRIES = 5
@@ -250,18 +250,8 @@ class TaintEvictionController:
         path = resource_path("pods", namespace, name)
         pod = await self.api.get(path)
         status = dict(pod.get("status") or {})
-        conditions = [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
-        target = next((c for c in conditions if c.get("type") == DISRUPTION_TARGET), None)
-        wanted = {"type": DISRUPTION_TARGET, "status": "True", "reason": DISRUPTION_REASON,
-                  "message": DISRUPTION_MESSAGE}
-        if target is None or any(target.get(k) != v for k, v in wanted.items()):
-            stamp = now_rfc3339()
-            if target is not None and target.get("status") == "True":
-                stamp = str(target.get("lastTransitionTime") or stamp)
-            fresh = {**wanted, "lastTransitionTime": stamp}
-            conditions = ([fresh if c is target else c for c in conditions]
-                          if target is not None else [*conditions, fresh])
-            status["conditions"] = conditions
+        wanted = disruption_target(DISRUPTION_REASON, DISRUPTION_MESSAGE)
+        if update_pod_condition(status, wanted, now_rfc3339()):
             await self.api.update(resource_path("pods", namespace, name, subresource="status"),
                                   {**pod, "status": status})
         await self.api.delete(path)
