@@ -93,3 +93,25 @@ async def test_dry_run_and_the_errors(api: Api) -> None:
                                   {"apiVersion": "v1", "kind": "Pod",
                                    "metadata": {"name": "stays"}})
     assert status == 400 and "Eviction" in body["message"]
+
+
+async def test_delete_options_of_the_wrong_types(api: Api) -> None:
+    """The Eviction is decoded typed by the create handler: a decode error (400) naming the
+    field under `deleteOptions`, before the name is compared; the pod stays."""
+    await api.create_pod("typed", node="n1")
+    for options, message in (
+            ({"dryRun": "All"}, "json: cannot unmarshal string into Go struct field "
+                                "DeleteOptions.deleteOptions.dryRun of type []string"),
+            ({"gracePeriodSeconds": "5"}, "json: cannot unmarshal string into Go struct field "
+                                          "DeleteOptions.deleteOptions.gracePeriodSeconds of "
+                                          "type int64"),
+            ({"propagationPolicy": 5}, "json: cannot unmarshal number into Go struct field "
+                                       "DeleteOptions.deleteOptions.propagationPolicy of type "
+                                       "v1.DeletionPropagation")):
+        status, body = await api.post(f"{PODS}/typed/eviction",
+                                      {**eviction("other"), "deleteOptions": options})
+        assert (status, body["reason"], body["message"]) == (
+            400, "BadRequest",
+            f'Eviction in version "v1" cannot be handled as a Eviction: {message}')
+    status, pod = await api.get(f"{PODS}/typed")
+    assert "deletionTimestamp" not in pod["metadata"]

@@ -4,7 +4,9 @@ update, delete, dryRun, with upstream's Status errors."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
+import pytest
 from apiserver_fixtures import Api, configmap, pod
 
 from ephemera.api.meta import GENERATE_NAME_ALPHABET
@@ -422,6 +424,27 @@ async def test_delete_options_validation(api: Api) -> None:
     assert body["message"] == (
         'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: '
         '"Sideways": supported values: "Foreground", "Background", "Orphan"')
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"dryRun": "All"}, "json: cannot unmarshal string into Go struct field "
+                        "DeleteOptions.dryRun of type []string"),
+    ({"gracePeriodSeconds": "5"}, "json: cannot unmarshal string into Go struct field "
+                                  "DeleteOptions.gracePeriodSeconds of type int64"),
+    ({"propagationPolicy": 5}, "json: cannot unmarshal number into Go struct field "
+                               "DeleteOptions.propagationPolicy of type v1.DeletionPropagation"),
+    ({"preconditions": {"uid": 1}}, "json: cannot unmarshal number into Go struct field "
+                                    "Preconditions.preconditions.uid of type string"),
+])
+async def test_a_delete_body_of_the_wrong_types(api: Api, options: dict[str, Any],
+                                                 message: str) -> None:
+    """The delete handler decodes DeleteOptions typed and answers its decoder's error as it
+    is (not a Status error: 500, no reason); nothing is deleted."""
+    await api.post(CMS, configmap("c1"))
+    status, body = await api.delete(f"{CMS}/c1", options)
+    assert (status, body) == (500, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                    "status": "Failure", "message": message, "code": 500})
+    assert (await api.get(f"{CMS}/c1"))[0] == 200
 
 
 async def test_delete_collection_with_selector(api: Api) -> None:

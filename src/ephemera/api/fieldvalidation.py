@@ -499,10 +499,17 @@ class _TypeError(Exception):
         self.message = message
 
 
+# Named Go types the schema does not tell from their underlying type, by (struct, field), as
+# the decoder names them (`go_type` prints the underlying type of the others).
+_GO_NAMED_TYPES = {("DeleteOptions", "propagationPolicy"): "v1.DeletionPropagation"}
+
+
 def _unmarshal_error(value: Any, node: dict[str, Any], struct: str, fields: list[str],
                      value_text: str | None = None) -> _TypeError:
     what = value_text or json_kind(value)
     target = go_type(node)
+    if struct and fields:
+        target = _GO_NAMED_TYPES.get((struct, fields[-1]), target)
     if struct:
         return _TypeError(f"json: cannot unmarshal {what} into Go struct field "
                           f"{struct}.{'.'.join(fields)} of type {target}")
@@ -609,7 +616,7 @@ _ROOTS: dict[str, dict[str, Any]] = {}
 
 
 def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
-                unknown: list[bool] | None = None) -> str | None:
+                unknown: list[bool] | None = None, at: Sequence[str] = ()) -> str | None:
     """The decode error of the first value of the wrong type in `obj` (document order), or
     None. Examples: `json: cannot unmarshal string into Go struct field
     PodSpec.spec.containers of type []v1.Container`, `quantities must match the regular
@@ -618,7 +625,8 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     when the walk met a field the schema does not know: an object that passed with
     `unknown` left empty has no unknown fields (`unknown_fields` would find none).
     Valid values that Go writes otherwise are rewritten in `obj` (`go_quantity`,
-    `go_time`), up to the first wrong one."""
+    `go_time`), up to the first wrong one. `at`: the JSON fields `obj` sits at in the body
+    the decoder reads (an Eviction's `deleteOptions`), which its messages name."""
     root = _ROOTS.get(definition)
     if root is None:
         if len(_ROOTS) >= _FACTS_LIMIT:
@@ -627,7 +635,7 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     if not isinstance(obj, dict):
         return _unmarshal_error(obj, root, "", []).message
     try:
-        _check(obj, root, "", [], known, [] if unknown is None else unknown)
+        _check(obj, root, "", list(at), known, [] if unknown is None else unknown)
     except _TypeError as e:
         return e.message
     return None

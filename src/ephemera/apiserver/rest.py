@@ -207,9 +207,21 @@ def unconditional_update_refused(res: Resource, name: str) -> errors.StatusError
         res.group)
 
 
+DELETE_OPTIONS_DEFINITION = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"
+
+
+def delete_options_type_error(data: dict[str, Any], at: Sequence[str] = ()) -> str | None:
+    """The Go decoder's error for the first value of the wrong type in DeleteOptions `data`
+    (`json: cannot unmarshal string into Go struct field DeleteOptions.dryRun of type
+    []string`), or None; `at`: where the options sit in the body (an Eviction's
+    `deleteOptions`)."""
+    return fieldvalidation.type_errors(data, DELETE_OPTIONS_DEFINITION, at=at)
+
+
 def delete_options_of(request: web.Request, data: Mapping[str, Any]) -> DeleteOptions:
     """DeleteOptions from the query and `data` (a DeleteOptions body, or an Eviction's
-    `deleteOptions`; it wins where both say), validated as upstream validates them."""
+    `deleteOptions`, of the right types: `delete_options_type_error`; it wins where both
+    say), validated as upstream validates them."""
     options = DeleteOptions(
         grace_period_seconds=query_int(request, "gracePeriodSeconds"),
         propagation_policy=request.query.get("propagationPolicy") or None)
@@ -221,12 +233,7 @@ def delete_options_of(request: web.Request, data: Mapping[str, Any]) -> DeleteOp
             raise errors.bad_request(f'{kind} in version "v1" cannot be handled as a '
                                      "DeleteOptions")
         if data.get("gracePeriodSeconds") is not None:
-            grace = data["gracePeriodSeconds"]
-            if isinstance(grace, bool) or not isinstance(grace, int):
-                raise errors.bad_request(
-                    "json: cannot unmarshal into Go struct field "
-                    "DeleteOptions.gracePeriodSeconds of type int64")
-            options.grace_period_seconds = grace
+            options.grace_period_seconds = int(data["gracePeriodSeconds"])
         if data.get("propagationPolicy"):
             options.propagation_policy = data["propagationPolicy"]
         if data.get("dryRun"):
@@ -591,6 +598,11 @@ class RestHandlers:
         if body.strip():
             check_object_content_type(request)
             data, _ = decode_object(body, "DeleteOptions")
+            err = delete_options_type_error(data)
+            if err is not None:
+                # the delete handler answers its decoder's error as it is: not a Status
+                # error, so a 500 with no reason (`ErrorToAPIStatus`)
+                raise StatusError(500, "", err)
         return delete_options_of(request, data)
 
     async def evict(self, request: web.Request, target: Target) -> web.Response:
@@ -602,15 +614,17 @@ class RestHandlers:
         body = await read_body(request, self.max_body_bytes)
         eviction, _ = decode_object(body, "Eviction")
         version = eviction.get("apiVersion")
-        check_kind(eviction, version if version in EVICTION_VERSIONS else "policy/v1",
-                   "Eviction")
+        served = version if version in EVICTION_VERSIONS else "policy/v1"
+        check_kind(eviction, served, "Eviction")
+        data = eviction.get("deleteOptions") or {}
+        err = (delete_options_type_error(data, ("deleteOptions",)) if isinstance(data, dict)
+               else f"json: cannot unmarshal {fieldvalidation.json_kind(data)} into Go struct "
+                    "field Eviction.deleteOptions of type v1.DeleteOptions")
+        if err is not None:  # the create handler's decode error
+            raise fieldvalidation.decode_error("Eviction", served.rpartition("/")[2], err)
         md = meta.ensure_metadata(eviction)
         if (md.get("name") or "") != target.name:
             raise errors.bad_request("name in URL does not match name in Eviction object")
-        data = eviction.get("deleteOptions") or {}
-        if not isinstance(data, dict):
-            raise errors.bad_request("json: cannot unmarshal into Go struct field "
-                                     "Eviction.deleteOptions of type v1.DeleteOptions")
         options = delete_options_of(request, data)
         if not options.dry_run:
             await self._mark_disruption_target(target, options)
