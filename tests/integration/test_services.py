@@ -242,6 +242,24 @@ async def test_endpoints_and_endpointslices_are_served(api: Api) -> None:
     assert table["rows"][0]["cells"][1:4] == ["IPv4", "8080", "10.244.0.5"]
 
 
+async def test_every_request_for_v1_endpoints_gets_the_deprecation_warning(api: Api) -> None:
+    """Upstream 1.33+ deprecates v1 Endpoints: every verb answers the API deprecation
+    warning (kubectl prints `Warning: v1 Endpoints is deprecated ...`); slices get none."""
+    warning = ('299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 '
+               'EndpointSlice"')
+    eps = "/api/v1/namespaces/default/endpoints"
+    body = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "w"}}
+    for method, path, sent in (("POST", eps, body), ("GET", f"{eps}/w", None),
+                               ("GET", "/api/v1/endpoints", None),
+                               ("PUT", f"{eps}/w", body), ("DELETE", f"{eps}/w", None),
+                               ("GET", f"{eps}/nope", None)):
+        status, _, response = await api.request(method, path, sent)
+        assert response.headers.getall("Warning", []) == [warning], (method, path, status)
+    _, _, response = await api.request(
+        "GET", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices")
+    assert "Warning" not in response.headers
+
+
 async def test_the_kubernetes_service_lists_the_live_apiservers(any_api: Api) -> None:
     registry = any_api.app[REGISTRY]
     one = ApiserverIdentity(registry, "https://10.0.0.1:6443", 6443, hostname="a")

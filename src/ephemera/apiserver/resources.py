@@ -35,7 +35,8 @@ class Resource:
     storage_version: str = ""
     # The list kind when it is not KIND + "List" (a CRD's `names.listKind`).
     list_kind_name: str = ""
-    # `Warning` headers of every request to it (a deprecated CRD version's warning).
+    # `Warning` headers of every request to it (a deprecated CRD version's warning, the
+    # deprecated built-in v1 Endpoints).
     warnings: tuple[str, ...] = ()
 
     @property
@@ -81,6 +82,10 @@ class Resource:
 
 
 _core = "io.k8s.api.core.v1."
+# The API deprecation warning of v1 Endpoints (KEP-4974), on every request for them, as
+# upstream's installer adds a deprecated version's warning to each of its handlers.
+ENDPOINTS_DEPRECATED = ("v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 "
+                        "EndpointSlice")
 _rbac_group, _rbac = "rbac.authorization.k8s.io", "io.k8s.api.rbac.v1."
 _authz_group, _authz = "authorization.k8s.io", "io.k8s.api.authorization.v1."
 _authn_group, _authn = "authentication.k8s.io", "io.k8s.api.authentication.v1."
@@ -114,7 +119,8 @@ RESOURCES: tuple[Resource, ...] = (
              categories=("all",), subresources=("proxy", "status"),
              storage_prefix="services/specs", returns_deleted_object=True),
     Resource("", "v1", "endpoints", "Endpoints", True, _core + "Endpoints",
-             short_names=("ep",), storage_prefix="services/endpoints"),
+             short_names=("ep",), storage_prefix="services/endpoints",
+             warnings=(ENDPOINTS_DEPRECATED,)),
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, _core + "ResourceQuota",
              short_names=("quota",), subresources=("status",)),
     Resource("", "v1", "limitranges", "LimitRange", True, _core + "LimitRange",
