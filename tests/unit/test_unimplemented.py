@@ -32,6 +32,22 @@ def test_a_plain_pod_earns_no_warning() -> None:
                                        affinity={"podAffinity": {}})) == []
 
 
+def test_the_api_defaults_earn_no_warning() -> None:
+    """A pod re-created from `kubectl get pod -o yaml` carries the defaults: they ask for
+    nothing; another value is warned about."""
+    defaulted = {"name": "c", "image": "busybox",
+                 "terminationMessagePath": "/dev/termination-log",
+                 "terminationMessagePolicy": "File"}
+    assert unimplemented_warnings({"containers": [defaulted],
+                                   "initContainers": [defaulted]}) == []
+    changed = {**defaulted, "terminationMessagePath": "/tmp/msg",
+               "terminationMessagePolicy": "FallbackToLogsOnError"}
+    assert unimplemented_warnings({"containers": [changed]}) == [
+        f"spec.containers[0].terminationMessagePath: a termination message file {NO_EFFECT}",
+        f"spec.containers[0].terminationMessagePolicy: a termination message policy "
+        f"{NO_EFFECT}"]
+
+
 def test_each_place_is_warned_with_its_path() -> None:
     pod = spec(
         activeDeadlineSeconds=30, hostAliases=[{"ip": "1.2.3.4", "hostnames": ["a"]}],

@@ -4,7 +4,8 @@ field is accepted and silently ignored.
 
 Every entry was found by reading what the kubelet, its runtime and the scheduler use. A
 field is warned about when it is set to something that would change behaviour upstream (a
-`true` flag, a non-empty value); its zero value never warns. The warning is
+`true` flag, a non-empty value); its zero value never warns, nor does its API default
+(`terminationMessagePath: /dev/termination-log`, as `kubectl get -o yaml` shows it). The warning is
 `<path>: <what> has no effect in ephemera (not implemented)`, e.g.
 `spec.containers[0].lifecycle: lifecycle hooks have no effect in ephemera (not implemented)`.
 
@@ -43,6 +44,11 @@ class Unimplemented:
     key: str  # the JSON name of the field there
     what: str  # what has no effect, for the warning
     plural: bool = False  # `what` is a plural noun: "sysctls have no effect"
+    default: Any = None  # the API default, which asks for nothing either (never warned)
+
+    def asks(self, value: Any) -> bool:
+        """Whether `value` asks for something: neither a zero value nor the default."""
+        return _set(value) and value != self.default
 
     def warning(self, path: str) -> str:
         verb = "have" if self.plural else "has"
@@ -84,8 +90,10 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     # Each container.
     Unimplemented(CONTAINER, "lifecycle", "lifecycle hooks", plural=True),
     Unimplemented(CONTAINER, "resizePolicy", "a resize policy"),
-    Unimplemented(CONTAINER, "terminationMessagePath", "a termination message file"),
-    Unimplemented(CONTAINER, "terminationMessagePolicy", "a termination message policy"),
+    Unimplemented(CONTAINER, "terminationMessagePath", "a termination message file",
+                  default="/dev/termination-log"),
+    Unimplemented(CONTAINER, "terminationMessagePolicy", "a termination message policy",
+                  default="File"),
     Unimplemented(PORT, "hostPort", "a host port"),
     Unimplemented(PORT, "hostIP", "a host IP"),
     Unimplemented(CONTAINER_SECURITY, "runAsUser", "a user to run as"),
@@ -151,7 +159,7 @@ def _warnings(spec: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
     def check(place: str, obj: Mapping[str, Any], at: str, identity: str
               ) -> list[tuple[str, str]]:
         return [(f"{identity}.{e.key}", e.warning(f"{at}.{e.key}"))
-                for e in _BY_PLACE.get(place, ()) if e.key in obj and _set(obj[e.key])]
+                for e in _BY_PLACE.get(place, ()) if e.key in obj and e.asks(obj[e.key])]
 
     out = check(POD, spec, path, "spec")
     for i, volume in _items(spec.get("volumes")):
