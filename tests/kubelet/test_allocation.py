@@ -287,21 +287,11 @@ def test_a_writer_that_keeps_failing_is_started_again_only_after_a_back_off(
 class _Node:
     def __init__(self) -> None:
         self.allocatable: Obj = {"cpu": "4", "memory": "100Mi", "ephemeral-storage": "1Gi"}
-        self.configmaps: set[str] = set()
-        self.images = {"busybox"}
-
-    async def configmap(self, namespace: str, name: str) -> Obj | None:
-        return {"metadata": {"name": name}} if name in self.configmaps else None
-
-    async def secret(self, namespace: str, name: str) -> Obj | None:
-        return None
 
 
 def _manager(tmp_path: Path, node: _Node) -> AllocationManager:
     return AllocationManager(AllocationCheckpoint(tmp_path),
-                             node_allocatable=lambda: node.allocatable,
-                             get_configmap=node.configmap, get_secret=node.secret,
-                             image_present=lambda ref: ref in node.images)
+                             node_allocatable=lambda: node.allocatable)
 
 
 async def test_a_change_is_allocated_whole_or_not_at_all(tmp_path: Path) -> None:
@@ -324,20 +314,36 @@ async def test_a_change_is_allocated_whole_or_not_at_all(tmp_path: Path) -> None
     # nothing of the change is allocated (nor checkpointed)
     assert manager.get("u1") == AllocationCheckpoint(tmp_path).load()["u1"]
     assert manager.get("u1")["spec"]["volumes"] == []  # type: ignore[index]
-    # room appears, but the ConfigMap is still missing
+    # room appears: allocated whole (the ConfigMap it reads is the volume manager's business)
     manager.forget("other")
-    result = await manager.try_allocate(change)
-    assert result.message == 'volume "cfg": configmap "settings" not found'
-    node.configmaps.add("settings")
     assert (await manager.try_allocate(change)).allocated
     assert allocated == ["u1"]
+    assert failures == [result.message]
     assert manager.get("u1")["spec"] == change["spec"]  # type: ignore[index]
     assert manager.get("u1")["status"] == {}  # type: ignore[index]
     assert AllocationCheckpoint(tmp_path).load()["u1"]["spec"] == change["spec"]
-    # a missing image keeps a container addition pending
-    more = _pod("u1", volumes=change["spec"]["volumes"], images=("busybox", "busybox", "nope"))
-    result = await manager.try_allocate(more)
-    assert result.message == 'container "c2": image "nope" is not present on the node'
+
+
+async def test_what_a_change_reads_is_not_for_admission_to_check(tmp_path: Path) -> None:
+    """KEP-6395 lifecycle phase 3: a change that fits is allocated though the ConfigMaps
+    and Secrets its volumes read do not exist (projected sources too), its image volume's
+    image and its new or changed containers' images are not on the node: their SetUp fails
+    (`ErrorMounting`), their containers go `ErrImagePull`, after allocation."""
+    manager = _manager(tmp_path, _Node())
+    failures: list[str] = []
+    manager.on_failed = lambda p, message: failures.append(message)
+    await manager.allocate_new(_pod("u1"))
+    change = _pod("u1", volumes=[
+        {"name": "cfg", "configMap": {"name": "nowhere"}},
+        {"name": "creds", "secret": {"secretName": "nowhere"}},
+        {"name": "both", "projected": {"sources": [{"configMap": {"name": "a"}},
+                                                   {"secret": {"name": "b"}}]}},
+        {"name": "model", "image": {"reference": "registry.example/model:v1"}}],
+        images=("registry.example/new:v2", "registry.example/added:v1"))
+    assert manager.check(change) == ""
+    assert (await manager.try_allocate(change)).allocated
+    assert manager.get("u1")["spec"] == change["spec"]  # type: ignore[index]
+    assert failures == []
 
 
 async def test_pending_changes_are_retried_and_restored(tmp_path: Path) -> None:
@@ -624,23 +630,29 @@ async def test_a_change_is_staged_around_its_checkpoint_write(tmp_path: Path) ->
 
 
 @dataclass
-class _MissingConfigMapChange:
-    """A manager with pod u1 allocated, and a change of it adding a volume of a ConfigMap the
-    node does not have yet; `woken` collects the failures reported to the pod's worker."""
+class _UnfitChange:
+    """A manager with pod u1 allocated, and a change of it adding a memory emptyDir larger
+    than the node's memory (until `node.allocatable` grows); `woken` collects the failures
+    reported to the pod's worker."""
     node: _Node
     manager: AllocationManager
     change: Obj
     woken: list[str]
 
 
-async def _missing_configmap_change(tmp_path: Path) -> _MissingConfigMapChange:
+UNFIT = ("Node didn't have enough resource: memory, requested: 209715200, used: 0, "
+         "capacity: 104857600")
+
+
+async def _unfit_change(tmp_path: Path) -> _UnfitChange:
     node = _Node()
     manager = _manager(tmp_path, node)
     woken: list[str] = []
     manager.on_failed = lambda pod, message: woken.append(message)
     await manager.allocate_new(_pod("u1"))
-    change = _pod("u1", volumes=[{"name": "cfg", "configMap": {"name": "settings"}}])
-    return _MissingConfigMapChange(node, manager, change, woken)
+    change = _pod("u1", volumes=[{"name": "ram", "emptyDir": {"medium": "Memory",
+                                                              "sizeLimit": "200Mi"}}])
+    return _UnfitChange(node, manager, change, woken)
 
 
 @asynccontextmanager
@@ -659,7 +671,7 @@ async def test_a_change_made_again_after_its_pod_came_back_is_decided_and_report
         tmp_path: Path) -> None:
     """A failed change whose pod came back to its allocated spec is gone altogether: the
     same change made again is being decided again and its failure reported again."""
-    t = await _missing_configmap_change(tmp_path)
+    t = await _unfit_change(tmp_path)
     manager = t.manager
     async with _allocation_loop(manager):
         manager.request(t.change)
@@ -669,13 +681,13 @@ async def test_a_change_made_again_after_its_pod_came_back_is_decided_and_report
         manager.request(t.change)
         assert manager.deciding("u1")
         await wait_until(lambda: len(t.woken) == 2)
-        assert t.woken == ['volume "cfg": configmap "settings" not found'] * 2
+        assert t.woken == [UNFIT] * 2
 
 
 async def test_deciding_lasts_until_a_changes_first_attempt_ends(tmp_path: Path) -> None:
     """`deciding(uid)`: a requested change whose first attempt has not ended (its outcome
     will wake the pod's worker); not once it failed (pending) or was allocated."""
-    t = await _missing_configmap_change(tmp_path)
+    t = await _unfit_change(tmp_path)
     manager = t.manager
     manager.desired["u1"] = t.change
     assert not manager.deciding("u1")  # no allocation loop: nothing would decide it
@@ -684,9 +696,9 @@ async def test_deciding_lasts_until_a_changes_first_attempt_ends(tmp_path: Path)
         manager.request(t.change)
         assert manager.deciding("u1")
         await wait_until(lambda: "u1" in manager.pending)
-        assert t.woken == ['volume "cfg": configmap "settings" not found']
+        assert t.woken == [UNFIT]
         assert not manager.deciding("u1")  # failed: the worker shows it pending
-        t.node.configmaps.add("settings")
+        t.node.allocatable["memory"] = "1Gi"
         manager.request(t.change)
         await wait_until(
             lambda: manager.get("u1")["spec"] == t.change["spec"])  # type: ignore[index]

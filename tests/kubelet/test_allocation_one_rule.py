@@ -3,8 +3,8 @@
 - a new pod's admission and a change's check count the same pods
   (`AllocationManager.others`): a pod terminal in its worker's view leaves its room to both,
   and a change still being checkpointed holds its room against a new pod;
-- a pod forgotten (deleted) while its change is checked or written never comes back as
-  allocated, and such a change posts no event and counts no metric;
+- a pod forgotten (deleted) while its change is written never comes back as allocated,
+  and such a change posts no event and counts no metric;
 - a terminating pod's pending change is dropped; the manager's background work is logged
   when it fails and `close()` waits for it.
 """
@@ -46,14 +46,11 @@ class BlockingStore:
         await self.inner(pods)
 
 
-def _pod(uid: str, *, memory_volume: str | None = None, configmap: str | None = None,
-         request: str | None = None) -> Obj:
+def _pod(uid: str, *, memory_volume: str | None = None, request: str | None = None) -> Obj:
     volumes: list[Obj] = []
     if memory_volume is not None:
         volumes.append({"name": "ram", "emptyDir": {"medium": "Memory",
                                                     "sizeLimit": memory_volume}})
-    if configmap is not None:
-        volumes.append({"name": "cfg", "configMap": {"name": configmap}})
     container: Obj = {"name": "c", "image": "busybox"}
     if request is not None:
         container["resources"] = {"requests": {"memory": request}}
@@ -74,17 +71,11 @@ class Recorder:
         manager.on_failed = lambda p, message: self.calls.append(("failed", message))
 
 
-def _manager(tmp_path: Path, lookup: Any = None) -> tuple[AllocationManager, BlockingStore]:
+def _manager(tmp_path: Path) -> tuple[AllocationManager, BlockingStore]:
     checkpoint = AllocationCheckpoint(tmp_path)
     store = BlockingStore(checkpoint)
     checkpoint.store_async = store  # type: ignore[method-assign]
-
-    async def none(namespace: str, name: str) -> None:
-        return None
-
-    manager = AllocationManager(checkpoint, node_allocatable=lambda: ALLOCATABLE,
-                                get_configmap=lookup or none, get_secret=none,
-                                image_present=lambda ref: True)
+    manager = AllocationManager(checkpoint, node_allocatable=lambda: ALLOCATABLE)
     return manager, store
 
 
@@ -125,35 +116,6 @@ async def test_a_change_being_checkpointed_holds_its_room_against_a_new_pod(
     finally:
         store.release.set()
     assert (await growing).allocated
-
-
-async def test_a_pod_forgotten_while_its_change_is_checked_is_not_allocated(
-        tmp_path: Path) -> None:
-    looked_up = asyncio.Event()
-    answer = asyncio.Event()
-
-    async def slow_configmap(namespace: str, name: str) -> Obj:
-        looked_up.set()
-        await answer.wait()
-        return {"metadata": {"name": name}}
-
-    manager, _ = _manager(tmp_path, slow_configmap)
-    await manager.allocate_new(_pod("u1"))
-    recorder = Recorder(manager)
-    change = _pod("u1", configmap="settings")
-    manager.request(change)
-    checking = asyncio.ensure_future(manager.try_allocate(change))
-    await looked_up.wait()
-    manager.forget("u1")  # the pod's worker finished: it is gone
-    answer.set()
-    result = await checking
-    assert (result.allocated, result.message) == (False, "pod is gone")
-    await manager.close()
-    assert recorder.calls == []
-    assert manager.get("u1") is None
-    assert AllocationCheckpoint(tmp_path).load() == {}
-    # the retry loop finds nothing to try again
-    assert manager.desired == {} and manager.pending == {}
 
 
 async def test_a_change_staged_after_a_forget_is_refused_and_the_forget_is_kept(

@@ -239,12 +239,7 @@ async def test_concurrent_allocations_share_serialized_writes(tmp_path: Path) ->
     store = _BlockingStore(checkpoint)
     checkpoint.store = store  # type: ignore[method-assign]
 
-    async def nothing(namespace: str, name: str) -> None:
-        return None
-
-    manager = AllocationManager(checkpoint, node_allocatable=lambda: {"memory": "1Gi"},
-                                get_configmap=nothing, get_secret=nothing,
-                                image_present=lambda ref: True)
+    manager = AllocationManager(checkpoint, node_allocatable=lambda: {"memory": "1Gi"})
     pods = [{"metadata": {"name": f"p{i}", "namespace": "default", "uid": f"u{i}"},
              "spec": {"containers": [{"name": "c", "image": "busybox"}]}} for i in range(6)]
     store.release.clear()
@@ -283,14 +278,8 @@ async def test_admission_of_a_pod_and_of_a_change_count_empty_dirs_alike(
         False, f"OutOf{resource}", expected)
     assert admit(newcomer, [], allocatable, {}).admit
     # the same pod reached by a dynamic change to an allocated pod: the same verdict
-
-    async def nothing(namespace: str, name: str) -> None:
-        return None
-
     manager = AllocationManager(AllocationCheckpoint(tmp_path),
-                                node_allocatable=lambda: allocatable,
-                                get_configmap=nothing, get_secret=nothing,
-                                image_present=lambda ref: True)
+                                node_allocatable=lambda: allocatable)
     before = pod("new")
     before["metadata"]["uid"] = "new"
     await manager.allocate_new(other)

@@ -12,9 +12,7 @@ from ephemera.kubelet.allocation.manager import allocated_view
 
 
 def test_differs_is_a_change_of_the_spec_as_json(tmp_path: Path) -> None:
-    manager = AllocationManager(AllocationCheckpoint(tmp_path), node_allocatable=dict,
-                                get_configmap=lambda *a: None, get_secret=lambda *a: None,
-                                image_present=lambda ref: True)
+    manager = AllocationManager(AllocationCheckpoint(tmp_path), node_allocatable=dict)
     pod: dict[str, Any] = {
         "metadata": {"uid": "u1", "name": "p", "namespace": "default"},
         "spec": {"containers": [{"name": "c", "image": "busybox",

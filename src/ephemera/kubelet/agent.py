@@ -11,8 +11,8 @@
    the first list is in, admits them in creation order and hands each admitted pod to the
    pod workers (`podworkers.py`), the volume manager (its desired state) and the status
    manager (`status.py`), and registers the Secrets and ConfigMaps it references with the
-   object cache (`objectcache.py`: one watch each; the allocation check, the volumes and env
-   read them from there, and a change refreshes the pod's volumes);
+   object cache (`objectcache.py`: one watch each; the volumes and env read them from
+   there, and a change refreshes the pod's volumes);
 5. relists the runtime every second (waking the workers of pods whose containers changed),
    and every `housekeeping_interval` cleans up what belongs to no pod it knows: sandboxes and
    containers (killed and removed), volumes and pod directories (a pod deleted while the
@@ -232,9 +232,7 @@ class Kubelet:
         self.services_informer = Informer(api, resource_path("services"), name="services")
         self.allocation = AllocationManager(
             AllocationCheckpoint(config.root_dir, writer_process=True),
-            node_allocatable=lambda: self.node_allocatable,
-            get_configmap=self.get_configmap, get_secret=self.get_secret,
-            image_present=self._image_present, gates=config.gates,
+            node_allocatable=lambda: self.node_allocatable, gates=config.gates,
             retry_period=config.allocation_retry_period)
         # Admission and hand-over of the pods (`podadmission`, shared with hollow nodes).
         self.pod_admission = PodAdmission(
@@ -436,12 +434,6 @@ class Kubelet:
             await self.status.settled()
 
     # -- allocation (KEP-6395 / KEP-5972; ephemera.kubelet.allocation) -------------------
-
-    def _image_present(self, ref: str) -> bool:
-        try:
-            return self.image_store.resolve(ref) is not None
-        except Exception:
-            return False
 
     def _volume_operation(self, operation: VolumeOperation) -> None:
         """Metrics and Normal events of dynamic volumes (KEP-6395); their failures are

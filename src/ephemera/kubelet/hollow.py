@@ -327,8 +327,7 @@ class HollowNode:
                                      reconcile_period=config.reconcile_period)
         self.allocation = AllocationManager(
             MemoryCheckpoint(), node_allocatable=lambda: self.node_allocatable,
-            get_configmap=self.get_configmap, get_secret=self.get_secret,
-            image_present=lambda ref: True, gates=config.gates, offload=run_inline)
+            gates=config.gates)
         # The kubelet's own admission and hand-over (no node pressure is simulated).
         self.pod_admission = PodAdmission(
             allocation=self.allocation, status=self.status, events=self.events,

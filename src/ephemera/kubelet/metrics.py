@@ -24,8 +24,8 @@ starts or stops with are not counted. `volume_plugin` is upstream's plugin name
   SetUps and TearDowns of dynamic volumes (every failed attempt, retries included).
 - `kubelet_dynamic_allocations_total{result=admitted|deferred|error}`: outcomes of the
   allocation of pod changes (`/dynamic`): `admitted` per change allocated; `deferred` per
-  change left pending for a new reason and `error` per change whose check or checkpoint write
-  failed for a new reason (each one `FailedAllocation` event: a retry failing with the same
+  change left pending for a new reason and `error` per change whose checkpoint write failed
+  for a new reason (each one `FailedAllocation` event: a retry failing with the same
   message counts nothing).
 - `kubelet_dynamic_pending_allocations` (gauge): pods with a change the node has not
   allocated yet.

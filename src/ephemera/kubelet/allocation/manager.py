@@ -13,13 +13,15 @@ nothing is mounted or started for a change the node has not admitted.
   checked as a whole (`check`) and allocated all or nothing: what the pod needs of cpu, memory
   and ephemeral-storage (`fit.node_need`: requests plus the `sizeLimit`s of its memory or disk
   emptyDirs) against the node's current allocatable (`node_allocatable()`), only for the
-  resources the change asks more of (as upstream's resize); ConfigMaps and Secrets of added or
-  changed volumes (also projected sources; `optional` ones excepted) must exist, images of
-  added or changed containers and image volumes must be in the node's store. A change that
-  does not fit stays **pending**: `on_failed(pod, message)` (the agent posts a
-  `FailedAllocation` Warning event, once per distinct message) and it is retried when
-  `retry()` is called (pods added, updated or removed, the node changed) and every
-  `retry_period` seconds.
+  resources the change asks more of (as upstream's resize). That is all admission asks: what
+  the change reads is the business of the stages after it, as upstream's (KEP-6395 lifecycle
+  phase 3): a volume whose ConfigMap or Secret does not exist (yet), or whose image is not on
+  the node, is allocated and its SetUp fails (`ErrorMounting`, a `FailedMount` event, retried
+  by the volume manager until it mounts); a container whose image is not on the node is
+  allocated and goes `ErrImagePull` / `ImagePullBackOff` (the pod worker). A change that does
+  not fit stays **pending**: `on_failed(pod, message)` (the agent posts a `FailedAllocation`
+  Warning event, once per distinct message) and it is retried when `retry()` is called (pods
+  added, updated or removed, the node changed) and every `retry_period` seconds.
 - Allocation stops once the pod is terminating or deleted (`withdraw(uid)`; its deletion
   needs no admission), and a pod forgotten (`forget`) is never allocated again: a change
   whose check or write was under way when the pod was forgotten is dropped without an event.
@@ -54,7 +56,7 @@ import contextlib
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +98,6 @@ ERROR = "error"
 _UNSTAGED = object()
 
 Obj = dict[str, Any]
-Lookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 
 
 @dataclass(frozen=True)
@@ -151,47 +152,17 @@ def describe_change(previous: Mapping[str, Any], current: Mapping[str, Any]) -> 
             f"removed containers={names(unallocated_containers(previous, current))}")
 
 
-def _volume_refs(volume: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(kind, name) of the non-optional ConfigMaps and Secrets a volume reads."""
-    refs: list[tuple[str, str]] = []
-    cm = volume.get("configMap")
-    if isinstance(cm, dict) and not cm.get("optional"):
-        refs.append(("configmap", str(cm.get("name") or "")))
-    secret = volume.get("secret")
-    if isinstance(secret, dict) and not secret.get("optional"):
-        refs.append(("secret", str(secret.get("secretName") or "")))
-    projected = volume.get("projected")
-    if isinstance(projected, dict):
-        for source in projected.get("sources") or []:
-            pcm = source.get("configMap")
-            if isinstance(pcm, dict) and not pcm.get("optional"):
-                refs.append(("configmap", str(pcm.get("name") or "")))
-            psecret = source.get("secret")
-            if isinstance(psecret, dict) and not psecret.get("optional"):
-                refs.append(("secret", str(psecret.get("name") or "")))
-    return refs
-
-
 class AllocationManager:
     """See the module docstring."""
 
     def __init__(self, checkpoint: AllocationCheckpoint, *,
                  node_allocatable: Callable[[], Mapping[str, Any]],
-                 get_configmap: Lookup, get_secret: Lookup,
-                 image_present: Callable[[str], bool],
                  gates: Mapping[str, bool] | None = None,
-                 retry_period: float = DEFAULT_RETRY_PERIOD,
-                 offload: Callable[..., Awaitable[Any]] = asyncio.to_thread) -> None:
-        """`offload` runs the image store's look-ups (a thread, or on the loop for the hollow
-        nodes, whose image store is in memory)."""
+                 retry_period: float = DEFAULT_RETRY_PERIOD) -> None:
         self.checkpoint = checkpoint
         self.node_allocatable = node_allocatable
-        self.get_configmap = get_configmap
-        self.get_secret = get_secret
-        self.image_present = image_present
         self.gates: Mapping[str, bool] = gates if gates is not None else {}
         self.retry_period = retry_period
-        self.offload = offload
         self.allocated: dict[str, Obj] = {}
         self.desired: dict[str, Obj] = {}  # pods with a change not allocated yet
         self.pending: dict[str, str] = {}  # uid -> why the change is not allocated
@@ -405,42 +376,13 @@ class AllocationManager:
 
     # -- the admission check ---------------------------------------------------------------
 
-    async def check(self, pod: Mapping[str, Any]) -> str:
-        """Why the change to `pod` cannot be allocated now ("" when it can)."""
+    def check(self, pod: Mapping[str, Any]) -> str:
+        """Why the change to `pod` cannot be allocated now ("" when it can): the node has
+        not the room it asks more of (see the module docstring: nothing else is checked)."""
         uid = _uid(pod)
-        old = self.allocated.get(uid) or {}
         shortage = insufficient(pod, self.others(uid), self.node_allocatable(), self.gates,
-                                baseline=old, needs=self.needs)
-        if shortage is not None:
-            return shortage.message
-        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
-        old_volumes = {str(v.get("name")): _canonical(v) for v in _spec(old).get("volumes")
-                       or []}
-        for volume in _spec(pod).get("volumes") or []:
-            name = str(volume.get("name"))
-            if old_volumes.get(name) == _canonical(volume):
-                continue
-            for kind, ref in _volume_refs(volume):
-                lookup = self.get_configmap if kind == "configmap" else self.get_secret
-                if await lookup(namespace, ref) is None:
-                    return f'volume "{name}": {kind} "{ref}" not found'
-            image = volume.get("image")
-            if isinstance(image, dict):
-                reference = str(image.get("reference") or "")
-                if not await self.offload(self.image_present, reference):
-                    return f'volume "{name}": image "{reference}" is not present on the node'
-        old_images = {str(c.get("name")): c.get("image") for kind in
-                      ("initContainers", "containers")
-                      for c in _spec(old).get(kind) or []}
-        for kind in ("initContainers", "containers"):
-            for container in _spec(pod).get(kind) or []:
-                name = str(container.get("name"))
-                ref = str(container.get("image") or "")
-                if old_images.get(name) == ref:
-                    continue
-                if not await self.offload(self.image_present, ref):
-                    return f'container "{name}": image "{ref}" is not present on the node'
-        return ""
+                                baseline=self.allocated.get(uid) or {}, needs=self.needs)
+        return "" if shortage is None else shortage.message
 
     async def try_allocate(self, pod: Mapping[str, Any]) -> AllocationResult:
         """Allocate the pod's changed spec if it fits, all or nothing."""
@@ -455,18 +397,11 @@ class AllocationManager:
             if not self.differs(pod):
                 self.withdraw(uid)
                 return AllocationResult(True)
-            outcome = DEFERRED
             name = trace.name_of(pod)
             trace.mark("kubelet.allocation_check", name)
-            try:
-                message = await self.check(pod)
-            except Exception as err:  # the API could not be asked: try again later
-                message = f"checking the change: {go_error_text(err)}"
-                outcome = ERROR
-            if self._forgotten(uid) or uid not in self.allocated:
-                return AllocationResult(False, "pod is gone")  # forgotten while checking
+            message = self.check(pod)
             if message:
-                return self._not_allocated(pod, message, outcome)
+                return self._not_allocated(pod, message, DEFERRED)
             previous = self.allocated[uid]
             current = allocated_view(pod)
             self._staged[uid] = current
