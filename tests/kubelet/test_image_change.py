@@ -1,7 +1,9 @@
 """A running container whose spec names another image (`kubectl set image` on a pod) is
 stopped and started again from it, as upstream's `containerChanged` restarts it (its hash
 covers a container's name and image only), whatever the restart policy; until then the
-status shows the image that runs. A real `Kubelet` on the fake runtime."""
+status shows the image that runs. An image the node does not have is no reason to refuse the
+update: the container is stopped for it all the same and goes `ErrImagePull` /
+`ImagePullBackOff`, as upstream's. A real `Kubelet` on the fake runtime."""
 
 from __future__ import annotations
 
@@ -45,3 +47,24 @@ async def test_a_new_image_restarts_the_running_container(tmp_path: Path) -> Non
         failures = [e["message"] for e in await h.events("w")
                     if e["reason"] in ("Failed", "BackOff")]
         assert failures == []
+
+
+async def test_a_new_image_the_node_does_not_have_is_pulled_and_backs_off(
+        tmp_path: Path) -> None:
+    """The update is allocated (no `FailedAllocation`) and actuated as upstream's: the
+    container is stopped for it and its start goes `ErrImagePull` / `ImagePullBackOff`."""
+    async with running_kubelet(tmp_path) as h:
+        await h.create(pod("w"))
+        first = await h.wait_pod("w", _running_from("busybox", 0))
+        first_id = container_status(first)["containerID"]
+        current = await h.api.get(POD)
+        current["spec"]["containers"][0]["image"] = "registry.example/absent:1"
+        await h.api.update(POD, current)
+        backing_off = await h.wait_pod("w", lambda p: (
+            container_status(p)["state"].get("waiting") or {}).get(
+                "reason") == "ImagePullBackOff", timeout=15)
+        assert container_status(backing_off)["lastState"]["terminated"]["containerID"] == \
+            first_id
+        reasons = [e["reason"] for e in await h.events("w")]
+        assert "FailedAllocation" not in reasons
+        assert "Killing" in reasons

@@ -36,9 +36,9 @@ pod's grace period (`Killing`: `Container c definition changed, will be restarte
 started again from the new image whatever the restart policy, as upstream's
 `containerChanged` does (its hash covers a container's name and image only); until then
 its status shows the image it runs. The kubelet allocates such an update first
-(`ephemera.kubelet.allocation`), and refuses it (`FailedAllocation`) while the new image is
-not on the node, so the container keeps running its old one instead of going into
-`ImagePullBackOff` as upstream's would.
+(`ephemera.kubelet.allocation`, which does not look at images): a new image the node does not
+have stops the container all the same, which then goes `ErrImagePull` / `ImagePullBackOff`,
+as upstream's (an added container likewise, while the others keep running).
 
 **Container config** (`containerconfig`): env (ConfigMaps, Secrets, downward API), argv,
 working dir, mounts (host dirs of the volume manager, subPath), the CRI log file
@@ -52,21 +52,24 @@ each container are kept (the latest and the one `lastState` and `--previous` sho
 `ephemera.kubelet.allocation`): after the first start, a container whose volumes are not all
 set up yet waits alone (`ContainerCreating`) while the others keep running; a running
 container whose pod-volume mounts differ from its spec and whose
-`dynamicVolumePolicy.restartPolicy` is `RestartContainer` is stopped with the pod's grace
-period (a `Killing` event `Container c definition changed, will be restarted`, upstream's
-text) and recreated with the new mounts (no crash back-off); an added container starts; a
-removed one is stopped (KEP-5972: it stays `Running`, with its `volumeMounts`, until it is
-killed) and, once stopped, leaves `containerStatuses` with its runtime containers and logs, so
-a healthy pod never shows the exit of a container it no longer has (`Error` in `kubectl get
-pods`) and the container's name and the volumes it mounted can be reused at once. (KEP-5972
-keeps up to 10 terminated statuses of removed containers; ephemera drops them, see
-docs/design.md.) Before a container is stopped for a change, the status is published, so a
-removed volume shows `Unmounting` while it stops.
+`dynamicVolumePolicy.restartPolicy` is `RestartContainer` is stopped, once every volume it
+now mounts is set up (until then, a volume `ErrorMounting` among them, it keeps running as it
+is: KEP-6395's State 4), with the pod's grace period (a `Killing` event `Container c
+definition changed, will be restarted`, upstream's text) and recreated with the new mounts
+(no crash back-off); an added container starts; a removed one is stopped (KEP-5972: it stays
+`Running`, with its `volumeMounts`, until it is killed) and, once stopped, leaves
+`containerStatuses` with its runtime containers and logs, so a healthy pod never shows the
+exit of a container it no longer has (`Error` in `kubectl get pods`) and the container's name
+and the volumes it mounted can be reused at once. (KEP-5972 keeps up to 10 terminated
+statuses of removed containers; ephemera drops them, see docs/design.md.) Before a container
+is stopped for a change, the status is published, so a removed volume shows `Unmounting`
+while it stops.
 A running container whose policy is `NotRequired` (DynamicVolumeHotPlug) is not stopped: its
-changed mounts are attached and detached while it runs (`LiveMountChange`,
-`ephemera.kubelet.hotplug`). Live changes run before the sync's other actions, and the
-statuses published on the way (before a stop) show them: a container restarted by the same
-update does not hold up its neighbour's live mounts or their report for its grace period.
+changed mounts are attached and detached while it runs, once its volumes are set up
+(`LiveMountChange`, `ephemera.kubelet.hotplug`). Live changes run before the sync's other
+actions, and the statuses published on the way (before a stop) show them: a container
+restarted by the same update does not hold up its neighbour's live mounts or their report for
+its grace period.
 
 `PodRuntimeCache` is the pod's runtime view KEP-6395's `IsVolumeInUseByPod` reads.
 """
