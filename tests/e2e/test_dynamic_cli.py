@@ -3,7 +3,9 @@ bin) against a real `ephemera up` with the real OCI runtime: add-volume of an em
 `--wait` (the container is restarted and sees the mount; `status` shows it HostMounted),
 remove-volume with `--wait` (pruned, the container restarted without it), add-container and
 remove-container with `--wait`, an invalid change answered with the server's causes and exit
-code 1, and `kubectl dynamic status` found by kubectl through PATH."""
+code 1, a change the node cannot allocate (`--wait` says why) and one reading a ConfigMap that
+does not exist yet (allocated, `ErrorMounting` until it is created, a later change not held up),
+and `kubectl dynamic status` found by kubectl through PATH."""
 
 from __future__ import annotations
 
@@ -197,6 +199,30 @@ def test_wait_on_a_change_the_node_cannot_allocate_says_why(k: Kubectl) -> None:
     p = pod_json(k, "w")
     assert _phase(p, "huge") is None
     assert container(p)["containerID"] == first_id  # never restarted for it
+
+    # A ConfigMap that does not exist yet is no reason to refuse a change (KEP-6395 phase
+    # 3): allocated, the volume fails to mount (the node retries it), `c` keeps running as it
+    # is, and a later change to the pod goes through meanwhile.
+    failing = plugin(k, "add-volume", "w", "--configmap", "task", "--mount", "c:/task",
+                     "--wait", "--timeout", "60")
+    assert failing.returncode == 1
+    assert failing.stderr.strip() == (
+        "error: volume task failed to mount (the node retries it): MountVolume.SetUp failed "
+        'for volume "task" : configmap "task" not found')
+    status = plugin(k, "status", "w")
+    assert _row(status.stdout, "task")[:5] == ["task", "configMap/task", "yes", "yes",
+                                               "ErrorMounting"]
+    assert _row(status.stdout, "c")[1:4] == ["keep:/keep,task:/task"] * 2 + ["keep:/keep"]
+    side = dynamic(k, "add-container", "w", "--name", "side", "--image", "busybox",
+                   "--wait", "--", "sh", "-c", SCRIPT)
+    assert side.returncode == 0, side.stderr
+    assert container(pod_json(k, "w"))["containerID"] == first_id
+    k("create", "configmap", "task", "--from-literal=job=42")
+    mounted = wait_pod(k, "w", lambda p: _phase(p, "task") == "HostMounted" and "running" in
+                       container(p).get("state", {}) and
+                       {m["name"] for m in container(p).get("volumeMounts") or []} ==
+                       {"keep", "task"}, "c restarted with /task")
+    assert container(mounted)["containerID"] != first_id
 
 
 def plugin(k: Kubectl, *args: str) -> subprocess.CompletedProcess[str]:

@@ -567,8 +567,8 @@ def pending_work(before: Pod, desired: Pod, now: Pod,
     for name in sorted(new_volumes - old_volumes - unmounted):
         entry = phases.get(name)
         phase = entry.get("hostPhase") if entry else None
-        if phase == "ErrorMounting":
-            raise CommandError(f"volume {name} failed to mount: "
+        if phase == "ErrorMounting":  # allocated; the node retries it (a missing Secret...)
+            raise CommandError(f"volume {name} failed to mount (the node retries it): "
                                f"{entry.get('errorMessage', '') if entry else ''}")
         if phase != "HostMounted":
             waiting.append(f"volume {name} is {phase or 'not yet reported'}")
