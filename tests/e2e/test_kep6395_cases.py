@@ -3,8 +3,10 @@ real kubectl (`patch --subresource=dynamic`, `exec`, `get --raw .../allocated`):
 added, the container restarted in place and writing to it; a ConfigMap and a Secret added and
 their keys seen as files; a volume removed and its host directory (a tmpfs) gone; a container
 and a volume added together. Plus a change that cannot be allocated staying pending
-(`Pending`, `Unallocated`, `FailedAllocation`) until another pod's deletion makes room, or
-until the Secret it reads is created (found by the allocation retry, every 10 s); and a
+(`Pending`, `Unallocated`, `FailedAllocation`) until another pod's deletion makes room; a
+change reading a Secret that does not exist yet allocated all the same, its volume
+`ErrorMounting` (a `FailedMount` event) and the container running as it was until the Secret
+is created (found by the volume manager's retries); and a
 removed volume's name refused while its teardown runs (`Unmounting`), accepted once pruned.
 
 Container IDs (`status.containerStatuses[*].containerID`) tell which containers restarted.
@@ -194,20 +196,26 @@ def test_unallocatable_change_stays_pending_until_room_appears(k: Kubectl) -> No
     assert exec_in(k, "w", "late", "grep ' /ram ' /proc/mounts | cut -d' ' -f3") == "tmpfs\n"
 
 
-def test_change_needing_a_missing_secret_applies_once_it_exists(k: Kubectl) -> None:
+def test_change_needing_a_missing_secret_is_allocated_and_mounts_once_it_exists(
+        k: Kubectl) -> None:
     p = create_running(k, worker())
     first = container(p)["containerID"]
     patch_dynamic(k, "w", add_volume({"name": "creds", "secret": {"secretName": "late"}},
                                      "/creds"))
-    pending = wait_pod(k, "w", lambda p: volume_phases(p).get("creds") == "Pending",
-                       "creds Pending")
-    assert container(pending)["containerID"] == first  # c waits for the allocation
+    failing = wait_pod(k, "w", lambda p: volume_phases(p).get("creds") == "ErrorMounting",
+                       "creds ErrorMounting")
+    message = 'MountVolume.SetUp failed for volume "creds" : secret "late" not found'
+    assert [v for v in failing["status"]["volumeStatuses"] if v["name"] == "creds"] == [
+        {"name": "creds", "hostPhase": "ErrorMounting", "errorMessage": message}]
+    assert [v["name"] for v in allocated_spec(k, "w")["volumes"]] == ["keep", "creds"]
+    # KEP-6395 State 4: c keeps running as it was, without the mount
+    assert container(failing)["containerID"] == first
+    assert mounted_names(failing) == {"keep"}
     events = wait(lambda: [e for e in k.json("get", "events", "--field-selector",
                                               "involvedObject.name=w")["items"]
-                           if e["reason"] == "FailedAllocation"],
-                  "a FailedAllocation event", k.cluster)
-    assert [e["message"] for e in events] == ['volume "creds": secret "late" not found']
-    assert [v["name"] for v in allocated_spec(k, "w")["volumes"]] == ["keep"]
+                           if e["reason"] == "FailedMount"],
+                  "a FailedMount event", k.cluster)
+    assert {(e["type"], e["message"]) for e in events} == {("Warning", message)}
 
     k("create", "secret", "generic", "late", "--from-literal=token=t0")
     restarted(k, first, {"keep": "HostMounted", "creds": "HostMounted"}, {"keep", "creds"})
