@@ -24,7 +24,7 @@ nothing is mounted or started for a change the node has not admitted.
   added, updated or removed, the node changed) and every `retry_period` seconds.
 - Allocation stops once the pod is terminating or deleted (`withdraw(uid)`; its deletion
   needs no admission), and a pod forgotten (`forget`) is never allocated again: a change
-  whose check or write was under way when the pod was forgotten is dropped without an event.
+  whose write was under way when the pod was forgotten is dropped without an event.
 - Every allocation is checkpointed (`checkpoint.AllocationCheckpoint`) before it takes
   effect: the change is *staged*, written (`store_async`: by the checkpoint's writer process
   or a thread, so the fsync never blocks the event loop; one write at a time, each carrying
