@@ -62,6 +62,7 @@ RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
 RESOLVE_IN_ROOT = 0x10
 CLONE_NEWNS = 0x20000
+CLONE_FS = 0x200
 MNT_DETACH = 0x2
 UMOUNT_NOFOLLOW = 0x8
 
@@ -70,6 +71,7 @@ _DIR = os.O_PATH | os.O_DIRECTORY
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_libc.unshare.argtypes = [ctypes.c_int]
 _libc.mkdirat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
@@ -220,6 +222,11 @@ class Namespaces:
         self.home = home
 
     def run(self, pidfd: int, work: Callable[[], Any]) -> Any:
+        if self.home is None and _libc.unshare(CLONE_FS) != 0:
+            # setns(2): a task that shares its filesystem attributes with another (CLONE_FS)
+            # cannot join a mount namespace (EINVAL); a forked child shares them with any
+            # thread a library's fork handler started in it.
+            raise _errno_error("unshare")
         if _libc.setns(pidfd, CLONE_NEWNS) != 0:
             raise _errno_error("setns")
         try:
