@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from ephemera.api import (
     apiservice,
+    configdata,
     endpoints,
     errors,
     field,
@@ -466,7 +467,23 @@ class NamespaceStrategy(Strategy):
 # --- the others ----------------------------------------------------------------------------
 
 
+class ConfigMapStrategy(Strategy):
+    """ConfigMaps: their keys, their size and `immutable` (`ephemera.api.configdata`)."""
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return configdata.validate_config_map(obj)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        errs.extend(configdata.validate_config_map_update(new, old))
+        return errs
+
+
 class SecretStrategy(Strategy):
+    """Secrets: `stringData` folded into `data`, the type defaulted; their keys, their size,
+    what their type requires, and `immutable` (`ephemera.api.configdata`)."""
+
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         fold_string_data(obj)
         obj.setdefault("type", "Opaque")
@@ -474,6 +491,15 @@ class SecretStrategy(Strategy):
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         fold_string_data(new)
         new.setdefault("type", old.get("type", "Opaque"))
+
+    def validate(self, obj: dict[str, Any]) -> list[FieldError]:
+        return configdata.validate_secret(obj)
+
+    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
+                      ) -> list[FieldError]:
+        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
+        errs.extend(configdata.validate_secret_update(new, old))
+        return errs
 
 
 def fold_string_data(secret: dict[str, Any]) -> None:
@@ -1005,6 +1031,7 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "namespaces"): NamespaceStrategy,
+    ("", "configmaps"): ConfigMapStrategy,
     ("", "secrets"): SecretStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
     ("", "events"): EventStrategy,
