@@ -256,6 +256,33 @@ def test_table_shape_and_include_object() -> None:
     assert to_table(PODS, [], now=NOW)["rows"] == []
 
 
+def test_scale_subresource_table_is_upstreams_print_scale() -> None:
+    """scaleColumnDefinitions: Name (no `name` format), Desired and Available integers, Age;
+    the cells of a Deployment's Scale are its name, spec.replicas, status.replicas, age."""
+    scale = {"kind": "Scale", "apiVersion": "autoscaling/v1",
+             "metadata": {"name": "dep1", "namespace": "default", "resourceVersion": "7",
+                          "creationTimestamp": ago(hours=5)},
+             "spec": {"replicas": 3}, "status": {"replicas": 2, "selector": "app=dep1"}}
+    table = to_table(res("deployments", "apps"), [scale], subresource="scale", now=NOW)
+    assert [(c["name"], c["type"], c["format"], c["priority"])
+            for c in table["columnDefinitions"]] == [
+        ("Name", "string", "", 0), ("Desired", "integer", "", 0),
+        ("Available", "integer", "", 0), ("Age", "string", "", 0)]
+    descriptions = [c["description"] for c in table["columnDefinitions"]]
+    assert descriptions[1:3] == [
+        "replicas is the desired number of instances for the scaled object.",
+        "replicas is the actual number of observed instances of the scaled object."]
+    assert descriptions[0].startswith("Name must be unique within a namespace.")
+    assert descriptions[3].startswith("CreationTimestamp is a timestamp")
+    [row] = table["rows"]
+    assert row["cells"] == ["dep1", 3, 2, "5h"]
+    assert row["object"] == {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": scale["metadata"]}
+    # a Scale without replicas prints Go's zero values
+    assert row_cells(res("replicationcontrollers"), {"metadata": {"name": "rc"}},
+                     NOW, "scale") == ["rc", 0, 0, "<unknown>"]
+
+
 def test_every_served_kind_has_as_many_cells_as_columns() -> None:
     from ephemera.apiserver.resources import RESOURCES
     for r in RESOURCES:

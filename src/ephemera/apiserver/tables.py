@@ -723,6 +723,23 @@ CONTROLLERREVISION_COLUMNS = [
 ]
 
 
+# The autoscaling/v1 Scale of a built-in kind's `scale` subresource (upstream's
+# `scaleColumnDefinitions` and `printScale`; its Name column has no `name` format).
+SCALE_COLUMNS = [
+    _col("Name", _NAME_DOC),
+    _col("Desired", "replicas is the desired number of instances for the scaled object.",
+         type_="integer"),
+    _col("Available", "replicas is the actual number of observed instances of the scaled "
+                      "object.", type_="integer"),
+    _age_col(),
+]
+
+
+def _scale_cells(scale: Obj, now: datetime) -> list[Any]:
+    return [_name(scale, now), _int(_d(scale, "spec").get("replicas")),
+            _int(_d(scale, "status").get("replicas")), _age(scale, now)]
+
+
 def _template_cells(obj: Obj) -> list[str]:
     containers = _l(obj, "spec", "template", "spec", "containers")
     return [",".join(str(_d(c).get("name", "")) for c in containers),
@@ -912,20 +929,26 @@ def set_custom_printers(printers: Mapping[Resource, Printer]) -> None:
     _custom_printers.update(printers)
 
 
-def _printer(resource: Resource) -> Printer:
+def _printer(resource: Resource, subresource: str = "") -> Printer:
+    """The printer of `resource`'s objects, or of what its `subresource` answers. A custom
+    resource's Scale prints with the CRD's columns, as upstream's scale endpoint keeps the
+    custom resource's table convertor; a built-in kind's Scale with the Scale printer."""
     custom = _custom_printers.get(resource)
     if custom is not None:
         return custom
+    if subresource == "scale":
+        return SCALE_COLUMNS, _scale_cells
     return _PRINTERS.get((resource.group, resource.plural), _DEFAULT_PRINTER)
 
 
-def column_definitions(resource: Resource) -> list[dict[str, Any]]:
-    columns, _ = _printer(resource)
+def column_definitions(resource: Resource, subresource: str = "") -> list[dict[str, Any]]:
+    columns, _ = _printer(resource, subresource)
     return [dict(c) for c in columns]
 
 
-def row_cells(resource: Resource, obj: Obj, now: datetime | None = None) -> list[Any]:
-    _, cells = _printer(resource)
+def row_cells(resource: Resource, obj: Obj, now: datetime | None = None,
+              subresource: str = "") -> list[Any]:
+    _, cells = _printer(resource, subresource)
     return cells(obj, now or datetime.now(UTC))
 
 
@@ -947,14 +970,16 @@ def to_table(
     now: datetime | None = None,
     metadata: Mapping[str, Any] | None = None,
     api_version: str = "meta.k8s.io/v1",
+    subresource: str = "",
 ) -> dict[str, Any]:
-    """A Table of `objects` (one row each). `metadata` is the list metadata to carry
-    (`resourceVersion`, `continue`); `with_columns=False` sends `columnDefinitions: null`, as
-    watch events after the first may."""
+    """A Table of `objects` (one row each), of `resource` or of what its `subresource`
+    answers (a Scale). `metadata` is the list metadata to carry (`resourceVersion`,
+    `continue`); `with_columns=False` sends `columnDefinitions: null`, as watch events after
+    the first may."""
     now = now or datetime.now(UTC)
     rows: list[dict[str, Any]] = []
     for obj in objects:
-        row: dict[str, Any] = {"cells": row_cells(resource, obj, now)}
+        row: dict[str, Any] = {"cells": row_cells(resource, obj, now, subresource)}
         if resource.plural == "pods" and not resource.group:
             conditions = _pod_conditions(obj)
             if conditions:
@@ -968,7 +993,8 @@ def to_table(
         "kind": "Table",
         "apiVersion": api_version,
         "metadata": dict(metadata or {}),
-        "columnDefinitions": column_definitions(resource) if with_columns else None,
+        "columnDefinitions": (column_definitions(resource, subresource) if with_columns
+                              else None),
         "rows": rows,
     }
 
