@@ -257,6 +257,20 @@ async def test_table_columns_and_selectors(api: Api) -> None:
     assert status == 400 and body["message"] == "field label not supported: spec.cronSpec"
 
 
+async def test_scale_subresource_table_has_the_crd_columns(api: Api) -> None:
+    """Upstream's scale endpoint of a custom resource keeps the custom resource's table
+    convertor: the CRD's columns, evaluated against the Scale."""
+    await make_crd(api)
+    await api.post(CT, crontab("t1", replicas=2))
+    status, table = await api.get(f"{CT}/t1/scale", headers={"Accept": TABLE_ACCEPT})
+    assert status == 200, table
+    assert table["kind"] == "Table"
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Spec", "Replicas"]
+    [row] = table["rows"]
+    assert row["cells"] == ["t1", None, 2]  # a Scale has no .spec.cronSpec
+    assert row["object"]["metadata"]["name"] == "t1"
+
+
 async def test_cluster_scoped_and_openapi(api: Api) -> None:
     body = crd(scope="Cluster")
     body["spec"]["versions"] = body["spec"]["versions"][:1]

@@ -218,6 +218,29 @@ async def test_scale_subresource(api: Api) -> None:
 SCALE_REPLICAS_TYPE = "into Go struct field ScaleSpec.spec.replicas of type int32"
 
 
+async def test_scale_subresource_table(api: Api) -> None:
+    """`kubectl get deploy web --subresource=scale`: upstream's Scale columns and cells."""
+    assert (await api.post(DEPLOYS, deployment("web")))[0] == 201
+    status, scale = await api.get(f"{DEPLOYS}/web/scale")
+    status, table = await api.get(f"{DEPLOYS}/web/scale", headers={"Accept": TABLE_ACCEPT})
+    assert status == 200, table
+    assert (table["kind"], table["apiVersion"]) == ("Table", "meta.k8s.io/v1")
+    assert [(c["name"], c["type"], c["format"]) for c in table["columnDefinitions"]] == [
+        ("Name", "string", ""), ("Desired", "integer", ""), ("Available", "integer", ""),
+        ("Age", "string", "")]
+    [row] = table["rows"]
+    assert row["cells"][:3] == ["web", 3, 0]
+    assert row["cells"][3].endswith("s")  # seconds old
+    assert row["object"] == {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": scale["metadata"]}
+    assert table["metadata"] == {"resourceVersion": scale["metadata"]["resourceVersion"]}
+    status, full = await api.get(f"{DEPLOYS}/web/scale?includeObject=Object",
+                                 headers={"Accept": TABLE_ACCEPT})
+    assert full["rows"][0]["object"] == scale
+    status, body = await api.get(f"{DEPLOYS}/nope/scale", headers={"Accept": TABLE_ACCEPT})
+    assert status == 404, body
+
+
 async def test_scale_write_of_a_non_integer_is_a_decode_error(api: Api) -> None:
     """A Scale decodes into autoscaling/v1 Scale: replicas of another type is refused (a
     patch 422 on the field `patch`, a PUT 400) and the parent keeps its replicas."""

@@ -809,11 +809,12 @@ def response_form(request: web.Request) -> str | None:
 
 
 def as_form(form: str, request: web.Request, res: Resource, objs: list[dict[str, Any]],
-            list_meta: dict[str, Any], *, single: bool) -> dict[str, Any]:
+            list_meta: dict[str, Any], *, single: bool, subresource: str = "") -> dict[str, Any]:
+    """`objs` (of `res`, or what its `subresource` answers) in the `response_form`."""
     if form.startswith("Table:"):
         include = tables.parse_include_object(request.query.get("includeObject"))
         return tables.to_table(res, objs, include_object=include, metadata=list_meta,
-                               api_version=form.split(":", 1)[1])
+                               api_version=form.split(":", 1)[1], subresource=subresource)
     partial = [tables.partial_object_metadata(o) for o in objs]
     if single and form == "PartialObjectMetadata":
         return partial[0]

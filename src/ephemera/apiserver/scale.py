@@ -1,10 +1,11 @@
 """The `scale` subresource, as upstream's ScaleREST, of Deployments, ReplicaSets,
 StatefulSets and ReplicationControllers (`ephemera.pods.workloads.scale_of`, `spec.replicas`)
 and of custom resources (the CRD's paths, `ephemera.apiserver.customscale`): GET answers the
-parent as an autoscaling/v1 Scale; PUT and PATCH (JSON and merge patches of the Scale, and
-strategic merge for the built-in kinds) decode the Scale as upstream decodes it into its Go
-type (a PUT's replicas of the wrong type 400, a patched one 422 on the field `patch`; unknown
-fields as `fieldValidation` says), validate it (`ValidateScale`, 422 of kind
+parent as an autoscaling/v1 Scale, or as the Accept header asks, its Table
+(`ephemera.apiserver.tables`) or PartialObjectMetadata; PUT and PATCH (JSON and merge patches
+of the Scale, and strategic merge for the built-in kinds) decode the Scale as upstream decodes
+it into its Go type (a PUT's replicas of the wrong type 400, a patched one 422 on the field
+`patch`; unknown fields as `fieldValidation` says), validate it (`ValidateScale`, 422 of kind
 `Scale.autoscaling`), check its resourceVersion against the parent's (409) and write the
 replicas into the parent through the registry's update (the parent's defaults, admission,
 validation and generation rules), answering the new Scale. Server-side apply of a Scale is
@@ -30,6 +31,7 @@ from ephemera.apiserver.rest import (
     PATCH_STRATEGIC,
     PATCH_TYPES,
     Target,
+    as_form,
     check_kind,
     check_patched,
     dry_run,
@@ -38,6 +40,7 @@ from ephemera.apiserver.rest import (
     record_update,
     request_user,
     respond,
+    response_form,
 )
 from ephemera.pods import workloads
 
@@ -77,7 +80,7 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
     access = scale_access(registry, res)
     if request.method == "GET":
         obj = await registry.get(res, target.namespace, target.name)
-        return respond(access.read(obj))
+        return respond_scale(request, res, access.read(obj))
     if request.method not in ("PUT", "PATCH"):
         raise method_not_allowed()
     is_patch = request.method == "PATCH"
@@ -139,6 +142,17 @@ async def handle_scale(request: web.Request, target: Target, registry: Registry,
     result, _ = await registry.update(res, target.namespace, target.name, compute,
                                       dry_run=dry)
     return respond(access.read(result), warnings=warnings)
+
+
+def respond_scale(request: web.Request, res: Resource, scale: dict[str, Any]) -> web.Response:
+    """A read Scale as the Accept header asks: plain JSON, or a Table (`tables`' printer of
+    `res`'s Scale) or PartialObjectMetadata, as `RestHandlers.get` answers an object."""
+    form = response_form(request)
+    if form is None:
+        return respond(scale)
+    list_meta = {"resourceVersion": (scale.get("metadata") or {}).get("resourceVersion", "")}
+    return respond(as_form(form, request, res, [scale], list_meta, single=True,
+                           subresource="scale"))
 
 
 def replicas_of(scale: dict[str, Any]) -> int:
