@@ -143,6 +143,13 @@ async def test_watch_timeout_ends_stream(api: Api) -> None:
     assert await watch.ended(timeout=10)
 
 
+async def test_a_negative_watch_timeout_ends_the_stream_at_once(api: Api) -> None:
+    """upstream's watch timer of a negative duration fires at once (it is not the default
+    timeout, which lasts minutes)."""
+    watch = await open_watch(api, f"{CMS}?watch=true&timeoutSeconds=-5")
+    assert await watch.ended(timeout=10)
+
+
 async def test_watch_from_compacted_revision_sends_expired_error(api: Api) -> None:
     await api.keep_watch_history("/registry/configmaps/", 1)  # the watch goes to the store
     _, cm = await api.post(CMS, configmap("c1"))

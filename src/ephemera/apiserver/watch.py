@@ -18,8 +18,9 @@
   client that fell behind for a while) go out in one write, one chunk (`Watcher.take_ready`);
   a lone event goes at once.
 - `timeoutSeconds` (default: a random time between the configured minimum and twice it, as
-  upstream), a store `WatcherDropped` (the client fell behind) or the server shutting down end
-  the stream cleanly; the client re-lists and watches again.
+  upstream; a negative one ends the stream at once, as upstream's timer), a store
+  `WatcherDropped` (the client fell behind) or the server shutting down end the stream
+  cleanly; the client re-lists and watches again.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ async def serve_watch(request: web.Request, registry: Registry, target: Target,
     read = listoptions.watch_read(options)
     allow_bookmarks = options.allow_watch_bookmarks
     timeout_seconds = options.timeout_seconds
-    if timeout_seconds is not None and timeout_seconds > 0:
+    if timeout_seconds:
+        # as upstream's timer: a negative timeoutSeconds has run out already
         timeout = float(timeout_seconds)
     else:
         timeout = settings.min_timeout * (1 + random.random())
