@@ -219,12 +219,17 @@ class Strategy:
 
     def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
                       ) -> list[FieldError]:
-        """`ValidateObjectMetaUpdate`, plus the kind's own `validate` on a main-resource
-        update."""
+        """`ValidateObjectMetaUpdate`, plus the kind's own `validate_update` on a
+        main-resource update."""
         errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
         if not subresource:
-            errs.extend(self.validate(new))
+            errs.extend(self.validate_update(new, old))
         return errs
+
+    def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+        """The kind's own validation of a main-resource update beyond metadata: `validate`
+        of the new object unless the kind has update rules of its own."""
+        return self.validate(new)
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         """A main-resource update: the status of a kind with a status subresource stays."""
@@ -473,11 +478,8 @@ class ConfigMapStrategy(Strategy):
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return configdata.validate_config_map(obj)
 
-    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
-                      ) -> list[FieldError]:
-        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
-        errs.extend(configdata.validate_config_map_update(new, old))
-        return errs
+    def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+        return configdata.validate_config_map_update(new, old)
 
 
 class SecretStrategy(Strategy):
@@ -495,11 +497,8 @@ class SecretStrategy(Strategy):
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return configdata.validate_secret(obj)
 
-    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
-                      ) -> list[FieldError]:
-        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
-        errs.extend(configdata.validate_secret_update(new, old))
-        return errs
+    def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+        return configdata.validate_secret_update(new, old)
 
 
 def fold_string_data(secret: dict[str, Any]) -> None:
@@ -543,12 +542,8 @@ class LimitRangeStrategy(Strategy):
     def validate(self, obj: dict[str, Any]) -> list[FieldError]:
         return validate_limit_range(obj, self.gates)
 
-    def update_errors(self, new: dict[str, Any], old: dict[str, Any], subresource: str = ""
-                      ) -> list[FieldError]:
-        errs = meta_validation.validate_object_meta_update(_md(new), _md(old))
-        if not subresource:
-            errs.extend(validate_limit_range(new, self.gates, old))
-        return errs
+    def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+        return validate_limit_range(new, self.gates, old)
 
 
 class CertificateSigningRequestStrategy(Strategy):
