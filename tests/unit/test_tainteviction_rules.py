@@ -14,6 +14,7 @@ from ephemera.controllers.tainteviction import (
     matching_tolerations,
     no_execute_taints,
 )
+from ephemera.scheduler.plugins import Taint
 
 T0 = "2026-01-01T00:00:00Z"
 EPOCH = parse_time(T0).timestamp()  # type: ignore[union-attr]
@@ -77,7 +78,7 @@ def test_zero_or_negative_seconds_are_at_once_and_a_missing_time_added_is_first_
     tol = [toleration("k", seconds=10)]
     assert eviction_time([bare], tol, EPOCH) == EPOCH + 10
     assert eviction_time([bare], tol, EPOCH + 50,
-                         {("k", "", "NoExecute"): EPOCH + 20}) == EPOCH + 30
+                         {Taint("k", "", "NoExecute"): EPOCH + 20}) == EPOCH + 30
     # a timeAdded in the future (another clock) counts from now
     future = {**UNREACHABLE, "timeAdded": "2026-01-01T01:00:00Z"}
     assert eviction_time([future], [toleration(seconds=10)], EPOCH) == EPOCH + 10

@@ -318,8 +318,7 @@ class CustomResources:
     async def close(self) -> None:
         if self._task is not None:
             await cancel_and_wait(self._task)
-        for task in list(self._teardowns):
-            await cancel_and_wait(task)
+        await cancel_and_wait(*self._teardowns)
         await self.informer.close()
 
     async def object_created(self, resource: Resource, obj: dict[str, Any]) -> None:

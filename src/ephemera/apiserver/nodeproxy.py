@@ -66,6 +66,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import aiohttp
 from aiohttp import web
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api import errors, field
 from ephemera.api.errors import StatusError
 from ephemera.api.goformat import go_quote
@@ -511,8 +512,4 @@ async def _relay_websockets(client: web.WebSocketResponse,
                 await upstream.close()
         await asyncio.wait({down, up}, timeout=10)
     finally:
-        for task in (down, up):
-            if not task.done():
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(down, up)

@@ -602,7 +602,7 @@ class RestHandlers:
             if err is not None:
                 # the delete handler answers its decoder's error as it is: not a Status
                 # error, so a 500 with no reason (`ErrorToAPIStatus`)
-                raise StatusError(500, "", err)
+                raise errors.unknown(err)
         return delete_options_of(request, data)
 
     async def evict(self, request: web.Request, target: Target) -> web.Response:

@@ -37,6 +37,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.cli import flags
 from ephemera.cli.tokens import duration
 from ephemera.client import (
@@ -245,9 +246,7 @@ async def _run_controllers(api: ApiClient, args: argparse.Namespace, server: str
         done, _ = await asyncio.wait({*controllers, stopper},
                                      return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for t in (*controllers, stopper):
-            t.cancel()
-        await asyncio.gather(*controllers, stopper, return_exceptions=True)
+        await cancel_and_wait(*controllers, stopper)
     failed = sorted((t for t in done if t in controllers), key=lambda t: t.get_name())
     for t in failed:
         error = t.exception() if not t.cancelled() else None

@@ -72,11 +72,6 @@ def _taint(taint: Obj) -> Taint:
                  str(taint.get("effect") or ""))
 
 
-def _taint_id(taint: Obj) -> tuple[str, str, str]:
-    return (str(taint.get("key") or ""), str(taint.get("value") or ""),
-            str(taint.get("effect") or ""))
-
-
 def matching_tolerations(taints: Sequence[Obj], tolerations: Sequence[Obj]
                          ) -> list[Obj] | None:
     """upstream's `GetMatchingTolerations`: for each taint the first toleration that
@@ -93,7 +88,7 @@ def matching_tolerations(taints: Sequence[Obj], tolerations: Sequence[Obj]
 
 
 def eviction_time(taints: Sequence[Obj], tolerations: Sequence[Obj], now: float,
-                  seen: Mapping[tuple[str, str, str], float] | None = None) -> float | None:
+                  seen: Mapping[Taint, float] | None = None) -> float | None:
     """When a pod with `tolerations` on a node with NoExecute `taints` (not empty) is due for
     deletion, in seconds of `time.time()`: `now` when a taint is not tolerated, None when it
     tolerates them all forever. A taint counts from its `timeAdded`, else from when it was
@@ -109,7 +104,7 @@ def eviction_time(taints: Sequence[Obj], tolerations: Sequence[Obj], now: float,
             continue  # forever
         added = parse_time(taint.get("timeAdded"))
         start = (added.timestamp() if added is not None
-                 else (seen or {}).get(_taint_id(taint), now))
+                 else (seen or {}).get(_taint(taint), now))
         when = min(start, now) + max(seconds, 0)
         due = when if due is None else min(due, when)
     return due
@@ -132,7 +127,7 @@ class TaintEvictionController:
         # node -> its NoExecute taints (upstream's `taintedNodes`)
         self.tainted: dict[str, list[Obj]] = {}
         # node -> taint (key, value, effect) -> when this controller first saw it
-        self._seen: dict[str, dict[tuple[str, str, str], float]] = {}
+        self._seen: dict[str, dict[Taint, float]] = {}
         # pod key -> when it is to be deleted (scheduled, not yet done)
         self.due: dict[str, float] = {}
         # pods deleted by this controller (upstream's finished workers)
@@ -160,7 +155,7 @@ class TaintEvictionController:
         now = self.clock()
         if taints:
             seen = self._seen.get(name, {})
-            self._seen[name] = {tid: seen.get(tid, now) for tid in map(_taint_id, taints)}
+            self._seen[name] = {tid: seen.get(tid, now) for tid in map(_taint, taints)}
             self.tainted[name] = taints
         else:
             self.tainted.pop(name, None)

@@ -72,6 +72,7 @@ from ephemera.kubelet.stats.provider import (
     Summary,
     is_local_ephemeral_volume,
 )
+from ephemera.pods.conditions import disruption_target
 from ephemera.pods.resources import (
     RESOURCE_EPHEMERAL_STORAGE,
     RESOURCE_MEMORY,
@@ -101,7 +102,6 @@ CONTAINER_USAGE_MESSAGE: Final = (
     "has larger consumption of {resource}. ")
 POD_USAGE_MESSAGE: Final = (
     "Pod {pod} was using {usage}, request is {request}, has larger consumption of {resource}. ")
-DISRUPTION_TARGET: Final = "DisruptionTarget"
 TERMINATION_BY_KUBELET: Final = "TerminationByKubelet"
 
 # The resources a node-pressure eviction reclaims (every signal's).
@@ -354,7 +354,6 @@ def node_pressure_eviction(
                                                 observations, gates)
         grace = (IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS
                  if to_reclaim.grace_period_seconds == 0 else 30)
-        condition = {"type": DISRUPTION_TARGET, "status": "True",
-                     "reason": TERMINATION_BY_KUBELET, "message": message}
+        condition = disruption_target(TERMINATION_BY_KUBELET, message)
         return Eviction(pod, to_reclaim.signal, message, grace, annotations, condition)
     return None

@@ -89,6 +89,7 @@ from typing import Any
 import orjson
 
 from ephemera import trace
+from ephemera.aiotasks import cancel_and_wait
 from ephemera.api.goformat import go_error_text
 from ephemera.kubelet.volumes.base import (
     VolumeHost,
@@ -798,10 +799,8 @@ class VolumeManager:
             # land after the caller believes everything stopped); cancel only stragglers.
             tasks = list(self._ops.values())
             if tasks:
-                _done, pending = await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT)
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.wait(tasks, timeout=_DRAIN_TIMEOUT)
+                await cancel_and_wait(*tasks)  # the stragglers; the others' ends taken
             self._wake_event = None
 
     def _scan_disk(self) -> list[MountedVolume]:
