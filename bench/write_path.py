@@ -378,15 +378,30 @@ async def loop_lease_patch(admin: Client, node: Client, watch: Watch, lease: dic
     return rows, lease
 
 
+async def loop_event(admin: Client, node: Client, watch: Watch, pod: dict[str, Any],
+                     start: int, count: int
+                     ) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    """`--path event`: per iteration the kubelet's POST of a new Event about the pod (each
+    pod of the scale path gets four: Scheduled, Pulled, Created, Started)."""
+    rows = []
+    for index in range(start, start + count):
+        t0 = time.perf_counter()
+        await node.call("POST", f"/api/v1/namespaces/{NAMESPACE}/events",
+                        scale_event(pod, index))
+        rows.append({"event": time.perf_counter() - t0})
+    return rows, pod
+
+
 Loop = Callable[[Client, Client, Watch, dict[str, Any], int, int],
                 Awaitable[tuple[list[dict[str, float]], dict[str, Any]]]]
 PATHS: dict[str, Loop] = {"live": loop, "create": loop_create, "lease": loop_lease,
-                          "lease-patch": loop_lease_patch}
+                          "lease-patch": loop_lease_patch, "event": loop_event}
 KEYS = {"live": ("put", "put_event", "patch", "patch_event"),
         "create": ("create", "create_event", "bind", "bind_event", "status", "status_event",
                    "event"),
-        "lease": ("renew", "renew_event"), "lease-patch": ("renew", "renew_event")}
-WRITES = {"live": 2, "create": 4, "lease": 1, "lease-patch": 1}
+        "lease": ("renew", "renew_event"), "lease-patch": ("renew", "renew_event"),
+        "event": ("event",)}
+WRITES = {"live": 2, "create": 4, "lease": 1, "lease-patch": 1, "event": 1}
 
 
 async def start(admin: Client, node: Client, warmup: int, path: str = "live"
