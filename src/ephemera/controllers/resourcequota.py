@@ -93,7 +93,7 @@ class ResourceQuotaController:
             self._queue.put_nowait(namespace)
 
     def _has_quotas(self, namespace: str) -> bool:
-        return any(_namespace(q) == namespace for q in self.quotas.list())
+        return bool(self.quotas.list(namespace))
 
     def _quota_added(self, obj: Obj) -> None:
         self.enqueue(_namespace(obj))
@@ -110,8 +110,12 @@ class ResourceQuotaController:
             self.enqueue(namespace)
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
-        if self.evaluator.usage(old) != self.evaluator.usage(new):
-            self._pod_changed(new)
+        # The namespace's quotas first: a pod's usage is computed (twice) only when a quota
+        # could count it, not for every status write of a namespace without one.
+        namespace = _namespace(new)
+        if self._has_quotas(namespace) and \
+                self.evaluator.usage(old) != self.evaluator.usage(new):
+            self.enqueue(namespace)
 
     # -- running -------------------------------------------------------------------------
 
