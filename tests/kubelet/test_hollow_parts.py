@@ -87,3 +87,51 @@ async def test_heartbeats_due_within_a_tick_go_at_one_wakeup(tmp_path: Path) -> 
     wakeups = 1 + sum(1 for a, b in itertools.pairwise(renewed) if b - a > 0.001)
     assert HEARTBEAT_TICK == 0.05
     assert wakeups <= 23, wakeups  # 1 s / 50 ms, and the ends
+
+
+async def test_a_node_relists_only_after_a_change_or_when_an_exit_falls_due(
+        tmp_path: Path) -> None:
+    """A settled node's relist would list the same runtime again, so the relister skips it;
+    a started container makes the next one due, and so does a `sleep` container's exit time
+    passing (the container exits as it is listed, and the relist reports the pod)."""
+    config = HollowConfig(count=1, root_dir=tmp_path, pod_lifetime=60.0)
+    api = ApiClient(ClientConfig(server="https://127.0.0.1:1"))  # never called here
+    node = HollowNodes(api, config).nodes["hollow-node-0"]
+    changed: list[str] = []
+    node.relister.on_changed = changed.append
+    now = time.time()
+    assert node.relist_due(now)  # never listed
+    await node.relist_once()
+    assert not node.relist_due(now)
+
+    runtime = node.runtime
+    sandbox = SandboxConfig(pod_uid="u", namespace="default", name="p", hostname="p",
+                            host_network=False, labels={})
+    sandbox_id = await runtime.run_pod_sandbox(sandbox)
+    config_c = ContainerConfig(name="c", attempt=0, image="busybox", image_id="sha256:x",
+                               rootfs_layers=(), argv=HOLLOW_COMMAND, env=(),
+                               working_dir="/", mounts=(), log_path=None, tty=False,
+                               stdin=False, stdin_once=False, labels={})
+    cid = await runtime.create_container(sandbox_id, config_c, sandbox)
+    await runtime.start_container(cid)
+    assert node.relist_due(time.time())
+    await node.relist_once()
+    assert changed == ["u"]
+    assert not node.relist_due(time.time())
+
+    # Its sixty seconds are up a minute from now: due then, not before.
+    assert not node.relist_due(time.time() + 59)
+    assert node.relist_due(time.time() + 61)
+    runtime.containers[cid].run_until = time.time() - 1  # as if the minute had passed
+    runtime._exits = [(runtime.containers[cid].run_until, cid)]
+    assert node.relist_due(time.time())
+    await node.relist_once()
+    assert changed == ["u", "u"]
+    assert runtime.containers[cid].state == ContainerState.EXITED.value
+    # The exit was a change made while that relist ran: one more relist, which finds
+    # nothing new, and then nothing is due.
+    assert node.relist_due(time.time())
+    await node.relist_once()
+    assert changed == ["u", "u"]
+    assert not node.relist_due(time.time() + 3600)
+    await api.close()

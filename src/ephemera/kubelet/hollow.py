@@ -38,7 +38,8 @@ requests in flight (a node whose previous one is still in flight skips its turn)
 of its own (`_LeaseThread`: its own event loop, and a client made there), so that a renewal
 waits for the GIL, not behind the main loop's queued callbacks; and one
 relister (PLEG) that lists each node's fake runtime once per `relist_period`, spread over
-it.
+it, and skips a node whose runtime made no change since its last listing and has no exit
+due (the listing would be the same: `HollowNode.relist_due`).
 
 A process stopped cleanly writes its nodes' runtimes and allocated pods (`STATE_FILE`) and
 the next one adopts them, as a kubelet restarted on a real runtime adopts its containers: no
@@ -347,6 +348,7 @@ class HollowNode:
         self.volumes.subscribe(self.workers.wake)
         self.relister = Relister(self.runtime, self.workers.wake,
                                  period=config.relist_period)
+        self._relisted_generation = -1  # the runtime's change count when last relisted
         self.started = False
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -374,6 +376,21 @@ class HollowNode:
         return any(any(m.volume_name == volume_name for m in c.mounts)
                    for c in self.relister.snapshot.pod_containers(uid)
                    if c.state.value in ("RUNNING", "CREATED"))
+
+    # -- relisting --
+
+    def relist_due(self, now: float) -> bool:
+        """Whether a relist could find a change: the runtime changed since the last relist
+        (`relist_once`), or a container's exit is due (it exits as it is listed)."""
+        return (self.runtime.generation != self._relisted_generation
+                or self.runtime.exit_due(now))
+
+    async def relist_once(self) -> None:
+        """One relist; the runtime's change count is taken before it, so a change made while
+        it ran makes the next one due."""
+        generation = self.runtime.generation
+        await self.relister.relist()
+        self._relisted_generation = generation
 
     # -- lifecycle --
 
@@ -734,7 +751,8 @@ class HollowNodes:
             for node in nodes:
                 began = time.monotonic()
                 try:
-                    await node.relister.relist()
+                    if node.relist_due(time.time()):
+                        await node.relist_once()
                 except Exception:
                     log.exception("relisting node %s", node.name)
                 left = step - (time.monotonic() - began)

@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import heapq
 import ipaddress
 import json
 import secrets
@@ -143,6 +144,9 @@ class FakeRuntime(RuntimeService):
         # node builds nothing).
         self._generation = 0
         self._statuses: dict[str, tuple[int, ContainerStatus]] = {}
+        # The `sleep` containers' exit times, soonest first, as (run_until, id); an entry
+        # whose container exited or went is dropped when it comes up (`exit_due`).
+        self._exits: list[tuple[float, str]] = []
         self._sandbox_listing: tuple[int, list[SandboxStatus]] | None = None
         self.pod_cidr = ""
         self.state_file = (Path(root) / "runtime" / "fake-state.json"
@@ -159,7 +163,27 @@ class FakeRuntime(RuntimeService):
         """Take the sandboxes and containers of `state()` (of a runtime before this one)."""
         self.sandboxes = {k: _Sandbox(**v) for k, v in data["sandboxes"].items()}
         self.containers = {k: _Container(**v) for k, v in data["containers"].items()}
+        self._exits = [(c.run_until, c.id) for c in self.containers.values() if c.run_until]
+        heapq.heapify(self._exits)
         self._generation += 1
+
+    @property
+    def generation(self) -> int:
+        """How many changes the runtime has made: a listing taken at one count stands until
+        the count moves or an exit falls due (`exit_due`)."""
+        return self._generation
+
+    def exit_due(self, now: float) -> bool:
+        """Whether a running `sleep` container's time is up at `now` (wall clock): it exits
+        when next read, a change that has not moved `generation` yet."""
+        while self._exits:
+            until, container_id = self._exits[0]
+            container = self.containers.get(container_id)
+            if (container is not None and container.run_until == until
+                    and container.state == ContainerState.RUNNING.value):
+                return until <= now
+            heapq.heappop(self._exits)
+        return False
 
     def _save(self) -> None:
         """Record a change: persisted when the runtime persists, and counted."""
@@ -334,6 +358,7 @@ class FakeRuntime(RuntimeService):
             self._exit(container, 0, "", now)
         elif decision and decision[0] == "sleep":
             container.run_until = now + float(decision[1])
+            heapq.heappush(self._exits, (container.run_until, container.id))
         self._save()
 
     async def stop_container(self, container_id: str, timeout: float) -> None:
