@@ -31,7 +31,8 @@ namespace cache, the Node authorizer's graph).
   Writes by another apiserver sharing the store reach the cache when its watch delivers
   them, as upstream's informers do.
 
-Objects handed out by a `Mirror` are shared: readers must not change them.
+Objects handed out by a `Mirror` are shared: readers must not change them (an event's object
+is the one the watch cache's other consumers decoded, `ephemera.apiserver.watchcache.decoded`).
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ephemera.apiserver.resources import Resource
+from ephemera.apiserver.watchcache import WatchCache, decoded
 from ephemera.client import reflector as shared
 from ephemera.client.reflector import Expired, ListChunk, ListWatchError
 from ephemera.store import Compacted, Event, KeyValue, Store, StoreError
 
 if TYPE_CHECKING:
     from ephemera.apiserver.registry import Codec, Registry
-    from ephemera.apiserver.watchcache import WatchCache
 
 log = logging.getLogger("ephemera.apiserver")
 
@@ -275,7 +276,7 @@ class Mirror:
         if event.type == "DELETE":
             self.delete(namespace, name, event.revision)
         else:
-            self.put(namespace, name, event.revision, self.codec.decode(event.kv))
+            self.put(namespace, name, event.revision, decoded(event, self.codec))
 
     def put(self, namespace: str, name: str, revision: int, obj: dict[str, Any]) -> bool:
         """The object as written at `revision`, unless the mirror knows better: a newer

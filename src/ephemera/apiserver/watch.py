@@ -42,7 +42,7 @@ from ephemera.apiserver import tables
 from ephemera.apiserver.registry import Codec, Registry, dumps
 from ephemera.apiserver.resources import Resource
 from ephemera.apiserver.rest import Target, response_form, selection
-from ephemera.apiserver.watchcache import SharedEvent
+from ephemera.apiserver.watchcache import SharedEvent, decoded
 from ephemera.store import (
     Compacted,
     Event,
@@ -268,15 +268,15 @@ def _encode(stream: _Stream, codec: Codec, sel: Selection, event: Event) -> byte
             return _line(stream, "DELETED", event)
         return _line(stream, "ADDED" if created else "MODIFIED", event)
     if event.type == "DELETE":
-        obj = _object(event, codec)
+        obj = decoded(event, codec)
         return _line(stream, "DELETED", event, obj) if sel.matches(obj) else b""
-    obj = _object(event, codec)
+    obj = decoded(event, codec)
     passes = sel.matches(obj)
     if created:
         return _line(stream, "ADDED", event, obj) if passes else b""
     prev_obj: dict[str, Any] | None = None
     if event.prev is not None:
-        prev_obj = _object(event, codec, prev=True)
+        prev_obj = decoded(event, codec, prev=True)
         prev_passes = sel.matches(prev_obj)
     else:
         prev_passes = passes
@@ -290,26 +290,10 @@ def _encode(stream: _Stream, codec: Codec, sel: Selection, event: Event) -> byte
 
 
 # -- one decode and one encoding per event for all the watchers of the watch cache ----------
-# The watch cache pushes `SharedEvent`s: what one stream decodes or encodes from it is kept
-# in its `memo` for the others (the objects are shared: only read). The memo is keyed by the
-# apiVersion the stream serves, as the versions of a custom resource share one cache (and
-# its objects are decoded as the version asked for). Events from the store (no watch cache)
-# are decoded and encoded per stream.
-
-
-def _object(event: Event, codec: Codec, *, prev: bool = False) -> dict[str, Any]:
-    """The event's object (`prev`: its previous state), decoded once per shared event."""
-    kv = event.prev if prev else event.kv
-    assert kv is not None
-    if not isinstance(event, SharedEvent):
-        return codec.decode(kv)
-    key = ("object", codec.resource.api_version, prev)
-    obj: dict[str, Any] | None = event.memo.get(key)
-    if obj is None:
-        # the routing's parse of it, when there was one, taken by the first version decoding
-        parsed = event.memo.pop(SharedEvent.parsed_key(prev), None)
-        obj = event.memo[key] = codec.decode(kv, parsed)
-    return obj
+# The watch cache pushes `SharedEvent`s: what one stream decodes (`decoded`) or encodes from
+# it is kept in its `memo` for the others (the objects are shared: only read). The memo is
+# keyed by the apiVersion the stream serves, as the versions of a custom resource share one
+# cache. Events from the store (no watch cache) are decoded and encoded per stream.
 
 
 def _line(stream: _Stream, type_: str, event: Event,

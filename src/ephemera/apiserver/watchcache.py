@@ -16,7 +16,10 @@ that may be served from a cache are served.
   upstream's cacher has trigger functions (pods: `spec.nodeName`): a watcher whose selector
   requires one value of it (each kubelet's `spec.nodeName=NAME`) is registered under that
   value and offered only the events whose object had or has it (`WatchHub` routes), instead
-  of every pod watcher testing every pod event.
+  of every pod watcher testing every pod event. The value an object had is the one the cache
+  found when it routed that object's event (kept per key), so routing parses an event's new
+  object only, and that parse is the watch streams' and in-process informers' decode
+  (`decoded`).
 - `WatchCache` holds one `ResourceCache` per resource prefix. The apiserver starts the
   caches of its built-in resources with itself (`start`), as upstream's storage factory
   creates a cacher per resource at startup: an informer's first list (consistent, from the
@@ -43,7 +46,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -63,6 +66,9 @@ from ephemera.store.watchhub import (
     DEFAULT_WATCH_CAPACITY,
     WatchHub,
 )
+
+if TYPE_CHECKING:
+    from ephemera.apiserver.registry import Codec
 
 log = logging.getLogger("ephemera.apiserver.watchcache")
 
@@ -91,6 +97,24 @@ class SharedEvent(Event):
         return ("parsed", prev)
 
 
+def decoded(event: Event, codec: Codec, *, prev: bool = False) -> dict[str, Any]:
+    """The event's object (`prev`: its previous state) as `codec` decodes it: once per shared
+    event for every consumer (the watch streams, the in-process informers; the object is
+    then shared: read it, never change it), keyed by the apiVersion decoded to (the versions
+    of a custom resource share one cache); the routing's parse of it, when there was one, is
+    taken by the first decode. A plain event is decoded for each caller."""
+    kv = event.prev if prev else event.kv
+    assert kv is not None
+    if not isinstance(event, SharedEvent):
+        return codec.decode(kv)
+    key = ("object", codec.resource.api_version, prev)
+    obj: dict[str, Any] | None = event.memo.get(key)
+    if obj is None:
+        parsed = event.memo.pop(SharedEvent.parsed_key(prev), None)
+        obj = event.memo[key] = codec.decode(kv, parsed)
+    return obj
+
+
 @dataclass(frozen=True)
 class FieldIndex:
     """A selectable field of a kind by whose value watchers may be routed (upstream's
@@ -106,12 +130,18 @@ class FieldIndex:
 
     def routes(self, event: Event) -> set[str]:
         """The field's values in the event's object and in its previous state (a watcher
-        of either must see it: one that stops matching gets a DELETED). The objects parsed
-        for it are left on a shared event, for the watch streams' decode."""
-        values = {self.value(self._parsed(event, prev=False))}
+        of either must see it: one that stops matching gets a DELETED), both parsed (the
+        watch cache knows the previous one: `ResourceCache`). The objects parsed for it are
+        left on a shared event, for the consumers' decode."""
+        values = {self.event_value(event)}
         if event.prev is not None:
-            values.add(self.value(self._parsed(event, prev=True)))
+            values.add(self.event_value(event, prev=True))
         return values
+
+    def event_value(self, event: Event, *, prev: bool = False) -> str:
+        """The field's value in the event's object (`prev`: its previous state), parsed
+        (the parse left on a shared event)."""
+        return self.value(self._parsed(event, prev=prev))
 
     def _parsed(self, event: Event, *, prev: bool) -> dict[str, Any]:
         kv = event.prev if prev else event.kv
@@ -141,6 +171,9 @@ class ResourceCache:
         self.index = index
         self.history_limit = history
         self.items: dict[str, KeyValue] = {}
+        # key -> (mod_revision, the index field's value) of the object the cache holds, as
+        # found when its event was routed: the previous value of the key's next event
+        self._index_values: dict[str, tuple[int, str]] = {}
         self._sorted_keys: list[str] | None = None
         self.history: collections.deque[Event] = collections.deque()
         self.window_start = 0  # the history holds every event with a revision above this
@@ -183,6 +216,7 @@ class ResourceCache:
     async def _follow(self) -> None:
         listed = await self.store.list(self.prefix)
         self.items = {kv.key: kv for kv in listed.kvs}
+        self._index_values.clear()
         self._sorted_keys = None
         self.history.clear()
         self.window_start = listed.revision
@@ -229,8 +263,31 @@ class ResourceCache:
         if len(self.history) > self.history_limit:
             self.window_start = self.history.popleft().revision
         shared = SharedEvent(event.type, kv, prev)
-        routes = self.index.routes if self.index is not None and self.hub.routed else None
-        self.hub.publish((shared,), routes)
+        routes = None
+        if self.index is not None:
+            if self.hub.routed:
+                routes = self._routes(shared)
+            elif self._index_values:  # not followed while no watcher is routed
+                self._index_values.pop(key, None)
+        self.hub.publish_event(shared, routes)
+
+    def _routes(self, event: SharedEvent) -> tuple[str, ...]:
+        """`FieldIndex.routes` of an event the cache applies, with the previous state's
+        value from `_index_values` when that holds it (else parsed): only the new object is
+        parsed, and its value kept for the key's next event."""
+        assert self.index is not None
+        key, prev = event.kv.key, event.prev
+        known = self._index_values.pop(key, None)
+        old = None
+        if prev is not None:
+            old = (known[1] if known is not None and known[0] == prev.mod_revision
+                   else self.index.event_value(event, prev=True))
+        if event.type == "DELETE" and old is not None:
+            return (old,)  # its object is its previous state
+        new = self.index.event_value(event)
+        if event.type == "PUT":
+            self._index_values[key] = (event.kv.mod_revision, new)
+        return (new,) if old is None or old == new else (new, old)
 
     def list(self, prefix: str, *, limit: int = 0, start_after: str = "") -> ListResult:
         """The keys under `prefix` (which lies under the cache's) after `start_after`, at

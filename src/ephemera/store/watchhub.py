@@ -311,13 +311,18 @@ class WatchHub:
         `pods/NAME/dynamic` update), where the others follow (informers, the writer's own
         watch)."""
         for event in events:
-            self.revision = max(self.revision, event.revision)
-            if self._routed and routes is not None:
-                for value in routes(event):
-                    watchers = self._routed.get(value)
-                    if watchers:
-                        self._offer(event, watchers)
-            self._offer(event, self._watchers)
+            self.publish_event(event, routes(event) if self._routed and routes else None)
+
+    def publish_event(self, event: Event, routes: Collection[str] | None = None) -> None:
+        """`publish` of one event whose route values are `routes` (None: only the unrouted
+        watchers are offered it)."""
+        self.revision = max(self.revision, event.revision)
+        if routes is not None and self._routed:
+            for value in routes:
+                watchers = self._routed.get(value)
+                if watchers:
+                    self._offer(event, watchers)
+        self._offer(event, self._watchers)
 
     def _offer(self, event: Event, watchers: set[BufferedWatcher]) -> None:
         key = event.kv.key

@@ -40,12 +40,13 @@ from ephemera.api.goformat import go_quote
 from ephemera.apiserver.authn import UserInfo
 from ephemera.apiserver.authz import Attributes, Decision
 from ephemera.apiserver.authz.bootstrappolicy import node_rules
-from ephemera.apiserver.authz.nodegraph import NodeGraph, pod_key
+from ephemera.apiserver.authz.nodegraph import NodeGraph, may_be_bound, pod_key
 from ephemera.apiserver.authz.rbac import rule_allows
 from ephemera.apiserver.informers import Reflector
 from ephemera.apiserver.nodeidentity import node_identity
 from ephemera.apiserver.registry import Registry
 from ephemera.apiserver.resources import core_resource
+from ephemera.apiserver.watchcache import decoded
 from ephemera.pods.references import (
     CONFIGMAP,
     PVC,
@@ -89,6 +90,7 @@ class NodeAuthorizer:
         self.registry = registry
         self.graph = NodeGraph()
         self._codec = registry.codec(PODS)
+        self._prefix = PODS.key_prefix()
         self._reflector = Reflector(registry.store, PODS.key_prefix(), self,
                                     name="node authorizer", retry_interval=retry_interval,
                                     watch_cache=registry.watch_cache)
@@ -105,11 +107,14 @@ class NodeAuthorizer:
         self.graph.replace(self._codec.decode(kv) for kv in kvs)
 
     def apply(self, event: Event) -> None:
-        pod = self._codec.decode(event.kv)
+        """One event of the watch: a deleted pod leaves the graph (found by its key); an
+        unbound one, which the graph ignores, is not decoded (`may_be_bound`); a bound one is
+        decoded once with the watch cache's other consumers (`decoded`)."""
         if event.type == "DELETE":
-            self.graph.delete_pod(*pod_key(pod))
-        else:
-            self.graph.apply_pod(pod)
+            namespace, _, name = event.kv.key[len(self._prefix):].partition("/")
+            self.graph.delete_pod(namespace, name)
+        elif may_be_bound(event.kv.value):
+            self.graph.apply_pod(decoded(event, self._codec))
 
     # -- decisions --------------------------------------------------------------------------
 

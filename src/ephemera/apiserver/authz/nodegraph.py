@@ -65,6 +65,13 @@ def pod_vertex(pod: Mapping[str, Any], previous: PodVertex | None = None) -> Pod
                      pod_volume_references(pod, remembered))
 
 
+def may_be_bound(stored: bytes) -> bool:
+    """False when the stored JSON of a pod cannot hold a `spec.nodeName` (an unbound pod,
+    which the graph ignores), without parsing it: a JSON text with a key "nodeName" holds
+    `"nodeName"` as is, or spelled with a `\\u` escape."""
+    return b'"nodeName"' in stored or b"\\u" in stored
+
+
 def pod_key(pod: Mapping[str, Any]) -> PodKey:
     md = _dict(pod.get("metadata"))
     return str(md.get("namespace") or ""), str(md.get("name") or "")
