@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ephemera.api import fieldvalidation as fv
+from ephemera.api import schema
 from ephemera.api.errors import StatusError
 from ephemera.api.patch import apply_patch
 
@@ -435,14 +436,14 @@ def test_the_type_walk_flags_every_unknown_field(where: tuple[str, ...] | None,
     assert warnings == [f'unknown field "{p}"' for p in found]
 
 
-def test_the_type_walk_adds_no_facts_once_a_kind_was_walked() -> None:
-    """Each definition's walk starts from one node: walking the same kind again reads the
-    facts it read before (the table does not grow with every write)."""
+def test_the_type_walk_adds_no_plans_once_a_kind_was_walked() -> None:
+    """Each definition's walk starts from one node: walking the same kind again follows the
+    plans it worked out before (the tables do not grow with every write)."""
     assert fv.type_errors(pod(), POD) is None
-    size = len(fv._FACTS)
+    sizes = len(fv._FACTS), len(fv._PLANS)
     for _ in range(3):
         assert fv.type_errors(pod(), POD) is None
-    assert len(fv._FACTS) == size
+    assert (len(fv._FACTS), len(fv._PLANS)) == sizes
 
 
 @pytest.mark.parametrize(("text", "micro", "written"), [
@@ -514,3 +515,152 @@ def test_a_signed_micro_fraction_is_a_time_go_parses() -> None:
     text = "2026-12-01T00:00:00.+12345Z"
     assert fv.time_error(text, micro=True) is None
     assert fv.go_time(text, micro=True) == text
+
+
+# --- the type walk's plans: a schema of every shape, errors as the walk without plans gave ---
+
+WIDGET, WIDGET_SPEC, PART = "com.example.v1.Widget", "com.example.v1.WidgetSpec", \
+    "com.example.v1.Part"
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": "#/definitions/" + name}
+
+
+def _widget_definitions(weight: str = "integer") -> dict[str, dict[str, Any]]:
+    """`$ref`s (a recursive one among them), an array of objects, maps of objects and of
+    integers, a preserved subtree, IntOrString, Quantity, Time, bytes, a closed object."""
+    return {
+        WIDGET: {"type": "object", "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+            "metadata": _ref(schema.OBJECT_META), "spec": _ref(WIDGET_SPEC)}},
+        WIDGET_SPEC: {"type": "object", "properties": {
+            "parts": {"type": "array", "items": _ref(PART)},
+            "byName": {"type": "object", "additionalProperties": _ref(PART)},
+            "counts": {"type": "object",
+                       "additionalProperties": {"type": "integer", "format": "int32"}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "port": _ref(fv.INT_OR_STRING), "size": _ref(fv.QUANTITY), "at": _ref(fv.TIME),
+            "data": {"type": "string", "format": "byte"}, "enabled": {"type": "boolean"},
+            "ratio": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
+            "closed": {"type": "object", "properties": {"a": {"type": "string"}},
+                       "additionalProperties": False}}},
+        PART: {"type": "object", "properties": {
+            "name": {"type": "string"}, "weight": {"type": weight, "format": "int32"},
+            "sub": _ref(PART)}},
+    }
+
+
+@pytest.fixture
+def widgets() -> Any:
+    schema.set_custom_definitions(_widget_definitions())
+    yield
+    schema.set_custom_definitions({})
+
+
+def widget() -> dict[str, Any]:
+    return {"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "labels": {"a": "b"}},
+            "spec": {"parts": [{"name": "p", "weight": 1,
+                                "sub": {"name": "q", "sub": {"weight": 2}}}],
+                     "byName": {"x": {"name": "x", "sub": {"weight": 3}}}, "counts": {"a": 1},
+                     "free": {"anything": [1, {"goes": True}]}, "port": "http",
+                     "size": "1.5Gi", "at": "2026-01-01T01:00:00+01:00", "data": "aGVsbG8=",
+                     "enabled": True, "ratio": 0.5, "tags": ["a"], "closed": {"a": "b"}}}
+
+
+_INTO = "json: cannot unmarshal {} into Go struct field {} of type {}"
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    (("spec", "parts", 0, "sub", "sub", "weight"), 2**31,
+     _INTO.format("number 2147483648", "Part.spec.parts.sub.sub.weight", "int32")),
+    (("spec", "parts", 0, "sub", "sub", "weight"), 1.5,
+     _INTO.format("number 1.5", "Part.spec.parts.sub.sub.weight", "int32")),
+    (("spec", "parts", 0, "sub", "sub", "weight"), "1",
+     _INTO.format("string", "Part.spec.parts.sub.sub.weight", "int32")),
+    (("spec", "parts", 0, "name"), 1, _INTO.format("number", "Part.spec.parts.name", "string")),
+    (("spec", "byName", "x", "sub", "weight"), "1",
+     _INTO.format("string", "Part.spec.byName.sub.weight", "int32")),
+    (("spec", "byName", "x"), "s", _INTO.format("string", "WidgetSpec.spec.byName", "v1.Part")),
+    (("spec", "counts", "a"), "s", _INTO.format("string", "WidgetSpec.spec.counts", "int32")),
+    (("spec", "counts", "a"), 1, None),
+    (("spec", "port"), True, _INTO.format("bool", "WidgetSpec.spec.port", "int32")),
+    (("spec", "port"), 1.5, _INTO.format("number 1.5", "WidgetSpec.spec.port", "int32")),
+    (("spec", "size"), "big", "quantities must match the regular expression "
+                              "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"),
+    (("spec", "size"), 2.5, None),
+    (("spec", "at"), "noon", 'parsing time "noon" as "2006-01-02T15:04:05Z07:00": cannot '
+                             'parse "noon" as "2006"'),
+    (("spec", "at"), 5, _INTO.format("number", "WidgetSpec.spec.at", "string")),
+    (("spec", "data"), "!!", "illegal base64 data at input byte 0"),
+    (("spec", "data"), 3, _INTO.format("number", "WidgetSpec.spec.data", "[]uint8")),
+    (("spec", "enabled"), 1, _INTO.format("number", "WidgetSpec.spec.enabled", "bool")),
+    (("spec", "ratio"), "s", _INTO.format("string", "WidgetSpec.spec.ratio", "float64")),
+    (("spec", "ratio"), 1, None),
+    (("spec", "tags", 0), 1, _INTO.format("number", "WidgetSpec.spec.tags", "string")),
+    (("spec", "closed", "a"), 1, _INTO.format("number", "WidgetSpec.spec.closed.a", "string")),
+    (("spec", "free", "anything"), 1, None),
+    (("spec", "parts"), 1, _INTO.format("number", "WidgetSpec.spec.parts", "[]v1.Part")),
+    (("spec",), "s", _INTO.format("string", "Widget.spec", "v1.WidgetSpec")),
+    (("metadata", "labels", "a"), 1,
+     _INTO.format("number", "ObjectMeta.metadata.labels", "string")),
+    (("metadata", "name"), 1, _INTO.format("number", "ObjectMeta.metadata.name", "string")),
+])
+def test_the_type_walk_names_each_shape_of_schema_as_the_decoder(
+        widgets: None, where: tuple[str | int, ...], value: Any, message: str | None) -> None:
+    """The Go path of a wrong value, built once it is found: the innermost named struct
+    with a property on the way (a map's key and an array's index are not fields), every
+    field from the top; twice, the second walk following the plans the first made."""
+    for _ in range(2):
+        obj = widget()
+        target: Any = obj
+        for step in where[:-1]:
+            target = target[step]
+        target[where[-1]] = value
+        assert fv.type_errors(obj, WIDGET) == message
+
+
+def test_the_type_walk_rewrites_and_flags_through_plans(widgets: None) -> None:
+    for _ in range(2):
+        obj = widget()
+        assert fv.type_errors(obj, WIDGET) is None
+        assert (obj["spec"]["size"], obj["spec"]["at"]) == ("1536Mi", "2026-01-01T00:00:00Z")
+        obj = widget()
+        obj["bogus"] = 1
+        obj["spec"]["parts"][0]["sub"]["sub"]["x"] = 1
+        obj["spec"]["byName"]["x"]["y"] = 2
+        obj["spec"]["closed"]["z"] = 3
+        obj["spec"]["free"]["fine"] = 4
+        obj["metadata"]["nope"] = 5
+        flagged: list[bool] = []
+        assert fv.type_errors(copy.deepcopy(obj), WIDGET, fv.UNKNOWN, flagged) is None
+        assert len(flagged) == 5
+        assert fv.unknown_fields(obj, WIDGET) == [
+            "metadata.nope", "spec.parts[0].sub.sub.x", "spec.byName.x.y", "spec.closed.z",
+            "bogus"]
+        assert fv.check(obj, WIDGET, "Warn", "Widget", "example.com/v1") == [
+            'unknown field "metadata.nope"', 'unknown field "spec.parts[0].sub.sub.x"',
+            'unknown field "spec.byName.x.y"', 'unknown field "spec.closed.z"',
+            'unknown field "bogus"']
+
+
+def test_a_known_subtree_passes_where_its_plan_would_refuse_it(widgets: None) -> None:
+    """A dict or list equal to the known object's at its place is not walked, a value its
+    plan would take at once (a string at a string) nor refused (another version's)."""
+    stored = widget()
+    stored["spec"]["tags"] = [{"other": "version"}]
+    obj = widget()
+    obj["spec"]["tags"] = [{"other": "version"}]
+    assert fv.type_errors(obj, WIDGET, stored) is None
+    assert fv.type_errors(copy.deepcopy(obj), WIDGET) == _INTO.format(
+        "object", "WidgetSpec.spec.tags", "string")
+
+
+def test_new_custom_definitions_are_walked_with_new_plans(widgets: None) -> None:
+    obj = widget()
+    assert fv.type_errors(obj, WIDGET) is None
+    schema.set_custom_definitions(_widget_definitions(weight="string"))
+    assert fv.type_errors(widget(), WIDGET) == _INTO.format(
+        "number", "Part.spec.parts.weight", "string")
+

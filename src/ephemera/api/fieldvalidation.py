@@ -22,7 +22,10 @@ request body (`fieldValidation=Strict|Warn|Ignore`).
 
 Nodes are the OpenAPI v2 nodes of `ephemera.api.schema`; `$ref`s are followed, a node with
 `x-kubernetes-preserve-unknown-fields` or an object with neither `properties` nor
-`additionalProperties` (RawExtension, FieldsV1, Patch) accepts anything.
+`additionalProperties` (RawExtension, FieldsV1, Patch) accepts anything. The type walk reads
+each node once into a plan (`_Plan`: its `$ref` followed, its check, its properties' plans,
+the value types it takes as they are), cached until the custom definitions change, and
+names a wrong value's Go path only once it found one.
 """
 
 from __future__ import annotations
@@ -516,102 +519,252 @@ def _unmarshal_error(value: Any, node: dict[str, Any], struct: str, fields: list
     return _TypeError(f"json: cannot unmarshal {what} into Go value of type {target}")
 
 
-def _check(value: Any, node: dict[str, Any], struct: str, fields: list[str],
-           known: Any, unknown: list[bool]) -> Any:
-    """Raise _TypeError for the first value that the Go decoder would refuse. Appends to
-    `unknown` at a key the schema does not know (where `_walk_unknown` may report one: it
-    walks no node this walk does not). Returns what Go would write in place of a valid
-    Quantity or time that it writes otherwise (the caller puts it in place), else None."""
-    if value is None:
-        return None  # null decodes into anything as the zero value
-    if known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known):
-        return None  # a dict or list equal to its known counterpart
-    declared = node
-    node, facts, name = _resolved(node)
-    if name == QUANTITY:
+class _Unmarshal(Exception):
+    """A value of the wrong JSON type, raised where it is found; its Go path is built on the
+    way out (`at`), so that the walk carries no path while nothing is wrong."""
+
+    def __init__(self, value: Any, node: dict[str, Any], value_text: str | None = None
+                 ) -> None:
+        super().__init__()
+        self.value, self.node, self.value_text = value, node, value_text
+        self.keys: list[str] = []  # the JSON fields from the value up, innermost first
+        self.struct: str | None = None  # the innermost Go struct that has them
+
+    def at(self, key: str, struct: str | None) -> None:
+        """The value sits at field `key` of an object of the Go struct `struct` (None: a
+        struct without a name of its own, named by the next one out)."""
+        self.keys.append(key)
+        if self.struct is None:
+            self.struct = struct
+
+    def message(self, at: Sequence[str]) -> str:
+        return _unmarshal_error(self.value, self.node, self.struct or "",
+                                [*at, *reversed(self.keys)], self.value_text).message
+
+
+# What `_check` does at a node (`_Plan.code`); the codes after `_ARRAY` are `_leaf`'s.
+_ANY, _OBJECT, _ARRAY, _STRING, _BYTES, _BOOLEAN, _INTEGER, _NUMBER, _QUANTITY, \
+    _INT_OR_STRING, _TIME, _MICRO_TIME = range(12)
+
+_NONE = type(None)
+_EVERY_JSON_TYPE = frozenset((_NONE, bool, int, float, str, list, dict))
+_INT32_NODE = {"type": "integer", "format": "int32"}  # how IntOrString's number is named
+
+
+class _Plan:
+    """What the type walk does at one schema node, worked out once (`_plan`): the `$ref`
+    followed, the check its values get, and for an object the plans of its properties and of
+    its map values, for an array the plan of its items (both filled on first use, `_fill`,
+    so that recursive schemas end). `fast`: the Python types of values that pass as they
+    are (an int also within `low`..`high`), which the walk accepts without a call."""
+
+    __slots__ = ("children", "code", "declared", "extra", "fast", "filled", "high", "items",
+                 "low", "marks", "name", "node", "struct")
+
+    def __init__(self, declared: dict[str, Any]) -> None:
+        node, facts, name = _resolved(declared)
+        self.declared, self.node, self.name = declared, node, name
+        kind = facts.kind
+        self.low, self.high = _INT_RANGES["int64"]
+        self.fast: frozenset[type] = frozenset((_NONE,))
+        # the struct a property's Go path is named by (None: the enclosing one's)
+        self.struct = name.rsplit(".", 1)[-1] if name and facts.props is not None else None
+        self.marks = facts.props is not None or facts.extra is False  # other keys unknown
+        self.filled = False
+        self.children: dict[str, _Plan] = {}
+        self.extra: _Plan | None = None
+        self.items: _Plan | None = None
+        if name == QUANTITY:
+            code = _QUANTITY
+        elif name == INT_OR_STRING:
+            code, self.fast = _INT_OR_STRING, frozenset((_NONE, str, int))
+        elif name in (TIME, MICRO_TIME):
+            code = _TIME if name == TIME else _MICRO_TIME
+        elif facts.opaque and kind in ("object", None):
+            code, self.fast = _ANY, _EVERY_JSON_TYPE
+        elif facts.is_object:
+            code = _OBJECT
+        elif kind == "array":
+            code = _ARRAY
+        elif kind == "string":
+            if node.get("format") == "byte":
+                code = _BYTES
+            else:
+                code, self.fast = _STRING, frozenset((_NONE, str))
+        elif kind == "boolean":
+            code, self.fast = _BOOLEAN, frozenset((_NONE, bool))
+        elif kind == "integer":
+            code, self.fast = _INTEGER, frozenset((_NONE, int))
+            self.low, self.high = _INT_RANGES.get(str(node.get("format")),
+                                                  _INT_RANGES["int64"])
+        elif kind == "number":
+            code, self.fast = _NUMBER, frozenset((_NONE, int, float))
+        else:
+            code, self.fast = _ANY, _EVERY_JSON_TYPE
+        self.code = code
+
+
+# Plans by id(node), with the node kept so that its id is not reused while its entry lives;
+# emptied when the served custom definitions change (a `$ref` may name another node then)
+# and when it grows past `_FACTS_LIMIT`.
+_PLANS: dict[int, tuple[dict[str, Any], _Plan]] = {}
+_plans_generation = -1
+
+
+def _plan(node: dict[str, Any]) -> _Plan:
+    entry = _PLANS.get(id(node))
+    if entry is not None and entry[0] is node:
+        return entry[1]
+    if len(_PLANS) >= _FACTS_LIMIT:
+        _PLANS.clear()
+    plan = _Plan(node)
+    _PLANS[id(node)] = (node, plan)
+    return plan
+
+
+def _fill(plan: _Plan) -> None:
+    """The plans of a node's properties, map values and items, once."""
+    if plan.name is not None:  # a `$ref`: the definition's own plan has them
+        target = _plan(plan.node)
+        if not target.filled:
+            _fill(target)
+        plan.children, plan.extra, plan.items = target.children, target.extra, target.items
+    else:
+        node = plan.node
+        if plan.code == _OBJECT:
+            props = node.get("properties")
+            if props is not None:
+                plan.children = {key: _plan(sub) for key, sub in props.items()}
+            extra = node.get("additionalProperties")
+            plan.extra = _plan(extra) if isinstance(extra, dict) else None
+        elif plan.code == _ARRAY:
+            plan.items = _plan(node.get("items", {}))
+    plan.filled = True
+
+
+def _leaf(value: Any, plan: _Plan) -> Any:
+    """`_check` of a value that is not null at a node that is neither an object nor an
+    array."""
+    code = plan.code
+    if code == _STRING:
+        if not isinstance(value, str):
+            raise _Unmarshal(value, plan.node)
+        return None
+    if code == _QUANTITY:
         try:
             written = go_quantity(value)
         except QuantityError as e:
             raise _TypeError(str(e)) from None
         return None if written is value else written
-    if name == INT_OR_STRING:
-        if isinstance(value, str):
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _unmarshal_error(value, {"type": "integer", "format": "int32"}, struct,
-                                   fields)
-        if isinstance(value, float) and not value.is_integer():
-            raise _unmarshal_error(value, {"type": "integer", "format": "int32"}, struct,
-                                   fields, f"number {value!r}")
-        return None
-    if name in (TIME, MICRO_TIME):
+    if code in (_TIME, _MICRO_TIME):
         if not isinstance(value, str):
-            raise _unmarshal_error(value, {"type": "string"}, struct, fields)
+            raise _Unmarshal(value, {"type": "string"})
         try:
-            written = go_time(value, micro=name == MICRO_TIME)
+            written = go_time(value, micro=code == _MICRO_TIME)
         except TimeError as e:
             raise _TypeError(e.message) from None
         return None if written is value else written
-    kind = facts.kind
-    if facts.opaque and kind in ("object", None):
-        return None
-    if facts.is_object:
-        if not isinstance(value, dict):
-            raise _unmarshal_error(value, declared, struct, fields)
-        props, extra = facts.props, facts.extra
-        own_struct = name.rsplit(".", 1)[-1] if name and props is not None else struct
-        known_map = known if isinstance(known, dict) else None
-        for key, sub in value.items():
-            if props is not None and key in props:
-                written = _check(sub, props[key], own_struct, [*fields, key],
-                                 UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
-                                 unknown)
-            elif isinstance(extra, dict):
-                written = _check(sub, extra, struct, fields,
-                                 UNKNOWN if known_map is None else known_map.get(key, UNKNOWN),
-                                 unknown)
-            else:
-                if props is not None or extra is False:
-                    unknown.append(True)
-                continue
-            if written is not None:
-                value[key] = written  # a value replaced, no key added: iteration goes on
-        return None
-    if kind == "array":
-        if not isinstance(value, list):
-            raise _unmarshal_error(value, declared, struct, fields)
-        for i, item in enumerate(value):
-            written = _check(item, node.get("items", {}), struct, fields,
-                             _known_child(known, i), unknown)
-            if written is not None:
-                value[i] = written
-        return None
-    if kind == "string":
-        if not isinstance(value, str):
-            raise _unmarshal_error(value, node, struct, fields)
-        if node.get("format") == "byte":
-            err = base64_error(value)
-            if err:
-                raise _TypeError(err)
-        return None
-    if kind == "boolean":
-        if not isinstance(value, bool):
-            raise _unmarshal_error(value, node, struct, fields)
-        return None
-    if kind in ("integer", "number"):
+    if code == _INT_OR_STRING:
+        if isinstance(value, str):
+            return None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _unmarshal_error(value, node, struct, fields)
-        if kind == "integer":
+            raise _Unmarshal(value, _INT32_NODE)
+        if isinstance(value, float) and not value.is_integer():
+            raise _Unmarshal(value, _INT32_NODE, f"number {value!r}")
+        return None
+    if code == _BYTES:
+        if not isinstance(value, str):
+            raise _Unmarshal(value, plan.node)
+        err = base64_error(value)
+        if err:
+            raise _TypeError(err)
+        return None
+    if code == _BOOLEAN:
+        if not isinstance(value, bool):
+            raise _Unmarshal(value, plan.node)
+        return None
+    if code in (_INTEGER, _NUMBER):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _Unmarshal(value, plan.node)
+        if code == _INTEGER:
             if isinstance(value, float) and not value.is_integer():
-                raise _unmarshal_error(value, node, struct, fields, f"number {value!r}")
-            low, high = _INT_RANGES.get(str(node.get("format")), _INT_RANGES["int64"])
-            if not low <= int(value) <= high:
-                raise _unmarshal_error(value, node, struct, fields, f"number {int(value)}")
+                raise _Unmarshal(value, plan.node, f"number {value!r}")
+            if not plan.low <= int(value) <= plan.high:
+                raise _Unmarshal(value, plan.node, f"number {int(value)}")
     return None
 
 
+def _check(value: Any, plan: _Plan, known: Any, unknown: list[bool]) -> Any:
+    """Raise _Unmarshal or _TypeError for the first value that the Go decoder would refuse.
+    Appends to `unknown` at a key the schema does not know (where `_walk_unknown` may report
+    one: it walks no node this walk does not). Returns what Go would write in place of a
+    valid Quantity or time that it writes otherwise (the caller puts it in place), else
+    None. A child value of a type its plan passes as it is (`_Plan.fast`) is not walked:
+    the walk of it would return None at once."""
+    if value is None:
+        return None  # null decodes into anything as the zero value
+    if known is not UNKNOWN and isinstance(value, dict | list) and same_json(value, known):
+        return None  # a dict or list equal to its known counterpart
+    code = plan.code
+    if code == _OBJECT:
+        if not isinstance(value, dict):
+            raise _Unmarshal(value, plan.declared)
+        if not plan.filled:
+            _fill(plan)
+        children, extra = plan.children, plan.extra
+        known_map = known if isinstance(known, dict) else None
+        for key, sub in value.items():
+            child = children.get(key)
+            if child is None:
+                if extra is None:
+                    if plan.marks:
+                        unknown.append(True)
+                    continue
+                child = extra
+            kind = type(sub)
+            if kind in child.fast and (kind is not int or child.low <= sub <= child.high):
+                continue
+            try:
+                if child.code > _ARRAY and kind is not dict and kind is not list:
+                    written = _leaf(sub, child)  # no `known` to compare it with
+                else:
+                    written = _check(sub, child, UNKNOWN if known_map is None
+                                     else known_map.get(key, UNKNOWN), unknown)
+            except _Unmarshal as e:
+                if key in children:  # a property: a Go struct field (a map's key is not)
+                    e.at(key, plan.struct)
+                raise
+            if written is not None:
+                value[key] = written  # a value replaced, no key added: iteration goes on
+        return None
+    if code == _ARRAY:
+        if not isinstance(value, list):
+            raise _Unmarshal(value, plan.declared)
+        if not plan.filled:
+            _fill(plan)
+        items = plan.items
+        assert items is not None
+        fast, low, high = items.fast, items.low, items.high
+        known_list = known if isinstance(known, list) else None
+        for i, item in enumerate(value):
+            kind = type(item)
+            if kind in fast and (kind is not int or low <= item <= high):
+                continue
+            if items.code > _ARRAY and kind is not dict and kind is not list:
+                written = _leaf(item, items)
+            else:
+                written = _check(item, items, known_list[i] if known_list is not None
+                                 and i < len(known_list) else UNKNOWN, unknown)
+            if written is not None:
+                value[i] = written
+        return None
+    if code == _ANY:
+        return None
+    return _leaf(value, plan)
+
+
 # The reference node each definition's walk starts from: one per definition, so that its
-# facts are read once (a new node per call was a new entry in `_FACTS` on every write).
+# plan is worked out once (a new node per call was a new plan on every write).
 _ROOTS: dict[str, dict[str, Any]] = {}
 
 
@@ -627,6 +780,10 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     Valid values that Go writes otherwise are rewritten in `obj` (`go_quantity`,
     `go_time`), up to the first wrong one. `at`: the JSON fields `obj` sits at in the body
     the decoder reads (an Eviction's `deleteOptions`), which its messages name."""
+    global _plans_generation
+    if _plans_generation != schema.custom_generation:
+        _PLANS.clear()
+        _plans_generation = schema.custom_generation
     root = _ROOTS.get(definition)
     if root is None:
         if len(_ROOTS) >= _FACTS_LIMIT:
@@ -635,7 +792,9 @@ def type_errors(obj: Any, definition: str, known: Any = UNKNOWN,
     if not isinstance(obj, dict):
         return _unmarshal_error(obj, root, "", []).message
     try:
-        _check(obj, root, "", list(at), known, [] if unknown is None else unknown)
+        _check(obj, _plan(root), known, [] if unknown is None else unknown)
+    except _Unmarshal as e:
+        return e.message(at)
     except _TypeError as e:
         return e.message
     return None

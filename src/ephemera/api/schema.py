@@ -45,11 +45,16 @@ def definition_for(api_version: str, kind: str) -> str | None:
 
 
 _custom_names: set[str] = set()
+# Counts the changes of the custom definitions (`set_custom_definitions`), for the caches of
+# what a definition's nodes say (field validation's plans), which a change may leave stale.
+custom_generation = 0
 
 
 def set_custom_definitions(defs: dict[str, dict[str, Any]]) -> None:
     """Serve `defs` (the custom resources' definitions, by name) besides the built-in ones,
     replacing the previous set; a name of a built-in definition is never replaced."""
+    global custom_generation
+    custom_generation += 1
     table = definitions()
     for name in _custom_names:
         table.pop(name, None)
