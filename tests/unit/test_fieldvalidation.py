@@ -664,3 +664,22 @@ def test_new_custom_definitions_are_walked_with_new_plans(widgets: None) -> None
     assert fv.type_errors(widget(), WIDGET) == _INTO.format(
         "number", "Part.spec.parts.weight", "string")
 
+
+def test_the_rewritten_times_and_quantities_are_remembered_as_go_time_writes_them() -> None:
+    """Each valid text's rewriting is worked out once; a wrong one is refused every time."""
+    for _ in range(2):
+        obj = pod()
+        obj["status"]["startTime"] = "2026-09-25T16:00:00+02:00"
+        obj["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "0.5"
+        assert fv.type_errors(obj, POD) is None
+        assert obj["status"]["startTime"] == "2026-09-25T14:00:00Z"
+        assert obj["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "500m"
+        unchanged = pod()
+        assert fv.type_errors(unchanged, POD) is None
+        assert unchanged["status"] == pod()["status"]
+        obj["status"]["startTime"] = "2026-09-25"
+        assert fv.type_errors(obj, POD) == ('parsing time "2026-09-25" as '
+                                            '"2006-01-02T15:04:05Z07:00": cannot parse "" as "T"')
+    assert fv._WRITTEN_TIMES["2026-09-25T16:00:00+02:00"] == "2026-09-25T14:00:00Z"
+    assert fv._WRITTEN_TIMES["2026-09-25T14:00:00Z"] is None
+    assert "2026-09-25" not in fv._WRITTEN_TIMES

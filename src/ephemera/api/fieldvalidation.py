@@ -25,7 +25,8 @@ Nodes are the OpenAPI v2 nodes of `ephemera.api.schema`; `$ref`s are followed, a
 `additionalProperties` (RawExtension, FieldsV1, Patch) accepts anything. The type walk reads
 each node once into a plan (`_Plan`: its `$ref` followed, its check, its properties' plans,
 the value types it takes as they are), cached until the custom definitions change, and
-names a wrong value's Go path only once it found one.
+names a wrong value's Go path only once it found one; it remembers how the Quantity and
+time texts it met last are written.
 """
 
 from __future__ import annotations
@@ -642,6 +643,22 @@ def _fill(plan: _Plan) -> None:
     plan.filled = True
 
 
+# What `_leaf` returned for the valid Quantity, Time and MicroTime texts it met last (None:
+# written as they are): a body repeats its times (a status's conditions and container
+# states, an Event's first and last timestamps), and so do the bodies of the same second.
+# Each table starts again when it grows past `_WRITTEN_LIMIT`.
+_WRITTEN_QUANTITIES: dict[str, str | None] = {}
+_WRITTEN_TIMES: dict[str, str | None] = {}
+_WRITTEN_MICRO_TIMES: dict[str, str | None] = {}
+_WRITTEN_LIMIT = 4096
+
+
+def _remember(table: dict[str, str | None], text: str, written: str | None) -> None:
+    if len(table) >= _WRITTEN_LIMIT:
+        table.clear()
+    table[text] = written
+
+
 def _leaf(value: Any, plan: _Plan) -> Any:
     """`_check` of a value that is not null at a node that is neither an object nor an
     array."""
@@ -651,19 +668,32 @@ def _leaf(value: Any, plan: _Plan) -> Any:
             raise _Unmarshal(value, plan.node)
         return None
     if code == _QUANTITY:
+        if isinstance(value, str):
+            written = _WRITTEN_QUANTITIES.get(value, UNKNOWN)
+            if written is not UNKNOWN:
+                return written
         try:
             written = go_quantity(value)
         except QuantityError as e:
             raise _TypeError(str(e)) from None
-        return None if written is value else written
+        written = None if written is value else written
+        if isinstance(value, str):
+            _remember(_WRITTEN_QUANTITIES, value, written)
+        return written
     if code in (_TIME, _MICRO_TIME):
         if not isinstance(value, str):
             raise _Unmarshal(value, {"type": "string"})
+        cache = _WRITTEN_TIMES if code == _TIME else _WRITTEN_MICRO_TIMES
+        written = cache.get(value, UNKNOWN)
+        if written is not UNKNOWN:
+            return written
         try:
             written = go_time(value, micro=code == _MICRO_TIME)
         except TimeError as e:
             raise _TypeError(e.message) from None
-        return None if written is value else written
+        written = None if written is value else written
+        _remember(cache, value, written)
+        return written
     if code == _INT_OR_STRING:
         if isinstance(value, str):
             return None
