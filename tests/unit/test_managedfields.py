@@ -553,3 +553,196 @@ def test_the_empty_object_of_a_create_is_a_new_object_each_time() -> None:
     for fields in first.values():
         fields["x"] = 1
     assert all("x" not in v for v in managedfields._empty_object(root).values())
+
+
+# --- the comparison's shortcuts against a plain walk ------------------------------------------
+
+
+def _reference_compare(lhs: Any, rhs: Any, definition: str,
+                       ignored: tuple[Any, ...]) -> managedfields._Comparison:
+    """TypedValue.Compare as a plain walk of both values (every field typed through the
+    schema, one-sided subtrees walked against MISSING), then the reset fields dropped: what
+    `_compare` computes with its shortcuts (one-sided subtrees collected, scalar leaves
+    without a schema lookup, reset fields skipped as it goes)."""
+    mf = managedfields
+    c = mf._Comparison()
+
+    def walk(left: Any, right: Any, prop: Any, at: tuple[Any, ...]) -> None:
+        t = mf._pair_type(prop, left, right)
+        if mf._is_leaf(t, left, right):
+            if left is mf.MISSING:
+                c.added.add(at)
+            elif right is mf.MISSING:
+                c.removed.add(at)
+            elif not mf._json_equal(left, right):
+                c.modified.add(at)
+            return
+        if t.tag == "map":
+            lmap = left if isinstance(left, dict) else {}
+            rmap = right if isinstance(right, dict) else {}
+            for key in [*lmap, *(k for k in rmap if k not in lmap)]:
+                lvalue, rvalue = lmap.get(key, mf.MISSING), rmap.get(key, mf.MISSING)
+                if not mf.same_json(lvalue, rvalue):
+                    walk(lvalue, rvalue, mf._child_prop(t, key), (*at, ("f", key)))
+        else:
+            litems = mf._index_items(t, left, at)
+            ritems = mf._index_items(t, right, at)
+            for pe in [*litems, *(k for k in ritems if k not in litems)]:
+                litem, ritem = litems.get(pe, mf.MISSING), ritems.get(pe, mf.MISSING)
+                if not mf.same_json(litem, ritem):
+                    walk(litem, ritem, mf._items_prop(t), (*at, pe))
+        if at:
+            if left is mf.MISSING:
+                c.added.add(at)
+            elif right is mf.MISSING:
+                c.removed.add(at)
+
+    if not mf.same_json(lhs, rhs):
+        walk(lhs, rhs, managedfields.definition_node(definition), ())
+    return mf._Comparison(mf._without(c.added, ignored), mf._without(c.modified, ignored),
+                          mf._without(c.removed, ignored))
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "labels": {"app": "web"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                              "name": "rs", "uid": "u-rs", "controller": True}]},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "ports": [{"containerPort": 80}],
+                                     "resources": {"requests": {"cpu": "10m"}}}],
+                     **spec}}
+
+
+def _running(pod: dict[str, Any], ip: str = "10.0.0.1") -> dict[str, Any]:
+    out = copy.deepcopy(pod)
+    out["status"] = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                     "conditions": [{"type": "Ready", "status": "True",
+                                     "lastProbeTime": None}],
+                     "containerStatuses": [{"name": "c", "ready": True, "restartCount": 0,
+                                            "state": {"running": {"startedAt": "t"}}}]}
+    return out
+
+
+EVENT = "io.k8s.api.core.v1.Event"
+LEASE = "io.k8s.api.coordination.v1.Lease"
+_EVENT_OBJ = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e", "namespace": "d"},
+              "involvedObject": {"kind": "Pod", "name": "p", "uid": "u", "fieldPath": "x"},
+              "reason": "Started", "message": "m", "type": "Normal",
+              "source": {"component": "kubelet", "host": "n1"}, "count": 1,
+              "firstTimestamp": "t", "series": None}
+_LEASE_OBJ = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+              "metadata": {"name": "n1", "namespace": "kube-node-lease"},
+              "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40, "renewTime": "a"}}
+
+
+def _comparison_cases() -> list[tuple[str, Any, Any]]:
+    pod = _pod()
+    running = _running(pod)
+    changed = copy.deepcopy(running)
+    changed["spec"]["containers"].append({"name": "d", "image": "nginx", "args": ["x"]})
+    changed["spec"]["containers"][0]["image"] = "nginx"
+    changed["spec"]["containers"][0]["ports"] = [{"containerPort": 81, "protocol": "UDP"}]
+    changed["spec"]["activeDeadlineSeconds"] = 1
+    changed["metadata"]["labels"] = {"tier": "front"}
+    changed["metadata"]["deletionTimestamp"] = "t"
+    changed["metadata"]["ownerReferences"] = []
+    changed["status"]["conditions"].append({"type": "Initialized", "status": "True"})
+    changed["status"]["podIPs"] = None
+    changed["status"]["containerStatuses"][0]["state"] = {"waiting": {}}
+    mismatched = copy.deepcopy(running)
+    mismatched["spec"]["containers"] = {"name": "c"}  # a map where the schema has a list
+    mismatched["spec"]["nodeSelector"] = ["a"]  # a list where the schema has a map
+    mismatched["spec"]["unknown"] = {"deep": {"x": [1, 2]}}
+    mismatched["status"]["phase"] = {"odd": True}
+    floats = copy.deepcopy(running)
+    floats["spec"]["activeDeadlineSeconds"] = 1.0
+    floats["spec"]["containers"][0]["ports"][0]["containerPort"] = True
+    renewed = copy.deepcopy(_LEASE_OBJ)
+    renewed["spec"]["renewTime"] = "b"
+    renewed["spec"]["leaseDurationSeconds"] = None
+    root_of = managedfields.definition_node
+    return [
+        (POD, managedfields._empty_object(root_of(POD)), pod),
+        (POD, managedfields._empty_object(root_of(POD)), running),
+        (EVENT, managedfields._empty_object(root_of(EVENT)), _EVENT_OBJ),
+        (LEASE, managedfields._empty_object(root_of(LEASE)), _LEASE_OBJ),
+        (LEASE, _LEASE_OBJ, renewed),
+        (POD, pod, running), (POD, running, pod),
+        (POD, running, changed), (POD, changed, running),
+        (POD, running, mismatched), (POD, mismatched, running), (POD, mismatched, changed),
+        (POD, running, floats), (POD, floats, running),
+        (POD, running, running), (POD, {}, running), (POD, running, {}),
+    ]
+
+
+@pytest.mark.parametrize("subresource", ["", "status"])
+def test_compare_finds_what_a_plain_walk_finds(subresource: str) -> None:
+    ignored = managedfields._ignored_fields(subresource)
+    for definition, old, new in _comparison_cases():
+        root = managedfields.definition_node(definition)
+        got = managedfields._compare(old, new, root, ignored)
+        want = _reference_compare(old, new, definition, ignored)
+        assert (got.added, got.modified, got.removed) == \
+            (want.added, want.modified, want.removed), (definition, old, new)
+        assert managedfields._compare(old, new, root) == _reference_compare(old, new,
+                                                                            definition, ())
+
+
+def test_an_untypable_value_fails_the_write_even_in_a_reset_field() -> None:
+    """The comparison skips the fields the strategy resets, but still walks a changed one: a
+    list item without its key drops the managed fields, as the plain walk's error does."""
+    old = _running(_pod())
+    new = copy.deepcopy(old)
+    new["status"]["conditions"].append({"status": "False"})  # no `type`, the list's key
+    with pytest.raises(managedfields._ShapeError):
+        _reference_compare(old, new, POD, managedfields._ignored_fields(""))
+    with pytest.raises(managedfields._ShapeError):
+        managedfields._compare(old, new, managedfields.definition_node(POD),
+                               managedfields._ignored_fields(""))
+    stored = copy.deepcopy(old)
+    record_update(None, stored, "creator", POD, "v1", now="2024-01-01T00:00:00Z")
+    stored["metadata"]["uid"] = "u-1"
+    new["metadata"]["managedFields"] = stored["metadata"]["managedFields"]
+    record_update(stored, new, "writer", POD, "v1", now="2024-01-02T00:00:00Z")
+    assert "managedFields" not in new["metadata"]
+
+
+def _renewals(monkeypatch: pytest.MonkeyPatch | None) -> list[Any]:
+    """managedFields after a Lease's create and three renewals by its holder (the last one
+    also changing the duration), and an Event's create; with `monkeypatch`, stored
+    encodings are never reused."""
+    if monkeypatch is not None:
+        monkeypatch.setattr("ephemera.api.managedfields._stored_encodings", lambda _: {})
+    out = []
+    old = copy.deepcopy(_LEASE_OBJ)
+    record_update(None, old, "kubelet", LEASE, "coordination.k8s.io/v1", now="t0")
+    old["metadata"]["uid"] = "u-lease"
+    for i in range(3):
+        new = copy.deepcopy(old)
+        new["spec"]["renewTime"] = f"r{i}"
+        if i == 2:
+            new["spec"]["leaseDurationSeconds"] = 10
+            new["spec"]["acquireTime"] = "a"
+        record_update(old, new, "kubelet", LEASE, "coordination.k8s.io/v1", now=f"t{i + 1}")
+        out.append(new["metadata"]["managedFields"])
+        old = new
+    event = copy.deepcopy(_EVENT_OBJ)
+    record_update(None, event, "kubelet", EVENT, "v1", now="t")
+    out.append(event["metadata"]["managedFields"])
+    return out
+
+
+def test_a_writer_keeps_its_stored_encoding_when_its_fields_stay_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reused = _renewals(None)
+    assert reused == _renewals(monkeypatch)
+    assert reused[0][0]["time"] == "t1"
+    assert reused[2][0]["fieldsV1"] == {"f:spec": {
+        "f:acquireTime": {}, "f:holderIdentity": {}, "f:leaseDurationSeconds": {},
+        "f:renewTime": {}}}
+    assert reused[3][0]["fieldsV1"] == {
+        "f:count": {}, "f:firstTimestamp": {},
+        "f:involvedObject": {},  # (an ObjectReference: an atomic struct)
+        "f:message": {}, "f:reason": {}, "f:series": {},
+        "f:source": {"f:component": {}, "f:host": {}}, "f:type": {}}

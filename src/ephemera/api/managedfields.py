@@ -104,9 +104,42 @@ class _Type:
     atomic: bool = False
     keys: tuple[str, ...] = ()  # list-map keys
     is_set: bool = False
+    # The schema types of this map's fields by name, filled as walks ask for them (bounded:
+    # past `_FIELD_TYPES_LIMIT` names, the type of a further name is looked up every time).
+    _field_types: dict[str, _Type | None] = field(default_factory=dict, compare=False,
+                                                  repr=False)
+
+    def field_type(self, key: str) -> _Type | None:
+        """The schema type of this map's field `key` (declared or `additionalProperties`);
+        None when the schema does not know it."""
+        known = self._field_types.get(key, MISSING)
+        if known is not MISSING:
+            result: _Type | None = known
+            return result
+        t = _schema_type(_child_prop(self, key))
+        if len(self._field_types) < _FIELD_TYPES_LIMIT:
+            self._field_types[key] = t
+        return t
+
+    @functools.cached_property
+    def declared_fields(self) -> frozenset[str]:
+        """The names of this map's declared properties (its struct fields)."""
+        if self.prop is None:
+            return frozenset()
+        props = resolve_node(self.prop).get("properties")
+        return frozenset(props) if isinstance(props, dict) else frozenset()
+
+    @functools.cached_property
+    def item_type(self) -> _Type | None:
+        """The schema type of this list's items; None when the schema does not know it."""
+        return _schema_type(_items_prop(self))
 
 
+_FIELD_TYPES_LIMIT = 256
 _SCALAR = _Type("scalar")
+_CONTAINERS = (dict, list)  # the JSON values that are not leaves by their shape alone
+_DEDUCED_MAP = _Type("map", None)  # a map the schema does not type
+_DEDUCED_LIST = _Type("list", None, atomic=True)  # a list the schema does not type
 
 
 def _same_type(a: _Type, b: _Type) -> bool:
@@ -158,13 +191,20 @@ def _schema_type_of(prop: Node) -> _Type | None:
 
 def _type_of(prop: Node | None, value: Any) -> _Type:
     """The type of a value at a schema node; the value's shape wins where the two disagree."""
-    t = _schema_type(prop)
+    return _value_type(_schema_type(prop), value)
+
+
+def _value_type(schema_type: _Type | None, value: Any) -> _Type:
+    """The type of a value whose schema type is `schema_type` (None: unknown to the schema);
+    the value's shape wins where the two disagree."""
     if value is MISSING or value is None:
-        return t or _SCALAR
+        return schema_type or _SCALAR
     if isinstance(value, dict):
-        return t if t is not None and t.tag == "map" else _Type("map", None)
+        return schema_type if schema_type is not None and schema_type.tag == "map" \
+            else _DEDUCED_MAP
     if isinstance(value, list):
-        return t if t is not None and t.tag == "list" else _Type("list", None, atomic=True)
+        return schema_type if schema_type is not None and schema_type.tag == "list" \
+            else _DEDUCED_LIST
     return _SCALAR
 
 
@@ -192,22 +232,30 @@ def _item_element(t: _Type, item: Any, index: int) -> PathElement:
             raise _ShapeError(f"element {index}: associative list with keys may not have "
                               "non-map elements")
         fields = []
-        item_prop = _items_prop(t)
         for name in t.keys:
             if name in item:
-                fields.append((name, canonical_json(item[name])))
+                fields.append((name, _key_json(item[name])))
                 continue
-            default = (field_node(item_prop, name) or {}).get("default",
-                                                                _KEY_FIELD_DEFAULTS.get(name))
+            default = (field_node(_items_prop(t), name) or {}).get(
+                "default", _KEY_FIELD_DEFAULTS.get(name))
             if default is None:
                 raise _ShapeError(f"element {index}: associative list with keys has an element "
                                   f'that omits key field "{name}" (and doesn\'t have default '
                                   "value)")
-            fields.append((name, canonical_json(default)))
-        return ("k", tuple(sorted(fields)))
+            fields.append((name, _key_json(default)))
+        return ("k", tuple(sorted(fields)) if len(fields) > 1 else tuple(fields))
     if t.is_set:
-        return ("v", canonical_json(item))
+        return ("v", _key_json(item))
     return ("i", index)
+
+
+def _key_json(value: Any) -> str:
+    """`canonical_json` of a list item's key or value; a plain string (printable ASCII
+    without quotes or backslashes, as most names are) quoted directly."""
+    if (type(value) is str and value.isascii() and value.isprintable() and '"' not in value
+            and "\\" not in value):
+        return '"' + value + '"'
+    return canonical_json(value)
 
 
 def _index_items(t: _Type, items: Any, path: FieldPath,
@@ -473,12 +521,19 @@ def _is_leaf(t: _Type, lhs: Any, rhs: Any) -> bool:
 
 
 def _pair_type(prop: Node | None, lhs: Any, rhs: Any) -> _Type:
-    tl = _type_of(prop, lhs) if lhs is not MISSING else None
-    tr = _type_of(prop, rhs) if rhs is not MISSING else None
+    """The type two values at a schema node are compared or merged as (either may be
+    MISSING, not both)."""
+    return _pair_value_type(_schema_type(prop), lhs, rhs)
+
+
+def _pair_value_type(schema_type: _Type | None, lhs: Any, rhs: Any) -> _Type:
+    """`_pair_type` for values whose schema type is `schema_type`."""
+    tl = _value_type(schema_type, lhs) if lhs is not MISSING else None
+    tr = _value_type(schema_type, rhs) if rhs is not MISSING else None
     if tl is None:
         assert tr is not None
         return tr
-    if tr is None or _same_type(tl, tr) or rhs is None:
+    if tr is None or tl is tr or _same_type(tl, tr) or rhs is None:
         return tl
     if lhs is None:
         return tr
@@ -490,26 +545,27 @@ def to_field_set(value: Any, prop: Node | None, path: FieldPath = (),
     """upstream's TypedValue.ToFieldSet: the leaves, list items and map entries of a value."""
     out: FieldSet = set()
 
-    def walk(v: Any, p: Node | None, at: FieldPath) -> None:
-        t = _type_of(p, v)
+    def walk(v: Any, schema_type: _Type | None, at: FieldPath) -> None:
+        t = _value_type(schema_type, v)
         if t.tag == "scalar" or t.atomic:
             out.add(at)
             return
         if t.tag == "list":
             for pe, item in _index_items(t, v, at, allow_duplicates).items():
-                walk(item, _items_prop(t), (*at, pe))
+                walk(item, t.item_type, (*at, pe))
                 out.add((*at, pe))
             return
         if not isinstance(v, dict):
             return
+        declared = t.declared_fields
         for key, child in v.items():
             child_path = (*at, ("f", key))
-            walk(child, _child_prop(t, key), child_path)
+            walk(child, t.field_type(key), child_path)
             if (child is None or (isinstance(child, dict) and not child)
-                    or not (t.prop is not None and is_declared_field(t.prop, key))):
+                    or key not in declared):
                 out.add(child_path)
 
-    walk(value, prop, path)
+    walk(value, _schema_type(prop), path)
     out.discard(())
     return out
 
@@ -520,52 +576,153 @@ class _Comparison:
     modified: FieldSet = field(default_factory=set)
     removed: FieldSet = field(default_factory=set)
 
-    def filter(self, ignored: list[FieldPath]) -> _Comparison:
-        return _Comparison(_without(self.added, ignored), _without(self.modified, ignored),
-                           _without(self.removed, ignored))
+
+# Paths left out of a comparison, as a trie: {path element: the trie below it, or None for
+# a path left out with everything under it}.
+_Skip = dict[PathElement, Any]
+_NO_SKIP: _Skip = {}
 
 
-def _compare(lhs: Any, rhs: Any, prop: Node | None) -> _Comparison:
-    """upstream's TypedValue.Compare (lhs old, rhs new)."""
-    c = _Comparison()
-
-    def walk(left: Any, right: Any, p: Node | None, at: FieldPath) -> None:
-        # Called for values that are not the same JSON only (`same_json` is tested before
-        # each call): an unchanged subtree adds, modifies and removes nothing, and a write
-        # changes a few fields of a large object, so most of it is never walked.
-        t = _pair_type(p, left, right)
-        if _is_leaf(t, left, right):
-            if left is MISSING:
-                c.added.add(at)
-            elif right is MISSING:
-                c.removed.add(at)
-            elif not _json_equal(left, right):
-                c.modified.add(at)
-            return
-        if t.tag == "map":
-            lmap = left if isinstance(left, dict) else {}
-            rmap = right if isinstance(right, dict) else {}
-            for key in [*lmap, *(k for k in rmap if k not in lmap)]:
-                lvalue, rvalue = lmap.get(key, MISSING), rmap.get(key, MISSING)
-                if not same_json(lvalue, rvalue):  # before the child's schema lookup
-                    walk(lvalue, rvalue, _child_prop(t, key), (*at, ("f", key)))
+@functools.lru_cache(maxsize=16)
+def _skip_trie(ignored: tuple[FieldPath, ...]) -> _Skip:
+    """The trie of `_compare`'s `ignored` paths (non-empty); shared, never changed."""
+    root: _Skip = {}
+    for path in ignored:
+        if not path:
+            continue
+        node = root
+        for pe in path[:-1]:
+            child = node.setdefault(pe, {})
+            if child is None:
+                break  # a prefix of this path is left out already
+            node = child
         else:
-            litems = _index_items(t, left, at)
-            ritems = _index_items(t, right, at)
-            item_prop = _items_prop(t)
-            for pe in [*litems, *(k for k in ritems if k not in litems)]:
-                litem, ritem = litems.get(pe, MISSING), ritems.get(pe, MISSING)
-                if not same_json(litem, ritem):
-                    walk(litem, ritem, item_prop, (*at, pe))
-        if at:
-            if left is MISSING:
-                c.added.add(at)
-            elif right is MISSING:
-                c.removed.add(at)
+            node[path[-1]] = None
+    return root
 
-    if not same_json(lhs, rhs):
-        walk(lhs, rhs, prop, ())
+
+def _compare(lhs: Any, rhs: Any, prop: Node | None,
+             ignored: tuple[FieldPath, ...] = ()) -> _Comparison:
+    """upstream's TypedValue.Compare (lhs old, rhs new), without the paths under any of
+    `ignored` (upstream's RecursiveDifference of the comparison's sets)."""
+    c = _Comparison()
+    # (Two objects are compared field by field without testing them as a whole first:
+    # the fields are each tested before they are walked.)
+    if (isinstance(lhs, dict) and isinstance(rhs, dict)) or not same_json(lhs, rhs):
+        _compare_changed(c, lhs, rhs, _schema_type(prop), (), _skip_trie(ignored))
     return c
+
+
+def _compare_changed(c: _Comparison, left: Any, right: Any, schema_type: _Type | None,
+                     at: FieldPath, skip: _Skip | None) -> None:
+    """Compare two values at `at` that are not the same JSON (either may be MISSING) into
+    `c`: an unchanged subtree adds, modifies and removes nothing, and a write changes a few
+    fields of a large object, so most of it is never walked. `skip` None: the path is left
+    out of the comparison; its values are still walked (the result dropped), so that a value
+    that cannot be typed fails the write wherever it is."""
+    if skip is None:
+        c, skip = _Comparison(), _NO_SKIP
+    if not isinstance(left, _CONTAINERS) and not isinstance(right, _CONTAINERS):
+        # Scalars, nulls or MISSING: a leaf, whatever the schema says.
+        if left is MISSING:
+            c.added.add(at)
+        elif right is MISSING:
+            c.removed.add(at)
+        elif not _json_equal(left, right):
+            c.modified.add(at)
+    elif left is MISSING:
+        _collect_all(right, schema_type, at, skip, c.added)
+    elif right is MISSING:
+        _collect_all(left, schema_type, at, skip, c.removed)
+    else:
+        _compare_present(c, left, right, schema_type, at, skip)
+
+
+def _compare_present(c: _Comparison, left: Any, right: Any, schema_type: _Type | None,
+                     at: FieldPath, skip: _Skip) -> None:
+    """`_compare_changed` of two values present on both sides."""
+    t = _pair_value_type(schema_type, left, right)
+    if _is_leaf(t, left, right):
+        if not _json_equal(left, right):
+            c.modified.add(at)
+        return
+    if t.tag == "map":
+        lmap = left if isinstance(left, dict) else {}
+        rmap = right if isinstance(right, dict) else {}
+        for key, lvalue in lmap.items():
+            rvalue = rmap.get(key, MISSING)
+            if rvalue is MISSING or not same_json(lvalue, rvalue):  # (before the lookups)
+                pe = ("f", key)
+                _compare_changed(c, lvalue, rvalue, t.field_type(key), (*at, pe),
+                                 skip.get(pe, _NO_SKIP) if skip else _NO_SKIP)
+        if not rmap.keys() <= lmap.keys():  # (fields only the new value has)
+            _collect_entries(t, [(k, v) for k, v in rmap.items() if k not in lmap], at, skip,
+                             c.added)
+    else:
+        litems = _index_items(t, left, at)
+        ritems = _index_items(t, right, at)
+        item_type = t.item_type
+        for pe, litem in litems.items():
+            ritem = ritems.get(pe, MISSING)
+            if ritem is MISSING or not same_json(litem, ritem):
+                _compare_changed(c, litem, ritem, item_type, (*at, pe),
+                                 skip.get(pe, _NO_SKIP) if skip else _NO_SKIP)
+        _collect_items(item_type, [(pe, v) for pe, v in ritems.items() if pe not in litems],
+                       at, skip, c.added)
+
+
+def _collect_all(value: Any, schema_type: _Type | None, at: FieldPath, skip: _Skip,
+                 out: FieldSet) -> None:
+    """What `_compare` finds in a value present on one side only: the value and all it holds
+    (its leaves, map entries and list items), each added (or removed) at its path."""
+    if isinstance(value, dict):
+        t = schema_type if schema_type is not None and schema_type.tag == "map" \
+            else _DEDUCED_MAP
+        if t.atomic or not value:
+            out.add(at)
+            return
+        _collect_entries(t, value.items(), at, skip, out)
+    elif isinstance(value, list):
+        t = schema_type if schema_type is not None and schema_type.tag == "list" \
+            else _DEDUCED_LIST
+        if t.atomic or not value:
+            out.add(at)
+            return
+        _collect_items(t.item_type, _index_items(t, value, at).items(), at, skip, out)
+    else:  # a scalar or null: a leaf (null is an empty map or list)
+        out.add(at)
+        return
+    if at:
+        out.add(at)
+
+
+def _collect_entries(t: _Type, entries: Iterable[tuple[str, Any]], at: FieldPath,
+                     skip: _Skip, out: FieldSet) -> None:
+    """`_collect_all` of map entries of type `t` at `at`."""
+    for key, value in entries:
+        pe = ("f", key)
+        value_skip = skip.get(pe, _NO_SKIP) if skip else _NO_SKIP
+        if not isinstance(value, _CONTAINERS):  # a leaf (see `_compare_changed`)
+            if value_skip is not None:
+                out.add((*at, pe))
+        elif value_skip is None:  # left out: walked for its errors only
+            _collect_all(value, t.field_type(key), (*at, pe), _NO_SKIP, set())
+        else:
+            _collect_all(value, t.field_type(key), (*at, pe), value_skip, out)
+
+
+def _collect_items(item_type: _Type | None, items: Iterable[tuple[PathElement, Any]],
+                   at: FieldPath, skip: _Skip, out: FieldSet) -> None:
+    """`_collect_all` of list items (by path element) whose schema type is `item_type`."""
+    for pe, item in items:
+        item_skip = skip.get(pe, _NO_SKIP) if skip else _NO_SKIP
+        if not isinstance(item, _CONTAINERS):
+            if item_skip is not None:
+                out.add((*at, pe))
+        elif item_skip is None:
+            _collect_all(item, item_type, (*at, pe), _NO_SKIP, set())
+        else:
+            _collect_all(item, item_type, (*at, pe), item_skip, out)
 
 
 def _merge(lhs: Any, rhs: Any, prop: Node | None, at: FieldPath) -> Any:
@@ -688,7 +845,7 @@ def _ensure_named_fields(paths: FieldSet, root: Node | None) -> FieldSet:
     return out
 
 
-def _without(paths: FieldSet, ignored: list[FieldPath]) -> FieldSet:
+def _without(paths: FieldSet, ignored: tuple[FieldPath, ...]) -> FieldSet:
     """RecursiveDifference with a few prefixes: drop the paths under any of them."""
     prefixes = [(len(i), i) for i in ignored]
     out: FieldSet = set()
@@ -854,11 +1011,15 @@ def _set_managed_fields(obj: dict[str, Any], managers: _Managers) -> None:
 # --- helpers over objects ---------------------------------------------------------------------
 
 
-def _ignored_fields(subresource: str) -> list[FieldPath]:
-    if subresource == "status":
-        return [(("f", "spec"),), (("f", "metadata"), ("f", "deletionTimestamp")),
-                (("f", "metadata"), ("f", "ownerReferences"))]
-    return [(("f", "status"),)]
+# The fields the strategy resets, left out of field sets and comparisons (`_ignored_fields`).
+_STATUS_RESET_FIELDS: tuple[FieldPath, ...] = (
+    (("f", "spec"),), (("f", "metadata"), ("f", "deletionTimestamp")),
+    (("f", "metadata"), ("f", "ownerReferences")))
+_MAIN_RESET_FIELDS: tuple[FieldPath, ...] = ((("f", "status"),),)
+
+
+def _ignored_fields(subresource: str) -> tuple[FieldPath, ...]:
+    return _STATUS_RESET_FIELDS if subresource == "status" else _MAIN_RESET_FIELDS
 
 
 def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
@@ -913,7 +1074,7 @@ def _new_empty_object(root: Node) -> dict[str, dict[str, None]]:
 
 
 def _restore_reset_fields(result: dict[str, Any], live: dict[str, Any] | None,
-                          ignored: list[FieldPath]) -> None:
+                          ignored: tuple[FieldPath, ...]) -> None:
     for path in ignored:
         names = [pe[1] for pe in path]
         target: Any = result
@@ -1009,10 +1170,10 @@ def _conflict_error(conflicts: dict[tuple[str, str, str, str], FieldSet],
 
 def _update_managers(old: Any, new: Any, root: Node | None, managers: _Managers,
                      skip: tuple[str, str, str, str] | None, force: bool,
-                     ignored: list[FieldPath]) -> tuple[_Managers, _Comparison]:
+                     ignored: tuple[FieldPath, ...]) -> tuple[_Managers, _Comparison]:
     """upstream's Updater.update: take changed fields away from the other managers (or
     report them as conflicts) and forget removed fields."""
-    comparison = _compare(old, new, root).filter(ignored)
+    comparison = _compare(old, new, root, ignored)
     changed = comparison.added | comparison.modified
     conflicts: dict[tuple[str, str, str, str], FieldSet] = {}
     for key, manager in managers.items():
@@ -1036,7 +1197,7 @@ def _update_managers(old: Any, new: Any, root: Node | None, managers: _Managers,
 
 def _record(old: dict[str, Any], new: dict[str, Any], root: Node | None, managers: _Managers,
             manager: str, api_version: str, subresource: str, now: str,
-            ignored: list[FieldPath]) -> _Managers:
+            ignored: tuple[FieldPath, ...]) -> _Managers:
     """Updater.Update plus managedFieldsUpdater: the changes of one non-apply write."""
     managers, comparison = _update_managers(old, new, root, managers, None, True, ignored)
     changed = (comparison.added | comparison.modified) - _STRIPPED
@@ -1045,6 +1206,7 @@ def _record(old: dict[str, Any], new: dict[str, Any], root: Node | None, manager
         previous = managers.get(entry.key)
         if previous is not None:
             entry.fields |= previous.fields
+            entry.stored = previous.stored  # (written again if the fields are the same)
         managers[entry.key] = entry
     _cap_update_managers(managers)
     return managers
@@ -1138,7 +1300,7 @@ def server_side_apply(live: dict[str, Any] | None, applied: dict[str, Any], mana
 
 def _apply(live: dict[str, Any] | None, applied: dict[str, Any], manager: str, force: bool,
            root: Node | None, api_version: str, subresource: str, now: str,
-           ignored: list[FieldPath]) -> dict[str, Any]:
+           ignored: tuple[FieldPath, ...]) -> dict[str, Any]:
     try:
         managers = _decode_managers(((live or {}).get("metadata") or {}).get("managedFields"))
     except ValueError:
