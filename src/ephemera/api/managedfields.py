@@ -501,6 +501,8 @@ def _is_empty_list(value: Any) -> bool:
 
 
 def _json_equal(a: Any, b: Any) -> bool:
+    if type(a) is str:  # (the usual leaf)
+        return type(b) is str and a == b
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
@@ -641,8 +643,13 @@ def _compare_changed(c: _Comparison, left: Any, right: Any, schema_type: _Type |
 def _compare_present(c: _Comparison, left: Any, right: Any, schema_type: _Type | None,
                      at: FieldPath, skip: _Skip) -> None:
     """`_compare_changed` of two values present on both sides."""
-    t = _pair_value_type(schema_type, left, right)
-    if _is_leaf(t, left, right):
+    if isinstance(left, dict) and isinstance(right, dict):  # (the usual case: two objects)
+        t = schema_type if schema_type is not None and schema_type.tag == "map" \
+            else _DEDUCED_MAP
+    else:
+        t = _pair_value_type(schema_type, left, right)
+    # `_is_leaf`: a map's (a list's) values are here each a map (a list) or null.
+    if t.tag == "scalar" or t.atomic or (not left and not right):
         if not _json_equal(left, right):
             c.modified.add(at)
         return
@@ -937,12 +944,13 @@ def _decode_managers(entries: Any, stored: Any = None) -> _Managers:
                            str(entry.get("apiVersion", "")), str(entry.get("subresource", "")),
                            decode_fields(entry.get("fieldsV1", {})),
                            entry.get("time") if isinstance(entry.get("time"), str) else None)
-        if manager.key in managers:
+        key = manager.key
+        if key in managers:
             raise ValueError(f"duplicate manager {manager.identifier()}")
-        encoding = encodings.get(manager.key)
+        encoding = encodings.get(key)
         if encoding is not None and encoding == entry.get("fieldsV1"):
             manager.stored = (frozenset(manager.fields), encoding)
-        managers[manager.key] = manager
+        managers[key] = manager
     return managers
 
 
@@ -971,7 +979,8 @@ def _encode_managers(managers: _Managers) -> list[dict[str, Any]]:
 
 
 def _cap_update_managers(managers: _Managers) -> None:
-    if sum(m.operation == "Update" for m in managers.values()) <= MAX_UPDATE_MANAGERS:
+    if len(managers) <= MAX_UPDATE_MANAGERS or \
+            sum(m.operation == "Update" for m in managers.values()) <= MAX_UPDATE_MANAGERS:
         return  # (without sorting them by their identifiers, which encodes each)
     updaters = sorted((m for m in managers.values() if m.operation == "Update"),
                       key=lambda m: (_time_sort_key(m.time), m.identifier()))
@@ -1203,11 +1212,12 @@ def _record(old: dict[str, Any], new: dict[str, Any], root: Node | None, manager
     changed = (comparison.added | comparison.modified) - _STRIPPED
     if changed:
         entry = _Manager(manager, "Update", api_version, subresource, set(changed), now)
-        previous = managers.get(entry.key)
+        key = entry.key
+        previous = managers.get(key)
         if previous is not None:
             entry.fields |= previous.fields
             entry.stored = previous.stored  # (written again if the fields are the same)
-        managers[entry.key] = entry
+        managers[key] = entry
     _cap_update_managers(managers)
     return managers
 
