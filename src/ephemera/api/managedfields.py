@@ -374,12 +374,19 @@ def _trie(paths: Iterable[FieldPath]) -> dict[PathElement, Any]:
     """{pe: [is_member, children]} for a set of paths."""
     root: dict[PathElement, Any] = {}
     for path in paths:
+        if not path:
+            continue
         node = root
-        for i, pe in enumerate(path):
-            entry = node.setdefault(pe, [False, {}])
-            if i == len(path) - 1:
-                entry[0] = True
+        for pe in path[:-1]:
+            entry = node.get(pe)
+            if entry is None:
+                entry = node[pe] = [False, {}]
             node = entry[1]
+        entry = node.get(path[-1])
+        if entry is None:
+            node[path[-1]] = [True, {}]
+        else:
+            entry[0] = True
     return root
 
 
@@ -414,19 +421,19 @@ def encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
 
 
 def _encode_fields(paths: Iterable[FieldPath]) -> dict[str, Any]:
-    def emit(trie: dict[PathElement, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def emit(trie: dict[PathElement, Any], out: dict[str, Any]) -> None:
         for pe in sorted(trie, key=_element_sort_key):
             member, children = trie[pe]
+            inner: dict[str, Any] = {}
             if children:
-                inner: dict[str, Any] = {".": {}} if member else {}
-                inner.update(emit(children))
-                out[_element_key(pe)] = inner
-            else:
-                out[_element_key(pe)] = {}
-        return out
+                if member:
+                    inner["."] = {}
+                emit(children, inner)
+            out[_element_key(pe)] = inner
 
-    return emit(_trie(p for p in paths if p))
+    encoded: dict[str, Any] = {}
+    emit(_trie(paths), encoded)
+    return encoded
 
 
 # Decoded field sets by the compact JSON of their `fieldsV1`: a write decodes every manager
