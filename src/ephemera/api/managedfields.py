@@ -653,25 +653,20 @@ def _compare_present(c: _Comparison, left: Any, right: Any, schema_type: _Type |
     if isinstance(left, dict) and isinstance(right, dict):  # (the usual case: two objects)
         t = schema_type if schema_type is not None and schema_type.tag == "map" \
             else _DEDUCED_MAP
-    else:
-        t = _pair_value_type(schema_type, left, right)
+        if t.atomic or (not left and not right):
+            if not _json_equal(left, right):
+                c.modified.add(at)
+        else:
+            _compare_maps(c, t, left, right, at, skip)
+        return
+    t = _pair_value_type(schema_type, left, right)
     # `_is_leaf`: a map's (a list's) values are here each a map (a list) or null.
     if t.tag == "scalar" or t.atomic or (not left and not right):
         if not _json_equal(left, right):
             c.modified.add(at)
-        return
-    if t.tag == "map":
-        lmap = left if isinstance(left, dict) else {}
-        rmap = right if isinstance(right, dict) else {}
-        for key, lvalue in lmap.items():
-            rvalue = rmap.get(key, MISSING)
-            if rvalue is MISSING or not same_json(lvalue, rvalue):  # (before the lookups)
-                pe = ("f", key)
-                _compare_changed(c, lvalue, rvalue, t.field_type(key), (*at, pe),
-                                 skip.get(pe, _NO_SKIP) if skip else _NO_SKIP)
-        if not rmap.keys() <= lmap.keys():  # (fields only the new value has)
-            _collect_entries(t, [(k, v) for k, v in rmap.items() if k not in lmap], at, skip,
-                             c.added)
+    elif t.tag == "map":
+        _compare_maps(c, t, left if isinstance(left, dict) else {},
+                      right if isinstance(right, dict) else {}, at, skip)
     else:
         litems = _index_items(t, left, at)
         ritems = _index_items(t, right, at)
@@ -683,6 +678,22 @@ def _compare_present(c: _Comparison, left: Any, right: Any, schema_type: _Type |
                                  skip.get(pe, _NO_SKIP) if skip else _NO_SKIP)
         _collect_items(item_type, [(pe, v) for pe, v in ritems.items() if pe not in litems],
                        at, skip, c.added)
+
+
+def _compare_maps(c: _Comparison, t: _Type, lmap: dict[str, Any], rmap: dict[str, Any],
+                  at: FieldPath, skip: _Skip) -> None:
+    """`_compare_present` of two granular maps of type `t`, field by field."""
+    for key, lvalue in lmap.items():
+        rvalue = rmap.get(key, MISSING)
+        if rvalue is not MISSING and (lvalue == rvalue if type(lvalue) is str
+                                      else same_json(lvalue, rvalue)):
+            continue  # unchanged (two strings compared here: the usual field)
+        pe = ("f", key)
+        _compare_changed(c, lvalue, rvalue, t.field_type(key), (*at, pe),
+                         skip.get(pe, _NO_SKIP) if skip else _NO_SKIP)
+    if not rmap.keys() <= lmap.keys():  # (fields only the new value has)
+        _collect_entries(t, [(k, v) for k, v in rmap.items() if k not in lmap], at, skip,
+                         c.added)
 
 
 def _collect_all(value: Any, schema_type: _Type | None, at: FieldPath, skip: _Skip,
