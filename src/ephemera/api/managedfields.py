@@ -1212,13 +1212,18 @@ def _update_managers(old: Any, new: Any, root: Node | None, managers: _Managers,
     if conflicts and not force:
         raise _conflict_error(conflicts, managers)
     out: _Managers = {}
+    removed = comparison.removed
     for key, manager in managers.items():
-        fields = manager.fields
         if key != skip:
-            fields = fields - conflicts.get(key, set()) - comparison.removed
-        if fields or key == skip:
-            out[key] = _Manager(manager.manager, manager.operation, manager.api_version,
-                                manager.subresource, fields, manager.time, manager.stored)
+            taken = conflicts.get(key)
+            if taken or (removed and removed & manager.fields):
+                manager = _Manager(manager.manager, manager.operation, manager.api_version,
+                                   manager.subresource,
+                                   manager.fields - (taken or set()) - removed, manager.time,
+                                   manager.stored)
+            if not manager.fields:
+                continue
+        out[key] = manager  # (the caller's own when none of its fields are taken)
     return out, comparison
 
 
