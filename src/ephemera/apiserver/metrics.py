@@ -88,6 +88,11 @@ class ApiserverMetrics:
             "apiserver_flowcontrol_request_wait_duration_seconds", "Length of time a request "
             "spent waiting in its queue", ("flow_schema", "priority_level", "execute"),
             buckets=WAIT_BUCKETS, registry=self.registry)
+        # The labelled children each label set (and code) counts in, looked up once: a
+        # `labels()` call checks and converts every value and takes a lock.
+        self._children: dict[tuple[str, str, str, str, str, str, str, int],
+                             tuple[Any, Any, Any]] = {}
+        self._wait_children: dict[tuple[str, str, bool], Any] = {}
 
     def set_worker(self, index: int) -> None:
         """This process is worker `index` of `ephemera apiserver --workers`: say so in every
@@ -100,19 +105,39 @@ class ApiserverMetrics:
         """Count one answered request that took `seconds` in all."""
         verb, group, version, resource, subresource, scope = request_labels(request)
         dry_run = ",".join(sorted(request.query.getall("dryRun", [])))
-        self.requests.labels(verb, dry_run, group, version, resource, subresource, scope,
-                             COMPONENT, str(code)).inc()
-        self.durations.labels(verb, dry_run, group, version, resource, subresource, scope,
-                              COMPONENT).observe(seconds)
+        key = (verb, dry_run, group, version, resource, subresource, scope, code)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = self._labelled(key)
+        total, duration, sli = children
+        total.inc()
+        duration.observe(seconds)
         waited = request.get(QUEUE_WAIT)
         if waited is not None:
             level, flow_schema, wait, executed = waited
-            self.queue_waits.labels(flow_schema, level, "true" if executed else "false") \
-                .observe(wait)
+            wait_key = (flow_schema, level, executed)
+            waits = self._wait_children.get(wait_key)
+            if waits is None:
+                waits = self._wait_children[wait_key] = self.queue_waits.labels(
+                    flow_schema, level, "true" if executed else "false")
+            waits.observe(wait)
             seconds -= wait
-        if verb not in ("WATCH", "CONNECT"):
-            self.sli_durations.labels(verb, group, version, resource, subresource, scope,
-                                      COMPONENT).observe(max(0.0, seconds))
+        if sli is not None:
+            sli.observe(max(0.0, seconds))
+
+    def _labelled(self, key: tuple[str, str, str, str, str, str, str, int]
+                  ) -> tuple[Any, Any, Any]:
+        """The children of `requests`, `durations` and `sli_durations` (None for a WATCH or
+        a CONNECT, which it does not count) a request of these labels and code counts in."""
+        verb, dry_run, group, version, resource, subresource, scope, code = key
+        total = self.requests.labels(verb, dry_run, group, version, resource, subresource,
+                                     scope, COMPONENT, str(code))
+        duration = self.durations.labels(verb, dry_run, group, version, resource, subresource,
+                                         scope, COMPONENT)
+        sli = (None if verb in ("WATCH", "CONNECT") else
+               self.sli_durations.labels(verb, group, version, resource, subresource, scope,
+                                         COMPONENT))
+        return total, duration, sli
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
