@@ -60,19 +60,28 @@ def _strings(rule: Rule, key: str) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
+def _values(rule: Rule, key: str) -> Sequence[Any]:
+    """The list under `key` as it is (empty when it is not a list): where a rule's strings
+    are only compared with a string, what else the list holds (decoded JSON) equals none."""
+    value = rule.get(key)
+    return value if isinstance(value, list) else ()
+
+
 # --- rule matching (upstream's rbacv1helpers) -----------------------------------------------
 
 
 def verb_matches(rule: Rule, verb: str) -> bool:
-    return any(v in ("*", verb) for v in _strings(rule, "verbs"))
+    verbs = _values(rule, "verbs")
+    return "*" in verbs or verb in verbs
 
 
 def api_group_matches(rule: Rule, group: str) -> bool:
-    return any(g in ("*", group) for g in _strings(rule, "apiGroups"))
+    groups = _values(rule, "apiGroups")
+    return "*" in groups or group in groups
 
 
 def resource_matches(rule: Rule, combined: str, subresource: str) -> bool:
-    for r in _strings(rule, "resources"):
+    for r in _values(rule, "resources"):
         if r in ("*", combined):
             return True
         if subresource and r == "*/" + subresource:
@@ -81,6 +90,8 @@ def resource_matches(rule: Rule, combined: str, subresource: str) -> bool:
 
 
 def resource_name_matches(rule: Rule, name: str) -> bool:
+    if not rule.get("resourceNames"):
+        return True  # (as no strings among them)
     names = _strings(rule, "resourceNames")
     return not names or name in names
 
