@@ -363,13 +363,16 @@ def _wants_openapi_protobuf(accept: str | None) -> bool:
     return False
 
 
+_UNCLEAN_SEGMENTS = frozenset({"", ".", ".."})
+
+
 @web.middleware
 async def clean_path_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """A path with an empty, `.` or `..` segment inside it is not found, before anything
     reads it: authorization, audit and routing must all see the same segments
     (`pods/p//exec` would otherwise be authorized as one thing and served as another)."""
     inner = request.path.strip("/")
-    if inner and any(segment in ("", ".", "..") for segment in inner.split("/")):
+    if inner and not _UNCLEAN_SEGMENTS.isdisjoint(inner.split("/")):
         raise not_found_path()
     response: web.StreamResponse = await handler(request)
     return response

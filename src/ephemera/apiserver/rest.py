@@ -143,7 +143,9 @@ def field_manager(request: web.Request) -> str:
                 group="meta.k8s.io")
         return manager
     agent = request.headers.get("User-Agent", "").split("/", 1)[0]
-    return "".join(c for c in agent if c.isprintable())[:128]
+    if not agent.isprintable():
+        agent = "".join(c for c in agent if c.isprintable())
+    return agent[:128]
 
 
 def selection(request: web.Request, resource: Resource) -> Selection:

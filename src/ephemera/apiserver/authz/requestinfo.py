@@ -53,24 +53,27 @@ def _field_selector_name(query: Mapping[str, str]) -> str:
     return ""
 
 
+def _non_resource(user: UserInfo, method: str, path: str) -> Attributes:
+    return Attributes(user=user, verb=method.lower(), resource_request=False, path=path)
+
+
 def request_attributes(user: UserInfo, method: str, path: str,
                        query: Mapping[str, str]) -> Attributes:
-    parts = [p for p in path.strip("/").split("/")] if path.strip("/") else []
-    non_resource = Attributes(user=user, verb=method.lower(), resource_request=False,
-                              path=path)
+    inner = path.strip("/")
+    parts = inner.split("/") if inner else []
     if len(parts) < 3 or parts[0] not in API_PREFIXES:
-        return non_resource
+        return _non_resource(user, method, path)
     prefix, parts = parts[0], parts[1:]
     group = ""
     if prefix != GROUPLESS_PREFIX:
         if len(parts) < 3:
-            return non_resource
+            return _non_resource(user, method, path)
         group, parts = parts[0], parts[1:]
     version, parts = parts[0], parts[1:]
     verb = METHOD_VERBS.get(method.upper(), "")
     if parts[0] in ("watch", "proxy"):
         if len(parts) < 2:
-            return non_resource
+            return _non_resource(user, method, path)
         verb, parts = parts[0], parts[1:]
     namespace = ""
     if parts[0] == "namespaces" and len(parts) > 1:
