@@ -11,6 +11,7 @@ import pytest
 from ephemera.api.featuregates import FeatureGates
 from ephemera.scheduler.nodeinfo import NodeInfo, assigned_pod_requests, pod_fit_request
 from ephemera.scheduler.plugins import (
+    FILTERS,
     REASON_AFFINITY,
     REASON_FEATURES,
     REASON_TAINT,
@@ -20,6 +21,8 @@ from ephemera.scheduler.plugins import (
     effective_taints,
     has_node_constraints,
     least_allocated_score,
+    node_affinity,
+    node_declared_features,
     run_filters,
     tolerates,
 )
@@ -354,6 +357,17 @@ def test_has_node_constraints(spec: dict[str, Any], constrained: bool) -> None:
     assert reasons(make_pod(**spec), node) == ((REASON_AFFINITY,) if constrained else None)
 
 
+def test_pre_filter_leaves_out_the_filters_that_cannot_reject() -> None:
+    """upstream's PreFilter `Skip`: NodeAffinity without node constraints,
+    NodeDeclaredFeatures without a required feature; the others always run, in order."""
+    assert PodInfo.of(make_pod()).filters == tuple(
+        f for f in FILTERS if f not in (node_affinity, node_declared_features))
+    constrained = make_pod(nodeSelector={"disk": "ssd"},
+                           pod_requests={"ephemeral-storage": "1Gi"})
+    assert PodInfo.of(constrained).filters == tuple(FILTERS)
+    assert node_declared_features not in PodInfo.of(constrained, GATES_OFF_NDF).filters
+
+
 # --- declared features --------------------------------------------------------------------
 
 
@@ -404,3 +418,4 @@ def test_least_allocated_counts_unrequested_containers_at_the_defaults() -> None
 def test_least_allocated_is_zero_when_overcommitted() -> None:
     pod = PodInfo.of(make_pod(requests={"cpu": "8", "memory": "16Gi"}))
     assert least_allocated_score(pod, info(make_node(cpu="4", memory="8Gi"))) == 0
+

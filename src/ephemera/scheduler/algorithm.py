@@ -29,6 +29,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from ephemera.scheduler.nodeinfo import Gates, NodeInfo
@@ -134,16 +135,17 @@ def schedule_pod(pod: Mapping[str, Any], nodes: Sequence[NodeInfo], gates: Gates
         result.message = NO_NODES_AVAILABLE
         return result
     wanted = num_feasible_nodes_to_find(len(nodes))
-    for i in range(len(nodes)):
-        node = nodes[(start + i) % len(nodes)]
+    scores, statuses = result.scores, result.statuses
+    start %= len(nodes)
+    for node in chain(nodes[start:], nodes[:start]):
         status = run_filters(info, node)
-        if status is None:
-            result.scores[node.name] = least_allocated_score(info, node)
-        else:
-            result.statuses[node.name] = status
-        if len(result.scores) >= wanted:
+        if status is not None:
+            statuses[node.name] = status
+            continue
+        scores[node.name] = least_allocated_score(info, node)
+        if len(scores) >= wanted:
             break
-    result.processed = len(result.scores) + len(result.statuses)
+    result.processed = len(scores) + len(statuses)
     if not result.scores:
         result.message = fit_error_message(len(nodes), result.statuses, pod)
         return result

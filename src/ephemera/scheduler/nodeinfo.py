@@ -172,6 +172,7 @@ class NodeInfo:
         self.derived: dict[str, Any] = {}
         self.name = ""  # metadata.name
         self.unschedulable = False  # spec.unschedulable
+        self.pod_count = 0  # the pods counted
         self.set_node(node)
 
     def set_node(self, node: Mapping[str, Any]) -> None:
@@ -184,10 +185,6 @@ class NodeInfo:
             "unschedulable"))
         status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
         self.allocatable = Resources.of(resource_list((status or {}).get("allocatable")))
-
-    @property
-    def pod_count(self) -> int:
-        return len(self._pods)
 
     def pods(self) -> list[Mapping[str, Any]]:
         return [a.pod for a in self._pods.values()]
@@ -208,9 +205,15 @@ class NodeInfo:
         self._pods[uid] = _Accounted(pod, requested, non_zero, inputs)
         self.requested.add(requested)
         self.non_zero_requested.add(non_zero)
+        self._pods_changed()
 
     def remove_pod(self, uid: str) -> None:
         accounted = self._pods.pop(uid, None)
         if accounted is not None:
             self.requested.add(accounted.requested, -1)
             self.non_zero_requested.add(accounted.non_zero, -1)
+            self._pods_changed()
+
+    def _pods_changed(self) -> None:
+        """The pods counted changed: their count."""
+        self.pod_count = len(self._pods)

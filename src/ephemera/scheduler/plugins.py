@@ -14,7 +14,10 @@ Filters run in upstream's default order and stop at the first that rejects a nod
   `node(s) didn't match Pod's required features`.
 
 Every rejection but NodeResourcesFit's is one preemption cannot resolve (upstream's
-`UnschedulableAndUnresolvable`).
+`UnschedulableAndUnresolvable`). As upstream's PreFilter `Skip`, a filter that cannot reject
+any node for the pod is left out of its `PodInfo.filters` (`pre_filter`): NodeAffinity for a
+pod without a nodeSelector or required node affinity, NodeDeclaredFeatures for a pod that
+needs no feature.
 
 Taints include those upstream's node lifecycle controller derives from conditions
 (TaintNodesByCondition), which ephemera applies here since it has no such controller:
@@ -64,6 +67,7 @@ __all__ = [
     "least_allocated_score",
     "matches_node_affinity",
     "node_labels",
+    "pre_filter",
     "required_node_features",
     "run_filters",
     "tolerates",
@@ -128,6 +132,11 @@ class PodInfo:
     # Whether the pod has a nodeSelector or a required node affinity (without either every
     # node matches, and NodeAffinity need not look at the node's labels).
     node_constrained: bool = True
+    # The filters that can reject a node for this pod, in order (`pre_filter`).
+    filters: tuple[Filter, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        self.filters = pre_filter(self)
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], gates: Gates = None) -> PodInfo:
@@ -276,17 +285,14 @@ def node_unschedulable(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
     return FilterStatus("NodeUnschedulable", (REASON_UNSCHEDULABLE,), True)
 
 
-def _node_taints(node: NodeInfo) -> list[Taint]:
-    """`effective_taints` of the node, computed once per node object."""
+def taint_toleration(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
+    # `effective_taints` of the node, computed once per node object (looked up here, not in
+    # a function of its own: this runs for every node a pod is tried on).
     taints: list[Taint] | None = node.derived.get("taints")
     if taints is None:
         taints = node.derived["taints"] = effective_taints(node.node)
-    return taints
-
-
-def taint_toleration(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
     tolerations = pod.tolerations
-    for taint in _node_taints(node):
+    for taint in taints:
         if taint.effect not in (NO_SCHEDULE, NO_EXECUTE):
             continue
         if not any(tolerates(t, taint) for t in tolerations):
@@ -303,8 +309,7 @@ def _node_labels(node: NodeInfo) -> dict[str, str]:
 
 
 def node_affinity(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
-    if not pod.node_constrained or matches_node_affinity(pod.pod, node.node,
-                                                         _node_labels(node)):
+    if matches_node_affinity(pod.pod, node.node, _node_labels(node)):
         return None
     return FilterStatus("NodeAffinity", (REASON_AFFINITY,), True)
 
@@ -336,8 +341,6 @@ def node_resources_fit(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
 
 
 def node_declared_features(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
-    if not pod.required_features:
-        return None
     declared = _map(node.node.get("status")).get("declaredFeatures")
     have = {str(f) for f in declared} if isinstance(declared, list) else set()
     if all(f in have for f in pod.required_features):
@@ -351,9 +354,21 @@ FILTERS: Sequence[Filter] = (node_unschedulable, taint_toleration, node_affinity
                              node_resources_fit, node_declared_features)
 
 
+def pre_filter(pod: PodInfo) -> tuple[Filter, ...]:
+    """`FILTERS` less those that cannot reject any node for `pod` (upstream's PreFilter
+    `Skip`): NodeAffinity for a pod without a nodeSelector or required node affinity,
+    NodeDeclaredFeatures for a pod that needs no feature."""
+    skip: set[Filter] = set()
+    if not pod.node_constrained:
+        skip.add(node_affinity)
+    if not pod.required_features:
+        skip.add(node_declared_features)
+    return tuple(plugin for plugin in FILTERS if plugin not in skip)
+
+
 def run_filters(pod: PodInfo, node: NodeInfo) -> FilterStatus | None:
-    """The first rejection of `node` for `pod`, or None when it fits."""
-    for plugin in FILTERS:
+    """The first rejection of `node` for `pod` (of `pod.filters`), or None when it fits."""
+    for plugin in pod.filters:
         status = plugin(pod, node)
         if status is not None:
             return status
