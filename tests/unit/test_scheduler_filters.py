@@ -419,3 +419,18 @@ def test_least_allocated_is_zero_when_overcommitted() -> None:
     pod = PodInfo.of(make_pod(requests={"cpu": "8", "memory": "16Gi"}))
     assert least_allocated_score(pod, info(make_node(cpu="4", memory="8Gi"))) == 0
 
+
+def test_a_node_keeps_its_score_until_it_or_its_pods_change() -> None:
+    pod = PodInfo.of(make_pod(requests={"cpu": "1", "memory": "2Gi"}))
+    node = info(make_node(cpu="4", memory="8Gi"))
+    assert least_allocated_score(pod, node) == 75
+    assert node.scores == {(1000, 2 * 2**30): 75}
+    node.add_pod("uid-a", make_pod("a", requests={"cpu": "1", "memory": "2Gi"}))
+    assert least_allocated_score(pod, node) == 50
+    node.set_node(make_node(cpu="8", memory="16Gi"))
+    assert least_allocated_score(pod, node) == 75  # (8-2)/8 and (16-4)/16
+    node.remove_pod("uid-a")
+    assert least_allocated_score(pod, node) == 87
+    # another pod size is scored for itself: cpu 0, memory (16Gi - 200Mi) * 100 // 16Gi = 98
+    assert least_allocated_score(PodInfo.of(make_pod(requests={"cpu": "8"})), node) == 49
+    assert len(node.scores) == 2

@@ -6,7 +6,9 @@ Requests come from `ephemera.pods.resources.pod_requests` (pod-level aware: a ke
 as upstream does: cpu in millicores (`MilliValue`), everything else rounded up (`Value`).
 A node's `requested` sums the pods on it; `non_zero_requested` does the same with upstream's
 defaults (100m cpu, 200Mi memory) for a container that requests neither, for scoring.
-Pure: no I/O.
+What the scheduler's plugins derive from a node is kept on it: from the node object alone in
+`derived` (until `set_node`), the LeastAllocated scores in `scores` (until the node or its
+pods change). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -170,6 +172,11 @@ class NodeInfo:
         # labels), kept until the object is replaced: every pod's scheduling cycle filters
         # many nodes.
         self.derived: dict[str, Any] = {}
+        # LeastAllocated's scores by the incoming pod's (cpu, memory) score request, for the
+        # node and its pods as they are: cleared when either changes (`set_node`, `add_pod`,
+        # `remove_pod`). A pod's cycle scores hundreds of nodes, nearly all of them as the
+        # previous pod of the same size found them.
+        self.scores: dict[tuple[int, int], int] = {}
         self.name = ""  # metadata.name
         self.unschedulable = False  # spec.unschedulable
         self.pod_count = 0  # the pods counted
@@ -178,6 +185,7 @@ class NodeInfo:
     def set_node(self, node: Mapping[str, Any]) -> None:
         self.node = node
         self.derived = {}
+        self.scores = {}
         md = node.get("metadata")
         self.name = str((md if isinstance(md, Mapping) else {}).get("name") or "")
         spec = node.get("spec")
@@ -215,5 +223,6 @@ class NodeInfo:
             self._pods_changed()
 
     def _pods_changed(self) -> None:
-        """The pods counted changed: their count."""
+        """The pods counted changed: their count, and no score kept holds."""
         self.pod_count = len(self._pods)
+        self.scores = {}

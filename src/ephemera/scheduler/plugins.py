@@ -33,7 +33,9 @@ The only feature a pod needs at scheduling time in ephemera is
 
 Scoring is NodeResourcesFit's LeastAllocated over cpu and memory, weight 1 each:
 `sum((allocatable - requested) * 100 / allocatable) / 2` with the non-zero requests of the
-node's pods plus the incoming pod. Pure: no I/O.
+node's pods plus the incoming pod. A node keeps its scores by the pod's (cpu, memory) request
+until the node or its pods change (`NodeInfo.scores`): most nodes a pod is tried on are as
+the previous pod found them. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ __all__ = [
     "FilterStatus",
     "PodInfo",
     "Taint",
+    "compute_least_allocated_score",
     "effective_taints",
     "has_node_constraints",
     "least_allocated_score",
@@ -134,9 +137,12 @@ class PodInfo:
     node_constrained: bool = True
     # The filters that can reject a node for this pod, in order (`pre_filter`).
     filters: tuple[Filter, ...] = field(init=False, default=())
+    # What LeastAllocated reads of `score_request`: (milli_cpu, memory).
+    score_key: tuple[int, int] = field(init=False, default=(0, 0))
 
     def __post_init__(self) -> None:
         self.filters = pre_filter(self)
+        self.score_key = (self.score_request.milli_cpu, self.score_request.memory)
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], gates: Gates = None) -> PodInfo:
@@ -385,6 +391,11 @@ def missing_features(pod: PodInfo, node: NodeInfo) -> list[str]:
 # --- scoring -------------------------------------------------------------------------------
 
 
+# How many scores a node keeps (`NodeInfo.scores`: one per pod size met since the node or
+# its pods last changed) before it starts again.
+SCORES_KEPT = 16
+
+
 def _least_requested(requested: int, capacity: int) -> int:
     if capacity == 0 or requested > capacity:
         return 0
@@ -392,6 +403,18 @@ def _least_requested(requested: int, capacity: int) -> int:
 
 
 def least_allocated_score(pod: PodInfo, node: NodeInfo) -> int:
+    """`compute_least_allocated_score`, kept on the node for pods of the same size until the
+    node or its pods change (the arithmetic on memory's large integers is most of a node's
+    scoring)."""
+    score = node.scores.get(pod.score_key)
+    if score is None:
+        if len(node.scores) >= SCORES_KEPT:
+            node.scores.clear()
+        score = node.scores[pod.score_key] = compute_least_allocated_score(pod, node)
+    return score
+
+
+def compute_least_allocated_score(pod: PodInfo, node: NodeInfo) -> int:
     """LeastAllocated: the weighted mean over cpu and memory of the free share (0-100) left
     after placing the pod, skipping a resource the node has none of."""
     used, allocatable, want = node.non_zero_requested, node.allocatable, pod.score_request
