@@ -276,6 +276,35 @@ async def test_watches_carry_on_when_their_etcd_member_stops(tmp_path: Path) -> 
             await store.close()
 
 
+async def test_watches_wait_for_their_only_etcd_member_to_restart(tmp_path: Path) -> None:
+    """One etcd member, killed and started again: the stream's watches are created again
+    with a back-off (`RESUME_DELAYS`) instead of all failing within milliseconds of it going,
+    so they carry on from where they were once it is back, every event once, and their
+    consumers list nothing again."""
+    with EtcdCluster(tmp_path / "etcd", 1) as cluster:
+        store = EtcdStore(cluster.endpoints.split(","), prefix="/r", progress_interval=0.1)
+        try:
+            watcher = await store.watch("/k/", await store.current_revision())
+            first = await store.create("/k/1", b"v")
+            assert (await next_event(watcher)).kv == first
+            cluster.kill(0)
+            await asyncio.sleep(0.5)  # the stream's first resumes fail meanwhile
+            await asyncio.to_thread(cluster.restart, 0)
+            written = []
+            for i in range(2, 5):
+                async with asyncio.timeout(30):
+                    while True:  # the unary channel reconnects at its own pace
+                        try:
+                            written.append(await store.create(f"/k/{i}", b"v"))
+                            break
+                        except StoreError:
+                            await asyncio.sleep(0.2)
+            seen = [(await next_event(watcher)).kv for _ in written]
+            assert seen == written
+        finally:
+            await store.close()
+
+
 def test_endpoint_parsing() -> None:
     assert grpc_target(["http://127.0.0.1:2379"]) == "127.0.0.1:2379"
     assert grpc_target(["localhost:23790"]) == "localhost:23790"

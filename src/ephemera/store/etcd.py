@@ -35,9 +35,11 @@ Semantics:
   its watch. A stream that ends under its watches (the member it was on stopped, the
   connection lost, an error status) is replaced: its watches are created again on a new
   stream (the endpoints tried in order) from the revision after the newest each was handed,
-  as etcd's client re-creates its watches, so their consumers see no end (`_resume`); one
-  whose revisions were compacted meanwhile ends with `Compacted`, and a watch created again
-  three times without etcd answering it in between ends with `WatcherDropped`.
+  as etcd's client re-creates its watches, so their consumers see no end (`_resume`): at
+  once the first time, then after `etcdwatch.RESUME_DELAYS` (0.25 s doubling to 4 s, so a
+  restarting member is waited for about 8 s); one whose revisions were compacted meanwhile
+  ends with `Compacted`, and a watch created again that many times without etcd answering
+  it in between ends with `WatcherDropped`.
 - watch reading: that one call is not made through gRPC's library but spoken over HTTP/2 by
   `etcdwatch` on a connection of its own, which the event loop reads like any socket: all
   that arrived is parsed in one callback, for every watch, with no thread. gRPC's blocking
@@ -105,7 +107,7 @@ from ephemera.store.base import (
     StoreError,
     Watcher,
 )
-from ephemera.store.etcdwatch import Watch, WatchStream
+from ephemera.store.etcdwatch import RESUME_DELAYS, Watch, WatchStream
 from ephemera.store.watchhub import (
     DEFAULT_PROGRESS_INTERVAL,
     DEFAULT_WATCH_CAPACITY,
@@ -233,6 +235,7 @@ class EtcdStore(Store):
         self._watch_stub: rpc.WatchStub | None = None
         self._watchers: set[BufferedWatcher] = set()
         self._stream: WatchStream | None = None  # the one every watch shares
+        self._resume_timers: set[asyncio.TimerHandle] = set()  # resumes backing off
 
         self._leases = LeaseManager(self._grant_lease)
         self._closed = False
@@ -543,12 +546,35 @@ class EtcdStore(Store):
         again. A revision compacted meanwhile ends that watch with `Compacted`."""
         if self._closed:
             return False
-        stream = self._watch_stream()
-        log.info("etcd watch stream ended (%s): resuming %d watches on a new stream", reason,
-                 len(watches))
-        for watch in watches:
-            stream.create(watch.resume_request(), watch)
+        delay = RESUME_DELAYS[min(max(w.resumes for w in watches), len(RESUME_DELAYS) - 1)]
+        if not delay:
+            log.info("etcd watch stream ended (%s): resuming %d watches on a new stream",
+                     reason, len(watches))
+            self._create_again(watches)
+            return True
+        log.info("etcd watch stream ended (%s): resuming %d watches on a new stream in %g s",
+                 reason, len(watches), delay)
+        timer: asyncio.TimerHandle | None = None
+
+        def due() -> None:
+            assert timer is not None
+            self._resume_timers.discard(timer)
+            self._create_again(watches)
+
+        timer = asyncio.get_running_loop().call_later(delay, due)
+        self._resume_timers.add(timer)
         return True
+
+    def _create_again(self, watches: Sequence[Watch]) -> None:
+        """Create `watches` again on the store's stream (a new one if the last ended), but
+        those their consumers stopped meanwhile; nothing once the store is closed (its
+        watchers were closed with it)."""
+        if self._closed:
+            return
+        stream = self._watch_stream()
+        for watch in watches:
+            if not watch.stopped:
+                stream.create(watch.resume_request(), watch)
 
     def _event_from(self, event: rpc.Event) -> Event:
         prev = self._kv_from(event.prev_kv) if event.HasField("prev_kv") else None
@@ -572,6 +598,9 @@ class EtcdStore(Store):
         for watcher in list(self._watchers):
             await watcher.close()
         self._closed = True
+        for timer in self._resume_timers:
+            timer.cancel()
+        self._resume_timers.clear()
         if self._stream is not None:
             self._stream.stop()
         if self._channel is not None:

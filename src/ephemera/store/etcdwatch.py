@@ -53,10 +53,14 @@ WATCH_PATH = "/etcdserverpb.Watch/Watch"
 RECEIVE_WINDOW = 16 * 1024 * 1024
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
-# How many times running a watch is created again on a new stream without etcd answering it
-# in between: a member that accepts connections and ends every stream does not keep the
-# watch going round.
-MAX_RESUMES = 3
+# How long a watch waits before it is created again on a new stream, by how many times it
+# was already (since etcd last answered it): the first at once (a connection cut under a
+# member that is up), then backing off, so that a member restarting (a few seconds) is
+# waited for instead of every watch ending within milliseconds of it going; past the last,
+# the watch ends (a member that accepts connections and ends every stream does not keep it
+# going round).
+RESUME_DELAYS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
+MAX_RESUMES = len(RESUME_DELAYS)
 
 # What the stream hands a watch: an event, a progress notification, or the watch's end.
 _Read = Event | Progress | StoreError
