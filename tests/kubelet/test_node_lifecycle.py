@@ -117,6 +117,33 @@ async def test_cordon_taints_the_node_unschedulable_and_uncordon_untaints_it(
             await wait_until(untainted)
 
 
+async def test_a_failed_taint_sync_is_retried(tmp_path: Path) -> None:
+    """A node's taint sync that fails (a conflict here) is retried by the node queue's worker,
+    rate-limited, and the worker goes on: the cordoned node gets its taint without waiting
+    for the next monitor pass (an hour away). The worker used to end at the first error."""
+    async with running_kubelet(tmp_path) as h:
+        controller = NodeLifecycleController(h.api, monitor_period=3600.0)
+        async with running(controller):
+            await wait_until(lambda: NODE in controller._probes)  # its first pass
+            sync_taints, failed = controller.sync_taints, []
+
+            async def failing_once(node: Any, stamp: str) -> None:
+                if not failed:
+                    failed.append(node)
+                    raise StatusError(409, "Conflict", "the object has been modified")
+                await sync_taints(node, stamp)
+
+            controller.sync_taints = failing_once  # type: ignore[method-assign]
+            path = resource_path("nodes", name=NODE)
+            await h.api.patch(path, {"spec": {"unschedulable": True}}, patch_type="merge")
+
+            async def tainted() -> bool:
+                return "node.kubernetes.io/unschedulable" in await taint_keys(h)
+
+            await wait_until(tainted)
+            assert len(failed) == 1
+
+
 def _node_events(events: list[dict[str, Any]], source: str) -> list[tuple[str, str]]:
     return [(e["reason"], e["message"]) for e in events
             if e["involvedObject"]["kind"] == "Node" and e["source"]["component"] == source]

@@ -67,6 +67,7 @@ from ephemera.api.meta import now_rfc3339
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 from ephemera.controllers.objects import queue_key
 from ephemera.controllers.podsbynode import node_name_of, pods_by_node
+from ephemera.controllers.runner import worker
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["NodeLifecycleController", "desired_taints", "fully_disrupted",
@@ -325,15 +326,13 @@ class NodeLifecycleController:
         if name in self._probes and no_schedule_taints_differ(node):
             self.node_queue.add(name)
 
-    async def _node_worker(self) -> None:
-        while True:
-            name = await self.node_queue.get()
-            try:
-                node = self.nodes.get(name)
-                if node is not None:
-                    await self.sync_taints(node, now_rfc3339())
-            finally:
-                self.node_queue.done(name)
+    async def sync_node_taints(self, name: str) -> None:
+        """A node queued by `_node_updated`: its NoSchedule taints made what its conditions
+        and `spec.unschedulable` call for (a failure is retried, rate-limited, by the
+        queue's worker: `runner.worker`)."""
+        node = self.nodes.get(name)
+        if node is not None:
+            await self.sync_taints(node, now_rfc3339())
 
     async def _update_health(self, name: str, node: Mapping[str, Any], now: float,
                              stamp: str) -> Mapping[str, Any]:
@@ -455,7 +454,9 @@ class NodeLifecycleController:
             await self.leases.wait_synced()
             await self.pods.wait_synced()
             tasks.append(asyncio.create_task(self._pod_worker(), name="nodelifecycle-pods"))
-            tasks.append(asyncio.create_task(self._node_worker(), name="nodelifecycle-nodes"))
+            tasks.append(asyncio.create_task(
+                worker(self.node_queue, self.sync_node_taints, what="node", log=log),
+                name="nodelifecycle-nodes"))
             while True:
                 try:
                     await self.monitor_once()
