@@ -651,8 +651,7 @@ def _compare_present(c: _Comparison, left: Any, right: Any, schema_type: _Type |
                      at: FieldPath, skip: _Skip) -> None:
     """`_compare_changed` of two values present on both sides."""
     if isinstance(left, dict) and isinstance(right, dict):  # (the usual case: two objects)
-        t = schema_type if schema_type is not None and schema_type.tag == "map" \
-            else _DEDUCED_MAP
+        t = _value_type(schema_type, left)
         if t.atomic or (not left and not right):
             if not _json_equal(left, right):
                 c.modified.add(at)
@@ -700,23 +699,17 @@ def _collect_all(value: Any, schema_type: _Type | None, at: FieldPath, skip: _Sk
                  out: FieldSet) -> None:
     """What `_compare` finds in a value present on one side only: the value and all it holds
     (its leaves, map entries and list items), each added (or removed) at its path."""
-    if isinstance(value, dict):
-        t = schema_type if schema_type is not None and schema_type.tag == "map" \
-            else _DEDUCED_MAP
-        if t.atomic or not value:
-            out.add(at)
-            return
-        _collect_entries(t, value.items(), at, skip, out)
-    elif isinstance(value, list):
-        t = schema_type if schema_type is not None and schema_type.tag == "list" \
-            else _DEDUCED_LIST
-        if t.atomic or not value:
-            out.add(at)
-            return
-        _collect_items(t.item_type, _index_items(t, value, at).items(), at, skip, out)
-    else:  # a scalar or null: a leaf (null is an empty map or list)
+    if not isinstance(value, _CONTAINERS):  # a scalar or null: a leaf (null: empty)
         out.add(at)
         return
+    t = _value_type(schema_type, value)
+    if t.atomic or not value:
+        out.add(at)
+        return
+    if isinstance(value, dict):
+        _collect_entries(t, value.items(), at, skip, out)
+    else:
+        _collect_items(t.item_type, _index_items(t, value, at).items(), at, skip, out)
     if at:
         out.add(at)
 
