@@ -248,6 +248,21 @@ async def test_watches_carry_on_when_their_stream_is_lost(etcd_endpoint: str) ->
         await store.close()
 
 
+async def writes_reach(store: EtcdStore, watcher: Watcher) -> None:
+    """Three writes under `/k/`, each retried until etcd takes it (the unary channel moves to
+    another member, or reconnects, at its own pace), reach `watcher` in order, once each."""
+    written = []
+    for i in range(2, 5):
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    written.append(await store.create(f"/k/{i}", b"v"))
+                    break
+                except StoreError:
+                    await asyncio.sleep(0.2)
+    assert [(await next_event(watcher)).kv for _ in written] == written
+
+
 async def test_watches_carry_on_when_their_etcd_member_stops(tmp_path: Path) -> None:
     """Three etcd members: the one the watch stream is on is killed; the store's writes go to
     the others, and the watch resumes on one of them with every event once."""
@@ -261,17 +276,7 @@ async def test_watches_carry_on_when_their_etcd_member_stops(tmp_path: Path) -> 
             assert stream is not None and stream._transport is not None
             port = stream._transport.get_extra_info("peername")[1]
             cluster.kill(cluster.client_ports.index(port))
-            written = []
-            for i in range(2, 5):
-                async with asyncio.timeout(30):
-                    while True:  # the unary channel moves to another member too
-                        try:
-                            written.append(await store.create(f"/k/{i}", b"v"))
-                            break
-                        except StoreError:
-                            await asyncio.sleep(0.2)
-            seen = [(await next_event(watcher)).kv for _ in written]
-            assert seen == written
+            await writes_reach(store, watcher)
         finally:
             await store.close()
 
@@ -290,17 +295,7 @@ async def test_watches_wait_for_their_only_etcd_member_to_restart(tmp_path: Path
             cluster.kill(0)
             await asyncio.sleep(0.5)  # the stream's first resumes fail meanwhile
             await asyncio.to_thread(cluster.restart, 0)
-            written = []
-            for i in range(2, 5):
-                async with asyncio.timeout(30):
-                    while True:  # the unary channel reconnects at its own pace
-                        try:
-                            written.append(await store.create(f"/k/{i}", b"v"))
-                            break
-                        except StoreError:
-                            await asyncio.sleep(0.2)
-            seen = [(await next_event(watcher)).kv for _ in written]
-            assert seen == written
+            await writes_reach(store, watcher)
         finally:
             await store.close()
 
