@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ephemera.api.errors import conflict
-from ephemera.controllers.runner import EventQueue, run_workers
+from ephemera.controllers.runner import EventQueue, Retry, run_workers, worker
 from ephemera.controllers.workqueue import WorkQueue
 
 
@@ -30,6 +30,31 @@ class _Synced:
     async def run(self) -> None:
         self.runs += 1
         await asyncio.Event().wait()
+
+
+async def test_a_retry_comes_back_with_one_line_and_no_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A sync that raises `Retry` (its cause logged already) is retried, rate-limited, and
+    the log has the one line an API error gets, not a traceback."""
+    queue: WorkQueue[str] = WorkQueue(base_delay=0.001, max_delay=0.001)
+    calls: list[str] = []
+    done = asyncio.Event()
+
+    async def sync(key: str) -> None:
+        calls.append(key)
+        if len(calls) == 1:
+            raise Retry("could not mark it not ready")
+        done.set()
+
+    queue.add("ns/a")
+    caplog.set_level(logging.INFO, logger="test")
+    task = asyncio.create_task(worker(queue, sync, what="pod", log=logging.getLogger("test")))
+    await asyncio.wait_for(done.wait(), 5)
+    task.cancel()
+    assert calls == ["ns/a", "ns/a"]
+    [record] = [r for r in caplog.records if r.name == "test"]
+    assert record.getMessage() == "pod ns/a: sync failed, retrying: could not mark it not ready"
+    assert record.exc_info is None
 
 
 async def test_a_failed_sync_comes_back_rate_limited_and_a_success_forgets_it() -> None:

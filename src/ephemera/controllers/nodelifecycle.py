@@ -67,7 +67,7 @@ from ephemera.api.meta import now_rfc3339
 from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer, resource_path
 from ephemera.controllers.objects import queue_key
 from ephemera.controllers.podsbynode import node_name_of, pods_by_node
-from ephemera.controllers.runner import worker
+from ephemera.controllers.runner import Retry, worker
 from ephemera.controllers.workqueue import WorkQueue
 
 __all__ = ["NodeLifecycleController", "desired_taints", "fully_disrupted",
@@ -431,19 +431,7 @@ class NodeLifecycleController:
             return
         node_name = node_name_of(pod)
         if self._not_ready(node_name) and not await self.mark_pods_not_ready([pod], node_name):
-            raise RuntimeError(f"pod {key}: could not mark it not ready")
-
-    async def _pod_worker(self) -> None:
-        while True:
-            key = await self.pod_queue.get()
-            try:
-                await self.sync_pod(key)
-                self.pod_queue.forget(key)
-            except Exception as err:
-                log.info("pod %s: %s; retrying", key, err)
-                self.pod_queue.add_rate_limited(key)
-            finally:
-                self.pod_queue.done(key)
+            raise Retry("could not mark it not ready")
 
     async def run(self) -> None:
         tasks = [asyncio.create_task(self.nodes.run(), name="nodes-informer"),
@@ -453,7 +441,9 @@ class NodeLifecycleController:
             await self.nodes.wait_synced()
             await self.leases.wait_synced()
             await self.pods.wait_synced()
-            tasks.append(asyncio.create_task(self._pod_worker(), name="nodelifecycle-pods"))
+            tasks.append(asyncio.create_task(
+                worker(self.pod_queue, self.sync_pod, what="pod", log=log),
+                name="nodelifecycle-pods"))
             tasks.append(asyncio.create_task(
                 worker(self.node_queue, self.sync_node_taints, what="node", log=log),
                 name="nodelifecycle-nodes"))

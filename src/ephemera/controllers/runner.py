@@ -1,8 +1,8 @@
 """The loop a queue-driven controller runs, as client-go's `processNextWorkItem` and
 `wait.Until(worker)`: informers synced first, then workers that take a key from the
 `WorkQueue`, sync it, `forget` it on success and add it back rate-limited on any error (an
-API error logged as a retry, anything else with its traceback in the log), and a queue of
-events posted off the sync path. A controller keeps only its own sync and event handlers.
+API error or a `Retry` logged as a retry, anything else with its traceback in the log), and
+a queue of events posted off the sync path. A controller keeps only its own sync and event handlers.
 
 `run_workers` returns only by raising: when a worker, an event poster or an informer the
 controller runs itself ends with an error (before its first sync too), the others are
@@ -27,7 +27,13 @@ from ephemera.client import ApiClient, ApiUnavailable, EventRecorder, Informer
 from ephemera.controllers.objects import queue_key
 from ephemera.controllers.workqueue import WorkQueue
 
-__all__ = ["EventQueue", "QueueController", "run_workers", "worker"]
+__all__ = ["EventQueue", "QueueController", "Retry", "run_workers", "worker"]
+
+
+class Retry(Exception):
+    """Raised by a sync that left its work undone for a cause it has logged already (a write
+    the API refused): the key is retried, rate-limited, as after an API error, with one
+    line in the log and no traceback."""
 
 
 async def worker(queue: WorkQueue[str], sync: Callable[[str], Awaitable[None]], *,
@@ -38,7 +44,7 @@ async def worker(queue: WorkQueue[str], sync: Callable[[str], Awaitable[None]], 
         try:
             await sync(key)
             queue.forget(key)
-        except (StatusError, ApiUnavailable) as err:
+        except (StatusError, ApiUnavailable, Retry) as err:
             log.info("%s %s: sync failed, retrying: %s", what, key,
                      getattr(err, "message", err))
             queue.add_rate_limited(key)
