@@ -128,15 +128,19 @@ class FieldIndex:
         when unset: an unscheduled pod's `spec.nodeName`)."""
         return field_values(self.kind, obj, frozenset((self.field,)))[self.field]
 
-    def routes(self, event: Event) -> set[str]:
+    def routes(self, event: Event, previous: str | None = None) -> tuple[str, ...]:
         """The field's values in the event's object and in its previous state (a watcher
-        of either must see it: one that stops matching gets a DELETED), both parsed (the
-        watch cache knows the previous one: `ResourceCache`). The objects parsed for it are
-        left on a shared event, for the consumers' decode."""
-        values = {self.event_value(event)}
+        of either must see it: one that stops matching gets a DELETED); for a PUT the new
+        value first. `previous`: the previous state's value when the caller knows it (the
+        watch cache keeps it per key), else parsed; a DELETE's object is its previous state.
+        The objects parsed for it are left on a shared event, for the consumers' decode."""
+        old = None
         if event.prev is not None:
-            values.add(self.event_value(event, prev=True))
-        return values
+            old = previous if previous is not None else self.event_value(event, prev=True)
+        if event.type == "DELETE" and old is not None:
+            return (old,)
+        new = self.event_value(event)
+        return (new,) if old is None or old == new else (new, old)
 
     def event_value(self, event: Event, *, prev: bool = False) -> str:
         """The field's value in the event's object (`prev`: its previous state), parsed
@@ -273,21 +277,17 @@ class ResourceCache:
 
     def _routes(self, event: SharedEvent) -> tuple[str, ...]:
         """`FieldIndex.routes` of an event the cache applies, with the previous state's
-        value from `_index_values` when that holds it (else parsed): only the new object is
-        parsed, and its value kept for the key's next event."""
+        value from `_index_values` when that holds it: only the new object is parsed, and
+        its value kept for the key's next event."""
         assert self.index is not None
         key, prev = event.kv.key, event.prev
         known = self._index_values.pop(key, None)
-        old = None
-        if prev is not None:
-            old = (known[1] if known is not None and known[0] == prev.mod_revision
-                   else self.index.event_value(event, prev=True))
-        if event.type == "DELETE" and old is not None:
-            return (old,)  # its object is its previous state
-        new = self.index.event_value(event)
+        previous = (known[1] if known is not None and prev is not None
+                    and known[0] == prev.mod_revision else None)
+        routes = self.index.routes(event, previous)
         if event.type == "PUT":
-            self._index_values[key] = (event.kv.mod_revision, new)
-        return (new,) if old is None or old == new else (new, old)
+            self._index_values[key] = (event.kv.mod_revision, routes[0])
+        return routes
 
     def list(self, prefix: str, *, limit: int = 0, start_after: str = "") -> ListResult:
         """The keys under `prefix` (which lies under the cache's) after `start_after`, at
