@@ -46,6 +46,8 @@ upstream's node lease controller and ephemera's kubelet and hollow nodes send), 
 event reaches a watch of the Leases (the node lifecycle controller's informer; the three
 watches above are open too). `--path lease-patch` sends the merge PATCH of `spec` the
 kubelet sent before it kept the Lease. Every mode and measure above applies to both.
+`--path event` loops the kubelet's POST of a new Event about the pod (four a pod on the
+scale path), answered with no watch to wait for.
 """
 
 from __future__ import annotations
